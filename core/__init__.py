@@ -1,0 +1,1 @@
+"""Cross-cutting pieces every process shares: settings, the product clock, logging."""

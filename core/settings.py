@@ -1,0 +1,86 @@
+"""One frozen Settings object, built from the environment by entry points only."""
+
+import os
+from dataclasses import dataclass, field, fields
+
+DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
+
+
+class SettingsError(ValueError):
+    """A required setting is missing or malformed; the message names every one at once."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the product. `.env.example` names each one.
+
+    Units: seconds unless the name says otherwise.
+    """
+
+    database_url: str = DEFAULT_DATABASE_URL
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "wagent"
+    queue_name: str = "wagent"
+    whatsapp_app_secret: str = ""
+    whatsapp_verify_token: str = ""
+    whatsapp_access_token: str = ""
+    graph_api_base_url: str = "https://graph.facebook.com"
+    graph_api_version: str = "v25.0"
+    anthropic_api_key: str = ""
+    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_timeout: float = 60.0
+    admin_token: str = ""
+    max_body_bytes: int = 3 * 1024 * 1024
+    turn_job_timeout: int = 300
+    turn_max_rounds: int = 8
+    turn_max_attempts: int = 4
+    turn_lock_timeout: int = 360
+    max_output_tokens: int = 1024
+    log_level: str = "INFO"
+    log_format: str = "json"
+    web_host: str = "0.0.0.0"
+    web_port: int = 8080
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    REQUIRED_IN_PRODUCTION = (
+        "whatsapp_app_secret",
+        "whatsapp_verify_token",
+        "whatsapp_access_token",
+        "anthropic_api_key",
+    )
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, *, require: bool = True) -> "Settings":
+        """Build Settings from `WAGENT_`-less upper-case names (`DATABASE_URL`, `REDIS_URL`, ...).
+
+        Raises SettingsError naming every missing required key and every malformed number.
+        """
+        env = dict(os.environ if environ is None else environ)
+        values: dict[str, object] = {}
+        problems: list[str] = []
+        for f in fields(cls):
+            if f.name == "extra":
+                continue
+            raw = env.get(f.name.upper())
+            if raw is None or raw == "":
+                continue
+            try:
+                values[f.name] = _coerce(f.type, raw)
+            except ValueError:
+                problems.append(f"{f.name.upper()}={raw!r} is not a valid {f.type}")
+        if require:
+            problems += [
+                f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION
+                if not values.get(name)
+            ]
+        if problems:
+            raise SettingsError("; ".join(problems))
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _coerce(kind: object, raw: str) -> object:
+    if kind in (int, "int"):
+        return int(raw)
+    if kind in (float, "float"):
+        return float(raw)
+    return raw

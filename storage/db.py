@@ -1,0 +1,75 @@
+"""Engine and session scope for SQLite (default) and PostgreSQL, safe across RQ's fork."""
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy.engine import make_url
+from sqlmodel import Session, SQLModel, create_engine
+
+from storage import models  # noqa: F401  (registers every table on SQLModel.metadata)
+
+
+def make_engine(url: str) -> Engine:
+    """Create the engine for `url` (`sqlite:///path` or `postgresql+psycopg://...`).
+
+    SQLite gets foreign keys, WAL, a busy timeout and `BEGIN IMMEDIATE` transactions, so two
+    writers serialise instead of interleaving (the booking check-then-insert relies on it).
+    The pool is discarded in a forked child (RQ's work horse) without closing the parent's
+    sockets (SQLAlchemy: "Using Connection Pools with Multiprocessing or os.fork()").
+    """
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        url = str(parsed.set(drivername="postgresql+psycopg"))
+    if parsed.get_backend_name() == "sqlite":
+        engine = _sqlite_engine(url)
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
+    return engine
+
+
+def _sqlite_engine(url: str) -> Engine:
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def create_schema(engine: Engine) -> None:
+    """Create every table (tests and replays); production uses `wagent db upgrade` (Alembic)."""
+    SQLModel.metadata.create_all(engine)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any exception."""
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise

@@ -1,0 +1,227 @@
+"""Tables of the product: tenants and their catalogue, contacts, conversations, messages,
+usage, appointments, facts, the outbox and the dead letters.
+
+Datetimes are aware UTC (SQLModel maps `datetime` to UTCDateTime). JSON columns are JSONB on
+PostgreSQL. No `from __future__ import annotations` here (SQLModel relationships need real types).
+"""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Index, LargeBinary, Text, UniqueConstraint, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+DEFAULT_FACT_KEYS = ["preferred_name", "usual_service", "preferred_professional",
+                     "preferred_period"]
+
+
+class Tenant(SQLModel, table=True):
+    """A business with one WhatsApp number. Timeouts in minutes, thresholds in tokens."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    phone_number_id: str = Field(max_length=64, unique=True)
+    name: str = Field(max_length=200)
+    timezone: str = Field(default="America/Sao_Paulo", max_length=64)
+    language: str = Field(default="pt-BR", max_length=16)
+    instructions: str = Field(default="", sa_type=Text)
+    inactivity_timeout_minutes: int = 1440
+    compaction_threshold_tokens: int = 20000
+    keep_messages: int = 16
+    agent_model: str = Field(default="claude-sonnet-5-5", max_length=64)
+    summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
+    slot_granularity_minutes: int = 30
+    retention_days: int = 180
+    fact_keys: list[str] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
+    created_at: datetime
+
+
+class Service(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("tenant_id", "code", name="uq_service_tenant_code"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    code: str = Field(max_length=64)
+    name: str = Field(max_length=200)
+    duration_minutes: int
+
+
+class Professional(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("tenant_id", "code", name="uq_professional_tenant_code"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    code: str = Field(max_length=64)
+    name: str = Field(max_length=200)
+    service_codes: list[str] = Field(default_factory=list, sa_type=JSONType)
+
+
+class OpeningHours(SQLModel, table=True):
+    """One opening interval on one weekday (0 = Monday), local times "HH:MM" in the tenant's zone."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    weekday: int
+    opens: str = Field(max_length=5)
+    closes: str = Field(max_length=5)
+
+
+class Contact(SQLModel, table=True):
+    """A customer of one tenant, keyed by business-scoped `user_id` when known, else `wa_id`."""
+
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "user_id", name="uq_contact_tenant_user_id"),
+        UniqueConstraint("tenant_id", "wa_id", name="uq_contact_tenant_wa_id"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    user_id: str | None = Field(default=None, max_length=160)
+    wa_id: str | None = Field(default=None, max_length=32)
+    profile_name: str | None = Field(default=None, max_length=200)
+    last_inbound_at: datetime | None = None
+    created_at: datetime
+
+
+class Conversation(SQLModel, table=True):
+    """A session with a contact. At most one open per contact (partial unique index)."""
+
+    __table_args__ = (
+        Index("uq_conversation_open_per_contact", "contact_id", unique=True,
+              sqlite_where=text("status = 'open'"), postgresql_where=text("status = 'open'")),
+        Index("ix_conversation_status_activity", "status", "last_activity_at"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    status: str = Field(default="open", max_length=16)
+    summary: str = Field(default="", sa_type=Text)
+    summarized_until_id: int = 0
+    last_input_tokens: int = 0
+    last_activity_at: datetime
+    last_inbound_at: datetime | None = None
+    opened_at: datetime
+    closed_at: datetime | None = None
+
+
+class Message(SQLModel, table=True):
+    """One stored message of the history, content blocks exactly as the Messages API takes them.
+
+    `direction`: inbound (the customer), outbound (the agent's reply), internal (tool rounds).
+    Inbound rows carry the wamid (unique) and Meta's timestamp; `answered_at` is set by the turn
+    that answered them. Outbound rows carry the aggregate `delivery_status` of their sends.
+    """
+
+    __table_args__ = (Index("ix_message_conversation_id", "conversation_id", "id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE")
+    role: str = Field(max_length=16)
+    direction: str = Field(max_length=16)
+    content: list[dict[str, Any]] = Field(sa_type=JSONType)
+    wamid: str | None = Field(default=None, max_length=255, unique=True)
+    wa_type: str | None = Field(default=None, max_length=32)
+    meta_timestamp: datetime | None = None
+    received_at: datetime
+    starts_turn: bool = True
+    answered_at: datetime | None = None
+    delivery_status: str | None = Field(default=None, max_length=16)
+
+
+class Outbound(SQLModel, table=True):
+    """The outbox: one row per WhatsApp send (a reply split in parts gives several rows).
+
+    `status`: pending → sending → sent → delivered → read, or failed / refused (terminal).
+    Unique on (message_id, part) so a retried turn never creates a second copy.
+    """
+
+    __table_args__ = (UniqueConstraint("message_id", "part", name="uq_outbound_message_part"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE", index=True)
+    message_id: int = Field(foreign_key="message.id", ondelete="CASCADE")
+    part: int = 0
+    to: str | None = Field(default=None, max_length=32)
+    recipient: str | None = Field(default=None, max_length=160)
+    body: str = Field(sa_type=Text)
+    status: str = Field(default="pending", max_length=16)
+    wamid: str | None = Field(default=None, max_length=255, unique=True)
+    error_code: int | None = None
+    error_reason: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime
+    sent_at: datetime | None = None
+    status_at: datetime | None = None
+
+
+class ToolCall(SQLModel, table=True):
+    """The effect record of one `tool_use`: a retried turn replays the stored result."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE", index=True)
+    tool_use_id: str = Field(max_length=128, unique=True)
+    name: str = Field(max_length=64)
+    input: dict[str, Any] = Field(sa_type=JSONType)
+    result: str = Field(sa_type=Text)
+    is_error: bool = False
+    created_at: datetime
+
+
+class Usage(SQLModel, table=True):
+    """Token usage of one Messages API call (turn, summary or facts)."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    conversation_id: int | None = Field(default=None, foreign_key="conversation.id",
+                                        ondelete="CASCADE", index=True)
+    purpose: str = Field(max_length=16)
+    model: str = Field(max_length=64)
+    request_id: str | None = Field(default=None, max_length=128)
+    input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    output_tokens: int = 0
+    created_at: datetime
+
+
+class Appointment(SQLModel, table=True):
+    """A booking. `status`: booked or cancelled. Times aware UTC; `end_at` excluded."""
+
+    __table_args__ = (Index("ix_appointment_professional_start", "professional_id", "start_at"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    service_id: int = Field(foreign_key="service.id")
+    professional_id: int = Field(foreign_key="professional.id")
+    start_at: datetime
+    end_at: datetime
+    status: str = Field(default="booked", max_length=16)
+    tool_use_id: str | None = Field(default=None, max_length=128, unique=True)
+    created_at: datetime
+    cancelled_at: datetime | None = None
+
+
+class ContactFact(SQLModel, table=True):
+    """A closed-key fact about a contact, with provenance, validity and review state.
+
+    `state`: suggested, confirmed, contested, superseded or archived.
+    """
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    key: str = Field(max_length=64)
+    value: str = Field(max_length=200)
+    state: str = Field(default="suggested", max_length=16)
+    source_message_id: int | None = Field(default=None, foreign_key="message.id",
+                                          ondelete="SET NULL")
+    valid_until: datetime | None = None
+    review_at: datetime | None = None
+    created_at: datetime
+
+
+class DeadLetter(SQLModel, table=True):
+    """A webhook body (or one update of it) that could not be understood, kept whole."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    received_at: datetime
+    reason: str = Field(sa_type=Text)
+    body: bytes = Field(sa_type=LargeBinary)
