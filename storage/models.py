@@ -109,14 +109,19 @@ class Message(SQLModel, table=True):
     `direction`: inbound (the customer), outbound (the agent's reply), internal (tool rounds).
     Inbound rows carry the wamid (unique) and Meta's timestamp; `answered_at` is set by the turn
     that answered them. Outbound rows carry the aggregate `delivery_status` of their sends.
+    `position` orders the history as the model saw it: an inbound message gets one when a turn
+    takes it in (a message that arrives mid-turn is placed after that turn's answer), every
+    other message when it is stored. NULL: not yet part of the history.
     """
 
-    __table_args__ = (Index("ix_message_conversation_id", "conversation_id", "id"),)
+    __table_args__ = (Index("ix_message_conversation_id", "conversation_id", "id"),
+                      Index("ix_message_conversation_position", "conversation_id", "position"))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE")
     role: str = Field(max_length=16)
     direction: str = Field(max_length=16)
+    position: int | None = None
     content: list[dict[str, Any]] = Field(sa_type=JSONType)
     wamid: str | None = Field(default=None, max_length=255, unique=True)
     wa_type: str | None = Field(default=None, max_length=32)

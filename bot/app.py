@@ -1,0 +1,64 @@
+"""The web process: webhook, health. Never calls Claude or the Graph API."""
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import redis
+import structlog
+from aiohttp import web
+from rq import Queue
+from sqlalchemy import Engine, text
+
+from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from bot.webhook import receive_update, verify_challenge
+from core.settings import Settings
+from storage.db import make_engine
+
+log = structlog.get_logger(__name__)
+
+
+@web.middleware
+async def bind_request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(path=request.path)
+    return await handler(request)
+
+
+def create_app(settings: Settings, *, engine: Engine | None = None,
+               redis_client: redis.Redis | None = None) -> web.Application:
+    """Build the web application. `engine` and `redis_client` are made from the settings when
+    not given (tests and replays pass their own).
+    """
+    app = web.Application(middlewares=[bind_request_context],
+                          client_max_size=settings.max_body_bytes + 1)
+    app[SETTINGS] = settings
+    app[ENGINE] = engine or make_engine(settings.database_url)
+    app[REDIS] = redis_client or redis.Redis.from_url(settings.redis_url)
+    app[TURN_QUEUE] = Queue(settings.queue_name, connection=app[REDIS])
+    app.router.add_get("/webhook", verify_challenge)
+    app.router.add_post("/webhook", receive_update)
+    app.router.add_get("/health", health)
+    return app
+
+
+async def health(request: web.Request) -> web.Response:
+    """200 when the database and Redis answer, 503 naming what does not."""
+    problems = await asyncio.to_thread(_check, request.app)
+    status = 503 if problems else 200
+    return web.json_response({"ok": not problems, "problems": problems}, status=status)
+
+
+def _check(app: web.Application) -> list[str]:
+    problems = []
+    try:
+        with app[ENGINE].connect() as connection:
+            connection.execute(text("select 1"))
+    except Exception:
+        problems.append("database")
+    try:
+        app[REDIS].ping()
+    except Exception:
+        problems.append("redis")
+    return problems
+
+

@@ -1,0 +1,275 @@
+"""Parse a WhatsApp webhook payload into independent updates, one bad item losing nothing else.
+
+Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[]`; routes on which arrays
+are present, not on `field` (reference/whatsapp.md §3.1). Every field is optional unless Meta
+guarantees it. Pure: no I/O.
+"""
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
+               "sticker": "sticker"}
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """A customer's message, rendered as text the agent can use.
+
+    `starts_turn` is False for reactions: stored, never answered.
+    """
+
+    phone_number_id: str
+    wamid: str
+    wa_id: str | None
+    user_id: str | None
+    profile_name: str | None
+    timestamp: datetime | None
+    wa_type: str
+    text: str
+    starts_turn: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    """Delivery state of a message we sent: sent, delivered, read, played or failed."""
+
+    phone_number_id: str
+    wamid: str
+    status: str
+    timestamp: datetime | None
+    recipient_id: str | None
+    recipient_user_id: str | None
+    error_code: int | None
+    error_reason: str | None
+
+
+@dataclass(frozen=True)
+class IdentityChange:
+    """A `system` message re-keying a contact (`user_changed_number`, `user_changed_user_id`)."""
+
+    phone_number_id: str
+    wamid: str
+    kind: str
+    old_wa_id: str | None
+    old_user_id: str | None
+    new_wa_id: str | None
+    new_user_id: str | None
+
+
+@dataclass(frozen=True)
+class ErrorNotice:
+    """An out-of-band error in `value.errors[]` (system, app or account level)."""
+
+    phone_number_id: str | None
+    code: int | None
+    title: str
+
+
+@dataclass(frozen=True)
+class BadItem:
+    """An item that could not be understood; kept whole in the dead-letter table."""
+
+    where: str
+    reason: str
+    raw: Any = field(repr=False, compare=False)
+
+
+Update = InboundMessage | StatusUpdate | IdentityChange | ErrorNotice | BadItem
+
+
+def parse_update(payload: Any) -> list[Update]:
+    """Every update in a webhook payload, in payload order.
+
+    A payload that is not a WhatsApp envelope gives one BadItem; a bad entry, change or item
+    gives a BadItem for that part only.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
+        return [BadItem("payload", "not a webhook envelope (no entry[])", payload)]
+    updates: list[Update] = []
+    for e, entry in enumerate(payload["entry"]):
+        changes = entry.get("changes") if isinstance(entry, dict) else None
+        if not isinstance(changes, list):
+            updates.append(BadItem(f"entry[{e}]", "entry without changes[]", entry))
+            continue
+        for c, change in enumerate(changes):
+            updates += _parse_change(change, f"entry[{e}].changes[{c}]")
+    return updates
+
+
+def _parse_change(change: Any, where: str) -> list[Update]:
+    value = change.get("value") if isinstance(change, dict) else None
+    if not isinstance(value, dict):
+        return [BadItem(where, "change without value", change)]
+    metadata = value.get("metadata") if isinstance(value.get("metadata"), dict) else {}
+    phone_number_id = _str(metadata.get("phone_number_id"))
+    has_items = any(isinstance(value.get(k), list) for k in ("messages", "statuses", "errors"))
+    if not has_items:
+        return []  # other subscription fields (account_update, ...): nothing for this bot
+    if phone_number_id is None:
+        return [BadItem(where, "value without metadata.phone_number_id", change)]
+    contacts = [c for c in value.get("contacts") or [] if isinstance(c, dict)]
+    updates: list[Update] = []
+    for kind, parse in (("messages", _parse_message), ("statuses", _parse_status),
+                        ("errors", _parse_error)):
+        for i, item in enumerate(value.get(kind) or []):
+            try:
+                updates.append(parse(item, phone_number_id, contacts))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                updates.append(BadItem(f"{where}.{kind}[{i}]", f"{type(exc).__name__}: {exc}",
+                                       item))
+    return updates
+
+
+def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any]]) -> Update:
+    wamid = _str(item.get("id"))
+    if not wamid:
+        raise ValueError("message without id")
+    wa_type = _str(item.get("type")) or "unknown"
+    if wa_type == "system":
+        return _parse_system(item, phone_number_id, wamid)
+    wa_id, user_id = _str(item.get("from")), _str(item.get("from_user_id"))
+    if not wa_id and not user_id:
+        raise ValueError("message without from or from_user_id")
+    contact = _match_contact(contacts, wa_id, user_id)
+    profile = contact.get("profile") if isinstance(contact.get("profile"), dict) else {}
+    text, starts_turn = render_text(item, wa_type)
+    return InboundMessage(
+        phone_number_id=phone_number_id, wamid=wamid,
+        wa_id=wa_id or _str(contact.get("wa_id")), user_id=user_id or _str(contact.get("user_id")),
+        profile_name=_str(profile.get("name")), timestamp=_timestamp(item.get("timestamp")),
+        wa_type=wa_type, text=text, starts_turn=starts_turn, raw=item,
+    )
+
+
+def _match_contact(contacts: list[dict[str, Any]], wa_id: str | None,
+                   user_id: str | None) -> dict[str, Any]:
+    """The contact entry of this sender, by id, never by position (reference/whatsapp.md §3.2)."""
+    for contact in contacts:
+        if user_id and _str(contact.get("user_id")) == user_id:
+            return contact
+        if wa_id and _str(contact.get("wa_id")) == wa_id:
+            return contact
+    return {}
+
+
+def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
+    """The text the agent reads for a message of any type, and whether it starts a turn."""
+    body = item.get(wa_type) if isinstance(item.get(wa_type), dict) else {}
+    quoted = " (replying to an earlier message)" if _quotes(item) else ""
+    if wa_type == "text":
+        text = _str(body.get("body")) or ""
+        return (text + quoted if text.strip() else "[empty text message]"), True
+    if wa_type == "reaction":
+        emoji = _str(body.get("emoji"))
+        return (f"[reaction {emoji} to one of our messages]" if emoji
+                else "[reaction removed]"), False
+    if wa_type == "interactive":
+        return _render_interactive(body) + quoted, True
+    if wa_type == "button":
+        return (f"[tapped quick reply \"{_str(body.get('text')) or ''}\" "
+                f"(payload {_str(body.get('payload')) or '-'})]"), True
+    if wa_type == "location":
+        return _render_location(body), True
+    if wa_type in MEDIA_TYPES:
+        return _render_media(wa_type, body), True
+    if wa_type == "contacts":
+        names = [(_str((c.get("name") or {}).get("formatted_name")) or "?")
+                 for c in item.get("contacts") or [] if isinstance(c, dict)]
+        return f"[shared contact card: {', '.join(names) or 'no name'}]", True
+    if wa_type == "order":
+        count = len(body.get("product_items") or [])
+        return f"[sent a catalogue order with {count} item(s)]", True
+    inner = body.get("type") if wa_type == "unsupported" else wa_type
+    return (f"[sent a message of a type we cannot read ({_str(inner) or 'unknown'}); "
+            "ask politely for a text message]"), True
+
+
+def _render_interactive(body: dict[str, Any]) -> str:
+    kind = _str(body.get("type"))
+    if kind == "button_reply":
+        reply = body.get("button_reply") or {}
+        return f"[tapped button \"{_str(reply.get('title')) or ''}\" (id {_str(reply.get('id'))})]"
+    if kind == "list_reply":
+        reply = body.get("list_reply") or {}
+        desc = _str(reply.get("description"))
+        return (f"[picked list option \"{_str(reply.get('title')) or ''}\""
+                f"{' - ' + desc if desc else ''} (id {_str(reply.get('id'))})]")
+    if kind == "nfm_reply":
+        reply = body.get("nfm_reply") or {}
+        return f"[submitted a form: {_str(reply.get('response_json')) or ''}]"
+    return "[sent an interactive reply we cannot read; ask politely for a text message]"
+
+
+def _render_location(body: dict[str, Any]) -> str:
+    parts = [p for p in (_str(body.get("name")), _str(body.get("address"))) if p]
+    coords = f"{body.get('latitude')}, {body.get('longitude')}"
+    return f"[shared a location: {' - '.join(parts + [coords])}]"
+
+
+def _render_media(wa_type: str, body: dict[str, Any]) -> str:
+    label = "voice note" if wa_type == "audio" and body.get("voice") else wa_type
+    caption = _str(body.get("caption"))
+    filename = _str(body.get("filename"))
+    detail = f": \"{caption}\"" if caption else (f": {filename}" if filename else "")
+    return f"[sent a {label} we cannot open{detail}]"
+
+
+def _parse_system(item: dict[str, Any], phone_number_id: str, wamid: str) -> Update:
+    system = item.get("system") if isinstance(item.get("system"), dict) else {}
+    kind = _str(system.get("type")) or "unknown"
+    return IdentityChange(
+        phone_number_id=phone_number_id, wamid=wamid, kind=kind,
+        old_wa_id=_str(item.get("from")), old_user_id=_str(item.get("from_user_id")),
+        new_wa_id=_str(system.get("wa_id")), new_user_id=_str(system.get("user_id")),
+    )
+
+
+def _parse_status(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Update:
+    wamid, status = _str(item.get("id")), _str(item.get("status"))
+    if not wamid or not status:
+        raise ValueError("status without id or status")
+    errors = [e for e in item.get("errors") or [] if isinstance(e, dict)]
+    first = errors[0] if errors else {}
+    details = (first.get("error_data") or {}).get("details") if first else None
+    code = first.get("code")
+    return StatusUpdate(
+        phone_number_id=phone_number_id, wamid=wamid, status=status,
+        timestamp=_timestamp(item.get("timestamp")),
+        recipient_id=_str(item.get("recipient_id")),
+        recipient_user_id=_str(item.get("recipient_user_id")),
+        error_code=int(code) if isinstance(code, int | str) and str(code).isdigit() else None,
+        error_reason=_str(details) or _str(first.get("title")) if first else None,
+    )
+
+
+def _parse_error(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Update:
+    code = item.get("code")
+    return ErrorNotice(phone_number_id, code if isinstance(code, int) else None,
+                       _str(item.get("title")) or _str(item.get("message")) or "")
+
+
+def _quotes(item: dict[str, Any]) -> bool:
+    context = item.get("context")
+    return isinstance(context, dict) and bool(context.get("id"))
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """Meta's `timestamp`: unix seconds as a string."""
+    try:
+        return datetime.fromtimestamp(int(value), UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def _str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)

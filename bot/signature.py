@@ -1,0 +1,21 @@
+"""Webhook signature check: HMAC-SHA256 of the raw body against `X-Hub-Signature-256`."""
+
+import hashlib
+import hmac
+
+
+def verify_signature(body: bytes, header: str | None, app_secret: str) -> bool:
+    """True when `header` is `sha256=<hex>` of HMAC-SHA256(app_secret, body).
+
+    Meta signs the exact bytes it sends (escaped unicode, `\\/`): hash the raw body, never a
+    re-serialisation (reference/whatsapp.md §2). A missing prefix or a wrong digest is False.
+    """
+    if not header or not header.startswith("sha256=") or not app_secret:
+        return False
+    expected = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header.removeprefix("sha256="))
+
+
+def sign(body: bytes, app_secret: str) -> str:
+    """The header value Meta would send for `body` (used by the replay runner and tests)."""
+    return "sha256=" + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()

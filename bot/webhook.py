@@ -1,0 +1,92 @@
+"""The WhatsApp webhook: GET handshake and POST updates (DESIGN.md, Data flow 1)."""
+
+import asyncio
+import hmac
+import json
+
+import structlog
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from bot.errors import StoreUnavailable
+from bot.ingest import store_unparsable, store_updates
+from bot.inbound import parse_update
+from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
+from bot.signature import verify_signature
+from core import clock
+from storage.jobs import enqueue_turn
+
+log = structlog.get_logger(__name__)
+
+
+async def verify_challenge(request: web.Request) -> web.Response:
+    """Meta's handshake: echo `hub.challenge` as plain text when the verify token matches.
+
+    400 when a parameter is missing, 403 on a wrong token or mode (reference/whatsapp.md §1).
+    No signature check: a GET has no body.
+    """
+    mode = request.query.get("hub.mode")
+    token = request.query.get("hub.verify_token")
+    challenge = request.query.get("hub.challenge")
+    if mode is None or token is None or challenge is None:
+        raise web.HTTPBadRequest(text="missing hub.mode, hub.verify_token or hub.challenge")
+    expected = request.app[SETTINGS].whatsapp_verify_token
+    if mode != "subscribe" or not expected or not hmac.compare_digest(token, expected):
+        raise web.HTTPForbidden(text="verification failed")
+    return web.Response(text=challenge, content_type="text/plain")
+
+
+async def receive_update(request: web.Request) -> web.Response:
+    """Verify, store and enqueue one webhook POST.
+
+    401 without `X-Hub-Signature-256`, 403 when it is wrong, 413 over the body limit (Meta: 3 MB);
+    once the signature is valid: 200 (an unreadable body is dead-lettered), or 503 when the
+    update could not be stored or its turn not enqueued, so Meta redelivers.
+    """
+    settings = request.app[SETTINGS]
+    body = await _read_body(request, settings.max_body_bytes)
+    header = request.headers.get("X-Hub-Signature-256")
+    if not header:
+        raise web.HTTPUnauthorized(text="missing X-Hub-Signature-256")
+    if not verify_signature(body, header, settings.whatsapp_app_secret):
+        log.warning("webhook_bad_signature")
+        raise web.HTTPForbidden(text="bad signature")
+    engine, now = request.app[ENGINE], clock.now()
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        await _offload(store_unparsable, engine, body, f"unparsable body: {exc}"[:500], now=now)
+        log.warning("webhook_unparsable_body", size=len(body))
+        return web.Response(text="ok")
+    result = await _offload(store_updates, engine, parse_update(payload), now=now)
+    for conversation_id in result.turn_conversation_ids:
+        await _offload(_enqueue, request.app, conversation_id)
+    log.info("webhook_received", **result.counts)
+    return web.Response(text="ok")
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
+    return body
+
+
+def _enqueue(app: web.Application, conversation_id: int) -> None:
+    settings = app[SETTINGS]
+    try:
+        enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
+                     job_timeout=settings.turn_job_timeout)
+    except RedisError as exc:
+        raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc
+
+
+async def _offload(func, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """Run blocking storage work in a thread; StoreUnavailable becomes a 503."""
+    try:
+        return await asyncio.to_thread(func, *args, **kwargs)
+    except StoreUnavailable as exc:
+        log.error("webhook_store_unavailable", error=str(exc)[:300])
+        raise web.HTTPServiceUnavailable(text="temporarily unable to store the update") from exc

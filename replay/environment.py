@@ -1,0 +1,197 @@
+"""A whole product on loopback for one scenario: its own database, Redis namespace, clock,
+web app, workers and the two doubles. Used by `wagent replay`, `wagent demo` and tests.
+"""
+
+import asyncio
+import json
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import fakeredis
+import redis
+from aiohttp import web
+from rq import Queue, SimpleWorker
+from rq.job import Job
+from rq.registry import ScheduledJobRegistry
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+
+from bot.app import create_app
+from bot.signature import sign
+from core import clock
+from core.settings import Settings
+from replay.graph_api import GraphDouble
+from replay.messages_api import MessagesDouble
+from storage.db import create_schema, make_engine, session_scope
+from storage.tenants import upsert_tenant
+from workers.runtime import build_runtime, set_runtime
+from workers.sweeper import close_inactive
+
+T = TypeVar("T")
+APP_SECRET = "replay-app-secret"
+VERIFY_TOKEN = "replay-verify-token"
+ACCESS_TOKEN = "replay-access-token"
+API_KEY = "replay-api-key"
+MAX_DRAIN_ROUNDS = 200
+
+
+class _LoopThread:
+    """An asyncio loop in a daemon thread: the web app and the doubles run there, while the
+    main thread runs the workers (RQ's SimpleWorker needs the main thread for its signals).
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name="replay-loop")
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+class ReplayEnvironment:
+    """Start everything for a scenario; `close()` stops it and restores the clock.
+
+    `database_url` / `redis_url` None → a fresh SQLite file and an in-process Redis. With a
+    PostgreSQL URL the scenario gets its own schema; with a Redis URL its own key prefix and
+    queue name, deleted at the end.
+    """
+
+    def __init__(self, *, start: datetime, database_url: str | None = None,
+                 redis_url: str | None = None) -> None:
+        self.clock = clock.FrozenClock(start)
+        self._previous_clock = clock.set_clock(self.clock)
+        self.namespace = f"wagent-replay-{uuid.uuid4().hex[:10]}"
+        self._tmp = tempfile.TemporaryDirectory(prefix="wagent-replay-")
+        self.engine, self._schema = self._make_engine(database_url)
+        create_schema(self.engine)
+        self.redis = (redis.Redis.from_url(redis_url) if redis_url
+                      else fakeredis.FakeRedis(server=fakeredis.FakeServer()))
+        self.settings = Settings(
+            database_url=str(self.engine.url), redis_prefix=self.namespace,
+            queue_name=self.namespace, whatsapp_app_secret=APP_SECRET,
+            whatsapp_verify_token=VERIFY_TOKEN, whatsapp_access_token=ACCESS_TOKEN,
+            anthropic_api_key=API_KEY)
+        self.queue = Queue(self.namespace, connection=self.redis)
+        self.messages_api = MessagesDouble(api_key=API_KEY)
+        self.graph_api = GraphDouble(access_token=ACCESS_TOKEN)
+        self._loop = _LoopThread()
+        self._runner: web.AppRunner | None = None
+        self.web_url = self._loop.run(self._start_servers())
+        self.settings = Settings(**{**self.settings.__dict__,
+                                    "anthropic_base_url": self.messages_api.base_url,
+                                    "graph_api_base_url": self.graph_api.base_url})
+        self.runtime = build_runtime(self.settings, engine=self.engine, redis_client=self.redis)
+        set_runtime(self.runtime)
+
+    def _make_engine(self, database_url: str | None) -> tuple[Engine, str | None]:
+        if not database_url:
+            return make_engine(f"sqlite:///{self._tmp.name}/wagent.db"), None
+        if make_url(database_url).get_backend_name() != "postgresql":
+            raise ValueError("a replay needs its own database: give a PostgreSQL URL or none")
+        schema = self.namespace.replace("-", "_")
+        admin = make_engine(database_url)
+        with admin.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+        admin.dispose()
+        url = make_url(database_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        return make_engine(url.render_as_string(hide_password=False)), schema
+
+    async def _start_servers(self) -> str:
+        await self.messages_api.start()
+        await self.graph_api.start()
+        app = create_app(self.settings, engine=self.engine, redis_client=self.redis)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    def add_tenant(self, config: dict[str, Any]) -> None:
+        with session_scope(self.engine) as session:
+            upsert_tenant(session, config, now=self.clock.now())
+
+    def post_webhook(self, body: bytes, *, signature: str = "valid") -> int:
+        """POST `body` byte for byte to the web app; returns the HTTP status."""
+        headers = {"Content-Type": "application/json"}
+        if signature == "valid":
+            headers["X-Hub-Signature-256"] = sign(body, APP_SECRET)
+        elif signature == "bad":
+            headers["X-Hub-Signature-256"] = sign(body, "not-the-app-secret")
+        request = urllib.request.Request(f"{self.web_url}/webhook", data=body, headers=headers,
+                                         method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    def drain(self) -> int:
+        """Run the workers until no job is queued or due at the product's clock; returns the
+        number of worker passes. Due scheduled jobs are moved by the product's clock, not RQ's.
+        """
+        for rounds in range(1, MAX_DRAIN_ROUNDS + 1):
+            self._enqueue_due()
+            if self.queue.count == 0:
+                return rounds
+            SimpleWorker([self.queue], connection=self.redis).work(burst=True)
+        raise RuntimeError(f"drain did not settle after {MAX_DRAIN_ROUNDS} passes")
+
+    def _enqueue_due(self) -> None:
+        registry = ScheduledJobRegistry(queue=self.queue)
+        due = registry.get_jobs_to_schedule(int(self.clock.now().timestamp()))
+        for job_id in due:
+            registry.remove(job_id)
+            job = Job.fetch(job_id, connection=self.redis)
+            self.queue.enqueue_job(job)
+
+    def sweep(self) -> int:
+        closed = close_inactive(self.engine, now=self.clock.now())
+        self.drain()
+        return closed
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._loop.run(self._runner.cleanup())
+        self._loop.run(self.messages_api.stop())
+        self._loop.run(self.graph_api.stop())
+        self._loop.close()
+        set_runtime(None)
+        clock.set_clock(self._previous_clock)
+        self.runtime.graph.close()
+        self.runtime.anthropic.close()
+        if isinstance(self.redis, fakeredis.FakeRedis):
+            self.redis.flushall()
+        else:
+            keys = list(self.redis.scan_iter(f"*{self.namespace}*", count=1000))
+            if keys:
+                self.redis.delete(*keys)
+        self.engine.dispose()
+        if self._schema:
+            with self.engine.begin() as connection:
+                connection.execute(text(f'DROP SCHEMA "{self._schema}" CASCADE'))
+            self.engine.dispose()
+        self._tmp.cleanup()
+
+
+def load_body(ref: Any, base: Path) -> bytes:
+    """A webhook step's body: a file path relative to the scenario (bytes as they are) or an
+    inline object (compact JSON, ASCII-escaped as Meta sends it).
+    """
+    if isinstance(ref, str):
+        return (base / ref).read_bytes()
+    return json.dumps(ref, separators=(",", ":")).encode()

@@ -1,0 +1,256 @@
+"""Graph API double: a loopback aiohttp server speaking the WhatsApp Cloud API send wire format.
+
+It answers `POST /{version}/{phone_number_id}/messages` as Meta does (reference/whatsapp.md §5),
+records every send in `sends` and every mark-as-read / typing indicator in `reads`, and can be told
+to fail the next sends with a given Graph error code (`fail`). Product code: the demo, the replay
+runner and the tests use it.
+"""
+
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from aiohttp import web
+
+MAX_TEXT_CHARS = 4096  # Meta: text.body at most 4096 characters
+ROUTE = r"/{version:v\d+\.\d+}/{phone_number_id}/messages"
+
+# Titles Graph puts in "(#code) title" (Meta error-code page, reference/whatsapp.md §5.4).
+TITLES = {
+    130429: "Rate limit hit",
+    131056: "(Business Account, Consumer Account) pair rate limit hit",
+    131047: "Re-engagement message",
+    131026: "Message undeliverable",
+    100: "Invalid parameter",
+}
+DETAILS = {
+    130429: "Cloud API message throughput has been reached.",
+    131056: "Message failed to send because there were too many messages sent from this phone "
+    "number to the same phone number in a short period of time.",
+    131047: "Message failed to send because more than 24 hours have passed since the customer "
+    "last replied to this number.",
+    131026: "Message undeliverable.",
+    100: "Invalid parameter.",
+}
+TOKEN_EXPIRED = "Error validating access token: Session has expired."
+
+# The body keys a send may carry: the envelope plus the one object named by `type`.
+ENVELOPE_KEYS = frozenset(
+    {"messaging_product", "recipient_type", "to", "recipient", "type", "context",
+     "biz_opaque_callback_data"}
+)
+MESSAGE_TYPES = frozenset(
+    {"text", "template", "interactive", "image", "audio", "video", "document", "sticker",
+     "location", "contacts", "reaction"}
+)
+
+
+@dataclass
+class RecordedSend:
+    """One send request as the double saw it; `wamid` None and `error_code` set when refused."""
+
+    phone_number_id: str
+    body: dict[str, Any]
+    status: int
+    wamid: str | None = None
+    error_code: int | None = None
+
+
+class GraphRefusal(Exception):
+    """A request the double refuses; `_error_body` turns it into Meta's error answer."""
+
+    def __init__(self, code: int, message: str, details: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    @property
+    def http_status(self) -> int:
+        return 401 if self.code == 190 else 400
+
+
+class GraphDouble:
+    """The double's state and server. `fail(code, times)` queues refusals for the next sends."""
+
+    def __init__(self, *, access_token: str | None = None) -> None:
+        self.access_token = access_token
+        self.base_url = ""
+        self.sends: list[RecordedSend] = []
+        self.reads: list[dict[str, Any]] = []
+        self._pending_failures: list[int] = []
+        self._wamid_seq = 0
+        self._trace_seq = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def accepted(self) -> list[RecordedSend]:
+        """The sends answered 200, i.e. the messages WhatsApp would have taken."""
+        return [send for send in self.sends if send.wamid is not None]
+
+    def fail(self, code: int, times: int = 1) -> None:
+        """Answer the next `times` valid message sends with Graph error `code` (400, 401 for 190).
+
+        Invalid sends are refused with 100 on their own and do not use up a queued failure;
+        mark-as-read requests never do.
+        """
+        self._pending_failures.extend([code] * times)
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post(ROUTE, self._handle)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve on `host:port` (0: a free port); returns and sets `base_url`."""
+        self._runner = web.AppRunner(self.make_app())
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound_host, bound_port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{bound_host}:{bound_port}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        """Close the server; `sends` and `reads` stay for inspection."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        phone_number_id = request.match_info["phone_number_id"]
+        body = await _read_json(request)
+        try:
+            self._check_token(request)
+            if _is_read(body):
+                return web.json_response(self._mark_read(body))
+            return web.json_response(self._send(phone_number_id, body))
+        except GraphRefusal as refusal:
+            if not _is_read(body):
+                recorded = body if isinstance(body, dict) else {}
+                self.sends.append(RecordedSend(phone_number_id, recorded, refusal.http_status,
+                                               error_code=refusal.code))
+            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+
+    def _check_token(self, request: web.Request) -> None:
+        """Graph answers a missing, wrong or expired Bearer token with 401 and code 190."""
+        if self.access_token is None:
+            return
+        if request.headers.get("Authorization") != f"Bearer {self.access_token}":
+            raise GraphRefusal(190, TOKEN_EXPIRED)
+
+    def _mark_read(self, body: dict[str, Any]) -> dict[str, Any]:
+        validate_read(body)
+        self.reads.append(body)
+        return {"success": True}
+
+    def _send(self, phone_number_id: str, body: object) -> dict[str, Any]:
+        send = validate_send(body)
+        if self._pending_failures:
+            raise _injected_refusal(self._pending_failures.pop(0))
+        self._wamid_seq += 1
+        wamid = f"wamid.OUT{self._wamid_seq:06d}"
+        self.sends.append(RecordedSend(phone_number_id, send, 200, wamid=wamid))
+        return _send_answer(send, wamid)
+
+    def _error_body(self, refusal: GraphRefusal) -> dict[str, Any]:
+        """Meta's error shape; error_data only where Meta sends it (fixtures error_*.json)."""
+        self._trace_seq += 1
+        error: dict[str, Any] = {
+            "message": refusal.message,
+            "type": "OAuthException",
+            "code": refusal.code,
+        }
+        if refusal.details is not None:
+            error["error_data"] = {"messaging_product": "whatsapp", "details": refusal.details}
+        if refusal.code == 190:
+            error["error_subcode"] = 463
+        error["fbtrace_id"] = f"AFAKEtrace{self._trace_seq:013d}"
+        return {"error": error}
+
+
+def _is_read(body: object) -> TypeGuard[dict[str, Any]]:
+    """Mark-as-read and typing indicator share the messages endpoint; `status: "read"` tells."""
+    return isinstance(body, dict) and body.get("status") == "read"
+
+
+async def _read_json(request: web.Request) -> object:
+    try:
+        return await request.json()
+    except ValueError:
+        return None
+
+
+def _injected_refusal(code: int) -> GraphRefusal:
+    """The refusal queued by `fail(code)`, shaped like Meta's (190 has no prefix, no details)."""
+    if code == 190:
+        return GraphRefusal(190, TOKEN_EXPIRED)
+    return GraphRefusal(code, f"(#{code}) {TITLES.get(code, 'Error')}", DETAILS.get(code, "Error."))
+
+
+def _send_answer(body: dict[str, Any], wamid: str) -> dict[str, Any]:
+    """Meta's 200: contacts echo the address (`wa_id` for phones, `user_id` for BSUIDs)."""
+    if "to" in body:
+        contact = {"input": body["to"], "wa_id": str(body["to"]).lstrip("+")}
+    else:
+        contact = {"input": body["recipient"], "user_id": body["recipient"]}
+    message: dict[str, Any] = {"id": wamid}
+    if body["type"] == "template":
+        message["message_status"] = "accepted"
+    return {"messaging_product": "whatsapp", "contacts": [contact], "messages": [message]}
+
+
+def validate_read(body: dict[str, Any]) -> None:
+    """Mark-as-read / typing indicator body ([S22][S23]); raises GraphRefusal(100)."""
+    _require(body.get("messaging_product") == "whatsapp", "messaging_product")
+    _require(_is_text(body.get("message_id")), "message_id")
+    _reject_unknown(body, {"messaging_product", "status", "message_id", "typing_indicator"}, "")
+    if "typing_indicator" in body:
+        _require(body["typing_indicator"] == {"type": "text"}, "typing_indicator")
+
+
+def validate_send(body: object) -> dict[str, Any]:
+    """A message send body ([S18]–[S21]), returned as is; GraphRefusal(100) on the first problem."""
+    if not isinstance(body, dict):
+        raise GraphRefusal(100, "(#100) The request body must be a JSON object.")
+    _require(body.get("messaging_product") == "whatsapp", "messaging_product")
+    _require(("to" in body) != ("recipient" in body), "to")
+    _require(_is_text(body.get("to", body.get("recipient"))), "to")
+    _require("recipient_type" not in body or body["recipient_type"] == "individual",
+             "recipient_type")
+    kind = str(body.get("type"))
+    _require(kind in MESSAGE_TYPES, "type")
+    _require(isinstance(body.get(kind), dict), str(kind))
+    _reject_unknown(body, ENVELOPE_KEYS | {kind}, "")
+    if "context" in body:
+        _require(isinstance(body["context"], dict) and _is_text(body["context"].get("message_id")),
+                 "context['message_id']")
+    if kind == "text":
+        validate_text(body["text"])
+    return body
+
+
+def validate_text(text: dict[str, Any]) -> None:
+    """Meta: text.body a non-empty string of at most 4096 characters; preview_url a boolean."""
+    _reject_unknown(text, {"body", "preview_url"}, "text")
+    _require(_is_text(text.get("body")), "text['body']")
+    if len(text["body"]) > MAX_TEXT_CHARS:
+        raise GraphRefusal(
+            100, f"(#100) Param text['body'] must be at most {MAX_TEXT_CHARS} characters long."
+        )
+    _require(isinstance(text.get("preview_url", False), bool), "text['preview_url']")
+
+
+def _require(ok: bool, param: str) -> None:
+    if not ok:
+        raise GraphRefusal(100, f"(#100) Param {param} is missing or invalid.")
+
+
+def _reject_unknown(obj: dict[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            place = f' on param "{where}"' if where else ""
+            raise GraphRefusal(100, f"(#100) {TITLES[100]}", f'Unexpected key "{key}"{place}.')
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)

@@ -1,0 +1,317 @@
+"""Run replay scenarios (REPLAY.md): steps in order, expectations checked, a transcript kept."""
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlmodel import col, select
+
+from bot.inbound import InboundMessage, parse_update
+from core.clock import parse_duration
+from replay.environment import ReplayEnvironment, load_body
+from storage.db import session_scope
+from storage.models import (Appointment, Contact, ContactFact, Conversation, Service, Tenant,
+                            ToolCall)
+
+DEFAULT_TENANT: dict[str, Any] = {
+    "phone_number_id": "109876543210987", "name": "Salão Exemplo",
+    "timezone": "America/Sao_Paulo",
+}
+USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+              "output_tokens")
+
+
+class ScenarioError(ValueError):
+    """The scenario file itself is malformed (unknown step, bad value)."""
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    passed: bool = True
+    failures: list[str] = field(default_factory=list)
+    sent: list[dict[str, Any]] = field(default_factory=list)
+    requests: int = 0
+    api_errors: int = 0
+    unscripted_calls: int = 0
+    tool_errors: int = 0
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
+    leftover: dict[str, int] = field(default_factory=dict)
+    transcript: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        self.passed = False
+        self.failures.append(message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "failures": self.failures,
+                "sent": self.sent, "requests": self.requests, "api_errors": self.api_errors,
+                "unscripted_calls": self.unscripted_calls, "tool_errors": self.tool_errors,
+                "usage": self.usage, "leftover": self.leftover}
+
+
+def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = None,
+                      database_url: str | None = None,
+                      redis_url: str | None = None) -> ScenarioResult:
+    """Load and run one scenario file. `echo` receives transcript lines as they happen."""
+    path = Path(path)
+    try:
+        scenario = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        result = ScenarioResult(name=path.stem)
+        result.fail(f"cannot read scenario: {exc}")
+        return result
+    return run_scenario(scenario, base=path.parent, echo=echo, database_url=database_url,
+                        redis_url=redis_url)
+
+
+def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
+                 echo: Callable[[str], None] | None = None, database_url: str | None = None,
+                 redis_url: str | None = None) -> ScenarioResult:
+    """Run a scenario dict; the environment comes from DATABASE_URL / REDIS_URL when set."""
+    result = ScenarioResult(name=str(scenario.get("name", "scenario")))
+    database_url = database_url if database_url is not None else os.environ.get("DATABASE_URL")
+    redis_url = redis_url if redis_url is not None else os.environ.get("REDIS_URL")
+    start = datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
+    env = ReplayEnvironment(start=start, database_url=database_url or None,
+                            redis_url=redis_url or None)
+    runner = _Runner(env, result, base, echo or (lambda _line: None))
+    try:
+        env.add_tenant({**DEFAULT_TENANT, **(scenario.get("tenant") or {})})
+        for index, step in enumerate(scenario.get("steps") or []):
+            runner.step(index, step)
+    except ScenarioError as exc:
+        result.fail(str(exc))
+    finally:
+        runner.collect_totals()
+        env.close()
+    return result
+
+
+class _Runner:
+    def __init__(self, env: ReplayEnvironment, result: ScenarioResult, base: Path,
+                 echo: Callable[[str], None]) -> None:
+        self.env, self.result, self.base, self.echo = env, result, base, echo
+        self.sent_mark = 0  # sends seen by the previous expect
+        self.tool_mark = 0  # ToolCall id seen by the previous expect
+        self.shown_sends = 0
+        self.shown_tools = 0
+        self.last_sender: str | None = None
+
+    def say(self, line: str) -> None:
+        self.result.transcript.append(line)
+        self.echo(line)
+
+    def step(self, index: int, step: Any) -> None:
+        if not isinstance(step, dict):
+            raise ScenarioError(f"step {index}: not an object")
+        where = f"step {index}"
+        if "model" in step:
+            self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
+        elif "model_fail" in step:
+            spec = step["model_fail"]
+            self.env.messages_api.fail(step.get("for", "turn"), int(spec["status"]),
+                                       int(spec.get("times", 1)))
+        elif "webhook" in step:
+            self._webhook(where, step)
+        elif "drain" in step:
+            self.env.drain()
+            self._show_activity()
+        elif "advance" in step:
+            self.env.clock.advance(parse_duration(str(step["advance"])))
+            self.say(f"   ... {step['advance']} later ({self.env.clock.now():%Y-%m-%d %H:%M} UTC)")
+        elif "sweep" in step:
+            closed = self.env.sweep()
+            self.say(f"   [sweeper closed {closed} conversation(s)]")
+            self._show_activity()
+        elif "graph_fail" in step:
+            spec = step["graph_fail"]
+            self.env.graph_api.fail(int(spec["code"]), int(spec.get("times", 1)))
+        elif "expect" in step:
+            _Expectations(self, where).check(step["expect"])
+        else:
+            raise ScenarioError(f"{where}: unknown step {sorted(step)}")
+
+    def _webhook(self, where: str, step: dict[str, Any]) -> None:
+        body = load_body(step["webhook"], self.base)
+        expected = int(step.get("status", 200))
+        signature = str(step.get("signature", "valid"))
+        for attempt in range(int(step.get("repeat", 1))):
+            status = self.env.post_webhook(body, signature=signature)
+            if status != expected:
+                self.result.fail(f"{where}: webhook answered {status}, expected {expected}")
+            if attempt == 0:
+                self._show_customer(body)
+        if int(step.get("repeat", 1)) > 1:
+            self.say(f"   (delivered {step['repeat']} times)")
+
+    def _show_customer(self, body: bytes) -> None:
+        try:
+            updates = parse_update(json.loads(body))
+        except ValueError:
+            self.say("customer ▸ (unreadable body)")
+            return
+        for update in updates:
+            if isinstance(update, InboundMessage):
+                self.last_sender = update.wa_id or update.user_id
+                self.say(f"customer ▸ {update.text}")
+
+    def _show_activity(self) -> None:
+        with session_scope(self.env.engine) as session:
+            calls = session.exec(select(ToolCall).where(col(ToolCall.id) > self.shown_tools)
+                                 .order_by(col(ToolCall.id))).all()
+            for call in calls:
+                flag = " (error)" if call.is_error else ""
+                self.say(f"   tool {call.name}({json.dumps(call.input, ensure_ascii=False)})"
+                         f"{flag} → {call.result.splitlines()[0][:100]}")
+                self.shown_tools = call.id or self.shown_tools
+        for send in self.env.graph_api.sends[self.shown_sends:]:
+            if send.wamid:
+                text = ((send.body.get("text") or {}).get("body")) or send.body.get("type")
+                self.say(f"agent    ◂ {text}")
+            else:
+                self.say(f"   [send refused by WhatsApp: code {send.error_code}]")
+        self.shown_sends = len(self.env.graph_api.sends)
+
+    def collect_totals(self) -> None:
+        api = self.env.messages_api
+        self.result.requests = len(api.calls)
+        self.result.api_errors = api.api_errors
+        self.result.unscripted_calls = api.unscripted_calls
+        self.result.leftover = api.leftover()
+        totals = api.usage_totals()
+        self.result.usage = {k: int(totals.get(k, 0)) for k in USAGE_KEYS}
+        self.result.sent = [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
+        with session_scope(self.env.engine) as session:
+            self.result.tool_errors = len(session.exec(select(ToolCall).where(
+                col(ToolCall.is_error).is_(True))).all())
+        if self.result.unscripted_calls:
+            self.result.fail(f"{self.result.unscripted_calls} unscripted Messages API call(s)")
+
+
+def _send_view(body: dict[str, Any]) -> dict[str, Any]:
+    view = {"to": body.get("to") or body.get("recipient"), "type": body.get("type")}
+    if body.get("type") == "text":
+        view["text"] = (body.get("text") or {}).get("body")
+    return view
+
+
+class _Expectations:
+    def __init__(self, runner: _Runner, where: str) -> None:
+        self.runner, self.where, self.env = runner, where, runner.env
+
+    def fail(self, message: str) -> None:
+        self.runner.result.fail(f"{self.where}: {message}")
+
+    def check(self, expect: dict[str, Any]) -> None:
+        sends = [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
+        new_sends = sends[self.runner.sent_mark:]
+        for key, value in expect.items():
+            checker = getattr(self, f"_check_{key}", None)
+            if checker is None:
+                raise ScenarioError(f"{self.where}: unknown expectation {key!r}")
+            checker(value, new_sends)
+        self.runner.sent_mark = len(sends)
+        with session_scope(self.env.engine) as session:
+            last = session.exec(select(ToolCall).order_by(col(ToolCall.id).desc())).first()
+            self.runner.tool_mark = last.id if last and last.id else self.runner.tool_mark
+
+    def _check_sent_count(self, value: int, new_sends: list[dict[str, Any]]) -> None:
+        if len(new_sends) != int(value):
+            self.fail(f"sent_count {len(new_sends)}, expected {value}")
+
+    def _check_sent(self, matchers: list[dict[str, Any]], new_sends: list[dict[str, Any]]) -> None:
+        position = 0
+        for matcher in matchers:
+            while position < len(new_sends) and not _matches(new_sends[position], matcher):
+                position += 1
+            if position == len(new_sends):
+                self.fail(f"no send matching {matcher} (in order) among {new_sends}")
+                return
+            position += 1
+
+    def _check_tool_errors(self, value: int, _: list[dict[str, Any]]) -> None:
+        with session_scope(self.env.engine) as session:
+            count = len(session.exec(select(ToolCall).where(
+                col(ToolCall.id) > self.runner.tool_mark, col(ToolCall.is_error).is_(True))).all())
+        if count != int(value):
+            self.fail(f"tool_errors {count}, expected {value}")
+
+    def _check_api_errors(self, value: int, _: list[dict[str, Any]]) -> None:
+        if self.env.messages_api.api_errors != int(value):
+            self.fail(f"api_errors {self.env.messages_api.api_errors}, expected {value}")
+
+    def _check_appointments(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
+        with session_scope(self.env.engine) as session:
+            tenant = session.exec(select(Tenant)).first()
+            assert tenant is not None
+            tz = ZoneInfo(tenant.timezone)
+            rows = session.exec(select(Appointment, Service).join(
+                Service, col(Service.id) == col(Appointment.service_id)).where(
+                Appointment.tenant_id == tenant.id).order_by(col(Appointment.start_at),
+                                                             col(Appointment.id))).all()
+            actual = [{"service": service.code, "status": appointment.status,
+                       "start": appointment.start_at.astimezone(tz).replace(tzinfo=None)
+                       .isoformat(timespec="minutes")} for appointment, service in rows]
+        if len(actual) != len(expected) or not all(
+                _subset(e, a) for e, a in zip(_sorted(expected), _sorted(actual), strict=True)):
+            self.fail(f"appointments {actual}, expected {expected}")
+
+    def _check_conversation(self, expected: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        with session_scope(self.env.engine) as session:
+            contact = self._contact(session, expected.get("contact"))
+            if contact is None:
+                self.fail(f"no contact {expected.get('contact') or self.runner.last_sender}")
+                return
+            conversations = session.exec(select(Conversation).where(
+                Conversation.contact_id == contact.id).order_by(col(Conversation.id))).all()
+        latest = conversations[-1] if conversations else None
+        if latest is None:
+            self.fail("the contact has no conversation")
+            return
+        if "status" in expected and latest.status != expected["status"]:
+            self.fail(f"conversation status {latest.status}, expected {expected['status']}")
+        if "count" in expected and len(conversations) != int(expected["count"]):
+            self.fail(f"conversation count {len(conversations)}, expected {expected['count']}")
+        if "summary_contains" in expected and str(expected["summary_contains"]) not in latest.summary:
+            self.fail(f"summary does not contain {expected['summary_contains']!r}")
+
+    def _check_facts(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
+        contact_ref = expected[0].get("contact") if expected else None
+        with session_scope(self.env.engine) as session:
+            contact = self._contact(session, contact_ref)
+            facts = [] if contact is None else session.exec(select(ContactFact).where(
+                ContactFact.contact_id == contact.id).order_by(col(ContactFact.id))).all()
+            actual = [{"key": f.key, "value": f.value, "state": f.state} for f in facts]
+        for fact in expected:
+            wanted = {k: v for k, v in fact.items() if k != "contact"}
+            if not any(_subset(wanted, a) for a in actual):
+                self.fail(f"no fact matching {wanted} among {actual}")
+
+    def _contact(self, session: Any, ref: str | None) -> Contact | None:
+        ref = ref or self.runner.last_sender
+        if not ref:
+            return None
+        return session.exec(select(Contact).where(
+            (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref))).first()
+
+
+def _matches(send: dict[str, Any], matcher: dict[str, Any]) -> bool:
+    text = send.get("text") or ""
+    return ((matcher.get("to") is None or send.get("to") == matcher["to"])
+            and (matcher.get("type") is None or send.get("type") == matcher["type"])
+            and (matcher.get("text_contains") is None or matcher["text_contains"] in text)
+            and (matcher.get("text_equals") is None or matcher["text_equals"] == text))
+
+
+def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
+    return all(actual.get(k) == v for k, v in expected.items())
+
+
+def _sorted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(items, key=lambda item: (str(item.get("start", "")), str(item.get("status", ""))))

@@ -1,0 +1,104 @@
+"""Contact identity: business-scoped `user_id` first, `wa_id` otherwise; merged, never duplicated."""
+
+from datetime import datetime
+
+from sqlmodel import Session, col, select, update
+
+from storage.models import Appointment, Contact, ContactFact, Conversation
+
+
+def find_or_create(session: Session, *, tenant_id: int, wa_id: str | None, user_id: str | None,
+                   profile_name: str | None, now: datetime) -> Contact:
+    """The contact for these identifiers, creating or merging as needed (DESIGN.md Identity).
+
+    Both ids known on two different rows → the rows merge into the older one. A known `wa_id`
+    whose row carries another `user_id` means the number now belongs to someone else: the
+    number moves to a new contact. Raises ValueError when both ids are missing.
+    """
+    if not wa_id and not user_id:
+        raise ValueError("a contact needs a wa_id or a user_id")
+    by_user = _get(session, tenant_id, user_id=user_id) if user_id else None
+    by_wa = _get(session, tenant_id, wa_id=wa_id) if wa_id else None
+    if by_user and by_wa and by_user.id != by_wa.id:
+        if by_wa.user_id and by_wa.user_id != user_id:
+            by_wa.wa_id = None  # the number was reassigned: it leaves the old contact
+            session.add(by_wa)
+            session.flush()
+            contact = by_user
+        else:
+            contact = merge(session, keep=min(by_user, by_wa, key=_id),
+                            drop=max(by_user, by_wa, key=_id))
+    elif by_wa and user_id and by_wa.user_id and by_wa.user_id != user_id and not by_user:
+        by_wa.wa_id = None
+        session.add(by_wa)
+        session.flush()
+        contact = Contact(tenant_id=tenant_id, created_at=now)
+    else:
+        contact = by_user or by_wa or Contact(tenant_id=tenant_id, created_at=now)
+    contact.user_id = user_id or contact.user_id
+    contact.wa_id = wa_id or contact.wa_id
+    contact.profile_name = profile_name or contact.profile_name
+    session.add(contact)
+    session.flush()
+    return contact
+
+
+def rekey(session: Session, *, tenant_id: int, old_wa_id: str | None, old_user_id: str | None,
+          new_wa_id: str | None, new_user_id: str | None, now: datetime) -> Contact | None:
+    """Apply a `user_changed_number` / `user_changed_user_id` system message.
+
+    Returns the re-keyed contact, or None when no contact is known by the old ids.
+    """
+    old = (_get(session, tenant_id, user_id=old_user_id) if old_user_id else None) or (
+        _get(session, tenant_id, wa_id=old_wa_id) if old_wa_id else None)
+    if old is None:
+        return None
+    for kind, value in (("wa_id", new_wa_id), ("user_id", new_user_id)):
+        if not value or getattr(old, kind) == value:
+            continue
+        other = _get(session, tenant_id, **{kind: value})
+        if other is not None and other.id != old.id:
+            old = merge(session, keep=old, drop=other)
+        setattr(old, kind, value)
+    session.add(old)
+    session.flush()
+    return old
+
+
+def merge(session: Session, *, keep: Contact, drop: Contact) -> Contact:
+    """Move everything of `drop` to `keep`, delete `drop`; an open conversation of `drop` closes."""
+    assert keep.id is not None and drop.id is not None
+    keep_open = session.exec(select(Conversation).where(
+        Conversation.contact_id == keep.id, Conversation.status == "open")).first()
+    if keep_open is not None:
+        session.exec(update(Conversation).where(  # type: ignore[call-overload]
+            col(Conversation.contact_id) == drop.id, col(Conversation.status) == "open",
+        ).values(status="closed"))
+    for model in (Conversation, Appointment, ContactFact):
+        session.exec(update(model).where(col(model.contact_id) == drop.id)  # type: ignore[call-overload]
+                     .values(contact_id=keep.id))
+    keep.wa_id = keep.wa_id or drop.wa_id
+    keep.user_id = keep.user_id or drop.user_id
+    keep.profile_name = keep.profile_name or drop.profile_name
+    session.delete(drop)
+    session.flush()
+    session.add(keep)
+    session.flush()
+    return keep
+
+
+def _get(session: Session, tenant_id: int, *, wa_id: str | None = None,
+         user_id: str | None = None) -> Contact | None:
+    query = select(Contact).where(Contact.tenant_id == tenant_id)
+    query = query.where(Contact.wa_id == wa_id) if wa_id else query.where(Contact.user_id == user_id)
+    return session.exec(query).first()
+
+
+def _id(contact: Contact) -> int:
+    assert contact.id is not None
+    return contact.id
+
+
+def address(contact: Contact) -> tuple[str | None, str | None]:
+    """(to, recipient) for a send: the phone number when known, else the user id (Meta, 2026)."""
+    return (contact.wa_id, None) if contact.wa_id else (None, contact.user_id)

@@ -1,0 +1,97 @@
+"""Tenant and catalogue repository: read by phone_number_id, create from a config dict."""
+
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, delete, select
+
+from storage.models import OpeningHours, Professional, Service, Tenant
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+TENANT_FIELDS = ("name", "timezone", "language", "instructions", "inactivity_timeout_minutes",
+                 "compaction_threshold_tokens", "keep_messages", "agent_model", "summary_model",
+                 "slot_granularity_minutes", "retention_days", "fact_keys")
+
+
+class TenantConfigError(ValueError):
+    """A tenant configuration that cannot be applied; the message says which key and why."""
+
+
+def get_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | None:
+    return session.exec(select(Tenant).where(Tenant.phone_number_id == phone_number_id)).first()
+
+
+def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) -> Tenant:
+    """Create or update a tenant and replace its catalogue from a REPLAY.md-style `tenant` dict.
+
+    Keys: phone_number_id (required), the Tenant fields, `services` [{code, name,
+    duration_minutes}], `professionals` [{code, name, services}], `hours` {"mon": ["09:00-18:00"]}.
+    Raises TenantConfigError on a missing or malformed key.
+    """
+    phone_number_id = str(config.get("phone_number_id") or "")
+    if not phone_number_id:
+        raise TenantConfigError("phone_number_id is required")
+    tenant = get_by_phone_number_id(session, phone_number_id)
+    if tenant is None:
+        tenant = Tenant(phone_number_id=phone_number_id, name=str(config.get("name") or ""),
+                        created_at=now)
+    for key in TENANT_FIELDS:
+        if key in config:
+            setattr(tenant, key, config[key])
+    session.add(tenant)
+    session.flush()
+    assert tenant.id is not None
+    if "services" in config or "professionals" in config or "hours" in config:
+        _replace_catalogue(session, tenant.id, config)
+    return tenant
+
+
+def _replace_catalogue(session: Session, tenant_id: int, config: dict[str, Any]) -> None:
+    services = config.get("services") or []
+    codes = {str(s.get("code")) for s in services}
+    for model in (OpeningHours, Professional, Service):
+        session.exec(delete(model).where(col(model.tenant_id) == tenant_id))  # type: ignore[call-overload]
+    for s in services:
+        duration = int(s.get("duration_minutes", 0))
+        if not s.get("code") or duration <= 0:
+            raise TenantConfigError(f"service {s!r}: code and a positive duration_minutes needed")
+        session.add(Service(tenant_id=tenant_id, code=str(s["code"]),
+                            name=str(s.get("name") or s["code"]), duration_minutes=duration))
+    for p in config.get("professionals") or []:
+        unknown = set(p.get("services") or []) - codes
+        if not p.get("code") or unknown:
+            raise TenantConfigError(f"professional {p!r}: needs a code; unknown services {unknown}")
+        session.add(Professional(tenant_id=tenant_id, code=str(p["code"]),
+                                 name=str(p.get("name") or p["code"]),
+                                 service_codes=list(p.get("services") or [])))
+    for day, intervals in (config.get("hours") or {}).items():
+        if day not in WEEKDAYS:
+            raise TenantConfigError(f"hours: unknown weekday {day!r}; use {', '.join(WEEKDAYS)}")
+        for interval in intervals:
+            opens, _, closes = str(interval).partition("-")
+            if not (_is_hhmm(opens) and _is_hhmm(closes) and opens < closes):
+                raise TenantConfigError(f"hours.{day}: {interval!r} is not HH:MM-HH:MM")
+            session.add(OpeningHours(tenant_id=tenant_id, weekday=WEEKDAYS.index(day),
+                                     opens=opens, closes=closes))
+    session.flush()
+
+
+def _is_hhmm(text: str) -> bool:
+    hours, _, minutes = text.partition(":")
+    return (len(text) == 5 and hours.isdigit() and minutes.isdigit()
+            and int(hours) < 24 and int(minutes) < 60)
+
+
+def list_services(session: Session, tenant_id: int) -> list[Service]:
+    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id)
+                             .order_by(col(Service.code))).all())
+
+
+def list_professionals(session: Session, tenant_id: int) -> list[Professional]:
+    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id)
+                             .order_by(col(Professional.code))).all())
+
+
+def list_hours(session: Session, tenant_id: int) -> list[OpeningHours]:
+    return list(session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)
+                             .order_by(col(OpeningHours.weekday), col(OpeningHours.opens))).all())

@@ -1,0 +1,142 @@
+"""The Claude tool-calling loop: call, run tools, feed results back, until a final answer.
+
+Handles every `stop_reason` of the Messages API (reference/anthropic.md §1.3): `tool_use`,
+`end_turn`/`stop_sequence`, `max_tokens` (a truncated tool call is never executed), `refusal`,
+`pause_turn` (the assistant content is sent back as is) and `model_context_window_exceeded`.
+It stores nothing itself: `hooks` persist each intermediate message as it happens; the final
+assistant content is returned for the caller to store together with its side effects.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from workers.agent.context import with_tail_breakpoint
+
+Block = dict[str, Any]
+MAX_PAUSE_CONTINUATIONS = 5
+
+
+class ContextWindowExceeded(Exception):
+    """The model stopped with `model_context_window_exceeded`: retry with a smaller window."""
+
+
+class LoopHooks(Protocol):
+    def on_response(self, response: Any) -> None:
+        """Every API response (usage, request id), before anything else is done with it."""
+
+    def on_assistant(self, content: list[Block]) -> None:
+        """An intermediate assistant message (tool_use or pause_turn) to store."""
+
+    def on_tool_results(self, content: list[Block]) -> None:
+        """The user message with every tool_result of the previous assistant message."""
+
+
+ToolExecutor = Callable[[Block], tuple[str, bool]]
+
+
+@dataclass
+class LoopOutcome:
+    """What happened. `kind`: answered, refusal, truncated, max_rounds or empty.
+
+    `final_content` is the last assistant content (text blocks only, possibly empty) still to be
+    stored; `rounds` counts API calls; `tool_errors` counts results sent with `is_error`.
+    """
+
+    kind: str
+    final_content: list[Block]
+    stop_reason: str | None
+    rounds: int
+    tool_errors: int = 0
+    tool_calls: list[str] = field(default_factory=list)
+
+    @property
+    def final_text(self) -> str:
+        return "\n\n".join(b["text"].strip() for b in self.final_content
+                           if b.get("type") == "text" and b["text"].strip())
+
+
+def run_tool_loop(create: Callable[..., Any], *, request: dict[str, Any],
+                  messages: list[dict[str, Any]], execute: ToolExecutor, hooks: LoopHooks,
+                  max_rounds: int) -> LoopOutcome:
+    """Run the loop. `create` is `client.messages.create` (with the purpose header bound);
+    `request` holds every argument but `messages`, which grows here (the caller's list).
+
+    Raises the SDK's errors unchanged and ContextWindowExceeded.
+    """
+    outcome = LoopOutcome(kind="max_rounds", final_content=[], stop_reason=None, rounds=0)
+    pauses = 0
+    while outcome.rounds < max_rounds:
+        response = create(**request, messages=with_tail_breakpoint(messages))
+        outcome.rounds += 1
+        outcome.stop_reason = response.stop_reason
+        hooks.on_response(response)
+        content = dump_content(response.content)
+        if response.stop_reason == "model_context_window_exceeded":
+            raise ContextWindowExceeded(f"request {getattr(response, '_request_id', None)}")
+        if response.stop_reason == "pause_turn" and content and pauses < MAX_PAUSE_CONTINUATIONS:
+            pauses += 1
+            _append(messages, hooks, content)
+            continue
+        if response.stop_reason == "tool_use" and any(_is_tool_use(b) for b in content):
+            _append(messages, hooks, content)
+            results = [_run_tool(block, execute, outcome) for block in content
+                       if _is_tool_use(block)]
+            messages.append({"role": "user", "content": results})
+            hooks.on_tool_results(results)
+            continue
+        outcome.final_content = [b for b in content if b.get("type") == "text"]
+        outcome.kind = _final_kind(response.stop_reason, outcome.final_content)
+        return outcome
+    return outcome
+
+
+def _final_kind(stop_reason: str | None, text_blocks: list[Block]) -> str:
+    if stop_reason == "refusal":
+        return "refusal"
+    if stop_reason == "max_tokens":
+        return "truncated" if text_blocks else "empty"
+    return "answered" if text_blocks else "empty"
+
+
+def _append(messages: list[dict[str, Any]], hooks: LoopHooks, content: list[Block]) -> None:
+    messages.append({"role": "assistant", "content": content})
+    hooks.on_assistant(content)
+
+
+def _run_tool(block: Block, execute: ToolExecutor, outcome: LoopOutcome) -> Block:
+    outcome.tool_calls.append(str(block.get("name")))
+    try:
+        text, is_error = execute(block)
+    except Exception as exc:  # a tool bug must not kill the turn: the model sees an error result
+        text, is_error = f"internal error in tool {block.get('name')}: {type(exc).__name__}", True
+    if is_error:
+        outcome.tool_errors += 1
+    result: Block = {"type": "tool_result", "tool_use_id": block["id"],
+                     "content": text or "(no output)"}
+    if is_error:
+        result["is_error"] = True
+    return result
+
+
+def _is_tool_use(block: Block) -> bool:
+    return block.get("type") == "tool_use"
+
+
+def dump_content(content: Any) -> list[Block]:
+    """SDK content blocks → JSON-safe dicts as the API takes them; empty text blocks dropped
+    (anthropic-sdk-python#461: an empty text block is a 400 when sent back).
+    """
+    blocks: list[Block] = []
+    for block in content or []:
+        data = block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") \
+            else dict(block)
+        if data.get("type") == "text":
+            data = {"type": "text", "text": data.get("text", "")}
+            if not data["text"].strip():
+                continue
+        elif data.get("type") == "tool_use":
+            data = {"type": "tool_use", "id": data["id"], "name": data["name"],
+                    "input": data.get("input") or {}}
+        blocks.append(data)
+    return blocks

@@ -1,0 +1,342 @@
+"""The scheduling tools: list_services, find_available_slots, book_appointment,
+list_my_appointments, cancel_appointment, reschedule_appointment.
+
+Each runs in one transaction together with its ToolCall record, so a retried turn that replays a
+`tool_use` id gets the stored result and no second effect. Two appointments of one professional
+never overlap: the check and the insert share a transaction that cannot interleave (the
+professional's row is locked FOR UPDATE on PostgreSQL; SQLite transactions are BEGIN IMMEDIATE).
+"""
+
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from storage.db import is_postgres, session_scope
+from storage.models import Appointment, OpeningHours, Professional, Service, Tenant, ToolCall
+from workers.agent.tools.base import ToolContext, ToolError
+from workers.agent.tools.slots import Slot, compute_slots, fits_opening_hours, overlaps
+
+MAX_SLOTS_LISTED = 24
+MAX_RANGE_DAYS = 14
+DEFAULT_RANGE_DAYS = 7
+
+_LOCAL_TIME = {"type": "string",
+               "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
+
+TOOLS: list[dict[str, Any]] = sorted([
+    {"name": "book_appointment",
+     "description": "Book an appointment for this customer at a start time that "
+                    "find_available_slots returned. Only after the customer chose.",
+     "input_schema": {"type": "object", "properties": {
+         "service": {"type": "string", "description": "Service code"},
+         "start": _LOCAL_TIME,
+         "professional": {"type": "string", "description": "Professional code (optional)"}},
+         "required": ["service", "start"]}},
+    {"name": "cancel_appointment",
+     "description": "Cancel one of this customer's upcoming appointments.",
+     "input_schema": {"type": "object", "properties": {
+         "appointment_id": {"type": "integer"}}, "required": ["appointment_id"]}},
+    {"name": "find_available_slots",
+     "description": "Free start times for a service on a date or a date range (at most 14 "
+                    "days), optionally with one professional. Never returns past times.",
+     "input_schema": {"type": "object", "properties": {
+         "service": {"type": "string", "description": "Service code"},
+         "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
+         "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
+         "professional": {"type": "string", "description": "Professional code (optional)"}},
+         "required": ["service"]}},
+    {"name": "list_my_appointments",
+     "description": "This customer's upcoming booked appointments.",
+     "input_schema": {"type": "object", "properties": {}}},
+    {"name": "list_services",
+     "description": "The services offered, their codes, durations and professionals.",
+     "input_schema": {"type": "object", "properties": {}}},
+    {"name": "reschedule_appointment",
+     "description": "Move one of this customer's upcoming appointments to a new free start "
+                    "time (same service).",
+     "input_schema": {"type": "object", "properties": {
+         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
+         "professional": {"type": "string", "description": "Professional code (optional)"}},
+         "required": ["appointment_id", "start"]}},
+], key=lambda tool: str(tool["name"]))
+
+Handler = Callable[[Session, ToolContext, dict[str, Any]], str]
+
+
+def execute_tool(ctx: ToolContext, name: str, tool_input: Any) -> tuple[str, bool]:
+    """Run tool `name` once per `ctx.tool_use_id`; returns (result text, is_error).
+
+    A replayed id returns the stored result without running anything.
+    """
+    with session_scope(ctx.engine) as session:
+        done = session.exec(select(ToolCall).where(ToolCall.tool_use_id == ctx.tool_use_id)).first()
+        if done is not None:
+            return done.result, done.is_error
+    try:
+        with session_scope(ctx.engine) as session:
+            text = _dispatch(session, ctx, name, tool_input)
+            _record(session, ctx, name, tool_input, text, is_error=False)
+            return text, False
+    except ToolError as exc:
+        with session_scope(ctx.engine) as session:
+            _record(session, ctx, name, tool_input, str(exc), is_error=True)
+        return str(exc), True
+    except IntegrityError:  # the same tool_use id ran concurrently: its record wins
+        with session_scope(ctx.engine) as session:
+            done = session.exec(select(ToolCall).where(
+                ToolCall.tool_use_id == ctx.tool_use_id)).one()
+            return done.result, done.is_error
+
+
+def _record(session: Session, ctx: ToolContext, name: str, tool_input: Any, text: str, *,
+            is_error: bool) -> None:
+    session.add(ToolCall(conversation_id=ctx.conversation_id, tool_use_id=ctx.tool_use_id,
+                         name=name[:64], input=tool_input if isinstance(tool_input, dict) else {},
+                         result=text, is_error=is_error, created_at=ctx.now))
+
+
+def _dispatch(session: Session, ctx: ToolContext, name: str, tool_input: Any) -> str:
+    handler = HANDLERS.get(name)
+    if handler is None:
+        raise ToolError(f"unknown tool {name!r}; available: {', '.join(HANDLERS)}")
+    if not isinstance(tool_input, dict):
+        raise ToolError("tool input must be a JSON object")
+    return handler(session, ctx, tool_input)
+
+
+def list_services(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
+    services = _services(session, ctx.tenant_id)
+    if not services:
+        return "No services are configured."
+    pros = _professionals(session, ctx.tenant_id)
+    lines = []
+    for s in services:
+        names = ", ".join(p.name for p in pros if s.code in p.service_codes) or "nobody"
+        lines.append(f"- {s.code}: {s.name}, {s.duration_minutes} min (with {names})")
+    return "Services:\n" + "\n".join(lines)
+
+
+def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    service = _service(session, ctx.tenant_id, args.get("service"))
+    today = ctx.now.astimezone(ctx.timezone).date()
+    first = _parse_date(args.get("date"), "date") if args.get("date") else today
+    last = _parse_date(args.get("date_to"), "date_to") if args.get("date_to") else (
+        first if args.get("date") else first + timedelta(days=DEFAULT_RANGE_DAYS - 1))
+    if last < first or (last - first).days >= MAX_RANGE_DAYS:
+        raise ToolError(f"date_to must be on or after date and at most {MAX_RANGE_DAYS} days on")
+    first = max(first, today)
+    pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
+    slots = _free_slots(session, ctx, service, pros, first, last)
+    if not slots:
+        return (f"No free slots for {service.name} between {first.isoformat()} and "
+                f"{last.isoformat()}.")
+    return _format_slots(slots, {p.id: p for p in pros}, ctx.timezone, service)
+
+
+def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    service = _service(session, ctx.tenant_id, args.get("service"))
+    start = _parse_local(args.get("start"), ctx.timezone)
+    appointment = _place(session, ctx, service, start, args.get("professional"))
+    return "Booked. " + _describe(session, appointment, ctx.timezone)
+
+
+def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
+    rows = session.exec(select(Appointment).where(
+        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+        Appointment.status == "booked", col(Appointment.start_at) > ctx.now,
+    ).order_by(col(Appointment.start_at))).all()
+    if not rows:
+        return "This customer has no upcoming appointments."
+    return "Upcoming appointments:\n" + "\n".join(
+        "- " + _describe(session, a, ctx.timezone) for a in rows)
+
+
+def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
+    appointment.status, appointment.cancelled_at = "cancelled", ctx.now
+    session.add(appointment)
+    return "Cancelled. " + _describe(session, appointment, ctx.timezone)
+
+
+def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    old = _own_upcoming(session, ctx, args.get("appointment_id"))
+    service = session.get(Service, old.service_id)
+    assert service is not None
+    start = _parse_local(args.get("start"), ctx.timezone)
+    old.status, old.cancelled_at = "cancelled", ctx.now  # frees its own slot for the check
+    session.add(old)
+    session.flush()
+    pro_code = args.get("professional") or _pro_code(session, old.professional_id)
+    new = _place(session, ctx, service, start, pro_code)
+    return (f"Moved appointment #{old.id} to a new booking. "
+            + _describe(session, new, ctx.timezone))
+
+
+HANDLERS: dict[str, Handler] = {
+    "book_appointment": book_appointment, "cancel_appointment": cancel_appointment,
+    "find_available_slots": find_available_slots, "list_my_appointments": list_my_appointments,
+    "list_services": list_services, "reschedule_appointment": reschedule_appointment,
+}
+
+
+def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,
+           professional: Any) -> Appointment:
+    """Check and insert in this transaction; raises ToolError when the time is not bookable."""
+    if start <= ctx.now:
+        raise ToolError("that time is in the past; offer a future slot")
+    duration = timedelta(minutes=service.duration_minutes)
+    if not fits_opening_hours(start, duration, ctx.timezone, _hours(session, ctx.tenant_id)):
+        raise ToolError("that time is outside the opening hours; use find_available_slots")
+    for pro in _candidates(session, ctx.tenant_id, service, professional):
+        assert pro.id is not None and service.id is not None
+        _lock_professional(session, pro.id)
+        if any(overlaps((start, start + duration), busy)
+               for busy in _busy(session, [pro.id], start - timedelta(days=1),
+                                 start + duration).get(pro.id, [])):
+            continue
+        appointment = Appointment(tenant_id=ctx.tenant_id, contact_id=ctx.contact_id,
+                                  service_id=service.id, professional_id=pro.id,
+                                  start_at=start, end_at=start + duration,
+                                  tool_use_id=ctx.tool_use_id, created_at=ctx.now)
+        session.add(appointment)
+        session.flush()
+        return appointment
+    raise ToolError("that time is no longer free; call find_available_slots again")
+
+
+def _lock_professional(session: Session, professional_id: int) -> None:
+    bind = session.get_bind()
+    if is_postgres(bind):  # type: ignore[arg-type]
+        session.exec(select(Professional).where(Professional.id == professional_id)
+                     .with_for_update()).first()
+
+
+def _free_slots(session: Session, ctx: ToolContext, service: Service,
+                pros: list[Professional], first: date, last: date) -> list[Slot]:
+    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    tenant = session.get(Tenant, ctx.tenant_id)
+    assert tenant is not None
+    ids = [p.id for p in pros if p.id is not None]
+    window_start = datetime.combine(first, datetime.min.time(), ctx.timezone)
+    busy = _busy(session, ids, window_start, window_start + timedelta(days=len(days) + 1))
+    return compute_slots(days=days, tz=ctx.timezone, hours=_hours(session, ctx.tenant_id),
+                         duration=timedelta(minutes=service.duration_minutes),
+                         step=timedelta(minutes=tenant.slot_granularity_minutes),
+                         professional_ids=ids, busy=busy, now=ctx.now)
+
+
+def _busy(session: Session, professional_ids: list[int], since: datetime,
+          until: datetime) -> dict[int, list[tuple[datetime, datetime]]]:
+    rows = session.exec(select(Appointment).where(
+        col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
+        col(Appointment.start_at) < until, col(Appointment.end_at) > since)).all()
+    busy: dict[int, list[tuple[datetime, datetime]]] = {}
+    for row in rows:
+        busy.setdefault(row.professional_id, []).append((row.start_at, row.end_at))
+    return busy
+
+
+def _format_slots(slots: list[Slot], pros: dict[int | None, Professional], tz: ZoneInfo,
+                  service: Service) -> str:
+    by_day: dict[str, list[str]] = {}
+    shown = slots[:MAX_SLOTS_LISTED]
+    for slot in shown:
+        local = slot.start.astimezone(tz)
+        by_day.setdefault(f"{local:%a %Y-%m-%d}", []).append(
+            f"{local:%H:%M} {pros[slot.professional_id].code}")
+    lines = [f"Free slots for {service.code} ({service.duration_minutes} min):"]
+    lines += [f"{day}: {', '.join(times)}" for day, times in by_day.items()]
+    if len(slots) > len(shown):
+        lines.append(f"(and {len(slots) - len(shown)} more; ask for a narrower range)")
+    return "\n".join(lines)
+
+
+def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Appointment:
+    if not isinstance(appointment_id, int) or isinstance(appointment_id, bool):
+        raise ToolError("appointment_id must be an integer from list_my_appointments")
+    appointment = session.get(Appointment, appointment_id)
+    if (appointment is None or appointment.tenant_id != ctx.tenant_id
+            or appointment.contact_id != ctx.contact_id):
+        raise ToolError(f"no appointment #{appointment_id} for this customer; "
+                        "call list_my_appointments")
+    if appointment.status != "booked" or appointment.start_at <= ctx.now:
+        raise ToolError(f"appointment #{appointment_id} is not an upcoming booking")
+    return appointment
+
+
+def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
+    service = session.get(Service, appointment.service_id)
+    pro = session.get(Professional, appointment.professional_id)
+    local = appointment.start_at.astimezone(tz)
+    end = appointment.end_at.astimezone(tz)
+    return (f"Appointment #{appointment.id}: {service.name if service else '?'} with "
+            f"{pro.name if pro else '?'} on {local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} "
+            f"({appointment.status})")
+
+
+def _service(session: Session, tenant_id: int, code: Any) -> Service:
+    services = _services(session, tenant_id)
+    for s in services:
+        if isinstance(code, str) and code.strip().lower() in (s.code.lower(), s.name.lower()):
+            return s
+    known = ", ".join(s.code for s in services) or "none"
+    raise ToolError(f"unknown service {code!r}; known service codes: {known}")
+
+
+def _candidates(session: Session, tenant_id: int, service: Service,
+                code: Any) -> list[Professional]:
+    pros = [p for p in _professionals(session, tenant_id) if service.code in p.service_codes]
+    if code:
+        chosen = [p for p in pros if isinstance(code, str)
+                  and code.strip().lower() in (p.code.lower(), p.name.lower())]
+        if not chosen:
+            known = ", ".join(p.code for p in pros) or "none"
+            raise ToolError(f"professional {code!r} does not do {service.code}; who does: {known}")
+        return chosen
+    if not pros:
+        raise ToolError(f"nobody does {service.code} at the moment")
+    return pros
+
+
+def _pro_code(session: Session, professional_id: int) -> str | None:
+    pro = session.get(Professional, professional_id)
+    return pro.code if pro else None
+
+
+def _services(session: Session, tenant_id: int) -> list[Service]:
+    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id)
+                             .order_by(col(Service.code))).all())
+
+
+def _professionals(session: Session, tenant_id: int) -> list[Professional]:
+    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id)
+                             .order_by(col(Professional.code))).all())
+
+
+def _hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]:
+    hours: dict[int, list[tuple[str, str]]] = {}
+    for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)):
+        hours.setdefault(row.weekday, []).append((row.opens, row.closes))
+    return hours
+
+
+def _parse_date(value: Any, key: str) -> date:
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError:
+        raise ToolError(f"{key} must be YYYY-MM-DD, got {value!r}") from None
+
+
+def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
+    """A local "YYYY-MM-DDTHH:MM" in the tenant's timezone → aware UTC; ToolError otherwise."""
+    try:
+        parsed = datetime.fromisoformat(str(value).strip().replace(" ", "T"))
+    except ValueError:
+        raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, got {value!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=tz)
+    return parsed.astimezone(ZoneInfo("UTC"))

@@ -1,0 +1,59 @@
+"""Free-slot computation: opening hours, durations, busy intervals, the tenant's timezone. Pure."""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+
+@dataclass(frozen=True)
+class Slot:
+    start: datetime  # aware UTC
+    end: datetime
+    professional_id: int
+
+
+Interval = tuple[datetime, datetime]
+
+
+def overlaps(a: Interval, b: Interval) -> bool:
+    """Half-open intervals [start, end) overlap."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def local_to_utc(day: date, hhmm: str | time, tz: ZoneInfo) -> datetime:
+    at = hhmm if isinstance(hhmm, time) else time.fromisoformat(hhmm)
+    return datetime.combine(day, at, tzinfo=tz).astimezone(ZoneInfo("UTC"))
+
+
+def compute_slots(*, days: Iterable[date], tz: ZoneInfo,
+                  hours: dict[int, Sequence[tuple[str, str]]], duration: timedelta,
+                  step: timedelta, professional_ids: Sequence[int],
+                  busy: dict[int, Sequence[Interval]], now: datetime) -> list[Slot]:
+    """Every bookable (start, professional) in `days`, ordered by start then professional.
+
+    `hours` maps weekday (0 = Monday) to local ("HH:MM", "HH:MM") opening intervals; a slot fits
+    entirely inside one; it never starts at or before `now`; it overlaps nothing in `busy`.
+    """
+    slots: list[Slot] = []
+    for day in days:
+        for opens, closes in hours.get(day.weekday(), ()):
+            start, limit = local_to_utc(day, opens, tz), local_to_utc(day, closes, tz)
+            while start + duration <= limit:
+                if start > now:
+                    slots += [Slot(start, start + duration, pid) for pid in professional_ids
+                              if not any(overlaps((start, start + duration), b)
+                                         for b in busy.get(pid, ()))]
+                start += step
+    return sorted(slots, key=lambda s: (s.start, s.professional_id))
+
+
+def fits_opening_hours(start: datetime, duration: timedelta, tz: ZoneInfo,
+                       hours: dict[int, Sequence[tuple[str, str]]]) -> bool:
+    """True when [start, start + duration) lies inside one opening interval of its local day."""
+    local = start.astimezone(tz)
+    for opens, closes in hours.get(local.date().weekday(), ()):
+        if (local_to_utc(local.date(), opens, tz) <= start
+                and start + duration <= local_to_utc(local.date(), closes, tz)):
+            return True
+    return False

@@ -1,0 +1,101 @@
+"""Sending the outbox: each part of a reply is claimed, sent once, and marked with its wamid.
+
+At most once: a row is claimed (pending → sending) before the Graph call, so a retried job never
+sends it again. A rate limit or a Meta-side error with an answer puts it back to pending and
+schedules a later flush; a call with no answer at all (timeout) may have been accepted, so it is
+marked `unknown` rather than sent twice. Outside the 24-hour customer service window nothing is
+sent: the row is `refused` with the reason (Meta would fail it with 131047).
+"""
+
+from datetime import timedelta
+
+import structlog
+
+from core import clock
+from storage import messages as message_repo
+from storage.db import session_scope
+from storage.jobs import enqueue_turn
+from storage.models import Contact, Conversation, Outbound, Tenant
+from workers.errors import GraphAuthError, GraphError, GraphWindowClosed
+from workers.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+SERVICE_WINDOW = timedelta(hours=24)
+FLUSH_RETRY_DELAY = timedelta(seconds=30)
+WINDOW_CLOSED_REASON = "not sent: more than 24 hours since the customer's last message"
+
+
+def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
+    """Send every pending part of this conversation, oldest first; returns how many were sent."""
+    with session_scope(runtime.engine) as session:
+        rows = message_repo.unsent_outbound(session, conversation_id)
+        conversation = session.get(Conversation, conversation_id)
+        if not rows or conversation is None:
+            return 0
+        tenant = session.get(Tenant, conversation.tenant_id)
+        contact = session.get(Contact, conversation.contact_id)
+    assert tenant is not None and contact is not None
+    sent = 0
+    for row in rows:
+        outcome = _send_one(runtime, tenant, contact, row)
+        if outcome == "sent":
+            sent += 1
+        elif outcome in ("retry", "stop"):
+            break
+    return sent
+
+
+def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound) -> str:
+    assert row.id is not None
+    with session_scope(runtime.engine) as session:
+        if not message_repo.claim_outbound(session, row.id):
+            return "skipped"
+    now = clock.now()
+    if contact.last_inbound_at is None or now - contact.last_inbound_at > SERVICE_WINDOW:
+        _mark(runtime, row.id, status="refused", reason=WINDOW_CLOSED_REASON)
+        log.warning("send_refused_window_closed", outbound_id=row.id)
+        return "refused"
+    try:
+        wamid = runtime.graph.send_text(tenant.phone_number_id, body=row.body, to=row.to,
+                                        recipient=row.recipient)
+    except GraphError as exc:
+        return _on_error(runtime, row, exc)
+    _mark(runtime, row.id, status="sent", wamid=wamid)
+    log.info("reply_sent", outbound_id=row.id, part=row.part)
+    log.debug("reply_text", text=row.body, to=row.to)
+    return "sent"
+
+
+def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
+    assert row.id is not None
+    log.warning("send_failed", outbound_id=row.id, code=exc.code, http_status=exc.http_status,
+                retryable=exc.retryable)
+    if exc.retryable and exc.http_status:
+        _mark(runtime, row.id, status="pending", code=exc.code, reason=str(exc))
+        enqueue_turn(runtime.queue, runtime.settings.redis_prefix, row.conversation_id,
+                     at=clock.now() + FLUSH_RETRY_DELAY)
+        return "retry"
+    if exc.retryable:
+        _mark(runtime, row.id, status="unknown", code=exc.code, reason=str(exc))
+        log.error("send_outcome_unknown", outbound_id=row.id)
+        return "stop"
+    if isinstance(exc, GraphWindowClosed):
+        _mark(runtime, row.id, status="refused", code=exc.code, reason=str(exc))
+        return "refused"
+    _mark(runtime, row.id, status="failed", code=exc.code, reason=str(exc))
+    if isinstance(exc, GraphAuthError):
+        log.error("graph_token_rejected_alert", tenant_id=row.tenant_id, code=exc.code)
+        return "stop"
+    return "failed"
+
+
+def _mark(runtime: Runtime, outbound_id: int, *, status: str, wamid: str | None = None,
+          code: int | None = None, reason: str | None = None) -> None:
+    with session_scope(runtime.engine) as session:
+        row = session.get(Outbound, outbound_id)
+        assert row is not None
+        row.status, row.error_code, row.error_reason = status, code, reason
+        if wamid is not None:
+            row.wamid, row.sent_at = wamid, clock.now()
+        session.add(row)

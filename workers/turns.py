@@ -1,0 +1,288 @@
+"""The turn job: answer every unanswered customer message of one conversation, once.
+
+`run_turn` is the thin RQ shell (token, lock, log context); `handle_turn` does the work:
+take the pending messages into the history, build the request, run the tool loop (storing
+every block as it happens), store the reply with its outbox rows and the "answered" marks in
+one transaction, then send the outbox. A retried job resumes from what was stored.
+"""
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import anthropic
+import structlog
+from redis.exceptions import LockError
+from rq import get_current_job
+
+from core import clock
+from storage import contacts as contact_repo
+from storage import messages as message_repo
+from storage.db import session_scope
+from storage.jobs import consume_turn_token, enqueue_turn
+from storage.models import Contact, Conversation, Message, Tenant, Usage
+from workers import texts
+from workers.agent.context import TenantPrompt, build_request, opaque_user_id
+from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
+from workers.agent.tools.base import ToolContext
+from workers.agent.tools.scheduling import TOOLS, execute_tool
+from workers.agent.window import Stored, first_safe_start, safe_start, to_api_messages
+from workers.outbox import flush_outbox
+from workers.runtime import Runtime, get_runtime
+
+log = structlog.get_logger(__name__)
+
+SERVICE_WINDOW = timedelta(hours=24)  # Meta: free-form replies within 24 h of the last inbound
+HARD_CAP_TOKENS = 150_000  # past this the turn sends only the safe window of `keep` messages
+RETRY_DELAYS = (timedelta(seconds=10), timedelta(seconds=40), timedelta(seconds=120))
+TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
+             anthropic.APIConnectionError)
+
+
+@dataclass(frozen=True)
+class TurnState:
+    tenant: Tenant
+    contact: Contact
+    conversation: Conversation
+
+
+def run_turn(conversation_id: int, attempt: int = 1) -> str:
+    """RQ job: one turn of `conversation_id`. Returns what happened (for the job result)."""
+    runtime = get_runtime()
+    job = get_current_job()
+    prefix = runtime.settings.redis_prefix
+    with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
+                                                 job_id=job.id if job else None):
+        if job is not None:
+            consume_turn_token(runtime.redis, prefix, conversation_id, job.id)
+        lock = runtime.redis.lock(f"{prefix}:turn:lock:{conversation_id}",
+                                  timeout=runtime.settings.turn_lock_timeout,
+                                  blocking_timeout=30)
+        if not lock.acquire():
+            enqueue_turn(runtime.queue, prefix, conversation_id,
+                         at=clock.now() + timedelta(seconds=30), attempt=attempt)
+            return "locked"
+        try:
+            return handle_turn(runtime, conversation_id, attempt=attempt)
+        finally:
+            try:
+                lock.release()
+            except LockError:
+                log.warning("turn_lock_lost")
+
+
+def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
+    """Answer the pending messages of a conversation; see the module docstring."""
+    state = _load(runtime, conversation_id)
+    if state is None:
+        return "no_conversation"
+    flush_outbox(runtime, conversation_id)
+    now = clock.now()
+    with session_scope(runtime.engine) as session:
+        pending = message_repo.pending_inbound(session, conversation_id)
+        if not pending:
+            return "idle"
+        if _window_closed(state.contact, now):
+            message_repo.mark_answered(session, conversation_id,
+                                       up_to_position=_max_position(pending), now=now)
+            log.warning("turn_refused_window_closed", pending=len(pending))
+            return "window_closed"
+        last_position = message_repo.assign_positions(session, conversation_id)
+    try:
+        outcome = _converse(runtime, state)
+        reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
+    except TRANSIENT as exc:
+        if attempt < runtime.settings.turn_max_attempts:
+            return _retry_later(runtime, conversation_id, attempt, exc)
+        log.error("turn_provider_failed", attempts=attempt, error=type(exc).__name__)
+        reply, kind = texts.text(state.tenant.language, "apology"), "apology"
+    except anthropic.APIStatusError as exc:  # a 400 is our bug: never retried blindly
+        log.error("turn_request_rejected", status=exc.status_code, request_id=exc.request_id,
+                  error=str(exc)[:500])
+        reply, kind = texts.text(state.tenant.language, "apology"), "apology"
+    _finish(runtime, state, reply, up_to_position=last_position)
+    flush_outbox(runtime, conversation_id)
+    log.info("turn_done", kind=kind, attempt=attempt)
+    return kind
+
+
+def _converse(runtime: Runtime, state: TurnState) -> LoopOutcome:
+    try:
+        return _run_loop(runtime, state, hard_cap=False)
+    except ContextWindowExceeded:
+        log.warning("turn_context_window_exceeded_retrying_with_safe_window")
+        return _run_loop(runtime, state, hard_cap=True)
+
+
+def _run_loop(runtime: Runtime, state: TurnState, *, hard_cap: bool) -> LoopOutcome:
+    conversation_id = _id(state.conversation)
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        assert conversation is not None
+        rows = message_repo.history(session, conversation_id,
+                                    after_id=conversation.summarized_until_id)
+        summary = conversation.summary
+        last_input_tokens = conversation.last_input_tokens
+    window = [Stored(_id(m), m.role, m.content) for m in rows]
+    if hard_cap or last_input_tokens > HARD_CAP_TOKENS:
+        log.warning("turn_hard_cap_window", last_input_tokens=last_input_tokens)
+        start = safe_start(window, state.tenant.keep_messages)
+    else:
+        start = first_safe_start(window)
+    messages = to_api_messages(window[start:])
+    hooks = _StoreHooks(runtime, state)
+    _resume_dangling_tool_use(messages, hooks, runtime, state)
+    request = build_request(
+        tenant=_prompt(state.tenant), tools=TOOLS, facts=[], summary=summary, messages=[],
+        max_tokens=runtime.settings.max_output_tokens,
+        metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
+    del request["messages"]
+    create = functools.partial(runtime.anthropic.messages.create,
+                               extra_headers={"x-wagent-purpose": "turn"})
+    return run_tool_loop(create, request=request, messages=messages,
+                         execute=functools.partial(_execute, runtime, state), hooks=hooks,
+                         max_rounds=runtime.settings.turn_max_rounds)
+
+
+def _resume_dangling_tool_use(messages: list[dict[str, Any]], hooks: "_StoreHooks",
+                              runtime: Runtime, state: TurnState) -> None:
+    """A previous attempt died between storing a tool_use and its results: finish that round
+    (tool effects are keyed on the tool_use id, so nothing happens twice).
+    """
+    if not messages or messages[-1]["role"] != "assistant":
+        return
+    uses = [b for b in messages[-1]["content"] if b.get("type") == "tool_use"]
+    results = []
+    for block in uses:
+        text, is_error = _execute(runtime, state, block)
+        result = {"type": "tool_result", "tool_use_id": block["id"], "content": text}
+        results.append({**result, "is_error": True} if is_error else result)
+    if results:
+        messages.append({"role": "user", "content": results})
+        hooks.on_tool_results(results)
+
+
+def _execute(runtime: Runtime, state: TurnState, block: dict[str, Any]) -> tuple[str, bool]:
+    ctx = ToolContext(engine=runtime.engine, tenant_id=_id(state.tenant),
+                      contact_id=_id(state.contact), conversation_id=_id(state.conversation),
+                      timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
+                      tool_use_id=str(block["id"]))
+    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"))
+    log.info("tool_called", tool=block.get("name"), is_error=is_error)
+    return text, is_error
+
+
+class _StoreHooks:
+    """Persist each intermediate message and each call's usage as soon as it exists."""
+
+    def __init__(self, runtime: Runtime, state: TurnState) -> None:
+        self.runtime, self.state = runtime, state
+
+    def on_response(self, response: Any) -> None:
+        record_usage(self.runtime, self.state, response, purpose="turn")
+
+    def on_assistant(self, content: list[dict[str, Any]]) -> None:
+        self._append("assistant", content)
+
+    def on_tool_results(self, content: list[dict[str, Any]]) -> None:
+        self._append("user", content)
+
+    def _append(self, role: str, content: list[dict[str, Any]]) -> None:
+        with session_scope(self.runtime.engine) as session:
+            message_repo.append(session, tenant_id=_id(self.state.tenant),
+                                conversation_id=_id(self.state.conversation), role=role,
+                                direction="internal", content=content, now=clock.now())
+
+
+def record_usage(runtime: Runtime, state: TurnState, response: Any, *, purpose: str) -> int:
+    """Store the four usage counters of one call; the conversation keeps the context size
+    (input + cache creation + cache read) as `last_input_tokens`. Returns that size.
+    """
+    usage = response.usage
+    row = Usage(tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
+                purpose=purpose, model=str(response.model),
+                request_id=getattr(response, "_request_id", None),
+                input_tokens=usage.input_tokens or 0,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+                cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+                output_tokens=usage.output_tokens or 0, created_at=clock.now())
+    total = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
+    with session_scope(runtime.engine) as session:
+        message_repo.record_usage(session, row)
+        if purpose == "turn":
+            conversation = session.get(Conversation, _id(state.conversation))
+            assert conversation is not None
+            conversation.last_input_tokens = total
+            session.add(conversation)
+    log.info("claude_call", purpose=purpose, request_id=row.request_id, context_tokens=total,
+             cache_read=row.cache_read_input_tokens, output_tokens=row.output_tokens)
+    return total
+
+
+def _reply_text(outcome: LoopOutcome, language: str) -> str:
+    if outcome.kind == "refusal":
+        return texts.text(language, "refusal")
+    return outcome.final_text or texts.text(language, "fallback")
+
+
+def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int) -> None:
+    """Store the reply, its outbox rows and the answered marks in one transaction."""
+    from workers.whatsapp import split_text
+
+    now = clock.now()
+    to, recipient = contact_repo.address(state.contact)
+    with session_scope(runtime.engine) as session:
+        message = message_repo.append(
+            session, tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
+            role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
+            now=now)
+        message.delivery_status = "pending"
+        message_repo.add_outbound(session, message=message, parts=split_text(reply), to=to,
+                                  recipient=recipient, now=now)
+        message_repo.mark_answered(session, _id(state.conversation),
+                                   up_to_position=up_to_position, now=now)
+        conversation = session.get(Conversation, _id(state.conversation))
+        assert conversation is not None
+        conversation.last_activity_at = now
+        session.add(conversation)
+
+
+def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
+    delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
+    enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                 job_timeout=runtime.settings.turn_job_timeout, at=clock.now() + delay,
+                 attempt=attempt + 1)
+    log.warning("turn_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
+                error=type(exc).__name__, request_id=getattr(exc, "request_id", None))
+    return "retry_scheduled"
+
+
+def _load(runtime: Runtime, conversation_id: int) -> TurnState | None:
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        if conversation is None:
+            return None
+        tenant = session.get(Tenant, conversation.tenant_id)
+        contact = session.get(Contact, conversation.contact_id)
+        assert tenant is not None and contact is not None
+        return TurnState(tenant=tenant, contact=contact, conversation=conversation)
+
+
+def _window_closed(contact: Contact, now: datetime) -> bool:
+    return contact.last_inbound_at is None or now - contact.last_inbound_at > SERVICE_WINDOW
+
+
+def _max_position(rows: list[Message]) -> int:
+    return max((m.position or 0) for m in rows) or 2**31
+
+
+def _prompt(tenant: Tenant) -> TenantPrompt:
+    return TenantPrompt(name=tenant.name, timezone=tenant.timezone, language=tenant.language,
+                        instructions=tenant.instructions, model=tenant.agent_model)
+
+
+def _id(row: Any) -> int:
+    assert row.id is not None
+    return int(row.id)
