@@ -3,6 +3,7 @@ web app, workers and the two doubles. Used by `wagent replay`, `wagent demo` and
 """
 
 import asyncio
+import logging
 import json
 import tempfile
 import threading
@@ -73,6 +74,7 @@ class ReplayEnvironment:
     def __init__(self, *, start: datetime, database_url: str | None = None,
                  redis_url: str | None = None) -> None:
         self.clock = clock.FrozenClock(start)
+        self._worker_log_level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         self._previous_clock = clock.set_clock(self.clock)
         self.namespace = f"wagent-replay-{uuid.uuid4().hex[:10]}"
         self._tmp = tempfile.TemporaryDirectory(prefix="wagent-replay-")
@@ -148,7 +150,8 @@ class ReplayEnvironment:
             self._enqueue_due()
             if self.queue.count == 0:
                 return rounds
-            SimpleWorker([self.queue], connection=self.redis).work(burst=True)
+            SimpleWorker([self.queue], connection=self.redis).work(
+                burst=True, logging_level=self._worker_log_level)
         raise RuntimeError(f"drain did not settle after {MAX_DRAIN_ROUNDS} passes")
 
     def _enqueue_due(self) -> None:

@@ -1,0 +1,185 @@
+"""The `wagent` command: run the processes, set up the database and tenants, replay scenarios.
+
+Entry points are the only place that reads `.env` (python-dotenv).
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from dotenv import load_dotenv
+
+    load_dotenv()
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    return int(args.run(args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wagent", description=__doc__)
+    sub = parser.add_subparsers(title="commands")
+
+    replay = sub.add_parser("replay", help="run replay scenario files (REPLAY.md)")
+    replay.add_argument("files", nargs="+", type=Path)
+    replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
+    replay.add_argument("--quiet", action="store_true", help="no transcript, only the verdicts")
+    replay.set_defaults(run=_replay)
+
+    demo = sub.add_parser("demo", help="run the bundled example scenario(s) with a transcript")
+    demo.add_argument("--json", action="store_true")
+    demo.set_defaults(run=_demo)
+
+    db = sub.add_parser("db", help="database schema")
+    db_sub = db.add_subparsers(title="db commands")
+    upgrade = db_sub.add_parser("upgrade", help="create or migrate the schema (Alembic head)")
+    upgrade.set_defaults(run=_db_upgrade)
+
+    tenant = sub.add_parser("tenant", help="tenant set-up")
+    tenant_sub = tenant.add_subparsers(title="tenant commands")
+    create = tenant_sub.add_parser("create", help="create or update a tenant from a JSON file "
+                                   "(the `tenant` object of REPLAY.md)")
+    create.add_argument("file", type=Path)
+    create.set_defaults(run=_tenant_create)
+
+    for name, run, text in (("web", _web, "run the webhook web process"),
+                            ("worker", _worker, "run an RQ worker with the scheduler"),
+                            ("cron", _cron, "enqueue the periodic jobs (run exactly one)")):
+        command = sub.add_parser(name, help=text)
+        command.set_defaults(run=run)
+        if name == "worker":
+            command.add_argument("--burst", action="store_true", help="exit when idle")
+    return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    return _run_scenarios(list(args.files), as_json=args.json, quiet=args.quiet)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    files = sorted(BUNDLED_SCENARIOS.glob("*.json"))
+    return _run_scenarios(files, as_json=args.json, quiet=False)
+
+
+def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
+    from core.logs import configure_logging
+    from replay.runner import run_scenario_file
+
+    configure_logging(os.environ.get("LOG_LEVEL", "ERROR"), fmt="console")
+    failed = 0
+    for path in files:
+        echo = None if (as_json or quiet) else print
+        if echo:
+            print(f"== {path.name}")
+        result = run_scenario_file(path, echo=echo)
+        failed += not result.passed
+        if as_json:
+            print(json.dumps(result.to_json(), ensure_ascii=False))
+        else:
+            _print_verdict(result)
+    return 1 if failed else 0
+
+
+def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
+    usage = result.usage
+    print(f"-- {result.name}: {'PASSED' if result.passed else 'FAILED'} · "
+          f"{result.requests} Claude call(s), {result.api_errors} API error(s), "
+          f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "
+          f"cache write {usage['cache_creation_input_tokens']}, "
+          f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']}")
+    for failure in result.failures:
+        print(f"   ✗ {failure}")
+    print()
+
+
+def _settings(require: bool = True):  # type: ignore[no-untyped-def]
+    from core.settings import Settings, SettingsError
+
+    try:
+        return Settings.from_env(require=require)
+    except SettingsError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from storage.migrate import upgrade
+
+    settings = _settings(require=False)
+    upgrade(settings.database_url)
+    print(f"schema at head on {settings.database_url.split('@')[-1]}")
+    return 0
+
+
+def _tenant_create(args: argparse.Namespace) -> int:
+    from core import clock
+    from storage.db import make_engine, session_scope
+    from storage.tenants import TenantConfigError, upsert_tenant
+
+    settings = _settings(require=False)
+    try:
+        config = json.loads(args.file.read_text(encoding="utf-8"))
+        with session_scope(make_engine(settings.database_url)) as session:
+            tenant = upsert_tenant(session, config, now=clock.now())
+            print(f"tenant {tenant.id} ({tenant.name}) for phone_number_id "
+                  f"{tenant.phone_number_id}")
+    except (OSError, ValueError, TenantConfigError) as exc:
+        print(f"cannot create tenant: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _web(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from bot.app import create_app
+    from core.logs import configure_logging
+
+    settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
+    web.run_app(create_app(settings), host=settings.web_host, port=settings.web_port,
+                access_log=None)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import redis
+    from rq import Queue, Worker
+
+    from core.logs import configure_logging
+
+    settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
+    connection = redis.Redis.from_url(settings.redis_url)
+    worker = Worker([Queue(settings.queue_name, connection=connection)], connection=connection)
+    worker.work(burst=args.burst, with_scheduler=True)
+    return 0
+
+
+def _cron(args: argparse.Namespace) -> int:
+    import redis
+    from rq.cron import CronScheduler
+
+    from core.logs import configure_logging
+    from workers.sweeper import sweep_inactive
+
+    settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
+    scheduler = CronScheduler(connection=redis.Redis.from_url(settings.redis_url))
+    scheduler.register(sweep_inactive, settings.queue_name, interval=300, job_timeout=240,
+                       result_ttl=600, failure_ttl=86400)
+    scheduler.start()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
