@@ -168,7 +168,7 @@ class _Runner:
             for call in calls:
                 flag = " (error)" if call.is_error else ""
                 self.say(f"   tool {call.name}({json.dumps(call.input, ensure_ascii=False)})"
-                         f"{flag} → {call.result.splitlines()[0][:100]}")
+                         f"{flag} → {_one_line(call.result)}")
                 self.shown_tools = call.id or self.shown_tools
         for send in self.env.graph_api.sends[self.shown_sends:]:
             if send.wamid:
@@ -192,6 +192,11 @@ class _Runner:
                 col(ToolCall.is_error).is_(True))).all())
         if self.result.unscripted_calls:
             self.result.fail(f"{self.result.unscripted_calls} unscripted Messages API call(s)")
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _send_view(body: dict[str, Any]) -> dict[str, Any]:

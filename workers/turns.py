@@ -22,7 +22,7 @@ from storage import contacts as contact_repo
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.jobs import consume_turn_token, enqueue_turn
-from storage.models import Contact, Conversation, Message, Tenant, Usage
+from storage.models import Contact, Conversation, Tenant, Usage
 from workers import texts
 from workers.agent.context import TenantPrompt, build_request, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
@@ -31,6 +31,7 @@ from workers.agent.tools.scheduling import TOOLS, execute_tool
 from workers.agent.window import Stored, first_safe_start, safe_start, to_api_messages
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime, get_runtime
+from workers.whatsapp import split_text
 
 log = structlog.get_logger(__name__)
 
@@ -84,12 +85,12 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         pending = message_repo.pending_inbound(session, conversation_id)
         if not pending:
             return "idle"
+        last_position = message_repo.assign_positions(session, conversation_id)
         if _window_closed(state.contact, now):
-            message_repo.mark_answered(session, conversation_id,
-                                       up_to_position=_max_position(pending), now=now)
+            message_repo.mark_answered(session, conversation_id, up_to_position=last_position,
+                                       now=now)
             log.warning("turn_refused_window_closed", pending=len(pending))
             return "window_closed"
-        last_position = message_repo.assign_positions(session, conversation_id)
     try:
         outcome = _converse(runtime, state)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
@@ -229,8 +230,6 @@ def _reply_text(outcome: LoopOutcome, language: str) -> str:
 
 def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int) -> None:
     """Store the reply, its outbox rows and the answered marks in one transaction."""
-    from workers.whatsapp import split_text
-
     now = clock.now()
     to, recipient = contact_repo.address(state.contact)
     with session_scope(runtime.engine) as session:
@@ -272,10 +271,6 @@ def _load(runtime: Runtime, conversation_id: int) -> TurnState | None:
 
 def _window_closed(contact: Contact, now: datetime) -> bool:
     return contact.last_inbound_at is None or now - contact.last_inbound_at > SERVICE_WINDOW
-
-
-def _max_position(rows: list[Message]) -> int:
-    return max((m.position or 0) for m in rows) or 2**31
 
 
 def _prompt(tenant: Tenant) -> TenantPrompt:

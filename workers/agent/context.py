@@ -29,9 +29,10 @@ class TenantPrompt:
 PRODUCT_RULES = """\
 You are the WhatsApp receptionist of {name}. Customers write as they would to a person.
 Rules that always hold:
-- Answer in the customer's language; default {language}. Short WhatsApp-style messages, no markdown tables.
-- Times are local to {timezone}. Each customer message starts with its received time in brackets,
-  e.g. "[Mon 2026-06-01 10:00]"; use the latest one as "now" for words like "today" and "tomorrow".
+- Answer in the customer's language; default {language}. Short WhatsApp-style messages,
+  no markdown tables.
+- Times are local to {timezone}. Each customer message starts with its received time in
+  brackets, as "[Weekday YYYY-MM-DD HH:MM]"; the latest one is "now" for "today", "tomorrow".
 - Only offer slots that find_available_slots returned; never invent availability.
 - Book, move or cancel only after the customer clearly chose; confirm service, day, time and
   professional in the reply.
@@ -96,5 +97,5 @@ def with_tail_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def opaque_user_id(tenant_id: int, contact_id: int) -> str:
-    """`metadata.user_id` for the API: a hash, never a phone number (reference/anthropic.md §1.2)."""
+    """`metadata.user_id` for the API: a hash, never a phone number (anthropic.md §1.2)."""
     return hashlib.sha256(f"wagent:{tenant_id}:{contact_id}".encode()).hexdigest()[:32]

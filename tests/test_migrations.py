@@ -1,0 +1,254 @@
+"""Alembic migrations: a fresh database upgraded to head has exactly the models' schema.
+
+On SQLite (a tmp file) and on PostgreSQL (a schema of its own, dropped after; TEST_POSTGRES_URL,
+default postgresql://postgres@127.0.0.1:5432/test). Nothing is excluded from the comparison.
+"""
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, SQLModel
+
+from storage.db import make_engine
+from storage.migrate import MIGRATIONS, current, make_config, sqlalchemy_url, upgrade
+from storage.models import Contact, Conversation, Tenant
+
+POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
+
+
+def _head(url: str) -> str:
+    head = ScriptDirectory.from_config(make_config(url)).get_current_head()
+    assert head is not None
+    return head
+
+
+def _schema_diff(engine: Engine) -> list[object]:
+    with engine.connect() as connection:
+        return list(compare_metadata(MigrationContext.configure(connection), SQLModel.metadata))
+
+
+def _table_names(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names())
+
+
+def _check_one_open_conversation_per_contact(engine: Engine) -> None:
+    """The partial unique index: a second *open* conversation fails, closed ones do not."""
+    with Session(engine) as session:
+        tenant = Tenant(phone_number_id=f"pn-{uuid.uuid4().hex[:8]}", name="Salão", created_at=NOW)
+        session.add(tenant)
+        session.flush()
+        assert tenant.id is not None
+        contact = Contact(tenant_id=tenant.id, wa_id="5511999990000", created_at=NOW)
+        session.add(contact)
+        session.flush()
+        assert contact.id is not None
+        ids = {"tenant_id": tenant.id, "contact_id": contact.id, "last_activity_at": NOW,
+               "opened_at": NOW}
+        session.add(Conversation(status="closed", closed_at=NOW, **ids))
+        session.add(Conversation(status="closed", closed_at=NOW, **ids))
+        session.add(Conversation(status="open", **ids))
+        session.commit()
+        session.add(Conversation(status="open", **ids))
+        with pytest.raises(IntegrityError, match="uq_conversation_open_per_contact|UNIQUE"):
+            session.commit()
+        session.rollback()
+
+
+def _check_migrated(url: str, engine: Engine) -> None:
+    assert current(url) is None
+    upgrade(url)
+    head = _head(url)
+    assert current(url) == head
+    assert _schema_diff(engine) == []
+    assert _table_names(engine) == set(SQLModel.metadata.tables) | {"alembic_version"}
+    _check_one_open_conversation_per_contact(engine)
+
+    # A second upgrade is a no-op: same revision, same schema, the rows are still there.
+    upgrade(url)
+    assert current(url) == head
+    assert _schema_diff(engine) == []
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM conversation")).scalar_one() == 3
+
+    # The downgrade of every revision works and leaves only Alembic's version table.
+    command.downgrade(make_config(url), "base")
+    assert current(url) is None
+    assert _table_names(engine) == {"alembic_version"}
+
+
+def test_sqlite_upgrade_matches_models(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/var/wagent.db"  # the directory is created by upgrade
+    engine = make_engine(url)
+    try:
+        _check_migrated(url, engine)
+        with engine.connect() as connection:  # migrating switched no pragma off for good
+            assert connection.execute(text("PRAGMA foreign_keys")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_partial_index_ddl(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            sql = connection.execute(text(
+                "SELECT sql FROM sqlite_master WHERE name = 'uq_conversation_open_per_contact'"
+            )).scalar_one()
+    finally:
+        engine.dispose()
+    assert "UNIQUE INDEX" in sql and "WHERE status = 'open'" in sql
+
+
+BATCH_REVISION = '''
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    # "move and copy": tenant is recreated, which drops the old table under its referrers
+    with op.batch_alter_table("tenant", recreate="always") as batch_op:
+        batch_op.add_column(sa.Column("extra", sa.Integer(), nullable=True))
+    BROKEN
+
+
+def downgrade() -> None:
+    pass
+'''
+
+
+def _with_revision_0002(tmp_path: Path, url: str, broken: str) -> Config:
+    """A copy of the packaged script directory plus a batch revision 0002 ending in `broken`."""
+    scripts = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "versions" / "0002_batch.py").write_text(
+        BATCH_REVISION.replace("BROKEN", broken), encoding="utf-8")
+    config = make_config(url)
+    config.set_main_option("script_location", str(scripts))
+    return config
+
+
+def _tenant_with_service(engine: Engine) -> None:
+    with engine.begin() as connection:
+        tenant_id = connection.execute(text(
+            "INSERT INTO tenant (phone_number_id, name, timezone, language, instructions, "
+            "inactivity_timeout_minutes, compaction_threshold_tokens, keep_messages, agent_model, "
+            "summary_model, slot_granularity_minutes, retention_days, fact_keys, created_at) "
+            "VALUES ('pn', 'Salão', 'UTC', 'pt-BR', '', 1, 1, 1, 'a', 'b', 30, 1, '[]', "
+            "'2026-06-01 13:00:00.000000') RETURNING id")).scalar_one()
+        connection.execute(text("INSERT INTO service (tenant_id, code, name, duration_minutes) "
+                                "VALUES (:t, 'cut', 'Corte', 30)"), {"t": tenant_id})
+
+
+def test_sqlite_batch_migration_keeps_referencing_rows(tmp_path: Path) -> None:
+    """With PRAGMA foreign_keys=ON, recreating `tenant` would cascade-delete its services."""
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    config = _with_revision_0002(tmp_path, url, broken="pass")
+    command.upgrade(config, "0001")
+    engine = make_engine(url)
+    try:
+        _tenant_with_service(engine)
+        command.upgrade(config, "head")
+        assert current(url) == "0002"
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM service")).scalar_one() == 1
+            assert "extra" in {c["name"] for c in inspect(connection).get_columns("tenant")}
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_failed_upgrade_changes_nothing(tmp_path: Path) -> None:
+    """A revision leaving a dangling foreign key aborts, and the whole upgrade is rolled back."""
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    broken = ("op.execute(\"INSERT INTO service (tenant_id, code, name, duration_minutes) "
+              "VALUES (999, 'x', 'x', 1)\")")
+    config = _with_revision_0002(tmp_path, url, broken=broken)
+    with pytest.raises(RuntimeError, match="foreign key violation"):
+        command.upgrade(config, "head")
+    assert current(url) is None  # 0001 was rolled back too: one transaction
+    engine = make_engine(url)
+    try:
+        assert _table_names(engine) <= {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def postgres_schema_url() -> Iterator[str]:
+    """The URL of a fresh, empty PostgreSQL schema (first in search_path), dropped afterwards."""
+    admin = create_engine(sqlalchemy_url(POSTGRES_URL), connect_args={"connect_timeout": 3})
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:  # any failure to connect means "no PostgreSQL here"
+        admin.dispose()
+        pytest.skip(f"PostgreSQL not reachable at {POSTGRES_URL} (TEST_POSTGRES_URL): {exc}")
+    schema = f"wagent_mig_{uuid.uuid4().hex[:10]}"
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        # `options=-csearch_path=<schema>` percent-encodes to `%3D`: also checks that the URL
+        # survives Alembic's ConfigParser interpolation.
+        yield make_url(POSTGRES_URL).update_query_dict(
+            {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_upgrade_matches_models(postgres_schema_url: str) -> None:
+    engine = make_engine(sqlalchemy_url(postgres_schema_url))
+    try:
+        with engine.connect() as connection:
+            schema = connection.execute(text("SELECT current_schema()")).scalar_one()
+        assert schema.startswith("wagent_mig_")
+        _check_migrated(postgres_schema_url, engine)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_index_and_json_types(postgres_schema_url: str) -> None:
+    upgrade(postgres_schema_url)
+    engine = make_engine(sqlalchemy_url(postgres_schema_url))
+    try:
+        with engine.connect() as connection:
+            indexdef = connection.execute(text(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND indexname = 'uq_conversation_open_per_contact'")).scalar_one()
+            json_types = dict(connection.execute(text(
+                "SELECT table_name || '.' || column_name, data_type "
+                "FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND column_name IN ('fact_keys', 'service_codes', 'content', 'input')")).all())
+            created_at = connection.execute(text(
+                "SELECT data_type FROM information_schema.columns WHERE table_schema = "
+                "current_schema() AND table_name = 'tenant' AND column_name = 'created_at'"
+            )).scalar_one()
+    finally:
+        engine.dispose()
+    assert "UNIQUE INDEX" in indexdef and "WHERE" in indexdef and "'open'" in indexdef
+    assert json_types == {"tenant.fact_keys": "jsonb", "professional.service_codes": "jsonb",
+                          "message.content": "jsonb", "toolcall.input": "jsonb"}
+    assert created_at == "timestamp with time zone"
