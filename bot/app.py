@@ -1,7 +1,6 @@
 """The web process: webhook, health. Never calls Claude or the Graph API."""
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import redis
 import structlog

@@ -1,6 +1,6 @@
 """Errors of the HTTP edge.
 
-    StoreUnavailable   the database (or Redis) could not take the update: answer 503, Meta redelivers
+    StoreUnavailable   the database or Redis could not take the update: 503, Meta redelivers
 """
 
 

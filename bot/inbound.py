@@ -6,12 +6,15 @@ guarantees it. Pure: no I/O.
 """
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
                "sticker": "sticker"}
+ITEM_KINDS = ("messages", "statuses", "errors")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -104,21 +107,26 @@ def _parse_change(change: Any, where: str) -> list[Update]:
     value = change.get("value") if isinstance(change, dict) else None
     if not isinstance(value, dict):
         return [BadItem(where, "change without value", change)]
-    metadata = value.get("metadata") if isinstance(value.get("metadata"), dict) else {}
-    phone_number_id = _str(metadata.get("phone_number_id"))
-    has_items = any(isinstance(value.get(k), list) for k in ("messages", "statuses", "errors"))
+    phone_number_id = _str(_dict(value.get("metadata")).get("phone_number_id"))
+    has_items = any(value.get(k) is not None for k in ITEM_KINDS)
     if not has_items:
         return []  # other subscription fields (account_update, ...): nothing for this bot
     if phone_number_id is None:
         return [BadItem(where, "value without metadata.phone_number_id", change)]
-    contacts = [c for c in value.get("contacts") or [] if isinstance(c, dict)]
+    raw_contacts = value.get("contacts")
+    contacts = [c for c in raw_contacts if isinstance(c, dict)] if isinstance(
+        raw_contacts, list) else []
     updates: list[Update] = []
-    for kind, parse in (("messages", _parse_message), ("statuses", _parse_status),
-                        ("errors", _parse_error)):
-        for i, item in enumerate(value.get(kind) or []):
+    for kind, parse in zip(ITEM_KINDS, (_parse_message, _parse_status, _parse_error),
+                           strict=True):
+        items = value.get(kind)
+        if items is not None and not isinstance(items, list):
+            updates.append(BadItem(f"{where}.{kind}", f"{kind} is not a list", items))
+            continue
+        for i, item in enumerate(items or []):
             try:
                 updates.append(parse(item, phone_number_id, contacts))
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
                 updates.append(BadItem(f"{where}.{kind}[{i}]", f"{type(exc).__name__}: {exc}",
                                        item))
     return updates
@@ -135,7 +143,7 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
     if not wa_id and not user_id:
         raise ValueError("message without from or from_user_id")
     contact = _match_contact(contacts, wa_id, user_id)
-    profile = contact.get("profile") if isinstance(contact.get("profile"), dict) else {}
+    profile = _dict(contact.get("profile"))
     text, starts_turn = render_text(item, wa_type)
     return InboundMessage(
         phone_number_id=phone_number_id, wamid=wamid,
@@ -158,7 +166,7 @@ def _match_contact(contacts: list[dict[str, Any]], wa_id: str | None,
 
 def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
     """The text the agent reads for a message of any type, and whether it starts a turn."""
-    body = item.get(wa_type) if isinstance(item.get(wa_type), dict) else {}
+    body = _dict(item.get(wa_type))
     quoted = " (replying to an earlier message)" if _quotes(item) else ""
     if wa_type == "text":
         text = _str(body.get("body")) or ""
@@ -177,11 +185,13 @@ def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
     if wa_type in MEDIA_TYPES:
         return _render_media(wa_type, body), True
     if wa_type == "contacts":
-        names = [(_str((c.get("name") or {}).get("formatted_name")) or "?")
-                 for c in item.get("contacts") or [] if isinstance(c, dict)]
+        cards = item.get("contacts") if isinstance(item.get("contacts"), list) else []
+        names = [_str(_dict(c.get("name")).get("formatted_name")) or "?"
+                 for c in cards if isinstance(c, dict)]
         return f"[shared contact card: {', '.join(names) or 'no name'}]", True
     if wa_type == "order":
-        count = len(body.get("product_items") or [])
+        items = body.get("product_items")
+        count = len(items) if isinstance(items, list) else 0
         return f"[sent a catalogue order with {count} item(s)]", True
     inner = body.get("type") if wa_type == "unsupported" else wa_type
     return (f"[sent a message of a type we cannot read ({_str(inner) or 'unknown'}); "
@@ -191,22 +201,22 @@ def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
 def _render_interactive(body: dict[str, Any]) -> str:
     kind = _str(body.get("type"))
     if kind == "button_reply":
-        reply = body.get("button_reply") or {}
+        reply = _dict(body.get("button_reply"))
         return f"[tapped button \"{_str(reply.get('title')) or ''}\" (id {_str(reply.get('id'))})]"
     if kind == "list_reply":
-        reply = body.get("list_reply") or {}
+        reply = _dict(body.get("list_reply"))
         desc = _str(reply.get("description"))
         return (f"[picked list option \"{_str(reply.get('title')) or ''}\""
                 f"{' - ' + desc if desc else ''} (id {_str(reply.get('id'))})]")
     if kind == "nfm_reply":
-        reply = body.get("nfm_reply") or {}
+        reply = _dict(body.get("nfm_reply"))
         return f"[submitted a form: {_str(reply.get('response_json')) or ''}]"
     return "[sent an interactive reply we cannot read; ask politely for a text message]"
 
 
 def _render_location(body: dict[str, Any]) -> str:
     parts = [p for p in (_str(body.get("name")), _str(body.get("address"))) if p]
-    coords = f"{body.get('latitude')}, {body.get('longitude')}"
+    coords = f"{_str(body.get('latitude'))}, {_str(body.get('longitude'))}"
     return f"[shared a location: {' - '.join(parts + [coords])}]"
 
 
@@ -219,7 +229,7 @@ def _render_media(wa_type: str, body: dict[str, Any]) -> str:
 
 
 def _parse_system(item: dict[str, Any], phone_number_id: str, wamid: str) -> Update:
-    system = item.get("system") if isinstance(item.get("system"), dict) else {}
+    system = _dict(item.get("system"))
     kind = _str(system.get("type")) or "unknown"
     return IdentityChange(
         phone_number_id=phone_number_id, wamid=wamid, kind=kind,
@@ -232,9 +242,10 @@ def _parse_status(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> U
     wamid, status = _str(item.get("id")), _str(item.get("status"))
     if not wamid or not status:
         raise ValueError("status without id or status")
-    errors = [e for e in item.get("errors") or [] if isinstance(e, dict)]
+    raw_errors = item.get("errors")
+    errors = [e for e in raw_errors if isinstance(e, dict)] if isinstance(raw_errors, list) else []
     first = errors[0] if errors else {}
-    details = (first.get("error_data") or {}).get("details") if first else None
+    details = _dict(first.get("error_data")).get("details")
     code = first.get("code")
     return StatusUpdate(
         phone_number_id=phone_number_id, wamid=wamid, status=status,
@@ -265,11 +276,21 @@ def _timestamp(value: Any) -> datetime | None:
         return None
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` when it is an object, else an empty one: every nested field is optional."""
+    return value if isinstance(value, dict) else {}
+
+
 def _str(value: Any) -> str | None:
+    """`value` as storable text: PostgreSQL refuses NUL and lone surrogates (which JSON `\\u`
+    escapes can carry) in text and JSONB, so NUL is dropped and a lone surrogate becomes U+FFFD.
+    """
     if value is None:
         return None
     if isinstance(value, str):
-        return value
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, ensure_ascii=False)
+        text = value
+    elif isinstance(value, int | float):
+        text = str(value)
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    return _LONE_SURROGATE.sub("\ufffd", text.replace("\x00", ""))

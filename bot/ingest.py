@@ -13,8 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from bot.errors import StoreUnavailable
-from bot.inbound import (BadItem, ErrorNotice, IdentityChange, InboundMessage, StatusUpdate,
-                         Update)
+from bot.inbound import BadItem, ErrorNotice, IdentityChange, InboundMessage, StatusUpdate, Update
 from storage import contacts, conversations, messages, tenants
 from storage.db import session_scope
 from storage.models import Message, Tenant

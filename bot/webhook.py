@@ -9,8 +9,8 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from bot.errors import StoreUnavailable
-from bot.ingest import store_unparsable, store_updates
 from bot.inbound import parse_update
+from bot.ingest import store_unparsable, store_updates
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.signature import verify_signature
 from core import clock

@@ -16,7 +16,9 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "cri
            "exception": 40}
 
 
-def redact_sensitive(_: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def redact_sensitive(
+    _: Any, method: str, event: MutableMapping[str, Any],
+) -> MutableMapping[str, Any]:
     level = _LEVELS.get(str(event.get("level", method)).lower(), 20)
     if level > logging.DEBUG:
         for key in SENSITIVE_KEYS & event.keys():

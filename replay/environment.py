@@ -3,8 +3,8 @@ web app, workers and the two doubles. Used by `wagent replay`, `wagent demo` and
 """
 
 import asyncio
-import logging
 import json
+import logging
 import tempfile
 import threading
 import urllib.error

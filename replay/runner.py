@@ -15,8 +15,15 @@ from bot.inbound import InboundMessage, parse_update
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from storage.db import session_scope
-from storage.models import (Appointment, Contact, ContactFact, Conversation, Service, Tenant,
-                            ToolCall)
+from storage.models import (
+    Appointment,
+    Contact,
+    ContactFact,
+    Conversation,
+    Service,
+    Tenant,
+    ToolCall,
+)
 
 DEFAULT_TENANT: dict[str, Any] = {
     "phone_number_id": "109876543210987", "name": "Salão Exemplo",
@@ -283,8 +290,9 @@ class _Expectations:
             self.fail(f"conversation status {latest.status}, expected {expected['status']}")
         if "count" in expected and len(conversations) != int(expected["count"]):
             self.fail(f"conversation count {len(conversations)}, expected {expected['count']}")
-        if "summary_contains" in expected and str(expected["summary_contains"]) not in latest.summary:
-            self.fail(f"summary does not contain {expected['summary_contains']!r}")
+        wanted = expected.get("summary_contains")
+        if wanted is not None and str(wanted) not in latest.summary:
+            self.fail(f"summary does not contain {wanted!r}")
 
     def _check_facts(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
         contact_ref = expected[0].get("contact") if expected else None

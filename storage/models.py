@@ -57,7 +57,7 @@ class Professional(SQLModel, table=True):
 
 
 class OpeningHours(SQLModel, table=True):
-    """One opening interval on one weekday (0 = Monday), local times "HH:MM" in the tenant's zone."""
+    """One opening interval on one weekday (0 = Monday), local "HH:MM" in the tenant's zone."""
 
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)

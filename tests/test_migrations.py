@@ -56,13 +56,16 @@ def _check_one_open_conversation_per_contact(engine: Engine) -> None:
         session.add(contact)
         session.flush()
         assert contact.id is not None
-        ids = {"tenant_id": tenant.id, "contact_id": contact.id, "last_activity_at": NOW,
-               "opened_at": NOW}
-        session.add(Conversation(status="closed", closed_at=NOW, **ids))
-        session.add(Conversation(status="closed", closed_at=NOW, **ids))
-        session.add(Conversation(status="open", **ids))
+        tenant_id, contact_id = tenant.id, contact.id
+
+        def conversation(status: str) -> Conversation:
+            return Conversation(tenant_id=tenant_id, contact_id=contact_id, status=status,
+                                last_activity_at=NOW, opened_at=NOW,
+                                closed_at=NOW if status == "closed" else None)
+
+        session.add_all([conversation("closed"), conversation("closed"), conversation("open")])
         session.commit()
-        session.add(Conversation(status="open", **ids))
+        session.add(conversation("open"))
         with pytest.raises(IntegrityError, match="uq_conversation_open_per_contact|UNIQUE"):
             session.commit()
         session.rollback()
@@ -238,7 +241,7 @@ def test_postgres_index_and_json_types(postgres_schema_url: str) -> None:
             indexdef = connection.execute(text(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
                 "AND indexname = 'uq_conversation_open_per_contact'")).scalar_one()
-            json_types = dict(connection.execute(text(
+            json_types: dict[str, str] = dict(connection.execute(text(
                 "SELECT table_name || '.' || column_name, data_type "
                 "FROM information_schema.columns WHERE table_schema = current_schema() "
                 "AND column_name IN ('fact_keys', 'service_codes', 'content', 'input')")).all())

@@ -7,9 +7,9 @@ Create Date: ${create_date}
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-import sqlmodel  # noqa: F401  (autogenerate renders sqlmodel.sql.sqltypes.AutoString/UTCDateTime)
-from alembic import op
+import sqlalchemy as sa  # noqa: F401  (kept for hand-written operations)
+import sqlmodel.sql.sqltypes  # noqa: F401  (autogenerate renders AutoString, UTCDateTime)
+from alembic import op  # noqa: F401
 ${imports if imports else ""}
 # revision identifiers, used by Alembic.
 revision: str = ${repr(up_revision)}
