@@ -90,7 +90,7 @@ def parse_update(payload: Any) -> list[Update]:
     A payload that is not a WhatsApp envelope gives one BadItem; a bad entry, change or item
     gives a BadItem for that part only.
     """
-    if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
+    if not is_envelope(payload):
         return [BadItem("payload", "not a webhook envelope (no entry[])", payload)]
     updates: list[Update] = []
     for e, entry in enumerate(payload["entry"]):
@@ -101,6 +101,11 @@ def parse_update(payload: Any) -> list[Update]:
         for c, change in enumerate(changes):
             updates += _parse_change(change, f"entry[{e}].changes[{c}]")
     return updates
+
+
+def is_envelope(payload: Any) -> bool:
+    """An object with an `entry[]` list: the shape of every webhook POST (§3.1)."""
+    return isinstance(payload, dict) and isinstance(payload.get("entry"), list)
 
 
 def _parse_change(change: Any, where: str) -> list[Update]:

@@ -10,15 +10,28 @@ from zoneinfo import ZoneInfo
 
 import structlog
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlmodel import Session, select
 
 from bot.errors import StoreUnavailable
-from bot.inbound import BadItem, ErrorNotice, IdentityChange, InboundMessage, StatusUpdate, Update
+from bot.inbound import (
+    BadItem,
+    ErrorNotice,
+    IdentityChange,
+    InboundMessage,
+    StatusUpdate,
+    Update,
+    is_envelope,
+    parse_update,
+)
 from storage import contacts, conversations, messages, tenants
 from storage.db import session_scope
-from storage.models import Message, Tenant
+from storage.models import Message, Outbound, Tenant
 
 log = structlog.get_logger(__name__)
+
+WA_TYPE_CHARS = 32  # Message.wa_type (storage/models.py)
+PROFILE_NAME_CHARS = 200  # Contact.profile_name
 
 
 @dataclass
@@ -32,6 +45,29 @@ class IngestResult:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
 
 
+def ingest_body(engine: Engine, body: bytes, *, now: datetime) -> IngestResult:
+    """Decode, parse and store one signed webhook body (run in a thread: a 3 MB body does not
+    block the event loop, and deep nesting meets a fresh stack).
+
+    A body that is not JSON, or JSON that is not a webhook envelope, is kept whole, byte for
+    byte, in the dead letters (DESIGN.md Data flow 1). Raises StoreUnavailable when the
+    database is down.
+    """
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        reason = f"unparsable body: {type(exc).__name__}: {exc}"[:500]
+    else:
+        if is_envelope(payload):
+            return store_updates(engine, parse_update(payload), now=now)
+        reason = "not a webhook envelope (no entry[])"
+    store_unparsable(engine, body, reason, now=now)
+    log.warning("webhook_unparsable_body", size=len(body), reason=reason[:100])
+    result = IngestResult()
+    result.count("unparsable")
+    return result
+
+
 def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> IngestResult:
     """Store every update; a failing one goes to the dead letters, the others still land.
 
@@ -40,11 +76,13 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     result = IngestResult()
     for update in updates:
         try:
-            outcome, conversation_id = _store_one(engine, update, now)
+            outcome, conversation_id = _store_retrying(engine, update, now)
         except (OperationalError, DBAPIError) as exc:
             if _is_disconnect(exc):
                 raise StoreUnavailable(str(exc)) from exc
             outcome, conversation_id = _dead_letter(engine, update, exc, now), None
+        except StoreUnavailable:
+            raise
         except Exception as exc:  # one bad update must lose nothing else
             outcome, conversation_id = _dead_letter(engine, update, exc, now), None
         result.count(outcome)
@@ -53,13 +91,34 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     return result
 
 
+def _store_retrying(engine: Engine, update: Update, now: datetime) -> tuple[str, int | None]:
+    """Store one update; once more when a unique index refused it.
+
+    Another web process can insert the same contact, conversation or message between our read
+    and our insert (Meta redelivers and batches concurrently). The refused transaction rolled
+    back whole; the retry reads the other process's committed row instead of losing the update.
+    """
+    try:
+        return _store_one(engine, update, now)
+    except IntegrityError as exc:
+        log.info("webhook_update_retried", kind=type(update).__name__, error=type(exc).__name__)
+        return _store_one(engine, update, now)
+
+
 def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime) -> None:
-    """Keep a body that is not JSON (or not a webhook) whole for inspection."""
+    """Keep a body that is not JSON (or not a webhook) whole for inspection.
+
+    Raises StoreUnavailable when the database is down; any other refusal is logged and the
+    body dropped (a 503 would only bring the same bad body back for 7 days).
+    """
     try:
         with session_scope(engine) as session:
-            messages.add_dead_letter(session, body=body, reason=reason, now=now)
+            messages.add_dead_letter(session, body=body, reason=reason.replace("\x00", ""),
+                                     now=now)
     except (OperationalError, DBAPIError) as exc:
-        raise StoreUnavailable(str(exc)) from exc
+        if _is_disconnect(exc):
+            raise StoreUnavailable(str(exc)) from exc
+        log.error("dead_letter_refused", error=type(exc).__name__, size=len(body))
 
 
 def _store_one(engine: Engine, update: Update, now: datetime) -> tuple[str, int | None]:
@@ -74,8 +133,7 @@ def _store_one(engine: Engine, update: Update, now: datetime) -> tuple[str, int 
                     phone_number_id=update.phone_number_id)
         return "error_notice", None
     assert isinstance(update, BadItem)
-    store_unparsable(engine, json.dumps(update.raw, default=str).encode(),
-                     f"{update.where}: {update.reason}", now=now)
+    store_unparsable(engine, _dump(update.raw), f"{update.where}: {update.reason}", now=now)
     log.warning("webhook_bad_item", where=update.where, reason=update.reason)
     return "dead_letter", None
 
@@ -93,8 +151,8 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[
             return "unknown_tenant", None
         assert tenant.id is not None
         contact = contacts.find_or_create(session, tenant_id=tenant.id, wa_id=msg.wa_id,
-                                          user_id=msg.user_id, profile_name=msg.profile_name,
-                                          now=now)
+                                          user_id=msg.user_id, profile_name=_fit(
+                                              msg.profile_name, PROFILE_NAME_CHARS), now=now)
         assert contact.id is not None
         conversation = conversations.open_or_get(
             session, tenant_id=tenant.id, contact_id=contact.id, now=now,
@@ -103,7 +161,8 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[
         row, created = messages.insert_inbound(session, Message(
             tenant_id=tenant.id, conversation_id=conversation.id, role="user",
             direction="inbound", content=[{"type": "text", "text": stamp(msg.text, now, tenant)}],
-            wamid=msg.wamid, wa_type=msg.wa_type, meta_timestamp=msg.timestamp, received_at=now,
+            wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
+            meta_timestamp=msg.timestamp, received_at=now,
             starts_turn=msg.starts_turn, answered_at=None if msg.starts_turn else now))
         if not created:
             return "duplicate", None
@@ -117,6 +176,12 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[
         return "message", conversation.id if msg.starts_turn else None
 
 
+def _fit(text: str | None, size: int) -> str | None:
+    """`text` cut to its column's size: PostgreSQL refuses a longer VARCHAR, and a customer's
+    message must not be dead-lettered for a long profile name or a new message type."""
+    return text[:size] if text else text
+
+
 def stamp(text: str, received_at: datetime, tenant: Tenant) -> str:
     """Prefix the received time in the tenant's timezone, e.g. "[Mon 2026-06-01 10:00] oi".
 
@@ -128,7 +193,13 @@ def stamp(text: str, received_at: datetime, tenant: Tenant) -> str:
 
 
 def _store_status(engine: Engine, status: StatusUpdate, now: datetime) -> str:
+    """Advance the delivery state of our send, only under the tenant that sent it (the status
+    names its `phone_number_id`); an unknown wamid or number changes nothing."""
     with session_scope(engine) as session:
+        tenant = tenants.get_by_phone_number_id(session, status.phone_number_id)
+        if tenant is None or not _sent_by(session, tenant, status.wamid):
+            log.info("status_unknown_wamid", status=status.status)
+            return "status_unknown"
         row = messages.apply_status(session, wamid=status.wamid, status=status.status,
                                     error_code=status.error_code,
                                     error_reason=status.error_reason, now=now)
@@ -141,12 +212,18 @@ def _store_status(engine: Engine, status: StatusUpdate, now: datetime) -> str:
     return "status"
 
 
+def _sent_by(session: Session, tenant: Tenant, wamid: str) -> bool:
+    return session.exec(select(Outbound.id).where(
+        Outbound.wamid == wamid, Outbound.tenant_id == tenant.id)).first() is not None
+
+
 def _store_identity_change(engine: Engine, change: IdentityChange, now: datetime) -> str:
     with session_scope(engine) as session:
         tenant = tenants.get_by_phone_number_id(session, change.phone_number_id)
         if tenant is None or tenant.id is None:
             return "unknown_tenant"
-        contact = contacts.rekey(session, tenant_id=tenant.id, old_wa_id=change.old_wa_id,
+        contact = contacts.rekey(session, tenant_id=tenant.id, kind=change.kind,
+                                 old_wa_id=change.old_wa_id,
                                  old_user_id=change.old_user_id, new_wa_id=change.new_wa_id,
                                  new_user_id=change.new_user_id, now=now)
     log.info("contact_rekeyed", kind=change.kind, found=contact is not None)
@@ -156,9 +233,19 @@ def _store_identity_change(engine: Engine, change: IdentityChange, now: datetime
 def _dead_letter(engine: Engine, update: Update, exc: Exception, now: datetime) -> str:
     log.error("webhook_update_failed", kind=type(update).__name__, error=type(exc).__name__)
     raw = getattr(update, "raw", None) or update.__dict__
-    store_unparsable(engine, json.dumps(raw, default=str).encode(),
+    store_unparsable(engine, _dump(raw),
                      f"{type(update).__name__}: {type(exc).__name__}: {exc}", now=now)
     return "dead_letter"
+
+
+def _dump(raw: object) -> bytes:
+    """An item as JSON bytes for the dead letters; a marker when it cannot be serialised (an
+    item nested deeper than the encoder's recursion limit)."""
+    try:
+        return json.dumps(raw, default=str).encode()
+    except (RecursionError, ValueError, TypeError) as exc:
+        return json.dumps({"unserializable": type(raw).__name__,
+                           "error": type(exc).__name__}).encode()
 
 
 def _is_disconnect(exc: DBAPIError) -> bool:

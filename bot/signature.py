@@ -8,12 +8,15 @@ def verify_signature(body: bytes, header: str | None, app_secret: str) -> bool:
     """True when `header` is `sha256=<hex>` of HMAC-SHA256(app_secret, body).
 
     Meta signs the exact bytes it sends (escaped unicode, `\\/`): hash the raw body, never a
-    re-serialisation (reference/whatsapp.md §2). A missing prefix or a wrong digest is False.
+    re-serialisation (reference/whatsapp.md §2). A missing prefix or a wrong digest is False,
+    so is a header with non-ASCII characters (compared as bytes: `compare_digest` raises on
+    non-ASCII str).
     """
     if not header or not header.startswith("sha256=") or not app_secret:
         return False
     expected = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, header.removeprefix("sha256="))
+    given = header.removeprefix("sha256=").encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(expected.encode(), given)
 
 
 def sign(body: bytes, app_secret: str) -> str:

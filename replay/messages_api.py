@@ -341,8 +341,16 @@ def _check_conversation(turns: list[tuple[str, list[dict[str, Any]]]]) -> None:
         else:
             following = turns[index + 1][1] if index + 1 < len(turns) else []
             _check_uses_answered(index, blocks, following)
-    if turns[-1][0] != "user":
+    last_role, last_blocks = turns[-1]
+    if last_role != "user" and not _is_server_tool_continuation(last_blocks):
         raise _Invalid(PREFILL)
+
+
+def _is_server_tool_continuation(blocks: list[dict[str, Any]]) -> bool:
+    """A `pause_turn` resend: the paused assistant turn ends in a server tool call, which the
+    API itself continues (reference/anthropic.md §1.3); it is not a prefill.
+    """
+    return bool(blocks) and blocks[-1].get("type") == "server_tool_use"
 
 
 def _check_results(index: int, blocks: list[dict[str, Any]], expected: set[str]) -> None:

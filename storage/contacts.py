@@ -1,4 +1,4 @@
-"""Contact identity: business-scoped `user_id` first, `wa_id` otherwise; merged, never duplicated."""
+"""Contact identity: business-scoped `user_id` first, else `wa_id`; merged, never duplicated."""
 
 from datetime import datetime
 
@@ -27,7 +27,7 @@ def find_or_create(session: Session, *, tenant_id: int, wa_id: str | None, user_
             contact = by_user
         else:
             contact = merge(session, keep=min(by_user, by_wa, key=_id),
-                            drop=max(by_user, by_wa, key=_id))
+                            drop=max(by_user, by_wa, key=_id), now=now)
     elif by_wa and user_id and by_wa.user_id and by_wa.user_id != user_id and not by_user:
         by_wa.wa_id = None
         session.add(by_wa)
@@ -43,45 +43,62 @@ def find_or_create(session: Session, *, tenant_id: int, wa_id: str | None, user_
     return contact
 
 
-def rekey(session: Session, *, tenant_id: int, old_wa_id: str | None, old_user_id: str | None,
-          new_wa_id: str | None, new_user_id: str | None, now: datetime) -> Contact | None:
+def rekey(session: Session, *, tenant_id: int, kind: str, old_wa_id: str | None,
+          old_user_id: str | None, new_wa_id: str | None, new_user_id: str | None,
+          now: datetime) -> Contact | None:
     """Apply a `user_changed_number` / `user_changed_user_id` system message.
 
-    Returns the re-keyed contact, or None when no contact is known by the old ids.
+    The contact found by the old ids takes the new ones; a contact already known by a new id
+    (its message came before the system message: Meta orders nothing) merges into it. A number
+    change regenerates the business-scoped user id (reference/whatsapp.md §3.3): without a new
+    one in the message, the old one is dropped, so the next message (new number, new user id)
+    lands on this contact. Returns the re-keyed contact, or None when no contact is known by the
+    old ids.
     """
     old = (_get(session, tenant_id, user_id=old_user_id) if old_user_id else None) or (
         _get(session, tenant_id, wa_id=old_wa_id) if old_wa_id else None)
     if old is None:
         return None
-    for kind, value in (("wa_id", new_wa_id), ("user_id", new_user_id)):
-        if not value or getattr(old, kind) == value:
+    if kind == "user_changed_number" and not new_user_id and new_wa_id != old.wa_id:
+        old.user_id = None
+    for key, value in (("wa_id", new_wa_id), ("user_id", new_user_id)):
+        if not value or getattr(old, key) == value:
             continue
-        other = _get(session, tenant_id, **{kind: value})
+        other = _get(session, tenant_id, **{key: value})
         if other is not None and other.id != old.id:
-            old = merge(session, keep=old, drop=other)
-        setattr(old, kind, value)
+            old = merge(session, keep=old, drop=other, now=now)
+        setattr(old, key, value)
     session.add(old)
     session.flush()
     return old
 
 
-def merge(session: Session, *, keep: Contact, drop: Contact) -> Contact:
-    """Move everything of `drop` to `keep`, delete `drop`; an open conversation of `drop` closes."""
+def merge(session: Session, *, keep: Contact, drop: Contact, now: datetime) -> Contact:
+    """Move everything of `drop` to `keep`, delete `drop`; keep's ids win, drop's fill gaps.
+
+    When both have an open conversation, drop's closes (at most one open per contact).
+    `drop` is deleted before its ids move to `keep` (the unique indexes on wa_id and user_id
+    would refuse two rows carrying one id, even inside the transaction).
+    """
     assert keep.id is not None and drop.id is not None
     keep_open = session.exec(select(Conversation).where(
         Conversation.contact_id == keep.id, Conversation.status == "open")).first()
     if keep_open is not None:
         session.exec(update(Conversation).where(  # type: ignore[call-overload]
             col(Conversation.contact_id) == drop.id, col(Conversation.status) == "open",
-        ).values(status="closed"))
+        ).values(status="closed", closed_at=now))
     for model in (Conversation, Appointment, ContactFact):
         session.exec(update(model).where(col(model.contact_id) == drop.id)  # type: ignore[call-overload]
                      .values(contact_id=keep.id))
-    keep.wa_id = keep.wa_id or drop.wa_id
-    keep.user_id = keep.user_id or drop.user_id
-    keep.profile_name = keep.profile_name or drop.profile_name
+    wa_id, user_id, profile_name = drop.wa_id, drop.user_id, drop.profile_name
+    last_inbound_at = drop.last_inbound_at
     session.delete(drop)
     session.flush()
+    keep.wa_id = keep.wa_id or wa_id
+    keep.user_id = keep.user_id or user_id
+    keep.profile_name = keep.profile_name or profile_name
+    keep.last_inbound_at = max((t for t in (keep.last_inbound_at, last_inbound_at) if t),
+                               default=None)
     session.add(keep)
     session.flush()
     return keep
@@ -90,8 +107,9 @@ def merge(session: Session, *, keep: Contact, drop: Contact) -> Contact:
 def _get(session: Session, tenant_id: int, *, wa_id: str | None = None,
          user_id: str | None = None) -> Contact | None:
     query = select(Contact).where(Contact.tenant_id == tenant_id)
-    query = query.where(Contact.wa_id == wa_id) if wa_id else query.where(Contact.user_id == user_id)
-    return session.exec(query).first()
+    if wa_id:
+        return session.exec(query.where(Contact.wa_id == wa_id)).first()
+    return session.exec(query.where(Contact.user_id == user_id)).first()
 
 
 def _id(contact: Contact) -> int:

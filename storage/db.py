@@ -1,6 +1,7 @@
 """Engine and session scope for SQLite (default) and PostgreSQL, safe across RQ's fork."""
 
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,13 +24,24 @@ def make_engine(url: str) -> Engine:
     """
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
-        url = str(parsed.set(drivername="postgresql+psycopg"))
+        url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     if parsed.get_backend_name() == "sqlite":
         engine = _sqlite_engine(url)
     else:
         engine = create_engine(url, pool_pre_ping=True)
-    os.register_at_fork(after_in_child=lambda: engine.dispose(close=False))
+    _ENGINES.add(engine)
     return engine
+
+
+_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+def _dispose_after_fork() -> None:
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_dispose_after_fork)
 
 
 def _sqlite_engine(url: str) -> Engine:
