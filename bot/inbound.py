@@ -190,9 +190,9 @@ def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
     if wa_type in MEDIA_TYPES:
         return _render_media(wa_type, body), True
     if wa_type == "contacts":
-        cards = item.get("contacts") if isinstance(item.get("contacts"), list) else []
+        cards = item.get("contacts")
         names = [_str(_dict(c.get("name")).get("formatted_name")) or "?"
-                 for c in cards if isinstance(c, dict)]
+                 for c in (cards if isinstance(cards, list) else []) if isinstance(c, dict)]
         return f"[shared contact card: {', '.join(names) or 'no name'}]", True
     if wa_type == "order":
         items = body.get("product_items")

@@ -2,6 +2,8 @@
 
 import asyncio
 import hmac
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import structlog
 from aiohttp import web
@@ -15,6 +17,8 @@ from core import clock
 from storage.jobs import enqueue_turn
 
 log = structlog.get_logger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 async def verify_challenge(request: web.Request) -> web.Response:
@@ -83,7 +87,7 @@ def _enqueue(app: web.Application, conversation_id: int) -> None:
         raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc
 
 
-async def _offload(func, *args, **kwargs):  # type: ignore[no-untyped-def]
+async def _offload(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run blocking storage work in a thread; StoreUnavailable becomes a 503."""
     try:
         return await asyncio.to_thread(func, *args, **kwargs)

@@ -36,6 +36,9 @@ class Settings:
     turn_max_attempts: int = 4
     turn_lock_timeout: int = 360
     max_output_tokens: int = 1024
+    context_hard_cap_tokens: int = 150_000
+    max_window_messages: int = 2_000
+    summary_max_tokens: int = 1024
     log_level: str = "INFO"
     log_format: str = "json"
     web_host: str = "0.0.0.0"

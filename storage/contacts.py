@@ -84,11 +84,11 @@ def merge(session: Session, *, keep: Contact, drop: Contact, now: datetime) -> C
     keep_open = session.exec(select(Conversation).where(
         Conversation.contact_id == keep.id, Conversation.status == "open")).first()
     if keep_open is not None:
-        session.exec(update(Conversation).where(  # type: ignore[call-overload]
+        session.exec(update(Conversation).where(
             col(Conversation.contact_id) == drop.id, col(Conversation.status) == "open",
         ).values(status="closed", closed_at=now))
     for model in (Conversation, Appointment, ContactFact):
-        session.exec(update(model).where(col(model.contact_id) == drop.id)  # type: ignore[call-overload]
+        session.exec(update(model).where(col(model.contact_id) == drop.id)
                      .values(contact_id=keep.id))
     wa_id, user_id, profile_name = drop.wa_id, drop.user_id, drop.profile_name
     last_inbound_at = drop.last_inbound_at

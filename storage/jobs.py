@@ -1,10 +1,11 @@
 """Enqueueing jobs by dotted path, with per-conversation coalescing tokens in Redis.
 
-A token `<prefix>:turn:queued:<conversation_id>` exists while a turn job is queued and has not
-yet read the database: a producer that finds it knows its (already committed) message will be
-seen, so it enqueues nothing. The job deletes the token before reading; from then on a new
-message enqueues exactly one follow-up (reference/rq_sqlmodel_structlog.md §1). RQ's
-`unique=True` is not used: it blocks an id for a year after a failure.
+A token `<prefix>:<kind>:queued:<conversation_id>` exists while a job of that kind is queued
+and has not yet read the database: a producer that finds it knows its (already committed) change
+will be seen, so it enqueues nothing. The job deletes the token before reading; from then on a
+new trigger enqueues exactly one follow-up, which waits for the running job's lock
+(reference/rq_sqlmodel_structlog.md §1). RQ's `unique=True` is not used: it blocks an id for a
+year after a failure, and `enqueue_in` ignores it.
 """
 
 import uuid
@@ -15,51 +16,75 @@ from redis.exceptions import WatchError
 from rq import Queue, Retry
 
 TURN_JOB = "workers.turns.run_turn"
+COMPACTION_JOB = "workers.compaction.compact_conversation"
 TOKEN_TTL_SECONDS = 6 * 3600
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
         "else return 0 end")
 
 
+def token_key(prefix: str, kind: str, conversation_id: int) -> str:
+    return f"{prefix}:{kind}:queued:{conversation_id}"
+
+
 def turn_token_key(prefix: str, conversation_id: int) -> str:
-    return f"{prefix}:turn:queued:{conversation_id}"
+    return token_key(prefix, "turn", conversation_id)
 
 
-def enqueue_turn(
-    queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,
-    at: datetime | None = None, attempt: int = 1,
-) -> str | None:
-    """Enqueue `run_turn(conversation_id)` unless one is already queued; returns the job id.
+def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversation_id: int, *,
+                      job_timeout: int = 300, at: datetime | None = None,
+                      attempt: int = 1) -> str | None:
+    """Enqueue `func(conversation_id=..., attempt=...)` unless a job of `kind` is already queued
+    for this conversation; returns the new job id, or None when coalesced.
 
-    `at` (aware) schedules it for later (retries after a provider failure). Raises
+    `at` (aware) schedules it for later (retries on the product's clock). Raises
     redis.exceptions.ConnectionError when Redis is unreachable.
     """
     redis: Redis = queue.connection
-    token = turn_token_key(prefix, conversation_id)
-    job_id = f"turn-{conversation_id}-{uuid.uuid4().hex[:12]}"
+    token = token_key(prefix, kind, conversation_id)
+    job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
     with redis.pipeline() as pipe:
         while True:
             try:
-                pipe.watch(token)
+                pipe.watch(token)  # type: ignore[no-untyped-call]
                 if pipe.exists(token):
                     pipe.unwatch()
                     return None
                 pipe.multi()
                 pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
-                kwargs = dict(
+                options = dict(
                     kwargs={"conversation_id": conversation_id, "attempt": attempt},
                     job_id=job_id, job_timeout=job_timeout, result_ttl=600,
                     failure_ttl=7 * 86400, retry=Retry(max=2), pipeline=pipe,
                 )
                 if at is None:
-                    queue.enqueue(TURN_JOB, **kwargs)
+                    queue.enqueue(func, **options)
                 else:
-                    queue.enqueue_at(at, TURN_JOB, **kwargs)
+                    queue.enqueue_at(at, func, **options)
                 pipe.execute()
                 return job_id
             except WatchError:
                 continue
 
 
+def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,
+                 at: datetime | None = None, attempt: int = 1) -> str | None:
+    """Enqueue a turn for the conversation (coalesced: at most one queued)."""
+    return enqueue_coalesced(queue, prefix, "turn", TURN_JOB, conversation_id,
+                             job_timeout=job_timeout, at=at, attempt=attempt)
+
+
+def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
+                       at: datetime | None = None, attempt: int = 1) -> str | None:
+    """Enqueue a compaction (coalesced: at most one queued, one running, one follow-up)."""
+    return enqueue_coalesced(queue, prefix, "compact", COMPACTION_JOB, conversation_id,
+                             job_timeout=300, at=at, attempt=attempt)
+
+
+def consume_token(redis: Redis, prefix: str, kind: str, conversation_id: int,
+                  job_id: str) -> None:
+    """Called by a job before it reads the database: later triggers enqueue a follow-up."""
+    redis.eval(_CAD, 1, token_key(prefix, kind, conversation_id), job_id)
+
+
 def consume_turn_token(redis: Redis, prefix: str, conversation_id: int, job_id: str) -> None:
-    """Called by the job before it reads the database: later messages enqueue a follow-up."""
-    redis.eval(_CAD, 1, turn_token_key(prefix, conversation_id), job_id)
+    consume_token(redis, prefix, "turn", conversation_id, job_id)

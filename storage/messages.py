@@ -94,7 +94,7 @@ def pending_inbound(session: Session, conversation_id: int) -> list[Message]:
 def mark_answered(session: Session, conversation_id: int, *, up_to_position: int,
                   now: datetime) -> int:
     """Mark inbound messages placed at or before `up_to_position` answered; returns how many."""
-    result = session.exec(update(Message).where(  # type: ignore[call-overload]
+    result = session.exec(update(Message).where(
         col(Message.conversation_id) == conversation_id, col(Message.direction) == "inbound",
         col(Message.position) <= up_to_position, col(Message.answered_at).is_(None),
     ).values(answered_at=now))
@@ -121,7 +121,7 @@ def unsent_outbound(session: Session, conversation_id: int) -> list[Outbound]:
 
 def claim_outbound(session: Session, outbound_id: int) -> bool:
     """pending → sending, atomically; False when someone else claimed it (never send twice)."""
-    result = session.exec(update(Outbound).where(  # type: ignore[call-overload]
+    result = session.exec(update(Outbound).where(
         col(Outbound.id) == outbound_id, col(Outbound.status) == "pending",
     ).values(status="sending"))
     return bool(result.rowcount)

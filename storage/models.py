@@ -29,7 +29,9 @@ class Tenant(SQLModel, table=True):
     instructions: str = Field(default="", sa_type=Text)
     inactivity_timeout_minutes: int = 1440
     compaction_threshold_tokens: int = 20000
+    compaction_min_gain_tokens: int = 2000
     keep_messages: int = 16
+    prune_after_user_turns: int = 2
     agent_model: str = Field(default="claude-sonnet-5-5", max_length=64)
     summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
     slot_granularity_minutes: int = 30
@@ -83,7 +85,13 @@ class Contact(SQLModel, table=True):
 
 
 class Conversation(SQLModel, table=True):
-    """A session with a contact. At most one open per contact (partial unique index)."""
+    """A session with a contact. At most one open per contact (partial unique index).
+
+    Memory: messages up to `summarized_until_id` are covered by `summary` and no longer sent;
+    tool results up to `pruned_until_id` are sent as short notes; `context_block` is the
+    rendered system[1] (facts + summary), rebuilt only at session start and at compaction.
+    The three change together, in one compare-and-set update (workers/compaction.py).
+    """
 
     __table_args__ = (
         Index("uq_conversation_open_per_contact", "contact_id", unique=True,
@@ -96,6 +104,9 @@ class Conversation(SQLModel, table=True):
     status: str = Field(default="open", max_length=16)
     summary: str = Field(default="", sa_type=Text)
     summarized_until_id: int = 0
+    pruned_until_id: int = 0
+    context_block: str = Field(default="", sa_type=Text)
+    compactions: int = 0
     last_input_tokens: int = 0
     last_activity_at: datetime
     last_inbound_at: datetime | None = None
@@ -182,6 +193,7 @@ class Usage(SQLModel, table=True):
     request_id: str | None = Field(default=None, max_length=128)
     input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     output_tokens: int = 0
     created_at: datetime

@@ -8,9 +8,8 @@ from sqlmodel import Session, col, delete, select
 from storage.models import OpeningHours, Professional, Service, Tenant
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-TENANT_FIELDS = ("name", "timezone", "language", "instructions", "inactivity_timeout_minutes",
-                 "compaction_threshold_tokens", "keep_messages", "agent_model", "summary_model",
-                 "slot_granularity_minutes", "retention_days", "fact_keys")
+TENANT_FIELDS = tuple(name for name in Tenant.model_fields
+                      if name not in ("id", "phone_number_id", "created_at"))
 
 
 class TenantConfigError(ValueError):
@@ -50,7 +49,7 @@ def _replace_catalogue(session: Session, tenant_id: int, config: dict[str, Any])
     services = config.get("services") or []
     codes = {str(s.get("code")) for s in services}
     for model in (OpeningHours, Professional, Service):
-        session.exec(delete(model).where(col(model.tenant_id) == tenant_id))  # type: ignore[call-overload]
+        session.exec(delete(model).where(col(model.tenant_id) == tenant_id))
     for s in services:
         duration = int(s.get("duration_minutes", 0))
         if not s.get("code") or duration <= 0:

@@ -5,6 +5,7 @@ Rules: DESIGN.md Data flow 1 and Identity; reference/whatsapp.md §1-4;
 tests/fixtures/whatsapp/README.md (constants, wire bytes, handshake cases).
 """
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -12,7 +13,10 @@ from typing import Any
 
 import pytest
 import redis
+import structlog
 from aiohttp.test_utils import TestClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rq import Queue
 from sqlalchemy import Engine, func
 from sqlalchemy.exc import OperationalError
@@ -85,7 +89,7 @@ def down_engine() -> Iterator[Engine]:
 
 @pytest.fixture
 def down_redis() -> Iterator[redis.Redis]:
-    client = redis.Redis(port=1, socket_connect_timeout=1, retry_on_timeout=False)
+    client = redis.Redis(port=1, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
     yield client
     client.close()
 
@@ -344,7 +348,10 @@ async def test_text_is_stored_stamped_in_tenant_time_and_a_turn_is_queued(
     (conversation,) = rows(engine, Conversation)
     assert conversation.contact_id == contact.id and conversation.status == "open"
     assert stored.conversation_id == conversation.id
-    assert turn_jobs(redis_client) == 1
+    (job,) = Queue("t", connection=redis_client).get_jobs()
+    assert job.func_name == "workers.turns.run_turn"
+    assert job.args == () and job.kwargs["conversation_id"] == conversation.id
+    assert "Oi!" not in json.dumps(job.kwargs) and ANA_WA not in json.dumps(job.kwargs)
 
 
 async def test_same_body_twice_is_one_message_and_one_turn(
@@ -354,6 +361,33 @@ async def test_same_body_twice_is_one_message_and_one_turn(
     assert (await post(client, raw))[0] == 200
     assert count(engine, Message) == 1
     assert count(engine, Contact) == 1
+    assert turn_jobs(redis_client) == 1
+
+
+async def test_several_entries_and_changes_all_land(client: Client, engine: Engine,
+                                                    redis_client: redis.Redis) -> None:
+    first = text_message("wamid.E1", "um", wa_id=ANA_WA)
+    second = text_message("wamid.E2", "dois", wa_id=BRUNO_WA)
+    third = fixture_json("status_read.json")
+    first["entry"][0]["changes"] += third["entry"][0]["changes"]
+    first["entry"] += second["entry"]
+    assert (await post(client, first))[0] == 200
+    assert count(engine, Message) == 2
+    assert count(engine, Contact) == 2
+    assert turn_jobs(redis_client) == 2
+
+
+async def test_a_burst_from_one_contact_is_one_conversation_and_one_turn(
+        client: Client, engine: Engine, redis_client: redis.Redis) -> None:
+    payload = text_message("wamid.B1", "oi", wa_id=ANA_WA)
+    items = payload["entry"][0]["changes"][0]["value"]["messages"]
+    items += [{**items[0], "id": "wamid.B2", "text": {"body": "quero marcar"}},
+              {**items[0], "id": "wamid.B1"},  # the same wamid twice in one body
+              {**items[0], "id": "wamid.B3", "text": {"body": "corte"}}]
+    assert (await post(client, payload))[0] == 200
+    assert (await post(client, text_message("wamid.B4", "amanhã", wa_id=ANA_WA)))[0] == 200
+    assert count(engine, Message) == 4
+    assert count(engine, Conversation) == 1
     assert turn_jobs(redis_client) == 1
 
 
@@ -511,6 +545,13 @@ async def test_statuses_are_monotonic(client: Client, engine: Engine, outbound_i
     assert outbound(engine, outbound_id)[0].status == "read"
 
 
+async def test_played_counts_as_read(client: Client, engine: Engine, outbound_id: int) -> None:
+    assert (await post(client, status_body(OUR_WAMID, "played")))[0] == 200
+    assert outbound(engine, outbound_id)[0].status == "read"
+    assert (await post(client, fixture_bytes("status_delivered.json")))[0] == 200
+    assert outbound(engine, outbound_id)[0].status == "read"
+
+
 async def test_failed_status_sets_code_and_reason(client: Client, engine: Engine,
                                                   outbound_id: int) -> None:
     with session_scope(engine) as session:
@@ -642,6 +683,20 @@ async def test_user_changed_number_with_new_user_id(client: Client, engine: Engi
     assert count(engine, Conversation) == 1
 
 
+async def test_user_changed_user_id_rekeys_the_user_id(client: Client, engine: Engine) -> None:
+    assert (await post(client, text_message("wamid.1", wa_id=ANA_WA, user_id=ANA_USER)))[0] == 200
+    change = envelope({"messages": [{
+        "from": ANA_WA, "from_user_id": ANA_USER, "id": "wamid.SYSU", "timestamp": "1780318900",
+        "type": "system", "system": {"body": "user id changed", "wa_id": ANA_WA,
+                                     "user_id": NEW_USER, "type": "user_changed_user_id"}}]})
+    assert (await post(client, change))[0] == 200
+    assert (await post(client, text_message("wamid.2", wa_id=ANA_WA, user_id=NEW_USER)))[0] == 200
+    (contact,) = rows(engine, Contact)
+    assert (contact.wa_id, contact.user_id) == (ANA_WA, NEW_USER)
+    assert count(engine, Conversation) == 1
+    assert count(engine, Message) == 2  # the system message itself is not a customer message
+
+
 async def test_number_change_arriving_after_the_new_numbers_message(
         client: Client, engine: Engine) -> None:
     """Meta orders nothing: the new number spoke first, then the change explains it."""
@@ -682,6 +737,21 @@ async def test_contact_race_loses_no_message(client: Client, engine: Engine,
     assert count(engine, Message) == 2
 
 
+async def test_concurrent_first_messages_of_one_contact(
+        client: Client, engine: Engine, redis_client: redis.Redis) -> None:
+    """Meta delivers concurrently: eight POSTs from a new contact race through the thread pool
+    to create one contact and one open conversation; nothing is dead-lettered."""
+    bodies = [text_message(f"wamid.R{i}", f"m{i}", wa_id=ANA_WA, user_id=ANA_USER)
+              for i in range(8)]
+    statuses = await asyncio.gather(*(post(client, body) for body in bodies))
+    assert [status for status, _ in statuses] == [200] * 8
+    assert count(engine, DeadLetter) == 0
+    assert count(engine, Message) == 8
+    assert count(engine, Contact) == 1
+    assert count(engine, Conversation) == 1
+    assert turn_jobs(redis_client) == 1
+
+
 # --- stores down -----------------------------------------------------------------------------
 
 
@@ -709,6 +779,44 @@ async def test_database_failing_mid_request_is_503_then_redelivery_lands(
     assert count(engine, Message) == 2
     assert count(engine, DeadLetter) == 0
     assert turn_jobs(redis_client) == 2
+
+
+async def test_database_lost_midway_through_a_batch(
+        client: Client, engine: Engine, redis_client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first update landed, the second could not: 503; the redelivery stores the second
+    and queues both turns (the first message is still unanswered)."""
+    real_scope, calls = ingest.session_scope, iter(range(100))
+
+    def flaky(eng: Engine) -> Any:
+        if next(calls) == 1:
+            raise OperationalError("connect", {}, Exception("server closed the connection"))
+        return real_scope(eng)
+
+    monkeypatch.setattr(ingest, "session_scope", flaky)
+    raw = fixture_bytes("batch_two_messages_two_contacts.json")
+    assert (await post(client, raw))[0] == 503
+    assert count(engine, Message) == 1
+    assert turn_jobs(redis_client) == 0
+    monkeypatch.undo()
+    assert (await post(client, raw))[0] == 200
+    assert count(engine, Message) == 2
+    assert turn_jobs(redis_client) == 2
+
+
+async def test_store_failure_logs_carry_no_message_text_or_phone(
+        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    def lost(*_: Any, **__: Any) -> Any:
+        raise OperationalError("INSERT INTO message (content) VALUES (%(content)s)",
+                               {"content": "Oi! Vocês abrem", "wa_id": ANA_WA},
+                               Exception("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(messages, "insert_inbound", lost)
+    with structlog.testing.capture_logs() as logs:
+        assert (await post(client, fixture_bytes("message_text.json")))[0] == 503
+    loud = [e for e in logs if e["log_level"] not in ("debug",)]
+    assert loud
+    assert not [e for e in loud if "Vocês" in repr(e) or ANA_WA in repr(e)]
 
 
 async def test_redis_down_is_503_and_redelivery_enqueues_once(

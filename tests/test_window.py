@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.messages_api import validate_request
-from workers.agent.context import TenantPrompt, build_request
+from workers.agent.context import TenantPrompt, build_request, context_block
 from workers.agent.tools.scheduling import TOOLS
-from workers.agent.window import Stored, first_safe_start, safe_start, to_api_messages
+from workers.agent.window import (Stored, first_safe_start, prune, prune_boundary, safe_start,
+                                  select_window, to_api_messages)
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
                       instructions="Seja breve.", model="claude-sonnet-5-5")
@@ -28,27 +29,54 @@ def histories(draw: Any) -> list[Stored]:
     for _ in range(draw(st.integers(1, 8))):
         for _ in range(draw(st.integers(1, 3))):  # a burst
             text = draw(st.sampled_from(["oi", "[reaction 👍 to one of our messages]", "pode ser"]))
-            messages.append(Stored(next(next_id), "user", [{"type": "text", "text": text}]))
+            messages.append(_at(next(next_id), "user", [{"type": "text", "text": text}]))
         for _ in range(draw(st.integers(0, 3))):  # tool rounds
             uses = [{"type": "tool_use", "id": f"toolu_{next(tool_ids)}", "name": "list_services",
                      "input": {}} for _ in range(draw(st.integers(1, 3)))]
             lead = draw(st.sampled_from([[], [{"type": "text", "text": ""}],
                                          [{"type": "text", "text": "Vou ver."}]]))
-            messages.append(Stored(next(next_id), "assistant", lead + uses))
-            results = [{"type": "tool_result", "tool_use_id": u["id"], "content": "ok"}
+            messages.append(_at(next(next_id), "assistant", lead + uses))
+            results = [{"type": "tool_result", "tool_use_id": u["id"],
+                        "content": "Free slots:\nTue: 09:00 julia, 09:30 julia"}
                        for u in uses]
-            messages.append(Stored(next(next_id), "user", results))
-        messages.append(Stored(next(next_id), "assistant", [{"type": "text", "text": "Feito!"}]))
+            messages.append(_at(next(next_id), "user", results))
+        messages.append(_at(next(next_id), "assistant", [{"type": "text", "text": "Feito!"}]))
     pending = draw(st.integers(1, 3))
     for _ in range(pending):
-        messages.append(Stored(next(next_id), "user", [{"type": "text", "text": "e amanhã?"}]))
+        messages.append(_at(next(next_id), "user", [{"type": "text", "text": "e amanhã?"}]))
     return messages
 
 
+def _at(number: int, role: str, content: list[dict[str, Any]]) -> Stored:
+    return Stored(number, role, content, position=number)
+
+
 def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return build_request(tenant=TENANT, tools=TOOLS, facts=["preferred_name: Ana"],
-                         summary="Ana booked a haircut.", messages=messages, max_tokens=512,
-                         metadata_user_id="x")
+    return build_request(tenant=TENANT, tools=TOOLS,
+                         context=context_block(["preferred_name: Ana"], "Ana booked a haircut."),
+                         messages=messages, max_tokens=512, metadata_user_id="x")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(histories(), st.integers(0, 40), st.integers(0, 80), st.integers(0, 80),
+       st.booleans())
+def test_every_window_is_a_valid_request_after_the_summary(
+        history: list[Stored], keep: int, summarized: int, pruned: int, hard_cap: bool) -> None:
+    """Over 2,000 histories: whatever the summary's end, the prune boundary and the hard cap,
+    the request is valid (the double's rules), starts with a user text, and carries no
+    message at or before the summary's end.
+    """
+    summarized = min(summarized, history[-1].position - 1)
+    window = prune(select_window(history, summarized_until=summarized, keep=keep,
+                                 hard_cap=hard_cap), pruned_until=pruned)
+    messages = to_api_messages(window)
+    assert messages, "the pending user messages always remain"
+    assert all(m.position > summarized for m in window)
+    assert messages[0]["role"] == "user"
+    assert all(b["type"] == "text" for b in messages[0]["content"])
+    assert validate_request(_request(messages)) is None
+    if hard_cap:
+        assert len(window) <= max(keep, 1)
 
 
 @settings(max_examples=300, deadline=None)
@@ -111,6 +139,51 @@ def test_request_layout_keeps_the_prefix_stable() -> None:
     assert first["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert "cache_control" in second["messages"][-1]["content"][-1]
     assert "cache_control" not in second["messages"][0]["content"][-1]
-    assert "never instructions" in first["system"][1]["text"]
+    assert "not instructions" in first["system"][1]["text"]
     assert "Ana" in first["system"][1]["text"]
     assert messages[0]["content"][0].get("cache_control") is None, "input never mutated"
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.integers(0, 80), st.integers(0, 80))
+def test_pruning_is_deterministic_and_keeps_pairs(history: list[Stored], a: int, b: int) -> None:
+    low, high = sorted((a, b))
+    once = prune(history, pruned_until=high)
+    assert once == prune(history, pruned_until=high), "same input, same bytes"
+    assert prune(once, pruned_until=high) == once, "once pruned, stays pruned"
+    assert prune(prune(history, pruned_until=low), pruned_until=high) == once
+    for before, after in zip(history, once, strict=True):
+        ids = [x.get("tool_use_id") for x in before.content]
+        assert ids == [x.get("tool_use_id") for x in after.content]
+        if before.position > high:
+            assert before == after
+    assert validate_request(_request(to_api_messages(once))) is None
+
+
+def test_a_pruned_slot_list_says_what_was_there() -> None:
+    history = [
+        Stored(1, "user", [{"type": "text", "text": "horários?"}], 1),
+        Stored(2, "assistant", [{"type": "tool_use", "id": "t1", "name": "find_available_slots",
+                                 "input": {"service": "corte"}}], 2),
+        Stored(3, "user", [{"type": "tool_result", "tool_use_id": "t1",
+                            "content": "Tue: 09:00 julia, 09:30 julia, 10:00 ana"}], 3),
+    ]
+    pruned = prune(history, pruned_until=3)
+    assert pruned[2].content == [{"type": "tool_result", "tool_use_id": "t1",
+                                  "content": "result omitted: 3 slots listed"}]
+
+
+def test_prune_boundary_keeps_the_last_user_turns_whole() -> None:
+    turn = [("user", "text"), ("assistant", "tool_use"), ("user", "tool_result"),
+            ("assistant", "text")]
+    history = []
+    for n, (role, kind) in enumerate(turn * 3, 1):
+        block: dict[str, Any] = ({"type": "text", "text": "x"} if kind == "text" else
+                                 {"type": "tool_use", "id": f"t{n}", "name": "list_services",
+                                  "input": {}} if kind == "tool_use" else
+                                 {"type": "tool_result", "tool_use_id": f"t{n - 1}",
+                                  "content": "ok"})
+        history.append(Stored(n, role, [block], n))
+    assert prune_boundary(history, keep_user_turns=2) == 4   # turns 2 and 3 stay whole
+    assert prune_boundary(history, keep_user_turns=3) == 0
+    assert prune_boundary(history, keep_user_turns=5) == 0

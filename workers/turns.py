@@ -19,6 +19,7 @@ from rq import get_current_job
 
 from core import clock
 from storage import contacts as contact_repo
+from storage import memory
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.jobs import consume_turn_token, enqueue_turn
@@ -28,7 +29,8 @@ from workers.agent.context import TenantPrompt, build_request, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
 from workers.agent.tools.base import ToolContext
 from workers.agent.tools.scheduling import TOOLS, execute_tool
-from workers.agent.window import Stored, first_safe_start, safe_start, to_api_messages
+from workers.agent.window import Stored, prune, select_window, to_api_messages
+from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime, get_runtime
 from workers.whatsapp import split_text
@@ -36,7 +38,6 @@ from workers.whatsapp import split_text
 log = structlog.get_logger(__name__)
 
 SERVICE_WINDOW = timedelta(hours=24)  # Meta: free-form replies within 24 h of the last inbound
-HARD_CAP_TOKENS = 150_000  # past this the turn sends only the safe window of `keep` messages
 RETRY_DELAYS = (timedelta(seconds=10), timedelta(seconds=40), timedelta(seconds=120))
 TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
              anthropic.APIConnectionError)
@@ -105,6 +106,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
     _finish(runtime, state, reply, up_to_position=last_position)
     flush_outbox(runtime, conversation_id)
+    if maybe_enqueue_compaction(runtime, conversation_id):
+        log.info("compaction_enqueued")
     log.info("turn_done", kind=kind, attempt=attempt)
     return kind
 
@@ -118,33 +121,59 @@ def _converse(runtime: Runtime, state: TurnState) -> LoopOutcome:
 
 
 def _run_loop(runtime: Runtime, state: TurnState, *, hard_cap: bool) -> LoopOutcome:
-    conversation_id = _id(state.conversation)
-    with session_scope(runtime.engine) as session:
-        conversation = session.get(Conversation, conversation_id)
-        assert conversation is not None
-        rows = message_repo.history(session, conversation_id,
-                                    after_id=conversation.summarized_until_id)
-        summary = conversation.summary
-        last_input_tokens = conversation.last_input_tokens
-    window = [Stored(_id(m), m.role, m.content) for m in rows]
-    if hard_cap or last_input_tokens > HARD_CAP_TOKENS:
-        log.warning("turn_hard_cap_window", last_input_tokens=last_input_tokens)
-        start = safe_start(window, state.tenant.keep_messages)
-    else:
-        start = first_safe_start(window)
-    messages = to_api_messages(window[start:])
+    window = prepare_window(runtime, state, force_hard_cap=hard_cap)
+    messages = to_api_messages(window.messages)
     hooks = _StoreHooks(runtime, state)
     _resume_dangling_tool_use(messages, hooks, runtime, state)
-    request = build_request(
-        tenant=_prompt(state.tenant), tools=TOOLS, facts=[], summary=summary, messages=[],
-        max_tokens=runtime.settings.max_output_tokens,
-        metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
-    del request["messages"]
+    request = request_arguments(runtime, state, window.context_block)
     create = functools.partial(runtime.anthropic.messages.create,
                                extra_headers={"x-wagent-purpose": "turn"})
     return run_tool_loop(create, request=request, messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds)
+
+
+@dataclass(frozen=True)
+class Window:
+    messages: list[Stored]
+    context_block: str
+    hard_cap: bool
+
+
+def prepare_window(runtime: Runtime, state: TurnState, *,
+                   force_hard_cap: bool = False) -> Window:
+    """Read the window of a turn: the messages after the summary's end (from a safe start,
+    old tool results pruned) and the context block, from one read of the conversation row, so
+    a compaction is seen whole or not at all. The hard cap (context past
+    `context_hard_cap_tokens`, or more messages than `max_window_messages`) reads only the tail.
+    """
+    settings, keep = runtime.settings, state.tenant.keep_messages
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, _id(state.conversation))
+        assert conversation is not None
+        start = memory.position_of(session, conversation.summarized_until_id)
+        pruned = memory.position_of(session, conversation.pruned_until_id)
+        hard_cap = force_hard_cap or conversation.last_input_tokens > \
+            settings.context_hard_cap_tokens or memory.max_position(
+                session, _id(conversation)) - start > settings.max_window_messages
+        rows = memory.window_rows(session, _id(conversation), after_position=start,
+                                  tail=keep * 4 + 32 if hard_cap else None)
+        context_block = conversation.context_block
+    if hard_cap:
+        log.warning("turn_hard_cap_window", forced=force_hard_cap)
+    stored = [Stored(_id(m), m.role, m.content, m.position or 0) for m in rows]
+    window = select_window(stored, summarized_until=start, keep=keep, hard_cap=hard_cap)
+    return Window(prune(window, pruned_until=pruned), context_block, hard_cap)
+
+
+def request_arguments(runtime: Runtime, state: TurnState, context_block: str) -> dict[str, Any]:
+    """Every argument of `messages.create` but `messages`."""
+    request = build_request(
+        tenant=_prompt(state.tenant), tools=TOOLS, context=context_block, messages=[],
+        max_tokens=runtime.settings.max_output_tokens,
+        metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
+    del request["messages"]
+    return request
 
 
 def _resume_dangling_tool_use(messages: list[dict[str, Any]], hooks: "_StoreHooks",
@@ -207,6 +236,7 @@ def record_usage(runtime: Runtime, state: TurnState, response: Any, *, purpose: 
                 request_id=getattr(response, "_request_id", None),
                 input_tokens=usage.input_tokens or 0,
                 cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+                cache_creation_1h_input_tokens=_one_hour_writes(usage),
                 cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                 output_tokens=usage.output_tokens or 0, created_at=clock.now())
     total = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
@@ -220,6 +250,11 @@ def record_usage(runtime: Runtime, state: TurnState, response: Any, *, purpose: 
     log.info("claude_call", purpose=purpose, request_id=row.request_id, context_tokens=total,
              cache_read=row.cache_read_input_tokens, output_tokens=row.output_tokens)
     return total
+
+
+def _one_hour_writes(usage: Any) -> int:
+    detail = getattr(usage, "cache_creation", None)
+    return int(getattr(detail, "ephemeral_1h_input_tokens", 0) or 0) if detail else 0
 
 
 def _reply_text(outcome: LoopOutcome, language: str) -> str:

@@ -3,23 +3,32 @@
 Rules (DESIGN.md, "The request sent to Claude"): the first message sent is a user message made
 only of text; a start point moves forward, never back; every tool_use has its tool_result in the
 next message, results first; empty text blocks are never sent; consecutive stored user messages
-merge into one API message. Pure: no I/O.
+merge into one API message. Between compactions the window is everything after the summary's
+end; only compaction (or the hard cap) moves its start. Old tool results are pruned to a short
+note up to a boundary that also moves only at compaction, so the prefix is stable between steps.
+Pure: no I/O. Stored messages are given in history order (their `position`).
 """
 
+import json
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 Block = dict[str, Any]
+_SLOT = re.compile(r"\b\d{2}:\d{2}\b")
+PRUNED_PREFIX = "result omitted:"
 
 
 @dataclass(frozen=True)
 class Stored:
-    """The part of a stored message the window needs."""
+    """The part of a stored message the window needs. `position` orders the history."""
 
     id: int
     role: str
     content: list[Block]
+    position: int = 0
 
 
 def has_tool_result(message: Stored) -> bool:
@@ -30,11 +39,18 @@ def has_tool_use(message: Stored) -> bool:
     return any(b.get("type") == "tool_use" for b in message.content)
 
 
+def is_turn_start(message: Stored) -> bool:
+    """A user message made only of text: a turn the person began."""
+    return message.role == "user" and bool(message.content) and all(
+        b.get("type") == "text" for b in message.content)
+
+
 def is_safe_start(messages: Sequence[Stored], index: int) -> bool:
-    """True when the window may begin at `index`: a user message whose run of consecutive user
-    messages carries no tool_result (it would be orphaned), and not right after a tool_use.
+    """True when the window may begin at `index`: a user message made only of text, whose run
+    of consecutive user messages carries no tool_result (it would be orphaned), and which does
+    not follow a tool_use (its results would be cut from it).
     """
-    if index >= len(messages) or messages[index].role != "user":
+    if index >= len(messages) or not is_turn_start(messages[index]):
         return False
     if index > 0 and messages[index - 1].role == "assistant" and has_tool_use(messages[index - 1]):
         return False
@@ -43,7 +59,7 @@ def is_safe_start(messages: Sequence[Stored], index: int) -> bool:
             break
         if has_tool_result(message):
             return False
-    return all(b.get("type") == "text" for b in messages[index].content)
+    return True
 
 
 def first_safe_start(messages: Sequence[Stored], start: int = 0) -> int:
@@ -61,6 +77,82 @@ def safe_start(messages: Sequence[Stored], keep: int) -> int:
     rather than a broken pair. `len(messages)` when no safe start exists.
     """
     return first_safe_start(messages, len(messages) - max(keep, 1))
+
+
+def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: int,
+                  hard_cap: bool) -> list[Stored]:
+    """The messages to send: everything after position `summarized_until` from its first safe
+    start; with `hard_cap` only the safe window of the last `keep` messages.
+    """
+    after = [m for m in messages if m.position > summarized_until]
+    start = safe_start(after, keep) if hard_cap else first_safe_start(after)
+    return after[start:]
+
+
+def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
+    """Replace the content of tool results at or before position `pruned_until` by a short
+    note that keeps the `tool_use_id` and says what was there. Deterministic: the same input
+    gives the same bytes, so a pruned prefix stays cacheable.
+    """
+    names = {b["id"]: str(b.get("name")) for m in messages if m.role == "assistant"
+             for b in m.content if b.get("type") == "tool_use"}
+    pruned: list[Stored] = []
+    for message in messages:
+        if message.position > pruned_until or not has_tool_result(message):
+            pruned.append(message)
+            continue
+        content = [_prune_block(b, names.get(b.get("tool_use_id", ""), "tool"))
+                   if b.get("type") == "tool_result" else b for b in message.content]
+        pruned.append(Stored(message.id, message.role, content, message.position))
+    return pruned
+
+
+def _prune_block(block: Block, tool_name: str) -> Block:
+    text = _result_text(block.get("content"))
+    if text.startswith(PRUNED_PREFIX):
+        return block  # once pruned, stays as it is
+    note = prune_note(tool_name, text)
+    pruned: Block = {"type": "tool_result", "tool_use_id": block["tool_use_id"],
+                     "content": note}
+    if block.get("is_error"):
+        pruned["is_error"] = True
+    return pruned
+
+
+def prune_note(tool_name: str, text: str) -> str:
+    """"result omitted: 20 slots listed" for slot searches; a line count otherwise."""
+    if tool_name == "find_available_slots":
+        return f"{PRUNED_PREFIX} {len(_SLOT.findall(text))} slots listed"
+    lines = len([line for line in text.splitlines() if line.strip()])
+    return f"{PRUNED_PREFIX} {tool_name} returned {lines} line(s)"
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+def prune_boundary(messages: Sequence[Stored], *, keep_user_turns: int) -> int:
+    """Position up to which tool results may be pruned: just before the start of the
+    `keep_user_turns`-th last turn the customer began. 0 when there are not that many turns.
+    """
+    starts = [i for i, m in enumerate(messages) if is_turn_start(m)
+              and (i == 0 or messages[i - 1].role != "user")]
+    if keep_user_turns <= 0:
+        return messages[-1].position if messages else 0
+    if len(starts) < keep_user_turns:
+        return 0
+    index = starts[-keep_user_turns]
+    return messages[index - 1].position if index > 0 else 0
+
+
+def estimate_tokens(messages: Sequence[Stored]) -> int:
+    """Rough context size of stored messages: UTF-8 bytes of the serialized blocks / 4."""
+    return sum(math.ceil(len(json.dumps(b, ensure_ascii=False, separators=(",", ":"))
+                             .encode()) / 4) for m in messages for b in m.content)
 
 
 def to_api_messages(messages: Sequence[Stored]) -> list[dict[str, Any]]:

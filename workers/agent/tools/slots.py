@@ -1,6 +1,6 @@
 """Free-slot computation: opening hours, durations, busy intervals, the tenant's timezone. Pure."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -27,9 +27,9 @@ def local_to_utc(day: date, hhmm: str | time, tz: ZoneInfo) -> datetime:
 
 
 def compute_slots(*, days: Iterable[date], tz: ZoneInfo,
-                  hours: dict[int, Sequence[tuple[str, str]]], duration: timedelta,
+                  hours: Mapping[int, Sequence[tuple[str, str]]], duration: timedelta,
                   step: timedelta, professional_ids: Sequence[int],
-                  busy: dict[int, Sequence[Interval]], now: datetime) -> list[Slot]:
+                  busy: Mapping[int, Sequence[Interval]], now: datetime) -> list[Slot]:
     """Every bookable (start, professional) in `days`, ordered by start then professional.
 
     `hours` maps weekday (0 = Monday) to local ("HH:MM", "HH:MM") opening intervals; a slot fits
@@ -49,7 +49,7 @@ def compute_slots(*, days: Iterable[date], tz: ZoneInfo,
 
 
 def fits_opening_hours(start: datetime, duration: timedelta, tz: ZoneInfo,
-                       hours: dict[int, Sequence[tuple[str, str]]]) -> bool:
+                       hours: Mapping[int, Sequence[tuple[str, str]]]) -> bool:
     """True when [start, start + duration) lies inside one opening interval of its local day."""
     local = start.astimezone(tz)
     for opens, closes in hours.get(local.date().weekday(), ()):

@@ -1,0 +1,60 @@
+"""The memory rows of a conversation: window reads by position and the compaction's
+compare-and-set update of summary, `summarized_until_id`, `pruned_until_id` and context block.
+"""
+
+from sqlmodel import Session, col, func, select, update
+
+from storage.models import Conversation, Message
+
+
+def position_of(session: Session, message_id: int) -> int:
+    """History position of message `message_id`; 0 for 0 or an unknown id."""
+    if not message_id:
+        return 0
+    position = session.exec(select(Message.position).where(Message.id == message_id)).first()
+    return int(position or 0)
+
+
+def max_position(session: Session, conversation_id: int) -> int:
+    current = session.exec(select(func.max(Message.position)).where(
+        Message.conversation_id == conversation_id)).one()
+    return int(current or 0)
+
+
+def window_rows(session: Session, conversation_id: int, *, after_position: int,
+                tail: int | None = None) -> list[Message]:
+    """Messages placed after `after_position`, in history order; with `tail`, only the last
+    `tail` positions (the hard cap never reads the whole history). Indexed on
+    (conversation_id, position).
+    """
+    lower = after_position
+    if tail is not None:
+        lower = max(lower, max_position(session, conversation_id) - tail)
+    return list(session.exec(select(Message).where(
+        Message.conversation_id == conversation_id, col(Message.position) > lower,
+    ).order_by(col(Message.position))).all())
+
+
+def id_at_position(session: Session, conversation_id: int, position: int) -> int:
+    """Id of the message at `position` (0 for position 0)."""
+    if position <= 0:
+        return 0
+    found = session.exec(select(Message.id).where(
+        Message.conversation_id == conversation_id, Message.position == position)).first()
+    return int(found or 0)
+
+
+def apply_compaction(session: Session, conversation_id: int, *, expected_summarized_until_id: int,
+                     summary: str, summarized_until_id: int, pruned_until_id: int,
+                     context_block: str) -> bool:
+    """Compare-and-set: write the new summary, window start, prune boundary and context block
+    together, only if nobody moved `summarized_until_id` since the job read it. Returns False
+    when the row had moved (the job's work is discarded; nothing is applied twice).
+    """
+    result = session.exec(update(Conversation).where(  # type: ignore[call-overload]
+        col(Conversation.id) == conversation_id,
+        col(Conversation.summarized_until_id) == expected_summarized_until_id,
+    ).values(summary=summary, summarized_until_id=summarized_until_id,
+             pruned_until_id=pruned_until_id, context_block=context_block,
+             compactions=Conversation.compactions + 1))
+    return bool(result.rowcount)
