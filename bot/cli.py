@@ -44,6 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     upgrade = db_sub.add_parser("upgrade", help="create or migrate the schema (Alembic head)")
     upgrade.set_defaults(run=_db_upgrade)
 
+    report = sub.add_parser("report", help="usage of one conversation: context per call "
+                            "(the saw-tooth), cache-read share, compactions, cost; writes a plot")
+    report.add_argument("conversation_id", type=int)
+    report.add_argument("--plot", type=Path, default=None,
+                        help="SVG file to write (default: conversation-<id>.svg)")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(run=_report)
+
     tenant = sub.add_parser("tenant", help="tenant set-up")
     tenant_sub = tenant.add_subparsers(title="tenant commands")
     create = tenant_sub.add_parser("create", help="create or update a tenant from a JSON file "
@@ -117,6 +125,36 @@ def _db_upgrade(args: argparse.Namespace) -> int:
     settings = _settings(require=False)
     upgrade(settings.database_url)
     print(f"schema at head on {settings.database_url.split('@')[-1]}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from storage.db import make_engine
+    from workers.report import conversation_report, render_svg
+
+    settings = _settings(require=False)
+    try:
+        report = conversation_report(make_engine(settings.database_url), args.conversation_id)
+    except LookupError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    calls = report.pop("calls_detail")
+    plot = args.plot or Path(f"conversation-{args.conversation_id}.svg")
+    plot.write_text(render_svg(report["context_per_call"], title=(
+        f"conversation {args.conversation_id}: context tokens per call")), encoding="utf-8")
+    if args.json:
+        print(json.dumps({**report, "plot": str(plot)}))
+        return 0
+    print(f"{'when (UTC)':<17} {'purpose':<8} {'context':>8} {'read':>8} {'write':>7} "
+          f"{'input':>7} {'output':>6}")
+    for c in calls:
+        print(f"{c.at:%Y-%m-%d %H:%M} {c.purpose:<8} {c.context_tokens:>8} "
+              f"{c.cache_read_input_tokens:>8} {c.cache_creation_input_tokens:>7} "
+              f"{c.input_tokens:>7} {c.output_tokens:>6}")
+    print(f"calls {report['calls']} · compactions {report['compactions']} · peak context "
+          f"{report['peak_context']} · cache-read share {report['cache_read_share']:.1%} · "
+          f"billed-equivalent input {report['billed_equivalent_input']} · "
+          f"cost ${report['cost_usd']:.4f} · plot {plot}")
     return 0
 
 

@@ -108,6 +108,7 @@ class _Runner:
         self.tool_mark = 0  # ToolCall id seen by the previous expect
         self.shown_sends = 0
         self.shown_tools = 0
+        self.shown_summaries = 0
         self.last_sender: str | None = None
 
     def say(self, line: str) -> None:
@@ -184,6 +185,11 @@ class _Runner:
             else:
                 self.say(f"   [send refused by WhatsApp: code {send.error_code}]")
         self.shown_sends = len(self.env.graph_api.sends)
+        summaries = [c for c in self.env.messages_api.calls if c.purpose == "summary"]
+        for call in summaries[self.shown_summaries:]:
+            state = "summary updated" if call.status == 200 else f"failed ({call.status})"
+            self.say(f"   [compaction: {state}]")
+        self.shown_summaries = len(summaries)
 
     def collect_totals(self) -> None:
         api = self.env.messages_api

@@ -28,10 +28,10 @@ class Tenant(SQLModel, table=True):
     language: str = Field(default="pt-BR", max_length=16)
     instructions: str = Field(default="", sa_type=Text)
     inactivity_timeout_minutes: int = 1440
-    compaction_threshold_tokens: int = 20000
-    compaction_min_gain_tokens: int = 2000
-    keep_messages: int = 16
-    prune_after_user_turns: int = 2
+    compaction_threshold_tokens: int = 5000
+    compaction_min_gain_tokens: int = 1000
+    keep_messages: int = 8
+    prune_after_user_turns: int = 1
     agent_model: str = Field(default="claude-sonnet-5-5", max_length=64)
     summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
     slot_granularity_minutes: int = 30

@@ -122,8 +122,8 @@ BATCH_REVISION = '''
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "9001"
+down_revision = "PACKAGED_HEAD"
 branch_labels = None
 depends_on = None
 
@@ -140,12 +140,20 @@ def downgrade() -> None:
 '''
 
 
+def _packaged_head() -> str:
+    head = ScriptDirectory.from_config(make_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head
+
+
 def _with_revision_0002(tmp_path: Path, url: str, broken: str) -> Config:
-    """A copy of the packaged script directory plus a batch revision 0002 ending in `broken`."""
+    """A copy of the packaged script directory plus a batch revision on top, ending in
+    `broken`."""
     scripts = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS, scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0002_batch.py").write_text(
-        BATCH_REVISION.replace("BROKEN", broken), encoding="utf-8")
+    (scripts / "versions" / "9001_batch.py").write_text(
+        BATCH_REVISION.replace("BROKEN", broken).replace("PACKAGED_HEAD", _packaged_head()),
+        encoding="utf-8")
     config = make_config(url)
     config.set_main_option("script_location", str(scripts))
     return config
@@ -167,12 +175,12 @@ def test_sqlite_batch_migration_keeps_referencing_rows(tmp_path: Path) -> None:
     """With PRAGMA foreign_keys=ON, recreating `tenant` would cascade-delete its services."""
     url = f"sqlite:///{tmp_path}/wagent.db"
     config = _with_revision_0002(tmp_path, url, broken="pass")
-    command.upgrade(config, "0001")
+    command.upgrade(config, _packaged_head())
     engine = make_engine(url)
     try:
         _tenant_with_service(engine)
         command.upgrade(config, "head")
-        assert current(url) == "0002"
+        assert current(url) == "9001"
         with engine.connect() as connection:
             assert connection.execute(text("SELECT count(*) FROM service")).scalar_one() == 1
             assert "extra" in {c["name"] for c in inspect(connection).get_columns("tenant")}

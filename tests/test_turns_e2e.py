@@ -42,6 +42,13 @@ def test_readme_example_scenario(database_url: str | None, redis_url: str | None
     assert result.passed, result.failures
 
 
+def test_a_conversation_long_enough_to_compact(database_url: str | None,
+                                               redis_url: str | None) -> None:
+    result = run_scenario_file(TESTS / "compaction.json", database_url=database_url,
+                               redis_url=redis_url)
+    assert result.passed, result.failures
+
+
 def test_burst_of_three_before_the_worker_is_one_turn_and_one_reply(
         database_url: str | None, redis_url: str | None) -> None:
     result = _run([

@@ -137,7 +137,8 @@ def test_request_layout_keeps_the_prefix_stable() -> None:
     assert first["system"] == second["system"] and first["tools"] == second["tools"]
     assert [t["name"] for t in first["tools"]] == sorted(t["name"] for t in TOOLS)
     assert first["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
-    assert "cache_control" in second["messages"][-1]["content"][-1]
+    assert second["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral",
+                                                                       "ttl": "1h"}
     assert "cache_control" not in second["messages"][0]["content"][-1]
     assert "not instructions" in first["system"][1]["text"]
     assert "Ana" in first["system"][1]["text"]

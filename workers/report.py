@@ -1,0 +1,111 @@
+"""Per-conversation usage report: the context saw-tooth, cache-read share, compactions, cost.
+
+`billed_equivalent` and `cost_usd` are pure; `conversation_report` reads the usage rows;
+`render_svg` draws context tokens per call as a standalone SVG (no plotting dependency).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import col, select
+
+from storage.db import session_scope
+from storage.models import Conversation, Usage
+
+# Anthropic list prices, USD per million tokens (input, output) — reference/anthropic.md §6.
+PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
+CACHE_READ, WRITE_5M, WRITE_1H = 0.1, 1.25, 2.0
+
+
+@dataclass(frozen=True)
+class Call:
+    at: datetime
+    purpose: str
+    model: str
+    input_tokens: int
+    cache_creation_input_tokens: int
+    cache_creation_1h_input_tokens: int
+    cache_read_input_tokens: int
+    output_tokens: int
+
+    @property
+    def context_tokens(self) -> int:
+        """The real size of the prompt: the three input counters summed."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+
+def billed_equivalent(call: Call) -> float:
+    """Input tokens as billed: reads 0.1, 5-minute writes 1.25, 1-hour writes 2, rest 1."""
+    one_hour = call.cache_creation_1h_input_tokens
+    five_minutes = call.cache_creation_input_tokens - one_hour
+    return (call.input_tokens + CACHE_READ * call.cache_read_input_tokens
+            + WRITE_5M * five_minutes + WRITE_1H * one_hour)
+
+
+def cost_usd(call: Call) -> float:
+    family = next((name for name in PRICES if name in call.model), "sonnet")
+    price_in, price_out = PRICES[family]
+    return (billed_equivalent(call) * price_in + call.output_tokens * price_out) / 1_000_000
+
+
+def summarize_calls(calls: list[Call]) -> dict[str, Any]:
+    """Totals of a list of calls: tokens, cache-read share, billed-equivalent input, cost."""
+    context = sum(c.context_tokens for c in calls)
+    read = sum(c.cache_read_input_tokens for c in calls)
+    return {
+        "calls": len(calls),
+        "input_tokens_total": context,
+        "cache_read_share": round(read / context, 4) if context else 0.0,
+        "billed_equivalent_input": round(sum(billed_equivalent(c) for c in calls)),
+        "output_tokens": sum(c.output_tokens for c in calls),
+        "peak_context": max((c.context_tokens for c in calls), default=0),
+        "cost_usd": round(sum(cost_usd(c) for c in calls), 6),
+    }
+
+
+def load_calls(engine: Engine, conversation_id: int) -> list[Call]:
+    with session_scope(engine) as session:
+        rows = session.exec(select(Usage).where(Usage.conversation_id == conversation_id)
+                            .order_by(col(Usage.id))).all()
+        return [Call(r.created_at, r.purpose, r.model, r.input_tokens,
+                     r.cache_creation_input_tokens, r.cache_creation_1h_input_tokens,
+                     r.cache_read_input_tokens, r.output_tokens) for r in rows]
+
+
+def conversation_report(engine: Engine, conversation_id: int) -> dict[str, Any]:
+    """The report of one conversation; raises LookupError when it does not exist."""
+    with session_scope(engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        if conversation is None:
+            raise LookupError(f"no conversation {conversation_id}")
+        compactions = conversation.compactions
+    calls = load_calls(engine, conversation_id)
+    return {"conversation_id": conversation_id, "compactions": compactions,
+            **summarize_calls(calls),
+            "context_per_call": [c.context_tokens for c in calls if c.purpose == "turn"],
+            "calls_detail": calls}
+
+
+def render_svg(values: list[int], *, title: str, width: int = 900, height: int = 320) -> str:
+    """A line chart of `values` (context tokens per call) as an SVG document."""
+    pad, top = 50, 30
+    peak = max(values, default=1) or 1
+    step = (width - 2 * pad) / max(len(values) - 1, 1)
+    points = " ".join(f"{pad + i * step:.1f},{height - pad - v / peak * (height - pad - top):.1f}"
+                      for i, v in enumerate(values))
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="12">'
+        f'<rect width="100%" height="100%" fill="white"/>'
+        f'<text x="{pad}" y="18">{_escape(title)}</text>'
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
+        f'stroke="#999"/><line x1="{pad}" y1="{top}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
+        f'<text x="4" y="{top + 4}">{peak}</text><text x="4" y="{height - pad}">0</text>'
+        f'<text x="{width - pad - 80}" y="{height - 20}">call # ({len(values)})</text>'
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{points}"/></svg>')
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
