@@ -11,7 +11,7 @@ from sqlalchemy import Engine, text
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
-from storage.db import make_engine
+from storage.db import connect_redis, make_engine
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +32,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
                           client_max_size=settings.max_body_bytes + 1)
     app[SETTINGS] = settings
     app[ENGINE] = engine or make_engine(settings.database_url)
-    app[REDIS] = redis_client or redis.Redis.from_url(settings.redis_url)
+    app[REDIS] = redis_client or connect_redis(settings.redis_url)
     app[TURN_QUEUE] = Queue(settings.queue_name, connection=app[REDIS])
     app.router.add_get("/webhook", verify_challenge)
     app.router.add_post("/webhook", receive_update)

@@ -14,9 +14,9 @@ BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenari
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from dotenv import load_dotenv
+    from dotenv import find_dotenv, load_dotenv
 
-    load_dotenv()
+    load_dotenv(find_dotenv(usecwd=True))  # the .env of the directory you run wagent in
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wagent", description=__doc__)
     sub = parser.add_subparsers(title="commands")
 
-    replay = sub.add_parser("replay", help="run replay scenario files (REPLAY.md)")
+    replay = sub.add_parser("replay", help="run replay scenario files (docs/REPLAY.md)")
     replay.add_argument("files", nargs="+", type=Path)
     replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
     replay.add_argument("--quiet", action="store_true", help="no transcript, only the verdicts")
@@ -82,7 +82,8 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
     from core.logs import configure_logging
     from replay.runner import run_scenario_file
 
-    configure_logging(os.environ.get("LOG_LEVEL", "ERROR"), fmt="console")
+    # LOG_LEVEL is the services' level; a replay prints its transcript and only errors
+    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
     failed = 0
     for path in files:
         echo = None if (as_json or quiet) else print
@@ -99,6 +100,12 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
 
 def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
     usage = result.usage
+    if not result.requests and not result.passed:
+        print(f"-- {result.name}: FAILED")
+        for failure in result.failures:
+            print(f"   ✗ {failure}")
+        print()
+        return
     print(f"-- {result.name}: {'PASSED' if result.passed else 'FAILED'} · "
           f"{result.requests} Claude call(s), {result.api_errors} API error(s), "
           f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "

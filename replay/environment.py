@@ -66,9 +66,9 @@ class _LoopThread:
 class ReplayEnvironment:
     """Start everything for a scenario; `close()` stops it and restores the clock.
 
-    `database_url` / `redis_url` None → a fresh SQLite file and an in-process Redis. With a
-    PostgreSQL URL the scenario gets its own schema; with a Redis URL its own key prefix and
-    queue name, deleted at the end.
+    `database_url` / `redis_url` None → a fresh SQLite file and an in-process Redis. A SQLite
+    URL also means a fresh file of the scenario's own. With a PostgreSQL URL the scenario gets
+    its own schema; with a Redis URL its own key prefix and queue name, deleted at the end.
     """
 
     def __init__(self, *, start: datetime, database_url: str | None = None,
@@ -100,10 +100,11 @@ class ReplayEnvironment:
         set_runtime(self.runtime)
 
     def _make_engine(self, database_url: str | None) -> tuple[Engine, str | None]:
-        if not database_url:
+        backend = make_url(database_url).get_backend_name() if database_url else "sqlite"
+        if backend == "sqlite":  # a scenario never touches the configured file: its own one
             return make_engine(f"sqlite:///{self._tmp.name}/wagent.db"), None
-        if make_url(database_url).get_backend_name() != "postgresql":
-            raise ValueError("a replay needs its own database: give a PostgreSQL URL or none")
+        if backend != "postgresql":
+            raise ValueError(f"replays run on SQLite or PostgreSQL, not {backend}")
         schema = self.namespace.replace("-", "_")
         admin = make_engine(database_url)
         with admin.begin() as connection:

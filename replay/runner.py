@@ -14,6 +14,7 @@ from sqlmodel import col, select
 from bot.inbound import InboundMessage, parse_update
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
+from replay.messages_api import check_item
 from storage.db import session_scope
 from storage.models import (
     Appointment,
@@ -24,6 +25,7 @@ from storage.models import (
     Tenant,
     ToolCall,
 )
+from storage.tenants import TenantConfigError, validate_config
 
 DEFAULT_TENANT: dict[str, Any] = {
     "phone_number_id": "109876543210987", "name": "Salão Exemplo",
@@ -77,33 +79,117 @@ def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = 
                         redis_url=redis_url)
 
 
+SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
+STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
+                                                                      "signature"},
+                "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
+                "expect": set()}
+EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
+               "api_errors"}
+PURPOSES = {"turn", "summary", "facts"}
+
+
+def validate_scenario(scenario: Any, base: Path) -> list[str]:
+    """Every problem of a scenario found before it runs (unknown keys, bad durations, missing
+    webhook files, malformed scripted responses, a bad tenant), so nothing half-runs.
+    """
+    if not isinstance(scenario, dict):
+        return ["a scenario is a JSON object"]
+    problems = [f"unknown top-level key {key!r} (known: {', '.join(sorted(SCENARIO_KEYS))})"
+                for key in scenario if key not in SCENARIO_KEYS]
+    try:
+        datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
+    except ValueError:
+        problems.append(f"clock {scenario.get('clock')!r} is not an ISO date-time")
+    try:
+        validate_config({**DEFAULT_TENANT, **(scenario.get("tenant") or {})})
+    except TenantConfigError as exc:
+        problems.append(f"tenant: {exc}")
+    steps = scenario.get("steps")
+    if not isinstance(steps, list):
+        return problems + ["steps must be a list"]
+    for index, step in enumerate(steps):
+        problems += [f"step {index}: {p}" for p in _step_problems(step, base)]
+    return problems
+
+
+def _step_problems(step: Any, base: Path) -> list[str]:
+    if not isinstance(step, dict):
+        return ["not an object"]
+    actions = [key for key in step if key in STEP_OPTIONS]
+    if len(actions) != 1:
+        return [f"needs exactly one of {', '.join(STEP_OPTIONS)}; got {sorted(step)}"]
+    action = actions[0]
+    problems = [f"unknown option {key!r} for {action}" for key in step
+                if key != action and key not in STEP_OPTIONS[action]]
+    value = step[action]
+    if step.get("for", "turn") not in PURPOSES:
+        problems.append(f"for must be one of {sorted(PURPOSES)}")
+    if action == "advance":
+        try:
+            parse_duration(str(value))
+        except ValueError as exc:
+            problems.append(str(exc))
+    elif action == "webhook" and isinstance(value, str) and not (base / value).is_file():
+        problems.append(f"webhook file {value!r} not found next to the scenario ({base})")
+    elif action == "model":
+        for item in value if isinstance(value, list) else [value]:
+            try:
+                check_item(item)
+            except ValueError as exc:
+                problems.append(f"model item {item!r}: {exc}")
+    elif action == "expect":
+        problems += [f"unknown expectation {key!r}" for key in value if key not in EXPECT_KEYS]
+    return problems
+
+
 def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                  echo: Callable[[str], None] | None = None, database_url: str | None = None,
                  redis_url: str | None = None) -> ScenarioResult:
-    """Run a scenario dict; the environment comes from DATABASE_URL / REDIS_URL when set."""
-    result = ScenarioResult(name=str(scenario.get("name", "scenario")))
+    """Run a scenario dict; the environment comes from DATABASE_URL / REDIS_URL when set.
+
+    A malformed scenario fails before anything runs, with every problem listed.
+    """
+    result = ScenarioResult(name=str(scenario.get("name", "scenario"))
+                            if isinstance(scenario, dict) else "scenario")
+    problems = validate_scenario(scenario, base)
+    if problems:
+        for problem in problems:
+            result.fail(f"invalid scenario: {problem}")
+        return result
     database_url = database_url if database_url is not None else os.environ.get("DATABASE_URL")
     redis_url = redis_url if redis_url is not None else os.environ.get("REDIS_URL")
     start = datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
     env = ReplayEnvironment(start=start, database_url=database_url or None,
                             redis_url=redis_url or None)
-    runner = _Runner(env, result, base, echo or (lambda _line: None))
+    runner = _Runner(env, result, base, echo or (lambda _line: None),
+                     ZoneInfo(_tenant(scenario)["timezone"]))
     try:
-        env.add_tenant({**DEFAULT_TENANT, **(scenario.get("tenant") or {})})
+        local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
+        runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
+                   f"{_tenant(scenario)['timezone']}; the model's replies are scripted)")
+        env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
             runner.step(index, step)
     except ScenarioError as exc:
         result.fail(str(exc))
+    except Exception as exc:  # a crash fails this scenario, never the whole batch
+        result.fail(f"crashed: {type(exc).__name__}: {exc}")
     finally:
         runner.collect_totals()
         env.close()
     return result
 
 
+def _tenant(scenario: dict[str, Any]) -> dict[str, Any]:
+    return {**DEFAULT_TENANT, **(scenario.get("tenant") or {})}
+
+
 class _Runner:
     def __init__(self, env: ReplayEnvironment, result: ScenarioResult, base: Path,
-                 echo: Callable[[str], None]) -> None:
+                 echo: Callable[[str], None], timezone: ZoneInfo) -> None:
         self.env, self.result, self.base, self.echo = env, result, base, echo
+        self.timezone = timezone
         self.sent_mark = 0  # sends seen by the previous expect
         self.tool_mark = 0  # ToolCall id seen by the previous expect
         self.shown_sends = 0
@@ -132,7 +218,8 @@ class _Runner:
             self._show_activity()
         elif "advance" in step:
             self.env.clock.advance(parse_duration(str(step["advance"])))
-            self.say(f"   ... {step['advance']} later ({self.env.clock.now():%Y-%m-%d %H:%M} UTC)")
+            local = self.env.clock.now().astimezone(self.timezone)
+            self.say(f"   ... {step['advance']} later ({local:%a %Y-%m-%d %H:%M} local)")
         elif "sweep" in step:
             closed = self.env.sweep()
             self.say(f"   [sweeper closed {closed} conversation(s)]")

@@ -51,7 +51,7 @@ def apply_compaction(session: Session, conversation_id: int, *, expected_summari
     together, only if nobody moved `summarized_until_id` since the job read it. Returns False
     when the row had moved (the job's work is discarded; nothing is applied twice).
     """
-    result = session.exec(update(Conversation).where(  # type: ignore[call-overload]
+    result = session.exec(update(Conversation).where(
         col(Conversation.id) == conversation_id,
         col(Conversation.summarized_until_id) == expected_summarized_until_id,
     ).values(summary=summary, summarized_until_id=summarized_until_id,

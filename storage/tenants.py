@@ -2,6 +2,7 @@
 
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session, col, delete, select
 
@@ -30,6 +31,7 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     phone_number_id = str(config.get("phone_number_id") or "")
     if not phone_number_id:
         raise TenantConfigError("phone_number_id is required")
+    validate_config(config)
     tenant = get_by_phone_number_id(session, phone_number_id)
     if tenant is None:
         tenant = Tenant(phone_number_id=phone_number_id, name=str(config.get("name") or ""),
@@ -43,6 +45,38 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     if "services" in config or "professionals" in config or "hours" in config:
         _replace_catalogue(session, tenant.id, config)
     return tenant
+
+
+CATALOGUE_KEYS = ("services", "professionals", "hours")
+INT_FIELDS = {name for name, field in Tenant.model_fields.items() if field.annotation is int}
+POSITIVE_FIELDS = {"slot_granularity_minutes", "keep_messages", "inactivity_timeout_minutes",
+                   "retention_days"}
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    """Reject unknown keys, non-integer numbers, unknown timezones and empty names up front,
+    naming every problem at once (a bad timezone would otherwise fail every message later).
+    """
+    problems = [f"unknown key {key!r}" for key in config
+                if key not in (*TENANT_FIELDS, *CATALOGUE_KEYS, "phone_number_id")]
+    for key in sorted(INT_FIELDS & config.keys()):
+        value, least = config[key], 1 if key in POSITIVE_FIELDS else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            problems.append(f"{key} must be an integer of at least {least}, got {value!r}")
+    if "timezone" in config:
+        try:
+            ZoneInfo(str(config["timezone"]))
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(f"timezone {config['timezone']!r} is not an IANA zone "
+                            "(e.g. America/Sao_Paulo)")
+    if "fact_keys" in config and not (isinstance(config["fact_keys"], list) and all(
+            isinstance(k, str) for k in config["fact_keys"])):
+        problems.append("fact_keys must be a list of strings")
+    for key in ("name", "instructions", "language", "agent_model", "summary_model"):
+        if key in config and not isinstance(config[key], str):
+            problems.append(f"{key} must be a string")
+    if problems:
+        raise TenantConfigError("; ".join(problems))
 
 
 def _replace_catalogue(session: Session, tenant_id: int, config: dict[str, Any]) -> None:

@@ -47,7 +47,6 @@ def _postgres_up() -> bool:
 
 REDIS_UP = _redis_up()
 POSTGRES_UP = _postgres_up()
-_stand_ins: set[str] = set()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -67,15 +66,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    lines = []
-    if "redis" in _stand_ins:
-        lines.append(f"Redis not reachable at {REDIS_URL}: Redis tests ran on fakeredis")
-    if not POSTGRES_UP:
-        lines.append(f"PostgreSQL not reachable at {POSTGRES_URL}: PostgreSQL tests skipped")
-    if lines:
-        terminalreporter.write_sep("-", "services")
-        for line in lines:
-            terminalreporter.write_line(line)
+    terminalreporter.write_sep("-", "services")
+    terminalreporter.write_line(
+        f"Redis: real server at {REDIS_URL}" if REDIS_UP else
+        f"Redis: not reachable at {REDIS_URL}; Redis tests ran on the in-process fakeredis")
+    terminalreporter.write_line(
+        f"PostgreSQL: real server at {POSTGRES_URL}" if POSTGRES_UP else
+        f"PostgreSQL: not reachable at {POSTGRES_URL}; PostgreSQL tests skipped")
 
 
 @pytest.fixture
@@ -88,7 +85,6 @@ def redis_client() -> Iterator[redis.Redis]:
         client.flushdb()
         client.close()
     else:
-        _stand_ins.add("redis")
         yield fakeredis.FakeRedis(server=fakeredis.FakeServer())
 
 
@@ -96,7 +92,6 @@ def redis_client() -> Iterator[redis.Redis]:
 def redis_url() -> str | None:
     """The URL of the real Redis, or None (the replay environment then uses the stand-in)."""
     if not REDIS_UP:
-        _stand_ins.add("redis")
         return None
     return REDIS_URL
 

@@ -36,10 +36,11 @@ def test_bundled_demo_books_moves_and_cancels(database_url: str | None,
         assert any("Prontinho" in (s.get("text") or "") for s in result.sent)
 
 
-def test_readme_example_scenario(database_url: str | None, redis_url: str | None) -> None:
-    result = run_scenario_file(TESTS / "readme_example.json", database_url=database_url,
-                               redis_url=redis_url)
-    assert result.passed, result.failures
+def test_the_documented_example_scenarios_pass(database_url: str | None,
+                                              redis_url: str | None) -> None:
+    for name in ("readme_example.json", "readme_book.json"):  # REPLAY.md's and the README's
+        result = run_scenario_file(TESTS / name, database_url=database_url, redis_url=redis_url)
+        assert result.passed, (name, result.failures)
 
 
 def test_a_conversation_long_enough_to_compact(database_url: str | None,

@@ -11,8 +11,15 @@ from hypothesis import strategies as st
 from replay.messages_api import validate_request
 from workers.agent.context import TenantPrompt, build_request, context_block
 from workers.agent.tools.scheduling import TOOLS
-from workers.agent.window import (Stored, first_safe_start, prune, prune_boundary, safe_start,
-                                  select_window, to_api_messages)
+from workers.agent.window import (
+    Stored,
+    first_safe_start,
+    prune,
+    prune_boundary,
+    safe_start,
+    select_window,
+    to_api_messages,
+)
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
                       instructions="Seja breve.", model="claude-sonnet-5-5")

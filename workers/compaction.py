@@ -24,8 +24,13 @@ from storage.jobs import consume_token, enqueue_compaction
 from storage.models import Conversation, Tenant, Usage
 from workers.agent.context import context_block
 from workers.agent.loop import dump_content
-from workers.agent.window import (Stored, estimate_tokens, first_safe_start, prune_boundary,
-                                  safe_start)
+from workers.agent.window import (
+    Stored,
+    estimate_tokens,
+    first_safe_start,
+    prune_boundary,
+    safe_start,
+)
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ from rq import Queue
 from sqlalchemy import Engine
 
 from core.settings import Settings
-from storage.db import make_engine
+from storage.db import connect_redis, make_engine
 from workers.whatsapp import GraphClient
 
 
@@ -34,7 +34,7 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None,
     """Make every client from `settings`. The SDK does not retry (`max_retries=0`): the turn
     job is the one retry layer (reference/anthropic.md §5.2), on the product's clock.
     """
-    connection = redis_client or redis.Redis.from_url(settings.redis_url)
+    connection = redis_client or connect_redis(settings.redis_url)
     return Runtime(
         settings=settings,
         engine=engine or make_engine(settings.database_url),

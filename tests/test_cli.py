@@ -1,0 +1,97 @@
+"""The `wagent` command as a user runs it: replay, demo, report, tenant create, db upgrade."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.cli import main
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+def test_replay_json_reports_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--json", str(SCENARIOS / "readme_example.json")]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"name", "passed", "failures", "sent", "requests", "api_errors", "unscripted_calls",
+            "tool_errors", "usage"} <= line.keys()
+    assert line["passed"] is True and line["api_errors"] == 0
+    assert set(line["usage"]) == {"input_tokens", "cache_creation_input_tokens",
+                                  "cache_read_input_tokens", "output_tokens"}
+
+
+def test_a_bad_scenario_fails_cleanly_and_the_batch_goes_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "bad", "steps": [{"advance": "2 minutes"},
+                                                        {"webhook": "missing.json"}]}))
+    code = main(["replay", "--json", str(bad), str(tmp_path / "absent.json"),
+                 str(SCENARIOS / "readme_book.json")])
+    lines = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert code == 1
+    assert [x["passed"] for x in lines] == [False, False, True]
+    assert any("bad duration" in f for f in lines[0]["failures"])
+    assert any("missing.json" in f for f in lines[0]["failures"])
+
+
+def test_demo_prints_a_transcript_with_a_confirmed_booking(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "customer ▸" in out and "agent    ◂ Prontinho" in out and "PASSED" in out
+    assert "tool book_appointment" in out
+
+
+def test_tenant_create_refuses_a_bad_file_and_accepts_a_good_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path}/wagent.db")
+    assert main(["db", "upgrade"]) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"phone_number_id": "1", "name": "X", "timezone": "Sao Paulo"}))
+    assert main(["tenant", "create", str(bad)]) == 2
+    assert "IANA" in capsys.readouterr().err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"phone_number_id": "1", "name": "Oficina Exemplo",
+                                "timezone": "America/Sao_Paulo",
+                                "services": [{"code": "revisao", "name": "Revisão",
+                                              "duration_minutes": 120}],
+                                "hours": {"mon": ["08:00-17:00"]}}))
+    assert main(["tenant", "create", str(good)]) == 0
+    assert "Oficina Exemplo" in capsys.readouterr().out
+
+
+def test_report_shows_the_calls_and_writes_a_plot(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import UTC, datetime
+
+    from storage.db import make_engine, session_scope
+    from storage.models import Contact, Conversation, Usage
+    from storage.tenants import upsert_tenant
+
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["db", "upgrade"]) == 0
+    now = datetime(2026, 6, 1, 13, tzinfo=UTC)
+    with session_scope(make_engine(url)) as session:
+        tenant = upsert_tenant(session, {"phone_number_id": "1", "name": "X"}, now=now)
+        contact = Contact(tenant_id=tenant.id, wa_id="5511999990001", created_at=now)
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
+                                    last_activity_at=now, opened_at=now)
+        session.add(conversation)
+        session.flush()
+        for read, write in [(0, 3000), (3000, 200), (3200, 150)]:
+            session.add(Usage(tenant_id=tenant.id, conversation_id=conversation.id,
+                              purpose="turn", model="claude-sonnet-5-5", input_tokens=50,
+                              cache_creation_input_tokens=write, cache_read_input_tokens=read,
+                              output_tokens=40, created_at=now))
+    plot = tmp_path / "plot.svg"
+    assert main(["report", "1", "--json", "--plot", str(plot)]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["context_per_call"] == [3050, 3250, 3400]
+    assert report["cache_read_share"] == round(6200 / 9700, 4)
+    assert plot.read_text().startswith("<svg") and "polyline" in plot.read_text()
+    assert main(["report", "99"]) == 2
