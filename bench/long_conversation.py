@@ -202,7 +202,7 @@ def _conversation_with(count: int, *, summarized: bool, directory: str) -> tuple
         session.add(contact)
         session.flush()
         conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
-                                    last_activity_at=now, opened_at=now)
+                                    last_activity_at=now, due_at=now, opened_at=now)
         session.add(conversation)
         session.flush()
         rows = [Message(tenant_id=tenant.id, conversation_id=conversation.id,

@@ -215,13 +215,16 @@ def _cron(args: argparse.Namespace) -> int:
     from rq.cron import CronScheduler
 
     from core.logs import configure_logging
+    from workers.maintenance import purge_retention, reconcile
     from workers.sweeper import sweep_inactive
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
     scheduler = CronScheduler(connection=redis.Redis.from_url(settings.redis_url))
-    scheduler.register(sweep_inactive, settings.queue_name, interval=300, job_timeout=240,
-                       result_ttl=600, failure_ttl=86400)
+    # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.
+    for job, every in ((sweep_inactive, 300), (reconcile, 60), (purge_retention, 3600)):
+        scheduler.register(job, settings.queue_name, interval=every, job_timeout=240,
+                           result_ttl=600, failure_ttl=86400)
     scheduler.start()
     return 0
 

@@ -160,15 +160,18 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[
         assert conversation.id is not None
         row, created = messages.insert_inbound(session, Message(
             tenant_id=tenant.id, conversation_id=conversation.id, role="user",
-            direction="inbound", content=[{"type": "text", "text": stamp(msg.text, now, tenant)}],
+            direction="inbound", content=[{"type": "text", "text": stamp(
+                msg.text, now, tenant, sent_at=customer_sent_at(msg.timestamp, now))}],
             wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
             meta_timestamp=msg.timestamp, received_at=now,
             starts_turn=msg.starts_turn, answered_at=None if msg.starts_turn else now))
         if not created:
             return "duplicate", None
-        conversation.last_activity_at = now
-        conversation.last_inbound_at = now
-        contact.last_inbound_at = now
+        conversations.touch(conversation, now=now, inactivity_timeout=timedelta(
+            minutes=tenant.inactivity_timeout_minutes))
+        sent_at = customer_sent_at(msg.timestamp, now)
+        conversation.last_inbound_at = _latest(conversation.last_inbound_at, sent_at)
+        contact.last_inbound_at = _latest(contact.last_inbound_at, sent_at)
         session.add_all([conversation, contact])
         log.info("inbound_stored", tenant_id=tenant.id, conversation_id=conversation.id,
                  wa_type=msg.wa_type, message_id=row.id)
@@ -182,14 +185,34 @@ def _fit(text: str | None, size: int) -> str | None:
     return text[:size] if text else text
 
 
-def stamp(text: str, received_at: datetime, tenant: Tenant) -> str:
+LATE_AFTER = timedelta(minutes=15)  # Meta redelivers after outages, sometimes hours late
+
+
+def stamp(text: str, received_at: datetime, tenant: Tenant, *,
+          sent_at: datetime | None = None) -> str:
     """Prefix the received time in the tenant's timezone, e.g. "[Mon 2026-06-01 10:00] oi".
 
     The time lives in the message itself so `system` stays byte-identical between turns and the
-    cached prefix survives (DESIGN.md: time without cache misses).
+    cached prefix survives (DESIGN.md: time without cache misses). A message delivered more
+    than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay.
     """
-    local = received_at.astimezone(ZoneInfo(tenant.timezone))
-    return f"[{local:%a %Y-%m-%d %H:%M}] {text}"
+    zone = ZoneInfo(tenant.timezone)
+    local = received_at.astimezone(zone)
+    late = ""
+    if sent_at is not None and received_at - sent_at > LATE_AFTER:
+        late = f", delivered late: sent {sent_at.astimezone(zone):%a %H:%M}"
+    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {text}"
+
+
+def customer_sent_at(meta_timestamp: datetime | None, now: datetime) -> datetime:
+    """When the customer sent it: Meta's timestamp, never in the future. It starts the 24-hour
+    customer service window (reference/whatsapp.md §6), not our receipt time.
+    """
+    return min(meta_timestamp, now) if meta_timestamp is not None else now
+
+
+def _latest(current: datetime | None, candidate: datetime) -> datetime:
+    return candidate if current is None or candidate > current else current
 
 
 def _store_status(engine: Engine, status: StatusUpdate, now: datetime) -> str:

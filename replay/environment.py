@@ -33,7 +33,7 @@ from replay.messages_api import MessagesDouble
 from storage.db import create_schema, make_engine, session_scope
 from storage.tenants import upsert_tenant
 from workers.runtime import build_runtime, set_runtime
-from workers.sweeper import close_inactive
+from workers.sweeper import close_due
 
 T = TypeVar("T")
 APP_SECRET = "replay-app-secret"
@@ -164,7 +164,7 @@ class ReplayEnvironment:
             self.queue.enqueue_job(job)
 
     def sweep(self) -> int:
-        closed = close_inactive(self.engine, now=self.clock.now())
+        closed = close_due(self.engine, now=self.clock.now())
         self.drain()
         return closed
 

@@ -19,7 +19,8 @@ def open_or_get(session: Session, *, tenant_id: int, contact_id: int, now: datet
     if current is not None:
         close(session, current, now=now)
     conversation = Conversation(tenant_id=tenant_id, contact_id=contact_id, status="open",
-                                last_activity_at=now, opened_at=now)
+                                last_activity_at=now, due_at=now + inactivity_timeout,
+                                opened_at=now)
     try:
         with session.begin_nested():
             session.add(conversation)
@@ -28,6 +29,12 @@ def open_or_get(session: Session, *, tenant_id: int, contact_id: int, now: datet
         assert found is not None
         return found
     return conversation
+
+
+def touch(conversation: Conversation, *, now: datetime, inactivity_timeout: timedelta) -> None:
+    """Record activity (either side): the sweeper's due time moves with it."""
+    conversation.last_activity_at = now
+    conversation.due_at = now + inactivity_timeout
 
 
 def get_open(session: Session, contact_id: int) -> Conversation | None:

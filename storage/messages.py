@@ -92,22 +92,26 @@ def pending_inbound(session: Session, conversation_id: int) -> list[Message]:
 
 
 def mark_answered(session: Session, conversation_id: int, *, up_to_position: int,
-                  now: datetime) -> int:
-    """Mark inbound messages placed at or before `up_to_position` answered; returns how many."""
+                  now: datetime, reason: str | None = None) -> int:
+    """Mark inbound messages placed at or before `up_to_position` handled (`reason` says why
+    when they were not answered); returns how many.
+    """
     result = session.exec(update(Message).where(
         col(Message.conversation_id) == conversation_id, col(Message.direction) == "inbound",
         col(Message.position) <= up_to_position, col(Message.answered_at).is_(None),
-    ).values(answered_at=now))
+    ).values(answered_at=now, status_reason=reason))
     return int(result.rowcount or 0)
 
 
 def add_outbound(session: Session, *, message: Message, parts: list[str], to: str | None,
-                 recipient: str | None, now: datetime) -> list[Outbound]:
-    """Queue the parts of a reply in the outbox (one row per part, unique per message)."""
+                 recipient: str | None, now: datetime, kind: str = "text") -> list[Outbound]:
+    """Queue the parts of a reply in the outbox (one row per part, unique per message).
+    `kind` "template": each part is an approved template's name.
+    """
     assert message.id is not None
     rows = [Outbound(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
-                     message_id=message.id, part=i, to=to, recipient=recipient, body=body,
-                     created_at=now) for i, body in enumerate(parts)]
+                     message_id=message.id, part=i, kind=kind, to=to, recipient=recipient,
+                     body=body, created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
     session.flush()
     return rows

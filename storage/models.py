@@ -36,6 +36,8 @@ class Tenant(SQLModel, table=True):
     summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
     slot_granularity_minutes: int = 30
     retention_days: int = 180
+    followup_template: str = Field(default="", max_length=512)
+    followup_template_language: str = Field(default="pt_BR", max_length=16)
     fact_keys: list[str] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
 
@@ -96,7 +98,7 @@ class Conversation(SQLModel, table=True):
     __table_args__ = (
         Index("uq_conversation_open_per_contact", "contact_id", unique=True,
               sqlite_where=text("status = 'open'"), postgresql_where=text("status = 'open'")),
-        Index("ix_conversation_status_activity", "status", "last_activity_at"),
+        Index("ix_conversation_status_due", "status", "due_at"),
     )
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
@@ -109,9 +111,11 @@ class Conversation(SQLModel, table=True):
     compactions: int = 0
     last_input_tokens: int = 0
     last_activity_at: datetime
+    due_at: datetime  # last_activity_at + the tenant's inactivity timeout: when the sweeper closes it
     last_inbound_at: datetime | None = None
     opened_at: datetime
     closed_at: datetime | None = None
+    purged_at: datetime | None = None
 
 
 class Message(SQLModel, table=True):
@@ -141,6 +145,7 @@ class Message(SQLModel, table=True):
     starts_turn: bool = True
     answered_at: datetime | None = None
     delivery_status: str | None = Field(default=None, max_length=16)
+    status_reason: str | None = Field(default=None, sa_type=Text)
 
 
 class Outbound(SQLModel, table=True):
@@ -156,6 +161,7 @@ class Outbound(SQLModel, table=True):
     conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE", index=True)
     message_id: int = Field(foreign_key="message.id", ondelete="CASCADE")
     part: int = 0
+    kind: str = Field(default="text", max_length=16)  # text, or template (body: its name)
     to: str | None = Field(default=None, max_length=32)
     recipient: str | None = Field(default=None, max_length=160)
     body: str = Field(sa_type=Text)

@@ -1,12 +1,12 @@
 """Tenant and catalogue repository: read by phone_number_id, create from a config dict."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session, col, delete, select
 
-from storage.models import OpeningHours, Professional, Service, Tenant
+from storage.models import Conversation, OpeningHours, Professional, Service, Tenant
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
@@ -36,12 +36,15 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     if tenant is None:
         tenant = Tenant(phone_number_id=phone_number_id, name=str(config.get("name") or ""),
                         created_at=now)
+    timeout_before = tenant.inactivity_timeout_minutes
     for key in TENANT_FIELDS:
         if key in config:
             setattr(tenant, key, config[key])
     session.add(tenant)
     session.flush()
     assert tenant.id is not None
+    if tenant.inactivity_timeout_minutes != timeout_before:
+        _reschedule_open(session, tenant)
     if "services" in config or "professionals" in config or "hours" in config:
         _replace_catalogue(session, tenant.id, config)
     return tenant
@@ -77,6 +80,16 @@ def validate_config(config: dict[str, Any]) -> None:
             problems.append(f"{key} must be a string")
     if problems:
         raise TenantConfigError("; ".join(problems))
+
+
+def _reschedule_open(session: Session, tenant: Tenant) -> None:
+    """A new inactivity timeout applies to the tenant's open conversations too (their due_at)."""
+    timeout = timedelta(minutes=tenant.inactivity_timeout_minutes)
+    for conversation in session.exec(select(Conversation).where(
+            Conversation.tenant_id == tenant.id, Conversation.status == "open")):
+        conversation.due_at = conversation.last_activity_at + timeout
+        session.add(conversation)
+    session.flush()
 
 
 def _replace_catalogue(session: Session, tenant_id: int, config: dict[str, Any]) -> None:

@@ -80,7 +80,7 @@ def test_report_shows_the_calls_and_writes_a_plot(tmp_path: Path,
         session.add(contact)
         session.flush()
         conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
-                                    last_activity_at=now, opened_at=now)
+                                    last_activity_at=now, due_at=now, opened_at=now)
         session.add(conversation)
         session.flush()
         for read, write in [(0, 3000), (3000, 200), (3200, 150)]:

@@ -60,7 +60,7 @@ def _check_one_open_conversation_per_contact(engine: Engine) -> None:
 
         def conversation(status: str) -> Conversation:
             return Conversation(tenant_id=tenant_id, contact_id=contact_id, status=status,
-                                last_activity_at=NOW, opened_at=NOW,
+                                last_activity_at=NOW, due_at=NOW, opened_at=NOW,
                                 closed_at=NOW if status == "closed" else None)
 
         session.add_all([conversation("closed"), conversation("closed"), conversation("open")])

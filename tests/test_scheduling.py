@@ -47,7 +47,7 @@ def _setup(engine: Engine, contacts: int = 2) -> list[tuple[int, int]]:
             session.add(contact)
             session.flush()
             conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
-                                        last_activity_at=NOW, opened_at=NOW)
+                                        last_activity_at=NOW, due_at=NOW, opened_at=NOW)
             session.add(conversation)
             session.flush()
             pairs.append((contact.id, conversation.id))

@@ -344,7 +344,8 @@ async def test_text_is_stored_stamped_in_tenant_time_and_a_turn_is_queued(
     (contact,) = rows(engine, Contact)
     assert (contact.wa_id, contact.user_id, contact.profile_name) == (
         ANA_WA, ANA_USER, "Ana Teste")
-    assert contact.last_inbound_at == START
+    # the 24-hour window runs from when the customer sent it (Meta's timestamp), not receipt
+    assert contact.last_inbound_at == stored.meta_timestamp == START.replace(second=0)
     (conversation,) = rows(engine, Conversation)
     assert conversation.contact_id == contact.id and conversation.status == "open"
     assert stored.conversation_id == conversation.id

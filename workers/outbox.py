@@ -52,13 +52,20 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
         if not message_repo.claim_outbound(session, row.id):
             return "skipped"
     now = clock.now()
-    if contact.last_inbound_at is None or now - contact.last_inbound_at > SERVICE_WINDOW:
+    window_closed = contact.last_inbound_at is None or \
+        now - contact.last_inbound_at > SERVICE_WINDOW
+    if row.kind == "text" and window_closed:  # only templates may go out (Meta: 131047)
         _mark(runtime, row.id, status="refused", reason=WINDOW_CLOSED_REASON)
         log.warning("send_refused_window_closed", outbound_id=row.id)
         return "refused"
     try:
-        wamid = runtime.graph.send_text(tenant.phone_number_id, body=row.body, to=row.to,
-                                        recipient=row.recipient)
+        if row.kind == "template":
+            wamid = runtime.graph.send_template(
+                tenant.phone_number_id, name=row.body, language=tenant.followup_template_language,
+                to=row.to, recipient=row.recipient)
+        else:
+            wamid = runtime.graph.send_text(tenant.phone_number_id, body=row.body, to=row.to,
+                                            recipient=row.recipient)
     except GraphError as exc:
         return _on_error(runtime, row, exc)
     _mark(runtime, row.id, status="sent", wamid=wamid)

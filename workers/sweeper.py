@@ -1,55 +1,88 @@
 """The inactivity sweeper: close conversations idle for longer than their tenant's timeout.
 
-`find_inactive` is the choice (one indexed query, in batches); `sweep_inactive` the job shell.
-Closing never deletes messages; the contact's next message opens a fresh conversation.
+`find_due` is the choice: one query on the (status, due_at) index, in batches, so a sweep with
+nothing due costs the same with ten or a million open conversations. `close_due` closes each
+with a compare-and-set (still open, still due), so two schedulers, a restart or a slow run never
+close one twice, and a message that lands meanwhile (moving `due_at`) keeps it open. A
+conversation whose turn is running is skipped this time. Closing never deletes messages.
+`sweep_inactive` is the job shell, guarded per period.
 """
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 
 import structlog
 from sqlalchemy import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from core import clock
 from storage.db import session_scope
-from storage.models import Conversation, Tenant
+from storage.models import Conversation
 
 log = structlog.get_logger(__name__)
 BATCH = 500
 
 
-def find_inactive(session: Session, *, now: datetime, limit: int = BATCH) -> list[int]:
-    """Ids of open conversations whose last activity is older than their tenant's timeout."""
-    rows = session.exec(select(Conversation.id, Conversation.last_activity_at,
-                               Tenant.inactivity_timeout_minutes)
-                        .join(Tenant, col(Tenant.id) == col(Conversation.tenant_id))
-                        .where(Conversation.status == "open")
-                        .order_by(col(Conversation.last_activity_at)).limit(limit * 4)).all()
-    return [cid for cid, last, minutes in rows
-            if cid is not None and now - last > timedelta(minutes=minutes)][:limit]
+def find_due(session: Session, *, now: datetime, after_id: int = 0,
+             limit: int = BATCH) -> list[int]:
+    """Ids of open conversations due for closing at `now` (due_at <= now), oldest due first."""
+    rows = session.exec(select(Conversation.id).where(
+        Conversation.status == "open", col(Conversation.due_at) <= now,
+        col(Conversation.id) > after_id,
+    ).order_by(col(Conversation.id)).limit(limit)).all()
+    return [int(cid) for cid in rows if cid is not None]
 
 
-def close_inactive(engine: Engine, *, now: datetime) -> int:
-    """Close every inactive conversation (compare-and-set on status and activity time)."""
-    closed = 0
+def close_due(engine: Engine, *, now: datetime,
+              is_busy: Callable[[int], bool] = lambda _cid: False,
+              on_closed: Callable[[int], None] = lambda _cid: None) -> int:
+    """Close every conversation due at `now`; returns how many this call closed.
+
+    `is_busy(conversation_id)` skips one whose turn is running; `on_closed` runs after the
+    commit for each one closed here (fact extraction).
+    """
+    closed, cursor = 0, 0
     while True:
         with session_scope(engine) as session:
-            ids = find_inactive(session, now=now)
-            for cid in ids:
-                conversation = session.get(Conversation, cid)
-                if conversation is None or conversation.status != "open":
-                    continue
-                conversation.status, conversation.closed_at = "closed", now
-                session.add(conversation)
-                closed += 1
+            ids = find_due(session, now=now, after_id=cursor)
+            mine = [cid for cid in ids if not is_busy(cid) and _close(session, cid, now)]
+        for cid in mine:
+            on_closed(cid)
+        closed += len(mine)
         if len(ids) < BATCH:
             return closed
+        cursor = ids[-1]
+
+
+def _close(session: Session, conversation_id: int, now: datetime) -> bool:
+    result = session.exec(update(Conversation).where(  # type: ignore[call-overload]
+        col(Conversation.id) == conversation_id, col(Conversation.status) == "open",
+        col(Conversation.due_at) <= now,
+    ).values(status="closed", closed_at=now))
+    return bool(result.rowcount)
 
 
 def sweep_inactive() -> int:
-    """RQ job: close idle conversations at the product's clock; returns how many closed."""
+    """RQ job (enqueued by the cron process): close idle conversations at the product's clock.
+
+    Guarded per period: a second scheduler's copy of the same period does nothing.
+    """
+    from workers.maintenance import run_once_per_period
     from workers.runtime import get_runtime
 
-    closed = close_inactive(get_runtime().engine, now=clock.now())
-    log.info("sweep_done", closed=closed)
-    return closed
+    runtime = get_runtime()
+    prefix = runtime.settings.redis_prefix
+
+    def busy(conversation_id: int) -> bool:
+        return bool(runtime.redis.exists(f"{prefix}:turn:lock:{conversation_id}"))
+
+    def closed(conversation_id: int) -> None:
+        from workers.facts_hook import after_close
+        after_close(runtime, conversation_id)
+
+    def sweep() -> int:
+        count = close_due(runtime.engine, now=clock.now(), is_busy=busy, on_closed=closed)
+        log.info("sweep_done", closed=count)
+        return count
+
+    return run_once_per_period(runtime, "sweep", period_seconds=240, work=sweep) or 0

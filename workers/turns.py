@@ -20,6 +20,7 @@ from rq import get_current_job
 from core import clock
 from storage import contacts as contact_repo
 from storage import memory
+from storage.conversations import touch
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.jobs import consume_turn_token, enqueue_turn
@@ -88,10 +89,12 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
             return "idle"
         last_position = message_repo.assign_positions(session, conversation_id)
         if _window_closed(state.contact, now):
-            message_repo.mark_answered(session, conversation_id, up_to_position=last_position,
-                                       now=now)
-            log.warning("turn_refused_window_closed", pending=len(pending))
-            return "window_closed"
+            outcome = _window_closed_turn(runtime, session, state, last_position, now)
+        else:
+            outcome = ""
+    if outcome:
+        flush_outbox(runtime, conversation_id)
+        return outcome
     try:
         outcome = _converse(runtime, state)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
@@ -279,8 +282,38 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
                                    up_to_position=up_to_position, now=now)
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
-        conversation.last_activity_at = now
+        touch(conversation, now=now, inactivity_timeout=timedelta(
+            minutes=state.tenant.inactivity_timeout_minutes))
         session.add(conversation)
+
+
+WINDOW_CLOSED_REASON = ("not answered: more than 24 hours since the customer's last message "
+                        "(WhatsApp customer service window)")
+
+
+def _window_closed_turn(runtime: Runtime, session: Any, state: TurnState, last_position: int,
+                        now: datetime) -> str:
+    """Too late for a free-form reply (a backlog, a retry a day later): nothing is sent to find
+    out. The messages record why; the tenant's approved follow-up template goes out instead
+    when it has one, else the customer is recorded as not reachable.
+    """
+    conversation_id = _id(state.conversation)
+    message_repo.mark_answered(session, conversation_id, up_to_position=last_position, now=now,
+                               reason=WINDOW_CLOSED_REASON)
+    template = state.tenant.followup_template
+    if not template:
+        log.warning("turn_refused_window_closed_customer_unreachable")
+        return "window_closed"
+    to, recipient = contact_repo.address(state.contact)
+    message = message_repo.append(
+        session, tenant_id=_id(state.tenant), conversation_id=conversation_id, role="assistant",
+        direction="outbound", content=[{"type": "text", "text": f"[follow-up template "
+                                        f"{template} sent: the reply window had closed]"}],
+        now=now)
+    message_repo.add_outbound(session, message=message, parts=[template], to=to,
+                              recipient=recipient, now=now, kind="template")
+    log.warning("turn_window_closed_template_queued")
+    return "window_closed_template"
 
 
 def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:

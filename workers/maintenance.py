@@ -1,0 +1,110 @@
+"""Periodic maintenance: retention purge, reconciliation of lost turns, the per-period guard.
+
+Redis is not the source of truth: `reconcile_pending` finds customer messages waiting for a turn
+longer than a threshold (a lost enqueue, a flushed Redis, a job that failed for good) and
+enqueues their turns again; the turn answers each message once whatever happens.
+`purge_expired` removes the personal data of conversations closed longer ago than the tenant's
+retention period (messages, summary, tool calls), in batches, keeping appointments and facts,
+and the conversation row with its usage.
+"""
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import structlog
+from sqlalchemy import Engine
+from sqlmodel import col, delete, select, update
+
+from core import clock
+from storage.db import session_scope
+from storage.jobs import enqueue_turn
+from storage.models import Conversation, Message, Tenant, ToolCall
+from workers.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+RECONCILE_AFTER = timedelta(minutes=2)
+BATCH = 200
+
+
+def run_once_per_period(runtime: Runtime, name: str, *, period_seconds: int,
+                        work: Callable[[], int]) -> int | None:
+    """Run `work` unless this period's run already happened (two schedulers, a restart): a
+    Redis `SET NX` on the period's key, on the product's clock. None when skipped.
+    """
+    period = int(clock.now().timestamp()) // period_seconds
+    key = f"{runtime.settings.redis_prefix}:{name}:period:{period}"
+    if not runtime.redis.set(key, "1", nx=True, ex=period_seconds * 2):
+        log.info("periodic_job_skipped", job=name, period=period)
+        return None
+    return work()
+
+
+def find_pending(engine: Engine, *, now: datetime, older_than: timedelta = RECONCILE_AFTER,
+                 limit: int = BATCH) -> list[int]:
+    """Conversations with a customer message waiting for a turn longer than `older_than`."""
+    with session_scope(engine) as session:
+        rows = session.exec(select(Message.conversation_id).where(
+            Message.direction == "inbound", col(Message.starts_turn).is_(True),
+            col(Message.answered_at).is_(None), col(Message.received_at) <= now - older_than,
+        ).distinct().limit(limit)).all()
+    return sorted({int(cid) for cid in rows})
+
+
+def reconcile_pending(runtime: Runtime, *, now: datetime) -> int:
+    """Enqueue a turn for every conversation with a forgotten message; returns how many."""
+    conversation_ids = find_pending(runtime.engine, now=now)
+    for conversation_id in conversation_ids:
+        enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                     job_timeout=runtime.settings.turn_job_timeout)
+    if conversation_ids:
+        log.warning("reconciled_lost_turns", conversations=len(conversation_ids))
+    return len(conversation_ids)
+
+
+def purge_expired(engine: Engine, *, now: datetime) -> int:
+    """Purge closed conversations past their tenant's retention; returns how many."""
+    purged = 0
+    with session_scope(engine) as session:
+        tenants = session.exec(select(Tenant.id, Tenant.retention_days)).all()
+    for tenant_id, days in tenants:
+        while True:
+            with session_scope(engine) as session:
+                ids = [int(i) for i in session.exec(select(Conversation.id).where(
+                    Conversation.tenant_id == tenant_id, Conversation.status == "closed",
+                    col(Conversation.purged_at).is_(None),
+                    col(Conversation.closed_at) <= now - timedelta(days=days),
+                ).limit(BATCH)).all() if i is not None]
+                _purge(session, ids, now)
+            purged += len(ids)
+            if len(ids) < BATCH:
+                break
+    if purged:
+        log.info("retention_purged", conversations=purged)
+    return purged
+
+
+def _purge(session, ids: list[int], now: datetime) -> None:  # type: ignore[no-untyped-def]
+    if not ids:
+        return
+    session.exec(delete(ToolCall).where(col(ToolCall.conversation_id).in_(ids)))
+    session.exec(delete(Message).where(col(Message.conversation_id).in_(ids)))
+    session.exec(update(Conversation).where(col(Conversation.id).in_(ids)).values(
+        summary="", context_block="", purged_at=now))
+
+
+def reconcile() -> int:
+    """RQ job (cron): re-enqueue forgotten turns, once per period."""
+    from workers.runtime import get_runtime
+
+    runtime = get_runtime()
+    return run_once_per_period(runtime, "reconcile", period_seconds=60, work=lambda:
+                               reconcile_pending(runtime, now=clock.now())) or 0
+
+
+def purge_retention() -> int:
+    """RQ job (cron): the retention purge, once per period."""
+    from workers.runtime import get_runtime
+
+    runtime = get_runtime()
+    return run_once_per_period(runtime, "retention", period_seconds=3600, work=lambda:
+                               purge_expired(runtime.engine, now=clock.now())) or 0
