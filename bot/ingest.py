@@ -146,8 +146,11 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[
             pending = existing.starts_turn and existing.answered_at is None
             return "duplicate", existing.conversation_id if pending else None
         tenant = tenants.get_by_phone_number_id(session, msg.phone_number_id)
-        if tenant is None:
+        if tenant is None:  # kept for inspection: a number being onboarded loses nothing
             log.warning("unknown_phone_number_id", phone_number_id=msg.phone_number_id)
+            messages.add_dead_letter(session, body=json.dumps(msg.raw, default=str).encode(),
+                                     reason=f"unknown phone_number_id {msg.phone_number_id}",
+                                     now=now)
             return "unknown_tenant", None
         assert tenant.id is not None
         contact = contacts.find_or_create(session, tenant_id=tenant.id, wa_id=msg.wa_id,

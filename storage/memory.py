@@ -44,6 +44,19 @@ def id_at_position(session: Session, conversation_id: int, position: int) -> int
     return int(found or 0)
 
 
+def insert_after(session: Session, message: Message, *, position: int) -> Message:
+    """Insert `message` right after `position` of its conversation's history, moving the later
+    messages one place on (repairs a tool round a crash left without its results).
+    """
+    session.exec(update(Message).where(
+        col(Message.conversation_id) == message.conversation_id, col(Message.position) > position,
+    ).values(position=col(Message.position) + 1))
+    message.position = position + 1
+    session.add(message)
+    session.flush()
+    return message
+
+
 def apply_compaction(session: Session, conversation_id: int, *, expected_summarized_until_id: int,
                      summary: str, summarized_until_id: int, pruned_until_id: int,
                      context_block: str) -> bool:

@@ -50,14 +50,18 @@ def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
 
 
 def assign_positions(session: Session, conversation_id: int) -> int:
-    """Place every inbound message not yet in the history at its end, in arrival order.
+    """Place every inbound message not yet in the history at its end, in the order the
+    customer sent them.
 
     Returns the highest position of the history (0 when empty). Callers hold the turn lock.
     """
     position = _next_position(session, conversation_id) - 1
+    # Meta orders nothing: a burst takes the order the customer sent it in (Meta's
+    # timestamp, seconds), then arrival
     waiting = session.exec(select(Message).where(
         Message.conversation_id == conversation_id, col(Message.position).is_(None),
-    ).order_by(col(Message.id))).all()
+    ).order_by(func.coalesce(Message.meta_timestamp, Message.received_at),
+               col(Message.id))).all()
     for message in waiting:
         position += 1
         message.position = position
@@ -121,6 +125,16 @@ def unsent_outbound(session: Session, conversation_id: int) -> list[Outbound]:
     return list(session.exec(select(Outbound).where(
         Outbound.conversation_id == conversation_id, Outbound.status == "pending",
     ).order_by(col(Outbound.id))).all())
+
+
+def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
+    """After a part failed for good, the later parts of the same reply are not sent (they would
+    arrive later, out of context)."""
+    result = session.exec(update(Outbound).where(
+        col(Outbound.message_id) == row.message_id, col(Outbound.part) > row.part,
+        col(Outbound.status) == "pending",
+    ).values(status="failed", error_reason=reason))
+    return int(result.rowcount or 0)
 
 
 def claim_outbound(session: Session, outbound_id: int) -> bool:

@@ -111,7 +111,7 @@ class Conversation(SQLModel, table=True):
     compactions: int = 0
     last_input_tokens: int = 0
     last_activity_at: datetime
-    due_at: datetime  # last_activity_at + the tenant's inactivity timeout: when the sweeper closes it
+    due_at: datetime  # last_activity_at + the tenant's inactivity timeout: the sweeper's mark
     last_inbound_at: datetime | None = None
     opened_at: datetime
     closed_at: datetime | None = None
@@ -151,7 +151,8 @@ class Message(SQLModel, table=True):
 class Outbound(SQLModel, table=True):
     """The outbox: one row per WhatsApp send (a reply split in parts gives several rows).
 
-    `status`: pending → sending → sent → delivered → read, or failed / refused (terminal).
+    `status`: pending → sending → sent → delivered → read, or failed / refused (terminal), or
+    unknown (a crash or timeout during the send: it may or may not have gone out).
     Unique on (message_id, part) so a retried turn never creates a second copy.
     """
 
@@ -166,6 +167,7 @@ class Outbound(SQLModel, table=True):
     recipient: str | None = Field(default=None, max_length=160)
     body: str = Field(sa_type=Text)
     status: str = Field(default="pending", max_length=16)
+    attempts: int = 0
     wamid: str | None = Field(default=None, max_length=255, unique=True)
     error_code: int | None = None
     error_reason: str | None = Field(default=None, sa_type=Text)

@@ -1,5 +1,6 @@
 """Builders for webhook bodies and scenarios (invented names and numbers only)."""
 
+from datetime import datetime
 from typing import Any
 
 PHONE_NUMBER_ID = "109876543210987"
@@ -17,9 +18,13 @@ TENANT: dict[str, Any] = {
 
 
 def text_body(text: str, n: int, *, who: tuple[str, str] = ANA, name: str = "Ana Teste",
-              phone_number_id: str = PHONE_NUMBER_ID) -> dict[str, Any]:
-    """A webhook body with one text message; `n` makes the wamid and the timestamp unique."""
+              phone_number_id: str = PHONE_NUMBER_ID,
+              sent_at: datetime | None = None) -> dict[str, Any]:
+    """A webhook body with one text message; `n` makes the wamid unique. Meta's `timestamp`
+    is `sent_at` (when the customer sent it), by default the scenarios' start plus `n` s.
+    """
     wa_id, user_id = who
+    timestamp = int(sent_at.timestamp()) if sent_at else BASE_TS + n
     return {"object": "whatsapp_business_account", "entry": [{"id": "102030405060708",
             "changes": [{"field": "messages", "value": {
                 "messaging_product": "whatsapp",
@@ -28,7 +33,7 @@ def text_body(text: str, n: int, *, who: tuple[str, str] = ANA, name: str = "Ana
                 "contacts": [{"profile": {"name": name}, "wa_id": wa_id, "user_id": user_id}],
                 "messages": [{"from": wa_id, "from_user_id": user_id,
                               "id": f"wamid.TEST{wa_id[-4:]}{n:06d}",
-                              "timestamp": str(BASE_TS + n), "type": "text",
+                              "timestamp": str(timestamp), "type": "text",
                               "text": {"body": text}}]}}]}]}
 
 

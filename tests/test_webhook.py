@@ -424,13 +424,15 @@ async def test_one_malformed_item_is_dead_lettered_and_the_other_stored(
     assert turn_jobs(redis_client) == 1
 
 
-async def test_unknown_phone_number_id_is_200_and_stores_nothing(
+async def test_unknown_phone_number_id_is_200_and_kept_only_as_a_dead_letter(
         client: Client, engine: Engine, redis_client: redis.Redis) -> None:
     payload = fixture_json("message_text.json")
     payload["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"] = "999"
     assert (await post(client, payload))[0] == 200
-    for model in (Message, Contact, Conversation, DeadLetter):
+    for model in (Message, Contact, Conversation):
         assert count(engine, model) == 0
+    (letter,) = rows(engine, DeadLetter)  # a number being onboarded loses nothing
+    assert "unknown phone_number_id 999" in letter.reason and b"wamid." in letter.body
     assert turn_jobs(redis_client) == 0
 
 

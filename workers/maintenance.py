@@ -18,7 +18,7 @@ from sqlmodel import col, delete, select, update
 from core import clock
 from storage.db import session_scope
 from storage.jobs import enqueue_turn
-from storage.models import Conversation, Message, Tenant, ToolCall
+from storage.models import Conversation, Message, Outbound, Tenant, ToolCall
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -50,8 +50,30 @@ def find_pending(engine: Engine, *, now: datetime, older_than: timedelta = RECON
     return sorted({int(cid) for cid in rows})
 
 
+STALE_SENDING = timedelta(minutes=10)
+
+
+def settle_stale_sends(engine: Engine, *, now: datetime) -> int:
+    """Sends claimed long ago and never finished (the worker died around the Graph call): they
+    may or may not have gone out, so they are not sent again (never twice) but marked
+    `unknown`, with an error log for the on-call engineer. Returns how many.
+    """
+    with session_scope(engine) as session:
+        rows = session.exec(select(Outbound).where(
+            Outbound.status == "sending", col(Outbound.created_at) <= now - STALE_SENDING,
+        ).limit(BATCH)).all()
+        for row in rows:
+            row.status = "unknown"
+            row.error_reason = "the worker stopped during the send; it may not have gone out"
+            session.add(row)
+            log.error("send_outcome_unknown_after_crash", outbound_id=row.id,
+                      conversation_id=row.conversation_id)
+    return len(rows)
+
+
 def reconcile_pending(runtime: Runtime, *, now: datetime) -> int:
     """Enqueue a turn for every conversation with a forgotten message; returns how many."""
+    settle_stale_sends(runtime.engine, now=now)
     conversation_ids = find_pending(runtime.engine, now=now)
     for conversation_id in conversation_ids:
         enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,

@@ -23,6 +23,7 @@ log = structlog.get_logger(__name__)
 
 SERVICE_WINDOW = timedelta(hours=24)
 FLUSH_RETRY_DELAY = timedelta(seconds=30)
+MAX_SEND_ATTEMPTS = 8
 WINDOW_CLOSED_REASON = "not sent: more than 24 hours since the customer's last message"
 
 
@@ -78,31 +79,55 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
     assert row.id is not None
     log.warning("send_failed", outbound_id=row.id, code=exc.code, http_status=exc.http_status,
                 retryable=exc.retryable)
-    if exc.retryable and exc.http_status:
-        _mark(runtime, row.id, status="pending", code=exc.code, reason=str(exc))
+    if exc.retryable and exc.http_status and row.attempts + 1 < MAX_SEND_ATTEMPTS:
+        _mark(runtime, row.id, status="pending", code=exc.code, reason=str(exc),
+              attempts=row.attempts + 1)
         enqueue_turn(runtime.queue, runtime.settings.redis_prefix, row.conversation_id,
-                     at=clock.now() + FLUSH_RETRY_DELAY)
+                     at=clock.now() + retry_delay(row.attempts + 1))
         return "retry"
+    if exc.retryable and exc.http_status:
+        _fail(runtime, row, code=exc.code, reason=f"gave up after {MAX_SEND_ATTEMPTS} tries: "
+              f"{exc}")
+        return "failed"
     if exc.retryable:
         _mark(runtime, row.id, status="unknown", code=exc.code, reason=str(exc))
         log.error("send_outcome_unknown", outbound_id=row.id)
         return "stop"
     if isinstance(exc, GraphWindowClosed):
-        _mark(runtime, row.id, status="refused", code=exc.code, reason=str(exc))
+        _fail(runtime, row, code=exc.code, reason=str(exc), status="refused")
         return "refused"
-    _mark(runtime, row.id, status="failed", code=exc.code, reason=str(exc))
+    _fail(runtime, row, code=exc.code, reason=str(exc))
     if isinstance(exc, GraphAuthError):
         log.error("graph_token_rejected_alert", tenant_id=row.tenant_id, code=exc.code)
         return "stop"
     return "failed"
 
 
+def retry_delay(attempt: int) -> timedelta:
+    """30 s, 2 min, 8 min, 32 min, then hourly: Meta asks for 4^X back-off on pair limits."""
+    return min(FLUSH_RETRY_DELAY * 4 ** (attempt - 1), timedelta(hours=1))
+
+
+def _fail(runtime: Runtime, row: Outbound, *, code: int | None, reason: str,
+          status: str = "failed") -> None:
+    assert row.id is not None
+    _mark(runtime, row.id, status=status, code=code, reason=reason)
+    with session_scope(runtime.engine) as session:
+        skipped = message_repo.skip_rest_of_reply(
+            session, row, f"not sent: part {row.part} of this reply failed")
+    if skipped:
+        log.warning("reply_rest_skipped", outbound_id=row.id, parts=skipped)
+
+
 def _mark(runtime: Runtime, outbound_id: int, *, status: str, wamid: str | None = None,
-          code: int | None = None, reason: str | None = None) -> None:
+          code: int | None = None, reason: str | None = None,
+          attempts: int | None = None) -> None:
     with session_scope(runtime.engine) as session:
         row = session.get(Outbound, outbound_id)
         assert row is not None
         row.status, row.error_code, row.error_reason = status, code, reason
+        if attempts is not None:
+            row.attempts = attempts
         if wamid is not None:
             row.wamid, row.sent_at = wamid, clock.now()
         session.add(row)

@@ -45,7 +45,7 @@ def close_due(engine: Engine, *, now: datetime,
     while True:
         with session_scope(engine) as session:
             ids = find_due(session, now=now, after_id=cursor)
-            mine = [cid for cid in ids if not is_busy(cid) and _close(session, cid, now)]
+            mine = _close(session, [cid for cid in ids if not is_busy(cid)], now)
         for cid in mine:
             on_closed(cid)
         closed += len(mine)
@@ -54,12 +54,15 @@ def close_due(engine: Engine, *, now: datetime,
         cursor = ids[-1]
 
 
-def _close(session: Session, conversation_id: int, now: datetime) -> bool:
+def _close(session: Session, conversation_ids: list[int], now: datetime) -> list[int]:
+    """One compare-and-set for the batch; returns the ids this call actually closed."""
+    if not conversation_ids:
+        return []
     result = session.exec(update(Conversation).where(  # type: ignore[call-overload]
-        col(Conversation.id) == conversation_id, col(Conversation.status) == "open",
+        col(Conversation.id).in_(conversation_ids), col(Conversation.status) == "open",
         col(Conversation.due_at) <= now,
-    ).values(status="closed", closed_at=now))
-    return bool(result.rowcount)
+    ).values(status="closed", closed_at=now).returning(Conversation.id))
+    return sorted(int(row[0]) for row in result)
 
 
 def sweep_inactive() -> int:

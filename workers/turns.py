@@ -16,21 +16,22 @@ import anthropic
 import structlog
 from redis.exceptions import LockError
 from rq import get_current_job
+from rq.timeouts import JobTimeoutException
 
 from core import clock
 from storage import contacts as contact_repo
 from storage import memory
-from storage.conversations import touch
 from storage import messages as message_repo
+from storage.conversations import touch
 from storage.db import session_scope
 from storage.jobs import consume_turn_token, enqueue_turn
-from storage.models import Contact, Conversation, Tenant, Usage
+from storage.models import Contact, Conversation, Message, Tenant, Usage
 from workers import texts
 from workers.agent.context import TenantPrompt, build_request, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
 from workers.agent.tools.base import ToolContext
 from workers.agent.tools.scheduling import TOOLS, execute_tool
-from workers.agent.window import Stored, prune, select_window, to_api_messages
+from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime, get_runtime
@@ -84,9 +85,10 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     flush_outbox(runtime, conversation_id)
     now = clock.now()
     with session_scope(runtime.engine) as session:
-        pending = message_repo.pending_inbound(session, conversation_id)
-        if not pending:
+        if not message_repo.pending_inbound(session, conversation_id):
             return "idle"
+    repair_dangling_tool_use(runtime, state)  # before new messages take their places
+    with session_scope(runtime.engine) as session:
         last_position = message_repo.assign_positions(session, conversation_id)
         if _window_closed(state.contact, now):
             outcome = _window_closed_turn(runtime, session, state, last_position, now)
@@ -106,6 +108,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     except anthropic.APIStatusError as exc:  # a 400 is our bug: never retried blindly
         log.error("turn_request_rejected", status=exc.status_code, request_id=exc.request_id,
                   error=str(exc)[:500])
+        reply, kind = texts.text(state.tenant.language, "apology"), "apology"
+    except ContextWindowExceeded:  # even the hard-capped window was too big
+        log.error("turn_context_window_exceeded_twice")
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
     _finish(runtime, state, reply, up_to_position=last_position)
     flush_outbox(runtime, conversation_id)
@@ -127,13 +132,13 @@ def _run_loop(runtime: Runtime, state: TurnState, *, hard_cap: bool) -> LoopOutc
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
     messages = to_api_messages(window.messages)
     hooks = _StoreHooks(runtime, state)
-    _resume_dangling_tool_use(messages, hooks, runtime, state)
     request = request_arguments(runtime, state, window.context_block)
     create = functools.partial(runtime.anthropic.messages.create,
                                extra_headers={"x-wagent-purpose": "turn"})
     return run_tool_loop(create, request=request, messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
-                         max_rounds=runtime.settings.turn_max_rounds)
+                         max_rounds=runtime.settings.turn_max_rounds,
+                         fatal=(JobTimeoutException,))
 
 
 @dataclass(frozen=True)
@@ -179,22 +184,33 @@ def request_arguments(runtime: Runtime, state: TurnState, context_block: str) ->
     return request
 
 
-def _resume_dangling_tool_use(messages: list[dict[str, Any]], hooks: "_StoreHooks",
-                              runtime: Runtime, state: TurnState) -> None:
-    """A previous attempt died between storing a tool_use and its results: finish that round
-    (tool effects are keyed on the tool_use id, so nothing happens twice).
+def repair_dangling_tool_use(runtime: Runtime, state: TurnState) -> int:
+    """A previous attempt died between storing a tool_use and its results, and the customer may
+    have written since: run (or replay: effects are keyed on the tool_use id) the missing tools
+    and place their results right after the tool_use, so every request stays valid.
+    Returns how many tool rounds were repaired.
     """
-    if not messages or messages[-1]["role"] != "assistant":
-        return
-    uses = [b for b in messages[-1]["content"] if b.get("type") == "tool_use"]
-    results = []
-    for block in uses:
-        text, is_error = _execute(runtime, state, block)
-        result = {"type": "tool_result", "tool_use_id": block["id"], "content": text}
-        results.append({**result, "is_error": True} if is_error else result)
-    if results:
-        messages.append({"role": "user", "content": results})
-        hooks.on_tool_results(results)
+    conversation_id = _id(state.conversation)
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        assert conversation is not None
+        start = memory.position_of(session, conversation.summarized_until_id)
+        rows = memory.window_rows(session, conversation_id, after_position=start)
+    stored = [Stored(_id(m), m.role, m.content, m.position or 0) for m in rows]
+    dangling = find_dangling(stored)
+    for index, uses in reversed(dangling):  # from the end: earlier positions stay valid
+        results = []
+        for block in uses:
+            text, is_error = _execute(runtime, state, block)
+            result = {"type": "tool_result", "tool_use_id": block["id"], "content": text}
+            results.append({**result, "is_error": True} if is_error else result)
+        with session_scope(runtime.engine) as session:
+            memory.insert_after(session, Message(
+                tenant_id=_id(state.tenant), conversation_id=conversation_id, role="user",
+                direction="internal", content=results, received_at=clock.now(),
+                starts_turn=False, answered_at=clock.now()), position=stored[index].position)
+        log.warning("tool_round_repaired", tools=len(uses))
+    return len(dangling)
 
 
 def _execute(runtime: Runtime, state: TurnState, block: dict[str, Any]) -> tuple[str, bool]:

@@ -58,9 +58,12 @@ class LoopOutcome:
 
 def run_tool_loop(create: Callable[..., Any], *, request: dict[str, Any],
                   messages: list[dict[str, Any]], execute: ToolExecutor, hooks: LoopHooks,
-                  max_rounds: int) -> LoopOutcome:
+                  max_rounds: int,
+                  fatal: tuple[type[BaseException], ...] = ()) -> LoopOutcome:
     """Run the loop. `create` is `client.messages.create` (with the purpose header bound);
     `request` holds every argument but `messages`, which grows here (the caller's list).
+    A tool that raises becomes an `is_error` result, except for the `fatal` exceptions (the
+    job's timeout), which propagate.
 
     Raises the SDK's errors unchanged and ContextWindowExceeded.
     """
@@ -80,7 +83,7 @@ def run_tool_loop(create: Callable[..., Any], *, request: dict[str, Any],
             continue
         if response.stop_reason == "tool_use" and any(_is_tool_use(b) for b in content):
             _append(messages, hooks, content)
-            results = [_run_tool(block, execute, outcome) for block in content
+            results = [_run_tool(block, execute, outcome, fatal) for block in content
                        if _is_tool_use(block)]
             messages.append({"role": "user", "content": results})
             hooks.on_tool_results(results)
@@ -104,10 +107,13 @@ def _append(messages: list[dict[str, Any]], hooks: LoopHooks, content: list[Bloc
     hooks.on_assistant(content)
 
 
-def _run_tool(block: Block, execute: ToolExecutor, outcome: LoopOutcome) -> Block:
+def _run_tool(block: Block, execute: ToolExecutor, outcome: LoopOutcome,
+              fatal: tuple[type[BaseException], ...]) -> Block:
     outcome.tool_calls.append(str(block.get("name")))
     try:
         text, is_error = execute(block)
+    except fatal:
+        raise
     except Exception as exc:  # a tool bug must not kill the turn: the model sees an error result
         text, is_error = f"internal error in tool {block.get('name')}: {type(exc).__name__}", True
     if is_error:
@@ -129,14 +135,20 @@ def dump_content(content: Any) -> list[Block]:
     """
     blocks: list[Block] = []
     for block in content or []:
-        data = block.model_dump(mode="json", exclude_none=True) if hasattr(block, "model_dump") \
-            else dict(block)
+        if hasattr(block, "model_dump"):  # no warning for a malformed input: it is kept wrapped
+            data = block.model_dump(mode="json", exclude_none=True, warnings=False)
+        else:
+            data = dict(block)
         if data.get("type") == "text":
             data = {"type": "text", "text": data.get("text", "")}
             if not data["text"].strip():
                 continue
         elif data.get("type") == "tool_use":
+            raw = data.get("input")
+            # the API takes only an object back: keep what the model sent, wrapped
+            tool_input = raw if isinstance(raw, dict) else ({} if raw is None else
+                                                             {"invalid_input": raw})
             data = {"type": "tool_use", "id": data["id"], "name": data["name"],
-                    "input": data.get("input") or {}}
+                    "input": tool_input}
         blocks.append(data)
     return blocks

@@ -149,6 +149,27 @@ def prune_boundary(messages: Sequence[Stored], *, keep_user_turns: int) -> int:
     return messages[index - 1].position if index > 0 else 0
 
 
+def find_dangling(messages: Sequence[Stored]) -> list[tuple[int, list[Block]]]:
+    """Assistant messages whose tool_use blocks have no tool_result in the run of user messages
+    right after them (a worker died between the two writes): (index, missing tool_use blocks).
+    """
+    dangling = []
+    for index, message in enumerate(messages):
+        if message.role != "assistant" or not has_tool_use(message):
+            continue
+        answered = set()
+        for following in messages[index + 1:]:
+            if following.role != "user":
+                break
+            answered |= {b.get("tool_use_id") for b in following.content
+                         if b.get("type") == "tool_result"}
+        missing = [b for b in message.content
+                   if b.get("type") == "tool_use" and b.get("id") not in answered]
+        if missing:
+            dangling.append((index, missing))
+    return dangling
+
+
 def estimate_tokens(messages: Sequence[Stored]) -> int:
     """Rough context size of stored messages: UTF-8 bytes of the serialized blocks / 4."""
     return sum(math.ceil(len(json.dumps(b, ensure_ascii=False, separators=(",", ":"))

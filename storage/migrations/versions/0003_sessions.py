@@ -38,6 +38,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("status_reason", sa.Text(), nullable=True))
 
     with op.batch_alter_table("outbound", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"))
         batch_op.add_column(
             sa.Column(
                 "kind",
@@ -102,6 +103,7 @@ def downgrade() -> None:
 
     with op.batch_alter_table("outbound", schema=None) as batch_op:
         batch_op.drop_column("kind")
+        batch_op.drop_column("attempts")
 
     with op.batch_alter_table("message", schema=None) as batch_op:
         batch_op.drop_column("status_reason")
