@@ -59,6 +59,35 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("file", type=Path)
     create.set_defaults(run=_tenant_create)
 
+    contact = sub.add_parser("contact", help="data-subject rights (LGPD) for one contact")
+    contact_sub = contact.add_subparsers(title="contact commands")
+    for name, run, text in (
+            ("export", _contact_export, "print everything stored about a contact as JSON"),
+            ("forget", _contact_forget, "erase a contact from every layer; prints the receipt")):
+        command = contact_sub.add_parser(name, help=text)
+        command.add_argument("phone_number_id", help="the business number's phone_number_id")
+        command.add_argument("contact", help="the contact's phone number (wa_id) or user id")
+        command.set_defaults(run=run)
+
+    facts = sub.add_parser("facts", help="contact facts: review, decide, forget, extract")
+    facts_sub = facts.add_subparsers(title="facts commands")
+    listing = facts_sub.add_parser("review", help="facts waiting for a person (suggested, "
+                                   "pending_review) of a tenant")
+    listing.add_argument("phone_number_id")
+    listing.set_defaults(run=_facts_review)
+    for name, run, text in (
+            ("approve", _facts_approve, "confirm a fact in review"),
+            ("reject", _facts_reject, "reject a fact in review; the summaries forget it too"),
+            ("forget", _facts_forget, "delete one fact; the summaries that repeat it are "
+                                      "re-derived without it")):
+        command = facts_sub.add_parser(name, help=text)
+        command.add_argument("fact_id", type=int)
+        command.add_argument("--reason", default="", help="why (kept with the decision)")
+        command.set_defaults(run=run)
+    extract = facts_sub.add_parser("extract", help="enqueue fact extraction for a conversation")
+    extract.add_argument("conversation_id", type=int)
+    extract.set_defaults(run=_facts_extract)
+
     for name, run, text in (("web", _web, "run the webhook web process"),
                             ("worker", _worker, "run an RQ worker with the scheduler"),
                             ("cron", _cron, "enqueue the periodic jobs (run exactly one)")):
@@ -162,6 +191,105 @@ def _report(args: argparse.Namespace) -> int:
           f"{report['peak_context']} · cache-read share {report['cache_read_share']:.1%} · "
           f"billed-equivalent input {report['billed_equivalent_input']} · "
           f"cost ${report['cost_usd']:.4f} · plot {plot}")
+    return 0
+
+
+def _contact_lookup(args: argparse.Namespace, session):  # type: ignore[no-untyped-def]
+    from storage.rights import find_contact, tenant_by_phone_number_id
+
+    tenant = tenant_by_phone_number_id(session, args.phone_number_id)
+    contact = find_contact(session, tenant.id, args.contact) if tenant else None
+    if contact is None:
+        print(f"no contact {args.contact!r} for phone_number_id {args.phone_number_id}",
+              file=sys.stderr)
+    return contact
+
+
+def _contact_export(args: argparse.Namespace) -> int:
+    from storage.db import make_engine, session_scope
+    from storage.rights import export_contact
+
+    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+        contact = _contact_lookup(args, session)
+        if contact is None:
+            return 2
+        print(json.dumps(export_contact(session, contact), ensure_ascii=False, indent=2))
+    return 0
+
+
+def _contact_forget(args: argparse.Namespace) -> int:
+    from core import clock
+    from storage.db import make_engine, session_scope
+    from storage.rights import forget_contact
+
+    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+        contact = _contact_lookup(args, session)
+        if contact is None:
+            return 2
+        counts = forget_contact(session, contact, now=clock.now())
+    print(json.dumps({"erased": True, "counts": counts}))
+    return 0
+
+
+def _facts_review(args: argparse.Namespace) -> int:
+    from storage.db import make_engine, session_scope
+    from storage.facts import review_queue
+    from storage.rights import tenant_by_phone_number_id
+
+    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+        tenant = tenant_by_phone_number_id(session, args.phone_number_id)
+        if tenant is None or tenant.id is None:
+            print(f"no tenant {args.phone_number_id}", file=sys.stderr)
+            return 2
+        for fact in review_queue(session, tenant.id):
+            print(f"#{fact.id} contact {fact.contact_id} {fact.key} = {fact.value!r} "
+                  f"[{fact.state}, {fact.origin}, source message {fact.source_message_id}]")
+    return 0
+
+
+def _facts_approve(args: argparse.Namespace) -> int:
+    from core import clock
+    from storage.db import make_engine, session_scope
+    from storage.facts import decide
+
+    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+        fact = decide(session, args.fact_id, approve=True, by="cli", reason=args.reason,
+                      now=clock.now())
+    print(f"fact #{args.fact_id} confirmed" if fact else f"no fact #{args.fact_id}")
+    return 0 if fact else 2
+
+
+def _facts_reject(args: argparse.Namespace) -> int:
+    return _forget(args, keep_rejected=True)
+
+
+def _facts_forget(args: argparse.Namespace) -> int:
+    return _forget(args, keep_rejected=False)
+
+
+def _forget(args: argparse.Namespace, *, keep_rejected: bool) -> int:
+    from workers.facts import forget_fact
+    from workers.runtime import build_runtime
+
+    counts = forget_fact(build_runtime(_settings()), args.fact_id, reason=args.reason,
+                         by="cli", keep_rejected=keep_rejected)
+    if counts is None:
+        print(f"no fact #{args.fact_id}", file=sys.stderr)
+        return 2
+    print(json.dumps({"fact_id": args.fact_id, "counts": counts}))
+    return 0
+
+
+def _facts_extract(args: argparse.Namespace) -> int:
+    from rq import Queue
+
+    from storage.db import connect_redis
+    from storage.jobs import enqueue_facts
+
+    settings = _settings()
+    queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
+    job_id = enqueue_facts(queue, settings.redis_prefix, args.conversation_id)
+    print(f"enqueued {job_id}" if job_id else "already queued")
     return 0
 
 

@@ -39,6 +39,7 @@ class IngestResult:
     """What one webhook POST did: conversations needing a turn, and counts by outcome."""
 
     turn_conversation_ids: list[int] = field(default_factory=list)
+    closed_conversation_ids: list[int] = field(default_factory=list)  # stale sessions ended
     counts: dict[str, int] = field(default_factory=dict)
 
     def count(self, outcome: str) -> None:
@@ -76,7 +77,8 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     result = IngestResult()
     for update in updates:
         try:
-            outcome, conversation_id = _store_retrying(engine, update, now)
+            outcome, conversation_id = _store_retrying(engine, update, now,
+                                                       result.closed_conversation_ids)
         except (OperationalError, DBAPIError) as exc:
             if _is_disconnect(exc):
                 raise StoreUnavailable(_describe(exc)) from exc
@@ -91,7 +93,8 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     return result
 
 
-def _store_retrying(engine: Engine, update: Update, now: datetime) -> tuple[str, int | None]:
+def _store_retrying(engine: Engine, update: Update, now: datetime,
+                    closed: list[int]) -> tuple[str, int | None]:
     """Store one update; once more when a unique index refused it.
 
     Another web process can insert the same contact, conversation or message between our read
@@ -99,10 +102,10 @@ def _store_retrying(engine: Engine, update: Update, now: datetime) -> tuple[str,
     back whole; the retry reads the other process's committed row instead of losing the update.
     """
     try:
-        return _store_one(engine, update, now)
+        return _store_one(engine, update, now, closed)
     except IntegrityError as exc:
         log.info("webhook_update_retried", kind=type(update).__name__, error=type(exc).__name__)
-        return _store_one(engine, update, now)
+        return _store_one(engine, update, now, closed)
 
 
 def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime) -> None:
@@ -121,9 +124,10 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime)
         log.error("dead_letter_refused", error=type(exc).__name__, size=len(body))
 
 
-def _store_one(engine: Engine, update: Update, now: datetime) -> tuple[str, int | None]:
+def _store_one(engine: Engine, update: Update, now: datetime,
+               closed: list[int]) -> tuple[str, int | None]:
     if isinstance(update, InboundMessage):
-        return _store_message(engine, update, now)
+        return _store_message(engine, update, now, closed)
     if isinstance(update, StatusUpdate):
         return _store_status(engine, update, now), None
     if isinstance(update, IdentityChange):
@@ -138,8 +142,12 @@ def _store_one(engine: Engine, update: Update, now: datetime) -> tuple[str, int 
     return "dead_letter", None
 
 
-def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[str, int | None]:
+def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
+                   closed: list[int]) -> tuple[str, int | None]:
     with session_scope(engine) as session:
+        if messages.is_tombstoned(session, msg.wamid):  # an erased contact's redelivery
+            log.info("inbound_erased_redelivery")
+            return "duplicate", None
         existing = messages.get_by_wamid(session, msg.wamid)
         if existing is not None:
             log.info("inbound_duplicate", conversation_id=existing.conversation_id)
@@ -157,9 +165,12 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime) -> tuple[
                                           user_id=msg.user_id, profile_name=_fit(
                                               msg.profile_name, PROFILE_NAME_CHARS), now=now)
         assert contact.id is not None
+        previous = conversations.get_open(session, contact.id)
         conversation = conversations.open_or_get(
             session, tenant_id=tenant.id, contact_id=contact.id, now=now,
             inactivity_timeout=timedelta(minutes=tenant.inactivity_timeout_minutes))
+        if previous is not None and previous.id != conversation.id and previous.id is not None:
+            closed.append(previous.id)  # a stale session ended here: extract its facts
         assert conversation.id is not None
         row, created = messages.insert_inbound(session, Message(
             tenant_id=tenant.id, conversation_id=conversation.id, role="user",

@@ -14,7 +14,7 @@ from bot.ingest import ingest_body
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.signature import verify_signature
 from core import clock
-from storage.jobs import enqueue_turn
+from storage.jobs import enqueue_facts, enqueue_turn
 
 log = structlog.get_logger(__name__)
 P = ParamSpec("P")
@@ -58,6 +58,8 @@ async def receive_update(request: web.Request) -> web.Response:
     result = await _offload(ingest_body, request.app[ENGINE], body, now=clock.now())
     for conversation_id in result.turn_conversation_ids:
         await _offload(_enqueue, request.app, conversation_id)
+    for conversation_id in result.closed_conversation_ids:
+        await _offload(_enqueue, request.app, conversation_id, kind="facts")
     log.info("webhook_received", **result.counts)
     return web.Response(text="ok")
 
@@ -78,11 +80,14 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def _enqueue(app: web.Application, conversation_id: int) -> None:
+def _enqueue(app: web.Application, conversation_id: int, kind: str = "turn") -> None:
     settings = app[SETTINGS]
     try:
-        enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
-                     job_timeout=settings.turn_job_timeout)
+        if kind == "facts":
+            enqueue_facts(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
+        else:
+            enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
+                         job_timeout=settings.turn_job_timeout)
     except RedisError as exc:
         raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc
 

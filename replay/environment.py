@@ -31,6 +31,7 @@ from core.settings import Settings
 from replay.graph_api import GraphDouble
 from replay.messages_api import MessagesDouble
 from storage.db import create_schema, make_engine, session_scope
+from storage.jobs import enqueue_facts
 from storage.tenants import upsert_tenant
 from workers.runtime import build_runtime, set_runtime
 from workers.sweeper import close_due
@@ -164,7 +165,8 @@ class ReplayEnvironment:
             self.queue.enqueue_job(job)
 
     def sweep(self) -> int:
-        closed = close_due(self.engine, now=self.clock.now())
+        closed = close_due(self.engine, now=self.clock.now(), on_closed=lambda cid: enqueue_facts(
+            self.queue, self.namespace, cid))
         self.drain()
         return closed
 

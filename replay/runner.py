@@ -195,6 +195,7 @@ class _Runner:
         self.shown_sends = 0
         self.shown_tools = 0
         self.shown_summaries = 0
+        self.shown_facts = 0
         self.last_sender: str | None = None
 
     def say(self, line: str) -> None:
@@ -272,11 +273,20 @@ class _Runner:
             else:
                 self.say(f"   [send refused by WhatsApp: code {send.error_code}]")
         self.shown_sends = len(self.env.graph_api.sends)
+        self._show_facts()
         summaries = [c for c in self.env.messages_api.calls if c.purpose == "summary"]
         for call in summaries[self.shown_summaries:]:
             state = "summary updated" if call.status == 200 else f"failed ({call.status})"
             self.say(f"   [compaction: {state}]")
         self.shown_summaries = len(summaries)
+
+    def _show_facts(self) -> None:
+        with session_scope(self.env.engine) as session:
+            facts = session.exec(select(ContactFact).where(col(ContactFact.id) > self.shown_facts)
+                                 .order_by(col(ContactFact.id))).all()
+        for fact in facts:
+            self.say(f"   [fact {fact.key} = {fact.value} ({fact.state}, {fact.origin})]")
+            self.shown_facts = fact.id or self.shown_facts
 
     def collect_totals(self) -> None:
         api = self.env.messages_api

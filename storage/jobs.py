@@ -17,6 +17,7 @@ from rq import Queue, Retry
 
 TURN_JOB = "workers.turns.run_turn"
 COMPACTION_JOB = "workers.compaction.compact_conversation"
+FACTS_JOB = "workers.facts.extract_facts"
 TOKEN_TTL_SECONDS = 6 * 3600
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
         "else return 0 end")
@@ -77,6 +78,13 @@ def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
                        at: datetime | None = None, attempt: int = 1) -> str | None:
     """Enqueue a compaction (coalesced: at most one queued, one running, one follow-up)."""
     return enqueue_coalesced(queue, prefix, "compact", COMPACTION_JOB, conversation_id,
+                             job_timeout=300, at=at, attempt=attempt)
+
+
+def enqueue_facts(queue: Queue, prefix: str, conversation_id: int, *,
+                  at: datetime | None = None, attempt: int = 1) -> str | None:
+    """Enqueue fact extraction (coalesced: at most one queued; it can run again later)."""
+    return enqueue_coalesced(queue, prefix, "facts", FACTS_JOB, conversation_id,
                              job_timeout=300, at=at, attempt=attempt)
 
 

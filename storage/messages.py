@@ -1,15 +1,25 @@
 """Messages, the outbox, delivery statuses, usage rows and dead letters."""
 
+import hashlib
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select, update
 
-from storage.models import DeadLetter, Message, Outbound, Usage
+from storage.models import DeadLetter, Message, Outbound, Usage, WamidTombstone
 
 STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
+
+
+def wamid_hash(wamid: str) -> str:
+    return hashlib.sha256(wamid.encode()).hexdigest()
+
+
+def is_tombstoned(session: Session, wamid: str) -> bool:
+    """True when `wamid` belonged to an erased contact (a redelivery must not be answered)."""
+    return session.get(WamidTombstone, wamid_hash(wamid)) is not None
 
 
 def get_by_wamid(session: Session, wamid: str) -> Message | None:

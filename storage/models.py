@@ -38,7 +38,9 @@ class Tenant(SQLModel, table=True):
     retention_days: int = 180
     followup_template: str = Field(default="", max_length=512)
     followup_template_language: str = Field(default="pt_BR", max_length=16)
-    fact_keys: list[str] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
+    # names of default keys or objects {"name", "kind", "validity_days", "review_days", "risk",
+    # "sensitive"}: workers/agent/facts_rules.py
+    fact_keys: list[Any] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
 
 
@@ -108,6 +110,7 @@ class Conversation(SQLModel, table=True):
     summarized_until_id: int = 0
     pruned_until_id: int = 0
     context_block: str = Field(default="", sa_type=Text)
+    context_built: bool = False  # set once the session's first turn rendered the block
     compactions: int = 0
     last_input_tokens: int = 0
     last_activity_at: datetime
@@ -227,19 +230,46 @@ class Appointment(SQLModel, table=True):
 class ContactFact(SQLModel, table=True):
     """A closed-key fact about a contact, with provenance, validity and review state.
 
-    `state`: suggested, confirmed, contested, superseded or archived.
+    `state`: suggested, confirmed, pending_review (high risk: a person approves), contested,
+    superseded (a newer value replaced it; its history stays), archived or rejected.
+    `origin`: extracted (session end), tool (remember_fact), admin.
     """
 
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    conversation_id: int | None = Field(default=None, foreign_key="conversation.id",
+                                        ondelete="SET NULL")
     key: str = Field(max_length=64)
     value: str = Field(max_length=200)
     state: str = Field(default="suggested", max_length=16)
+    origin: str = Field(default="extracted", max_length=16)
     source_message_id: int | None = Field(default=None, foreign_key="message.id",
                                           ondelete="SET NULL")
+    valid_from: datetime | None = None
     valid_until: datetime | None = None
     review_at: datetime | None = None
+    superseded_by_id: int | None = None
+    decided_by: str | None = Field(default=None, max_length=64)
+    decision_reason: str | None = Field(default=None, max_length=500)
+    created_at: datetime
+
+
+class WamidTombstone(SQLModel, table=True):
+    """The hash of an erased message's wamid: a redelivery is recognised, never answered."""
+
+    wamid_hash: str = Field(primary_key=True, max_length=64)
+    created_at: datetime
+
+
+class ErasureReceipt(SQLModel, table=True):
+    """Proof that a contact (or one fact) was erased: what, when, how much; no personal data."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    subject: str = Field(max_length=64)  # a hash of the contact's identifiers
+    scope: str = Field(max_length=16)  # contact or fact
+    counts: dict[str, int] = Field(default_factory=dict, sa_type=JSONType)
     created_at: datetime
 
 

@@ -6,6 +6,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlmodel import Session, col, delete, select
 
+from storage.fact_keys import resolve_keys
 from storage.models import Conversation, OpeningHours, Professional, Service, Tenant
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -72,9 +73,11 @@ def validate_config(config: dict[str, Any]) -> None:
         except (ZoneInfoNotFoundError, ValueError):
             problems.append(f"timezone {config['timezone']!r} is not an IANA zone "
                             "(e.g. America/Sao_Paulo)")
-    if "fact_keys" in config and not (isinstance(config["fact_keys"], list) and all(
-            isinstance(k, str) for k in config["fact_keys"])):
-        problems.append("fact_keys must be a list of strings")
+    if "fact_keys" in config:
+        try:
+            resolve_keys(config["fact_keys"] if isinstance(config["fact_keys"], list) else [1])
+        except (ValueError, TypeError) as exc:
+            problems.append(f"fact_keys: {exc}")
     for key in ("name", "instructions", "language", "agent_model", "summary_model"):
         if key in config and not isinstance(config[key], str):
             problems.append(f"{key} must be a string")

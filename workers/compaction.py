@@ -175,14 +175,19 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
 
 def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: CompactionPlan,
            summary: str, *, expected: int, old_pruned: int) -> str:
+    from workers.facts import facts_block_lines
+
     boundary = prune_boundary(plan.kept, keep_user_turns=tenant.prune_after_user_turns)
     with session_scope(runtime.engine) as session:
         pruned_position = max(boundary, memory.position_of(session, old_pruned))
+        conversation = session.get(Conversation, conversation_id)
+        assert conversation is not None
         applied = memory.apply_compaction(
             session, conversation_id, expected_summarized_until_id=expected, summary=summary,
             summarized_until_id=plan.covered[-1].id,
             pruned_until_id=memory.id_at_position(session, conversation_id, pruned_position),
-            context_block=context_block([], summary))
+            context_block=context_block(facts_block_lines(session, conversation.contact_id),
+                                        summary))
     if not applied:
         log.warning("compaction_superseded")
         return "superseded"

@@ -17,6 +17,7 @@ import structlog
 from redis.exceptions import LockError
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
+from sqlmodel import col, select
 
 from core import clock
 from storage import contacts as contact_repo
@@ -24,13 +25,14 @@ from storage import memory
 from storage import messages as message_repo
 from storage.conversations import touch
 from storage.db import session_scope
+from storage.fact_keys import resolve_keys
 from storage.jobs import consume_turn_token, enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant, Usage
 from workers import texts
-from workers.agent.context import TenantPrompt, build_request, opaque_user_id
+from workers.agent.context import TenantPrompt, build_request, context_block, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
 from workers.agent.tools.base import ToolContext
-from workers.agent.tools.scheduling import TOOLS, execute_tool
+from workers.agent.tools.scheduling import execute_tool, tools_for
 from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.outbox import flush_outbox
@@ -88,6 +90,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         if not message_repo.pending_inbound(session, conversation_id):
             return "idle"
     repair_dangling_tool_use(runtime, state)  # before new messages take their places
+    ensure_context_block(runtime, state)
     with session_scope(runtime.engine) as session:
         last_position = message_repo.assign_positions(session, conversation_id)
         if _window_closed(state.contact, now):
@@ -177,7 +180,8 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
 def request_arguments(runtime: Runtime, state: TurnState, context_block: str) -> dict[str, Any]:
     """Every argument of `messages.create` but `messages`."""
     request = build_request(
-        tenant=_prompt(state.tenant), tools=TOOLS, context=context_block, messages=[],
+        tenant=_prompt(state.tenant), tools=tools_for(sorted(resolve_keys(
+            state.tenant.fact_keys))), context=context_block, messages=[],
         max_tokens=runtime.settings.max_output_tokens,
         metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
     del request["messages"]
@@ -217,10 +221,35 @@ def _execute(runtime: Runtime, state: TurnState, block: dict[str, Any]) -> tuple
     ctx = ToolContext(engine=runtime.engine, tenant_id=_id(state.tenant),
                       contact_id=_id(state.contact), conversation_id=_id(state.conversation),
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
-                      tool_use_id=str(block["id"]))
+                      tool_use_id=str(block["id"]),
+                      source_message_id=_latest_customer_message(runtime, state))
     text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"))
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
+
+
+def _latest_customer_message(runtime: Runtime, state: TurnState) -> int | None:
+    with session_scope(runtime.engine) as session:
+        found = session.exec(select(Message.id).where(
+            Message.conversation_id == _id(state.conversation), Message.direction == "inbound",
+            col(Message.position).is_not(None)).order_by(col(Message.position).desc())).first()
+    return int(found) if found is not None else None
+
+
+def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
+    """At the session's first turn, render system[1] from the contact's facts (a new session
+    has no summary). From then on it changes only at compaction (DESIGN.md, Context block)."""
+    from workers.facts import facts_block_lines
+
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, _id(state.conversation))
+        assert conversation is not None
+        if conversation.context_built:
+            return
+        conversation.context_block = context_block(
+            facts_block_lines(session, conversation.contact_id), conversation.summary)
+        conversation.context_built = True
+        session.add(conversation)
 
 
 class _StoreHooks:

@@ -26,3 +26,4 @@ class ToolContext:
     timezone: ZoneInfo
     now: datetime
     tool_use_id: str
+    source_message_id: int | None = None  # the turn's latest customer message

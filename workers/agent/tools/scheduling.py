@@ -176,11 +176,28 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
             + _describe(session, new, ctx.timezone))
 
 
+def _remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    from workers.facts import remember_fact
+
+    return remember_fact(session, ctx, args)
+
+
 HANDLERS: dict[str, Handler] = {
     "book_appointment": book_appointment, "cancel_appointment": cancel_appointment,
     "find_available_slots": find_available_slots, "list_my_appointments": list_my_appointments,
-    "list_services": list_services, "reschedule_appointment": reschedule_appointment,
+    "list_services": list_services, "remember_fact": _remember_fact,
+    "reschedule_appointment": reschedule_appointment,
 }
+
+
+def tools_for(fact_keys: list[str]) -> list[dict[str, Any]]:
+    """The tenant's tool list: the scheduling tools and remember_fact (its keys enumerated),
+    sorted by name, the same every call for a tenant (a stable cached prefix)."""
+    from workers.facts import remember_fact_tool
+
+    if not fact_keys:
+        return TOOLS
+    return sorted([*TOOLS, remember_fact_tool(fact_keys)], key=lambda t: str(t["name"]))
 
 
 def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,

@@ -1,0 +1,137 @@
+"""Data-subject rights (LGPD): export everything about a contact, or erase it from every layer.
+
+Erasure removes messages, summaries, conversations, facts, tool calls, the outbox, usage rows
+and dead letters that name the contact; appointments the business must keep stay, moved to an
+anonymous placeholder contact; hashed wamids stay as tombstones so a redelivery of an erased
+message is not answered again; a receipt records what was removed, without personal data.
+"""
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, delete, select
+
+from storage.messages import wamid_hash
+from storage.models import (
+    Appointment,
+    Contact,
+    ContactFact,
+    Conversation,
+    DeadLetter,
+    ErasureReceipt,
+    Message,
+    Outbound,
+    Service,
+    Tenant,
+    ToolCall,
+    Usage,
+    WamidTombstone,
+)
+
+ANONYMOUS = "[erased]"
+
+
+def find_contact(session: Session, tenant_id: int, ref: str) -> Contact | None:
+    """A contact of the tenant by phone number (wa_id) or business-scoped user id."""
+    return session.exec(select(Contact).where(
+        Contact.tenant_id == tenant_id,
+        (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref))).first()
+
+
+def export_contact(session: Session, contact: Contact) -> dict[str, Any]:
+    """Everything stored about a contact, as JSON-ready data."""
+    conversations = session.exec(select(Conversation).where(
+        Conversation.contact_id == contact.id).order_by(col(Conversation.id))).all()
+    ids = [c.id for c in conversations]
+    messages = session.exec(select(Message).where(col(Message.conversation_id).in_(ids))
+                            .order_by(col(Message.id))).all()
+    facts = session.exec(select(ContactFact).where(ContactFact.contact_id == contact.id)
+                         .order_by(col(ContactFact.id))).all()
+    appointments = session.exec(select(Appointment, Service).join(
+        Service, col(Service.id) == col(Appointment.service_id)).where(
+        Appointment.contact_id == contact.id).order_by(col(Appointment.start_at))).all()
+    return {
+        "contact": _row(contact),
+        "conversations": [{**_row(c), "messages": [_row(m) for m in messages
+                                                   if m.conversation_id == c.id]}
+                          for c in conversations],
+        "facts": [_row(f) for f in facts],
+        "appointments": [{**_row(a), "service": s.code} for a, s in appointments],
+    }
+
+
+def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict[str, int]:
+    """Erase a contact from every layer (see the module docstring); returns the counts."""
+    assert contact.id is not None
+    ids = [c for c in session.exec(select(Conversation.id).where(
+        Conversation.contact_id == contact.id)).all() if c is not None]
+    wamids = [w for w in session.exec(select(Message.wamid).where(
+        col(Message.conversation_id).in_(ids), col(Message.wamid).is_not(None))).all() if w]
+    for wamid in wamids:
+        if session.get(WamidTombstone, wamid_hash(wamid)) is None:
+            session.add(WamidTombstone(wamid_hash=wamid_hash(wamid), created_at=now))
+    counts = {
+        "tool_calls": _delete(session, ToolCall, col(ToolCall.conversation_id).in_(ids)),
+        "outbound": _delete(session, Outbound, col(Outbound.conversation_id).in_(ids)),
+        "usage": _delete(session, Usage, col(Usage.conversation_id).in_(ids)),
+        "facts": _delete(session, ContactFact, col(ContactFact.contact_id) == contact.id),
+        "messages": _delete(session, Message, col(Message.conversation_id).in_(ids)),
+    }
+    counts["dead_letters"] = _forget_dead_letters(session, contact)
+    anonymous = _anonymous_contact(session, contact.tenant_id, now)
+    kept = session.exec(select(Appointment).where(Appointment.contact_id == contact.id)).all()
+    for appointment in kept:
+        appointment.contact_id = anonymous.id or 0
+        session.add(appointment)
+    counts["appointments_kept_anonymised"] = len(kept)
+    counts["conversations"] = _delete(session, Conversation, col(Conversation.id).in_(ids))
+    subject = _subject(contact)
+    session.delete(contact)
+    session.flush()
+    counts["tombstones"] = len(wamids)
+    session.add(ErasureReceipt(tenant_id=contact.tenant_id, subject=subject, scope="contact",
+                               counts=counts, created_at=now))
+    session.flush()
+    return counts
+
+
+def _forget_dead_letters(session: Session, contact: Contact) -> int:
+    needles = [n.encode() for n in (contact.wa_id, contact.user_id) if n]
+    removed = 0
+    for letter in session.exec(select(DeadLetter)).all():
+        if any(n in letter.body for n in needles):
+            session.delete(letter)
+            removed += 1
+    return removed
+
+
+def _anonymous_contact(session: Session, tenant_id: int, now: datetime) -> Contact:
+    found = session.exec(select(Contact).where(Contact.tenant_id == tenant_id,
+                                               Contact.profile_name == ANONYMOUS,
+                                               col(Contact.wa_id).is_(None),
+                                               col(Contact.user_id).is_(None))).first()
+    if found is not None:
+        return found
+    anonymous = Contact(tenant_id=tenant_id, profile_name=ANONYMOUS, created_at=now)
+    session.add(anonymous)
+    session.flush()
+    return anonymous
+
+
+def _delete(session: Session, model: Any, condition: Any) -> int:
+    result = session.exec(delete(model).where(condition))
+    return int(result.rowcount or 0)
+
+
+def _subject(contact: Contact) -> str:
+    return hashlib.sha256(f"{contact.tenant_id}:{contact.wa_id}:{contact.user_id}"
+                          .encode()).hexdigest()
+
+
+def _row(row: Any) -> dict[str, Any]:
+    return dict(row.model_dump(mode="json"))
+
+
+def tenant_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | None:
+    return session.exec(select(Tenant).where(Tenant.phone_number_id == phone_number_id)).first()

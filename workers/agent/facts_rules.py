@@ -1,0 +1,145 @@
+"""Contact facts: the closed key catalogue and the validation every proposal goes through.
+
+Pure: no I/O. A fact is short, closed-key and checked in code before anything is written
+(DESIGN.md, Memory lifecycle): allowed key; short single-line value; a source that is one of
+this conversation's customer messages; no national id (CPF with check digits), card number
+(Luhn), health, religion or political data unless the key is meant for it; nothing that reads
+as an instruction to the agent.
+"""
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from storage.fact_keys import DEFAULT_KEYS, KINDS, FactKey, resolve_keys  # noqa: F401
+
+MAX_VALUE_CHARS = 80
+MAX_FACTS_IN_CONTEXT = 20
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate fact: from extraction (`origin` "extracted") or the remember_fact tool."""
+
+    key: str
+    value: str
+    source_message_id: int | None
+    stated: bool  # the customer said it in so many words (vs. inferred from behaviour)
+
+
+@dataclass(frozen=True)
+class SourceMessage:
+    id: int
+    conversation_id: int
+    role: str
+    direction: str
+
+
+def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id: int,
+             source: SourceMessage | None) -> str | None:
+    """None when the proposal may be written, else the reason it is rejected."""
+    key = keys.get(proposal.key)
+    if key is None:
+        return f"key {proposal.key!r} is not allowed for this business"
+    value = proposal.value.strip() if isinstance(proposal.value, str) else ""
+    if not value:
+        return "empty value"
+    if len(value) > MAX_VALUE_CHARS or "\n" in value:
+        return f"value longer than {MAX_VALUE_CHARS} characters or on several lines"
+    if source is None:
+        return "the source message does not exist"
+    if source.conversation_id != conversation_id:
+        return "the source message is not in this conversation"
+    if source.role != "user" or source.direction != "inbound":
+        return "the source message is not the customer's"
+    if has_cpf(value):
+        return "looks like a CPF (national id)"
+    if has_card_number(value):
+        return "looks like a payment card number"
+    if not key.sensitive and (topic := sensitive_topic(value)):
+        return f"{topic} data is not allowed for this key"
+    if reads_as_instruction(value):
+        return "reads as an instruction to the agent"
+    return None
+
+
+def initial_state(proposal: Proposal, key: FactKey) -> str:
+    """High-risk keys wait for a person (pending_review); low-risk ones stated by the customer
+    are confirmed; inferred ones are suggested (shown to the agent as "to confirm")."""
+    if key.risk == "high":
+        return "pending_review"
+    return "confirmed" if proposal.stated else "suggested"
+
+
+def validity(key: FactKey, now: datetime) -> tuple[datetime, datetime]:
+    """(valid_until, review_at) of a fact recorded at `now`."""
+    return now + timedelta(days=key.validity_days), now + timedelta(days=key.review_days)
+
+
+def has_cpf(text: str) -> bool:
+    """A Brazilian CPF: 11 digits (optionally 000.000.000-00) whose two check digits match."""
+    for match in re.finditer(r"(?<!\d)(\d{3}\.?\d{3}\.?\d{3}-?\d{2})(?!\d)", text):
+        digits = [int(d) for d in re.sub(r"\D", "", match.group(1))]
+        if len(set(digits)) == 1:
+            continue
+        first = (sum(d * w for d, w in zip(digits[:9], range(10, 1, -1), strict=True)) * 10) % 11
+        second = (sum(d * w for d, w in zip(digits[:10], range(11, 1, -1), strict=True)) * 10) % 11
+        if digits[9] == first % 10 and digits[10] == second % 10:
+            return True
+    return False
+
+
+def has_card_number(text: str) -> bool:
+    """13 to 19 digits (spaces or dashes allowed) that pass the Luhn check."""
+    for match in re.finditer(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)", text):
+        digits = [int(d) for d in re.sub(r"\D", "", match.group(0))]
+        total = 0
+        for position, digit in enumerate(reversed(digits)):
+            if position % 2:
+                digit = digit * 2 - 9 if digit * 2 > 9 else digit * 2
+            total += digit
+        if total % 10 == 0:
+            return True
+    return False
+
+
+_TOPICS = {
+    "health": ("diabet", "cancer", "câncer", "hiv", "gravid", "grávid", "pregnan", "depress",
+               "ansiedade", "anxiety", "remédio", "medicament", "medication", "doença", "disease",
+               "alergi", "allerg", "cirurgia", "surgery", "tratamento", "therapy"),
+    "religion": ("evangélic", "evangelic", "católic", "catholic", "umband", "candombl",
+                 "espírita", "muçulman", "muslim", "judeu", "jewish", "igreja", "church"),
+    "political": ("petista", "bolsonar", "lulist", "partido", "political party",
+                  "esquerdista", "direitista", "comunista", "communist"),
+}
+_INSTRUCTION = re.compile(
+    r"\b(ignore|ignora|desconsidere|disregard|instruç|instruction|system prompt|prompt|"
+    r"you must|you are|você deve|voce deve|sempre responda|always (answer|reply|say)|"
+    r"never (ask|say)|nunca pergunte|act as|aja como|cancel(e|ar)? (todos|all)|"
+    r"assistant|assistente|tool|ferramenta|execute|<|>|\{|\})", re.IGNORECASE)
+
+
+def sensitive_topic(text: str) -> str | None:
+    lowered = text.lower()
+    for topic, stems in _TOPICS.items():
+        if any(stem in lowered for stem in stems):
+            return topic
+    return None
+
+
+def reads_as_instruction(text: str) -> bool:
+    normalized = unicodedata.normalize("NFKC", text)
+    return bool(_INSTRUCTION.search(normalized))
+
+
+def render_fact_lines(facts: Iterable[tuple[str, str, str, datetime | None]],
+                      now: datetime) -> list[str]:
+    """Context-block lines for (key, value, state, review_at): stable order (by key), bounded;
+    suggested facts and those due for review are marked "to confirm with the customer"."""
+    lines = []
+    for key, value, state, review_at in sorted(facts)[:MAX_FACTS_IN_CONTEXT]:
+        unsure = state == "suggested" or (review_at is not None and review_at <= now)
+        lines.append(f"{key}: {value}" + (" (to confirm with the customer)" if unsure else ""))
+    return lines
