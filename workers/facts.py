@@ -238,7 +238,7 @@ def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str
     texts = [b["text"] for b in dump_content(response.content) if b.get("type") == "text"]
     if not texts:
         raise ValueError("no text in the extraction response")
-    return texts[0]
+    return str(texts[0])
 
 
 def _record_usage(runtime: Runtime, tenant: Tenant, conversation_id: int | None, response: Any,
