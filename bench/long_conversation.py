@@ -42,7 +42,8 @@ from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa
 from storage.tenants import upsert_tenant  # noqa: E402
 from workers.agent import context  # noqa: E402
 from workers.agent.context import TenantPrompt, build_request  # noqa: E402
-from workers.agent.tools.scheduling import TOOLS  # noqa: E402
+from storage.fact_keys import resolve_keys  # noqa: E402
+from workers.agent.tools.scheduling import tools_for  # noqa: E402
 from workers.agent.window import Stored, to_api_messages  # noqa: E402
 from workers.report import Call, render_svg, summarize_calls  # noqa: E402
 from workers.turns import TurnState, prepare_window, request_arguments  # noqa: E402
@@ -177,7 +178,8 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
         now["t"] = at
         chosen = history[: point + 1] if last_n is None else history[max(0, point + 1 - last_n):
                                                                      point + 1]
-        request = build_request(tenant=prompt, tools=TOOLS, context="",
+        request = build_request(tenant=prompt, tools=tools_for(sorted(resolve_keys(
+            Tenant.model_fields["fact_keys"].default_factory()))), context="",
                                 messages=to_api_messages(chosen), max_tokens=1024,
                                 metadata_user_id="bench")
         if validate_request(request) is not None:

@@ -13,8 +13,8 @@ from typing import Any
 
 INSTRUCTIONS_TTL = "1h"  # tools + instructions are shared by every conversation of a tenant
 # The tail's TTL was chosen by measurement: customers answer minutes to hours apart, and on
-# bench/long_conversation.py's gap sequence a 1 h tail bills 3% less input than 5 min
-# (505k vs 523k billed-equivalent tokens over 200 turns; see bench/README.md).
+# bench/long_conversation.py's gap sequence a 1 h tail bills 1% less input than 5 min
+# (525k vs 530k billed-equivalent tokens over 200 turns; see bench/README.md).
 TAIL_TTL = "1h"
 
 
