@@ -12,6 +12,7 @@ from datetime import timedelta
 import structlog
 
 from core import clock
+from core.faults import crash_point
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.jobs import enqueue_turn
@@ -69,6 +70,7 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
                                             recipient=row.recipient)
     except GraphError as exc:
         return _on_error(runtime, row, exc)
+    crash_point("after_send_before_mark")
     _mark(runtime, row.id, status="sent", wamid=wamid)
     log.info("reply_sent", outbound_id=row.id, part=row.part)
     log.debug("reply_text", text=row.body, to=row.to)

@@ -20,6 +20,7 @@ from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
 from core import clock
+from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import memory
 from storage import messages as message_repo
@@ -136,12 +137,17 @@ def _run_loop(runtime: Runtime, state: TurnState, *, hard_cap: bool) -> LoopOutc
     messages = to_api_messages(window.messages)
     hooks = _StoreHooks(runtime, state)
     request = request_arguments(runtime, state, window.context_block)
-    create = functools.partial(runtime.anthropic.messages.create,
-                               extra_headers={"x-wagent-purpose": "turn"})
+    create = functools.partial(_create, runtime)
     return run_tool_loop(create, request=request, messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
                          fatal=(JobTimeoutException,))
+
+
+def _create(runtime: Runtime, **request: Any) -> Any:
+    crash_point("before_model_call")
+    return runtime.anthropic.messages.create(**request,
+                                             extra_headers={"x-wagent-purpose": "turn"})
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,7 @@ class _StoreHooks:
         self._append("assistant", content)
 
     def on_tool_results(self, content: list[dict[str, Any]]) -> None:
+        crash_point("after_tool_before_store")
         self._append("user", content)
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
