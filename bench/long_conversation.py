@@ -38,11 +38,11 @@ from core.settings import Settings  # noqa: E402
 from replay.environment import ReplayEnvironment  # noqa: E402
 from replay.messages_api import PromptCache, validate_request  # noqa: E402
 from storage.db import create_schema, make_engine, session_scope  # noqa: E402
+from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
 from workers.agent import context  # noqa: E402
 from workers.agent.context import TenantPrompt, build_request  # noqa: E402
-from storage.fact_keys import resolve_keys  # noqa: E402
 from workers.agent.tools.scheduling import tools_for  # noqa: E402
 from workers.agent.window import Stored, to_api_messages  # noqa: E402
 from workers.report import Call, render_svg, summarize_calls  # noqa: E402

@@ -58,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
                                    "(the `tenant` object of REPLAY.md)")
     create.add_argument("file", type=Path)
     create.set_defaults(run=_tenant_create)
+    resume = tenant_sub.add_parser("resume", help="resume sending after the access token was "
+                                   "fixed (a 190 from the Graph API paused the tenant)")
+    resume.add_argument("phone_number_id")
+    resume.set_defaults(run=_tenant_resume)
 
     contact = sub.add_parser("contact", help="data-subject rights (LGPD) for one contact")
     contact_sub = contact.add_subparsers(title="contact commands")
@@ -290,6 +294,28 @@ def _facts_extract(args: argparse.Namespace) -> int:
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     job_id = enqueue_facts(queue, settings.redis_prefix, args.conversation_id)
     print(f"enqueued {job_id}" if job_id else "already queued")
+    return 0
+
+
+def _tenant_resume(args: argparse.Namespace) -> int:
+    from rq import Queue
+
+    from storage.db import connect_redis, make_engine, session_scope
+    from storage.jobs import enqueue_turn
+    from storage.rights import tenant_by_phone_number_id
+    from storage.tenants import resume_sending
+
+    settings = _settings()
+    with session_scope(make_engine(settings.database_url)) as session:
+        tenant = tenant_by_phone_number_id(session, args.phone_number_id)
+        if tenant is None or tenant.id is None:
+            print(f"no tenant {args.phone_number_id}", file=sys.stderr)
+            return 2
+        waiting = resume_sending(session, tenant.id)
+    queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
+    for conversation_id in waiting:
+        enqueue_turn(queue, settings.redis_prefix, conversation_id)
+    print(f"sending resumed; {len(waiting)} conversation(s) with replies waiting")
     return 0
 
 

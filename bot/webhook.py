@@ -3,6 +3,7 @@
 import asyncio
 import hmac
 from collections.abc import Callable
+from datetime import timedelta
 from typing import ParamSpec, TypeVar
 
 import structlog
@@ -85,9 +86,11 @@ def _enqueue(app: web.Application, conversation_id: int, kind: str = "turn") -> 
     try:
         if kind == "facts":
             enqueue_facts(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
-        else:
+        else:  # a short debounce lets a burst of messages settle into one turn
+            at = (clock.now() + timedelta(seconds=settings.turn_debounce_seconds)
+                  if settings.turn_debounce_seconds > 0 else None)
             enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
-                         job_timeout=settings.turn_job_timeout)
+                         job_timeout=settings.turn_job_timeout, at=at)
     except RedisError as exc:
         raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc
 

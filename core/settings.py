@@ -32,6 +32,7 @@ class Settings:
     admin_token: str = ""
     max_body_bytes: int = 3 * 1024 * 1024
     turn_job_timeout: int = 300
+    turn_debounce_seconds: float = 2.0
     turn_max_rounds: int = 8
     turn_max_attempts: int = 4
     turn_lock_timeout: int = 360

@@ -19,6 +19,7 @@ import fakeredis
 import redis
 from aiohttp import web
 from rq import Queue, SimpleWorker
+from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, text
@@ -67,13 +68,14 @@ class _LoopThread:
 class ReplayEnvironment:
     """Start everything for a scenario; `close()` stops it and restores the clock.
 
+    `settings` override product settings (replays answer without a debounce unless told).
     `database_url` / `redis_url` None → a fresh SQLite file and an in-process Redis. A SQLite
     URL also means a fresh file of the scenario's own. With a PostgreSQL URL the scenario gets
     its own schema; with a Redis URL its own key prefix and queue name, deleted at the end.
     """
 
     def __init__(self, *, start: datetime, database_url: str | None = None,
-                 redis_url: str | None = None) -> None:
+                 redis_url: str | None = None, **settings: Any) -> None:
         self.clock = clock.FrozenClock(start)
         self._worker_log_level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         self._previous_clock = clock.set_clock(self.clock)
@@ -87,7 +89,7 @@ class ReplayEnvironment:
             database_url=str(self.engine.url), redis_prefix=self.namespace,
             queue_name=self.namespace, whatsapp_app_secret=APP_SECRET,
             whatsapp_verify_token=VERIFY_TOKEN, whatsapp_access_token=ACCESS_TOKEN,
-            anthropic_api_key=API_KEY)
+            anthropic_api_key=API_KEY, **{"turn_debounce_seconds": 0, **settings})
         self.queue = Queue(self.namespace, connection=self.redis)
         self.messages_api = MessagesDouble(api_key=API_KEY)
         self.graph_api = GraphDouble(access_token=ACCESS_TOKEN)
@@ -161,7 +163,10 @@ class ReplayEnvironment:
         due = registry.get_jobs_to_schedule(int(self.clock.now().timestamp()))
         for job_id in due:
             registry.remove(job_id)
-            job = Job.fetch(job_id, connection=self.redis)
+            try:
+                job = Job.fetch(job_id, connection=self.redis)
+            except NoSuchJobError:  # as RQ's scheduler does: an id without a job is skipped
+                continue
             self.queue.enqueue_job(job)
 
     def sweep(self) -> int:

@@ -11,9 +11,13 @@ year after a failure, and `enqueue_in` ignores it.
 import uuid
 from datetime import datetime
 
+from typing import Any
+
 from redis import Redis
 from redis.exceptions import WatchError
 from rq import Queue, Retry
+from rq.job import JobStatus
+from rq.registry import ScheduledJobRegistry
 
 TURN_JOB = "workers.turns.run_turn"
 COMPACTION_JOB = "workers.compaction.compact_conversation"
@@ -52,19 +56,33 @@ def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversat
                     return None
                 pipe.multi()
                 pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
-                options = dict(
-                    kwargs={"conversation_id": conversation_id, "attempt": attempt},
-                    job_id=job_id, job_timeout=job_timeout, result_ttl=600,
-                    failure_ttl=7 * 86400, retry=Retry(max=2), pipeline=pipe,
-                )
+                kwargs = {"conversation_id": conversation_id, "attempt": attempt}
                 if at is None:
-                    queue.enqueue(func, **options)
+                    queue.enqueue(func, kwargs=kwargs, job_id=job_id, job_timeout=job_timeout,
+                                  result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
+                                  pipeline=pipe)
                 else:
-                    queue.enqueue_at(at, func, **options)
+                    _schedule(queue, pipe, func, kwargs, job_id, job_timeout, at)
                 pipe.execute()
                 return job_id
             except WatchError:
                 continue
+
+
+def _schedule(queue: Queue, pipe: Any, func: str, kwargs: dict[str, Any], job_id: str,
+              job_timeout: int, at: datetime) -> None:
+    """`Queue.schedule_job` inside our transaction. RQ 2.12's `ScheduledJobRegistry.schedule`
+    ignores the pipeline it is given (it ZADDs on the connection at once), so a transaction
+    retried after a WatchError would leave a scheduled id with no job: we queue the ZADD in the
+    pipeline ourselves.
+    """
+    job = queue.create_job(func, kwargs=kwargs, job_id=job_id, timeout=job_timeout,
+                           result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
+                           status=JobStatus.SCHEDULED)
+    pipe.sadd(queue.redis_queues_keys, queue.key)
+    job.set_status(JobStatus.SCHEDULED, pipeline=pipe)
+    job.save(pipeline=pipe)
+    pipe.zadd(ScheduledJobRegistry(queue=queue).key, {job.id: int(at.timestamp())})
 
 
 def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,

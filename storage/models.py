@@ -37,6 +37,8 @@ class Tenant(SQLModel, table=True):
     slot_granularity_minutes: int = 30
     retention_days: int = 180
     followup_template: str = Field(default="", max_length=512)
+    # set when the Graph API rejected the access token (190): nothing is sent until resumed
+    sending_paused_reason: str = Field(default="", max_length=500)
     followup_template_language: str = Field(default="pt_BR", max_length=16)
     # names of default keys or objects {"name", "kind", "validity_days", "review_days", "risk",
     # "sensitive"}: workers/agent/facts_rules.py

@@ -11,7 +11,8 @@ from storage.models import Conversation, OpeningHours, Professional, Service, Te
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
-                      if name not in ("id", "phone_number_id", "created_at"))
+                      if name not in ("id", "phone_number_id", "created_at",
+                                      "sending_paused_reason"))
 
 
 class TenantConfigError(ValueError):
@@ -129,6 +130,27 @@ def _is_hhmm(text: str) -> bool:
     hours, _, minutes = text.partition(":")
     return (len(text) == 5 and hours.isdigit() and minutes.isdigit()
             and int(hours) < 24 and int(minutes) < 60)
+
+
+def pause_sending(session: Session, tenant_id: int, reason: str) -> None:
+    """Stop every send of a tenant (its access token was rejected) until `resume_sending`."""
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is not None and not tenant.sending_paused_reason:
+        tenant.sending_paused_reason = reason[:500]
+        session.add(tenant)
+
+
+def resume_sending(session: Session, tenant_id: int) -> list[int]:
+    """Clear the pause; returns the conversations with replies waiting in the outbox."""
+    from storage.models import Outbound
+
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is not None:
+        tenant.sending_paused_reason = ""
+        session.add(tenant)
+    rows = session.exec(select(Outbound.conversation_id).where(
+        Outbound.tenant_id == tenant_id, Outbound.status == "pending").distinct()).all()
+    return sorted(int(r) for r in rows)
 
 
 def list_services(session: Session, tenant_id: int) -> list[Service]:

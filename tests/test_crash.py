@@ -19,7 +19,7 @@ import pytest
 from rq.registry import StartedJobRegistry
 from sqlmodel import select
 
-from replay.environment import API_KEY, ACCESS_TOKEN, APP_SECRET, ReplayEnvironment
+from replay.environment import ACCESS_TOKEN, API_KEY, APP_SECRET, ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, Message
 from tests.conftest import REDIS_UP, REDIS_URL, START

@@ -147,7 +147,7 @@ def test_graph_rate_limits_back_off_and_give_up_within_a_bound(env: ReplayEnviro
 def test_when_a_part_fails_for_good_the_rest_of_the_reply_is_not_sent_later(
         env: ReplayEnvironment) -> None:
     long_reply = "\n\n".join(f"Parágrafo {i}: " + "texto " * 120 for i in range(12))
-    env.graph_api.fail(190, times=1)
+    env.graph_api.fail(131026, times=1)  # undeliverable: terminal for this message
     env.messages_api.script("turn", [{"text": long_reply}, {"text": "Nova resposta."}])
     _post(env, "me explica tudo", 1)
     env.drain()
@@ -184,3 +184,75 @@ def test_the_jobs_timeout_is_not_swallowed_by_the_tool_loop() -> None:
         run_tool_loop(create, request={}, messages=[{"role": "user", "content": [
             {"type": "text", "text": "x"}]}],
                       execute=slow_tool, hooks=Hooks(), max_rounds=3, fatal=(_JobTimeout,))
+
+
+def test_an_expired_token_pauses_the_tenant_and_nothing_is_lost(
+        env: ReplayEnvironment) -> None:
+    from storage.models import Tenant
+    from storage.tenants import resume_sending
+
+    env.graph_api.fail(190, times=1)
+    env.messages_api.script("turn", [{"text": "Oi!"}, {"text": "Tudo bem?"}])
+    _post(env, "oi", 1)
+    env.drain()
+    _post(env, "alô", 2)
+    env.drain()
+    assert [s.status for s in env.graph_api.sends] == [401], "one try, then sending stops"
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        assert "access token" in tenant.sending_paused_reason
+        assert [r.status for r in session.exec(select(Outbound))] == ["pending", "pending"]
+        waiting = resume_sending(session, tenant.id or 0)
+    assert waiting == [1]
+    from storage.jobs import enqueue_turn
+    enqueue_turn(env.queue, env.namespace, 1)
+    env.drain()
+    assert [s.body["text"]["body"] for s in env.graph_api.sends if s.wamid] == ["Oi!",
+                                                                                 "Tudo bem?"]
+
+
+def test_a_message_arriving_mid_turn_is_folded_into_the_answer(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    env.messages_api.script("turn", [
+        {"tool": "list_services", "input": {}},
+        {"text": "Temos corte, e sim, aceitamos pix."}])
+    real_execute = turns._execute
+    posted = iter([True])
+
+    def execute_while_customer_writes(*args: Any) -> tuple[str, bool]:
+        if next(posted, False):  # the customer writes again while the tool runs
+            _post(env, "e vocês aceitam pix?", 2)
+        return real_execute(*args)
+
+    monkeypatch.setattr(turns, "_execute", execute_while_customer_writes)
+    _post(env, "quais serviços vocês têm?", 1)
+    env.drain()
+    second_call = env.messages_api.calls[1].request["messages"]
+    assert [b["type"] for b in second_call[-1]["content"]] == ["tool_result", "text"]
+    assert "pix" in second_call[-1]["content"][1]["text"]
+    assert [s.body["text"]["body"] for s in env.graph_api.sends] == [
+        "Temos corte, e sim, aceitamos pix."]
+    assert len(env.messages_api.calls) == 2, "no second turn for the folded message"
+    with session_scope(env.engine) as session:
+        pending = session.exec(select(Message).where(Message.direction == "inbound",
+                                                     Message.answered_at == None)).all()  # noqa: E711
+        assert pending == []
+
+
+def test_a_debounce_lets_a_burst_settle_into_one_turn(redis_url: str | None) -> None:
+    environment = ReplayEnvironment(start=START, redis_url=redis_url, turn_debounce_seconds=2)
+    try:
+        environment.add_tenant(TENANT)
+        environment.messages_api.script("turn", [{"text": "Oi! Temos sim."}])
+        _post(environment, "oi", 1)
+        environment.drain()
+        assert environment.messages_api.calls == [], "not due yet"
+        environment.clock.advance(timedelta(seconds=1))
+        _post(environment, "tem horário amanhã?", 2)
+        environment.clock.advance(timedelta(seconds=2))
+        environment.drain()
+        assert len(environment.messages_api.calls) == 1
+        assert len(environment.messages_api.calls[0].request["messages"][0]["content"]) == 2
+        assert len(environment.graph_api.sends) == 1
+    finally:
+        environment.close()

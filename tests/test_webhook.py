@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import Queue
+from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, func
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
@@ -153,7 +154,9 @@ def rows(engine: Engine, model: Any) -> list[Any]:
 
 
 def turn_jobs(redis_client: redis.Redis) -> int:
-    return Queue("t", connection=redis_client).count
+    """Turn jobs queued or waiting out the debounce (scheduled a moment ahead)."""
+    queue = Queue("t", connection=redis_client)
+    return queue.count + ScheduledJobRegistry(queue=queue).count
 
 
 def message_text(message: Message) -> str:
@@ -349,8 +352,12 @@ async def test_text_is_stored_stamped_in_tenant_time_and_a_turn_is_queued(
     (conversation,) = rows(engine, Conversation)
     assert conversation.contact_id == contact.id and conversation.status == "open"
     assert stored.conversation_id == conversation.id
-    (job,) = Queue("t", connection=redis_client).get_jobs()
-    assert job.func_name == "workers.turns.run_turn"
+    queue = Queue("t", connection=redis_client)
+    (job_id,) = ScheduledJobRegistry(queue=queue).get_job_ids()  # waits out the debounce
+    job = queue.fetch_job(job_id)
+    assert job is not None and job.func_name == "workers.turns.run_turn"
+    due = ScheduledJobRegistry(queue=queue).get_scheduled_time(job)
+    assert timedelta(seconds=1) < due - START <= timedelta(seconds=3), "a 2 s debounce"
     assert job.args == () and job.kwargs["conversation_id"] == conversation.id
     assert "Oi!" not in json.dumps(job.kwargs) and ANA_WA not in json.dumps(job.kwargs)
 

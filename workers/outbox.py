@@ -17,6 +17,7 @@ from storage import messages as message_repo
 from storage.db import session_scope
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Outbound, Tenant
+from storage.tenants import pause_sending
 from workers.errors import GraphAuthError, GraphError, GraphWindowClosed
 from workers.runtime import Runtime
 
@@ -38,6 +39,9 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
         tenant = session.get(Tenant, conversation.tenant_id)
         contact = session.get(Contact, conversation.contact_id)
     assert tenant is not None and contact is not None
+    if tenant.sending_paused_reason:  # 190: no send until an operator resumes the tenant
+        log.warning("send_paused_for_tenant", tenant_id=tenant.id, waiting=len(rows))
+        return 0
     sent = 0
     for row in rows:
         outcome = _send_one(runtime, tenant, contact, row)
@@ -98,10 +102,14 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
     if isinstance(exc, GraphWindowClosed):
         _fail(runtime, row, code=exc.code, reason=str(exc), status="refused")
         return "refused"
-    _fail(runtime, row, code=exc.code, reason=str(exc))
-    if isinstance(exc, GraphAuthError):
-        log.error("graph_token_rejected_alert", tenant_id=row.tenant_id, code=exc.code)
+    if isinstance(exc, GraphAuthError):  # not this message's fault: keep it, stop the tenant
+        _mark(runtime, row.id, status="pending", code=exc.code, reason=str(exc))
+        with session_scope(runtime.engine) as session:
+            pause_sending(session, row.tenant_id, f"Graph API rejected the access token: {exc}")
+        log.error("graph_token_rejected_alert_sending_paused", tenant_id=row.tenant_id,
+                  code=exc.code)
         return "stop"
+    _fail(runtime, row, code=exc.code, reason=str(exc))
     return "failed"
 
 

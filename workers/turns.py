@@ -101,8 +101,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     if outcome:
         flush_outbox(runtime, conversation_id)
         return outcome
+    hooks = _StoreHooks(runtime, state)
     try:
-        outcome = _converse(runtime, state)
+        outcome = _converse(runtime, state, hooks)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
     except TRANSIENT as exc:
         if attempt < runtime.settings.turn_max_attempts:
@@ -116,7 +117,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     except ContextWindowExceeded:  # even the hard-capped window was too big
         log.error("turn_context_window_exceeded_twice")
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
-    _finish(runtime, state, reply, up_to_position=last_position)
+    _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to))
     flush_outbox(runtime, conversation_id)
     if maybe_enqueue_compaction(runtime, conversation_id):
         log.info("compaction_enqueued")
@@ -124,18 +125,18 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     return kind
 
 
-def _converse(runtime: Runtime, state: TurnState) -> LoopOutcome:
+def _converse(runtime: Runtime, state: TurnState, hooks: "_StoreHooks") -> LoopOutcome:
     try:
-        return _run_loop(runtime, state, hard_cap=False)
+        return _run_loop(runtime, state, hooks, hard_cap=False)
     except ContextWindowExceeded:
         log.warning("turn_context_window_exceeded_retrying_with_safe_window")
-        return _run_loop(runtime, state, hard_cap=True)
+        return _run_loop(runtime, state, hooks, hard_cap=True)
 
 
-def _run_loop(runtime: Runtime, state: TurnState, *, hard_cap: bool) -> LoopOutcome:
+def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
+              hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
     messages = to_api_messages(window.messages)
-    hooks = _StoreHooks(runtime, state)
     request = request_arguments(runtime, state, window.context_block)
     create = functools.partial(_create, runtime)
     return run_tool_loop(create, request=request, messages=messages,
@@ -263,6 +264,7 @@ class _StoreHooks:
 
     def __init__(self, runtime: Runtime, state: TurnState) -> None:
         self.runtime, self.state = runtime, state
+        self.folded_up_to = 0  # history position of the last customer message folded in
 
     def on_response(self, response: Any) -> None:
         record_usage(self.runtime, self.state, response, purpose="turn")
@@ -273,6 +275,18 @@ class _StoreHooks:
     def on_tool_results(self, content: list[dict[str, Any]]) -> None:
         crash_point("after_tool_before_store")
         self._append("user", content)
+
+    def fold_new_messages(self) -> list[dict[str, Any]]:
+        conversation_id = _id(self.state.conversation)
+        with session_scope(self.runtime.engine) as session:
+            before = memory.max_position(session, conversation_id)
+            top = message_repo.assign_positions(session, conversation_id)
+            if top == before:
+                return []
+            rows = memory.window_rows(session, conversation_id, after_position=before)
+        self.folded_up_to = top
+        log.info("turn_folded_new_messages", count=len(rows))
+        return [b for m in rows for b in m.content if b.get("type") == "text"]
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
         with session_scope(self.runtime.engine) as session:

@@ -31,6 +31,10 @@ class LoopHooks(Protocol):
     def on_tool_results(self, content: list[Block]) -> None:
         """The user message with every tool_result of the previous assistant message."""
 
+    def fold_new_messages(self) -> list[Block]:
+        """Customer messages that arrived during the turn, placed after the results just
+        stored: their blocks join the same user message, so the final answer covers them."""
+
 
 ToolExecutor = Callable[[Block], tuple[str, bool]]
 
@@ -87,6 +91,7 @@ def run_tool_loop(create: Callable[..., Any], *, request: dict[str, Any],
                        if _is_tool_use(block)]
             messages.append({"role": "user", "content": results})
             hooks.on_tool_results(results)
+            messages[-1]["content"].extend(hooks.fold_new_messages())  # results stay first
             continue
         outcome.final_content = [b for b in content if b.get("type") == "text"]
         outcome.kind = _final_kind(response.stop_reason, outcome.final_content)
