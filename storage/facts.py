@@ -1,6 +1,6 @@
 """Contact facts: current facts per contact, recording with supersession, review decisions."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlmodel import Session, col, select
@@ -8,6 +8,7 @@ from sqlmodel import Session, col, select
 from storage.models import ContactFact
 
 CURRENT = ("confirmed", "suggested", "pending_review", "contested")
+# "contested": an unconfirmed value beside a confirmed one; it waits for a person
 IN_CONTEXT = ("confirmed", "suggested")
 
 
@@ -20,29 +21,62 @@ def current(session: Session, contact_id: int, key: str | None = None) -> list[C
     return list(session.exec(query.order_by(col(ContactFact.key), col(ContactFact.id))).all())
 
 
-def for_context(session: Session, contact_id: int, now: datetime) -> list[ContactFact]:
-    """Valid confirmed and suggested facts: expired ones and those awaiting a person are left
-    out (a high-risk fact stays out of requests until approved)."""
+def for_context(session: Session, contact_id: int, now: datetime,
+                allowed_keys: Iterable[str] | None = None) -> list[ContactFact]:
+    """Valid confirmed and suggested facts of keys the tenant still allows: expired ones and
+    those awaiting a person are left out (a high-risk fact stays out until approved)."""
+    keys = set(allowed_keys) if allowed_keys is not None else None
     return [f for f in current(session, contact_id) if f.state in IN_CONTEXT
-            and (f.valid_until is None or f.valid_until > now)]
+            and (f.valid_until is None or f.valid_until > now)
+            and (keys is None or f.key in keys)]
 
 
 def record(session: Session, fact: ContactFact, *, now: datetime) -> tuple[ContactFact, str]:
-    """Write `fact`; the current fact of the same key is superseded (kept, with an end of
-    validity), never overwritten. The same value again refreshes nothing and returns
-    ("duplicate"). Returns (the current fact, "recorded" | "superseded" | "duplicate").
+    """Write `fact`; nothing is silently overwritten. Returns (fact, outcome):
+
+    - the same value again: the existing fact, "duplicate";
+    - a value from an older message than the current one's (a late extraction): kept as
+      history, already superseded, "stale";
+    - a value that is not confirmed (suggested, pending_review) while a confirmed one exists:
+      kept beside it as "contested" / "pending_review", "contested" — it replaces nothing
+      until a person approves it;
+    - otherwise the current facts of the key are superseded (kept, with an end of validity):
+      "superseded", or "recorded" when there were none.
     """
     existing = current(session, fact.contact_id, fact.key)
     for old in existing:
         if old.value.casefold() == fact.value.casefold():
             return old, "duplicate"
+    if any(_newer(old, fact) for old in existing):
+        fact.state, fact.valid_until = "superseded", now
+        session.add(fact)
+        session.flush()
+        return fact, "stale"
+    if fact.state != "confirmed" and any(old.state == "confirmed" for old in existing):
+        if fact.state == "suggested":
+            fact.state = "contested"
+        session.add(fact)
+        session.flush()
+        return fact, "contested"
     session.add(fact)
     session.flush()
-    for old in existing:
-        old.state, old.valid_until, old.superseded_by_id = "superseded", now, fact.id
-        session.add(old)
-    session.flush()
+    supersede_others(session, fact, now=now)
     return fact, "superseded" if existing else "recorded"
+
+
+def supersede_others(session: Session, fact: ContactFact, *, now: datetime) -> None:
+    """Every other current fact of the same key ends here, pointing at `fact`."""
+    for old in current(session, fact.contact_id, fact.key):
+        if old.id != fact.id:
+            old.state, old.valid_until, old.superseded_by_id = "superseded", now, fact.id
+            session.add(old)
+    session.flush()
+
+
+def _newer(old: ContactFact, new: ContactFact) -> bool:
+    """The current fact came from a later customer message than the proposal (ids grow)."""
+    return bool(old.source_message_id and new.source_message_id
+                and old.source_message_id > new.source_message_id)
 
 
 def decide(session: Session, fact_id: int, *, approve: bool, by: str, reason: str,
@@ -57,11 +91,24 @@ def decide(session: Session, fact_id: int, *, approve: bool, by: str, reason: st
         fact.valid_until = now
     session.add(fact)
     session.flush()
+    if approve:  # an approved value replaces the key's other current values now
+        supersede_others(session, fact, now=now)
     return fact
+
+
+def dedupe_after_merge(session: Session, contact_id: int, *, now: datetime) -> None:
+    """Two merged contacts may each hold a current value for a key: the newest one stays."""
+    by_key: dict[str, list[ContactFact]] = {}
+    for fact in current(session, contact_id):
+        by_key.setdefault(fact.key, []).append(fact)
+    for facts in by_key.values():
+        if len(facts) > 1:
+            newest = max(facts, key=lambda f: (f.source_message_id or 0, f.id or 0))
+            supersede_others(session, newest, now=now)
 
 
 def review_queue(session: Session, tenant_id: int) -> Sequence[ContactFact]:
     return session.exec(select(ContactFact).where(
         ContactFact.tenant_id == tenant_id,
-        col(ContactFact.state).in_(("suggested", "pending_review")),
+        col(ContactFact.state).in_(("suggested", "pending_review", "contested")),
     ).order_by(col(ContactFact.id))).all()

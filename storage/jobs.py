@@ -10,7 +10,6 @@ year after a failure, and `enqueue_in` ignores it.
 
 import uuid
 from datetime import datetime
-
 from typing import Any
 
 from redis import Redis
@@ -82,7 +81,8 @@ def _schedule(queue: Queue, pipe: Any, func: str, kwargs: dict[str, Any], job_id
     pipe.sadd(queue.redis_queues_keys, queue.key)
     job.set_status(JobStatus.SCHEDULED, pipeline=pipe)
     job.save(pipeline=pipe)
-    pipe.zadd(ScheduledJobRegistry(queue=queue).key, {job.id: int(at.timestamp())})
+    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+    pipe.zadd(registry.key, {job.id: int(at.timestamp())})
 
 
 def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,

@@ -6,7 +6,7 @@ anonymous placeholder contact; hashed wamids stay as tombstones so a redelivery 
 message is not answered again; a receipt records what was removed, without personal data.
 """
 
-import hashlib
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -78,7 +78,9 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
         "facts": _delete(session, ContactFact, col(ContactFact.contact_id) == contact.id),
         "messages": _delete(session, Message, col(Message.conversation_id).in_(ids)),
     }
-    counts["dead_letters"] = _forget_dead_letters(session, contact)
+    tenant = session.get(Tenant, contact.tenant_id)
+    counts["dead_letters"] = _forget_dead_letters(session, contact,
+                                                  tenant.phone_number_id if tenant else "")
     anonymous = _anonymous_contact(session, contact.tenant_id, now)
     kept = session.exec(select(Appointment).where(Appointment.contact_id == contact.id)).all()
     for appointment in kept:
@@ -96,11 +98,12 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
     return counts
 
 
-def _forget_dead_letters(session: Session, contact: Contact) -> int:
+def _forget_dead_letters(session: Session, contact: Contact, phone_number_id: str) -> int:
+    """Dead letters naming the contact under this tenant's number (another tenant's stay)."""
     needles = [n.encode() for n in (contact.wa_id, contact.user_id) if n]
     removed = 0
     for letter in session.exec(select(DeadLetter)).all():
-        if any(n in letter.body for n in needles):
+        if phone_number_id.encode() in letter.body and any(n in letter.body for n in needles):
             session.delete(letter)
             removed += 1
     return removed
@@ -125,8 +128,8 @@ def _delete(session: Session, model: Any, condition: Any) -> int:
 
 
 def _subject(contact: Contact) -> str:
-    return hashlib.sha256(f"{contact.tenant_id}:{contact.wa_id}:{contact.user_id}"
-                          .encode()).hexdigest()
+    """A random receipt id: a hash of the phone number could be reversed by enumeration."""
+    return uuid.uuid4().hex
 
 
 def _row(row: Any) -> dict[str, Any]:

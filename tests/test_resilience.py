@@ -256,3 +256,20 @@ def test_a_debounce_lets_a_burst_settle_into_one_turn(redis_url: str | None) -> 
         assert len(environment.graph_api.sends) == 1
     finally:
         environment.close()
+
+
+def test_a_turn_whose_messages_were_answered_meanwhile_sends_nothing(
+        env: ReplayEnvironment) -> None:
+    from storage.messages import mark_answered
+    from workers.turns import _finish, _load
+
+    env.messages_api.script("turn", [{"text": "Oi!"}])
+    _post(env, "oi", 1)
+    env.drain()
+    state = _load(env.runtime, 1)
+    assert state is not None
+    with session_scope(env.engine) as session:  # all answered by the first worker
+        assert mark_answered(session, 1, up_to_position=10, now=env.clock.now()) == 0
+    assert _finish(env.runtime, state, "Oi de novo!", up_to_position=1) is False
+    with session_scope(env.engine) as session:
+        assert len(session.exec(select(Outbound)).all()) == 1

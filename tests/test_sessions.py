@@ -71,7 +71,9 @@ def test_a_new_session_sends_no_summary_and_no_earlier_messages(env: ReplayEnvir
     request = env.messages_api.calls[-1].request
     texts = [b["text"] for m in request["messages"] for b in m["content"] if "text" in b]
     assert len(texts) == 1 and "segunda conversa" in texts[0]
-    assert len(request["system"]) == 1, "no summary block in a fresh session"
+    block = request["system"][1]["text"]
+    assert "Old record" not in block and "summary" not in block, "a fresh session: no summary"
+    assert "whatsapp_profile_name: Ana Teste" in block
     assert [c.status for c in _conversations(env)] == ["closed", "open"]
 
 
@@ -254,3 +256,20 @@ def test_retention_purges_old_closed_conversations_and_keeps_appointments(
         assert conversation.purged_at is not None and conversation.summary == ""
         from storage.models import Appointment
         assert len(session.exec(select(Appointment)).all()) == 1
+
+
+def test_a_purged_message_redelivered_is_not_answered_again(env: ReplayEnvironment) -> None:
+    env.add_tenant({**TENANT, "retention_days": 1})
+    env.messages_api.script("turn", [{"text": "Oi!"}])
+    body = json.dumps(text_body("oi", 1, sent_at=env.clock.now())).encode()
+    assert env.post_webhook(body) == 200
+    env.drain()
+    env.clock.advance(timedelta(hours=25))
+    env.sweep()
+    env.clock.advance(timedelta(days=2))
+    assert purge_expired(env.engine, now=env.clock.now()) == 1
+    assert env.post_webhook(body) == 200
+    env.drain()
+    assert len(env.graph_api.sends) == 1
+    with session_scope(env.engine) as session:
+        assert session.exec(select(Message)).all() == []

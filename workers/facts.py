@@ -7,6 +7,7 @@ through `facts_rules.validate` and is logged with its outcome. `forget_fact` rem
 re-derives the summaries that may repeat it.
 """
 
+import hashlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from workers.agent.context import context_block
 from workers.agent.facts_rules import (
     Proposal,
     SourceMessage,
+    fold,
     initial_state,
     render_fact_lines,
     validate,
@@ -77,7 +79,8 @@ def parse_proposals(text: str) -> list[Proposal]:
         if not isinstance(item, dict):
             raise ValueError("a fact is not an object")
         source = item.get("source_message_id")
-        proposals.append(Proposal(key=str(item.get("key", "")), value=str(item.get("value", "")),
+        value = str(item.get("value", "")).encode("utf-8", "replace").decode("utf-8")
+        proposals.append(Proposal(key=str(item.get("key", "")), value=value,
                                   source_message_id=source if isinstance(source, int) else None,
                                   stated=item.get("stated") is True))
     return proposals
@@ -94,6 +97,10 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
     source = SourceMessage(message.id or 0, message.conversation_id, message.role,
                            message.direction) if message else None
     reason = validate(proposal, keys=keys, conversation_id=conversation_id, source=source)
+    if reason is None and session.exec(select(ErasureReceipt).where(
+            ErasureReceipt.subject == forgotten_marker(contact_id, proposal.key,
+                                                       proposal.value.strip()))).first():
+        reason = "this value was forgotten at the customer's request"
     if reason is not None:
         log.info("fact_proposal", key=proposal.key[:64], origin=origin, outcome="rejected",
                  reason=reason)
@@ -136,11 +143,17 @@ def remember_fact_tool(keys: list[str]) -> dict[str, Any]:
                 "value": {"type": "string"}}, "required": ["key", "value"]}}
 
 
-def facts_block_lines(session: Session, contact_id: int) -> list[str]:
-    """The context block's fact lines for a contact, now."""
+def facts_block_lines(session: Session, contact_id: int,
+                      keys: dict[str, FactKey] | None = None) -> list[str]:
+    """The context block's fact lines for a contact, now: only keys the tenant still allows."""
     now = clock.now()
-    return render_fact_lines(((f.key, f.value, f.state, f.review_at)
-                              for f in fact_repo.for_context(session, contact_id, now)), now)
+    if keys is None:
+        contact_tenant = session.exec(select(Tenant).join(
+            Conversation, col(Conversation.tenant_id) == col(Tenant.id)).where(
+            Conversation.contact_id == contact_id)).first()
+        keys = resolve_keys(contact_tenant.fact_keys) if contact_tenant else {}
+    return render_fact_lines(((f.key, f.value, f.state, f.review_at) for f in
+                              fact_repo.for_context(session, contact_id, now, keys)), now)
 
 
 def extract_facts(conversation_id: int, attempt: int = 1) -> str:
@@ -186,16 +199,19 @@ def handle_extraction(runtime: Runtime, conversation_id: int, *, attempt: int = 
         proposals = parse_proposals(text)
     except TRANSIENT as exc:
         return _retry_later(runtime, conversation_id, attempt, exc)
-    except (anthropic.APIStatusError, ValueError) as exc:
-        log.error("facts_extraction_failed", error=type(exc).__name__)
+    except (anthropic.APIStatusError, ValueError, RecursionError) as exc:
+        log.error("facts_extraction_failed", error=type(exc).__name__, detail=str(exc)[:200])
         return "failed"
     outcomes = []
-    with session_scope(runtime.engine) as session:
-        for proposal in proposals:
-            outcomes.append(store_proposal(session, proposal, tenant=tenant,
-                                           contact_id=contact_id,
-                                           conversation_id=conversation_id,
-                                           origin="extracted")[1])
+    for proposal in proposals:  # one transaction each: a bad candidate loses no other
+        try:
+            with session_scope(runtime.engine) as session:
+                outcomes.append(store_proposal(session, proposal, tenant=tenant,
+                                               contact_id=contact_id,
+                                               conversation_id=conversation_id,
+                                               origin="extracted")[1])
+        except Exception as exc:  # noqa: BLE001 - logged, the others still land
+            log.error("fact_proposal_failed", error=type(exc).__name__)
     log.info("facts_extracted", proposals=len(proposals),
              accepted=sum(not o.startswith("rejected") for o in outcomes))
     return "extracted"
@@ -273,42 +289,84 @@ mentions the information listed under <forget>, directly or indirectly. Change n
 the third-person record style. Output only the record."""
 
 
+def forgotten_marker(contact_id: int, key: str, value: str) -> str:
+    """The receipt subject that blocks a forgotten value from being recorded again."""
+    return hashlib.sha256(f"{contact_id}:{key}:{fold(value)}".encode()).hexdigest()
+
+
 def forget_fact(runtime: Runtime, fact_id: int, *, reason: str, by: str = "operator",
                 keep_rejected: bool = False) -> dict[str, int] | None:
-    """Forget one fact: delete it (or, for a review rejection, keep the row as rejected), and
-    re-derive every summary of the contact that repeats its value, without it. A receipt is
-    written. Returns the counts, or None for an unknown fact.
+    """Forget one fact, all or nothing: every summary of the contact is re-derived without it
+    (under each conversation's compaction lock, so a running compaction cannot write the old
+    record back), then in one transaction the fact is deleted (or, for a review rejection,
+    kept as rejected), the summaries and context blocks are replaced, the contact's open
+    session is closed (its raw history repeats the value; the next message starts clean), and
+    a receipt blocks the value from being recorded again. A failed model call changes nothing
+    and can be retried. Returns the counts, or None for an unknown fact.
     """
     with session_scope(runtime.engine) as session:
         fact = session.get(ContactFact, fact_id)
         if fact is None:
             return None
         key, value, contact_id, tenant_id = fact.key, fact.value, fact.contact_id, fact.tenant_id
-        if keep_rejected:
-            fact_repo.decide(session, fact_id, approve=False, by=by, reason=reason,
-                             now=clock.now())
-        else:
-            session.delete(fact)
         tenant = session.get(Tenant, tenant_id)
-        repeating = [c for c in session.exec(select(Conversation).where(
-            Conversation.contact_id == contact_id)) if value.casefold() in c.summary.casefold()]
+        summarized = [c for c in session.exec(select(Conversation).where(
+            Conversation.contact_id == contact_id)) if c.summary.strip()]
     assert tenant is not None
-    rewritten = sum(_scrub_summary(runtime, tenant, c, f"{key}: {value}") for c in repeating)
-    counts = {"facts": 1, "summaries_rederived": rewritten}
+    prefix = runtime.settings.redis_prefix
+    locks = [runtime.redis.lock(f"{prefix}:compact:lock:{c.id}", timeout=360,
+                                blocking_timeout=330) for c in summarized]
+    held = [lock for lock in locks if lock.acquire()]
+    try:
+        if len(held) != len(locks):
+            raise TimeoutError("a compaction holds the summary; try again")
+        rewritten = {c.id: _scrub_summary(runtime, tenant, c, f"{key}: {value}")
+                     for c in summarized}
+        counts = _apply_forget(runtime, fact_id, key, value, contact_id, tenant_id, rewritten,
+                               keep_rejected=keep_rejected, by=by, reason=reason)
+    finally:
+        for lock in held:
+            try:
+                lock.release()
+            except LockError:
+                log.warning("forget_lock_lost")
+    log.info("fact_forgotten", fact_id=fact_id, summaries=len(rewritten))
+    return counts
+
+
+def _apply_forget(runtime: Runtime, fact_id: int, key: str, value: str, contact_id: int,
+                  tenant_id: int, rewritten: dict[int | None, str], *, keep_rejected: bool,
+                  by: str, reason: str) -> dict[str, int]:
+    now = clock.now()
     with session_scope(runtime.engine) as session:
-        session.add(ErasureReceipt(tenant_id=tenant_id, subject=f"fact:{fact_id}",
-                                   scope="fact", counts=counts, created_at=clock.now()))
+        if keep_rejected:
+            fact_repo.decide(session, fact_id, approve=False, by=by, reason=reason, now=now)
+        else:
+            fact = session.get(ContactFact, fact_id)
+            if fact is not None:
+                session.delete(fact)
+        session.flush()
+        tenant = session.get(Tenant, tenant_id)
+        keys = resolve_keys(tenant.fact_keys) if tenant else {}
         for conversation in session.exec(select(Conversation).where(
-                Conversation.contact_id == contact_id, Conversation.status == "open")):
+                Conversation.contact_id == contact_id)):
+            if conversation.id in rewritten:
+                conversation.summary = rewritten[conversation.id]
+            if conversation.status == "open":
+                conversation.status, conversation.closed_at = "closed", now
             conversation.context_block = context_block(
-                facts_block_lines(session, contact_id), conversation.summary)
+                facts_block_lines(session, contact_id, keys), conversation.summary)
             session.add(conversation)
-    log.info("fact_forgotten", fact_id=fact_id, summaries=rewritten)
+        counts = {"facts": 1, "summaries_rederived": len(rewritten)}
+        session.add(ErasureReceipt(tenant_id=tenant_id, scope="fact", counts=counts,
+                                   subject=forgotten_marker(contact_id, key, value),
+                                   created_at=now))
     return counts
 
 
 def _scrub_summary(runtime: Runtime, tenant: Tenant, conversation: Conversation,
-                   forget: str) -> int:
+                   forget: str) -> str:
+    """The conversation's summary rewritten without `forget` (nothing is written here)."""
     response = runtime.anthropic.messages.create(
         model=tenant.summary_model, max_tokens=runtime.settings.summary_max_tokens,
         system=SCRUB_INSTRUCTIONS,
@@ -318,9 +376,6 @@ def _scrub_summary(runtime: Runtime, tenant: Tenant, conversation: Conversation,
     _record_usage(runtime, tenant, conversation.id, response, "summary")
     summary = "\n".join(b["text"] for b in dump_content(response.content)
                         if b.get("type") == "text").strip()
-    with session_scope(runtime.engine) as session:
-        row = session.get(Conversation, conversation.id)
-        assert row is not None
-        row.summary = summary
-        session.add(row)
-    return 1
+    if not summary:
+        raise ValueError("the summary model returned an empty record")
+    return summary

@@ -18,7 +18,8 @@ from sqlmodel import col, delete, select, update
 from core import clock
 from storage.db import session_scope
 from storage.jobs import enqueue_turn
-from storage.models import Conversation, Message, Outbound, Tenant, ToolCall
+from storage.messages import wamid_hash
+from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -108,6 +109,11 @@ def purge_expired(engine: Engine, *, now: datetime) -> int:
 def _purge(session, ids: list[int], now: datetime) -> None:  # type: ignore[no-untyped-def]
     if not ids:
         return
+    wamids = [w for w in session.exec(select(Message.wamid).where(
+        col(Message.conversation_id).in_(ids), col(Message.wamid).is_not(None))).all() if w]
+    for wamid in wamids:  # a redelivery of a purged message is still recognised
+        if session.get(WamidTombstone, wamid_hash(wamid)) is None:
+            session.add(WamidTombstone(wamid_hash=wamid_hash(wamid), created_at=now))
     session.exec(delete(ToolCall).where(col(ToolCall.conversation_id).in_(ids)))
     session.exec(delete(Message).where(col(Message.conversation_id).in_(ids)))
     session.exec(update(Conversation).where(col(Conversation.id).in_(ids)).values(

@@ -253,8 +253,11 @@ def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
         assert conversation is not None
         if conversation.context_built:
             return
-        conversation.context_block = context_block(
-            facts_block_lines(session, conversation.contact_id), conversation.summary)
+        lines = facts_block_lines(session, conversation.contact_id)
+        contact = session.get(Contact, conversation.contact_id)
+        if contact is not None and contact.profile_name:  # what WhatsApp shows, not a fact
+            lines = [f"whatsapp_profile_name: {contact.profile_name}", *lines]
+        conversation.context_block = context_block(lines, conversation.summary)
         conversation.context_built = True
         session.add(conversation)
 
@@ -332,11 +335,20 @@ def _reply_text(outcome: LoopOutcome, language: str) -> str:
     return outcome.final_text or texts.text(language, "fallback")
 
 
-def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int) -> None:
-    """Store the reply, its outbox rows and the answered marks in one transaction."""
+def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int) -> bool:
+    """Store the reply, its outbox rows and the answered marks in one transaction.
+
+    Compare-and-set on the answered marks: if another worker answered these messages meanwhile
+    (a lock lost to a Redis flush, then the reconciler), this reply is dropped, never sent as a
+    second answer. Returns False then.
+    """
     now = clock.now()
     to, recipient = contact_repo.address(state.contact)
     with session_scope(runtime.engine) as session:
+        if not message_repo.mark_answered(session, _id(state.conversation),
+                                          up_to_position=up_to_position, now=now):
+            log.warning("turn_reply_dropped_already_answered")
+            return False
         message = message_repo.append(
             session, tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
             role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
@@ -344,13 +356,12 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
         message.delivery_status = "pending"
         message_repo.add_outbound(session, message=message, parts=split_text(reply), to=to,
                                   recipient=recipient, now=now)
-        message_repo.mark_answered(session, _id(state.conversation),
-                                   up_to_position=up_to_position, now=now)
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
         touch(conversation, now=now, inactivity_timeout=timedelta(
             minutes=state.tenant.inactivity_timeout_minutes))
         session.add(conversation)
+    return True
 
 
 WINDOW_CLOSED_REASON = ("not answered: more than 24 hours since the customer's last message "

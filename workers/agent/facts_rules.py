@@ -39,15 +39,23 @@ class SourceMessage:
 
 def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id: int,
              source: SourceMessage | None) -> str | None:
-    """None when the proposal may be written, else the reason it is rejected."""
+    """None when the proposal may be written, else the reason it is rejected.
+
+    The checks run on a folded form of the value (accents, invisible and format characters
+    removed, case folded), so "alérgica", "ig\u200bnore" or "529 982 247 25" are caught.
+    """
     key = keys.get(proposal.key)
     if key is None:
         return f"key {proposal.key!r} is not allowed for this business"
     value = proposal.value.strip() if isinstance(proposal.value, str) else ""
     if not value:
         return "empty value"
-    if len(value) > MAX_VALUE_CHARS or "\n" in value:
+    if len(value) > MAX_VALUE_CHARS or any(unicodedata.category(c) in ("Cc", "Zl", "Zp")
+                                           for c in value):
         return f"value longer than {MAX_VALUE_CHARS} characters or on several lines"
+    if any(unicodedata.category(c) == "Cs" for c in value) or mixed_scripts(value):
+        return "value mixes alphabets or holds invalid characters"
+    value = fold(value)
     if source is None:
         return "the source message does not exist"
     if source.conversation_id != conversation_id:
@@ -78,9 +86,26 @@ def validity(key: FactKey, now: datetime) -> tuple[datetime, datetime]:
     return now + timedelta(days=key.validity_days), now + timedelta(days=key.review_days)
 
 
+def fold(text: str) -> str:
+    """Lowercase, without accents and invisible/format characters (zero-width spaces...)."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    kept = "".join(c for c in decomposed if unicodedata.category(c) not in ("Mn", "Cf"))
+    return kept.casefold()
+
+
+def mixed_scripts(text: str) -> bool:
+    """Latin letters mixed with Cyrillic or Greek ones: a homoglyph trick."""
+    scripts = {unicodedata.name(c, "").split(" ")[0] for c in text if c.isalpha()}
+    return "LATIN" in scripts and bool(scripts & {"CYRILLIC", "GREEK"})
+
+
+_SEP = r"[\s./,\-]?"
+
+
 def has_cpf(text: str) -> bool:
-    """A Brazilian CPF: 11 digits (optionally 000.000.000-00) whose two check digits match."""
-    for match in re.finditer(r"(?<!\d)(\d{3}\.?\d{3}\.?\d{3}-?\d{2})(?!\d)", text):
+    """A Brazilian CPF: 11 digits, any common separators, whose two check digits match."""
+    for match in re.finditer(rf"(?<!\d)(\d{{3}}{_SEP}\d{{3}}{_SEP}\d{{3}}{_SEP}\d{{2}})(?!\d)",
+                             fold(text)):
         digits = [int(d) for d in re.sub(r"\D", "", match.group(1))]
         if len(set(digits)) == 1:
             continue
@@ -92,8 +117,8 @@ def has_cpf(text: str) -> bool:
 
 
 def has_card_number(text: str) -> bool:
-    """13 to 19 digits (spaces or dashes allowed) that pass the Luhn check."""
-    for match in re.finditer(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)", text):
+    """13 to 19 digits (any common separators) that pass the Luhn check."""
+    for match in re.finditer(r"(?<!\d)(?:\d[\s./\-]{0,2}){12,18}\d(?!\d)", fold(text)):
         digits = [int(d) for d in re.sub(r"\D", "", match.group(0))]
         total = 0
         for position, digit in enumerate(reversed(digits)):
@@ -105,24 +130,29 @@ def has_card_number(text: str) -> bool:
     return False
 
 
-_TOPICS = {
-    "health": ("diabet", "cancer", "câncer", "hiv", "gravid", "grávid", "pregnan", "depress",
-               "ansiedade", "anxiety", "remédio", "medicament", "medication", "doença", "disease",
-               "alergi", "allerg", "cirurgia", "surgery", "tratamento", "therapy"),
-    "religion": ("evangélic", "evangelic", "católic", "catholic", "umband", "candombl",
-                 "espírita", "muçulman", "muslim", "judeu", "jewish", "igreja", "church"),
-    "political": ("petista", "bolsonar", "lulist", "partido", "political party",
-                  "esquerdista", "direitista", "comunista", "communist"),
+_TOPICS = {  # stems, matched on the folded text (no accents, lower case)
+    "health": ("diabet", "cancer", "hiv", "gravid", "gestant", "pregnan", "depress", "ansiedad",
+               "anxiety", "remedio", "medicament", "medication", "doenc", "disease", "alerg",
+               "allerg", "cirurgi", "surgery", "tratament", "therapy", "terapia", "asma",
+               "asthma", "quimio", "chemo", "hipertens", "pressao alta", "epilep", "autis",
+               "deficien", "sindrome", "syndrome", "psiqui", "psych", "insulin", "covid"),
+    "religion": ("evangelic", "catolic", "catholic", "umband", "candombl", "espirit",
+                 "muculman", "muslim", "judeu", "judia", "judaism", "jewish", "igreja", "church",
+                 "crente", "ateu", "ateia", "atheist", "budist", "buddhist", "islam"),
+    "political": ("petista", "bolsonar", "lulist", "partido", "political party", "esquerdist",
+                  "direitist", "comunist", "communist", "conservador", "socialist"),
 }
-_INSTRUCTION = re.compile(
-    r"\b(ignore|ignora|desconsidere|disregard|instruç|instruction|system prompt|prompt|"
-    r"you must|you are|você deve|voce deve|sempre responda|always (answer|reply|say)|"
-    r"never (ask|say)|nunca pergunte|act as|aja como|cancel(e|ar)? (todos|all)|"
-    r"assistant|assistente|tool|ferramenta|execute|<|>|\{|\})", re.IGNORECASE)
+_INSTRUCTION = re.compile(  # matched on the folded text (no accents, lower case)
+    r"(ignor|desconsider|disregard|esquec|olvid|oublie|vergiss|instruc|instruction|"
+    r"system|prompt|you must|you are|voce deve|voce e |sempre respond|always (answer|reply|"
+    r"say)|never (ask|say)|nunca pergunt|act as|aja como|finja|pretend|a partir de agora|"
+    r"from now on|de agora em diante|regra|rule|cancel\w* (todos|tudo|all)|assistant|"
+    r"assistente|tool|ferramenta|execut|comando|command|<|>|\{|\}|\[|\]|`|#|\*\*|:\s*$|"
+    r"^\w+:)")
 
 
 def sensitive_topic(text: str) -> str | None:
-    lowered = text.lower()
+    lowered = fold(text)
     for topic, stems in _TOPICS.items():
         if any(stem in lowered for stem in stems):
             return topic
@@ -130,8 +160,7 @@ def sensitive_topic(text: str) -> str | None:
 
 
 def reads_as_instruction(text: str) -> bool:
-    normalized = unicodedata.normalize("NFKC", text)
-    return bool(_INSTRUCTION.search(normalized))
+    return bool(_INSTRUCTION.search(fold(text)))
 
 
 def render_fact_lines(facts: Iterable[tuple[str, str, str, datetime | None]],
