@@ -22,11 +22,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
-    return int(args.run(args) or 0)
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        return int(args.run(args) or 0)
+    except OperationalError as exc:
+        hint = " (run `wagent db upgrade` first)" if "no such table" in str(exc) \
+            or "does not exist" in str(exc) else ""
+        print(f"database error{hint}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wagent", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="wagent", description="The WhatsApp booking agent: run the processes, set up "
+        "the database and tenants, review facts, exercise data rights, replay scenarios.")
     sub = parser.add_subparsers(title="commands")
 
     replay = sub.add_parser("replay", help="run replay scenario files (docs/REPLAY.md)")
@@ -94,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
 
     for name, run, text in (("web", _web, "run the webhook web process"),
                             ("worker", _worker, "run an RQ worker with the scheduler"),
-                            ("cron", _cron, "enqueue the periodic jobs (run exactly one)")):
+                            ("cron", _cron, "enqueue the periodic jobs (one is enough; each "
+                                             "job is guarded per period)")):
         command = sub.add_parser(name, help=text)
         command.set_defaults(run=run)
         if name == "worker":

@@ -59,6 +59,14 @@ class _LoopThread:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
 
+    def _forget_redis_keys(self) -> None:
+        """Leave the configured Redis as it was: our keys, RQ's keys for our queue and jobs."""
+        keys = list(self.redis.scan_iter(f"*{self.namespace}*", count=1000))
+        keys += _job_keys(self.redis, self.namespace)
+        if keys:
+            self.redis.delete(*keys)
+        self.redis.srem("rq:queues", f"rq:queue:{self.namespace}")
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
@@ -175,6 +183,14 @@ class ReplayEnvironment:
         self.drain()
         return closed
 
+    def _forget_redis_keys(self) -> None:
+        """Leave the configured Redis as it was: our keys, RQ's keys for our queue and jobs."""
+        keys = list(self.redis.scan_iter(f"*{self.namespace}*", count=1000))
+        keys += _job_keys(self.redis, self.namespace)
+        if keys:
+            self.redis.delete(*keys)
+        self.redis.srem("rq:queues", f"rq:queue:{self.namespace}")
+
     def close(self) -> None:
         if self._runner is not None:
             self._loop.run(self._runner.cleanup())
@@ -188,15 +204,24 @@ class ReplayEnvironment:
         if isinstance(self.redis, fakeredis.FakeRedis):
             self.redis.flushall()
         else:
-            keys = list(self.redis.scan_iter(f"*{self.namespace}*", count=1000))
-            if keys:
-                self.redis.delete(*keys)
+            self._forget_redis_keys()
         self.engine.dispose()
         if self._schema:
             with self.engine.begin() as connection:
                 connection.execute(text(f'DROP SCHEMA "{self._schema}" CASCADE'))
             self.engine.dispose()
         self._tmp.cleanup()
+
+
+def _job_keys(redis_client: redis.Redis, namespace: str) -> list[bytes]:
+    """RQ's keys of this replay's jobs: their hashes and results (ids do not carry the queue)."""
+    keys = []
+    for key in redis_client.scan_iter("rq:job:*", count=1000):
+        if redis_client.type(key) == b"hash" and redis_client.hget(key, "origin") == \
+                namespace.encode():
+            job_id = key.decode().removeprefix("rq:job:")
+            keys += [key, f"rq:results:{job_id}".encode()]
+    return keys
 
 
 def load_body(ref: Any, base: Path) -> bytes:

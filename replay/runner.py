@@ -301,7 +301,13 @@ class _Runner:
             self.result.tool_errors = len(session.exec(select(ToolCall).where(
                 col(ToolCall.is_error).is_(True))).all())
         if self.result.unscripted_calls:
-            self.result.fail(f"{self.result.unscripted_calls} unscripted Messages API call(s)")
+            purposes = sorted({c.purpose for c in api.calls if c.status == 500
+                               and "unscripted" in json.dumps(c.response)})
+            self.result.fail(f"{self.result.unscripted_calls} unscripted Messages API call(s) "
+                             f"for purpose {', '.join(purposes)}: add a `model` step with "
+                             f"\"for\": \"{purposes[0] if purposes else 'turn'}\"")
+        if self.result.leftover:
+            self.say(f"   (scripted responses left unused: {self.result.leftover})")
 
 
 def _one_line(text: str, limit: int = 160) -> str:
