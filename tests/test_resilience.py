@@ -273,3 +273,34 @@ def test_a_turn_whose_messages_were_answered_meanwhile_sends_nothing(
     assert _finish(env.runtime, state, "Oi de novo!", up_to_position=1) is False
     with session_scope(env.engine) as session:
         assert len(session.exec(select(Outbound)).all()) == 1
+
+
+def test_two_tenants_with_the_same_customer_number_never_see_each_other(
+        env: ReplayEnvironment) -> None:
+    other = {**TENANT, "phone_number_id": "200000000000002", "name": "Clínica Exemplo"}
+    env.add_tenant(other)
+    env.messages_api.script("turn", [
+        {"tool": "book_appointment", "input": {"service": "corte",
+                                               "start": "2026-06-02T14:00"}},
+        {"text": "Marcado no salão."},
+        {"tool": "list_my_appointments", "input": {}},
+        {"tool": "cancel_appointment", "input": {"appointment_id": 1}},
+        {"text": "Você não tem horários aqui."}])
+    _post(env, "marca amanhã 14h", 1)
+    env.drain()
+    body = text_body("quais meus horários? cancela o 1", 2, sent_at=env.clock.now(),
+                     phone_number_id="200000000000002")
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    env.drain()
+    results = [b for c in env.messages_api.calls[3:4] for m in c.request["messages"]
+               for b in m["content"] if b.get("type") == "tool_result"]
+    assert any("no upcoming appointments" in str(b["content"]) for b in results)
+    second_tenant_request = env.messages_api.calls[-1].request
+    assert "Marcado no salão" not in json.dumps(second_tenant_request, ensure_ascii=False)
+    with session_scope(env.engine) as session:
+        (appointment,) = session.exec(select(Appointment)).all()
+        assert appointment.status == "booked" and appointment.tenant_id == 1
+        from storage.models import Contact, Conversation
+        contacts = session.exec(select(Contact)).all()
+        assert sorted(c.tenant_id for c in contacts) == [1, 2]
+        assert len(session.exec(select(Conversation)).all()) == 2
