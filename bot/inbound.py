@@ -273,12 +273,20 @@ def _quotes(item: dict[str, Any]) -> bool:
     return isinstance(context, dict) and bool(context.get("id"))
 
 
+EARLIEST_TIMESTAMP = 1_230_768_000  # 2009-01-01: WhatsApp did not exist before
+LATEST_TIMESTAMP = 4_102_444_800  # 2100-01-01
+
+
 def _timestamp(value: Any) -> datetime | None:
-    """Meta's `timestamp`: unix seconds as a string."""
+    """Meta's `timestamp`: unix seconds as a string. A value no real message can have (year 1,
+    year 9999) counts as missing, so it can never break date arithmetic downstream."""
     try:
-        return datetime.fromtimestamp(int(value), UTC)
-    except (TypeError, ValueError, OverflowError, OSError):
+        seconds = int(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    if not EARLIEST_TIMESTAMP <= seconds <= LATEST_TIMESTAMP:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def _dict(value: Any) -> dict[str, Any]:
