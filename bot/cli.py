@@ -369,6 +369,16 @@ def _worker(args: argparse.Namespace) -> int:
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
+    # Import the job code once, before RQ forks a work horse per job: otherwise every job
+    # re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py). Importing
+    # connects to nothing: each horse builds its runtime after the fork (workers/runtime.py).
+    import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
+    import workers.compaction  # noqa: F401
+    import workers.facts  # noqa: F401
+    import workers.maintenance  # noqa: F401
+    import workers.sweeper  # noqa: F401
+    import workers.turns  # noqa: F401
+
     connection = redis.Redis.from_url(settings.redis_url)
     worker = Worker([Queue(settings.queue_name, connection=connection)], connection=connection)
     worker.work(burst=args.burst, with_scheduler=True)
