@@ -373,6 +373,7 @@ def _worker(args: argparse.Namespace) -> int:
     # re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py). Importing
     # connects to nothing: each horse builds its runtime after the fork (workers/runtime.py).
     import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
+
     import workers.compaction  # noqa: F401
     import workers.facts  # noqa: F401
     import workers.maintenance  # noqa: F401
