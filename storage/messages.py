@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select, update
 
-from storage.models import DeadLetter, Message, Outbound, Usage, WamidTombstone
+from storage.models import DeadLetter, Message, Outbound, WamidTombstone
 
 STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
@@ -179,11 +179,6 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
         session.add(message)
     session.flush()
     return row
-
-
-def record_usage(session: Session, usage: Usage) -> None:
-    session.add(usage)
-    session.flush()
 
 
 def add_dead_letter(session: Session, *, body: bytes, reason: str, now: datetime) -> None:

@@ -14,14 +14,12 @@ from typing import Any
 
 import anthropic
 import structlog
-from redis.exceptions import LockError
-from rq import get_current_job
 
 from core import clock
 from storage import memory
 from storage.db import session_scope
-from storage.jobs import consume_token, enqueue_compaction
-from storage.models import Conversation, Tenant, Usage
+from storage.jobs import enqueue_compaction
+from storage.models import Conversation, Tenant
 from workers.agent.context import context_block
 from workers.agent.loop import dump_content
 from workers.agent.window import (
@@ -31,7 +29,8 @@ from workers.agent.window import (
     prune_boundary,
     safe_start,
 )
-from workers.runtime import Runtime, get_runtime
+from workers.jobs import record_call_usage, run_coalesced
+from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
@@ -106,26 +105,11 @@ def _result_text(content: Any) -> str:
 
 def compact_conversation(conversation_id: int, attempt: int = 1) -> str:
     """RQ job: compact one conversation. Returns what happened."""
-    runtime = get_runtime()
-    job = get_current_job()
-    prefix = runtime.settings.redis_prefix
-    with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
-                                                 job_id=job.id if job else None):
-        if job is not None:
-            consume_token(runtime.redis, prefix, "compact", conversation_id, job.id)
-        lock = runtime.redis.lock(f"{prefix}:compact:lock:{conversation_id}", timeout=360,
-                                  blocking_timeout=330)
-        if not lock.acquire():
-            enqueue_compaction(runtime.queue, prefix, conversation_id,
-                               at=clock.now() + timedelta(seconds=30), attempt=attempt)
-            return "locked"
-        try:
-            return handle_compaction(runtime, conversation_id, attempt=attempt)
-        finally:
-            try:
-                lock.release()
-            except LockError:
-                log.warning("compaction_lock_lost")
+    return run_coalesced(
+        "compact", conversation_id, attempt,
+        handle=lambda rt, cid, n: handle_compaction(rt, cid, attempt=n),
+        reenqueue=lambda rt, cid, at, n: enqueue_compaction(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n))
 
 
 def handle_compaction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -168,7 +152,8 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
         system=SUMMARY_INSTRUCTIONS.format(business=tenant.name),
         messages=[{"role": "user", "content": prompt}],
         extra_headers={"x-wagent-purpose": "summary"})
-    _record_usage(runtime, tenant, conversation_id, response)
+    record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation_id,
+                      response=response, purpose="summary")
     return "\n".join(b["text"].strip() for b in dump_content(response.content)
                      if b.get("type") == "text").strip()
 
@@ -193,21 +178,6 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
         return "superseded"
     log.info("compaction_applied", folded=len(plan.covered), freed_tokens=plan.freed_tokens)
     return "compacted"
-
-
-def _record_usage(runtime: Runtime, tenant: Tenant, conversation_id: int, response: Any) -> None:
-    usage = response.usage
-    detail = getattr(usage, "cache_creation", None)
-    with session_scope(runtime.engine) as session:
-        session.add(Usage(
-            tenant_id=tenant.id or 0, conversation_id=conversation_id, purpose="summary",
-            model=str(response.model), request_id=getattr(response, "_request_id", None),
-            input_tokens=usage.input_tokens or 0,
-            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-            cache_creation_1h_input_tokens=int(getattr(detail, "ephemeral_1h_input_tokens", 0)
-                                               or 0) if detail else 0,
-            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-            output_tokens=usage.output_tokens or 0, created_at=clock.now()))
 
 
 def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:

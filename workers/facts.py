@@ -15,15 +15,14 @@ from typing import Any
 import anthropic
 import structlog
 from redis.exceptions import LockError
-from rq import get_current_job
 from sqlmodel import Session, col, select
 
 from core import clock
 from storage import facts as fact_repo
 from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
-from storage.jobs import consume_token, enqueue_facts
-from storage.models import ContactFact, Conversation, ErasureReceipt, Message, Tenant, Usage
+from storage.jobs import enqueue_facts
+from storage.models import ContactFact, Conversation, ErasureReceipt, Message, Tenant
 from workers.agent.context import context_block
 from workers.agent.facts_rules import (
     Proposal,
@@ -36,7 +35,8 @@ from workers.agent.facts_rules import (
 )
 from workers.agent.loop import dump_content
 from workers.agent.tools.base import ToolContext, ToolError
-from workers.runtime import Runtime, get_runtime
+from workers.jobs import record_call_usage, run_coalesced
+from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
@@ -158,26 +158,11 @@ def facts_block_lines(session: Session, contact_id: int,
 
 def extract_facts(conversation_id: int, attempt: int = 1) -> str:
     """RQ job: extract facts from one conversation (at session end, or on demand)."""
-    runtime = get_runtime()
-    job = get_current_job()
-    prefix = runtime.settings.redis_prefix
-    with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
-                                                 job_id=job.id if job else None):
-        if job is not None:
-            consume_token(runtime.redis, prefix, "facts", conversation_id, job.id)
-        lock = runtime.redis.lock(f"{prefix}:facts:lock:{conversation_id}", timeout=360,
-                                  blocking_timeout=330)
-        if not lock.acquire():
-            enqueue_facts(runtime.queue, prefix, conversation_id,
-                          at=clock.now() + timedelta(seconds=30), attempt=attempt)
-            return "locked"
-        try:
-            return handle_extraction(runtime, conversation_id, attempt=attempt)
-        finally:
-            try:
-                lock.release()
-            except LockError:
-                log.warning("facts_lock_lost")
+    return run_coalesced(
+        "facts", conversation_id, attempt,
+        handle=lambda rt, cid, n: handle_extraction(rt, cid, attempt=n),
+        reenqueue=lambda rt, cid, at, n: enqueue_facts(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n))
 
 
 def handle_extraction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -250,27 +235,12 @@ def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str
         messages=[{"role": "user", "content": transcript}],
         output_config={"format": {"type": "json_schema", "schema": facts_schema(keys)}},
         extra_headers={"x-wagent-purpose": "facts"})
-    _record_usage(runtime, tenant, conversation_id, response, "facts")
+    record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation_id,
+                      response=response, purpose="facts")
     texts = [b["text"] for b in dump_content(response.content) if b.get("type") == "text"]
     if not texts:
         raise ValueError("no text in the extraction response")
     return str(texts[0])
-
-
-def _record_usage(runtime: Runtime, tenant: Tenant, conversation_id: int | None, response: Any,
-                  purpose: str) -> None:
-    usage = response.usage
-    detail = getattr(usage, "cache_creation", None)
-    with session_scope(runtime.engine) as session:
-        session.add(Usage(
-            tenant_id=tenant.id or 0, conversation_id=conversation_id, purpose=purpose,
-            model=str(response.model), request_id=getattr(response, "_request_id", None),
-            input_tokens=usage.input_tokens or 0,
-            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-            cache_creation_1h_input_tokens=int(getattr(detail, "ephemeral_1h_input_tokens", 0)
-                                               or 0) if detail else 0,
-            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-            output_tokens=usage.output_tokens or 0, created_at=clock.now()))
 
 
 def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
@@ -373,7 +343,8 @@ def _scrub_summary(runtime: Runtime, tenant: Tenant, conversation: Conversation,
         messages=[{"role": "user", "content": f"<forget>\n{forget}\n</forget>\n\n"
                    f"<record>\n{conversation.summary}\n</record>"}],
         extra_headers={"x-wagent-purpose": "summary"})
-    _record_usage(runtime, tenant, conversation.id, response, "summary")
+    record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation.id,
+                      response=response, purpose="summary")
     summary = "\n".join(b["text"] for b in dump_content(response.content)
                         if b.get("type") == "text").strip()
     if not summary:

@@ -14,8 +14,6 @@ from zoneinfo import ZoneInfo
 
 import anthropic
 import structlog
-from redis.exceptions import LockError
-from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
@@ -27,8 +25,8 @@ from storage import messages as message_repo
 from storage.conversations import touch
 from storage.db import session_scope
 from storage.fact_keys import resolve_keys
-from storage.jobs import consume_turn_token, enqueue_turn
-from storage.models import Contact, Conversation, Message, Tenant, Usage
+from storage.jobs import enqueue_turn
+from storage.models import Contact, Conversation, Message, Tenant
 from workers import texts
 from workers.agent.context import TenantPrompt, build_request, context_block, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
@@ -36,6 +34,7 @@ from workers.agent.tools.base import ToolContext
 from workers.agent.tools.scheduling import execute_tool, tools_for
 from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
+from workers.jobs import record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime, get_runtime
 from workers.whatsapp import split_text
@@ -57,27 +56,12 @@ class TurnState:
 
 def run_turn(conversation_id: int, attempt: int = 1) -> str:
     """RQ job: one turn of `conversation_id`. Returns what happened (for the job result)."""
-    runtime = get_runtime()
-    job = get_current_job()
-    prefix = runtime.settings.redis_prefix
-    with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
-                                                 job_id=job.id if job else None):
-        if job is not None:
-            consume_turn_token(runtime.redis, prefix, conversation_id, job.id)
-        lock = runtime.redis.lock(f"{prefix}:turn:lock:{conversation_id}",
-                                  timeout=runtime.settings.turn_lock_timeout,
-                                  blocking_timeout=30)
-        if not lock.acquire():
-            enqueue_turn(runtime.queue, prefix, conversation_id,
-                         at=clock.now() + timedelta(seconds=30), attempt=attempt)
-            return "locked"
-        try:
-            return handle_turn(runtime, conversation_id, attempt=attempt)
-        finally:
-            try:
-                lock.release()
-            except LockError:
-                log.warning("turn_lock_lost")
+    return run_coalesced(
+        "turn", conversation_id, attempt,
+        handle=lambda rt, cid, n: handle_turn(rt, cid, attempt=n),
+        reenqueue=lambda rt, cid, at, n: enqueue_turn(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n),
+        lock_timeout=get_runtime().settings.turn_lock_timeout, blocking_timeout=30)
 
 
 def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -302,18 +286,11 @@ def record_usage(runtime: Runtime, state: TurnState, response: Any, *, purpose: 
     """Store the four usage counters of one call; the conversation keeps the context size
     (input + cache creation + cache read) as `last_input_tokens`. Returns that size.
     """
-    usage = response.usage
-    row = Usage(tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
-                purpose=purpose, model=str(response.model),
-                request_id=getattr(response, "_request_id", None),
-                input_tokens=usage.input_tokens or 0,
-                cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
-                cache_creation_1h_input_tokens=_one_hour_writes(usage),
-                cache_read_input_tokens=usage.cache_read_input_tokens or 0,
-                output_tokens=usage.output_tokens or 0, created_at=clock.now())
+    row = record_call_usage(runtime, tenant_id=_id(state.tenant),
+                            conversation_id=_id(state.conversation), response=response,
+                            purpose=purpose)
     total = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
     with session_scope(runtime.engine) as session:
-        message_repo.record_usage(session, row)
         if purpose == "turn":
             conversation = session.get(Conversation, _id(state.conversation))
             assert conversation is not None
@@ -322,11 +299,6 @@ def record_usage(runtime: Runtime, state: TurnState, response: Any, *, purpose: 
     log.info("claude_call", purpose=purpose, request_id=row.request_id, context_tokens=total,
              cache_read=row.cache_read_input_tokens, output_tokens=row.output_tokens)
     return total
-
-
-def _one_hour_writes(usage: Any) -> int:
-    detail = getattr(usage, "cache_creation", None)
-    return int(getattr(detail, "ephemeral_1h_input_tokens", 0) or 0) if detail else 0
 
 
 def _reply_text(outcome: LoopOutcome, language: str) -> str:

@@ -1,0 +1,67 @@
+"""The shell every per-conversation job shares: coalescing token, lock, log context."""
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from redis.exceptions import LockError
+from rq import get_current_job
+
+from core import clock
+from storage.db import session_scope
+from storage.jobs import consume_token
+from storage.models import Usage
+from workers.runtime import Runtime, get_runtime
+
+log = structlog.get_logger(__name__)
+LOCKED_RETRY = timedelta(seconds=30)
+
+
+def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
+                  handle: Callable[[Runtime, int, int], str],
+                  reenqueue: Callable[[Runtime, int, datetime, int], object],
+                  lock_timeout: int = 360, blocking_timeout: int = 330) -> str:
+    """Run `handle(runtime, conversation_id, attempt)` as the conversation's one `kind` job.
+
+    The coalescing token is consumed before anything reads the database (a later trigger
+    enqueues exactly one follow-up); the lock keeps that follow-up from running alongside.
+    A lock still held after `blocking_timeout` seconds re-enqueues the job 30 s later.
+    """
+    runtime = get_runtime()
+    job = get_current_job()
+    prefix = runtime.settings.redis_prefix
+    with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
+                                                 job_id=job.id if job else None):
+        if job is not None:
+            consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
+        lock = runtime.redis.lock(f"{prefix}:{kind}:lock:{conversation_id}",
+                                  timeout=lock_timeout, blocking_timeout=blocking_timeout)
+        if not lock.acquire():
+            reenqueue(runtime, conversation_id, clock.now() + LOCKED_RETRY, attempt)
+            return "locked"
+        try:
+            return handle(runtime, conversation_id, attempt)
+        finally:
+            try:
+                lock.release()
+            except LockError:
+                log.warning("job_lock_lost", kind=kind)
+
+
+def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int | None,
+                      response: Any, purpose: str) -> Usage:
+    """Store the four usage counters of one Messages API call (and the 1-hour write part)."""
+    usage = response.usage
+    detail = getattr(usage, "cache_creation", None)
+    row = Usage(tenant_id=tenant_id, conversation_id=conversation_id, purpose=purpose,
+                model=str(response.model), request_id=getattr(response, "_request_id", None),
+                input_tokens=usage.input_tokens or 0,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+                cache_creation_1h_input_tokens=int(getattr(detail, "ephemeral_1h_input_tokens",
+                                                           0) or 0) if detail else 0,
+                cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+                output_tokens=usage.output_tokens or 0, created_at=clock.now())
+    with session_scope(runtime.engine) as session:
+        session.add(row)
+    return row
