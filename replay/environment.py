@@ -59,14 +59,6 @@ class _LoopThread:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=60)
 
-    def _forget_redis_keys(self) -> None:
-        """Leave the configured Redis as it was: our keys, RQ's keys for our queue and jobs."""
-        keys = list(self.redis.scan_iter(f"*{self.namespace}*", count=1000))
-        keys += _job_keys(self.redis, self.namespace)
-        if keys:
-            self.redis.delete(*keys)
-        self.redis.srem("rq:queues", f"rq:queue:{self.namespace}")
-
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
