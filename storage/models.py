@@ -5,7 +5,7 @@ Datetimes are aware UTC (SQLModel maps `datetime` to UTCDateTime). JSON columns 
 PostgreSQL. No `from __future__ import annotations` here (SQLModel relationships need real types).
 """
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Index, LargeBinary, Text, UniqueConstraint, text
@@ -53,6 +53,8 @@ class Service(SQLModel, table=True):
     code: str = Field(max_length=64)
     name: str = Field(max_length=200)
     duration_minutes: int
+    # False once removed from the catalogue: kept for the appointments that name it
+    active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
 
 
 class Professional(SQLModel, table=True):
@@ -62,6 +64,7 @@ class Professional(SQLModel, table=True):
     code: str = Field(max_length=64)
     name: str = Field(max_length=200)
     service_codes: list[str] = Field(default_factory=list, sa_type=JSONType)
+    active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
 
 
 class OpeningHours(SQLModel, table=True):
@@ -72,6 +75,31 @@ class OpeningHours(SQLModel, table=True):
     weekday: int
     opens: str = Field(max_length=5)
     closes: str = Field(max_length=5)
+
+
+class HoursException(SQLModel, table=True):
+    """The opening hours of one local date instead of its weekday's (a holiday, a short day).
+
+    `hours`: local "HH:MM-HH:MM" intervals; empty means closed all day.
+    """
+
+    __table_args__ = (UniqueConstraint("tenant_id", "day", name="uq_hours_exception_day"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    day: date
+    hours: list[str] = Field(default_factory=list, sa_type=JSONType)
+    note: str = Field(default="", max_length=200)
+
+
+class AdminToken(SQLModel, table=True):
+    """A bearer token of the admin API that sees only its tenant. Only its SHA-256 is kept."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    token_hash: str = Field(max_length=64, unique=True)
+    label: str = Field(default="", max_length=100)
+    created_at: datetime
+    revoked_at: datetime | None = None
 
 
 class Contact(SQLModel, table=True):
