@@ -1,13 +1,32 @@
-"""Tenant and catalogue repository: read by phone_number_id, create from a config dict."""
+"""Tenants and their catalogue: validation (`TenantSettings`, `TenantConfig`), create and update,
+services and professionals (archived, never deleted: appointments name them), weekly opening
+hours and their exceptions (holidays). Used by the admin API, the CLI and replays alike.
+"""
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import date, datetime, timedelta
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 from sqlmodel import Session, col, delete, select
 
 from storage.fact_keys import resolve_keys
-from storage.models import Conversation, OpeningHours, Professional, Service, Tenant
+from storage.models import (
+    Appointment,
+    Conversation,
+    HoursException,
+    OpeningHours,
+    Professional,
+    Service,
+    Tenant,
+)
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
@@ -24,66 +43,182 @@ def get_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | N
 
 
 def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) -> Tenant:
-    """Create or update a tenant and replace its catalogue from a REPLAY.md-style `tenant` dict.
+    """Create or update a tenant, and its catalogue when given, from a REPLAY.md-style dict.
 
-    Keys: phone_number_id (required), the Tenant fields, `services` [{code, name,
-    duration_minutes}], `professionals` [{code, name, services}], `hours` {"mon": ["09:00-18:00"]}.
-    Raises TenantConfigError on a missing or malformed key.
+    Keys: phone_number_id (required), the Tenant fields (`TenantSettings`), `services`
+    [{code, name, duration_minutes}], `professionals` [{code, name, services}], `hours`
+    {"mon": ["09:00-18:00"]}, `hours_exceptions` [{day, hours, note}]. A catalogue key given
+    replaces that part of the catalogue: services and professionals left out are archived (kept
+    for their appointments), hours and exceptions are replaced. Raises TenantConfigError naming
+    every problem, or CatalogueConflict when a removal would orphan an upcoming appointment.
     """
-    phone_number_id = str(config.get("phone_number_id") or "")
-    if not phone_number_id:
-        raise TenantConfigError("phone_number_id is required")
-    validate_config(config)
-    tenant = get_by_phone_number_id(session, phone_number_id)
+    spec = validate_config(config)
+    tenant = get_by_phone_number_id(session, spec.phone_number_id)
     if tenant is None:
-        tenant = Tenant(phone_number_id=phone_number_id, name=str(config.get("name") or ""),
+        if "name" not in config:
+            raise TenantConfigError("name is required for a new tenant")
+        tenant = Tenant(phone_number_id=spec.phone_number_id, name=str(config["name"]),
                         created_at=now)
-    timeout_before = tenant.inactivity_timeout_minutes
-    for key in TENANT_FIELDS:
-        if key in config:
-            setattr(tenant, key, config[key])
-    session.add(tenant)
-    session.flush()
+    update_settings(session, tenant, spec.settings())
     assert tenant.id is not None
-    if tenant.inactivity_timeout_minutes != timeout_before:
-        _reschedule_open(session, tenant)
-    if "services" in config or "professionals" in config or "hours" in config:
-        _replace_catalogue(session, tenant.id, config)
+    if spec.services is not None or spec.professionals is not None:
+        replace_services(session, tenant.id, spec.services or [], spec.professionals or [],
+                         now=now)
+    if spec.hours is not None:
+        set_hours(session, tenant.id, {str(day): v for day, v in spec.hours.items()})
+    if spec.hours_exceptions is not None:
+        replace_hours_exceptions(session, tenant.id, spec.hours_exceptions)
     return tenant
 
 
-CATALOGUE_KEYS = ("services", "professionals", "hours")
-INT_FIELDS = {name for name, field in Tenant.model_fields.items() if field.annotation is int}
-POSITIVE_FIELDS = {"slot_granularity_minutes", "keep_messages", "inactivity_timeout_minutes",
-                   "retention_days"}
+def update_settings(session: Session, tenant: Tenant, changes: dict[str, Any]) -> Tenant:
+    """Apply validated `TenantSettings` fields. A new inactivity timeout moves the due time of
+    the tenant's open conversations (the sweeper reads `due_at`); other changes are read by the
+    next turn."""
+    timeout_before = tenant.inactivity_timeout_minutes
+    for key, value in changes.items():
+        setattr(tenant, key, value)
+    session.add(tenant)
+    session.flush()
+    if tenant.id is not None and tenant.inactivity_timeout_minutes != timeout_before:
+        _reschedule_open(session, tenant)
+    return tenant
 
 
-def validate_config(config: dict[str, Any]) -> None:
-    """Reject unknown keys, non-integer numbers, unknown timezones and empty names up front,
-    naming every problem at once (a bad timezone would otherwise fail every message later).
-    """
-    problems = [f"unknown key {key!r}" for key in config
-                if key not in (*TENANT_FIELDS, *CATALOGUE_KEYS, "phone_number_id")]
-    for key in sorted(INT_FIELDS & config.keys()):
-        value, least = config[key], 1 if key in POSITIVE_FIELDS else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            problems.append(f"{key} must be an integer of at least {least}, got {value!r}")
-    if "timezone" in config:
-        try:
-            ZoneInfo(str(config["timezone"]))
-        except (ZoneInfoNotFoundError, ValueError):
-            problems.append(f"timezone {config['timezone']!r} is not an IANA zone "
-                            "(e.g. America/Sao_Paulo)")
-    if "fact_keys" in config:
-        try:
-            resolve_keys(config["fact_keys"] if isinstance(config["fact_keys"], list) else [1])
-        except (ValueError, TypeError) as exc:
-            problems.append(f"fact_keys: {exc}")
-    for key in ("name", "instructions", "language", "agent_model", "summary_model"):
-        if key in config and not isinstance(config[key], str):
-            problems.append(f"{key} must be a string")
-    if problems:
-        raise TenantConfigError("; ".join(problems))
+_INTERVAL = r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
+_CODE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+Interval = Annotated[str, StringConstraints(pattern=_INTERVAL)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class TenantSettings(_Strict):
+    """The fields of a tenant a business may change (all optional: only those given apply)."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    timezone: str | None = Field(None, max_length=64, description="IANA zone")
+    language: str | None = Field(None, pattern=r"^[a-z]{2}(-[A-Z]{2})?$",
+                                 description="customer-facing language, e.g. pt-BR or en")
+    instructions: str | None = Field(None, max_length=50_000,
+                                     description="the agent's instructions (system prompt)")
+    inactivity_timeout_minutes: int | None = Field(None, ge=1, le=43_200)
+    compaction_threshold_tokens: int | None = Field(None, ge=0, le=1_000_000)
+    compaction_min_gain_tokens: int | None = Field(None, ge=0, le=1_000_000)
+    keep_messages: int | None = Field(None, ge=1, le=500,
+                                      description="messages kept verbatim after compaction")
+    prune_after_user_turns: int | None = Field(None, ge=0, le=1000)
+    agent_model: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")
+    summary_model: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")
+    slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
+    retention_days: int | None = Field(None, ge=1, le=36_500)
+    followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
+                                          description="approved template sent when the "
+                                                      "24 h window closed; empty: none")
+    followup_template_language: str | None = Field(None, pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
+    fact_keys: list[str | dict[str, Any]] | None = Field(None, max_length=50)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"{value!r} is not an IANA zone (e.g. America/Sao_Paulo)")\
+                    from None
+        return value
+
+    @field_validator("fact_keys")
+    @classmethod
+    def _keys(cls, value: list[Any] | None) -> list[Any] | None:
+        if value is not None:
+            try:
+                resolve_keys(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def settings(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True, exclude_none=True)
+
+
+class ServiceSpec(_Strict):
+    code: str = Field(pattern=_CODE)
+    name: str = Field("", max_length=200)
+    duration_minutes: int = Field(ge=5, le=1440)
+
+
+class ProfessionalSpec(_Strict):
+    code: str = Field(pattern=_CODE)
+    name: str = Field("", max_length=200)
+    services: list[str] = Field(default_factory=list, max_length=200,
+                                description="codes of the services this professional does")
+
+
+class HoursExceptionSpec(_Strict):
+    day: date = Field(description="local date, YYYY-MM-DD")
+    hours: list[Interval] = Field(default_factory=list, max_length=10,
+                                  description="HH:MM-HH:MM; empty: closed all day")
+    note: str = Field("", max_length=200)
+
+    @field_validator("hours")
+    @classmethod
+    def _ordered(cls, value: list[str]) -> list[str]:
+        return _check_intervals(value)
+
+
+WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                   Annotated[list[Interval], Field(max_length=10)]]
+
+
+class TenantConfig(TenantSettings):
+    """A whole tenant as `wagent tenant create` and replays take it."""
+
+    phone_number_id: str = Field(pattern=r"^[0-9]{1,64}$")
+    services: list[ServiceSpec] | None = Field(None, max_length=500)
+    professionals: list[ProfessionalSpec] | None = Field(None, max_length=500)
+    hours: WeeklyHours | None = None
+    hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=1000)
+
+    @field_validator("hours")
+    @classmethod
+    def _intervals(cls, value: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        for intervals in (value or {}).values():
+            _check_intervals(intervals)
+        return value
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in super().settings().items() if k in TENANT_FIELDS}
+
+
+def _check_intervals(intervals: list[str]) -> list[str]:
+    for interval in intervals:
+        if interval[:5] >= interval[6:]:
+            raise ValueError(f"{interval!r}: opens must be before closes")
+    return intervals
+
+
+def problems_of(exc: ValidationError) -> list[str]:
+    """Readable "where: what" lines of a pydantic error (for API details and the CLI)."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "body"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return lines
+
+
+def validate_config(config: Any) -> TenantConfig:
+    """Validate a whole tenant dict; raises TenantConfigError naming every problem at once
+    (a bad timezone would otherwise fail every message later)."""
+    if not isinstance(config, dict):
+        raise TenantConfigError("the tenant must be a JSON object")
+    try:
+        return TenantConfig.model_validate(config)
+    except ValidationError as exc:
+        raise TenantConfigError("; ".join(problems_of(exc))) from None
 
 
 def _reschedule_open(session: Session, tenant: Tenant) -> None:
@@ -96,40 +231,163 @@ def _reschedule_open(session: Session, tenant: Tenant) -> None:
     session.flush()
 
 
-def _replace_catalogue(session: Session, tenant_id: int, config: dict[str, Any]) -> None:
-    services = config.get("services") or []
-    codes = {str(s.get("code")) for s in services}
-    for model in (OpeningHours, Professional, Service):
-        session.exec(delete(model).where(col(model.tenant_id) == tenant_id))
-    for s in services:
-        duration = int(s.get("duration_minutes", 0))
-        if not s.get("code") or duration <= 0:
-            raise TenantConfigError(f"service {s!r}: code and a positive duration_minutes needed")
-        session.add(Service(tenant_id=tenant_id, code=str(s["code"]),
-                            name=str(s.get("name") or s["code"]), duration_minutes=duration))
-    for p in config.get("professionals") or []:
-        unknown = set(p.get("services") or []) - codes
-        if not p.get("code") or unknown:
-            raise TenantConfigError(f"professional {p!r}: needs a code; unknown services {unknown}")
-        session.add(Professional(tenant_id=tenant_id, code=str(p["code"]),
-                                 name=str(p.get("name") or p["code"]),
-                                 service_codes=list(p.get("services") or [])))
-    for day, intervals in (config.get("hours") or {}).items():
-        if day not in WEEKDAYS:
-            raise TenantConfigError(f"hours: unknown weekday {day!r}; use {', '.join(WEEKDAYS)}")
+class CatalogueConflict(Exception):
+    """A change that would leave upcoming appointments without their service or professional."""
+
+
+def replace_services(session: Session, tenant_id: int, services: list[ServiceSpec],
+                     professionals: list[ProfessionalSpec], *, now: datetime) -> None:
+    """Make the active services and professionals exactly these (by code): others archived."""
+    codes = {s.code for s in services}
+    for p in professionals:
+        unknown = set(p.services) - codes
+        if unknown:
+            raise TenantConfigError(f"professional {p.code}: unknown services "
+                                    f"{', '.join(sorted(unknown))}")
+    for service in list_services(session, tenant_id):
+        if service.code not in codes:
+            archive_service(session, tenant_id, service.code, now=now)
+    for spec in services:
+        put_service(session, tenant_id, spec)
+    keep = {p.code for p in professionals}
+    for pro in list_professionals(session, tenant_id):
+        if pro.code not in keep:
+            archive_professional(session, tenant_id, pro.code, now=now)
+    for pro_spec in professionals:
+        put_professional(session, tenant_id, pro_spec)
+
+
+def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Service, bool]:
+    """Create or update (and re-activate) a service by code. Returns (service, created)."""
+    service = session.exec(select(Service).where(Service.tenant_id == tenant_id,
+                                                 Service.code == spec.code)).first()
+    created = service is None
+    if service is None:
+        service = Service(tenant_id=tenant_id, code=spec.code, name=spec.name or spec.code,
+                          duration_minutes=spec.duration_minutes)
+    service.name, service.duration_minutes = spec.name or spec.code, spec.duration_minutes
+    service.active = True
+    session.add(service)
+    session.flush()
+    return service, created
+
+
+def archive_service(session: Session, tenant_id: int, code: str, *, now: datetime) -> Service:
+    """Remove a service from the catalogue (kept for its past appointments) and from every
+    professional. LookupError when unknown; CatalogueConflict when it has upcoming bookings."""
+    service = session.exec(select(Service).where(Service.tenant_id == tenant_id,
+                                                 Service.code == code,
+                                                 col(Service.active).is_(True))).first()
+    if service is None:
+        raise LookupError(f"no service {code!r}")
+    _refuse_if_booked(session, Appointment.service_id == service.id, f"service {code}", now)
+    service.active = False
+    session.add(service)
+    for pro in list_professionals(session, tenant_id):
+        if code in pro.service_codes:
+            pro.service_codes = [c for c in pro.service_codes if c != code]
+            session.add(pro)
+    session.flush()
+    return service
+
+
+def put_professional(session: Session, tenant_id: int,
+                     spec: ProfessionalSpec) -> tuple[Professional, bool]:
+    """Create or update (and re-activate) a professional by code; its services must exist."""
+    known = {s.code for s in list_services(session, tenant_id)}
+    unknown = set(spec.services) - known
+    if unknown:
+        raise TenantConfigError(f"services: unknown {', '.join(sorted(unknown))} "
+                                f"(known: {', '.join(sorted(known)) or 'none'})")
+    pro = session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
+                                                  Professional.code == spec.code)).first()
+    created = pro is None
+    if pro is None:
+        pro = Professional(tenant_id=tenant_id, code=spec.code, name=spec.name or spec.code)
+    pro.name, pro.service_codes = spec.name or spec.code, list(dict.fromkeys(spec.services))
+    pro.active = True
+    session.add(pro)
+    session.flush()
+    return pro, created
+
+
+def archive_professional(session: Session, tenant_id: int, code: str, *,
+                         now: datetime) -> Professional:
+    pro = session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
+                                                  Professional.code == code,
+                                                  col(Professional.active).is_(True))).first()
+    if pro is None:
+        raise LookupError(f"no professional {code!r}")
+    _refuse_if_booked(session, Appointment.professional_id == pro.id, f"professional {code}",
+                      now)
+    pro.active = False
+    session.add(pro)
+    session.flush()
+    return pro
+
+
+def _refuse_if_booked(session: Session, condition: Any, what: str, now: datetime) -> None:
+    upcoming = session.exec(select(Appointment.id).where(
+        condition, Appointment.status == "booked", col(Appointment.end_at) > now)).all()
+    if upcoming:
+        raise CatalogueConflict(f"{what} has {len(upcoming)} upcoming appointment(s) "
+                                f"(#{', #'.join(str(i) for i in upcoming[:10])}); cancel or "
+                                "move them first")
+
+
+def set_hours(session: Session, tenant_id: int, hours: dict[str, list[str]]) -> None:
+    """Replace the weekly opening hours: {"mon": ["09:00-12:00", "13:00-18:00"], ...}; a day
+    left out is closed. Validate with `TenantConfig` first."""
+    session.exec(delete(OpeningHours).where(col(OpeningHours.tenant_id) == tenant_id))
+    for day, intervals in hours.items():
         for interval in intervals:
-            opens, _, closes = str(interval).partition("-")
-            if not (_is_hhmm(opens) and _is_hhmm(closes) and opens < closes):
-                raise TenantConfigError(f"hours.{day}: {interval!r} is not HH:MM-HH:MM")
             session.add(OpeningHours(tenant_id=tenant_id, weekday=WEEKDAYS.index(day),
-                                     opens=opens, closes=closes))
+                                     opens=interval[:5], closes=interval[6:]))
     session.flush()
 
 
-def _is_hhmm(text: str) -> bool:
-    hours, _, minutes = text.partition(":")
-    return (len(text) == 5 and hours.isdigit() and minutes.isdigit()
-            and int(hours) < 24 and int(minutes) < 60)
+def weekly_hours(session: Session, tenant_id: int) -> dict[str, list[str]]:
+    hours: dict[str, list[str]] = {}
+    for row in list_hours(session, tenant_id):
+        hours.setdefault(WEEKDAYS[row.weekday], []).append(f"{row.opens}-{row.closes}")
+    return hours
+
+
+def replace_hours_exceptions(session: Session, tenant_id: int,
+                             specs: list[HoursExceptionSpec]) -> None:
+    session.exec(delete(HoursException).where(col(HoursException.tenant_id) == tenant_id))
+    session.flush()
+    for spec in specs:
+        put_hours_exception(session, tenant_id, spec)
+
+
+def put_hours_exception(session: Session, tenant_id: int,
+                        spec: HoursExceptionSpec) -> tuple[HoursException, bool]:
+    """Set the hours of one date (created or replaced). Existing bookings stay: the business
+    cancels them explicitly."""
+    row = session.exec(select(HoursException).where(HoursException.tenant_id == tenant_id,
+                                                    HoursException.day == spec.day)).first()
+    created = row is None
+    if row is None:
+        row = HoursException(tenant_id=tenant_id, day=spec.day)
+    row.hours, row.note = list(spec.hours), spec.note
+    session.add(row)
+    session.flush()
+    return row, created
+
+
+def delete_hours_exception(session: Session, tenant_id: int, day: date) -> None:
+    row = session.exec(select(HoursException).where(HoursException.tenant_id == tenant_id,
+                                                    HoursException.day == day)).first()
+    if row is None:
+        raise LookupError(f"no exception on {day.isoformat()}")
+    session.delete(row)
+    session.flush()
+
+
+def list_hours_exceptions(session: Session, tenant_id: int) -> list[HoursException]:
+    return list(session.exec(select(HoursException).where(HoursException.tenant_id == tenant_id)
+                             .order_by(col(HoursException.day))).all())
 
 
 def pause_sending(session: Session, tenant_id: int, reason: str) -> None:
@@ -154,12 +412,16 @@ def resume_sending(session: Session, tenant_id: int) -> list[int]:
 
 
 def list_services(session: Session, tenant_id: int) -> list[Service]:
-    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id)
+    """The active services, by code."""
+    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id,
+                                                   col(Service.active).is_(True))
                              .order_by(col(Service.code))).all())
 
 
 def list_professionals(session: Session, tenant_id: int) -> list[Professional]:
-    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id)
+    """The active professionals, by code."""
+    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
+                                                        col(Professional.active).is_(True))
                              .order_by(col(Professional.code))).all())
 
 

@@ -16,7 +16,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from storage.db import is_postgres, session_scope
-from storage.models import Appointment, OpeningHours, Professional, Service, Tenant, ToolCall
+from storage.models import (
+    Appointment,
+    HoursException,
+    OpeningHours,
+    Professional,
+    Service,
+    Tenant,
+    ToolCall,
+)
 from workers.agent.tools.base import ToolContext, ToolError
 from workers.agent.tools.slots import Slot, compute_slots, fits_opening_hours, overlaps
 
@@ -206,7 +214,8 @@ def _place(session: Session, ctx: ToolContext, service: Service, start: datetime
     if start <= ctx.now:
         raise ToolError("that time is in the past; offer a future slot")
     duration = timedelta(minutes=service.duration_minutes)
-    if not fits_opening_hours(start, duration, ctx.timezone, _hours(session, ctx.tenant_id)):
+    if not fits_opening_hours(start, duration, ctx.timezone, _hours(session, ctx.tenant_id),
+                              _exceptions(session, ctx.tenant_id)):
         raise ToolError("that time is outside the opening hours; use find_available_slots")
     for pro in _candidates(session, ctx.tenant_id, service, professional):
         assert pro.id is not None and service.id is not None
@@ -243,7 +252,8 @@ def _free_slots(session: Session, ctx: ToolContext, service: Service,
     return compute_slots(days=days, tz=ctx.timezone, hours=_hours(session, ctx.tenant_id),
                          duration=timedelta(minutes=service.duration_minutes),
                          step=timedelta(minutes=tenant.slot_granularity_minutes),
-                         professional_ids=ids, busy=busy, now=ctx.now)
+                         professional_ids=ids, busy=busy, now=ctx.now,
+                         exceptions=_exceptions(session, ctx.tenant_id))
 
 
 def _busy(session: Session, professional_ids: list[int], since: datetime,
@@ -325,12 +335,14 @@ def _pro_code(session: Session, professional_id: int) -> str | None:
 
 
 def _services(session: Session, tenant_id: int) -> list[Service]:
-    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id)
+    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id,
+                                                   col(Service.active).is_(True))
                              .order_by(col(Service.code))).all())
 
 
 def _professionals(session: Session, tenant_id: int) -> list[Professional]:
-    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id)
+    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
+                                                        col(Professional.active).is_(True))
                              .order_by(col(Professional.code))).all())
 
 
@@ -339,6 +351,15 @@ def _hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]
     for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)):
         hours.setdefault(row.weekday, []).append((row.opens, row.closes))
     return hours
+
+
+def _exceptions(session: Session, tenant_id: int) -> dict[date, list[tuple[str, str]]]:
+    """Dates whose opening hours differ from their weekday's ([] = closed)."""
+    exceptions: dict[date, list[tuple[str, str]]] = {}
+    for row in session.exec(select(HoursException).where(
+            HoursException.tenant_id == tenant_id)):
+        exceptions[row.day] = [(i[:5], i[6:]) for i in row.hours]
+    return exceptions
 
 
 def _parse_date(value: Any, key: str) -> date:

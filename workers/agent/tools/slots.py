@@ -14,6 +14,17 @@ class Slot:
 
 
 Interval = tuple[datetime, datetime]
+WeeklyHours = Mapping[int, Sequence[tuple[str, str]]]
+HoursExceptions = Mapping[date, Sequence[tuple[str, str]]]
+
+
+def opening_intervals(day: date, hours: WeeklyHours,
+                      exceptions: HoursExceptions | None = None) -> Sequence[tuple[str, str]]:
+    """The local ("HH:MM", "HH:MM") intervals of `day`: its exception (a holiday: none) when it
+    has one, else its weekday's."""
+    if exceptions and day in exceptions:
+        return exceptions[day]
+    return hours.get(day.weekday(), ())
 
 
 def overlaps(a: Interval, b: Interval) -> bool:
@@ -27,17 +38,19 @@ def local_to_utc(day: date, hhmm: str | time, tz: ZoneInfo) -> datetime:
 
 
 def compute_slots(*, days: Iterable[date], tz: ZoneInfo,
-                  hours: Mapping[int, Sequence[tuple[str, str]]], duration: timedelta,
+                  hours: WeeklyHours, duration: timedelta,
                   step: timedelta, professional_ids: Sequence[int],
-                  busy: Mapping[int, Sequence[Interval]], now: datetime) -> list[Slot]:
+                  busy: Mapping[int, Sequence[Interval]], now: datetime,
+                  exceptions: HoursExceptions | None = None) -> list[Slot]:
     """Every bookable (start, professional) in `days`, ordered by start then professional.
 
     `hours` maps weekday (0 = Monday) to local ("HH:MM", "HH:MM") opening intervals; a slot fits
-    entirely inside one; it never starts at or before `now`; it overlaps nothing in `busy`.
+    entirely inside one (`exceptions` replace a date's weekday hours); it never starts at or
+    before `now`; it overlaps nothing in `busy`.
     """
     slots: list[Slot] = []
     for day in days:
-        for opens, closes in hours.get(day.weekday(), ()):
+        for opens, closes in opening_intervals(day, hours, exceptions):
             start, limit = local_to_utc(day, opens, tz), local_to_utc(day, closes, tz)
             while start + duration <= limit:
                 if start > now:
@@ -49,10 +62,10 @@ def compute_slots(*, days: Iterable[date], tz: ZoneInfo,
 
 
 def fits_opening_hours(start: datetime, duration: timedelta, tz: ZoneInfo,
-                       hours: Mapping[int, Sequence[tuple[str, str]]]) -> bool:
+                       hours: WeeklyHours, exceptions: HoursExceptions | None = None) -> bool:
     """True when [start, start + duration) lies inside one opening interval of its local day."""
     local = start.astimezone(tz)
-    for opens, closes in hours.get(local.date().weekday(), ()):
+    for opens, closes in opening_intervals(local.date(), hours, exceptions):
         if (local_to_utc(local.date(), opens, tz) <= start
                 and start + duration <= local_to_utc(local.date(), closes, tz)):
             return True
