@@ -1,4 +1,4 @@
-"""The web process: webhook, health. Never calls Claude or the Graph API."""
+"""The web process: webhook, admin API, health, metrics. Never calls Claude or the Graph API."""
 
 import asyncio
 
@@ -8,7 +8,9 @@ from aiohttp import web
 from rq import Queue
 from sqlalchemy import Engine, text
 
+from bot.admin.api import setup_admin
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from bot.metrics import serve_metrics
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
 from storage.db import connect_redis, make_engine
@@ -37,6 +39,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     app.router.add_get("/webhook", verify_challenge)
     app.router.add_post("/webhook", receive_update)
     app.router.add_get("/health", health)
+    setup_admin(app)
+    app.router.add_get("/metrics", serve_metrics)
     return app
 
 

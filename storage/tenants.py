@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -90,8 +91,29 @@ _CODE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 Interval = Annotated[str, StringConstraints(pattern=_INTERVAL)]
 
 
+def _check_intervals(intervals: list[str]) -> list[str]:
+    for interval in intervals:
+        if interval[:5] >= interval[6:]:
+            raise ValueError(f"{interval!r}: opens must be before closes")
+    return intervals
+
+
+Intervals = Annotated[list[Interval], Field(max_length=10), AfterValidator(_check_intervals)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class FactKeySpec(_Strict):
+    """A key of the tenant's own (storage/fact_keys.py)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{1,40}$")
+    kind: Literal["preference", "agreement", "restriction", "registration", "occurrence"]
+    validity_days: int = Field(365, ge=1, le=36_500)
+    review_days: int | None = Field(None, ge=1, le=36_500)
+    risk: Literal["low", "high"] = "low"
+    sensitive: bool = False
 
 
 class TenantSettings(_Strict):
@@ -117,7 +139,8 @@ class TenantSettings(_Strict):
                                           description="approved template sent when the "
                                                       "24 h window closed; empty: none")
     followup_template_language: str | None = Field(None, pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
-    fact_keys: list[str | dict[str, Any]] | None = Field(None, max_length=50)
+    fact_keys: list[Annotated[str, StringConstraints(max_length=64)] | FactKeySpec] | None = \
+        Field(None, max_length=50, description="names of default keys, or keys of your own")
 
     @field_validator("timezone")
     @classmethod
@@ -135,7 +158,8 @@ class TenantSettings(_Strict):
     def _keys(cls, value: list[Any] | None) -> list[Any] | None:
         if value is not None:
             try:
-                resolve_keys(value)
+                resolve_keys([k.model_dump(exclude_none=True) if isinstance(k, BaseModel)
+                              else k for k in value])
             except (TypeError, ValueError) as exc:
                 raise ValueError(str(exc)) from None
         return value
@@ -159,18 +183,12 @@ class ProfessionalSpec(_Strict):
 
 class HoursExceptionSpec(_Strict):
     day: date = Field(description="local date, YYYY-MM-DD")
-    hours: list[Interval] = Field(default_factory=list, max_length=10,
-                                  description="HH:MM-HH:MM; empty: closed all day")
+    hours: Intervals = Field(default_factory=list,
+                             description="HH:MM-HH:MM intervals; empty: closed all day")
     note: str = Field("", max_length=200)
 
-    @field_validator("hours")
-    @classmethod
-    def _ordered(cls, value: list[str]) -> list[str]:
-        return _check_intervals(value)
 
-
-WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
-                   Annotated[list[Interval], Field(max_length=10)]]
+WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals]
 
 
 class TenantConfig(TenantSettings):
@@ -182,22 +200,8 @@ class TenantConfig(TenantSettings):
     hours: WeeklyHours | None = None
     hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=1000)
 
-    @field_validator("hours")
-    @classmethod
-    def _intervals(cls, value: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
-        for intervals in (value or {}).values():
-            _check_intervals(intervals)
-        return value
-
     def settings(self) -> dict[str, Any]:
         return {k: v for k, v in super().settings().items() if k in TENANT_FIELDS}
-
-
-def _check_intervals(intervals: list[str]) -> list[str]:
-    for interval in intervals:
-        if interval[:5] >= interval[6:]:
-            raise ValueError(f"{interval!r}: opens must be before closes")
-    return intervals
 
 
 def problems_of(exc: ValidationError) -> list[str]:

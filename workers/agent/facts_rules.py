@@ -73,6 +73,14 @@ def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id
     return None
 
 
+def value_problem(value: str, key: FactKey) -> str | None:
+    """The content rules of `validate` alone, for a value a person typed (no source message):
+    None when it may be written, else the reason."""
+    person = SourceMessage(0, 0, "user", "inbound")
+    return validate(Proposal(key.name, value, 0, True), keys={key.name: key},
+                    conversation_id=0, source=person)
+
+
 def initial_state(proposal: Proposal, key: FactKey) -> str:
     """High-risk keys wait for a person (pending_review); low-risk ones stated by the customer
     are confirmed; inferred ones are suggested (shown to the agent as "to confirm")."""

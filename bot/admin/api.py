@@ -1,0 +1,565 @@
+"""The admin HTTP API under /admin/: tenants, catalogue, conversations, facts, contacts,
+appointments. Served by the web process; described by the OpenAPI document at
+GET /admin/openapi.json (built from the route table below, so the two cannot drift).
+
+Authentication: `Authorization: Bearer <token>`. The operator token (ADMIN_TOKEN) sees every
+tenant; a tenant token (`wagent tenant token`, POST /admin/tenants/{id}/tokens) sees only its
+own tenant: another tenant's routes answer 404, operator-only routes 403.
+
+Errors are JSON: {"error": {"code", "message", "problems": ["where: what", ...]}} with 400
+(unreadable JSON), 401, 403, 404, 409 (conflict with the state), 422 (validation) or 503
+(database unavailable). Operations are in bot/admin/service.py, shared with the CLI.
+"""
+
+import asyncio
+import hmac
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+import structlog
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+from rq import Retry
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlmodel import Session, col, select
+
+from bot.admin import service
+from bot.admin.service import AdminError, Invalid, NotFound, validated
+from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
+from core import clock
+from storage.db import session_scope
+from storage.jobs import enqueue_turn
+from storage.models import Tenant
+from storage.tenants import (
+    CatalogueConflict,
+    HoursExceptionSpec,
+    Intervals,
+    ProfessionalSpec,
+    ServiceSpec,
+    TenantConfig,
+    TenantConfigError,
+    TenantSettings,
+    WeeklyHours,
+    archive_professional,
+    archive_service,
+    delete_hours_exception,
+    put_hours_exception,
+    put_professional,
+    put_service,
+    resume_sending,
+    set_hours,
+)
+
+log = structlog.get_logger(__name__)
+MAX_ID = 2**31 - 1
+
+
+# -- request bodies that exist only at the HTTP edge -----------------------------------------
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class TokenCreate(_Body):
+    label: str = Field("", max_length=100, description="who or what uses the token")
+
+
+class Decision(_Body):
+    reason: str = Field("", max_length=500, description="kept with the decision")
+
+
+class ServiceBody(_Body):
+    name: str = Field("", max_length=200)
+    duration_minutes: int = Field(ge=5, le=1440)
+
+
+class ProfessionalBody(_Body):
+    name: str = Field("", max_length=200)
+    services: list[str] = Field(default_factory=list, max_length=200)
+
+
+class HoursExceptionBody(_Body):
+    hours: Intervals = Field(default_factory=list,
+                             description="HH:MM-HH:MM intervals; empty: closed all day")
+    note: str = Field("", max_length=200)
+
+
+class HoursBody(_Body):
+    hours: WeeklyHours = Field(description='{"mon": ["09:00-18:00"], ...}; days left out '
+                                           "are closed")
+
+
+class CatalogueBody(_Body):
+    services: list[ServiceSpec] | None = None
+    professionals: list[ProfessionalSpec] | None = None
+    hours: WeeklyHours | None = None
+    hours_exceptions: list[HoursExceptionSpec] | None = None
+    slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
+
+
+class Page(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(50, ge=1, le=service.MAX_PAGE)
+    after_id: int = Field(0, ge=0, le=MAX_ID)
+
+
+class MessagesPage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(service.MAX_PAGE, ge=1, le=service.MAX_PAGE)
+    after_id: int = Field(0, ge=0, le=MAX_ID, description="messages after this id")
+
+
+# -- the call context --------------------------------------------------------------------------
+
+@dataclass
+class Call:
+    """What a handler gets: an open transaction, the tenant it acts on, parsed input."""
+
+    request: web.Request
+    session: Session
+    tenant: Tenant | None
+    operator: bool
+    path: dict[str, Any]
+    query: Any
+    body: Any
+    now: datetime
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def by(self) -> str:
+        return "operator" if self.operator else f"tenant:{self.tenant.id if self.tenant else 0}"
+
+    def the_tenant(self) -> Tenant:
+        assert self.tenant is not None
+        return self.tenant
+
+
+Handler = Callable[[Call], tuple[int, Any]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # OpenAPI form: /admin/tenants/{tenant_id}
+    handler: Handler
+    summary: str
+    tag: str
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    operator_only: bool = False
+    ok: int = 200
+    path_types: tuple[tuple[str, str], ...] = ()  # (name, "integer" | "string" | "date")
+
+
+# -- handlers ----------------------------------------------------------------------------------
+
+def list_tenants(call: Call) -> tuple[int, Any]:
+    if call.operator:
+        tenants = call.session.exec(select(Tenant).order_by(col(Tenant.id))).all()
+    else:
+        tenants = [call.the_tenant()]
+    return 200, [service.tenant_view(t) for t in tenants]
+
+
+def create_tenant(call: Call) -> tuple[int, Any]:
+    tenant = service.create_tenant(call.session, call.body, now=call.now)
+    return 201, service.tenant_view(tenant)
+
+
+def get_tenant(call: Call) -> tuple[int, Any]:
+    tenant = call.the_tenant()
+    return 200, {**service.tenant_view(tenant), "counts": service.counts(call.session, tenant)}
+
+
+def update_tenant(call: Call) -> tuple[int, Any]:
+    return 200, service.tenant_view(service.update_tenant(call.session, call.the_tenant(),
+                                                          call.body))
+
+
+def resume(call: Call) -> tuple[int, Any]:
+    tenant = call.the_tenant()
+    waiting = resume_sending(call.session, tenant.id or 0)
+    app = call.request.app
+    for conversation_id in waiting:
+        call.after_commit.append(lambda c=conversation_id: enqueue_turn(
+            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c))
+    return 200, {"sending_paused_reason": "", "conversations_with_replies_waiting": len(waiting)}
+
+
+def create_token(call: Call) -> tuple[int, Any]:
+    body: TokenCreate = validated(TokenCreate, call.body)
+    return 201, service.create_token(call.session, call.the_tenant(), label=body.label,
+                                     now=call.now)
+
+
+def revoke_token(call: Call) -> tuple[int, Any]:
+    service.revoke_token(call.session, call.the_tenant(), call.path["token_id"], now=call.now)
+    return 204, None
+
+
+def get_catalogue(call: Call) -> tuple[int, Any]:
+    return 200, service.catalogue_view(call.session, call.the_tenant())
+
+
+def put_catalogue(call: Call) -> tuple[int, Any]:
+    validated(CatalogueBody, call.body)
+    return 200, service.replace_catalogue(call.session, call.the_tenant(), call.body,
+                                          now=call.now)
+
+
+def put_service_route(call: Call) -> tuple[int, Any]:
+    body: ServiceBody = validated(ServiceBody, call.body)
+    spec = validated(ServiceSpec, {"code": call.path["code"], **body.model_dump()})
+    row, created = put_service(call.session, call.the_tenant().id or 0, spec)
+    return (201 if created else 200), service.service_view(row)
+
+
+def delete_service(call: Call) -> tuple[int, Any]:
+    archive_service(call.session, call.the_tenant().id or 0, call.path["code"], now=call.now)
+    return 204, None
+
+
+def put_professional_route(call: Call) -> tuple[int, Any]:
+    body: ProfessionalBody = validated(ProfessionalBody, call.body)
+    spec = validated(ProfessionalSpec, {"code": call.path["code"], **body.model_dump()})
+    row, created = put_professional(call.session, call.the_tenant().id or 0, spec)
+    return (201 if created else 200), service.professional_view(row)
+
+
+def delete_professional(call: Call) -> tuple[int, Any]:
+    archive_professional(call.session, call.the_tenant().id or 0, call.path["code"],
+                         now=call.now)
+    return 204, None
+
+
+def put_hours(call: Call) -> tuple[int, Any]:
+    body: HoursBody = validated(HoursBody, call.body)
+    set_hours(call.session, call.the_tenant().id or 0,
+              {str(day): v for day, v in body.hours.items()})
+    return 200, service.catalogue_view(call.session, call.the_tenant())["hours"]
+
+
+def put_exception(call: Call) -> tuple[int, Any]:
+    body: HoursExceptionBody = validated(HoursExceptionBody, call.body)
+    spec = validated(HoursExceptionSpec, {"day": call.path["day"], **body.model_dump()})
+    row, created = put_hours_exception(call.session, call.the_tenant().id or 0, spec)
+    return (201 if created else 200), {"day": row.day.isoformat(), "hours": row.hours,
+                                       "note": row.note}
+
+
+def delete_exception(call: Call) -> tuple[int, Any]:
+    delete_hours_exception(call.session, call.the_tenant().id or 0, call.path["day"])
+    return 204, None
+
+
+def list_conversations(call: Call) -> tuple[int, Any]:
+    return 200, service.list_conversations(call.session, call.the_tenant(), call.query)
+
+
+def get_conversation(call: Call) -> tuple[int, Any]:
+    page: MessagesPage = call.query
+    return 200, service.conversation_view(call.session, call.the_tenant(),
+                                          call.path["conversation_id"], now=call.now,
+                                          after_id=page.after_id, limit=page.limit)
+
+
+def list_contacts(call: Call) -> tuple[int, Any]:
+    page: Page = call.query
+    return 200, service.list_contacts(call.session, call.the_tenant(), limit=page.limit,
+                                      after_id=page.after_id)
+
+
+def export_contact(call: Call) -> tuple[int, Any]:
+    return 200, service.export(call.session, call.the_tenant(), call.path["contact"])
+
+
+def forget_contact(call: Call) -> tuple[int, Any]:
+    return 200, service.forget(call.session, call.the_tenant(), call.path["contact"],
+                               now=call.now)
+
+
+def review_queue(call: Call) -> tuple[int, Any]:
+    return 200, service.review_queue(call.session, call.the_tenant())
+
+
+def approve_fact(call: Call) -> tuple[int, Any]:
+    body: Decision = validated(Decision, call.body)
+    return 200, service.approve_fact(call.session, call.the_tenant(), call.path["fact_id"],
+                                     by=call.by, reason=body.reason, now=call.now)
+
+
+def reject_fact(call: Call) -> tuple[int, Any]:
+    """Rejected at once (out of the queue and the context); the summaries are re-derived
+    without it by a job, because that calls Claude."""
+    from storage import facts as fact_repo
+
+    body: Decision = validated(Decision, call.body)
+    fact_id = call.path["fact_id"]
+    service.check_rejectable(call.session, call.the_tenant(), fact_id)
+    fact = fact_repo.decide(call.session, fact_id, approve=False, by=call.by,
+                            reason=body.reason, now=call.now)
+    app = call.request.app
+    call.after_commit.append(lambda: _enqueue_rejection(app, fact_id, body.reason, call.by))
+    return 202, {**service.fact_view(fact), "summaries": "re-deriving"} if fact else {}
+
+
+def _enqueue_rejection(app: web.Application, fact_id: int, reason: str, by: str) -> None:
+    app[TURN_QUEUE].enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id, reason=reason,
+                            by=by, job_timeout=600, retry=Retry(max=5, interval=[10, 60, 300]),
+                            result_ttl=3600, failure_ttl=7 * 86400)
+
+
+def edit_fact(call: Call) -> tuple[int, Any]:
+    body: service.FactEdit = validated(service.FactEdit, call.body)
+    return 200, service.edit_fact(call.session, call.the_tenant(), call.path["fact_id"], body,
+                                  by=call.by, now=call.now)
+
+
+def list_appointments(call: Call) -> tuple[int, Any]:
+    return 200, service.list_appointments(call.session, call.the_tenant(), call.query)
+
+
+def cancel_appointment(call: Call) -> tuple[int, Any]:
+    validated(Decision, call.body)
+    return 200, service.cancel_appointment(call.session, call.the_tenant(),
+                                           call.path["appointment_id"], now=call.now)
+
+
+T = "/admin/tenants/{tenant_id}"
+TID = (("tenant_id", "integer"),)
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/admin/tenants", list_tenants, "List tenants (a tenant token: its own)",
+          "tenants"),
+    Route("POST", "/admin/tenants", create_tenant, "Create a tenant, optionally with its "
+          "catalogue", "tenants", body=TenantConfig, operator_only=True, ok=201),
+    Route("GET", T, get_tenant, "Read a tenant's settings and counts", "tenants",
+          path_types=TID),
+    Route("PATCH", T, update_tenant, "Change settings; the next turn uses them", "tenants",
+          body=TenantSettings, path_types=TID),
+    Route("POST", T + "/resume-sending", resume, "Resume sending after the access token was "
+          "fixed (a Graph API 190 paused it)", "tenants", path_types=TID),
+    Route("POST", T + "/tokens", create_token, "Create a token that sees only this tenant "
+          "(shown once)", "tenants", body=TokenCreate, operator_only=True, ok=201,
+          path_types=TID),
+    Route("DELETE", T + "/tokens/{token_id}", revoke_token, "Revoke a tenant token", "tenants",
+          operator_only=True, ok=204, path_types=(*TID, ("token_id", "integer"))),
+    Route("GET", T + "/catalog", get_catalogue, "Services, professionals, hours, exceptions",
+          "catalog", path_types=TID),
+    Route("PUT", T + "/catalog", put_catalogue, "Replace the parts of the catalogue given",
+          "catalog", body=CatalogueBody, path_types=TID),
+    Route("PUT", T + "/services/{code}", put_service_route, "Create or change a service",
+          "catalog", body=ServiceBody, path_types=(*TID, ("code", "string"))),
+    Route("DELETE", T + "/services/{code}", delete_service, "Remove a service (409 while it "
+          "has upcoming appointments)", "catalog", ok=204,
+          path_types=(*TID, ("code", "string"))),
+    Route("PUT", T + "/professionals/{code}", put_professional_route, "Create or change a "
+          "professional and the services they do", "catalog", body=ProfessionalBody,
+          path_types=(*TID, ("code", "string"))),
+    Route("DELETE", T + "/professionals/{code}", delete_professional, "Remove a professional "
+          "(409 while they have upcoming appointments)", "catalog", ok=204,
+          path_types=(*TID, ("code", "string"))),
+    Route("PUT", T + "/hours", put_hours, "Replace the weekly opening hours", "catalog",
+          body=HoursBody, path_types=TID),
+    Route("PUT", T + "/hours-exceptions/{day}", put_exception, "Set one date's hours (a "
+          "holiday: none)", "catalog", body=HoursExceptionBody,
+          path_types=(*TID, ("day", "date"))),
+    Route("DELETE", T + "/hours-exceptions/{day}", delete_exception, "Remove a date's "
+          "exception", "catalog", ok=204, path_types=(*TID, ("day", "date"))),
+    Route("GET", T + "/conversations", list_conversations, "Conversations, newest first",
+          "conversations", query=service.ConversationQuery, path_types=TID),
+    Route("GET", T + "/conversations/{conversation_id}", get_conversation, "One conversation: "
+          "messages, summary, facts in context, usage per call", "conversations",
+          query=MessagesPage, path_types=(*TID, ("conversation_id", "integer"))),
+    Route("GET", T + "/contacts", list_contacts, "Contacts by id", "contacts", query=Page,
+          path_types=TID),
+    Route("GET", T + "/contacts/{contact}/export", export_contact, "Everything stored about "
+          "a contact (phone, user id or contact id)", "contacts",
+          path_types=(*TID, ("contact", "string"))),
+    Route("DELETE", T + "/contacts/{contact}", forget_contact, "Erase a contact from every "
+          "layer; returns the receipt's counts", "contacts",
+          path_types=(*TID, ("contact", "string"))),
+    Route("GET", T + "/facts/review", review_queue, "Facts waiting for a person, with their "
+          "source message", "facts", path_types=TID),
+    Route("POST", T + "/facts/{fact_id}/approve", approve_fact, "Confirm a fact in review",
+          "facts", body=Decision, path_types=(*TID, ("fact_id", "integer"))),
+    Route("POST", T + "/facts/{fact_id}/reject", reject_fact, "Reject a fact; its summaries "
+          "are re-derived without it by a job", "facts", body=Decision, ok=202,
+          path_types=(*TID, ("fact_id", "integer"))),
+    Route("POST", T + "/facts/{fact_id}/edit", edit_fact, "Correct a fact's value, with a "
+          "reason", "facts", body=service.FactEdit, path_types=(*TID, ("fact_id", "integer"))),
+    Route("GET", T + "/appointments", list_appointments, "Appointments by start time",
+          "appointments", query=service.AppointmentQuery, path_types=TID),
+    Route("POST", T + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
+          "booking (the slot becomes free)", "appointments", body=Decision,
+          path_types=(*TID, ("appointment_id", "integer"))),
+)
+
+
+# -- dispatch ----------------------------------------------------------------------------------
+
+def error(status: int, code: str, message: str, problems: list[str] | None = None,
+          headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message,
+                                        "problems": problems or []}},
+                             status=status, headers=headers)
+
+
+def _authenticate(request: web.Request) -> tuple[bool, str] | None:
+    """(is_operator, token) from the Authorization header, or None."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > 512:
+        return None
+    operator_token = request.app[SETTINGS].admin_token
+    is_operator = bool(operator_token) and hmac.compare_digest(
+        token.encode("utf-8", "surrogatepass"), operator_token.encode())
+    return is_operator, token
+
+
+def _clean(value: Any, where: str = "body") -> list[str]:
+    """Text PostgreSQL cannot store: NUL characters and lone surrogates."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return [f"{where}: NUL characters are not allowed"]
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return [f"{where}: invalid Unicode (lone surrogate)"]
+        return []
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _clean(k, where) + _clean(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _clean(v, f"{where}.{i}")]
+    return []
+
+
+def _path_params(request: web.Request, route: Route) -> dict[str, Any]:
+    """Typed path parameters; an impossible id is simply not found."""
+    values: dict[str, Any] = {}
+    for name, kind in route.path_types:
+        raw = request.match_info[name]
+        if _clean(raw):
+            raise NotFound(f"no {name} {raw!r}")
+        if kind == "integer":
+            if not raw.isascii() or not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
+                raise NotFound(f"no {name.removesuffix('_id')} {raw!r}")
+            values[name] = int(raw)
+        elif kind == "date":
+            try:
+                values[name] = date.fromisoformat(raw)
+            except ValueError:
+                raise Invalid(f"{name}: {raw!r} is not a YYYY-MM-DD date",
+                              [f"{name}: not a YYYY-MM-DD date"]) from None
+        else:
+            if len(raw) > 160:
+                raise NotFound(f"no {name} {raw[:40]!r}…")
+            values[name] = raw
+    return values
+
+
+def make_handler(route: Route) -> Callable[[web.Request], Any]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        auth = _authenticate(request)
+        if auth is None:
+            return error(401, "unauthorized", "send Authorization: Bearer <token>",
+                         headers={"WWW-Authenticate": 'Bearer realm="wagent-admin"'})
+        try:
+            path = _path_params(request, route)
+            query = None
+            if route.query is not None:
+                problems = _clean(dict(request.query), "query")
+                if problems:
+                    raise Invalid(problems[0], problems)
+                query = validated(route.query, dict(request.query))
+            elif request.query:
+                raise Invalid(f"unknown query parameter(s): {', '.join(request.query)}")
+            body = None
+            if route.method in ("POST", "PUT", "PATCH"):
+                raw = await request.read()
+                if raw.strip():
+                    try:
+                        body = json.loads(raw)
+                    except (ValueError, RecursionError):
+                        return error(400, "bad_json", "the body is not valid JSON")
+                    problems = _clean(body)
+                    if problems:
+                        raise Invalid(problems[0], problems)
+                if route.body is not None and not isinstance(body, dict) and not (
+                        body is None and route.body in (Decision, TokenCreate)):
+                    raise Invalid("the body must be a JSON object",
+                                  ["body: must be a JSON object"])
+            return await asyncio.to_thread(_run, request, route, auth, path, query, body)
+        except AdminError as exc:
+            return error(exc.status, exc.code, str(exc), exc.problems)
+
+    handle.__name__ = route.handler.__name__
+    return handle
+
+
+def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[str, Any],
+         query: Any, body: Any) -> web.StreamResponse:
+    operator, token = auth
+    engine = request.app[ENGINE]
+    call: Call | None = None
+    try:
+        with session_scope(engine) as session:
+            tenant, tenant_token_id = None, None
+            if not operator:
+                tenant_token_id = service.tenant_for_token(session, token)
+                if tenant_token_id is None:
+                    return error(401, "unauthorized", "unknown or revoked token",
+                                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+                if route.operator_only:
+                    return error(403, "forbidden", "this operation needs the operator token")
+            if "tenant_id" in path:
+                tenant = session.get(Tenant, path["tenant_id"])
+                if tenant is None or (not operator and tenant.id != tenant_token_id):
+                    return error(404, "not_found", f"no tenant #{path['tenant_id']}")
+            elif not operator:
+                tenant = session.get(Tenant, tenant_token_id)
+            call = Call(request=request, session=session, tenant=tenant, operator=operator,
+                        path=path, query=query, body=body, now=clock.now())
+            status, payload = route.handler(call)
+    except AdminError as exc:
+        return error(exc.status, exc.code, str(exc), exc.problems)
+    except TenantConfigError as exc:
+        return error(422, "invalid", str(exc), str(exc).split("; "))
+    except CatalogueConflict as exc:
+        return error(409, "conflict", str(exc))
+    except LookupError as exc:
+        return error(404, "not_found", str(exc).strip("'\""))
+    except IntegrityError:
+        log.warning("admin_integrity_conflict", route=route.path)
+        return error(409, "conflict", "the change clashes with a concurrent one; try again")
+    except OperationalError as exc:
+        log.error("admin_database_unavailable", error=str(exc).splitlines()[0][:200])
+        return error(503, "unavailable", "the database is unavailable; try again")
+    for action in call.after_commit if call else []:
+        try:
+            action()
+        except Exception as exc:  # the change is committed; the job is retried by the reconciler
+            log.error("admin_after_commit_failed", route=route.path, error=str(exc)[:200])
+    log.info("admin_call", method=route.method, route=route.path, status=status,
+             operator=operator)
+    if status == 204:
+        return web.Response(status=204)
+    return web.json_response(payload, status=status)
+
+
+def setup_admin(app: web.Application) -> None:
+    """Add the /admin routes and the OpenAPI document to `app`."""
+    from bot.admin.openapi import openapi_document
+
+    document = openapi_document(ROUTES)
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.json_response(document)
+
+    app.router.add_get("/admin/openapi.json", openapi)
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, make_handler(route))
+

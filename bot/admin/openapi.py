@@ -1,0 +1,110 @@
+"""The OpenAPI 3.1 document of the admin API, built from its route table and the pydantic
+models that validate each body and query (so the document and the checks are the same rules).
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+if TYPE_CHECKING:
+    from bot.admin.api import Route
+
+REF = "#/components/schemas/{model}"
+CODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["code", "message", "problems"],
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                       "problems": {"type": "array", "items": {"type": "string"},
+                                    "description": '"where: what" lines'}}}},
+}
+ERRORS = {
+    "400": "The body is not valid JSON",
+    "401": "No, unknown or revoked bearer token",
+    "403": "A tenant token on an operator-only operation",
+    "404": "Unknown id, or one that belongs to another tenant",
+    "409": "The change clashes with the current state",
+    "422": "Validation failed; `problems` lists each field",
+    "503": "The database is unavailable; retry",
+}
+
+
+def openapi_document(routes: "tuple[Route, ...]") -> dict[str, Any]:
+    models = sorted({m for r in routes for m in (r.body,) if m is not None},
+                    key=lambda m: m.__name__)
+    _, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
+    schemas: dict[str, Any] = {**top.get("$defs", {}), "Error": ERROR}
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        operation: dict[str, Any] = {
+            "operationId": route.handler.__name__,
+            "summary": route.summary,
+            "tags": [route.tag],
+            "security": [{"bearer": []}],
+            "parameters": _path_parameters(route) + _query_parameters(route.query),
+            "responses": _responses(route),
+        }
+        if route.body is not None:
+            operation["requestBody"] = {
+                "required": route.body.__name__ not in ("Decision", "TokenCreate"),
+                "content": {"application/json": {
+                    "schema": {"$ref": REF.format(model=route.body.__name__)}}}}
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    paths["/admin/openapi.json"] = {"get": {
+        "operationId": "openapi", "summary": "This document", "tags": ["meta"], "security": [],
+        "responses": {"200": {"description": "The OpenAPI document",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "wagent admin API", "version": "1",
+                 "description": "Tenant administration of the WhatsApp booking agent: "
+                                "settings, catalogue, conversations, facts, contacts, "
+                                "appointments. Changes take effect on the next turn."},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {"schemas": schemas, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "The operator token (ADMIN_TOKEN) or a tenant token"}}},
+    }
+
+
+def _path_parameters(route: "Route") -> list[dict[str, Any]]:
+    parameters = []
+    for name, kind in route.path_types:
+        schema: dict[str, Any]
+        if kind == "integer":
+            schema = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+        elif kind == "date":
+            schema = {"type": "string", "format": "date"}
+        elif name == "code":
+            schema = {"type": "string", "pattern": CODE_PATTERN}
+        else:
+            schema = {"type": "string", "minLength": 1, "maxLength": 160}
+        parameters.append({"name": name, "in": "path", "required": True, "schema": schema})
+    return parameters
+
+
+def _query_parameters(model: type[BaseModel] | None) -> list[dict[str, Any]]:
+    if model is None:
+        return []
+    schema = model.model_json_schema(ref_template=REF)
+    required = set(schema.get("required", []))
+    return [{"name": name, "in": "query", "required": name in required,
+             "description": prop.pop("description", ""), "schema": prop}
+            for name, prop in schema.get("properties", {}).items()]
+
+
+def _responses(route: "Route") -> dict[str, Any]:
+    responses: dict[str, Any] = {}
+    if route.ok == 204:
+        responses["204"] = {"description": "Done"}
+    else:
+        responses[str(route.ok)] = {"description": "OK", "content": {
+            "application/json": {"schema": {"type": ["object", "array"]}}}}
+    for status, text in ERRORS.items():
+        responses[status] = {"description": text, "content": {"application/json": {
+            "schema": {"$ref": REF.format(model="Error")}}}}
+    return responses

@@ -1,0 +1,457 @@
+"""Tenant administration operations, shared by the admin HTTP API and the CLI.
+
+Every function takes an open session and the tenant it acts on (the caller has checked that the
+caller may see it), returns JSON-ready data, and raises:
+- `NotFound` (HTTP 404) for an unknown id, or one of another tenant: never its data;
+- `Invalid` (422) with the list of problems, for input that passed the shape checks but not the
+  rules (unknown service code, a value the fact rules refuse);
+- `Conflict` (409) when the change clashes with the state (an existing phone_number_id, a
+  service with upcoming appointments, an appointment no longer booked).
+"""
+
+import hashlib
+import secrets
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlmodel import Session, col, func, select
+
+from storage import facts as fact_repo
+from storage.fact_keys import resolve_keys
+from storage.models import (
+    AdminToken,
+    Appointment,
+    Contact,
+    ContactFact,
+    Conversation,
+    Message,
+    Professional,
+    Service,
+    Tenant,
+    Usage,
+)
+from storage.rights import export_contact, forget_contact
+from storage.tenants import (
+    CatalogueConflict,
+    TenantConfigError,
+    TenantSettings,
+    get_by_phone_number_id,
+    list_hours_exceptions,
+    list_professionals,
+    list_services,
+    problems_of,
+    update_settings,
+    upsert_tenant,
+    weekly_hours,
+)
+
+MAX_PAGE = 500
+
+
+class AdminError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+class NotFound(AdminError):
+    status, code = 404, "not_found"
+
+
+class Invalid(AdminError):
+    status, code = 422, "invalid"
+
+
+class Conflict(AdminError):
+    status, code = 409, "conflict"
+
+
+def validated(model: type[BaseModel], data: Any) -> Any:
+    """`model` validated from `data`, or Invalid listing every problem as "where: what"."""
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        problems = problems_of(exc)
+        raise Invalid("; ".join(problems), problems) from None
+
+
+# -- tenants ---------------------------------------------------------------------------------
+
+def tenant_view(tenant: Tenant) -> dict[str, Any]:
+    return dict(tenant.model_dump(mode="json"))
+
+
+def create_tenant(session: Session, body: Any, *, now: datetime) -> Tenant:
+    """A new tenant (and optionally its catalogue) from a `TenantConfig` dict."""
+    if not isinstance(body, dict):
+        raise Invalid("the tenant must be a JSON object")
+    if get_by_phone_number_id(session, str(body.get("phone_number_id", ""))) is not None:
+        raise Conflict(f"a tenant with phone_number_id {body['phone_number_id']} exists; "
+                       "update it instead")
+    return _apply_config(session, body, now=now)
+
+
+def _apply_config(session: Session, body: dict[str, Any], *, now: datetime) -> Tenant:
+    try:
+        return upsert_tenant(session, body, now=now)
+    except TenantConfigError as exc:
+        raise Invalid(str(exc), str(exc).split("; ")) from None
+    except CatalogueConflict as exc:
+        raise Conflict(str(exc)) from None
+
+
+def update_tenant(session: Session, tenant: Tenant, body: Any) -> Tenant:
+    """Change some settings (`TenantSettings`); the next turn reads them."""
+    spec: TenantSettings = validated(TenantSettings, body)
+    return update_settings(session, tenant, spec.settings())
+
+
+def create_token(session: Session, tenant: Tenant, *, label: str, now: datetime) -> dict[str, Any]:
+    """A new bearer token that sees only this tenant. The token is returned once; only its
+    SHA-256 is stored."""
+    token = "wat_" + secrets.token_urlsafe(32)
+    row = AdminToken(tenant_id=tenant.id or 0, token_hash=token_hash(token), label=label[:100],
+                     created_at=now)
+    session.add(row)
+    session.flush()
+    return {"id": row.id, "label": row.label, "token": token,
+            "created_at": now.isoformat()}
+
+
+def revoke_token(session: Session, tenant: Tenant, token_id: int, *, now: datetime) -> None:
+    row = session.get(AdminToken, token_id)
+    if row is None or row.tenant_id != tenant.id or row.revoked_at is not None:
+        raise NotFound(f"no active token #{token_id}")
+    row.revoked_at = now
+    session.add(row)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def tenant_for_token(session: Session, token: str) -> int | None:
+    """The tenant id of an active per-tenant token, else None."""
+    row = session.exec(select(AdminToken).where(AdminToken.token_hash == token_hash(token),
+                                                col(AdminToken.revoked_at).is_(None))).first()
+    return row.tenant_id if row else None
+
+
+# -- catalogue -------------------------------------------------------------------------------
+
+def catalogue_view(session: Session, tenant: Tenant) -> dict[str, Any]:
+    assert tenant.id is not None
+    return {
+        "services": [service_view(s) for s in list_services(session, tenant.id)],
+        "professionals": [professional_view(p) for p in list_professionals(session, tenant.id)],
+        "hours": weekly_hours(session, tenant.id),
+        "hours_exceptions": [{"day": e.day.isoformat(), "hours": e.hours, "note": e.note}
+                             for e in list_hours_exceptions(session, tenant.id)],
+        "slot_granularity_minutes": tenant.slot_granularity_minutes,
+        "timezone": tenant.timezone,
+    }
+
+
+def replace_catalogue(session: Session, tenant: Tenant, body: Any, *,
+                      now: datetime) -> dict[str, Any]:
+    """Replace the parts of the catalogue given: services, professionals, hours,
+    hours_exceptions (and slot_granularity_minutes)."""
+    if not isinstance(body, dict):
+        raise Invalid("the catalogue must be a JSON object")
+    allowed = {"services", "professionals", "hours", "hours_exceptions",
+               "slot_granularity_minutes"}
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise Invalid(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    _apply_config(session, {**body, "phone_number_id": tenant.phone_number_id}, now=now)
+    return catalogue_view(session, tenant)
+
+
+def service_view(service: Service) -> dict[str, Any]:
+    return {"code": service.code, "name": service.name,
+            "duration_minutes": service.duration_minutes}
+
+
+def professional_view(pro: Professional) -> dict[str, Any]:
+    return {"code": pro.code, "name": pro.name, "services": pro.service_codes}
+
+
+# -- conversations ---------------------------------------------------------------------------
+
+class ConversationQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    contact: str | None = Field(None, max_length=160,
+                                description="phone number (wa_id), user id, or contact id")
+    state: str | None = Field(None, pattern="^(open|closed)$")
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    before_id: int | None = Field(None, ge=1, le=2**31 - 1,
+                                  description="only conversations older than this id")
+
+
+def list_conversations(session: Session, tenant: Tenant, query: ConversationQuery
+                       ) -> list[dict[str, Any]]:
+    """Newest first."""
+    statement = select(Conversation, Contact).join(
+        Contact, col(Contact.id) == col(Conversation.contact_id)).where(
+        Conversation.tenant_id == tenant.id)
+    if query.contact:
+        contact = find_contact(session, tenant, query.contact)
+        statement = statement.where(Conversation.contact_id == contact.id)
+    if query.state:
+        statement = statement.where(Conversation.status == query.state)
+    if query.before_id:
+        statement = statement.where(col(Conversation.id) < query.before_id)
+    rows = session.exec(statement.order_by(col(Conversation.id).desc()).limit(query.limit)).all()
+    return [{**_conversation_head(c), "contact": contact_view(k)} for c, k in rows]
+
+
+def _conversation_head(c: Conversation) -> dict[str, Any]:
+    return {"id": c.id, "status": c.status, "opened_at": _iso(c.opened_at),
+            "closed_at": _iso(c.closed_at), "last_activity_at": _iso(c.last_activity_at),
+            "due_at": _iso(c.due_at), "compactions": c.compactions,
+            "last_input_tokens": c.last_input_tokens}
+
+
+def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
+                      now: datetime, after_id: int = 0, limit: int = MAX_PAGE) -> dict[str, Any]:
+    """One conversation: its messages (content blocks as sent to Claude), summary, the context
+    block and the facts it holds, and token usage per Claude call with totals."""
+    conversation = session.get(Conversation, conversation_id)
+    if conversation is None or conversation.tenant_id != tenant.id:
+        raise NotFound(f"no conversation #{conversation_id}")
+    contact = session.get(Contact, conversation.contact_id)
+    messages = session.exec(select(Message).where(
+        Message.conversation_id == conversation_id, col(Message.id) > after_id)
+        .order_by(col(Message.id)).limit(limit)).all()
+    usage = session.exec(select(Usage).where(Usage.conversation_id == conversation_id)
+                         .order_by(col(Usage.id))).all()
+    keys = resolve_keys(tenant.fact_keys)
+    facts = fact_repo.for_context(session, conversation.contact_id, now, keys)
+    calls = [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
+              "request_id": u.request_id, "input_tokens": u.input_tokens,
+              "cache_creation_input_tokens": u.cache_creation_input_tokens,
+              "cache_read_input_tokens": u.cache_read_input_tokens,
+              "output_tokens": u.output_tokens,
+              "context_tokens": (u.input_tokens + u.cache_creation_input_tokens
+                                 + u.cache_read_input_tokens)} for u in usage]
+    context = sum(c["context_tokens"] for c in calls)
+    read = sum(c["cache_read_input_tokens"] for c in calls)
+    return {
+        **_conversation_head(conversation),
+        "contact": contact_view(contact) if contact else None,
+        "summary": conversation.summary,
+        "context_block": conversation.context_block,
+        "facts_in_context": [fact_view(f) for f in facts],
+        "messages": [{"id": m.id, "position": m.position, "role": m.role,
+                      "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
+                      "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
+                      "delivery_status": m.delivery_status} for m in messages],
+        "usage": {"calls": calls, "context_tokens_total": context,
+                  "cache_read_input_tokens_total": read,
+                  "cache_read_share": round(read / context, 4) if context else 0.0,
+                  "peak_context_tokens": max((c["context_tokens"] for c in calls), default=0)},
+    }
+
+
+# -- contacts --------------------------------------------------------------------------------
+
+def contact_view(contact: Contact) -> dict[str, Any]:
+    return {"id": contact.id, "wa_id": contact.wa_id, "user_id": contact.user_id,
+            "profile_name": contact.profile_name}
+
+
+def find_contact(session: Session, tenant: Tenant, ref: str) -> Contact:
+    """A contact of this tenant by phone number (wa_id), user id, or numeric id."""
+    condition = (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref)
+    if ref.isdigit() and len(ref) < 10:
+        condition = condition | (col(Contact.id) == int(ref))
+    contact = session.exec(select(Contact).where(Contact.tenant_id == tenant.id, condition)
+                           .order_by(col(Contact.id))).first()
+    if contact is None:
+        raise NotFound(f"no contact {ref!r}")
+    return contact
+
+
+def list_contacts(session: Session, tenant: Tenant, *, limit: int = 50,
+                  after_id: int = 0) -> list[dict[str, Any]]:
+    rows = session.exec(select(Contact).where(Contact.tenant_id == tenant.id,
+                                              col(Contact.id) > after_id)
+                        .order_by(col(Contact.id)).limit(limit)).all()
+    return [contact_view(c) for c in rows]
+
+
+def export(session: Session, tenant: Tenant, ref: str) -> dict[str, Any]:
+    return export_contact(session, find_contact(session, tenant, ref))
+
+
+def forget(session: Session, tenant: Tenant, ref: str, *, now: datetime) -> dict[str, Any]:
+    counts = forget_contact(session, find_contact(session, tenant, ref), now=now)
+    return {"erased": True, "counts": counts}
+
+
+# -- facts -----------------------------------------------------------------------------------
+
+def fact_view(fact: ContactFact, source_text: str | None = None) -> dict[str, Any]:
+    view = {"id": fact.id, "contact_id": fact.contact_id, "key": fact.key, "value": fact.value,
+            "state": fact.state, "origin": fact.origin,
+            "source_message_id": fact.source_message_id,
+            "valid_until": _iso(fact.valid_until), "decided_by": fact.decided_by,
+            "decision_reason": fact.decision_reason, "created_at": _iso(fact.created_at)}
+    if source_text is not None:
+        view["source_text"] = source_text
+    return view
+
+
+def review_queue(session: Session, tenant: Tenant) -> list[dict[str, Any]]:
+    """Facts waiting for a person (suggested, pending_review, contested), oldest first, each
+    with the text of the customer message it came from."""
+    assert tenant.id is not None
+    items = []
+    for fact in fact_repo.review_queue(session, tenant.id):
+        source = session.get(Message, fact.source_message_id) if fact.source_message_id else None
+        text = "\n".join(b.get("text", "") for b in (source.content if source else [])
+                         if isinstance(b, dict) and b.get("type") == "text")
+        items.append(fact_view(fact, text))
+    return items
+
+
+def _fact(session: Session, tenant: Tenant, fact_id: int) -> ContactFact:
+    fact = session.get(ContactFact, fact_id)
+    if fact is None or fact.tenant_id != tenant.id:
+        raise NotFound(f"no fact #{fact_id}")
+    return fact
+
+
+def approve_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, reason: str,
+                 now: datetime) -> dict[str, Any]:
+    fact = _fact(session, tenant, fact_id)
+    if fact.state not in ("suggested", "pending_review", "contested"):
+        raise Conflict(f"fact #{fact_id} is {fact.state}, not in review")
+    decided = fact_repo.decide(session, fact_id, approve=True, by=by, reason=reason, now=now)
+    assert decided is not None
+    return fact_view(decided)
+
+
+def check_rejectable(session: Session, tenant: Tenant, fact_id: int) -> ContactFact:
+    fact = _fact(session, tenant, fact_id)
+    if fact.state not in ("suggested", "pending_review", "contested", "confirmed"):
+        raise Conflict(f"fact #{fact_id} is {fact.state}")
+    return fact
+
+
+class FactEdit(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    value: str = Field(min_length=1, max_length=200)
+    reason: str = Field(min_length=1, max_length=500, description="why the value was changed")
+
+
+def edit_fact(session: Session, tenant: Tenant, fact_id: int, edit: FactEdit, *, by: str,
+              now: datetime) -> dict[str, Any]:
+    """A person corrects a fact: the new value is confirmed (origin admin) and supersedes the
+    old one, whose history stays. The value passes the same content rules as the model's."""
+    from workers.agent.facts_rules import value_problem
+
+    fact = _fact(session, tenant, fact_id)
+    if fact.state in ("superseded", "rejected", "archived"):
+        raise Conflict(f"fact #{fact_id} is {fact.state}; edit the current one")
+    keys = resolve_keys(tenant.fact_keys)
+    if fact.key not in keys:
+        raise Conflict(f"key {fact.key!r} is no longer among the tenant's fact_keys")
+    problem = value_problem(edit.value, keys[fact.key])
+    if problem:
+        raise Invalid(f"value: {problem}", [f"value: {problem}"])
+    new = ContactFact(tenant_id=fact.tenant_id, contact_id=fact.contact_id,
+                      conversation_id=fact.conversation_id, key=fact.key, value=edit.value,
+                      state="confirmed", origin="admin", source_message_id=fact.source_message_id,
+                      valid_from=now, decided_by=by[:64], decision_reason=edit.reason,
+                      created_at=now)
+    new.valid_until = now + timedelta(days=keys[fact.key].validity_days)
+    new.review_at = now + timedelta(days=keys[fact.key].review_days)
+    session.add(new)
+    session.flush()
+    fact_repo.supersede_others(session, new, now=now)
+    return fact_view(new)
+
+
+# -- appointments ----------------------------------------------------------------------------
+
+class AppointmentQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    date_from: date | None = Field(None, alias="from", description="first local day, YYYY-MM-DD")
+    date_to: date | None = Field(None, alias="to", description="last local day, YYYY-MM-DD")
+    status: str | None = Field(None, pattern="^(booked|cancelled)$")
+    contact: str | None = Field(None, max_length=160)
+    limit: int = Field(200, ge=1, le=MAX_PAGE)
+
+    @field_validator("date_from", "date_to")
+    @classmethod
+    def _sane(cls, value: date | None) -> date | None:
+        if value is not None and not 2000 <= value.year <= 2100:
+            raise ValueError("year must be between 2000 and 2100")
+        return value
+
+
+def list_appointments(session: Session, tenant: Tenant, query: AppointmentQuery
+                      ) -> list[dict[str, Any]]:
+    """By start time; days are local to the tenant's timezone (default: from today on)."""
+    tz = ZoneInfo(tenant.timezone)
+    statement = select(Appointment).where(Appointment.tenant_id == tenant.id)
+    first = query.date_from
+    if first is not None:
+        statement = statement.where(col(Appointment.start_at)
+                                    >= datetime.combine(first, time(), tz))
+    if query.date_to is not None:
+        statement = statement.where(col(Appointment.start_at) < datetime.combine(
+            query.date_to + timedelta(days=1), time(), tz))
+    if query.status:
+        statement = statement.where(Appointment.status == query.status)
+    if query.contact:
+        statement = statement.where(
+            Appointment.contact_id == find_contact(session, tenant, query.contact).id)
+    rows = session.exec(statement.order_by(col(Appointment.start_at)).limit(query.limit)).all()
+    return [appointment_view(session, a, tz) for a in rows]
+
+
+def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str, Any]:
+    service = session.get(Service, a.service_id)
+    pro = session.get(Professional, a.professional_id)
+    return {"id": a.id, "contact_id": a.contact_id, "service": service.code if service else None,
+            "professional": pro.code if pro else None,
+            "start": a.start_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
+            "end": a.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
+            "start_at": _iso(a.start_at), "status": a.status,
+            "cancelled_at": _iso(a.cancelled_at)}
+
+
+def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
+                       now: datetime) -> dict[str, Any]:
+    """The business cancels a booking (its slot becomes free). The customer is not messaged."""
+    appointment = session.get(Appointment, appointment_id)
+    if appointment is None or appointment.tenant_id != tenant.id:
+        raise NotFound(f"no appointment #{appointment_id}")
+    if appointment.status != "booked":
+        raise Conflict(f"appointment #{appointment_id} is {appointment.status}")
+    appointment.status, appointment.cancelled_at = "cancelled", now
+    session.add(appointment)
+    session.flush()
+    return appointment_view(session, appointment, ZoneInfo(tenant.timezone))
+
+
+def counts(session: Session, tenant: Tenant) -> dict[str, int]:
+    """Small figures for a tenant's overview."""
+    def count(model: Any, *conditions: Any) -> int:
+        return int(session.exec(select(func.count()).select_from(model).where(
+            model.tenant_id == tenant.id, *conditions)).one())
+    return {"contacts": count(Contact),
+            "open_conversations": count(Conversation, Conversation.status == "open"),
+            "facts_in_review": len(fact_repo.review_queue(session, tenant.id or 0)),
+            "booked_appointments": count(Appointment, Appointment.status == "booked")}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
