@@ -83,7 +83,7 @@ SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
                                                                       "signature"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
-                "expect": set()}
+                "expect": set(), "wagent": {"status"}}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors"}
 PURPOSES = {"turn", "summary", "facts"}
@@ -102,7 +102,8 @@ def validate_scenario(scenario: Any, base: Path) -> list[str]:
     except ValueError:
         problems.append(f"clock {scenario.get('clock')!r} is not an ISO date-time")
     try:
-        validate_config({**DEFAULT_TENANT, **(scenario.get("tenant") or {})})
+        if not _creates_tenant(scenario):
+            validate_config({**DEFAULT_TENANT, **(scenario.get("tenant") or {})})
     except TenantConfigError as exc:
         problems.append(f"tenant: {exc}")
     steps = scenario.get("steps")
@@ -140,7 +141,17 @@ def _step_problems(step: Any, base: Path) -> list[str]:
                 problems.append(f"model item {item!r}: {exc}")
     elif action == "expect":
         problems += [f"unknown expectation {key!r}" for key in value if key not in EXPECT_KEYS]
+    elif action == "wagent" and (not isinstance(value, list) or not value
+                                 or not all(isinstance(a, str) for a in value)):
+        problems.append("wagent takes the command's arguments as a list of strings")
     return problems
+
+
+def _creates_tenant(scenario: dict[str, Any]) -> bool:
+    """The scenario sets its tenant up with `wagent tenant create` (no default tenant then)."""
+    return "tenant" not in scenario and any(
+        isinstance(step, dict) and step.get("wagent", [])[:2] == ["tenant", "create"]
+        for step in scenario.get("steps") or [])
 
 
 def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
@@ -168,7 +179,8 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
         local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
                    f"{_tenant(scenario)['timezone']}; the model's replies are scripted)")
-        env.add_tenant(_tenant(scenario))
+        if not _creates_tenant(scenario):
+            env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
             runner.step(index, step)
     except ScenarioError as exc:
@@ -230,6 +242,8 @@ class _Runner:
             self.env.graph_api.fail(int(spec["code"]), int(spec.get("times", 1)))
         elif "expect" in step:
             _Expectations(self, where).check(step["expect"])
+        elif "wagent" in step:
+            self._wagent(where, step)
         else:
             raise ScenarioError(f"{where}: unknown step {sorted(step)}")
 
@@ -245,6 +259,44 @@ class _Runner:
                 self._show_customer(body)
         if int(step.get("repeat", 1)) > 1:
             self.say(f"   (delivered {step['repeat']} times)")
+
+    def _wagent(self, where: str, step: dict[str, Any]) -> None:
+        """Run the real CLI in this process against the scenario's database and Redis; file
+        arguments are relative to the scenario. Fails the scenario on another exit status."""
+        import contextlib
+        import io
+
+        from bot.cli import main
+
+        args = [str(self.base / a) if (self.base / a).is_file() else a
+                for a in step["wagent"]]
+        environ = {name.upper(): str(value) for name, value in self.env.settings.__dict__.items()
+                   if name != "extra"}
+        environ["DATABASE_URL"] = self.env.engine.url.render_as_string(hide_password=False)
+        saved = {name: os.environ.get(name) for name in environ}
+        out, err = io.StringIO(), io.StringIO()
+        os.environ.update(environ)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = main(args)
+        except SystemExit as exc:
+            status = int(exc.code or 0)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        self.say(f"   $ wagent {' '.join(step['wagent'])}  → exit {status}")
+        for line in (err.getvalue().strip().splitlines() if status else [])[:5]:
+            self.say(f"     {line}")
+        if status != int(step.get("status", 0)):
+            self.result.fail(f"{where}: wagent {' '.join(step['wagent'])} exited {status}, "
+                             f"expected {step.get('status', 0)}: {err.getvalue().strip()[:300]}")
+        with session_scope(self.env.engine) as session:  # the CLI may have set the zone
+            tenant = session.exec(select(Tenant).order_by(col(Tenant.id))).first()
+            if tenant is not None:
+                self.timezone = ZoneInfo(tenant.timezone)
 
     def _show_customer(self, body: bytes) -> None:
         try:

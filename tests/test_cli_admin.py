@@ -1,0 +1,163 @@
+"""`wagent tenant|catalog|facts|conversations|appointments`: the admin operations from a shell,
+and the bundled scenario whose tenant is created by the CLI from a YAML file."""
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlmodel import select
+
+from bot.cli import _parser, main
+from replay.runner import run_scenario_file
+from storage.db import make_engine, session_scope
+from storage.models import Appointment, Contact, ContactFact, Conversation, Message, Service
+
+SCENARIO = Path(__file__).parent.parent / "replay" / "scenarios" / "clinic_cli_setup.json"
+YAML_TENANT = SCENARIO.parent / "tenants" / "clinica_exemplo.yaml"
+PNID = "109876543210555"
+
+
+@pytest.fixture
+def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["db", "upgrade"]) == 0
+    return url
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
+    capsys.readouterr()
+    status = main(list(args))
+    captured = capsys.readouterr()
+    out = captured.out.strip()
+    try:
+        parsed = json.loads(out) if out.startswith(("{", "[")) else out
+    except json.JSONDecodeError:
+        parsed = out
+    return status, parsed, captured.err
+
+
+def test_every_admin_command_explains_itself() -> None:
+    parser = _parser()
+    for path in (["tenant", "update"], ["tenant", "token"], ["tenant", "show"],
+                 ["catalog", "hours"], ["catalog", "exception"], ["catalog", "set"],
+                 ["facts", "edit"], ["conversations", "show"], ["appointments", "cancel"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args([*path, "--help"])
+        assert exit_info.value.code == 0
+
+
+def test_tenant_from_yaml_then_update_show_and_token(database: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "tenant", "create", str(YAML_TENANT))
+    assert status == 0 and "Clínica Exemplo" in out
+    status, shown, _ = run(capsys, "tenant", "show", PNID)
+    assert status == 0 and shown["inactivity_timeout_minutes"] == 120
+    assert shown["counts"]["contacts"] == 0
+    status, updated, _ = run(capsys, "tenant", "update", PNID, "--set",
+                             "inactivity_timeout_minutes=45", "--set", "name=Clínica Nova")
+    assert status == 0 and (updated["inactivity_timeout_minutes"], updated["name"]) == (
+        45, "Clínica Nova")
+    status, _, err = run(capsys, "tenant", "update", PNID, "--set", "keep_messages=0",
+                         "--set", "timezone=Mars/Base")
+    assert status == 2 and "keep_messages" in err and "timezone" in err
+    assert run(capsys, "tenant", "update", "000", "--set", "name=X")[0] == 2
+    status, token, _ = run(capsys, "tenant", "token", PNID, "--label", "dona")
+    assert status == 0 and token["token"].startswith("wat_")
+    assert run(capsys, "tenant", "revoke-token", PNID, str(token["id"]))[0] == 0
+    status, tenants, _ = run(capsys, "tenant", "list")
+    assert [t["phone_number_id"] for t in tenants] == [PNID]
+
+
+def test_tenant_create_names_every_problem_of_a_bad_file(database: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("phone_number_id: '1'\nname: X\nhours: {mon: ['18:00-09:00']}\n"
+                   "services: [{code: a, duration_minutes: 0}]\n")
+    status, _, err = run(capsys, "tenant", "create", str(bad))
+    assert status == 2 and "hours.mon" in err and "duration_minutes" in err
+    bad.write_text("phone_number_id: [unclosed\n")
+    status, _, err = run(capsys, "tenant", "create", str(bad))
+    assert status == 2 and "YAML" in err
+
+
+def test_catalogue_commands(database: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "tenant", "create", str(YAML_TENANT))[0] == 0
+    assert run(capsys, "catalog", "service", PNID, "retorno", "--name", "Retorno",
+               "--duration", "20")[0] == 0
+    status, _, err = run(capsys, "catalog", "professional", PNID, "dr_rui", "--services",
+                         "retorno,cirurgia")
+    assert status == 2 and "cirurgia" in err
+    assert run(capsys, "catalog", "professional", PNID, "dr_rui", "--name", "Dr. Rui",
+               "--services", "retorno")[0] == 0
+    assert run(capsys, "catalog", "hours", PNID, "tue=14:00-18:00",
+               "wed=08:00-12:00,13:00-17:00")[0] == 0
+    assert run(capsys, "catalog", "hours", PNID, "wed=17:00-08:00")[0] == 2
+    assert run(capsys, "catalog", "exception", PNID, "2026-06-04", "--note", "feriado")[0] == 0
+    assert run(capsys, "catalog", "exception", PNID, "2026-06-10", "--hours",
+               "08:00-10:00")[0] == 0
+    status, catalogue, _ = run(capsys, "catalog", "show", PNID)
+    assert [s["code"] for s in catalogue["services"]] == ["consulta", "retorno"]
+    assert catalogue["hours"] == {"tue": ["14:00-18:00"],
+                                  "wed": ["08:00-12:00", "13:00-17:00"]}
+    assert catalogue["hours_exceptions"] == [
+        {"day": "2026-06-04", "hours": [], "note": "feriado"},
+        {"day": "2026-06-10", "hours": ["08:00-10:00"], "note": ""}]
+    assert run(capsys, "catalog", "remove-exception", PNID, "2026-06-04")[0] == 0
+    assert run(capsys, "catalog", "remove-exception", PNID, "2026-06-04")[0] == 2
+    assert run(capsys, "catalog", "remove-professional", PNID, "dr_rui")[0] == 0
+    assert run(capsys, "catalog", "remove-service", PNID, "retorno")[0] == 0
+    assert run(capsys, "catalog", "remove-service", PNID, "retorno")[0] == 2
+
+
+def test_conversations_appointments_and_fact_edit(database: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "tenant", "create", str(YAML_TENANT))[0] == 0
+    now = datetime(2026, 6, 1, 13, tzinfo=UTC)
+    with session_scope(make_engine(database)) as session:
+        contact = Contact(tenant_id=1, wa_id="5511999990003", created_at=now)
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(tenant_id=1, contact_id=contact.id or 0,
+                                    last_activity_at=now, due_at=now, opened_at=now)
+        session.add(conversation)
+        session.flush()
+        message = Message(tenant_id=1, conversation_id=conversation.id or 0, role="user",
+                          direction="inbound", content=[{"type": "text", "text": "sou a Carla"}],
+                          received_at=now)
+        session.add(message)
+        session.flush()
+        service = session.exec(select(Service)).one()
+        session.add(Appointment(tenant_id=1, contact_id=contact.id or 0,
+                                service_id=service.id or 0, professional_id=1,
+                                start_at=datetime(2026, 6, 2, 17, 30, tzinfo=UTC),
+                                end_at=datetime(2026, 6, 2, 18, tzinfo=UTC), created_at=now))
+        session.add(ContactFact(tenant_id=1, contact_id=contact.id or 0, key="preferred_name",
+                                value="Carlinha", state="suggested",
+                                source_message_id=message.id, created_at=now))
+    status, listed, _ = run(capsys, "conversations", "list", PNID, "--contact", "5511999990003")
+    assert status == 0 and listed[0]["contact"]["wa_id"] == "5511999990003"
+    status, one, _ = run(capsys, "conversations", "show", PNID, str(listed[0]["id"]))
+    assert one["messages"][0]["content"][0]["text"] == "sou a Carla"
+    status, appointments, _ = run(capsys, "appointments", "list", PNID, "--from", "2026-06-02",
+                                  "--to", "2026-06-02")
+    assert [(a["start"], a["status"]) for a in appointments] == [("2026-06-02T14:30", "booked")]
+    assert run(capsys, "appointments", "cancel", PNID, str(appointments[0]["id"]))[0] == 0
+    assert run(capsys, "appointments", "cancel", PNID, str(appointments[0]["id"]))[0] == 2
+    status, edited, _ = run(capsys, "facts", "edit", PNID, "1", "Carla", "--reason",
+                            "ela prefere o nome")
+    assert status == 0 and (edited["value"], edited["state"]) == ("Carla", "confirmed")
+    status, _, err = run(capsys, "facts", "edit", PNID, "2", "CPF 529.982.247-25",
+                         "--reason", "x")
+    assert status == 2 and "CPF" in err
+
+
+def test_the_cli_scenario_books_in_its_hours_and_the_new_timeout_closes_the_session(
+        database_url: str | None, redis_url: str | None) -> None:
+    result = run_scenario_file(SCENARIO, database_url=database_url or "",
+                               redis_url=redis_url or "")
+    assert result.passed, result.failures
+    assert result.tool_errors == 1, "the booking outside the file's hours was refused"
