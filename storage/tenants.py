@@ -63,8 +63,13 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     update_settings(session, tenant, spec.settings())
     assert tenant.id is not None
     if spec.services is not None or spec.professionals is not None:
-        replace_services(session, tenant.id, spec.services or [], spec.professionals or [],
-                         now=now)
+        services = spec.services if spec.services is not None else [
+            ServiceSpec(code=s.code, name=s.name, duration_minutes=s.duration_minutes)
+            for s in list_services(session, tenant.id)]
+        professionals = spec.professionals if spec.professionals is not None else [
+            ProfessionalSpec(code=p.code, name=p.name, services=p.service_codes)
+            for p in list_professionals(session, tenant.id)]
+        replace_services(session, tenant.id, services, professionals, now=now)
     if spec.hours is not None:
         set_hours(session, tenant.id, {str(day): v for day, v in spec.hours.items()})
     if spec.hours_exceptions is not None:

@@ -356,3 +356,33 @@ def test_resume_sending_clears_the_pause(env: ReplayEnvironment) -> None:
     status, body = call(env, "POST", f"/admin/tenants/{salon}/resume-sending")
     assert status == 200 and body["conversations_with_replies_waiting"] == 0
     assert call(env, "GET", f"/admin/tenants/{salon}")[1]["sending_paused_reason"] == ""
+
+
+def test_put_catalogue_replaces_the_parts_given(env: ReplayEnvironment) -> None:
+    salon, _ = ids(env)
+    base = f"/admin/tenants/{salon}/catalog"
+    status, catalogue = call(env, "PUT", base, {
+        "services": [{"code": "corte", "name": "Corte", "duration_minutes": 50},
+                     {"code": "barba", "name": "Barba", "duration_minutes": 20}],
+        "professionals": [{"code": "leo", "name": "Léo", "services": ["barba", "corte"]}],
+        "hours_exceptions": [{"day": "2026-12-25", "note": "Natal"}],
+        "slot_granularity_minutes": 15})
+    assert status == 200
+    assert [(s["code"], s["duration_minutes"]) for s in catalogue["services"]] == [
+        ("barba", 20), ("corte", 50)]
+    assert [p["code"] for p in catalogue["professionals"]] == ["leo"], "júlia archived"
+    assert catalogue["hours"] == {"mon": ["09:00-18:00"], "tue": ["09:00-18:00"],
+                                  "sat": ["09:00-13:00"]}, "not given: kept"
+    assert catalogue["slot_granularity_minutes"] == 15
+    assert catalogue["hours_exceptions"] == [{"day": "2026-12-25", "hours": [],
+                                              "note": "Natal"}]
+    status, body = call(env, "PUT", base, {"professionals": [{"code": "x",
+                                                              "services": ["nope"]}]})
+    assert status == 422 and "nope" in body["error"]["message"]
+    assert call(env, "PUT", base, {"menu": []})[0] == 422
+    assert call(env, "GET", base)[1]["professionals"][0]["code"] == "leo", "nothing half-done"
+    status, catalogue = call(env, "PUT", base, {"professionals": [
+        {"code": "leo", "services": ["barba"]}, {"code": "ana", "services": ["corte"]}]})
+    assert status == 200 and [s["code"] for s in catalogue["services"]] == ["barba", "corte"]
+    assert [(p["code"], p["services"]) for p in catalogue["professionals"]] == [
+        ("ana", ["corte"]), ("leo", ["barba"])]
