@@ -1,4 +1,7 @@
-"""The web process: webhook, admin API, health, metrics. Never calls Claude or the Graph API."""
+"""The web process: webhook, admin API, console, health, metrics.
+
+It never calls Claude or the Graph API.
+"""
 
 import asyncio
 
@@ -9,6 +12,7 @@ from rq import Queue
 from sqlalchemy import Engine, text
 
 from bot.admin.api import setup_admin
+from bot.console.app import setup_console
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from bot.metrics import serve_metrics
 from bot.webhook import receive_update, verify_challenge
@@ -40,6 +44,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     app.router.add_post("/webhook", receive_update)
     app.router.add_get("/health", health)
     setup_admin(app)
+    setup_console(app)
     app.router.add_get("/metrics", serve_metrics)
     return app
 

@@ -22,7 +22,6 @@ from typing import Any
 import structlog
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from rq import Retry
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col, select
 
@@ -292,24 +291,15 @@ def approve_fact(call: Call) -> tuple[int, Any]:
 
 
 def reject_fact(call: Call) -> tuple[int, Any]:
-    """Rejected at once (out of the queue and the context); the summaries are re-derived
-    without it by a job, because that calls Claude."""
-    from storage import facts as fact_repo
-
+    """Rejected at once; the summaries are re-derived without it by a job (it calls Claude)."""
     body: Decision = validated(Decision, call.body)
     fact_id = call.path["fact_id"]
-    service.check_rejectable(call.session, call.the_tenant(), fact_id)
-    fact = fact_repo.decide(call.session, fact_id, approve=False, by=call.by,
-                            reason=body.reason, now=call.now)
-    app = call.request.app
-    call.after_commit.append(lambda: _enqueue_rejection(app, fact_id, body.reason, call.by))
-    return 202, {**service.fact_view(fact), "summaries": "re-deriving"} if fact else {}
-
-
-def _enqueue_rejection(app: web.Application, fact_id: int, reason: str, by: str) -> None:
-    app[TURN_QUEUE].enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id, reason=reason,
-                            by=by, job_timeout=600, retry=Retry(max=5, interval=[10, 60, 300]),
-                            result_ttl=3600, failure_ttl=7 * 86400)
+    fact = service.reject_fact(call.session, call.the_tenant(), fact_id, by=call.by,
+                               reason=body.reason, now=call.now)
+    queue = call.request.app[TURN_QUEUE]
+    call.after_commit.append(lambda: service.enqueue_rejection(queue, fact_id,
+                                                               reason=body.reason, by=call.by))
+    return 202, {**fact, "summaries": "re-deriving"}
 
 
 def edit_fact(call: Call) -> tuple[int, Any]:

@@ -268,7 +268,7 @@ def contact_view(contact: Contact) -> dict[str, Any]:
 def find_contact(session: Session, tenant: Tenant, ref: str) -> Contact:
     """A contact of this tenant by phone number (wa_id), user id, or numeric id."""
     condition = (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref)
-    if ref.isdigit() and len(ref) < 10:
+    if ref.isascii() and ref.isdigit() and len(ref) < 10:  # not "²": isdigit() but no int
         condition = condition | (col(Contact.id) == int(ref))
     contact = session.exec(select(Contact).where(Contact.tenant_id == tenant.id, condition)
                            .order_by(col(Contact.id))).first()
@@ -337,11 +337,25 @@ def approve_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, rea
     return fact_view(decided)
 
 
-def check_rejectable(session: Session, tenant: Tenant, fact_id: int) -> ContactFact:
+def reject_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, reason: str,
+                now: datetime) -> dict[str, Any]:
+    """Rejected at once (out of the review queue and of the next context block). The caller
+    then enqueues `workers.admin_jobs.reject_fact` (`enqueue_rejection`), which re-derives
+    the contact's summaries without the value: that calls Claude, which the web never does."""
     fact = _fact(session, tenant, fact_id)
     if fact.state not in ("suggested", "pending_review", "contested", "confirmed"):
         raise Conflict(f"fact #{fact_id} is {fact.state}")
-    return fact
+    decided = fact_repo.decide(session, fact_id, approve=False, by=by, reason=reason, now=now)
+    assert decided is not None
+    return fact_view(decided)
+
+
+def enqueue_rejection(queue: Any, fact_id: int, *, reason: str, by: str) -> None:
+    from rq import Retry
+
+    queue.enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id, reason=reason, by=by,
+                  job_timeout=600, retry=Retry(max=5, interval=[10, 60, 300]),
+                  result_ttl=3600, failure_ttl=7 * 86400)
 
 
 class FactEdit(BaseModel):

@@ -1,0 +1,601 @@
+"""The business's web console under /console/: server-rendered pages (Jinja2), no build step.
+
+Sign-in takes a tenant token (the admin API's); the session lives in Redis under a random id
+held in an HttpOnly, SameSite=Strict cookie (Secure over HTTPS), 8 hours. Every form carries
+the session's CSRF token, compared in constant time; the sign-in form uses a double-submit
+cookie. Pages act only on the session's tenant: an id of another tenant's conversation, fact
+or appointment is "not found". The work is done by bot/admin/service.py, as for the API.
+"""
+
+import asyncio
+import hmac
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import jinja2
+import structlog
+from aiohttp import web
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Session, col, select
+
+from bot.admin import service
+from bot.admin.service import AdminError
+from bot.console.texts import LANGUAGES, texts_for
+from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from core import clock
+from storage.db import session_scope
+from storage.models import AdminToken, Tenant
+from storage.tenants import (
+    WEEKDAYS,
+    CatalogueConflict,
+    HoursExceptionSpec,
+    ProfessionalSpec,
+    ServiceSpec,
+    TenantConfig,
+    TenantConfigError,
+    TenantSettings,
+    archive_professional,
+    archive_service,
+    delete_hours_exception,
+    put_hours_exception,
+    put_professional,
+    put_service,
+    set_hours,
+)
+
+log = structlog.get_logger(__name__)
+COOKIE = "wagent_console"
+LOGIN_COOKIE = "wagent_console_login"
+SESSION_SECONDS = 8 * 3600
+TEMPLATES = Path(__file__).parent / "templates"
+CONSOLE_ENV = web.AppKey("console_templates", jinja2.Environment)
+
+
+@dataclass
+class Page:
+    """What a page handler gets (in a worker thread, inside one transaction)."""
+
+    request: web.Request
+    session: Session
+    tenant: Tenant
+    state: dict[str, Any]  # the console session: tenant_id, token_id, csrf, lang
+    form: dict[str, Any]
+    now: datetime
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def t(self) -> dict[str, str]:
+        return texts_for(self.state.get("lang", "pt-BR"))
+
+
+class Redirect(Exception):
+    def __init__(self, location: str, flash: str = "", bad: bool = False) -> None:
+        super().__init__(location)
+        self.location, self.flash, self.bad = location, flash, bad
+
+
+PageResult = tuple[str, dict[str, Any]] | Redirect
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+def _key(request: web.Request, sid: str) -> str:
+    return f"{request.app[SETTINGS].redis_prefix}:console:{sid}"
+
+
+def _load_session(request: web.Request) -> tuple[str, dict[str, Any]] | None:
+    sid = request.cookies.get(COOKIE, "")
+    if not sid or len(sid) > 100:
+        return None
+    raw = request.app[REDIS].get(_key(request, sid))
+    return (sid, json.loads(raw)) if raw else None
+
+
+def _save_session(request: web.Request, sid: str, state: dict[str, Any]) -> None:
+    request.app[REDIS].set(_key(request, sid), json.dumps(state), ex=SESSION_SECONDS)
+
+
+def _set_cookie(request: web.Request, response: web.StreamResponse, name: str, value: str,
+                max_age: int) -> None:
+    response.set_cookie(name, value, max_age=max_age, path="/console", httponly=True,
+                        samesite="Strict", secure=request.secure)
+
+
+def _csrf_ok(expected: str, form: dict[str, Any]) -> bool:
+    given = str(form.get("csrf", ""))
+    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             autoescape=jinja2.select_autoescape(["html"]),
+                             undefined=jinja2.StrictUndefined)
+    env.filters["localtime"] = _localtime
+    return env
+
+
+def _localtime(value: str | None, tz: ZoneInfo) -> str:
+    if not value:
+        return ""
+    return datetime.fromisoformat(value).astimezone(tz).strftime("%d/%m/%Y %H:%M")
+
+
+def _render(request: web.Request, template: str, context: dict[str, Any], *,
+            status: int = 200) -> web.Response:
+    html = request.app[CONSOLE_ENV].get_template(template).render(**context)
+    response = web.Response(text=html, content_type="text/html", status=status)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+# -- the page wrapper -------------------------------------------------------------------------
+
+Handler = Callable[[Page], PageResult]
+
+
+def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler: session check, CSRF on POST, the handler in a thread with one
+    transaction, then the template (or a redirect with a flash message)."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        loaded = await asyncio.to_thread(_load_session, request)
+        if loaded is None:
+            raise web.HTTPSeeOther("/console/login")
+        sid, state = loaded
+        form: dict[str, Any] = {}
+        if request.method == "POST":
+            posted = await request.post()
+            form = {k: (posted.getall(k) if k == "services" else posted.get(k))
+                    for k in posted}
+            if not _csrf_ok(state.get("csrf", ""), form):
+                t = texts_for(state.get("lang", "pt-BR"))
+                return web.Response(status=403, text=t["forbidden"])
+        try:
+            result, tenant_view = await asyncio.to_thread(_run, request, state, form, handler,
+                                                          name)
+        except OperationalError:
+            return web.Response(status=503, text="database unavailable; try again")
+        if result is None:  # the token was revoked or the tenant is gone
+            await asyncio.to_thread(request.app[REDIS].delete, _key(request, sid))
+            raise web.HTTPSeeOther("/console/login")
+        if isinstance(result, Redirect):
+            if result.flash:
+                state["flash"], state["flash_bad"] = result.flash, result.bad
+                await asyncio.to_thread(_save_session, request, sid, state)
+            raise web.HTTPSeeOther(result.location)
+        template, context = result
+        flash, flash_bad = state.pop("flash", ""), state.pop("flash_bad", False)
+        if flash:
+            await asyncio.to_thread(_save_session, request, sid, state)
+        lang = state.get("lang", "pt-BR")
+        return _render(request, template, {
+            "t": texts_for(lang), "lang": lang, "page": name, "tenant": tenant_view,
+            "csrf": state["csrf"], "path": request.path_qs, "flash": flash,
+            "flash_bad": flash_bad, **context}, status=int(context.pop("status", 200)))
+    return handle
+
+
+def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
+         handler: Handler, name: str) -> tuple[PageResult | None, Any]:
+    after: list[Callable[[], None]] = []
+    with session_scope(request.app[ENGINE]) as session:
+        token = session.get(AdminToken, state.get("token_id", 0))
+        tenant = session.get(Tenant, state.get("tenant_id", 0))
+        if (token is None or token.revoked_at is not None or tenant is None
+                or token.tenant_id != tenant.id):
+            return None, None
+        current = Page(request=request, session=session, tenant=tenant, state=state,
+                       form=form, now=clock.now(), after_commit=after)
+        try:
+            result = handler(current)
+        except (AdminError, TenantConfigError, CatalogueConflict, LookupError) as exc:
+            session.rollback()
+            result = _error_result(exc, current.t, name)
+        tenant_view = {"name": tenant.name, "id": tenant.id}
+    for action in after:
+        try:
+            action()
+        except Exception as exc:  # committed; the reconciler or a person retries
+            log.error("console_after_commit_failed", error=str(exc)[:200])
+    return result, tenant_view
+
+
+PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
+             "catalog": "/console/catalog", "review": "/console/review",
+             "conversations": "/console/conversations",
+             "appointments": "/console/appointments"}
+
+
+def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
+    """Not found: a 404 page. A refused change: back to its page with the reason."""
+    if isinstance(exc, service.NotFound) or (isinstance(exc, LookupError)
+                                             and name not in ("catalog",)):
+        return "message.html", {"message": t["not_found"], "status": 404}
+    return Redirect(PAGE_URLS.get(name, "/console/"), str(exc).strip("'\""), bad=True)
+
+
+# -- sign in and out --------------------------------------------------------------------------
+
+async def login_form(request: web.Request) -> web.Response:
+    lang = request.query.get("lang", "pt-BR")
+    lang = lang if lang in LANGUAGES else "pt-BR"
+    nonce = secrets.token_urlsafe(24)
+    response = _render(request, "login.html", {
+        "t": texts_for(lang), "lang": lang, "page": "sign_in", "tenant": None, "csrf": nonce,
+        "path": request.path, "flash": "", "flash_bad": False,
+        "error": texts_for(lang)["bad_token"] if request.query.get("failed") else ""})
+    _set_cookie(request, response, LOGIN_COOKIE, nonce, 900)
+    return response
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    form = await request.post()
+    if not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), dict(form)):
+        return web.Response(status=403, text=texts_for("pt-BR")["forbidden"])
+    token = str(form.get("token", "")).strip()
+    found = await asyncio.to_thread(_token_row, request, token) if 0 < len(token) < 512 else None
+    if found is None:
+        log.warning("console_sign_in_refused")
+        raise web.HTTPSeeOther("/console/login?failed=1")
+    token_id, tenant_id, language = found
+    sid = secrets.token_urlsafe(32)
+    state = {"tenant_id": tenant_id, "token_id": token_id, "csrf": secrets.token_urlsafe(32),
+             "lang": "en" if language == "en" else "pt-BR"}
+    await asyncio.to_thread(_save_session, request, sid, state)
+    log.info("console_signed_in", tenant_id=tenant_id)
+    response = web.Response(status=303, headers={"Location": "/console/"})
+    _set_cookie(request, response, COOKIE, sid, SESSION_SECONDS)
+    response.del_cookie(LOGIN_COOKIE, path="/console")
+    return response
+
+
+def _token_row(request: web.Request, token: str) -> tuple[int, int, str] | None:
+    with session_scope(request.app[ENGINE]) as session:
+        row = session.exec(select(AdminToken).where(
+            AdminToken.token_hash == service.token_hash(token),
+            col(AdminToken.revoked_at).is_(None))).first()
+        tenant = session.get(Tenant, row.tenant_id) if row else None
+        if row is None or tenant is None:
+            return None
+        return int(row.id or 0), int(tenant.id or 0), tenant.language
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    loaded = await asyncio.to_thread(_load_session, request)
+    if loaded is not None:
+        sid, state = loaded
+        form = await request.post()
+        if not _csrf_ok(state.get("csrf", ""), dict(form)):
+            return web.Response(status=403, text=texts_for(state.get("lang", ""))["forbidden"])
+        await asyncio.to_thread(request.app[REDIS].delete, _key(request, sid))
+    response = web.Response(status=303, headers={"Location": "/console/login"})
+    response.del_cookie(COOKIE, path="/console")
+    return response
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+def home(p: Page) -> PageResult:
+    return "home.html", {"counts": service.counts(p.session, p.tenant)}
+
+
+def set_language(p: Page) -> PageResult:
+    language = str(p.form.get("language", ""))
+    if language in LANGUAGES:
+        p.state["lang"] = language
+        _save_session(p.request, p.request.cookies[COOKIE], p.state)
+    target = str(p.form.get("next") or "/console/")
+    return Redirect(target if target.startswith("/console/") and "//" not in target
+                    else "/console/")
+
+
+SETTINGS_FIELDS = ("instructions", "inactivity_timeout_minutes", "retention_days", "language",
+                   "fact_keys", "followup_template", "followup_template_language")
+
+
+def settings_page(p: Page) -> PageResult:
+    tenant = p.tenant
+    form = {name: getattr(tenant, name) for name in SETTINGS_FIELDS}
+    form["fact_keys"] = "\n".join(k if isinstance(k, str) else json.dumps(k, ensure_ascii=False)
+                                  for k in tenant.fact_keys)
+    errors: dict[str, str] = {}
+    if p.request.method == "POST":
+        form = {name: str(p.form.get(name, "")) for name in SETTINGS_FIELDS}
+        changes, errors = _settings_changes(form)
+        if not errors:
+            try:
+                spec: TenantSettings = service.validated(TenantSettings, changes)
+            except service.Invalid as exc:
+                errors = _field_errors(exc.problems)
+            else:
+                from storage.tenants import update_settings
+
+                update_settings(p.session, tenant, spec.settings())
+                log.info("console_settings_saved", tenant_id=tenant.id,
+                         fields=sorted(spec.settings()))
+                return Redirect("/console/settings", p.t["saved"])
+    return "settings.html", {"form": form, "errors": errors, **_preview(tenant, form),
+                             "status": 422 if errors else 200}
+
+
+def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    changes: dict[str, Any] = {k: form[k].strip() if k != "instructions" else form[k]
+                               for k in ("instructions", "language", "followup_template",
+                                         "followup_template_language")}
+    if not changes["followup_template_language"]:
+        changes.pop("followup_template_language")
+    errors: dict[str, str] = {}
+    for name in ("inactivity_timeout_minutes", "retention_days"):
+        try:
+            changes[name] = int(form[name].strip())
+        except ValueError:
+            errors[name] = "informe um número inteiro / a whole number"
+    keys: list[Any] = []
+    for line in form["fact_keys"].splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                keys.append(json.loads(line))
+            except json.JSONDecodeError:
+                errors["fact_keys"] = f"{line[:40]}: JSON inválido / invalid JSON"
+        else:
+            keys.append(line)
+    changes["fact_keys"] = keys
+    return changes, errors
+
+
+def _field_errors(problems: list[str]) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    for problem in problems:
+        where, _, what = problem.partition(": ")
+        errors.setdefault(where.split(".")[0], what or where)
+    return errors
+
+
+def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
+    from workers.agent.context import TenantPrompt, context_block, instructions_text
+
+    prompt = TenantPrompt(name=tenant.name, timezone=tenant.timezone,
+                          language=str(form.get("language") or tenant.language),
+                          instructions=str(form.get("instructions") or ""),
+                          model=tenant.agent_model)
+    example = context_block(["preferred_name: Ana (confirmed)",
+                             "preferred_period: tarde (confirmed)"], "")
+    return {"preview_instructions": instructions_text(prompt), "preview_context": example}
+
+
+def catalog_page(p: Page) -> PageResult:
+    return "catalog.html", {"catalogue": service.catalogue_view(p.session, p.tenant),
+                            "weekdays": WEEKDAYS, "error": ""}
+
+
+def _tenant_id(p: Page) -> int:
+    return int(p.tenant.id or 0)
+
+
+def add_service(p: Page) -> PageResult:
+    spec = service.validated(ServiceSpec, {"code": str(p.form.get("code", "")).strip(),
+                                           "name": str(p.form.get("name", "")),
+                                           "duration_minutes": p.form.get("duration_minutes")})
+    put_service(p.session, _tenant_id(p), spec)
+    return Redirect("/console/catalog", f"{spec.code} ✓")
+
+
+def remove_service(p: Page) -> PageResult:
+    archive_service(p.session, _tenant_id(p), str(p.form.get("code", "")), now=p.now)
+    return Redirect("/console/catalog", f"{p.form.get('code')} ✗")
+
+
+def add_professional(p: Page) -> PageResult:
+    spec = service.validated(ProfessionalSpec, {
+        "code": str(p.form.get("code", "")).strip(), "name": str(p.form.get("name", "")),
+        "services": [str(s) for s in p.form.get("services") or []]})
+    put_professional(p.session, _tenant_id(p), spec)
+    return Redirect("/console/catalog", f"{spec.code} ✓")
+
+
+def remove_professional(p: Page) -> PageResult:
+    archive_professional(p.session, _tenant_id(p), str(p.form.get("code", "")), now=p.now)
+    return Redirect("/console/catalog", f"{p.form.get('code')} ✗")
+
+
+def save_hours(p: Page) -> PageResult:
+    hours = {day: [i.strip() for i in str(p.form.get(day, "")).split(",") if i.strip()]
+             for day in WEEKDAYS}
+    spec = service.validated(TenantConfig, {"phone_number_id": "0",
+                                            "hours": {d: v for d, v in hours.items() if v}})
+    set_hours(p.session, _tenant_id(p), {str(d): v for d, v in (spec.hours or {}).items()})
+    return Redirect("/console/catalog", p.t["saved"])
+
+
+def add_holiday(p: Page) -> PageResult:
+    hours = [i.strip() for i in str(p.form.get("hours", "")).split(",") if i.strip()]
+    spec = service.validated(HoursExceptionSpec, {"day": p.form.get("day"), "hours": hours,
+                                                  "note": str(p.form.get("note", ""))})
+    put_hours_exception(p.session, _tenant_id(p), spec)
+    return Redirect("/console/catalog", p.t["saved"])
+
+
+def remove_holiday(p: Page) -> PageResult:
+    try:
+        day = date.fromisoformat(str(p.form.get("day", "")))
+    except ValueError:
+        raise service.Invalid("day: YYYY-MM-DD") from None
+    delete_hours_exception(p.session, _tenant_id(p), day)
+    return Redirect("/console/catalog", p.t["saved"])
+
+
+def review_page(p: Page) -> PageResult:
+    return "review.html", {"facts": service.review_queue(p.session, p.tenant), "error": ""}
+
+
+def _by(p: Page) -> str:
+    return f"console:{p.state.get('token_id')}"
+
+
+def _fact_id(p: Page) -> int:
+    raw = p.request.match_info["fact_id"]
+    if not raw.isdigit() or int(raw) > 2**31 - 1:
+        raise service.NotFound("no such fact")
+    return int(raw)
+
+
+def approve(p: Page) -> PageResult:
+    service.approve_fact(p.session, p.tenant, _fact_id(p), by=_by(p),
+                         reason=str(p.form.get("reason", ""))[:500], now=p.now)
+    return Redirect("/console/review", p.t["approved"])
+
+
+def reject(p: Page) -> PageResult:
+    fact_id, reason = _fact_id(p), str(p.form.get("reason", ""))[:500]
+    service.reject_fact(p.session, p.tenant, fact_id, by=_by(p), reason=reason, now=p.now)
+    queue = p.request.app[TURN_QUEUE]
+    p.after_commit.append(lambda: service.enqueue_rejection(queue, fact_id, reason=reason,
+                                                            by=_by(p)))
+    return Redirect("/console/review", p.t["rejected"])
+
+
+def edit(p: Page) -> PageResult:
+    change = service.validated(service.FactEdit, {"value": p.form.get("value"),
+                                                  "reason": p.form.get("reason")})
+    service.edit_fact(p.session, p.tenant, _fact_id(p), change, by=_by(p), now=p.now)
+    return Redirect("/console/review", p.t["edited"])
+
+
+def conversations_page(p: Page) -> PageResult:
+    raw = {k: v for k, v in p.request.query.items() if k in ("contact", "state") and v}
+    query = service.validated(service.ConversationQuery, raw)
+    try:
+        rows = service.list_conversations(p.session, p.tenant, query)
+        error = ""
+    except service.NotFound as exc:
+        rows, error = [], str(exc)
+    return "conversations.html", {"conversations": rows, "query": query, "error": error,
+                                  "tz": ZoneInfo(p.tenant.timezone)}
+
+
+def conversation_page(p: Page) -> PageResult:
+    from workers.report import render_svg
+
+    raw = p.request.match_info["conversation_id"]
+    if not raw.isdigit() or int(raw) > 2**31 - 1:
+        raise service.NotFound("no such conversation")
+    view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now)
+    turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
+    plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}")
+    return "conversation.html", {"c": view, "plot": plot, "transcript": _transcript(view),
+                                 "tz": ZoneInfo(p.tenant.timezone)}
+
+
+def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """Customer and agent bubbles; tool rounds folded between them."""
+    items: list[dict[str, Any]] = []
+    for m in view["messages"]:
+        blocks = [b for b in m["content"] if isinstance(b, dict)]
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        tools = [b for b in blocks if b.get("type") in ("tool_use", "tool_result")]
+        if tools:
+            lines = [f"→ {b['name']}({json.dumps(b.get('input', {}), ensure_ascii=False)})"
+                     if b["type"] == "tool_use" else f"← {_result_text(b)}" for b in tools]
+            names = [str(b["name"]) for b in tools if b["type"] == "tool_use"]
+            if items and items[-1]["kind"] == "tools":
+                items[-1]["text"] += "\n" + "\n".join(lines)
+                items[-1]["names"] += names
+            else:
+                items.append({"kind": "tools", "names": names, "text": "\n".join(lines)})
+        text = "\n".join(t for t in texts if t.strip())
+        if text and m["direction"] in ("inbound", "outbound"):
+            kind = "customer" if m["direction"] == "inbound" else "agent"
+            items.append({"kind": kind, "text": text, "at": m["received_at"]})
+    return items
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return str(content)[:2000]
+
+
+def appointments_page(p: Page) -> PageResult:
+    tz = ZoneInfo(p.tenant.timezone)
+    today = p.now.astimezone(tz).date()
+    try:
+        anchor = date.fromisoformat(p.request.query.get("week", "")) \
+            if p.request.query.get("week") else today
+    except ValueError:
+        anchor = today
+    if not 2000 <= anchor.year <= 2100:
+        anchor = today
+    monday = anchor - timedelta(days=anchor.weekday())
+    query = service.validated(service.AppointmentQuery, {
+        "from": monday.isoformat(), "to": (monday + timedelta(days=6)).isoformat()})
+    rows = service.list_appointments(p.session, p.tenant, query)
+    days = []
+    for offset in range(7):
+        day = monday + timedelta(days=offset)
+        label = f"{p.t['weekday_' + WEEKDAYS[offset]]} {day:%d/%m}"
+        days.append((label, [a for a in rows if a["start"].startswith(day.isoformat())]))
+    return "appointments.html", {"days": days, "week_start": f"{monday:%d/%m/%Y}",
+                                 "previous_week": (monday - timedelta(days=7)).isoformat(),
+                                 "next_week": (monday + timedelta(days=7)).isoformat()}
+
+
+def cancel(p: Page) -> PageResult:
+    raw = p.request.match_info["appointment_id"]
+    if not raw.isdigit() or int(raw) > 2**31 - 1:
+        raise service.NotFound("no such appointment")
+    appointment = service.cancel_appointment(p.session, p.tenant, int(raw), now=p.now)
+    return Redirect(f"/console/appointments?week={appointment['start'][:10]}",
+                    p.t["cancelled"])
+
+
+def setup_console(app: web.Application) -> None:
+    """Add the /console pages to `app`."""
+    app[CONSOLE_ENV] = _environment()
+    app.router.add_get("/console", lambda request: _redirect_home())
+    app.router.add_get("/console/login", login_form)
+    app.router.add_post("/console/login", login)
+    app.router.add_post("/console/logout", logout)
+    pages: list[tuple[str, str, str, Handler]] = [
+        ("GET", "/console/", "home", home),
+        ("POST", "/console/language", "home", set_language),
+        ("GET", "/console/settings", "settings", settings_page),
+        ("POST", "/console/settings", "settings", settings_page),
+        ("GET", "/console/catalog", "catalog", catalog_page),
+        ("POST", "/console/catalog/services", "catalog", add_service),
+        ("POST", "/console/catalog/services/remove", "catalog", remove_service),
+        ("POST", "/console/catalog/professionals", "catalog", add_professional),
+        ("POST", "/console/catalog/professionals/remove", "catalog", remove_professional),
+        ("POST", "/console/catalog/hours", "catalog", save_hours),
+        ("POST", "/console/catalog/holidays", "catalog", add_holiday),
+        ("POST", "/console/catalog/holidays/remove", "catalog", remove_holiday),
+        ("GET", "/console/review", "review", review_page),
+        ("POST", "/console/review/{fact_id}/approve", "review", approve),
+        ("POST", "/console/review/{fact_id}/reject", "review", reject),
+        ("POST", "/console/review/{fact_id}/edit", "review", edit),
+        ("GET", "/console/conversations", "conversations", conversations_page),
+        ("GET", "/console/conversations/{conversation_id}", "conversations", conversation_page),
+        ("GET", "/console/appointments", "appointments", appointments_page),
+        ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
+    ]
+    for method, path, name, handler in pages:
+        app.router.add_route(method, path, page(name, handler))
+
+
+async def _redirect_home() -> web.StreamResponse:
+    raise web.HTTPMovedPermanently("/console/")
