@@ -314,12 +314,12 @@ def settings_page(p: Page) -> PageResult:
     if p.request.method == "POST":
         form = {name: str(p.form.get(name, "")) for name in SETTINGS_FIELDS}
         changes, errors = _settings_changes(form)
-        if not errors:
-            try:
-                spec: TenantSettings = service.validated(TenantSettings, changes)
-            except service.Invalid as exc:
-                errors = _field_errors(exc.problems)
-            else:
+        try:
+            spec: TenantSettings = service.validated(TenantSettings, changes)
+        except service.Invalid as exc:
+            errors = {**_field_errors(exc.problems), **errors}
+        else:
+            if not errors:
                 from storage.tenants import update_settings
 
                 update_settings(p.session, tenant, spec.settings())
@@ -338,10 +338,7 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
         changes.pop("followup_template_language")
     errors: dict[str, str] = {}
     for name in ("inactivity_timeout_minutes", "retention_days"):
-        try:
-            changes[name] = int(form[name].strip())
-        except ValueError:
-            errors[name] = "informe um número inteiro / a whole number"
+        changes[name] = form[name].strip()  # pydantic reads "60" as 60 and names "abc"
     keys: list[Any] = []
     for line in form["fact_keys"].splitlines():
         line = line.strip()
@@ -567,7 +564,7 @@ def cancel(p: Page) -> PageResult:
 def setup_console(app: web.Application) -> None:
     """Add the /console pages to `app`."""
     app[CONSOLE_ENV] = _environment()
-    app.router.add_get("/console", lambda request: _redirect_home())
+    app.router.add_get("/console", _redirect_home)
     app.router.add_get("/console/login", login_form)
     app.router.add_post("/console/login", login)
     app.router.add_post("/console/logout", logout)
@@ -597,5 +594,5 @@ def setup_console(app: web.Application) -> None:
         app.router.add_route(method, path, page(name, handler))
 
 
-async def _redirect_home() -> web.StreamResponse:
+async def _redirect_home(request: web.Request) -> web.StreamResponse:
     raise web.HTTPMovedPermanently("/console/")

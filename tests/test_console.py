@@ -1,0 +1,173 @@
+"""The console over HTTP (no browser): sign-in, cookies, CSRF, tenant isolation, errors."""
+
+import http.cookiejar
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlmodel import select
+
+from replay.environment import ReplayEnvironment
+from storage.db import session_scope
+from storage.models import Appointment, ContactFact, Service, Tenant
+from tests.conftest import START
+from tests.console_helpers import Seeded, seed
+
+
+@pytest.fixture
+def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
+    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
+    yield environment
+    environment.close()
+
+
+@pytest.fixture
+def seeded(env: ReplayEnvironment) -> Seeded:
+    return seed(env)
+
+
+class Browser:
+    """A cookie-keeping HTTP client that does not follow redirects."""
+
+    def __init__(self, base: str) -> None:
+        self.base, self.jar = base, http.cookiejar.CookieJar()
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar),
+                                                  NoRedirect())
+        self.csrf = ""
+
+    def request(self, path: str, data: dict[str, Any] | None = None
+                ) -> tuple[int, str, dict[str, str]]:
+        body = urllib.parse.urlencode(data, doseq=True).encode() if data is not None else None
+        try:
+            response = self.opener.open(self.base + path, body, timeout=10)
+            status, text, headers = response.status, response.read().decode(), response.headers
+        except urllib.error.HTTPError as exc:
+            status, text, headers = exc.code, exc.read().decode(), exc.headers
+        found = re.search(r'name="csrf" value="([^"]+)"', text)
+        if found:
+            self.csrf = found.group(1)
+        return status, text, dict(headers)
+
+    def sign_in(self, token: str) -> None:
+        self.request("/console/login")
+        status, _, headers = self.request("/console/login", {"csrf": self.csrf, "token": token})
+        assert status == 303 and headers["Location"] == "/console/"
+        assert self.request("/console/")[0] == 200
+
+
+def test_sign_in_sets_a_strict_httponly_cookie_and_a_wrong_token_is_refused(
+        env: ReplayEnvironment, seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    assert browser.request("/console/")[:1] == (303,), "signed out: to the sign-in page"
+    browser.request("/console/login")
+    status, _, headers = browser.request("/console/login", {"csrf": browser.csrf,
+                                                           "token": "wat_wrong"})
+    assert status == 303 and "failed" in headers["Location"]
+    browser.request("/console/login")
+    status, _, headers = browser.request("/console/login", {"csrf": browser.csrf,
+                                                           "token": seeded.salon_token})
+    cookie = headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+    status, page, headers = browser.request("/console/")
+    assert status == 200 and "Salão Exemplo" in page
+    assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+
+
+def test_forms_without_a_valid_csrf_token_are_refused(env: ReplayEnvironment,
+                                                      seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.request("/console/login")
+    assert browser.request("/console/login", {"csrf": "forged",
+                                              "token": seeded.salon_token})[0] == 403
+    browser.sign_in(seeded.salon_token)
+    for path, data in (("/console/catalog/services", {"code": "x", "duration_minutes": "30"}),
+                       ("/console/settings", {"instructions": "hacked"}),
+                       (f"/console/review/{seeded.salon_fact_id}/approve", {}),
+                       ("/console/logout", {})):
+        assert browser.request(path, data)[0] == 403, path
+        assert browser.request(path, {**data, "csrf": "wrong"})[0] == 403, path
+    with session_scope(env.engine) as session:
+        assert session.exec(select(Service).where(Service.code == "x")).first() is None
+        assert session.get(ContactFact, seeded.salon_fact_id).state == "pending_review"
+        assert "hacked" not in session.exec(select(Tenant)).first().instructions
+
+
+def test_a_tenant_session_cannot_see_or_change_another_tenants_data(
+        env: ReplayEnvironment, seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.garage_token)
+    status, page, _ = browser.request(f"/console/conversations/{seeded.salon_conversation_id}")
+    assert status == 404 and "Ana" not in page and "corte" not in page
+    status, page, _ = browser.request("/console/conversations")
+    assert "Ana Teste" not in page and f"/console/conversations/{seeded.garage_conversation_id}" \
+        in page
+    assert "amônia" not in browser.request("/console/review")[1]
+    with session_scope(env.engine) as session:
+        salon_booking = session.exec(select(Appointment)).one()
+    for path in (f"/console/review/{seeded.salon_fact_id}/approve",
+                 f"/console/review/{seeded.salon_fact_id}/reject",
+                 f"/console/appointments/{salon_booking.id}/cancel"):
+        status, page, _ = browser.request(path, {"csrf": browser.csrf, "reason": "x"})
+        assert status == 404, path
+    assert browser.request("/console/appointments?week=2026-06-01")[1].count("Corte") == 0
+    with session_scope(env.engine) as session:
+        assert session.get(ContactFact, seeded.salon_fact_id).state == "pending_review"
+        assert session.get(Appointment, salon_booking.id).status == "booked"
+
+
+def test_validation_errors_are_shown_beside_the_field(env: ReplayEnvironment,
+                                                      seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    browser.request("/console/settings")
+    status, page, _ = browser.request("/console/settings", {
+        "csrf": browser.csrf, "instructions": "Oi", "inactivity_timeout_minutes": "0",
+        "retention_days": "abc", "language": "pt-BR", "fact_keys": "shoe_size",
+        "followup_template": "", "followup_template_language": "pt_BR"})
+    assert status == 422
+    for field in ("inactivity_timeout_minutes", "retention_days"):
+        assert f'id="error-{field}"' in page, field
+    status, page, _ = browser.request("/console/settings", {
+        "csrf": browser.csrf, "instructions": "Oi", "inactivity_timeout_minutes": "0",
+        "retention_days": "30", "language": "pt-BR", "fact_keys": "shoe_size",
+        "followup_template": "", "followup_template_language": "pt_BR"})
+    assert 'id="error-inactivity_timeout_minutes"' in page and 'id="error-fact_keys"' in page
+    status, page, _ = browser.request("/console/catalog/services", {
+        "csrf": browser.csrf, "code": "corte", "duration_minutes": "2"})
+    assert status == 303
+
+
+def test_pages_render_in_english_too(env: ReplayEnvironment, seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    assert "Agenda" in browser.request("/console/")[1]
+    browser.request("/console/language", {"csrf": browser.csrf, "language": "en",
+                                          "next": "/console/review"})
+    status, page, _ = browser.request("/console/review")
+    assert status == 200 and "Fact review" in page and 'lang="en"' in page
+    for path in ("/console/settings", "/console/catalog", "/console/conversations",
+                 f"/console/conversations/{seeded.salon_conversation_id}",
+                 "/console/appointments", "/console/appointments?week=nonsense"):
+        assert browser.request(path)[0] == 200, path
+
+
+def test_a_revoked_token_ends_the_session(env: ReplayEnvironment, seeded: Seeded) -> None:
+    from storage.models import AdminToken
+
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    with session_scope(env.engine) as session:
+        for token in session.exec(select(AdminToken)):
+            token.revoked_at = env.clock.now()
+            session.add(token)
+    status, _, headers = browser.request("/console/")
+    assert status == 303 and headers["Location"] == "/console/login"
