@@ -72,6 +72,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "service": "Serviço", "professional": "Profissional", "time": "Horário",
         "not_found": "Não encontrado.", "forbidden": "Formulário expirado. Tente de novo.",
         "language_switch": "English",
+        "status_booked": "marcado", "status_cancelled": "cancelado",
     },
     "en": {
         "title": "Agent console",
@@ -143,6 +144,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "service": "Service", "professional": "Professional", "time": "Time",
         "not_found": "Not found.", "forbidden": "The form expired. Try again.",
         "language_switch": "Português",
+        "status_booked": "booked", "status_cancelled": "cancelled",
     },
 }
 
