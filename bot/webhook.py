@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 from bot.errors import StoreUnavailable
 from bot.ingest import ingest_body
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
+from bot.metrics import record_updates
 from bot.signature import verify_signature
 from core import clock
 from storage.jobs import enqueue_facts, enqueue_turn
@@ -62,6 +63,7 @@ async def receive_update(request: web.Request) -> web.Response:
     for conversation_id in result.closed_conversation_ids:
         await _offload(_enqueue, request.app, conversation_id, kind="facts")
     log.info("webhook_received", **result.counts)
+    await record_updates(request.app, result.counts)
     return web.Response(text="ok")
 
 

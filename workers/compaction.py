@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import structlog
 
-from core import clock
+from core import clock, metrics
 from storage import memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction
@@ -29,7 +29,7 @@ from workers.agent.window import (
     prune_boundary,
     safe_start,
 )
-from workers.jobs import record_call_usage, run_coalesced
+from workers.jobs import call_model, record_call_usage, run_coalesced
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -107,9 +107,15 @@ def compact_conversation(conversation_id: int, attempt: int = 1) -> str:
     """RQ job: compact one conversation. Returns what happened."""
     return run_coalesced(
         "compact", conversation_id, attempt,
-        handle=lambda rt, cid, n: handle_compaction(rt, cid, attempt=n),
+        handle=lambda rt, cid, n: _counted(rt, handle_compaction(rt, cid, attempt=n)),
         reenqueue=lambda rt, cid, at, n: enqueue_compaction(
             rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n))
+
+
+def _counted(runtime: Runtime, outcome: str) -> str:
+    metrics.record(runtime.redis, runtime.settings.redis_prefix,
+                   metrics.inc("wagent_compactions_total", {"outcome": outcome}))
+    return outcome
 
 
 def handle_compaction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -147,11 +153,11 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
     record = previous.strip() or "(no record yet: this is the start of the conversation)"
     prompt = (f"<previous_record>\n{record}\n</previous_record>\n\n"
               f"<new_messages>\n{render_transcript(covered)}\n</new_messages>")
-    response = runtime.anthropic.messages.create(
-        model=tenant.summary_model, max_tokens=runtime.settings.summary_max_tokens,
+    response = call_model(
+        runtime, "summary", model=tenant.summary_model,
+        max_tokens=runtime.settings.summary_max_tokens,
         system=SUMMARY_INSTRUCTIONS.format(business=tenant.name),
-        messages=[{"role": "user", "content": prompt}],
-        extra_headers={"x-wagent-purpose": "summary"})
+        messages=[{"role": "user", "content": prompt}])
     record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation_id,
                       response=response, purpose="summary")
     return "\n".join(b["text"].strip() for b in dump_content(response.content)

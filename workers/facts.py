@@ -35,7 +35,7 @@ from workers.agent.facts_rules import (
 )
 from workers.agent.loop import dump_content
 from workers.agent.tools.base import ToolContext, ToolError
-from workers.jobs import record_call_usage, run_coalesced
+from workers.jobs import call_model, record_call_usage, run_coalesced
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -229,12 +229,11 @@ def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str
          keys: dict[str, FactKey]) -> str:
     described = "\n".join(f"- {k.name} ({k.kind})" for k in sorted(keys.values(),
                                                                     key=lambda k: k.name))
-    response = runtime.anthropic.messages.create(
-        model=tenant.summary_model, max_tokens=1024,
+    response = call_model(
+        runtime, "facts", model=tenant.summary_model, max_tokens=1024,
         system=FACTS_INSTRUCTIONS.format(business=tenant.name, keys=described),
         messages=[{"role": "user", "content": transcript}],
-        output_config={"format": {"type": "json_schema", "schema": facts_schema(keys)}},
-        extra_headers={"x-wagent-purpose": "facts"})
+        output_config={"format": {"type": "json_schema", "schema": facts_schema(keys)}})
     record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation_id,
                       response=response, purpose="facts")
     texts = [b["text"] for b in dump_content(response.content) if b.get("type") == "text"]
@@ -337,12 +336,11 @@ def _apply_forget(runtime: Runtime, fact_id: int, key: str, value: str, contact_
 def _scrub_summary(runtime: Runtime, tenant: Tenant, conversation: Conversation,
                    forget: str) -> str:
     """The conversation's summary rewritten without `forget` (nothing is written here)."""
-    response = runtime.anthropic.messages.create(
-        model=tenant.summary_model, max_tokens=runtime.settings.summary_max_tokens,
-        system=SCRUB_INSTRUCTIONS,
+    response = call_model(
+        runtime, "summary", model=tenant.summary_model,
+        max_tokens=runtime.settings.summary_max_tokens, system=SCRUB_INSTRUCTIONS,
         messages=[{"role": "user", "content": f"<forget>\n{forget}\n</forget>\n\n"
-                   f"<record>\n{conversation.summary}\n</record>"}],
-        extra_headers={"x-wagent-purpose": "summary"})
+                   f"<record>\n{conversation.summary}\n</record>"}])
     record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation.id,
                       response=response, purpose="summary")
     summary = "\n".join(b["text"] for b in dump_content(response.content)

@@ -4,11 +4,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+import anthropic
 import structlog
 from redis.exceptions import LockError
 from rq import get_current_job
 
-from core import clock
+from core import clock, metrics
 from storage.db import session_scope
 from storage.jobs import consume_token
 from storage.models import Usage
@@ -64,4 +65,51 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
                 output_tokens=usage.output_tokens or 0, created_at=clock.now())
     with session_scope(runtime.engine) as session:
         session.add(row)
+    _record_usage_metrics(runtime, row)
     return row
+
+
+def call_model(runtime: Runtime, purpose: str, **request: Any) -> Any:
+    """`messages.create(**request)` with the purpose header; counts the call, and a failure by
+    class (`error_class`) before re-raising it unchanged.
+    """
+    try:
+        return runtime.anthropic.messages.create(**request,
+                                                 extra_headers={"x-wagent-purpose": purpose})
+    except anthropic.APIError as exc:
+        _record(runtime, metrics.inc("wagent_claude_errors_total",
+                                     {"purpose": purpose, "class": error_class(exc)}))
+        raise
+    finally:
+        _record(runtime, metrics.inc("wagent_claude_calls_total", {"purpose": purpose}))
+
+
+def error_class(exc: anthropic.APIError) -> str:
+    """429, 529 (overloaded), 5xx, the 4xx status itself (400 is our bug), timeout, connection."""
+    if isinstance(exc, anthropic.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        return "5xx" if status >= 500 and status != 529 else str(status)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return "connection"
+    return "other"
+
+
+def _record_usage_metrics(runtime: Runtime, row: Usage) -> None:
+    purpose = {"purpose": row.purpose}
+    context = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
+    _record(runtime,
+            metrics.observe("wagent_context_tokens", context, purpose),
+            metrics.set_gauge("wagent_context_tokens_last", context, purpose),
+            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "uncached"},
+                        row.input_tokens),
+            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_read"},
+                        row.cache_read_input_tokens),
+            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_write"},
+                        row.cache_creation_input_tokens),
+            metrics.inc("wagent_output_tokens_total", purpose, row.output_tokens))
+
+
+def _record(runtime: Runtime, *updates: list[metrics.Op]) -> None:
+    metrics.record(runtime.redis, runtime.settings.redis_prefix, *updates)

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import structlog
 
-from core import clock
+from core import clock, metrics
 from core.faults import crash_point
 from storage import messages as message_repo
 from storage.db import session_scope
@@ -73,7 +73,9 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
             wamid = runtime.graph.send_text(tenant.phone_number_id, body=row.body, to=row.to,
                                             recipient=row.recipient)
     except GraphError as exc:
+        _record(runtime, metrics.inc("wagent_graph_errors_total", {"code": error_code(exc)}))
         return _on_error(runtime, row, exc)
+    _record(runtime, metrics.inc("wagent_graph_sends_total", {"kind": row.kind}))
     crash_point("after_send_before_mark")
     _mark(runtime, row.id, status="sent", wamid=wamid)
     log.info("reply_sent", outbound_id=row.id, part=row.part)
@@ -111,6 +113,17 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
         return "stop"
     _fail(runtime, row, code=exc.code, reason=str(exc))
     return "failed"
+
+
+def error_code(exc: GraphError) -> str:
+    """Graph's `error.code`; `http_<status>` when the answer had none, `network` with no answer."""
+    if exc.code is not None:
+        return str(exc.code)
+    return f"http_{exc.http_status}" if exc.http_status else "network"
+
+
+def _record(runtime: Runtime, *updates: list[metrics.Op]) -> None:
+    metrics.record(runtime.redis, runtime.settings.redis_prefix, *updates)
 
 
 def retry_delay(attempt: int) -> timedelta:

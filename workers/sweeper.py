@@ -15,7 +15,7 @@ import structlog
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select, update
 
-from core import clock
+from core import clock, metrics
 from storage.db import session_scope
 from storage.models import Conversation
 
@@ -86,6 +86,8 @@ def sweep_inactive() -> int:
     def sweep() -> int:
         count = close_due(runtime.engine, now=clock.now(), is_busy=busy, on_closed=closed)
         log.info("sweep_done", closed=count)
+        metrics.record(runtime.redis, prefix, metrics.inc("wagent_sweeps_total"),
+                       metrics.inc("wagent_sweep_closed_total", amount=count))
         return count
 
     return run_once_per_period(runtime, "sweep", period_seconds=240, work=sweep) or 0

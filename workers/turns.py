@@ -7,6 +7,7 @@ one transaction, then send the outbox. A retried job resumes from what was store
 """
 
 import functools
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +18,7 @@ import structlog
 from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
-from core import clock
+from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import memory
@@ -34,7 +35,7 @@ from workers.agent.tools.base import ToolContext
 from workers.agent.tools.scheduling import execute_tool, tools_for
 from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
-from workers.jobs import record_call_usage, run_coalesced
+from workers.jobs import call_model, record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime, get_runtime
 from workers.whatsapp import split_text
@@ -58,10 +59,24 @@ def run_turn(conversation_id: int, attempt: int = 1) -> str:
     """RQ job: one turn of `conversation_id`. Returns what happened (for the job result)."""
     return run_coalesced(
         "turn", conversation_id, attempt,
-        handle=lambda rt, cid, n: handle_turn(rt, cid, attempt=n),
+        handle=lambda rt, cid, n: measured_turn(rt, cid, attempt=n),
         reenqueue=lambda rt, cid, at, n: enqueue_turn(
             rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n),
         lock_timeout=get_runtime().settings.turn_lock_timeout, blocking_timeout=30)
+
+
+def measured_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
+    """`handle_turn`, counted by outcome ("error" when it raised) and timed (wall clock: the
+    product's clock stands still in replays)."""
+    started, outcome = time.monotonic(), "error"
+    try:
+        outcome = handle_turn(runtime, conversation_id, attempt=attempt)
+        return outcome
+    finally:
+        metrics.record(runtime.redis, runtime.settings.redis_prefix,
+                       metrics.inc("wagent_turns_total", {"outcome": outcome}),
+                       metrics.observe("wagent_turn_duration_seconds",
+                                       time.monotonic() - started))
 
 
 def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -131,8 +146,7 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
 
 def _create(runtime: Runtime, **request: Any) -> Any:
     crash_point("before_model_call")
-    return runtime.anthropic.messages.create(**request,
-                                             extra_headers={"x-wagent-purpose": "turn"})
+    return call_model(runtime, "turn", **request)
 
 
 @dataclass(frozen=True)

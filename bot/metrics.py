@@ -1,0 +1,64 @@
+"""`GET /metrics`: the product's metrics in Prometheus text format, read from Redis per scrape.
+
+No authentication: serve it on a private network or behind a proxy that keeps it from the
+public internet (it names outcomes and counts, no customer data).
+"""
+
+import asyncio
+from collections.abc import Iterator, Mapping
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from rq import Queue
+
+from bot.keys import REDIS, SETTINGS, TURN_QUEUE
+from core import metrics
+
+log = structlog.get_logger(__name__)
+
+
+class QueueDepthCollector(Collector):
+    """`wagent_queue_depth{state}` from RQ's queue and registries, without their cleanup (a
+    scrape changes nothing)."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily("wagent_queue_depth", "Jobs of the work queue by state.",
+                                  labels=["state"])
+        gauge.add_metric(["queued"], self.queue.count)
+        for state, registry in (("scheduled", self.queue.scheduled_job_registry),
+                                ("started", self.queue.started_job_registry),
+                                ("failed", self.queue.failed_job_registry)):
+            gauge.add_metric([state], registry.get_job_count(cleanup=False))
+        yield gauge
+
+
+def make_registry(app: web.Application) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics.RedisCollector(app[REDIS], app[SETTINGS].redis_prefix))
+    registry.register(QueueDepthCollector(app[TURN_QUEUE]))
+    return registry
+
+
+async def serve_metrics(request: web.Request) -> web.Response:
+    """200 with the exposition; 503 when Redis cannot be read (no zeros in its place)."""
+    registry = make_registry(request.app)
+    try:
+        body = await asyncio.to_thread(generate_latest, registry)
+    except Exception as exc:
+        log.warning("metrics_unavailable", error=type(exc).__name__)
+        raise web.HTTPServiceUnavailable(text="metrics unavailable") from exc
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def record_updates(app: web.Application, counts: Mapping[str, int]) -> None:
+    """Count one webhook POST's updates by kind (ingest's outcome names), off the event loop."""
+    ops = [metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
+           for kind, amount in counts.items() if amount]
+    if ops:
+        await asyncio.to_thread(metrics.record, app[REDIS], app[SETTINGS].redis_prefix, *ops)
