@@ -56,10 +56,9 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     spec = validate_config(config)
     tenant = get_by_phone_number_id(session, spec.phone_number_id)
     if tenant is None:
-        if "name" not in config:
+        if spec.name is None:
             raise TenantConfigError("name is required for a new tenant")
-        tenant = Tenant(phone_number_id=spec.phone_number_id, name=str(config["name"]),
-                        created_at=now)
+        tenant = Tenant(phone_number_id=spec.phone_number_id, name=spec.name, created_at=now)
     update_settings(session, tenant, spec.settings())
     assert tenant.id is not None
     if spec.services is not None or spec.professionals is not None:
@@ -153,7 +152,8 @@ class TenantSettings(_Strict):
         if value is not None:
             try:
                 ZoneInfo(value)
-            except (ZoneInfoNotFoundError, ValueError):
+            except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "America" is a
+                # directory of the zone database, not a zone
                 raise ValueError(f"{value!r} is not an IANA zone (e.g. America/Sao_Paulo)")\
                     from None
         return value
