@@ -3,9 +3,11 @@
 Synchronous (SQLModel sessions); the web handler runs it in a thread.
 """
 
+import functools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -26,7 +28,7 @@ from bot.inbound import (
 )
 from storage import contacts, conversations, messages, tenants
 from storage.db import session_scope
-from storage.models import Message, Outbound, Tenant
+from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
 log = structlog.get_logger(__name__)
 
@@ -80,8 +82,8 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
             outcome, conversation_id = _store_retrying(engine, update, now,
                                                        result.closed_conversation_ids)
         except (OperationalError, DBAPIError) as exc:
-            if _is_disconnect(exc):
-                raise StoreUnavailable(_describe(exc)) from exc
+            if is_disconnect(exc):
+                raise StoreUnavailable(describe(exc)) from exc
             outcome, conversation_id = _dead_letter(engine, update, exc, now), None
         except StoreUnavailable:
             raise
@@ -119,8 +121,8 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime)
             messages.add_dead_letter(session, body=body, reason=reason.replace("\x00", ""),
                                      now=now)
     except (OperationalError, DBAPIError) as exc:
-        if _is_disconnect(exc):
-            raise StoreUnavailable(_describe(exc)) from exc
+        if is_disconnect(exc):
+            raise StoreUnavailable(describe(exc)) from exc
         log.error("dead_letter_refused", error=type(exc).__name__, size=len(body))
 
 
@@ -144,53 +146,116 @@ def _store_one(engine: Engine, update: Update, now: datetime,
 
 def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
                    closed: list[int]) -> tuple[str, int | None]:
+    """Store one customer message: 5 statements for a known contact (lookup, contact and open
+    conversation, insert, two updates), 5 for a new one (lookup, contact, three inserts), 1
+    for a redelivery. Inserts use `ON CONFLICT DO NOTHING`, so a concurrent delivery of the same
+    contact or wamid waits for the other transaction instead of failing and redoing this one.
+    """
     with session_scope(engine) as session:
-        if messages.is_tombstoned(session, msg.wamid):  # an erased contact's redelivery
+        head = messages.inbound_lookup(session, wamid=msg.wamid,
+                                       phone_number_id=msg.phone_number_id)
+        if head.tombstoned:  # an erased contact's redelivery
             log.info("inbound_erased_redelivery")
             return "duplicate", None
-        existing = messages.get_by_wamid(session, msg.wamid)
-        if existing is not None:
-            log.info("inbound_duplicate", conversation_id=existing.conversation_id)
-            pending = existing.starts_turn and existing.answered_at is None
-            return "duplicate", existing.conversation_id if pending else None
-        tenant = tenants.get_by_phone_number_id(session, msg.phone_number_id)
-        if tenant is None:  # kept for inspection: a number being onboarded loses nothing
+        if head.message_id is not None:
+            log.info("inbound_duplicate", conversation_id=head.conversation_id)
+            pending = head.starts_turn and head.answered_at is None
+            return "duplicate", head.conversation_id if pending else None
+        if head.tenant_id is None:  # kept for inspection: a number being onboarded loses nothing
             log.warning("unknown_phone_number_id", phone_number_id=msg.phone_number_id)
             messages.add_dead_letter(session, body=json.dumps(msg.raw, default=str).encode(),
                                      reason=f"unknown phone_number_id {msg.phone_number_id}",
                                      now=now)
             return "unknown_tenant", None
-        assert tenant.id is not None
-        contact = contacts.find_or_create(session, tenant_id=tenant.id, wa_id=msg.wa_id,
-                                          user_id=msg.user_id, profile_name=_fit(
-                                              msg.profile_name, PROFILE_NAME_CHARS), now=now)
-        assert contact.id is not None
-        previous = conversations.get_open(session, contact.id)
-        conversation = conversations.open_or_get(
-            session, tenant_id=tenant.id, contact_id=contact.id, now=now,
-            inactivity_timeout=timedelta(minutes=tenant.inactivity_timeout_minutes))
-        if previous is not None and previous.id != conversation.id and previous.id is not None:
-            closed.append(previous.id)  # a stale session ended here: extract its facts
-        assert conversation.id is not None
-        row, created = messages.insert_inbound(session, Message(
-            tenant_id=tenant.id, conversation_id=conversation.id, role="user",
+        tenant_id: int = head.tenant_id
+        timeout = timedelta(minutes=head.inactivity_timeout_minutes)
+        sent_at = customer_sent_at(msg.timestamp, now)
+        profile_name = _fit(msg.profile_name, PROFILE_NAME_CHARS)
+        contact_id, seen = _contact(session, msg, tenant_id, profile_name, now, sent_at)
+        conversation_id, conversation_seen, opened_here = None, None, False
+        if seen is not None and seen.conversation_id is not None:
+            if now - seen.last_activity_at <= timeout:
+                conversation_id = seen.conversation_id
+                conversation_seen = seen.conversation_last_inbound_at
+            elif conversations.close_if_open(session, seen.conversation_id, now=now):
+                closed.append(seen.conversation_id)  # a stale session ended: extract its facts
+        if conversation_id is None:
+            conversation_id = conversations.open_new(
+                session, tenant_id=tenant_id, contact_id=contact_id, now=now,
+                inactivity_timeout=timeout, last_inbound_at=sent_at)
+            opened_here = conversation_id is not None
+            if conversation_id is None:  # another delivery opened it first
+                found = conversations.get_open(session, contact_id)
+                assert found is not None and found.id is not None
+                conversation_id, conversation_seen = found.id, found.last_inbound_at
+        row_id = messages.insert_inbound(session, Message(
+            tenant_id=tenant_id, conversation_id=conversation_id, role="user",
             direction="inbound", content=[{"type": "text", "text": stamp(
-                msg.text, now, tenant, sent_at=customer_sent_at(msg.timestamp, now))}],
+                msg.text, now, head.timezone, sent_at=sent_at)}],
             wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
             meta_timestamp=msg.timestamp, received_at=now,
             starts_turn=msg.starts_turn, answered_at=None if msg.starts_turn else now))
-        if not created:
+        if row_id is None:  # a concurrent delivery of the same wamid stored it
+            log.info("inbound_duplicate", conversation_id=conversation_id)
             return "duplicate", None
-        conversations.touch(conversation, now=now, inactivity_timeout=timedelta(
-            minutes=tenant.inactivity_timeout_minutes))
-        sent_at = customer_sent_at(msg.timestamp, now)
-        conversation.last_inbound_at = _latest(conversation.last_inbound_at, sent_at)
-        contact.last_inbound_at = _latest(contact.last_inbound_at, sent_at)
-        session.add_all([conversation, contact])
-        log.info("inbound_stored", tenant_id=tenant.id, conversation_id=conversation.id,
-                 wa_type=msg.wa_type, message_id=row.id)
+        if not opened_here:  # a conversation opened here already carries these values
+            conversations.record_inbound(
+                session, conversation_id, now=now, inactivity_timeout=timeout,
+                last_inbound_at=_latest(conversation_seen, sent_at))
+        if seen is not None:  # a contact we created already carries these values
+            contacts.set_fields(session, contact_id, _contact_changes(
+                seen, msg, profile_name, sent_at))
+        log.info("inbound_stored", tenant_id=tenant_id, conversation_id=conversation_id,
+                 wa_type=msg.wa_type, message_id=row_id)
         log.debug("inbound_text", text=msg.text, wa_id=msg.wa_id)
-        return "message", conversation.id if msg.starts_turn else None
+        return "message", conversation_id if msg.starts_turn else None
+
+
+def _contact(session: Session, msg: InboundMessage, tenant_id: int, profile_name: str | None,
+             now: datetime, sent_at: datetime) -> tuple[int, Any]:
+    """The contact of `msg` and what is known of it: (id, row) for an existing contact (the row
+    carries its open conversation), (id, None) for one created here with every value already
+    set. The common cases take one or two statements; merges, a number that changed hands and
+    races go through `contacts.find_or_create` (DESIGN.md Identity).
+    """
+    rows = contacts.lookup_for_inbound(session, tenant_id=tenant_id, wa_id=msg.wa_id,
+                                       user_id=msg.user_id)
+    if not rows and (msg.wa_id or msg.user_id):
+        new_id = contacts.insert_new(session, tenant_id=tenant_id, wa_id=msg.wa_id,
+                                     user_id=msg.user_id, profile_name=profile_name, now=now,
+                                     last_inbound_at=sent_at)
+        if new_id is not None:
+            return new_id, None
+    elif len(rows) == 1 and _same_person(rows[0], msg):
+        return int(rows[0].id), rows[0]
+    # merge, re-assigned number, a concurrent first message, or no id at all (ValueError)
+    contact = contacts.find_or_create(session, tenant_id=tenant_id, wa_id=msg.wa_id,
+                                      user_id=msg.user_id, profile_name=profile_name, now=now)
+    assert contact.id is not None
+    found = contacts.lookup_for_inbound(session, tenant_id=tenant_id, wa_id=contact.wa_id,
+                                        user_id=contact.user_id)
+    return contact.id, next(r for r in found if r.id == contact.id)
+
+
+def _same_person(row: Any, msg: InboundMessage) -> bool:
+    """The one contact found carries no id that contradicts the message's."""
+    return (not msg.user_id or row.user_id in (None, msg.user_id)) and (
+        not msg.wa_id or row.wa_id in (None, msg.wa_id))
+
+
+def _contact_changes(row: Any, msg: InboundMessage, profile_name: str | None,
+                     sent_at: datetime) -> dict[str, Any]:
+    """The columns of a known contact this message changes (new ids win, DESIGN.md
+    Identity)."""
+    changes: dict[str, Any] = {}
+    for key, value in (("user_id", msg.user_id), ("wa_id", msg.wa_id),
+                       ("profile_name", profile_name)):
+        if value and getattr(row, key) != value:
+            changes[key] = value
+    latest = _latest(row.last_inbound_at, sent_at)
+    if latest != row.last_inbound_at:
+        changes["last_inbound_at"] = latest
+    return changes
 
 
 def _fit(text: str | None, size: int) -> str | None:
@@ -202,7 +267,7 @@ def _fit(text: str | None, size: int) -> str | None:
 LATE_AFTER = timedelta(minutes=15)  # Meta redelivers after outages, sometimes hours late
 
 
-def stamp(text: str, received_at: datetime, tenant: Tenant, *,
+def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
           sent_at: datetime | None = None) -> str:
     """Prefix the received time in the tenant's timezone, e.g. "[Mon 2026-06-01 10:00] oi".
 
@@ -210,12 +275,17 @@ def stamp(text: str, received_at: datetime, tenant: Tenant, *,
     cached prefix survives (DESIGN.md: time without cache misses). A message delivered more
     than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay.
     """
-    zone = ZoneInfo(tenant.timezone)
+    zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
     local = received_at.astimezone(zone)
     late = ""
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
         late = f", delivered late: sent {sent_at.astimezone(zone):%a %H:%M}"
     return f"[{local:%a %Y-%m-%d %H:%M}{late}] {text}"
+
+
+@functools.lru_cache(maxsize=64)
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
 
 
 def customer_sent_at(meta_timestamp: datetime | None, now: datetime) -> datetime:
@@ -285,7 +355,7 @@ def _dump(raw: object) -> bytes:
                            "error": type(exc).__name__}).encode()
 
 
-def _describe(exc: DBAPIError) -> str:
+def describe(exc: DBAPIError) -> str:
     """The driver's error without SQLAlchemy's statement and parameters: those carry phone
     numbers and message text, which reach the logs only at DEBUG (DESIGN.md Authority)."""
     orig = exc.orig or exc
@@ -293,5 +363,290 @@ def _describe(exc: DBAPIError) -> str:
     return f"{type(orig).__name__}: {first_line}"[:300]
 
 
-def _is_disconnect(exc: DBAPIError) -> bool:
+def is_disconnect(exc: DBAPIError) -> bool:
     return bool(getattr(exc, "connection_invalidated", False)) or isinstance(exc, OperationalError)
+
+
+# -- group commit ------------------------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    """One signed POST whose updates are all customer messages, waiting for a group commit."""
+
+    messages: list[InboundMessage]
+    now: datetime
+    result: IngestResult = field(default_factory=IngestResult)
+    alone: bool = False  # to be stored by itself (store_updates) after the group commits
+
+
+def inbound_only(body: bytes) -> list[InboundMessage] | None:
+    """The body's updates when it parses and every one is a customer message (the case a group
+    commit takes), else None."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not is_envelope(payload):
+        return None
+    updates = parse_update(payload)
+    if updates and all(isinstance(u, InboundMessage) for u in updates):
+        return updates  # type: ignore[return-value]
+    return None
+
+
+@dataclass
+class _Item:
+    pending: Pending
+    msg: InboundMessage
+    tenant: Any = None
+    contact_key: tuple[Any, ...] = ()
+    conversation_id: int | None = None
+    first: "_Item | None" = None  # the earlier delivery of the same wamid in this group
+    seen: Any = None  # the known contact's row (with its open conversation)
+    opened_here: bool = False  # its conversation was opened by this group
+
+
+def store_group(engine: Engine, group: list[Pending]) -> list[Pending]:
+    """Store the customer messages of many POSTs in one transaction with a few set-based
+    statements (a group commit): three lookups, then one INSERT each for the new contacts,
+    conversations and messages (`ON CONFLICT DO NOTHING`), and one executemany each for the
+    conversations and contacts touched. Fills each Pending's result.
+
+    Returns the POSTs to store alone (`store_updates`) after this commit: an unknown tenant,
+    an identity that needs a merge or re-key, ids that disagree inside the group, or a row
+    another transaction created meanwhile. Those may have been stored in part here: alone,
+    the stored part is a redelivery. Raises on any database error; nothing is then stored.
+    """
+    items = [_Item(p, m) for p in group for m in p.messages]
+    with session_scope(engine) as session:
+        stored, tombstoned, tenants_by_number = messages.lookup_many(
+            session, wamids=list({i.msg.wamid for i in items}),
+            phone_number_ids=list({i.msg.phone_number_id for i in items}))
+        new: list[_Item] = []
+        firsts: dict[str, _Item] = {}
+        for item in items:
+            msg, result = item.msg, item.pending.result
+            if msg.wamid in tombstoned:  # an erased contact's redelivery
+                log.info("inbound_erased_redelivery")
+                result.count("duplicate")
+            elif (row := stored.get(msg.wamid)) is not None:
+                log.debug("inbound_duplicate", conversation_id=row.conversation_id)
+                result.count("duplicate")
+                if row.starts_turn and row.answered_at is None:
+                    _add_turn(result, row.conversation_id)
+            elif msg.wamid in firsts:
+                item.first = firsts[msg.wamid]
+            elif (tenant := tenants_by_number.get(msg.phone_number_id)) is None \
+                    or not (msg.wa_id or msg.user_id):
+                item.pending.alone = True  # dead letter: kept by the single path
+            else:
+                item.tenant = tenant
+                firsts[msg.wamid] = item
+                new.append(item)
+        _group_contacts(session, new)
+        _group_conversations(session, [i for i in new if not i.pending.alone])
+        inserting = [i for i in new if not i.pending.alone]
+        # inserted in wamid order: two groups that share a redelivery lock it in one order
+        ids = messages.insert_inbound_many(session, [_message_row(i) for i in sorted(
+            inserting, key=lambda i: i.msg.wamid)])
+        for item in items:
+            if item.pending.alone or item.tenant is None and item.first is None:
+                continue
+            first = item.first or item
+            created = item.first is None and item.msg.wamid in ids
+            if not created:  # a redelivery inside the group, or stored meanwhile by another
+                log.debug("inbound_duplicate", conversation_id=first.conversation_id)
+                item.pending.result.count("duplicate")
+                if item.first is not None and first.msg.wamid in ids and first.msg.starts_turn:
+                    _add_turn(item.pending.result, first.conversation_id)
+                continue
+            log.debug("inbound_stored", tenant_id=item.tenant.id,
+                     conversation_id=item.conversation_id, wa_type=item.msg.wa_type,
+                     message_id=ids[item.msg.wamid])
+            log.debug("inbound_text", text=item.msg.text, wa_id=item.msg.wa_id)
+            item.pending.result.count("message")
+            if item.msg.starts_turn:
+                _add_turn(item.pending.result, item.conversation_id)
+        _group_touch(session, [i for i in inserting if i.msg.wamid in ids])
+    alone = [p for p in group if p.alone]
+    log.info("webhook_group_stored", posts=len(group), stored=len(ids),
+             alone=len(alone), conversations=len({i.conversation_id for i in inserting}))
+    return alone
+
+
+def _message_row(item: _Item) -> dict[str, Any]:
+    """The INSERT values of a customer message (every column but the id)."""
+    msg, now = item.msg, item.pending.now
+    return {**_MESSAGE_DEFAULTS,
+            "tenant_id": item.tenant.id, "conversation_id": item.conversation_id,
+            "content": [{"type": "text", "text": stamp(
+                msg.text, now, item.tenant.timezone,
+                sent_at=customer_sent_at(msg.timestamp, now))}],
+            "wamid": msg.wamid, "wa_type": _fit(msg.wa_type, WA_TYPE_CHARS),
+            "meta_timestamp": msg.timestamp, "received_at": now,
+            "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now}
+
+
+_MESSAGE_DEFAULTS = messages.row_values(Message(
+    tenant_id=0, conversation_id=0, role="user", direction="inbound", content=[],
+    received_at=datetime.min))
+
+
+def _add_turn(result: IngestResult, conversation_id: int | None) -> None:
+    if conversation_id is not None and conversation_id not in result.turn_conversation_ids:
+        result.turn_conversation_ids.append(conversation_id)
+
+
+def _group_contacts(session: Session, items: list[_Item]) -> None:
+    """Find or create the contact of every item (`contact_key`: ("known", row) or ("new",
+    tenant_id, user_id, wa_id) then ("made", id)); an item whose identity is not the simple
+    case is stored alone."""
+    if not items:
+        return
+    rows = contacts.lookup_many(
+        session, tenant_ids=list({i.tenant.id for i in items}),
+        user_ids=list({i.msg.user_id for i in items if i.msg.user_id}),
+        wa_ids=list({i.msg.wa_id for i in items if i.msg.wa_id}))
+    index: dict[tuple[int, str, str], list[Any]] = {}
+    for row in rows:
+        for kind in ("user_id", "wa_id"):
+            if getattr(row, kind):
+                index.setdefault((row.tenant_id, kind, getattr(row, kind)), []).append(row)
+    claims: dict[tuple[int, str, str], set[tuple[Any, ...]]] = {}
+    for item in items:
+        msg = item.msg
+        found = {r.id: r for kind in ("user_id", "wa_id") if getattr(msg, kind)
+                 for r in index.get((item.tenant.id, kind, getattr(msg, kind)), [])}
+        if not found:
+            item.contact_key = ("new", item.tenant.id, msg.user_id, msg.wa_id)
+        elif len(found) == 1 and _same_person(row := next(iter(found.values())), msg):
+            item.contact_key, item.seen = ("known", row.id), row
+        else:
+            item.pending.alone = True
+            continue
+        for kind in ("user_id", "wa_id"):  # one id value must name one contact in the group
+            if getattr(msg, kind):
+                claims.setdefault((item.tenant.id, kind, getattr(msg, kind)),
+                                  set()).add(item.contact_key)
+            if item.seen is not None and getattr(msg, kind) and not getattr(item.seen, kind):
+                # ids filled in on a known contact must agree
+                claims.setdefault((item.tenant.id, f"fill-{kind}", str(item.seen.id)),
+                                  set()).add((getattr(msg, kind),))
+    contested = {k for k, v in claims.items() if len(v) > 1}
+    for item in items:
+        if item.pending.alone:
+            continue
+        msg = item.msg
+        keys = [(item.tenant.id, kind, getattr(msg, kind)) for kind in ("user_id", "wa_id")
+                if getattr(msg, kind)]
+        if item.contact_key[0] == "known":
+            keys += [(item.tenant.id, f"fill-{k}", str(item.contact_key[1]))
+                     for k in ("user_id", "wa_id")]
+        if any(k in contested for k in keys):
+            item.pending.alone = True
+    fresh: dict[tuple[Any, ...], list[_Item]] = {}
+    for item in items:
+        if not item.pending.alone and item.contact_key[0] == "new":
+            fresh.setdefault(item.contact_key, []).append(item)
+    made = contacts.insert_many(session, [Contact(
+        tenant_id=key[1], user_id=key[2], wa_id=key[3],
+        profile_name=_last_name(group), created_at=group[0].pending.now,
+        last_inbound_at=max(customer_sent_at(i.msg.timestamp, i.pending.now) for i in group))
+        for key, group in sorted(fresh.items(), key=lambda kv: str(kv[0]))])
+    made_ids = {("new", r.tenant_id, r.user_id, r.wa_id): int(r.id) for r in made}
+    for key, group in fresh.items():
+        for item in group:
+            if key in made_ids:
+                item.contact_key = ("made", made_ids[key])
+            else:  # another transaction created it meanwhile
+                item.pending.alone = True
+
+
+def _last_name(items: list[_Item]) -> str | None:
+    names = [_fit(i.msg.profile_name, PROFILE_NAME_CHARS) for i in items]
+    return next((n for n in reversed(names) if n), None)
+
+
+def _group_conversations(session: Session, items: list[_Item]) -> None:
+    """Set every item's conversation: the contact's open one, or a new one when there is none
+    or it is stale (closed here; its facts are extracted)."""
+    if not items:
+        return
+    by_contact: dict[int, list[_Item]] = {}
+    for item in items:
+        by_contact.setdefault(item.contact_key[1], []).append(item)
+    to_open: dict[int, list[_Item]] = {}
+    stale: dict[int, int] = {}  # conversation id -> contact id
+    for contact_id, group in by_contact.items():
+        seen = group[0].seen
+        timeout = timedelta(minutes=group[0].tenant.inactivity_timeout_minutes)
+        if seen is not None and seen.conversation_id is not None:
+            if group[0].pending.now - seen.last_activity_at <= timeout:
+                for item in group:
+                    item.conversation_id = seen.conversation_id
+                continue
+            stale[seen.conversation_id] = contact_id
+        to_open[contact_id] = group
+    for conversation_id in conversations.close_many(session, sorted(stale),
+                                                    now=_latest_now(items)):
+        group = by_contact[stale[conversation_id]]
+        group[0].pending.result.closed_conversation_ids.append(conversation_id)
+    opened = conversations.open_many(session, [Conversation(
+        tenant_id=group[0].tenant.id, contact_id=contact_id, status="open",
+        last_activity_at=_latest_now(group), opened_at=_latest_now(group),
+        due_at=_latest_now(group) + timedelta(
+            minutes=group[0].tenant.inactivity_timeout_minutes),
+        last_inbound_at=max(customer_sent_at(i.msg.timestamp, i.pending.now) for i in group))
+        for contact_id, group in sorted(to_open.items())])
+    for contact_id, group in to_open.items():
+        for item in group:
+            if contact_id in opened:
+                item.conversation_id = opened[contact_id]
+                item.opened_here = True
+            else:  # another transaction opened one meanwhile
+                item.pending.alone = True
+
+
+def _latest_now(items: list[_Item]) -> datetime:
+    return max(i.pending.now for i in items)
+
+
+def _group_touch(session: Session, stored: list[_Item]) -> None:
+    """Activity, due time and last inbound time of the conversations that received messages
+    (those opened here already carry them), and the ids, name and last inbound time of the
+    known contacts."""
+    by_conversation: dict[int, list[_Item]] = {}
+    by_contact: dict[int, list[_Item]] = {}
+    for item in stored:
+        if not item.opened_here:
+            assert item.conversation_id is not None
+            by_conversation.setdefault(item.conversation_id, []).append(item)
+        if item.contact_key[0] == "known":
+            by_contact.setdefault(item.contact_key[1], []).append(item)
+    updates = []
+    for conversation_id, group in sorted(by_conversation.items()):
+        seen = group[0].seen
+        latest = max(customer_sent_at(i.msg.timestamp, i.pending.now) for i in group)
+        now = _latest_now(group)
+        updates.append({
+            "_id": conversation_id, "last_activity_at": now,
+            "due_at": now + timedelta(minutes=group[0].tenant.inactivity_timeout_minutes),
+            "last_inbound_at": _latest(seen.conversation_last_inbound_at
+                                       if seen is not None else None, latest)})
+    conversations.record_inbound_many(session, updates)
+    changes = []
+    for contact_id, group in sorted(by_contact.items()):
+        row = group[0].seen
+        values = {"user_id": row.user_id, "wa_id": row.wa_id, "profile_name": row.profile_name,
+                  "last_inbound_at": row.last_inbound_at}
+        for item in group:
+            values["user_id"] = item.msg.user_id or values["user_id"]
+            values["wa_id"] = item.msg.wa_id or values["wa_id"]
+            values["profile_name"] = _fit(item.msg.profile_name,
+                                          PROFILE_NAME_CHARS) or values["profile_name"]
+            values["last_inbound_at"] = _latest(values["last_inbound_at"], customer_sent_at(
+                item.msg.timestamp, item.pending.now))
+        if any(values[k] != getattr(row, k) for k in values):
+            changes.append({"_id": contact_id, **values})
+    contacts.update_many(session, changes)

@@ -2,16 +2,24 @@
 
 import asyncio
 import hmac
-from collections.abc import Callable
-from datetime import timedelta
-from typing import ParamSpec, TypeVar
+import weakref
+from datetime import datetime, timedelta
 
 import structlog
 from aiohttp import web
 from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from bot.errors import StoreUnavailable
-from bot.ingest import ingest_body
+from bot.ingest import (
+    IngestResult,
+    Pending,
+    describe,
+    inbound_only,
+    ingest_body,
+    is_disconnect,
+    store_group,
+)
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.metrics import record_updates
 from bot.signature import verify_signature
@@ -19,8 +27,6 @@ from core import clock
 from storage.jobs import enqueue_facts, enqueue_turn
 
 log = structlog.get_logger(__name__)
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 async def verify_challenge(request: web.Request) -> web.Response:
@@ -57,11 +63,7 @@ async def receive_update(request: web.Request) -> web.Response:
     if not verify_signature(body, header, settings.whatsapp_app_secret):
         log.warning("webhook_bad_signature")
         raise web.HTTPForbidden(text="bad signature")
-    result = await _offload(ingest_body, request.app[ENGINE], body, now=clock.now())
-    for conversation_id in result.turn_conversation_ids:
-        await _offload(_enqueue, request.app, conversation_id)
-    for conversation_id in result.closed_conversation_ids:
-        await _offload(_enqueue, request.app, conversation_id, kind="facts")
+    result = await _group_commit(request.app).submit(body, clock.now())
     log.info("webhook_received", **result.counts)
     await record_updates(request.app, result.counts)
     return web.Response(text="ok")
@@ -83,6 +85,147 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return bytes(body)
 
 
+class GroupCommit:
+    """Concurrent POSTs of one web process share a transaction (group commit).
+
+    A POST waits while the previous group is being stored; the POSTs that arrived meanwhile
+    then go together: their customer messages are stored with a few set-based statements and
+    one commit (`ingest.store_group`), their turns enqueued, and only then is each answered,
+    200 or 503, as if alone. A POST that arrives alone, or that holds anything but customer
+    messages (statuses, identity changes, bad items), takes the one-POST path
+    (`_store_and_enqueue`), and so does one the group could not take.
+    """
+
+    MAX_POSTS = 200
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.waiting: list[tuple[bytes, datetime, asyncio.Future[IngestResult]]] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def submit(self, body: bytes, now: datetime) -> IngestResult:
+        """Store and enqueue one POST; StoreUnavailable becomes a 503."""
+        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
+        self.waiting.append((body, now, future))
+        if self.task is None:
+            self.task = asyncio.create_task(self._run())
+        try:
+            return await future
+        except StoreUnavailable as exc:
+            log.error("webhook_store_unavailable", error=str(exc)[:300])
+            raise web.HTTPServiceUnavailable(
+                text="temporarily unable to store the update") from exc
+
+    async def _run(self) -> None:
+        try:
+            while self.waiting:
+                group = self.waiting[:self.MAX_POSTS]
+                del self.waiting[:self.MAX_POSTS]
+                outcomes: list[IngestResult | BaseException]
+                try:
+                    outcomes = await asyncio.to_thread(
+                        _store_posts, self.app, [(body, now) for body, now, _ in group])
+                except BaseException as exc:  # the answer must never hang
+                    outcomes = [exc] * len(group)
+                for (_, _, future), outcome in zip(group, outcomes, strict=True):
+                    if future.done():  # the client went away
+                        continue
+                    if isinstance(outcome, BaseException):
+                        future.set_exception(outcome)
+                    else:
+                        future.set_result(outcome)
+        finally:
+            self.task = None
+
+
+_GROUPS: "weakref.WeakKeyDictionary[web.Application, GroupCommit]" = weakref.WeakKeyDictionary()
+
+
+def _group_commit(app: web.Application) -> GroupCommit:
+    group = _GROUPS.get(app)
+    if group is None:
+        group = _GROUPS[app] = GroupCommit(app)
+    return group
+
+
+def _store_posts(app: web.Application,
+                 posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
+    """Store and enqueue a group of POSTs (in a thread): those made only of customer messages
+    in one transaction when there are two or more, the others one by one after it."""
+    pendings = [Pending(found, now) if (found := inbound_only(body)) else None
+                for body, now in posts]
+    group = [p for p in pendings if p is not None]
+    if len(group) < 2:
+        group = []
+    failed: BaseException | None = None
+    if group:
+        try:
+            store_group(app[ENGINE], group)
+        except (OperationalError, DBAPIError) as exc:
+            if not is_disconnect(exc) or _retryable(exc):
+                log.warning("webhook_group_retried_alone", posts=len(group),
+                            error=type(exc).__name__)
+                group = []
+            else:  # the database is down: each POST gets its 503 at once
+                failed = StoreUnavailable(describe(exc))
+        except Exception as exc:  # store each POST alone: nothing of the group was kept
+            log.warning("webhook_group_retried_alone", posts=len(group),
+                        error=type(exc).__name__)
+            group = []
+    in_group = {id(p) for p in group}
+    grouped = {id(p) for p in group if not p.alone}
+    enqueued: dict[tuple[str, int], StoreUnavailable | None] = {}
+    outcomes: list[IngestResult | BaseException] = []
+    for (body, now), pending in zip(posts, pendings, strict=True):
+        if failed is not None and id(pending) in in_group:
+            outcomes.append(failed)
+            continue
+        try:
+            if pending is None or id(pending) not in grouped:
+                outcomes.append(_store_and_enqueue(app, body, now))
+                continue
+            for conversation_id in pending.result.turn_conversation_ids:
+                _enqueue_once(app, conversation_id, "turn", enqueued)
+            for conversation_id in pending.result.closed_conversation_ids:
+                _enqueue_once(app, conversation_id, "facts", enqueued)
+            outcomes.append(pending.result)
+        except StoreUnavailable as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    """A deadlock or serialization failure: the group rolled back, each POST can go alone."""
+    return str(getattr(exc.orig, "sqlstate", "") or "").startswith("40")
+
+
+def _enqueue_once(app: web.Application, conversation_id: int, kind: str,
+                  done: dict[tuple[str, int], StoreUnavailable | None]) -> None:
+    """Enqueue once per group (coalesced in Redis anyway); a failure fails every POST that
+    needs it."""
+    key = (kind, conversation_id)
+    if key in done:
+        if done[key] is not None:
+            raise done[key]  # type: ignore[misc]
+        return
+    try:
+        _enqueue(app, conversation_id, kind=kind)
+    except StoreUnavailable as exc:
+        done[key] = exc
+        raise
+    done[key] = None
+
+
+def _store_and_enqueue(app: web.Application, body: bytes, now: datetime) -> IngestResult:
+    """Store the body, then enqueue its turns and fact extractions: one trip to a thread."""
+    result = ingest_body(app[ENGINE], body, now=now)
+    for conversation_id in result.turn_conversation_ids:
+        _enqueue(app, conversation_id)
+    for conversation_id in result.closed_conversation_ids:
+        _enqueue(app, conversation_id, kind="facts")
+    return result
+
+
 def _enqueue(app: web.Application, conversation_id: int, kind: str = "turn") -> None:
     settings = app[SETTINGS]
     try:
@@ -95,12 +238,3 @@ def _enqueue(app: web.Application, conversation_id: int, kind: str = "turn") -> 
                          job_timeout=settings.turn_job_timeout, at=at)
     except RedisError as exc:
         raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc
-
-
-async def _offload(func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run blocking storage work in a thread; StoreUnavailable becomes a 503."""
-    try:
-        return await asyncio.to_thread(func, *args, **kwargs)
-    except StoreUnavailable as exc:
-        log.error("webhook_store_unavailable", error=str(exc)[:300])
-        raise web.HTTPServiceUnavailable(text="temporarily unable to store the update") from exc

@@ -1,7 +1,10 @@
 """Contact identity: business-scoped `user_id` first, else `wa_id`; merged, never duplicated."""
 
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import and_, bindparam, or_
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select, update
 
 from storage.models import Appointment, Contact, ContactFact, Conversation
@@ -41,6 +44,106 @@ def find_or_create(session: Session, *, tenant_id: int, wa_id: str | None, user_
     session.add(contact)
     session.flush()
     return contact
+
+
+def lookup_for_inbound(session: Session, *, tenant_id: int, wa_id: str | None,
+                       user_id: str | None) -> list[Any]:
+    """Every contact of the tenant known by `user_id` or by `wa_id`, each with its open
+    conversation, in one round trip. Row fields: `id`, `user_id`, `wa_id`, `profile_name`,
+    `last_inbound_at`, and `conversation_id`, `last_activity_at`,
+    `conversation_last_inbound_at` (None without an open conversation).
+    """
+    from storage.messages import prepared
+
+    keys = ("user_id",) * bool(user_id) + ("wa_id",) * bool(wa_id)
+    if not keys:
+        return []
+    connection, statement = prepared(session, f"contact_lookup_{'_'.join(keys)}",
+                                     lambda _: _build_lookup(keys))
+    return list(connection.execute(statement, {
+        "tenant_id": tenant_id, "user_id": user_id, "wa_id": wa_id}).all())
+
+
+def _build_lookup(keys: tuple[str, ...]) -> Any:
+    c = Contact.__table__  # type: ignore[attr-defined]
+    v = Conversation.__table__  # type: ignore[attr-defined]
+    return sa_select(
+        c.c.id, c.c.user_id, c.c.wa_id, c.c.profile_name, c.c.last_inbound_at,
+        v.c.id.label("conversation_id"), v.c.last_activity_at,
+        v.c.last_inbound_at.label("conversation_last_inbound_at"),
+    ).select_from(c.outerjoin(v, and_(v.c.contact_id == c.c.id, v.c.status == "open"))).where(
+        c.c.tenant_id == bindparam("tenant_id"), or_(*(c.c[k] == bindparam(k) for k in keys)))
+
+
+def insert_new(session: Session, *, tenant_id: int, wa_id: str | None, user_id: str | None,
+               profile_name: str | None, now: datetime,
+               last_inbound_at: datetime | None) -> int | None:
+    """Create a contact in one round trip (`INSERT … ON CONFLICT DO NOTHING RETURNING id`);
+    None when another transaction created one with either id first."""
+    from storage.messages import prepared, row_values, upsert
+
+    table = Contact.__table__  # type: ignore[attr-defined]
+    connection, statement = prepared(
+        session, "insert_contact",
+        lambda dialect: upsert(dialect, table).on_conflict_do_nothing().returning(table.c.id))
+    new_id = connection.execute(statement, row_values(Contact(
+        tenant_id=tenant_id, wa_id=wa_id, user_id=user_id, profile_name=profile_name,
+        last_inbound_at=last_inbound_at, created_at=now))).scalar()
+    return None if new_id is None else int(new_id)
+
+
+def set_fields(session: Session, contact_id: int, values: dict[str, Any]) -> None:
+    """One UPDATE of the given columns of a contact (nothing when `values` is empty)."""
+    from storage.messages import prepared
+
+    if not values:
+        return
+    table = Contact.__table__  # type: ignore[attr-defined]
+    connection, statement = prepared(
+        session, "contact_by_id", lambda _: update(table).where(table.c.id == bindparam("_id")))
+    connection.execute(statement, {"_id": contact_id, **values})
+
+
+def lookup_many(session: Session, *, tenant_ids: list[int], user_ids: list[str],
+                wa_ids: list[str]) -> list[Any]:
+    """Every contact of these tenants known by one of these ids, each with its open
+    conversation (the fields of `lookup_for_inbound`, and `tenant_id`), in one round trip."""
+    from storage.messages import one_of, prepared
+
+    c = Contact.__table__  # type: ignore[attr-defined]
+    v = Conversation.__table__  # type: ignore[attr-defined]
+    connection, statement = prepared(session, "contacts_lookup_many", lambda dialect: sa_select(
+        c.c.tenant_id, c.c.id, c.c.user_id, c.c.wa_id, c.c.profile_name, c.c.last_inbound_at,
+        v.c.id.label("conversation_id"), v.c.last_activity_at,
+        v.c.last_inbound_at.label("conversation_last_inbound_at"),
+    ).select_from(c.outerjoin(v, and_(v.c.contact_id == c.c.id, v.c.status == "open"))).where(
+        one_of(c.c.tenant_id, "tenant_ids", dialect),
+        or_(one_of(c.c.user_id, "user_ids", dialect), one_of(c.c.wa_id, "wa_ids", dialect))))
+    return list(connection.execute(statement, {"tenant_ids": tenant_ids, "user_ids": user_ids,
+                                               "wa_ids": wa_ids}))
+
+
+def insert_many(session: Session, rows: list[Contact]) -> list[Any]:
+    """Insert contacts in one statement (`ON CONFLICT DO NOTHING`); returns (`id`,
+    `tenant_id`, `user_id`, `wa_id`) of the rows inserted (one that collided is missing)."""
+    from storage.messages import insert_rows, row_values
+
+    return insert_rows(session, Contact.__table__,  # type: ignore[attr-defined]
+                       [row_values(r) for r in rows],
+                       returning=("id", "tenant_id", "user_id", "wa_id"))
+
+
+def update_many(session: Session, values: list[dict[str, Any]]) -> None:
+    """Set `user_id`, `wa_id`, `profile_name` and `last_inbound_at` of many contacts (each
+    dict names its contact as `_id`), in one executemany."""
+    from storage.messages import prepared
+
+    if not values:
+        return
+    table = Contact.__table__  # type: ignore[attr-defined]
+    connection, statement = prepared(
+        session, "contact_by_id", lambda _: update(table).where(table.c.id == bindparam("_id")))
+    connection.execute(statement, values)
 
 
 def rekey(session: Session, *, tenant_id: int, kind: str, old_wa_id: str | None,

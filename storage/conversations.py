@@ -1,7 +1,9 @@
 """Conversations: one open session per contact; a stale one closes when the next message comes."""
 
 from datetime import datetime, timedelta
+from typing import Any
 
+from sqlalchemy import bindparam, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -29,6 +31,87 @@ def open_or_get(session: Session, *, tenant_id: int, contact_id: int, now: datet
         assert found is not None
         return found
     return conversation
+
+
+def open_new(session: Session, *, tenant_id: int, contact_id: int, now: datetime,
+             inactivity_timeout: timedelta, last_inbound_at: datetime | None = None) -> int | None:
+    """Open a conversation for the contact in one round trip (`INSERT … ON CONFLICT DO
+    NOTHING RETURNING id`); None when another transaction opened one first (the partial
+    unique index: at most one open per contact). On PostgreSQL a concurrent insert is waited
+    for, never turned into an error that would redo the whole update.
+    """
+    from storage.messages import prepared, row_values
+
+    connection, statement = prepared(session, "open_conversation", _build_open_new)
+    new_id = connection.execute(statement, row_values(Conversation(
+        tenant_id=tenant_id, contact_id=contact_id, status="open", last_activity_at=now,
+        due_at=now + inactivity_timeout, opened_at=now, last_inbound_at=last_inbound_at,
+    ))).scalar()
+    return None if new_id is None else int(new_id)
+
+
+def _build_open_new(dialect: str) -> Any:
+    from storage.messages import upsert
+
+    table = Conversation.__table__  # type: ignore[attr-defined]
+    return upsert(dialect, table).on_conflict_do_nothing().returning(table.c.id)
+
+
+def close_if_open(session: Session, conversation_id: int, *, now: datetime) -> bool:
+    """Close a stale conversation; False when it was no longer open (someone closed it)."""
+    result = session.execute(update(Conversation).where(
+        Conversation.id == conversation_id, Conversation.status == "open",  # type: ignore[arg-type]
+    ).values(status="closed", closed_at=now))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def record_inbound(session: Session, conversation_id: int, *, now: datetime,
+                   inactivity_timeout: timedelta, last_inbound_at: datetime) -> None:
+    """A customer message arrived: activity, the sweeper's due time and the last inbound time,
+    in one UPDATE."""
+    from storage.messages import prepared
+
+    connection, statement = prepared(session, "conversation_by_id", _build_update_by_id)
+    connection.execute(statement, {"_id": conversation_id, "last_activity_at": now,
+                                   "due_at": now + inactivity_timeout,
+                                   "last_inbound_at": last_inbound_at})
+
+
+def _build_update_by_id(_: str) -> Any:
+    """UPDATE conversation … WHERE id = :_id; the SET clause comes from the parameters."""
+    table = Conversation.__table__  # type: ignore[attr-defined]
+    return update(table).where(table.c.id == bindparam("_id"))
+
+
+def open_many(session: Session, rows: list[Conversation]) -> dict[int, int]:
+    """Open conversations in one statement (`ON CONFLICT DO NOTHING`: at most one open per
+    contact); returns contact_id -> new conversation id for those opened."""
+    from storage.messages import insert_rows, row_values
+
+    return {int(r.contact_id): int(r.id) for r in insert_rows(
+        session, Conversation.__table__,  # type: ignore[attr-defined]
+        [row_values(r) for r in rows], returning=("id", "contact_id"))}
+
+
+def close_many(session: Session, conversation_ids: list[int], *, now: datetime) -> list[int]:
+    """Close stale conversations; returns those this call closed (not already closed)."""
+    if not conversation_ids:
+        return []
+    table = Conversation.__table__  # type: ignore[attr-defined]
+    result = session.connection().execute(
+        update(table).where(table.c.id.in_(conversation_ids), table.c.status == "open")
+        .values(status="closed", closed_at=now).returning(table.c.id))
+    return [int(i) for i in result.scalars()]
+
+
+def record_inbound_many(session: Session, values: list[dict[str, Any]]) -> None:
+    """`record_inbound` for many conversations (each dict: `_id`, `last_activity_at`,
+    `due_at`, `last_inbound_at`), in one executemany."""
+    from storage.messages import prepared
+
+    if values:
+        connection, statement = prepared(session, "conversation_by_id", _build_update_by_id)
+        connection.execute(statement, values)
 
 
 def touch(conversation: Conversation, *, now: datetime, inactivity_timeout: timedelta) -> None:

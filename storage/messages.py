@@ -1,13 +1,18 @@
 """Messages, the outbox, delivery statuses, usage rows and dead letters."""
 
 import hashlib
+import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import any_, bindparam, literal
+from sqlalchemy import select as sa_select
+from sqlalchemy import text as sa_text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, select, update
 
-from storage.models import DeadLetter, Message, Outbound, WamidTombstone
+from storage.models import DeadLetter, Message, Outbound, Tenant, WamidTombstone
 
 STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
@@ -22,28 +27,167 @@ def is_tombstoned(session: Session, wamid: str) -> bool:
     return session.get(WamidTombstone, wamid_hash(wamid)) is not None
 
 
+def inbound_lookup(session: Session, *, wamid: str, phone_number_id: str) -> Any:
+    """What storing an inbound message needs to know first, in one round trip: the tenant of
+    `phone_number_id` (`tenant_id`, `timezone`, `inactivity_timeout_minutes`; None when
+    unknown), whether the wamid is tombstoned (`tombstoned`), and the stored message with this
+    wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`; None when new).
+    """
+    connection, statement = prepared(session, "inbound_lookup", _build_inbound_lookup)
+    return connection.execute(statement, {
+        "wamid": wamid, "wamid_hash": wamid_hash(wamid), "phone_number_id": phone_number_id,
+    }).one()
+
+
+def _build_inbound_lookup(_: str) -> Any:
+    t = Tenant.__table__  # type: ignore[attr-defined]
+    m = Message.__table__  # type: ignore[attr-defined]
+    w = WamidTombstone.__table__  # type: ignore[attr-defined]
+    one = sa_select(literal(1).label("one")).subquery()
+    tombstoned = sa_select(w.c.wamid_hash).where(
+        w.c.wamid_hash == bindparam("wamid_hash")).exists().label("tombstoned")
+    return sa_select(
+        t.c.id.label("tenant_id"), t.c.timezone, t.c.inactivity_timeout_minutes, tombstoned,
+        m.c.id.label("message_id"), m.c.conversation_id, m.c.starts_turn, m.c.answered_at,
+    ).select_from(one.outerjoin(t, t.c.phone_number_id == bindparam("phone_number_id"))
+                  .outerjoin(m, m.c.wamid == bindparam("wamid")))
+
+
+def lookup_many(session: Session, *, wamids: list[str],
+                phone_number_ids: list[str]) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
+    """For a group of inbound messages, in three round trips: the stored messages by wamid
+    (`id`, `conversation_id`, `starts_turn`, `answered_at`), the tombstoned wamids, and the
+    tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`)."""
+    m = Message.__table__  # type: ignore[attr-defined]
+    w = WamidTombstone.__table__  # type: ignore[attr-defined]
+    t = Tenant.__table__  # type: ignore[attr-defined]
+    connection, stored = prepared(session, "messages_by_wamid", lambda dialect: sa_select(
+        m.c.wamid, m.c.id, m.c.conversation_id, m.c.starts_turn, m.c.answered_at,
+    ).where(one_of(m.c.wamid, "wamids", dialect)))
+    _, tombs = prepared(session, "tombstones_by_hash", lambda dialect: sa_select(
+        w.c.wamid_hash).where(one_of(w.c.wamid_hash, "hashes", dialect)))
+    _, tenants = prepared(session, "tenants_by_number", lambda dialect: sa_select(
+        t.c.phone_number_id, t.c.id, t.c.timezone, t.c.inactivity_timeout_minutes,
+    ).where(one_of(t.c.phone_number_id, "numbers", dialect)))
+    by_hash = {wamid_hash(x): x for x in wamids}
+    return ({r.wamid: r for r in connection.execute(stored, {"wamids": wamids})},
+            {by_hash[h] for h in connection.execute(tombs, {"hashes": list(by_hash)}).scalars()},
+            {r.phone_number_id: r for r in connection.execute(
+                tenants, {"numbers": phone_number_ids})})
+
+
+def insert_inbound_many(session: Session, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Insert many inbound messages (each the values of every column but the id) in one
+    statement, each once per wamid (`ON CONFLICT (wamid) DO NOTHING`); returns wamid -> new
+    id for the rows inserted."""
+    table = Message.__table__  # type: ignore[attr-defined]
+    return {r.wamid: int(r.id) for r in insert_rows(
+        session, table, rows, returning=("id", "wamid"), conflict=("wamid",))}
+
+
 def get_by_wamid(session: Session, wamid: str) -> Message | None:
     return session.exec(select(Message).where(Message.wamid == wamid)).first()
 
 
-def insert_inbound(session: Session, message: Message) -> tuple[Message, bool]:
-    """Store an inbound message once per wamid. Returns (row, created).
+def insert_inbound(session: Session, message: Message) -> int | None:
+    """Store an inbound message once per wamid, in one round trip (`INSERT … ON CONFLICT
+    (wamid) DO NOTHING RETURNING id`, PostgreSQL and SQLite). Returns the new row's id, or None
+    when the wamid is already stored (a redelivery).
 
-    A redelivery (same wamid) returns the stored row and False, even under a race between two
-    web processes (the unique index decides).
+    No savepoint and no IntegrityError: under a race between two web processes the unique
+    index decides, and on PostgreSQL the second insert waits for the first to commit and then
+    does nothing.
     """
     assert message.wamid
-    existing = get_by_wamid(session, message.wamid)
-    if existing is not None:
-        return existing, False
-    try:
-        with session.begin_nested():
-            session.add(message)
-    except IntegrityError:
-        existing = get_by_wamid(session, message.wamid)
-        assert existing is not None
-        return existing, False
-    return message, True
+    connection, statement = prepared(session, "insert_inbound", _build_insert_inbound)
+    new_id = connection.execute(statement, row_values(message)).scalar()
+    if new_id is None:
+        return None
+    message.id = int(new_id)
+    return message.id
+
+
+def _build_insert_inbound(dialect: str) -> Any:
+    table = Message.__table__  # type: ignore[attr-defined]
+    return upsert(dialect, table).on_conflict_do_nothing(
+        index_elements=["wamid"]).returning(table.c.id)
+
+
+def one_of(column: Any, name: str, dialect: str) -> Any:
+    """`column IN (list bound as name)`: `= ANY(:name)` on PostgreSQL, whose SQL text does not
+    change with the list's length (so the driver's statement caches hit), `IN (...)`
+    elsewhere."""
+    if dialect == "postgresql":
+        return column == any_(bindparam(name, type_=postgresql.ARRAY(column.type)))
+    return column.in_(bindparam(name, expanding=True))
+
+
+def insert_rows(session: Session, table: Any, rows: list[dict[str, Any]], *,
+                returning: tuple[str, ...], conflict: tuple[str, ...] = ()) -> list[Any]:
+    """INSERT many rows (each the values of every column but the id) in one statement, `ON
+    CONFLICT … DO NOTHING`, and return the `returning` columns of the rows inserted.
+
+    PostgreSQL gets one SQL text whatever the number of rows, the rows travelling as one JSON
+    document (`jsonb_to_recordset`): the driver prepares it once instead of parsing a new
+    multi-row VALUES each time. SQLite gets a multi-row VALUES.
+    """
+    if not rows:
+        return []
+    connection, statement = prepared(
+        session, f"insert_rows_{table.name}_{'_'.join(returning)}_{'_'.join(conflict)}",
+        lambda dialect: _build_insert_rows(dialect, table, returning, conflict))
+    if connection.dialect.name == "postgresql":
+        return list(connection.execute(statement, {"rows": json.dumps(rows, default=_iso)}))
+    return list(connection.execute(statement, rows))
+
+
+def _build_insert_rows(dialect: str, table: Any, returning: tuple[str, ...],
+                       conflict: tuple[str, ...]) -> Any:
+    if dialect != "postgresql":
+        return upsert(dialect, table).on_conflict_do_nothing(
+            index_elements=list(conflict) or None).returning(*(table.c[r] for r in returning))
+    pg = postgresql.dialect()
+    quote = pg.identifier_preparer.quote
+    columns = [c for c in table.columns if c.name != "id"]
+    names = ", ".join(quote(c.name) for c in columns)
+    types = ", ".join(f"{quote(c.name)} {c.type.compile(dialect=pg)}" for c in columns)
+    target = f"({', '.join(quote(c) for c in conflict)}) " if conflict else ""
+    return sa_text(
+        f"INSERT INTO {pg.identifier_preparer.format_table(table)} ({names}) "
+        f"SELECT {names} FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({types}) "
+        f"ON CONFLICT {target}DO NOTHING RETURNING {', '.join(quote(r) for r in returning)}"
+    ).columns(*(table.c[r] for r in returning))
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def row_values(row: Any) -> dict[str, Any]:
+    """Every column of a (not yet stored) table model but its id, for a Core INSERT."""
+    return {c.name: getattr(row, c.name) for c in row.__table__.columns if c.name != "id"}
+
+
+def upsert(dialect: str, table: Any) -> Any:
+    """The dialect's INSERT that takes `on_conflict_do_nothing` (PostgreSQL or SQLite)."""
+    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+
+
+_PREPARED: dict[tuple[str, str], Any] = {}
+
+
+def prepared(session: Session, name: str, build: Callable[[str], Any]) -> tuple[Any, Any]:
+    """(the session's connection, the statement `name` built once per dialect by
+    `build(dialect_name)`): a statement object built once keeps its cache key, so running it
+    again costs no construction and no compilation, only the round trip."""
+    connection = session.connection()
+    dialect = connection.dialect.name
+    statement = _PREPARED.get((dialect, name))
+    if statement is None:
+        statement = _PREPARED[(dialect, name)] = build(dialect)
+    return connection, statement
 
 
 def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
