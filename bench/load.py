@@ -192,7 +192,7 @@ def serve_bare(port: int) -> int:
     app.router.add_post("/webhook", handle)
     app.router.add_get("/health", health)
     _exit_on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
-    web.run_app(app, host=HOST, port=port, access_log=None, print=None)
+    web.run_app(app, host=HOST, port=port, access_log=None, print=None, reuse_port=True)
     return 0
 
 
@@ -635,10 +635,12 @@ class Bench:
     def start_web(self) -> str:
         self.port = free_port()
         self.env = self.product_env(self.port)
-        self.web = self._spawn("web", [str(VENV_BIN / "wagent"), "web"], env=self.env)
+        self.web = self._spawn("web", [str(VENV_BIN / "wagent"), "web", "--processes",
+                                       str(self.args.web_processes)], env=self.env)
         url = f"http://{HOST}:{self.port}"
         wait_http(f"{url}/health", until=min(self.deadline, time.monotonic() + 60),
                   what="wagent web")
+        time.sleep(0.5)  # every process listening before the timed phase
         return url
 
     def start_workers(self) -> None:
@@ -648,14 +650,17 @@ class Bench:
         self.workers = [self._spawn(f"worker{i}", worker, env=self.env)
                         for i in range(self.args.workers)]
 
-    def start_bare(self) -> tuple[Child, str]:
+    def start_bare(self) -> tuple[list[Child], str]:
+        """`--web-processes` bare handlers sharing one port (SO_REUSEPORT), as the product."""
         port = free_port()
-        child = self._spawn("bare", [sys.executable, __file__, "_bare", "--port", str(port)],
-                            env=dict(os.environ))
+        children = [self._spawn(f"bare{i}", [sys.executable, __file__, "_bare", "--port",
+                                             str(port)], env=dict(os.environ))
+                    for i in range(self.args.web_processes)]
         url = f"http://{HOST}:{port}"
         wait_http(f"{url}/health", until=min(self.deadline, time.monotonic() + 30),
                   what="the bare handler")
-        return child, url
+        time.sleep(0.5)  # every process listening before the timed phase
+        return children, url
 
     def _spawn(self, name: str, argv: list[str], *, env: dict[str, str],
                stdout_pipe: bool = False) -> Child:
@@ -714,7 +719,8 @@ class Bench:
         bare_serial = self.post(bare_url, work.serial, concurrency=1)
         log("bare handler: posting")
         bare_stats = self.post(bare_url, work.main)
-        self.stop_child(bare)
+        for child in bare:
+            self.stop_child(child)
         log(f"bare handler: {bare_stats.to_json()['updates_per_second']} updates/s")
 
         self.start_doubles()
@@ -785,7 +791,8 @@ class Bench:
                          "duplicate_posts": len(work.main) - len({d.wamid for d in work.main}),
                          "late_redeliveries": len(work.late), "warmup_posts": len(work.warmup),
                          "serial_posts": len(work.serial), "concurrency": args.concurrency,
-                         "workers": args.workers, "log_level": args.log_level,
+                         "workers": args.workers, "web_processes": args.web_processes,
+                         "log_level": args.log_level,
                          "preload_worker_modules": args.preload_worker_modules,
                          "workers_after_load": args.workers_after_load},
             "bare": {**bare_json, "serial_latency_ms": bare_serial.to_json()["latency_ms"]},
@@ -1044,6 +1051,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=50,
                         help="POSTs in flight at most (default 50)")
     parser.add_argument("--workers", type=int, default=2, help="`wagent worker` processes")
+    parser.add_argument("--web-processes", type=int, default=2,
+                        help="`wagent web --processes N`, and as many bare handlers on one "
+                             "port (default 2)")
     parser.add_argument("--warmup", type=int, default=20,
                         help="warm-up contacts posted before each timed phase (default 20)")
     parser.add_argument("--serial", type=int, default=100,
@@ -1068,9 +1078,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     if not 1 <= args.concurrency <= 500 or not 1 <= args.conversations <= 100_000 \
-            or not 1 <= args.workers <= 8 or not 10 <= args.timeout <= 3600:
+            or not 1 <= args.workers <= 8 or not 10 <= args.timeout <= 3600 \
+            or not 1 <= args.web_processes <= 8:
         parser.error("out of bounds: concurrency 1-500, conversations 1-100000, "
-                     "workers 1-8, timeout 10-3600 s")
+                     "workers 1-8, web processes 1-8, timeout 10-3600 s")
 
     bench = Bench(args)
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
@@ -122,6 +122,10 @@ def _demo(args: argparse.Namespace) -> int:
     return _run_scenarios(files, as_json=args.json, quiet=False)
 
 
+        if name == "web":
+            command.add_argument("--processes", type=int, default=1, metavar="N",
+                                 help="serve from N processes sharing the port (SO_REUSEPORT; "
+                                      "default 1)")
 def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
     from core.logs import configure_logging
     from replay.runner import run_scenario_file
@@ -356,9 +360,59 @@ def _web(args: argparse.Namespace) -> int:
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
-    web.run_app(create_app(settings), host=settings.web_host, port=settings.web_port,
-                access_log=None)
-    return 0
+    processes = getattr(args, "processes", 1)
+    if processes < 1:
+        print("--processes must be at least 1", file=sys.stderr)
+        return 2
+
+    def serve() -> None:  # each process makes its own engine and Redis client
+        web.run_app(create_app(settings), host=settings.web_host, port=settings.web_port,
+                    access_log=None, reuse_port=processes > 1 or None)
+
+    if processes == 1:
+        serve()
+        return 0
+    return _fork_servers(processes, serve)
+
+
+def _fork_servers(processes: int, serve: Callable[[], None]) -> int:
+    """Run `serve` in `processes` forked children that share the port (SO_REUSEPORT: the
+    kernel spreads connections) and wait. SIGTERM and SIGINT are passed on; when one child
+    exits the others are stopped and its exit status is returned. The parent opens no
+    connection before the fork; each child dies with the parent (Linux)."""
+    import ctypes
+    import signal
+
+    children: list[int] = []
+    for _ in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+                serve()
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+
+    def forward(signum: int, _: object) -> None:
+        for child in children:
+            try:
+                os.kill(child, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    while children:
+        pid, wait_status = os.wait()
+        if pid in children:
+            children.remove(pid)
+            status = status or os.waitstatus_to_exitcode(wait_status)
+            forward(signal.SIGTERM, None)
+    return 0 if status < 0 else status
 
 
 def _worker(args: argparse.Namespace) -> int:
