@@ -62,6 +62,12 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
 
+class TenantCreate(TenantConfig):
+    """A new tenant: as `TenantConfig`, with its name required."""
+
+    name: str = Field(min_length=1, max_length=200)
+
+
 class TokenCreate(_Body):
     label: str = Field("", max_length=100, description="who or what uses the token")
 
@@ -164,6 +170,7 @@ def list_tenants(call: Call) -> tuple[int, Any]:
 
 
 def create_tenant(call: Call) -> tuple[int, Any]:
+    validated(TenantCreate, call.body)
     tenant = service.create_tenant(call.session, call.body, now=call.now)
     return 201, service.tenant_view(tenant)
 
@@ -324,7 +331,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/admin/tenants", list_tenants, "List tenants (a tenant token: its own)",
           "tenants"),
     Route("POST", "/admin/tenants", create_tenant, "Create a tenant, optionally with its "
-          "catalogue", "tenants", body=TenantConfig, operator_only=True, ok=201),
+          "catalogue", "tenants", body=TenantCreate, operator_only=True, ok=201),
     Route("GET", T, get_tenant, "Read a tenant's settings and counts", "tenants",
           path_types=TID),
     Route("PATCH", T, update_tenant, "Change settings; the next turn uses them", "tenants",
