@@ -34,6 +34,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from bot.cli_admin import (
+        add_catalog_commands,
+        add_conversation_commands,
+        add_facts_commands,
+        add_tenant_commands,
+    )
+
     parser = argparse.ArgumentParser(
         prog="wagent", description="The WhatsApp booking agent: run the processes, set up "
         "the database and tenants, review facts, exercise data rights, replay scenarios.")
@@ -64,14 +71,18 @@ def _parser() -> argparse.ArgumentParser:
 
     tenant = sub.add_parser("tenant", help="tenant set-up")
     tenant_sub = tenant.add_subparsers(title="tenant commands")
-    create = tenant_sub.add_parser("create", help="create or update a tenant from a JSON file "
-                                   "(the `tenant` object of REPLAY.md)")
+    create = tenant_sub.add_parser(
+        "create", help="create or update a tenant, with its catalogue, from a JSON or YAML "
+        "file (the `tenant` object of REPLAY.md; see examples/tenant.yaml)")
     create.add_argument("file", type=Path)
     create.set_defaults(run=_tenant_create)
     resume = tenant_sub.add_parser("resume", help="resume sending after the access token was "
                                    "fixed (a 190 from the Graph API paused the tenant)")
     resume.add_argument("phone_number_id")
     resume.set_defaults(run=_tenant_resume)
+    add_tenant_commands(tenant_sub)
+    add_catalog_commands(sub)
+    add_conversation_commands(sub)
 
     contact = sub.add_parser("contact", help="data-subject rights (LGPD) for one contact")
     contact_sub = contact.add_subparsers(title="contact commands")
@@ -101,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     extract = facts_sub.add_parser("extract", help="enqueue fact extraction for a conversation")
     extract.add_argument("conversation_id", type=int)
     extract.set_defaults(run=_facts_extract)
+    add_facts_commands(facts_sub)
 
     for name, run, text in (("web", _web, "run the webhook web process"),
                             ("worker", _worker, "run an RQ worker with the scheduler"),
@@ -110,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
         command.set_defaults(run=run)
         if name == "worker":
             command.add_argument("--burst", action="store_true", help="exit when idle")
+        if name == "web":
+            command.add_argument("--processes", type=int, default=1, metavar="N",
+                                 help="serve from N processes sharing the port (SO_REUSEPORT; "
+                                      "default 1)")
     return parser
 
 
@@ -122,10 +138,6 @@ def _demo(args: argparse.Namespace) -> int:
     return _run_scenarios(files, as_json=args.json, quiet=False)
 
 
-        if name == "web":
-            command.add_argument("--processes", type=int, default=1, metavar="N",
-                                 help="serve from N processes sharing the port (SO_REUSEPORT; "
-                                      "default 1)")
 def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
     from core.logs import configure_logging
     from replay.runner import run_scenario_file
@@ -335,18 +347,19 @@ def _tenant_resume(args: argparse.Namespace) -> int:
 
 
 def _tenant_create(args: argparse.Namespace) -> int:
+    from bot.cli_admin import read_document
     from core import clock
     from storage.db import make_engine, session_scope
-    from storage.tenants import TenantConfigError, upsert_tenant
+    from storage.tenants import CatalogueConflict, TenantConfigError, upsert_tenant
 
     settings = _settings(require=False)
     try:
-        config = json.loads(args.file.read_text(encoding="utf-8"))
+        config = read_document(args.file)
         with session_scope(make_engine(settings.database_url)) as session:
             tenant = upsert_tenant(session, config, now=clock.now())
             print(f"tenant {tenant.id} ({tenant.name}) for phone_number_id "
                   f"{tenant.phone_number_id}")
-    except (OSError, ValueError, TenantConfigError) as exc:
+    except (OSError, ValueError, TenantConfigError, CatalogueConflict) as exc:
         print(f"cannot create tenant: {exc}", file=sys.stderr)
         return 2
     return 0
