@@ -130,8 +130,8 @@ class TenantSettings(_Strict):
     instructions: str | None = Field(None, max_length=50_000,
                                      description="the agent's instructions (system prompt)")
     inactivity_timeout_minutes: int | None = Field(None, ge=1, le=43_200)
-    compaction_threshold_tokens: int | None = Field(None, ge=0, le=1_000_000)
-    compaction_min_gain_tokens: int | None = Field(None, ge=0, le=1_000_000)
+    compaction_threshold_tokens: int | None = Field(None, ge=0, le=1_000_000_000)
+    compaction_min_gain_tokens: int | None = Field(None, ge=0, le=1_000_000_000)
     keep_messages: int | None = Field(None, ge=1, le=500,
                                       description="messages kept verbatim after compaction")
     prune_after_user_turns: int | None = Field(None, ge=0, le=1000)
