@@ -24,7 +24,7 @@ from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.metrics import record_updates
 from bot.signature import verify_signature
 from core import clock
-from storage.jobs import enqueue_facts, enqueue_turn
+from storage.jobs import enqueue_facts, enqueue_turn, turn_token_key
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +64,8 @@ async def receive_update(request: web.Request) -> web.Response:
         log.warning("webhook_bad_signature")
         raise web.HTTPForbidden(text="bad signature")
     result = await _group_commit(request.app).submit(body, clock.now())
-    log.info("webhook_received", **result.counts)
+    # a POST stored in a group is summed up by the group's own line (webhook_group_stored)
+    (log.debug if result.grouped else log.info)("webhook_received", **result.counts)
     await record_updates(request.app, result.counts)
     return web.Response(text="ok")
 
@@ -88,27 +89,28 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 class GroupCommit:
     """Concurrent POSTs of one web process share a transaction (group commit).
 
-    A POST waits while the previous group is being stored; the POSTs that arrived meanwhile
-    then go together: their customer messages are stored with a few set-based statements and
-    one commit (`ingest.store_group`), their turns enqueued, and only then is each answered,
-    200 or 503, as if alone. A POST that arrives alone, or that holds anything but customer
-    messages (statuses, identity changes, bad items), takes the one-POST path
-    (`_store_and_enqueue`), and so does one the group could not take.
+    Up to `IN_FLIGHT` groups are stored at once; a POST that finds them all busy waits, and the
+    POSTs that waited then go together: their customer messages are stored with a few
+    set-based statements and one commit (`ingest.store_group`), their turns enqueued, and only
+    then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
+    anything but customer messages (statuses, identity changes, bad items), takes the one-POST
+    path (`_store_and_enqueue`), and so does one the group could not take.
     """
 
     MAX_POSTS = 200
+    IN_FLIGHT = 4  # while one group waits for PostgreSQL or Redis, the next is stored
+    MIN_POSTS = 16  # a second group starts once this many wait (the first starts at once)
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
         self.waiting: list[tuple[bytes, datetime, asyncio.Future[IngestResult]]] = []
-        self.task: asyncio.Task[None] | None = None
+        self.running: set[asyncio.Task[None]] = set()
 
     async def submit(self, body: bytes, now: datetime) -> IngestResult:
         """Store and enqueue one POST; StoreUnavailable becomes a 503."""
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
         self.waiting.append((body, now, future))
-        if self.task is None:
-            self.task = asyncio.create_task(self._run())
+        self._start()
         try:
             return await future
         except StoreUnavailable as exc:
@@ -116,26 +118,34 @@ class GroupCommit:
             raise web.HTTPServiceUnavailable(
                 text="temporarily unable to store the update") from exc
 
-    async def _run(self) -> None:
+    def _start(self) -> None:
+        while self.waiting and (not self.running or len(self.running) < self.IN_FLIGHT
+                                and len(self.waiting) >= self.MIN_POSTS):
+            group = self.waiting[:self.MAX_POSTS]
+            del self.waiting[:self.MAX_POSTS]
+            task = asyncio.create_task(self._store(group))
+            self.running.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: "asyncio.Task[None]") -> None:
+        self.running.discard(task)
+        self._start()
+
+    async def _store(self, group: list[tuple[bytes, datetime,
+                                             "asyncio.Future[IngestResult]"]]) -> None:
+        outcomes: list[IngestResult | BaseException]
         try:
-            while self.waiting:
-                group = self.waiting[:self.MAX_POSTS]
-                del self.waiting[:self.MAX_POSTS]
-                outcomes: list[IngestResult | BaseException]
-                try:
-                    outcomes = await asyncio.to_thread(
-                        _store_posts, self.app, [(body, now) for body, now, _ in group])
-                except BaseException as exc:  # the answer must never hang
-                    outcomes = [exc] * len(group)
-                for (_, _, future), outcome in zip(group, outcomes, strict=True):
-                    if future.done():  # the client went away
-                        continue
-                    if isinstance(outcome, BaseException):
-                        future.set_exception(outcome)
-                    else:
-                        future.set_result(outcome)
-        finally:
-            self.task = None
+            outcomes = await asyncio.to_thread(
+                _store_posts, self.app, [(body, now) for body, now, _ in group])
+        except BaseException as exc:  # the answer must never hang
+            outcomes = [exc] * len(group)
+        for (_, _, future), outcome in zip(group, outcomes, strict=True):
+            if future.done():  # the client went away
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
 
 
 _GROUPS: "weakref.WeakKeyDictionary[web.Application, GroupCommit]" = weakref.WeakKeyDictionary()
@@ -174,7 +184,7 @@ def _store_posts(app: web.Application,
             group = []
     in_group = {id(p) for p in group}
     grouped = {id(p) for p in group if not p.alone}
-    enqueued: dict[tuple[str, int], StoreUnavailable | None] = {}
+    enqueued = _queued_already(app, [p for p in group if id(p) in grouped])
     outcomes: list[IngestResult | BaseException] = []
     for (body, now), pending in zip(posts, pendings, strict=True):
         if failed is not None and id(pending) in in_group:
@@ -188,10 +198,31 @@ def _store_posts(app: web.Application,
                 _enqueue_once(app, conversation_id, "turn", enqueued)
             for conversation_id in pending.result.closed_conversation_ids:
                 _enqueue_once(app, conversation_id, "facts", enqueued)
+            pending.result.grouped = True
             outcomes.append(pending.result)
         except StoreUnavailable as exc:
             outcomes.append(exc)
     return outcomes
+
+
+def _queued_already(app: web.Application,
+                    group: list[Pending]) -> dict[tuple[str, int], StoreUnavailable | None]:
+    """The group's conversations whose turn is already queued and has not read the database
+    yet (its coalescing token exists, storage/jobs.py): our committed messages will be seen,
+    so nothing is enqueued for them. One round trip for the whole group instead of a WATCH
+    per conversation; on a Redis error nothing is known and each enqueue reports it."""
+    ids = sorted({c for p in group for c in p.result.turn_conversation_ids})
+    if not ids:
+        return {}
+    prefix = app[SETTINGS].redis_prefix
+    try:
+        with app[TURN_QUEUE].connection.pipeline(transaction=False) as pipe:
+            for conversation_id in ids:
+                pipe.exists(turn_token_key(prefix, conversation_id))
+            found = pipe.execute()
+    except RedisError:
+        return {}
+    return {("turn", c): None for c, queued in zip(ids, found, strict=True) if queued}
 
 
 def _retryable(exc: DBAPIError) -> bool:
