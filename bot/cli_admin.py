@@ -72,12 +72,15 @@ def run_for_tenant(action: TenantAction) -> Callable[[argparse.Namespace], int]:
                     raise NotFound(f"no tenant with phone_number_id {args.phone_number_id}")
                 result = action(args, session, tenant, clock.now())
         except AdminError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            for problem in exc.problems[1:]:
-                print(f"  {problem}", file=sys.stderr)
+            if len(exc.problems) > 1:
+                print("error:", file=sys.stderr)
+                for problem in exc.problems:
+                    print(f"  {problem}", file=sys.stderr)
+            else:
+                print(f"error: {exc}", file=sys.stderr)
             return 2
         except (TenantConfigError, CatalogueConflict, LookupError, ValueError, OSError) as exc:
-            print(f"error: {str(exc).strip(chr(39))}", file=sys.stderr)
+            print(f"error: {exc}", file=sys.stderr)
             return 2
         _print(result)
         return 0
@@ -125,10 +128,10 @@ def _catalog_set(args: argparse.Namespace, session: Any, tenant: Any, now: datet
 
 def _service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     from bot.admin import service
-    from storage.tenants import ServiceSpec, put_service
-    spec = service.validated(ServiceSpec, {"code": args.code, "name": args.name or "",
-                                           "duration_minutes": args.duration})
-    return service.service_view(put_service(session, tenant.id, spec)[0])
+    from storage.tenants import change_service
+    row = change_service(session, tenant.id, args.code, name=args.name,
+                         duration_minutes=args.duration)[0]
+    return service.service_view(row)
 
 
 def _remove_service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
@@ -139,11 +142,12 @@ def _remove_service(args: argparse.Namespace, session: Any, tenant: Any, now: da
 
 def _professional(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     from bot.admin import service
-    from storage.tenants import ProfessionalSpec, put_professional
-    services = [s.strip() for s in (args.services or "").split(",") if s.strip()]
-    spec = service.validated(ProfessionalSpec, {"code": args.code, "name": args.name or "",
-                                                "services": services})
-    return service.professional_view(put_professional(session, tenant.id, spec)[0])
+    from storage.tenants import change_professional
+    services = None if args.services is None else [
+        s.strip() for s in args.services.split(",") if s.strip()]
+    row = change_professional(session, tenant.id, args.code, name=args.name,
+                              services=services)[0]
+    return service.professional_view(row)
 
 
 def _remove_professional(args: argparse.Namespace, session: Any, tenant: Any,
@@ -161,6 +165,9 @@ def _hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
         day, sep, intervals = item.partition("=")
         if not sep:
             raise ValueError(f"{item!r}: use day=HH:MM-HH:MM[,HH:MM-HH:MM]")
+        if day.strip() in hours:
+            raise ValueError(f"{day.strip()} given twice: put its intervals in one argument, "
+                             f"{day.strip()}=09:00-12:00,13:00-18:00")
         hours[day.strip()] = [i.strip() for i in intervals.split(",") if i.strip()]
     spec = service.validated(TenantConfig, {"phone_number_id": "0", "hours": hours})
     set_hours(session, tenant.id, {str(d): v for d, v in (spec.hours or {}).items()})
@@ -170,7 +177,8 @@ def _hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
 def _exception(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     from bot.admin import service
     from storage.tenants import HoursExceptionSpec, put_hours_exception
-    spec = service.validated(HoursExceptionSpec, {"day": args.day, "hours": args.hours or [],
+    hours = [i.strip() for value in args.hours or [] for i in value.split(",") if i.strip()]
+    spec = service.validated(HoursExceptionSpec, {"day": args.day, "hours": hours,
                                                   "note": args.note})
     row = put_hours_exception(session, tenant.id, spec)[0]
     return {"day": row.day.isoformat(), "hours": row.hours, "note": row.note}
@@ -268,8 +276,9 @@ def add_catalog_commands(sub: Any) -> None:
     service = catalog_sub.add_parser("service", help="create or change a service")
     _pnid(service)
     service.add_argument("code")
-    service.add_argument("--name", default="")
-    service.add_argument("--duration", type=int, required=True, help="minutes")
+    service.add_argument("--name", default=None, help="shown to customers (kept when left out)")
+    service.add_argument("--duration", type=int, default=None,
+                         help="minutes (required for a new service; kept when left out)")
     service.set_defaults(run=run_for_tenant(_service))
     remove = catalog_sub.add_parser("remove-service", help="archive a service (refused while "
                                     "it has upcoming appointments)")
@@ -279,8 +288,9 @@ def add_catalog_commands(sub: Any) -> None:
     pro = catalog_sub.add_parser("professional", help="create or change a professional")
     _pnid(pro)
     pro.add_argument("code")
-    pro.add_argument("--name", default="")
-    pro.add_argument("--services", default="", help="service codes, comma-separated")
+    pro.add_argument("--name", default=None, help="kept when left out")
+    pro.add_argument("--services", default=None,
+                     help="service codes, comma-separated (kept when left out)")
     pro.set_defaults(run=run_for_tenant(_professional))
     remove_pro = catalog_sub.add_parser("remove-professional", help="archive a professional "
                                         "(refused while they have upcoming appointments)")
@@ -296,7 +306,8 @@ def add_catalog_commands(sub: Any) -> None:
                                        "weekday's; without --hours it is closed (a holiday)")
     _pnid(exception)
     exception.add_argument("day", help="YYYY-MM-DD, local")
-    exception.add_argument("--hours", action="append", metavar="HH:MM-HH:MM")
+    exception.add_argument("--hours", action="append", metavar="HH:MM-HH:MM[,...]",
+                           help="open intervals that day (repeatable or comma-separated)")
     exception.add_argument("--note", default="")
     exception.set_defaults(run=run_for_tenant(_exception))
     reopen = catalog_sub.add_parser("remove-exception", help="the date follows its weekday "

@@ -287,7 +287,9 @@ class _Runner:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        self.say(f"   $ wagent {' '.join(step['wagent'])}  → exit {status}")
+        expected = int(step.get("status", 0))
+        note = " (as expected)" if status and status == expected else ""
+        self.say(f"   $ wagent {' '.join(step['wagent'])}  → exit {status}{note}")
         for line in (err.getvalue().strip().splitlines() if status else [])[:5]:
             self.say(f"     {line}")
         if status != int(step.get("status", 0)):

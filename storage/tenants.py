@@ -99,7 +99,11 @@ def _check_intervals(intervals: list[str]) -> list[str]:
     for interval in intervals:
         if interval[:5] >= interval[6:]:
             raise ValueError(f"{interval!r}: opens must be before closes")
-    return intervals
+    ordered = sorted(intervals)
+    for before, after in zip(ordered, ordered[1:], strict=False):
+        if after[:5] < before[6:]:
+            raise ValueError(f"{before!r} and {after!r} overlap")
+    return ordered
 
 
 Intervals = Annotated[list[Interval], Field(max_length=10), AfterValidator(_check_intervals)]
@@ -125,8 +129,8 @@ class TenantSettings(_Strict):
 
     name: str | None = Field(None, min_length=1, max_length=200)
     timezone: str | None = Field(None, max_length=64, description="IANA zone")
-    language: str | None = Field(None, pattern=r"^[a-z]{2}(-[A-Z]{2})?$",
-                                 description="customer-facing language, e.g. pt-BR or en")
+    language: Literal["pt-BR", "en"] | None = Field(
+        None, description="the default language of replies and of the product's own texts")
     instructions: str | None = Field(None, max_length=50_000,
                                      description="the agent's instructions (system prompt)")
     inactivity_timeout_minutes: int | None = Field(None, ge=1, le=43_200)
@@ -135,8 +139,8 @@ class TenantSettings(_Strict):
     keep_messages: int | None = Field(None, ge=1, le=500,
                                       description="messages kept verbatim after compaction")
     prune_after_user_turns: int | None = Field(None, ge=0, le=1000)
-    agent_model: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")
-    summary_model: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")
+    agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
+    summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
     slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
     retention_days: int | None = Field(None, ge=1, le=36_500)
     followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
@@ -279,6 +283,43 @@ def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Se
     session.add(service)
     session.flush()
     return service, created
+
+
+def change_service(session: Session, tenant_id: int, code: str, *, name: str | None = None,
+                   duration_minutes: int | None = None) -> tuple[Service, bool]:
+    """Create a service, or change only the fields given (None keeps the current value).
+    A new service needs a duration. Raises TenantConfigError naming the problem."""
+    current = session.exec(select(Service).where(Service.tenant_id == tenant_id,
+                                                 Service.code == code)).first()
+    if current is None and duration_minutes is None:
+        raise TenantConfigError("duration_minutes: required for a new service")
+    spec = _valid(ServiceSpec, {
+        "code": code,
+        "name": name if name is not None else (current.name if current else ""),
+        "duration_minutes": duration_minutes if duration_minutes is not None
+        else (current.duration_minutes if current else 0)})
+    return put_service(session, tenant_id, spec)
+
+
+def change_professional(session: Session, tenant_id: int, code: str, *,
+                        name: str | None = None,
+                        services: list[str] | None = None) -> tuple[Professional, bool]:
+    """Create a professional, or change only the fields given (None keeps the current value)."""
+    current = session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
+                                                      Professional.code == code)).first()
+    spec = _valid(ProfessionalSpec, {
+        "code": code,
+        "name": name if name is not None else (current.name if current else ""),
+        "services": services if services is not None
+        else (current.service_codes if current else [])})
+    return put_professional(session, tenant_id, spec)
+
+
+def _valid(model: Any, data: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise TenantConfigError("; ".join(problems_of(exc))) from None
 
 
 def archive_service(session: Session, tenant_id: int, code: str, *, now: datetime) -> Service:

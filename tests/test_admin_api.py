@@ -386,3 +386,45 @@ def test_put_catalogue_replaces_the_parts_given(env: ReplayEnvironment) -> None:
     assert status == 200 and [s["code"] for s in catalogue["services"]] == ["barba", "corte"]
     assert [(p["code"], p["services"]) for p in catalogue["professionals"]] == [
         ("ana", ["corte"]), ("leo", ["barba"])]
+
+
+def test_changing_a_service_or_professional_keeps_the_fields_not_given(
+        env: ReplayEnvironment) -> None:
+    salon, _ = ids(env)
+    base = f"/admin/tenants/{salon}"
+    status, changed = call(env, "PUT", base + "/services/corte", {"name": "Corte e finalização"})
+    assert (status, changed["duration_minutes"]) == (200, 60)
+    status, body = call(env, "PUT", base + "/services/novo", {"name": "Novo"})
+    assert status == 422 and "duration_minutes" in body["error"]["message"]
+    status, pro = call(env, "PUT", base + "/professionals/julia", {"name": "Júlia Souza"})
+    assert (status, pro["services"]) == (200, ["corte"])
+    status, pro = call(env, "PUT", base + "/professionals/julia", {"services": []})
+    assert (pro["name"], pro["services"]) == ("Júlia Souza", [])
+
+
+def test_overlapping_hours_unsupported_languages_and_other_models_are_refused(
+        env: ReplayEnvironment) -> None:
+    salon, _ = ids(env)
+    status, body = call(env, "PUT", f"/admin/tenants/{salon}/hours",
+                        {"hours": {"mon": ["09:00-18:00", "17:00-19:00"]}})
+    assert status == 422 and "overlap" in body["error"]["message"]
+    status, hours = call(env, "PUT", f"/admin/tenants/{salon}/hours",
+                         {"hours": {"mon": ["13:00-18:00", "09:00-12:00"]}})
+    assert hours == {"mon": ["09:00-12:00", "13:00-18:00"]}, "stored in order"
+    for change in ({"language": "xx"}, {"agent_model": "gpt-4"}, {"summary_model": ""}):
+        assert call(env, "PATCH", f"/admin/tenants/{salon}", change)[0] == 422, change
+
+
+def test_a_tenant_token_may_revoke_its_own_tenants_tokens_only(env: ReplayEnvironment) -> None:
+    salon, garage = ids(env)
+    mine = call(env, "POST", f"/admin/tenants/{salon}/tokens", {"label": "leaked"})[1]
+    spare = token_for(env, salon)
+    theirs = call(env, "POST", f"/admin/tenants/{garage}/tokens", {"label": "x"})[1]
+    assert call(env, "DELETE", f"/admin/tenants/{salon}/tokens/{theirs['id']}",
+                token=spare)[0] == 404
+    assert call(env, "DELETE", f"/admin/tenants/{garage}/tokens/{theirs['id']}",
+                token=spare)[0] == 404
+    assert call(env, "DELETE", f"/admin/tenants/{salon}/tokens/{mine['id']}",
+                token=spare)[0] == 204
+    assert call(env, "GET", f"/admin/tenants/{salon}", token=mine["token"])[0] == 401
+    assert call(env, "GET", f"/admin/tenants/{garage}", token=theirs["token"])[0] == 200

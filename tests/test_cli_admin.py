@@ -96,6 +96,17 @@ def test_catalogue_commands(database: str, capsys: pytest.CaptureFixture[str]) -
     assert run(capsys, "catalog", "hours", PNID, "tue=14:00-18:00",
                "wed=08:00-12:00,13:00-17:00")[0] == 0
     assert run(capsys, "catalog", "hours", PNID, "wed=17:00-08:00")[0] == 2
+    status, _, err = run(capsys, "catalog", "hours", PNID, "mon=09:00-12:00", "mon=13:00-18:00")
+    assert status == 2 and "twice" in err
+    assert run(capsys, "catalog", "professional", PNID, "dr_rui", "--name", "Dr. Rui Lima")[0] == 0
+    status, pros, _ = run(capsys, "catalog", "show", PNID)
+    assert {"code": "dr_rui", "name": "Dr. Rui Lima", "services": ["retorno"]} in \
+        pros["professionals"], "--name alone keeps the services"
+    assert run(capsys, "catalog", "service", PNID, "retorno", "--duration", "25")[0] == 0
+    assert {"code": "retorno", "name": "Retorno", "duration_minutes": 25} in \
+        run(capsys, "catalog", "show", PNID)[1]["services"], "--duration alone keeps the name"
+    status, _, err = run(capsys, "catalog", "service", PNID, "novo", "--name", "Novo")
+    assert status == 2 and "duration_minutes" in err
     assert run(capsys, "catalog", "exception", PNID, "2026-06-04", "--note", "feriado")[0] == 0
     assert run(capsys, "catalog", "exception", PNID, "2026-06-10", "--hours",
                "08:00-10:00")[0] == 0

@@ -171,3 +171,14 @@ def test_a_revoked_token_ends_the_session(env: ReplayEnvironment, seeded: Seeded
             session.add(token)
     status, _, headers = browser.request("/console/")
     assert status == 303 and headers["Location"] == "/console/login"
+
+
+def test_the_transcript_and_the_agenda_read_as_a_person_would(env: ReplayEnvironment,
+                                                              seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    _, page, _ = browser.request(f"/console/conversations/{seeded.salon_conversation_id}")
+    assert "oi! tem horário amanhã à tarde pra corte?" in page
+    assert "[Mon 2026-06-01" not in page, "the model's received-time stamp is not shown"
+    _, agenda, _ = browser.request("/console/appointments?week=2026-06-01")
+    assert "Ana Teste" in agenda and "Corte feminino" in agenda and "Júlia" in agenda

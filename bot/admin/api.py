@@ -44,10 +44,10 @@ from storage.tenants import (
     WeeklyHours,
     archive_professional,
     archive_service,
+    change_professional,
+    change_service,
     delete_hours_exception,
     put_hours_exception,
-    put_professional,
-    put_service,
     resume_sending,
     set_hours,
 )
@@ -77,13 +77,18 @@ class Decision(_Body):
 
 
 class ServiceBody(_Body):
-    name: str = Field("", max_length=200)
-    duration_minutes: int = Field(ge=5, le=1440)
+    """Fields left out keep their value; a new service needs its duration."""
+
+    name: str | None = Field(None, max_length=200)
+    duration_minutes: int | None = Field(None, ge=5, le=1440)
 
 
 class ProfessionalBody(_Body):
-    name: str = Field("", max_length=200)
-    services: list[str] = Field(default_factory=list, max_length=200)
+    """Fields left out keep their value."""
+
+    name: str | None = Field(None, max_length=200)
+    services: list[str] | None = Field(None, max_length=200,
+                                       description="codes of the services they do")
 
 
 class HoursExceptionBody(_Body):
@@ -218,8 +223,9 @@ def put_catalogue(call: Call) -> tuple[int, Any]:
 
 def put_service_route(call: Call) -> tuple[int, Any]:
     body: ServiceBody = validated(ServiceBody, call.body)
-    spec = validated(ServiceSpec, {"code": call.path["code"], **body.model_dump()})
-    row, created = put_service(call.session, call.the_tenant().id or 0, spec)
+    validated(ServiceSpec, {"code": call.path["code"], "duration_minutes": 5})
+    row, created = change_service(call.session, call.the_tenant().id or 0, call.path["code"],
+                                  name=body.name, duration_minutes=body.duration_minutes)
     return (201 if created else 200), service.service_view(row)
 
 
@@ -230,8 +236,10 @@ def delete_service(call: Call) -> tuple[int, Any]:
 
 def put_professional_route(call: Call) -> tuple[int, Any]:
     body: ProfessionalBody = validated(ProfessionalBody, call.body)
-    spec = validated(ProfessionalSpec, {"code": call.path["code"], **body.model_dump()})
-    row, created = put_professional(call.session, call.the_tenant().id or 0, spec)
+    validated(ProfessionalSpec, {"code": call.path["code"]})
+    row, created = change_professional(call.session, call.the_tenant().id or 0,
+                                       call.path["code"], name=body.name,
+                                       services=body.services)
     return (201 if created else 200), service.professional_view(row)
 
 
@@ -341,8 +349,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", T + "/tokens", create_token, "Create a token that sees only this tenant "
           "(shown once)", "tenants", body=TokenCreate, operator_only=True, ok=201,
           path_types=TID),
-    Route("DELETE", T + "/tokens/{token_id}", revoke_token, "Revoke a tenant token", "tenants",
-          operator_only=True, ok=204, path_types=(*TID, ("token_id", "integer"))),
+    Route("DELETE", T + "/tokens/{token_id}", revoke_token, "Revoke a token of this tenant "
+          "(a tenant token may revoke its own tenant's)", "tenants", ok=204,
+          path_types=(*TID, ("token_id", "integer"))),
     Route("GET", T + "/catalog", get_catalogue, "Services, professionals, hours, exceptions",
           "catalog", path_types=TID),
     Route("PUT", T + "/catalog", put_catalogue, "Replace the parts of the catalogue given",
@@ -528,7 +537,7 @@ def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[
     except CatalogueConflict as exc:
         return error(409, "conflict", str(exc))
     except LookupError as exc:
-        return error(404, "not_found", str(exc).strip("'\""))
+        return error(404, "not_found", str(exc))
     except IntegrityError:
         log.warning("admin_integrity_conflict", route=route.path)
         return error(409, "conflict", "the change clashes with a concurrent one; try again")

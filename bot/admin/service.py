@@ -434,8 +434,13 @@ def list_appointments(session: Session, tenant: Tenant, query: AppointmentQuery
 def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str, Any]:
     service = session.get(Service, a.service_id)
     pro = session.get(Professional, a.professional_id)
-    return {"id": a.id, "contact_id": a.contact_id, "service": service.code if service else None,
+    contact = session.get(Contact, a.contact_id)
+    return {"id": a.id, "contact_id": a.contact_id,
+            "contact": contact_view(contact) if contact else None,
+            "service": service.code if service else None,
+            "service_name": service.name if service else None,
             "professional": pro.code if pro else None,
+            "professional_name": pro.name if pro else None,
             "start": a.start_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "end": a.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "start_at": _iso(a.start_at), "status": a.status,

@@ -10,6 +10,7 @@ or appointment is "not found". The work is done by bot/admin/service.py, as for 
 import asyncio
 import hmac
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,10 +43,10 @@ from storage.tenants import (
     TenantSettings,
     archive_professional,
     archive_service,
+    change_professional,
+    change_service,
     delete_hours_exception,
     put_hours_exception,
-    put_professional,
-    put_service,
     set_hours,
 )
 
@@ -385,11 +386,15 @@ def _tenant_id(p: Page) -> int:
 
 
 def add_service(p: Page) -> PageResult:
-    spec = service.validated(ServiceSpec, {"code": str(p.form.get("code", "")).strip(),
-                                           "name": str(p.form.get("name", "")),
-                                           "duration_minutes": p.form.get("duration_minutes")})
-    put_service(p.session, _tenant_id(p), spec)
-    return Redirect("/console/catalog", f"{spec.code} ✓")
+    code = str(p.form.get("code", "")).strip()
+    name = str(p.form.get("name", "")).strip() or None
+    raw = str(p.form.get("duration_minutes", "")).strip()
+    if raw and not raw.isdigit():
+        raise service.Invalid(f"{p.t['duration']}: {raw[:20]}")
+    service.validated(ServiceSpec, {"code": code, "duration_minutes": 5})
+    row, _ = change_service(p.session, _tenant_id(p), code, name=name,
+                            duration_minutes=int(raw) if raw else None)
+    return Redirect("/console/catalog", f"{row.name} ✓")
 
 
 def remove_service(p: Page) -> PageResult:
@@ -398,11 +403,13 @@ def remove_service(p: Page) -> PageResult:
 
 
 def add_professional(p: Page) -> PageResult:
-    spec = service.validated(ProfessionalSpec, {
-        "code": str(p.form.get("code", "")).strip(), "name": str(p.form.get("name", "")),
-        "services": [str(s) for s in p.form.get("services") or []]})
-    put_professional(p.session, _tenant_id(p), spec)
-    return Redirect("/console/catalog", f"{spec.code} ✓")
+    code = str(p.form.get("code", "")).strip()
+    service.validated(ProfessionalSpec, {"code": code})
+    services = [str(s) for s in p.form.get("services") or []] or None  # none ticked: kept
+    row, _ = change_professional(p.session, _tenant_id(p), code,
+                                 name=str(p.form.get("name", "")).strip() or None,
+                                 services=services)
+    return Redirect("/console/catalog", f"{row.name} ✓")
 
 
 def remove_professional(p: Page) -> PageResult:
@@ -517,8 +524,14 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
         text = "\n".join(t for t in texts if t.strip())
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
+            if kind == "customer":  # the received-time stamp is for the model (bot/ingest.py)
+                text = STAMP.sub("", text)
             items.append({"kind": kind, "text": text, "at": m["received_at"]})
     return items
+
+
+STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?",
+                   re.MULTILINE)
 
 
 def _result_text(block: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "sign_in": "Entrar",
         "sign_out": "Sair",
         "token": "Chave de acesso",
-        "token_help": "A chave do seu negócio (peça ao suporte ou gere com `wagent tenant token`).",
+        "token_help": "A chave de acesso do seu negócio, fornecida pelo suporte.",
         "bad_token": "Chave inválida ou revogada.",
         "home": "Início",
         "settings": "Configurações",
@@ -27,13 +27,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "fact_keys": "Fatos que o agente pode lembrar (um por linha)",
         "followup_template": "Modelo de retorno (fora da janela de 24 h)",
         "followup_template_language": "Idioma do modelo",
-        "language": "Idioma das respostas",
+        "language": "Idioma padrão (respostas e mensagens automáticas)",
         "save": "Salvar",
         "saved": "Alterações salvas. Valem a partir da próxima mensagem.",
         "fix_errors": "Corrija os campos marcados.",
         "preview": "O que o agente vê",
-        "preview_help": "As regras do produto e as suas instruções. O bloco de contexto vem "
-                        "depois, cercado como dados (não como instruções):",
+        "preview_help": "As regras do produto e as suas instruções. Depois vem o bloco de "
+                        "contexto de cada cliente, cercado como dados (não como instruções); "
+                        "por exemplo:",
         "services": "Serviços",
         "professionals": "Profissionais",
         "hours": "Horário de funcionamento",
@@ -68,7 +69,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "calls": "chamadas", "compactions": "compactações", "peak": "pico",
         "week_of": "Semana de", "previous_week": "← Semana anterior",
         "next_week": "Semana seguinte →", "no_appointments": "Nenhum agendamento.",
-        "cancel": "Cancelar", "cancelled": "Agendamento cancelado.",
+        "cancel": "Cancelar", "cancelled": "Agendamento cancelado. O cliente não é avisado "
+                                             "automaticamente.",
         "service": "Serviço", "professional": "Profissional", "time": "Horário",
         "not_found": "Não encontrado.", "forbidden": "Formulário expirado. Tente de novo.",
         "language_switch": "English",
@@ -79,8 +81,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "sign_in": "Sign in",
         "sign_out": "Sign out",
         "token": "Access key",
-        "token_help": "Your business's key (ask support or create one with "
-                      "`wagent tenant token`).",
+        "token_help": "Your business's access key, given by support.",
         "bad_token": "Unknown or revoked key.",
         "home": "Home",
         "settings": "Settings",
@@ -99,13 +100,13 @@ TEXTS: dict[str, dict[str, str]] = {
         "fact_keys": "Facts the agent may remember (one per line)",
         "followup_template": "Follow-up template (outside the 24 h window)",
         "followup_template_language": "Template language",
-        "language": "Reply language",
+        "language": "Default language (replies and automatic messages)",
         "save": "Save",
         "saved": "Saved. The changes apply from the next message.",
         "fix_errors": "Fix the marked fields.",
         "preview": "What the agent sees",
-        "preview_help": "The product's rules and your instructions. The context block follows, "
-                        "fenced as data (not instructions):",
+        "preview_help": "The product's rules and your instructions. Each customer's context "
+                        "block follows, fenced as data (not instructions); for example:",
         "services": "Services",
         "professionals": "Professionals",
         "hours": "Opening hours",
@@ -140,7 +141,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "calls": "calls", "compactions": "compactions", "peak": "peak",
         "week_of": "Week of", "previous_week": "← Previous week",
         "next_week": "Next week →", "no_appointments": "No appointments.",
-        "cancel": "Cancel", "cancelled": "Appointment cancelled.",
+        "cancel": "Cancel", "cancelled": "Appointment cancelled. The customer is not told "
+                                          "automatically.",
         "service": "Service", "professional": "Professional", "time": "Time",
         "not_found": "Not found.", "forbidden": "The form expired. Try again.",
         "language_switch": "Português",
