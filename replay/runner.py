@@ -171,6 +171,10 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
     database_url = database_url if database_url is not None else os.environ.get("DATABASE_URL")
     redis_url = redis_url if redis_url is not None else os.environ.get("REDIS_URL")
     start = datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
+    if redis_url and (problem := _unreachable(redis_url)):
+        result.fail(f"REDIS_URL {redis_url} is not reachable ({problem}); unset REDIS_URL to "
+                    "replay on the in-process stand-in")
+        return result
     env = ReplayEnvironment(start=start, database_url=database_url or None,
                             redis_url=redis_url or None)
     runner = _Runner(env, result, base, echo or (lambda _line: None),
@@ -191,6 +195,16 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
         runner.collect_totals()
         env.close()
     return result
+
+
+def _unreachable(redis_url: str) -> str | None:
+    import redis
+
+    try:
+        redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        return str(exc)[:120]
+    return None
 
 
 def _tenant(scenario: dict[str, Any]) -> dict[str, Any]:
