@@ -317,7 +317,7 @@ def _facts_extract(args: argparse.Namespace) -> int:
     from storage.db import connect_redis
     from storage.jobs import enqueue_facts
 
-    settings = _settings()
+    settings = _settings(require=False)  # needs the database and Redis only
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     job_id = enqueue_facts(queue, settings.redis_prefix, args.conversation_id)
     print(f"enqueued {job_id}" if job_id else "already queued")
@@ -332,7 +332,7 @@ def _tenant_resume(args: argparse.Namespace) -> int:
     from storage.rights import tenant_by_phone_number_id
     from storage.tenants import resume_sending
 
-    settings = _settings()
+    settings = _settings(require=False)  # needs the database and Redis only
     with session_scope(make_engine(settings.database_url)) as session:
         tenant = tenant_by_phone_number_id(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
