@@ -649,6 +649,22 @@ class Bench:
             worker = [sys.executable, "-c", PRELOADED_WORKER]
         self.workers = [self._spawn(f"worker{i}", worker, env=self.env)
                         for i in range(self.args.workers)]
+        self.wait_workers_ready()
+
+    def wait_workers_ready(self) -> None:
+        """Until every worker has registered with RQ, i.e. finished importing the job code,
+        as in production where workers are up before traffic comes (bounded: 120 s). Without
+        this, two interpreters importing anthropic & co. (about 3 CPU-s each) would be timed
+        as part of the webhook's load phase."""
+        from rq import Queue, Worker
+
+        queue = Queue(self.prefix, connection=self.redis)
+        until = min(self.deadline, time.monotonic() + 120)
+        while time.monotonic() < until:
+            if Worker.count(queue=queue) >= len(self.workers):
+                return
+            time.sleep(0.2)
+        log("the workers did not all register within 120 s; posting anyway")
 
     def start_bare(self) -> tuple[list[Child], str]:
         """`--web-processes` bare handlers sharing one port (SO_REUSEPORT), as the product."""
