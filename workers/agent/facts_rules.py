@@ -107,15 +107,20 @@ def mixed_scripts(text: str) -> bool:
     return "LATIN" in scripts and bool(scripts & {"CYRILLIC", "GREEK"})
 
 
-_SEP = r"[\s./,\-]?"
+# digits separated by anything but letters and digits (spaces, dots, commas, any dash...), at
+# most 3 characters at a time: "529.982.247-25", "529 . 982 . 247 - 25", "4111,1111,1111,1111"
+_DIGIT_RUN = re.compile(r"(?<!\d)\d(?:[^\w]{0,3}\d)+(?!\d)")
+
+
+def _digit_runs(text: str) -> list[list[int]]:
+    return [[int(d) for d in re.sub(r"\D", "", m.group(0))]
+            for m in _DIGIT_RUN.finditer(fold(text))]
 
 
 def has_cpf(text: str) -> bool:
-    """A Brazilian CPF: 11 digits, any common separators, whose two check digits match."""
-    for match in re.finditer(rf"(?<!\d)(\d{{3}}{_SEP}\d{{3}}{_SEP}\d{{3}}{_SEP}\d{{2}})(?!\d)",
-                             fold(text)):
-        digits = [int(d) for d in re.sub(r"\D", "", match.group(1))]
-        if len(set(digits)) == 1:
+    """A Brazilian CPF: 11 digits, any separators, whose two check digits match."""
+    for digits in _digit_runs(text):
+        if len(digits) != 11 or len(set(digits)) == 1:
             continue
         first = (sum(d * w for d, w in zip(digits[:9], range(10, 1, -1), strict=True)) * 10) % 11
         second = (sum(d * w for d, w in zip(digits[:10], range(11, 1, -1), strict=True)) * 10) % 11
@@ -125,9 +130,10 @@ def has_cpf(text: str) -> bool:
 
 
 def has_card_number(text: str) -> bool:
-    """13 to 19 digits (any common separators) that pass the Luhn check."""
-    for match in re.finditer(r"(?<!\d)(?:\d[\s./\-]{0,2}){12,18}\d(?!\d)", fold(text)):
-        digits = [int(d) for d in re.sub(r"\D", "", match.group(0))]
+    """13 to 19 digits (any separators) that pass the Luhn check."""
+    for digits in _digit_runs(text):
+        if not 13 <= len(digits) <= 19:
+            continue
         total = 0
         for position, digit in enumerate(reversed(digits)):
             if position % 2:
@@ -155,8 +161,8 @@ _INSTRUCTION = re.compile(  # matched on the folded text (no accents, lower case
     r"system|prompt|you must|you are|voce deve|voce e |sempre respond|always (answer|reply|"
     r"say)|never (ask|say)|nunca pergunt|act as|aja como|finja|pretend|a partir de agora|"
     r"from now on|de agora em diante|regra|rule|cancel\w* (todos|tudo|all)|assistant|"
-    r"assistente|tool|ferramenta|execut|comando|command|<|>|\{|\}|\[|\]|`|#|\*\*|:\s*$|"
-    r"^\w+:)")
+    r"assistente|tool|ferramenta|execut|comando|command|respond|answer in|desconto|discount|"
+    r"gratis|de graca|free of charge|<|>|\{|\}|\[|\]|`|#|\*\*|:\s*$|^\w+:)")
 
 
 def sensitive_topic(text: str) -> str | None:
