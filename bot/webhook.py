@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from bot.errors import StoreUnavailable
+from bot.inbound import InboundMessage
 from bot.ingest import (
     IngestResult,
     Pending,
@@ -162,7 +163,7 @@ def _store_posts(app: web.Application,
                  posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
     """Store and enqueue a group of POSTs (in a thread): those made only of customer messages
     in one transaction when there are two or more, the others one by one after it."""
-    pendings = [Pending(found, now) if (found := inbound_only(body)) else None
+    pendings = [Pending(found, now) if (found := _inbound_only(body)) else None
                 for body, now in posts]
     group = [p for p in pendings if p is not None]
     if len(group) < 2:
@@ -200,9 +201,18 @@ def _store_posts(app: web.Application,
                 _enqueue_once(app, conversation_id, "facts", enqueued)
             pending.result.grouped = True
             outcomes.append(pending.result)
-        except StoreUnavailable as exc:
+        except Exception as exc:  # this POST's answer only (StoreUnavailable: its 503)
             outcomes.append(exc)
     return outcomes
+
+
+def _inbound_only(body: bytes) -> list[InboundMessage] | None:
+    """`ingest.inbound_only`; a body it cannot take goes the one-POST way, which dead-letters
+    what it cannot read."""
+    try:
+        return inbound_only(body)
+    except Exception:
+        return None
 
 
 def _queued_already(app: web.Application,
