@@ -146,7 +146,7 @@ def _professional(args: argparse.Namespace, session: Any, tenant: Any, now: date
     services = None if args.services is None else [
         s.strip() for s in args.services.split(",") if s.strip()]
     row = change_professional(session, tenant.id, args.code, name=args.name,
-                              services=services)[0]
+                              services=services, now=now)[0]
     return service.professional_view(row)
 
 

@@ -189,6 +189,11 @@ class ProfessionalSpec(_Strict):
     services: list[str] = Field(default_factory=list, max_length=200,
                                 description="codes of the services this professional does")
 
+    @field_validator("services")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
 
 class HoursExceptionSpec(_Strict):
     day: date = Field(description="local date, YYYY-MM-DD")
@@ -204,8 +209,8 @@ class TenantConfig(TenantSettings):
     """A whole tenant as `wagent tenant create` and replays take it."""
 
     phone_number_id: str = Field(pattern=r"^[0-9]{1,64}$")
-    services: list[ServiceSpec] | None = Field(None, max_length=500)
-    professionals: list[ProfessionalSpec] | None = Field(None, max_length=500)
+    services: list[ServiceSpec] | None = Field(None, max_length=200)
+    professionals: list[ProfessionalSpec] | None = Field(None, max_length=100)
     hours: WeeklyHours | None = None
     hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=1000)
 
@@ -250,24 +255,62 @@ class CatalogueConflict(Exception):
 
 def replace_services(session: Session, tenant_id: int, services: list[ServiceSpec],
                      professionals: list[ProfessionalSpec], *, now: datetime) -> None:
-    """Make the active services and professionals exactly these (by code): others archived."""
+    """Make the active services and professionals exactly these (by code): others archived.
+    A few statements whatever the sizes (rows read once, one flush)."""
     codes = {s.code for s in services}
     for p in professionals:
         unknown = set(p.services) - codes
         if unknown:
             raise TenantConfigError(f"professional {p.code}: unknown services "
                                     f"{', '.join(sorted(unknown))}")
-    for service in list_services(session, tenant_id):
-        if service.code not in codes:
-            archive_service(session, tenant_id, service.code, now=now)
+    existing = {s.code: s for s in session.exec(select(Service).where(
+        Service.tenant_id == tenant_id))}
+    pros = {p.code: p for p in session.exec(select(Professional).where(
+        Professional.tenant_id == tenant_id))}
+    dropped = [s for s in existing.values() if s.active and s.code not in codes]
+    gone = [p for p in pros.values() if p.active and p.code not in {q.code for q in professionals}]
+    for service in dropped:
+        _refuse_if_booked(session, Appointment.service_id == service.id,
+                          f"service {service.code}", now)
+    for pro in gone:
+        _refuse_if_booked(session, Appointment.professional_id == pro.id,
+                          f"professional {pro.code}", now)
+    for service in dropped:
+        service.active = False
+        session.add(service)
+    for pro in gone:
+        pro.active = False
+        session.add(pro)
     for spec in services:
-        put_service(session, tenant_id, spec)
-    keep = {p.code for p in professionals}
-    for pro in list_professionals(session, tenant_id):
-        if pro.code not in keep:
-            archive_professional(session, tenant_id, pro.code, now=now)
+        row = existing.get(spec.code) or Service(tenant_id=tenant_id, code=spec.code,
+                                                 name=spec.name or spec.code,
+                                                 duration_minutes=spec.duration_minutes)
+        row.name, row.duration_minutes, row.active = (spec.name or spec.code,
+                                                      spec.duration_minutes, True)
+        session.add(row)
+    session.flush()
     for pro_spec in professionals:
-        put_professional(session, tenant_id, pro_spec)
+        row_pro = pros.get(pro_spec.code) or Professional(tenant_id=tenant_id, code=pro_spec.code,
+                                                          name=pro_spec.name or pro_spec.code)
+        if row_pro.id is not None:
+            _refuse_dropping_booked(session, row_pro, pro_spec.services, now)
+        row_pro.name, row_pro.active = pro_spec.name or pro_spec.code, True
+        row_pro.service_codes = list(pro_spec.services)
+        session.add(row_pro)
+    session.flush()
+
+
+def _refuse_dropping_booked(session: Session, pro: Professional, services: list[str],
+                            now: datetime) -> None:
+    """A professional keeps a service while they have upcoming bookings of it."""
+    removed = set(pro.service_codes) - set(services)
+    if not removed:
+        return
+    ids = [s.id for s in session.exec(select(Service).where(
+        Service.tenant_id == pro.tenant_id, col(Service.code).in_(removed)))]
+    _refuse_if_booked(session, (col(Appointment.professional_id) == pro.id)
+                      & col(Appointment.service_id).in_(ids),
+                      f"professional {pro.code} ({', '.join(sorted(removed))})", now)
 
 
 def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Service, bool]:
@@ -302,8 +345,8 @@ def change_service(session: Session, tenant_id: int, code: str, *, name: str | N
 
 
 def change_professional(session: Session, tenant_id: int, code: str, *,
-                        name: str | None = None,
-                        services: list[str] | None = None) -> tuple[Professional, bool]:
+                        name: str | None = None, services: list[str] | None = None,
+                        now: datetime | None = None) -> tuple[Professional, bool]:
     """Create a professional, or change only the fields given (None keeps the current value)."""
     current = session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                       Professional.code == code)).first()
@@ -312,7 +355,7 @@ def change_professional(session: Session, tenant_id: int, code: str, *,
         "name": name if name is not None else (current.name if current else ""),
         "services": services if services is not None
         else (current.service_codes if current else [])})
-    return put_professional(session, tenant_id, spec)
+    return put_professional(session, tenant_id, spec, now)
 
 
 def _valid(model: Any, data: dict[str, Any]) -> Any:
@@ -341,8 +384,8 @@ def archive_service(session: Session, tenant_id: int, code: str, *, now: datetim
     return service
 
 
-def put_professional(session: Session, tenant_id: int,
-                     spec: ProfessionalSpec) -> tuple[Professional, bool]:
+def put_professional(session: Session, tenant_id: int, spec: ProfessionalSpec,
+                     now: datetime | None = None) -> tuple[Professional, bool]:
     """Create or update (and re-activate) a professional by code; its services must exist."""
     known = {s.code for s in list_services(session, tenant_id)}
     unknown = set(spec.services) - known
@@ -354,6 +397,8 @@ def put_professional(session: Session, tenant_id: int,
     created = pro is None
     if pro is None:
         pro = Professional(tenant_id=tenant_id, code=spec.code, name=spec.name or spec.code)
+    elif now is not None:
+        _refuse_dropping_booked(session, pro, spec.services, now)
     pro.name, pro.service_codes = spec.name or spec.code, list(dict.fromkeys(spec.services))
     pro.active = True
     session.add(pro)

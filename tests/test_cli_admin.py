@@ -144,8 +144,8 @@ def test_conversations_appointments_and_fact_edit(database: str,
         service = session.exec(select(Service)).one()
         session.add(Appointment(tenant_id=1, contact_id=contact.id or 0,
                                 service_id=service.id or 0, professional_id=1,
-                                start_at=datetime(2026, 6, 2, 17, 30, tzinfo=UTC),
-                                end_at=datetime(2026, 6, 2, 18, tzinfo=UTC), created_at=now))
+                                start_at=datetime(2027, 6, 1, 17, 30, tzinfo=UTC),  # upcoming
+                                end_at=datetime(2027, 6, 1, 18, tzinfo=UTC), created_at=now))
         session.add(ContactFact(tenant_id=1, contact_id=contact.id or 0, key="preferred_name",
                                 value="Carlinha", state="suggested",
                                 source_message_id=message.id, created_at=now))
@@ -153,9 +153,9 @@ def test_conversations_appointments_and_fact_edit(database: str,
     assert status == 0 and listed[0]["contact"]["wa_id"] == "5511999990003"
     status, one, _ = run(capsys, "conversations", "show", PNID, str(listed[0]["id"]))
     assert one["messages"][0]["content"][0]["text"] == "sou a Carla"
-    status, appointments, _ = run(capsys, "appointments", "list", PNID, "--from", "2026-06-02",
-                                  "--to", "2026-06-02")
-    assert [(a["start"], a["status"]) for a in appointments] == [("2026-06-02T14:30", "booked")]
+    status, appointments, _ = run(capsys, "appointments", "list", PNID, "--from", "2027-06-01",
+                                  "--to", "2027-06-01")
+    assert [(a["start"], a["status"]) for a in appointments] == [("2027-06-01T14:30", "booked")]
     assert run(capsys, "appointments", "cancel", PNID, str(appointments[0]["id"]))[0] == 0
     assert run(capsys, "appointments", "cancel", PNID, str(appointments[0]["id"]))[0] == 2
     status, edited, _ = run(capsys, "facts", "edit", PNID, "1", "Carla", "--reason",

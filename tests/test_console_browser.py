@@ -167,7 +167,7 @@ def test_an_owner_configures_the_agent_reviews_a_fact_and_reads_a_conversation(
     # the agenda, on a phone-sized screen
     d.set_window_size(390, 844)  # type: ignore[attr-defined]
     d.get(env.web_url + "/console/appointments?week=2026-06-01")  # type: ignore
-    assert "corte" in d.page_source  # type: ignore[attr-defined]
+    assert "Corte feminino" in d.page_source and "Ana Teste" in d.page_source  # type: ignore
     width = d.execute_script("return document.documentElement.scrollWidth")  # type: ignore
     assert width <= 400, "no horizontal scrolling on a phone"
     snap(d, shots, "agenda-phone")

@@ -15,9 +15,10 @@ import asyncio
 import hmac
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
@@ -54,6 +55,11 @@ from storage.tenants import (
 
 log = structlog.get_logger(__name__)
 MAX_ID = 2**31 - 1
+T = TypeVar("T")
+# settings that change cost and behaviour beyond the business's own: the operator's to change
+OPERATOR_FIELDS = frozenset({"agent_model", "summary_model", "compaction_threshold_tokens",
+                             "compaction_min_gain_tokens", "keep_messages",
+                             "prune_after_user_turns"})
 
 
 # -- request bodies that exist only at the HTTP edge -----------------------------------------
@@ -239,7 +245,7 @@ def put_professional_route(call: Call) -> tuple[int, Any]:
     validated(ProfessionalSpec, {"code": call.path["code"]})
     row, created = change_professional(call.session, call.the_tenant().id or 0,
                                        call.path["code"], name=body.name,
-                                       services=body.services)
+                                       services=body.services, now=call.now)
     return (201 if created else 200), service.professional_view(row)
 
 
@@ -333,72 +339,72 @@ def cancel_appointment(call: Call) -> tuple[int, Any]:
                                            call.path["appointment_id"], now=call.now)
 
 
-T = "/admin/tenants/{tenant_id}"
+TP = "/admin/tenants/{tenant_id}"
 TID = (("tenant_id", "integer"),)
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/admin/tenants", list_tenants, "List tenants (a tenant token: its own)",
           "tenants"),
     Route("POST", "/admin/tenants", create_tenant, "Create a tenant, optionally with its "
           "catalogue", "tenants", body=TenantCreate, operator_only=True, ok=201),
-    Route("GET", T, get_tenant, "Read a tenant's settings and counts", "tenants",
+    Route("GET", TP, get_tenant, "Read a tenant's settings and counts", "tenants",
           path_types=TID),
-    Route("PATCH", T, update_tenant, "Change settings; the next turn uses them", "tenants",
+    Route("PATCH", TP, update_tenant, "Change settings; the next turn uses them", "tenants",
           body=TenantSettings, path_types=TID),
-    Route("POST", T + "/resume-sending", resume, "Resume sending after the access token was "
+    Route("POST", TP + "/resume-sending", resume, "Resume sending after the access token was "
           "fixed (a Graph API 190 paused it)", "tenants", path_types=TID),
-    Route("POST", T + "/tokens", create_token, "Create a token that sees only this tenant "
+    Route("POST", TP + "/tokens", create_token, "Create a token that sees only this tenant "
           "(shown once)", "tenants", body=TokenCreate, operator_only=True, ok=201,
           path_types=TID),
-    Route("DELETE", T + "/tokens/{token_id}", revoke_token, "Revoke a token of this tenant "
+    Route("DELETE", TP + "/tokens/{token_id}", revoke_token, "Revoke a token of this tenant "
           "(a tenant token may revoke its own tenant's)", "tenants", ok=204,
           path_types=(*TID, ("token_id", "integer"))),
-    Route("GET", T + "/catalog", get_catalogue, "Services, professionals, hours, exceptions",
+    Route("GET", TP + "/catalog", get_catalogue, "Services, professionals, hours, exceptions",
           "catalog", path_types=TID),
-    Route("PUT", T + "/catalog", put_catalogue, "Replace the parts of the catalogue given",
+    Route("PUT", TP + "/catalog", put_catalogue, "Replace the parts of the catalogue given",
           "catalog", body=CatalogueBody, path_types=TID),
-    Route("PUT", T + "/services/{code}", put_service_route, "Create or change a service",
+    Route("PUT", TP + "/services/{code}", put_service_route, "Create or change a service",
           "catalog", body=ServiceBody, path_types=(*TID, ("code", "string"))),
-    Route("DELETE", T + "/services/{code}", delete_service, "Remove a service (409 while it "
+    Route("DELETE", TP + "/services/{code}", delete_service, "Remove a service (409 while it "
           "has upcoming appointments)", "catalog", ok=204,
           path_types=(*TID, ("code", "string"))),
-    Route("PUT", T + "/professionals/{code}", put_professional_route, "Create or change a "
+    Route("PUT", TP + "/professionals/{code}", put_professional_route, "Create or change a "
           "professional and the services they do", "catalog", body=ProfessionalBody,
           path_types=(*TID, ("code", "string"))),
-    Route("DELETE", T + "/professionals/{code}", delete_professional, "Remove a professional "
+    Route("DELETE", TP + "/professionals/{code}", delete_professional, "Remove a professional "
           "(409 while they have upcoming appointments)", "catalog", ok=204,
           path_types=(*TID, ("code", "string"))),
-    Route("PUT", T + "/hours", put_hours, "Replace the weekly opening hours", "catalog",
+    Route("PUT", TP + "/hours", put_hours, "Replace the weekly opening hours", "catalog",
           body=HoursBody, path_types=TID),
-    Route("PUT", T + "/hours-exceptions/{day}", put_exception, "Set one date's hours (a "
+    Route("PUT", TP + "/hours-exceptions/{day}", put_exception, "Set one date's hours (a "
           "holiday: none)", "catalog", body=HoursExceptionBody,
           path_types=(*TID, ("day", "date"))),
-    Route("DELETE", T + "/hours-exceptions/{day}", delete_exception, "Remove a date's "
+    Route("DELETE", TP + "/hours-exceptions/{day}", delete_exception, "Remove a date's "
           "exception", "catalog", ok=204, path_types=(*TID, ("day", "date"))),
-    Route("GET", T + "/conversations", list_conversations, "Conversations, newest first",
+    Route("GET", TP + "/conversations", list_conversations, "Conversations, newest first",
           "conversations", query=service.ConversationQuery, path_types=TID),
-    Route("GET", T + "/conversations/{conversation_id}", get_conversation, "One conversation: "
+    Route("GET", TP + "/conversations/{conversation_id}", get_conversation, "One conversation: "
           "messages, summary, facts in context, usage per call", "conversations",
           query=MessagesPage, path_types=(*TID, ("conversation_id", "integer"))),
-    Route("GET", T + "/contacts", list_contacts, "Contacts by id", "contacts", query=Page,
+    Route("GET", TP + "/contacts", list_contacts, "Contacts by id", "contacts", query=Page,
           path_types=TID),
-    Route("GET", T + "/contacts/{contact}/export", export_contact, "Everything stored about "
+    Route("GET", TP + "/contacts/{contact}/export", export_contact, "Everything stored about "
           "a contact (phone, user id or contact id)", "contacts",
           path_types=(*TID, ("contact", "string"))),
-    Route("DELETE", T + "/contacts/{contact}", forget_contact, "Erase a contact from every "
+    Route("DELETE", TP + "/contacts/{contact}", forget_contact, "Erase a contact from every "
           "layer; returns the receipt's counts", "contacts",
           path_types=(*TID, ("contact", "string"))),
-    Route("GET", T + "/facts/review", review_queue, "Facts waiting for a person, with their "
+    Route("GET", TP + "/facts/review", review_queue, "Facts waiting for a person, with their "
           "source message", "facts", path_types=TID),
-    Route("POST", T + "/facts/{fact_id}/approve", approve_fact, "Confirm a fact in review",
+    Route("POST", TP + "/facts/{fact_id}/approve", approve_fact, "Confirm a fact in review",
           "facts", body=Decision, path_types=(*TID, ("fact_id", "integer"))),
-    Route("POST", T + "/facts/{fact_id}/reject", reject_fact, "Reject a fact; its summaries "
+    Route("POST", TP + "/facts/{fact_id}/reject", reject_fact, "Reject a fact; its summaries "
           "are re-derived without it by a job", "facts", body=Decision, ok=202,
           path_types=(*TID, ("fact_id", "integer"))),
-    Route("POST", T + "/facts/{fact_id}/edit", edit_fact, "Correct a fact's value, with a "
+    Route("POST", TP + "/facts/{fact_id}/edit", edit_fact, "Correct a fact's value, with a "
           "reason", "facts", body=service.FactEdit, path_types=(*TID, ("fact_id", "integer"))),
-    Route("GET", T + "/appointments", list_appointments, "Appointments by start time",
+    Route("GET", TP + "/appointments", list_appointments, "Appointments by start time",
           "appointments", query=service.AppointmentQuery, path_types=TID),
-    Route("POST", T + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
+    Route("POST", TP + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
           "booking (the slot becomes free)", "appointments", body=Decision,
           path_types=(*TID, ("appointment_id", "integer"))),
 )
@@ -426,21 +432,32 @@ def _authenticate(request: web.Request) -> tuple[bool, str] | None:
     return is_operator, token
 
 
-def _clean(value: Any, where: str = "body") -> list[str]:
-    """Text PostgreSQL cannot store: NUL characters and lone surrogates."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return [f"{where}: NUL characters are not allowed"]
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return [f"{where}: invalid Unicode (lone surrogate)"]
-        return []
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _clean(k, where) + _clean(v, f"{where}.{k}")]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _clean(v, f"{where}.{i}")]
-    return []
+MAX_DEPTH = 16
+
+
+def clean_text(value: Any, where: str = "body") -> list[str]:
+    """What PostgreSQL cannot store or a person would not send: NUL characters, lone
+    surrogates, JSON nested deeper than MAX_DEPTH. Iterative: a deep body cannot overflow."""
+    problems: list[str] = []
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack and len(problems) < 20:
+        item, at, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return [f"{where}: nested deeper than {MAX_DEPTH} levels"]
+        if isinstance(item, str):
+            if "\x00" in item:
+                problems.append(f"{at}: NUL characters are not allowed")
+            elif not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    problems.append(f"{at}: invalid Unicode (lone surrogate)")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack += [(key, at, depth + 1), (child, f"{at}.{key}", depth + 1)]
+        elif isinstance(item, list):
+            stack += [(child, f"{at}.{i}", depth + 1) for i, child in enumerate(item)]
+    return problems
 
 
 def _path_params(request: web.Request, route: Route) -> dict[str, Any]:
@@ -448,7 +465,7 @@ def _path_params(request: web.Request, route: Route) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name, kind in route.path_types:
         raw = request.match_info[name]
-        if _clean(raw):
+        if clean_text(raw):
             raise NotFound(f"no {name} {raw!r}")
         if kind == "integer":
             if not raw.isascii() or not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
@@ -473,11 +490,19 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
         if auth is None:
             return error(401, "unauthorized", "send Authorization: Bearer <token>",
                          headers={"WWW-Authenticate": 'Bearer realm="wagent-admin"'})
+        if not auth[0]:  # a tenant token is checked before anything is read or validated
+            try:
+                known = await run_admin(request.app, _tenant_of_token, request.app, auth[1])
+            except OperationalError:
+                return error(503, "unavailable", "the database is unavailable; try again")
+            if known is None:
+                return error(401, "unauthorized", "unknown or revoked token",
+                             headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
         try:
             path = _path_params(request, route)
             query = None
             if route.query is not None:
-                problems = _clean(dict(request.query), "query")
+                problems = clean_text(dict(request.query), "query")
                 if problems:
                     raise Invalid(problems[0], problems)
                 query = validated(route.query, dict(request.query))
@@ -491,19 +516,42 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
                         body = json.loads(raw)
                     except (ValueError, RecursionError):
                         return error(400, "bad_json", "the body is not valid JSON")
-                    problems = _clean(body)
+                    problems = clean_text(body)
                     if problems:
                         raise Invalid(problems[0], problems)
                 if route.body is not None and not isinstance(body, dict) and not (
                         body is None and route.body in (Decision, TokenCreate)):
                     raise Invalid("the body must be a JSON object",
                                   ["body: must be a JSON object"])
-            return await asyncio.to_thread(_run, request, route, auth, path, query, body)
+            return await run_admin(request.app, _run, request, route, auth, path, query, body)
         except AdminError as exc:
             return error(exc.status, exc.code, str(exc), exc.problems)
 
     handle.__name__ = route.handler.__name__
     return handle
+
+
+ADMIN_EXECUTOR = web.AppKey("admin_executor", ThreadPoolExecutor)
+
+
+async def run_admin(app: web.Application, func: Callable[..., T], *args: Any) -> T:
+    """Run blocking admin or console work on their own small thread pool, so a heavy admin
+    request never takes the threads the webhook stores Meta's updates with."""
+    return await asyncio.get_running_loop().run_in_executor(app[ADMIN_EXECUTOR], func, *args)
+
+
+def _tenant_of_token(app: web.Application, token: str) -> int | None:
+    with session_scope(app[ENGINE]) as session:
+        return service.tenant_for_token(session, token)
+
+
+def lock_tenant(session: Session, tenant_id: int) -> None:
+    """Serialise the changes of one tenant (PostgreSQL row lock; SQLite writes are already
+    serial): two concurrent PUTs of the hours end as one of them, never both merged."""
+    from storage.db import is_postgres
+
+    if is_postgres(session.get_bind()):  # type: ignore[arg-type]
+        session.exec(select(Tenant).where(Tenant.id == tenant_id).with_for_update()).first()
 
 
 def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[str, Any],
@@ -525,8 +573,16 @@ def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[
                 tenant = session.get(Tenant, path["tenant_id"])
                 if tenant is None or (not operator and tenant.id != tenant_token_id):
                     return error(404, "not_found", f"no tenant #{path['tenant_id']}")
+                if route.method != "GET":
+                    lock_tenant(session, path["tenant_id"])
+                    session.refresh(tenant)
             elif not operator:
                 tenant = session.get(Tenant, tenant_token_id)
+            if not operator and route.body is TenantSettings and isinstance(body, dict):
+                held = sorted(OPERATOR_FIELDS & body.keys())
+                if held:
+                    return error(403, "forbidden", f"{', '.join(held)}: only the operator "
+                                 "changes these (models and memory tuning)")
             call = Call(request=request, session=session, tenant=tenant, operator=operator,
                         path=path, query=query, body=body, now=clock.now())
             status, payload = route.handler(call)
@@ -557,8 +613,15 @@ def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[
 
 
 def setup_admin(app: web.Application) -> None:
-    """Add the /admin routes and the OpenAPI document to `app`."""
+    """Add the /admin routes and the OpenAPI document to `app`, and the admin thread pool."""
     from bot.admin.openapi import openapi_document
+
+    app[ADMIN_EXECUTOR] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="admin")
+
+    async def close_executor(app: web.Application) -> None:
+        app[ADMIN_EXECUTOR].shutdown(wait=False)
+
+    app.on_cleanup.append(close_executor)
 
     document = openapi_document(ROUTES)
 

@@ -332,6 +332,8 @@ def approve_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, rea
     fact = _fact(session, tenant, fact_id)
     if fact.state not in ("suggested", "pending_review", "contested"):
         raise Conflict(f"fact #{fact_id} is {fact.state}, not in review")
+    if fact.key not in resolve_keys(tenant.fact_keys):
+        raise Conflict(f"key {fact.key!r} is no longer among the tenant's fact_keys")
     decided = fact_repo.decide(session, fact_id, approve=True, by=by, reason=reason, now=now)
     assert decided is not None
     return fact_view(decided)
@@ -412,7 +414,7 @@ class AppointmentQuery(BaseModel):
 
 def list_appointments(session: Session, tenant: Tenant, query: AppointmentQuery
                       ) -> list[dict[str, Any]]:
-    """By start time; days are local to the tenant's timezone (default: from today on)."""
+    """By start time; days are local to the tenant's timezone (no `from`: from the first)."""
     tz = ZoneInfo(tenant.timezone)
     statement = select(Appointment).where(Appointment.tenant_id == tenant.id)
     first = query.date_from
@@ -450,11 +452,14 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
 def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
                        now: datetime) -> dict[str, Any]:
     """The business cancels a booking (its slot becomes free). The customer is not messaged."""
-    appointment = session.get(Appointment, appointment_id)
+    appointment = session.exec(select(Appointment).where(Appointment.id == appointment_id)
+                               .with_for_update()).first()  # two cancels: one wins
     if appointment is None or appointment.tenant_id != tenant.id:
         raise NotFound(f"no appointment #{appointment_id}")
     if appointment.status != "booked":
         raise Conflict(f"appointment #{appointment_id} is {appointment.status}")
+    if appointment.end_at <= now:
+        raise Conflict(f"appointment #{appointment_id} already took place")
     appointment.status, appointment.cancelled_at = "cancelled", now
     session.add(appointment)
     session.flush()

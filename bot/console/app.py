@@ -7,7 +7,6 @@ cookie. Pages act only on the session's tenant: an id of another tenant's conver
 or appointment is "not found". The work is done by bot/admin/service.py, as for the API.
 """
 
-import asyncio
 import hmac
 import json
 import re
@@ -26,6 +25,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
 from bot.admin import service
+from bot.admin.api import clean_text, lock_tenant, run_admin
 from bot.admin.service import AdminError
 from bot.console.texts import LANGUAGES, texts_for
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
@@ -104,8 +104,9 @@ def _save_session(request: web.Request, sid: str, state: dict[str, Any]) -> None
 
 def _set_cookie(request: web.Request, response: web.StreamResponse, name: str, value: str,
                 max_age: int) -> None:
+    behind_tls = request.headers.get("X-Forwarded-Proto", "").lower() == "https"
     response.set_cookie(name, value, max_age=max_age, path="/console", httponly=True,
-                        samesite="Strict", secure=request.secure)
+                        samesite="Strict", secure=request.secure or behind_tls)
 
 
 def _csrf_ok(expected: str, form: dict[str, Any]) -> bool:
@@ -151,7 +152,7 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
     """An aiohttp handler: session check, CSRF on POST, the handler in a thread with one
     transaction, then the template (or a redirect with a flash message)."""
     async def handle(request: web.Request) -> web.StreamResponse:
-        loaded = await asyncio.to_thread(_load_session, request)
+        loaded = await run_admin(request.app, _load_session, request)
         if loaded is None:
             raise web.HTTPSeeOther("/console/login")
         sid, state = loaded
@@ -163,23 +164,27 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
             if not _csrf_ok(state.get("csrf", ""), form):
                 t = texts_for(state.get("lang", "pt-BR"))
                 return web.Response(status=403, text=t["forbidden"])
+        text_fields = {k: v for k, v in {**form, **request.query}.items()
+                       if isinstance(v, str | list)}
+        if clean_text(text_fields, "form") or clean_text(dict(request.match_info), "path"):
+            return web.Response(status=400, text="invalid characters in the form")
         try:
-            result, tenant_view = await asyncio.to_thread(_run, request, state, form, handler,
+            result, tenant_view = await run_admin(request.app, _run, request, state, form, handler,
                                                           name)
         except OperationalError:
             return web.Response(status=503, text="database unavailable; try again")
         if result is None:  # the token was revoked or the tenant is gone
-            await asyncio.to_thread(request.app[REDIS].delete, _key(request, sid))
+            await run_admin(request.app, request.app[REDIS].delete, _key(request, sid))
             raise web.HTTPSeeOther("/console/login")
         if isinstance(result, Redirect):
             if result.flash:
                 state["flash"], state["flash_bad"] = result.flash, result.bad
-                await asyncio.to_thread(_save_session, request, sid, state)
+                await run_admin(request.app, _save_session, request, sid, state)
             raise web.HTTPSeeOther(result.location)
         template, context = result
         flash, flash_bad = state.pop("flash", ""), state.pop("flash_bad", False)
         if flash:
-            await asyncio.to_thread(_save_session, request, sid, state)
+            await run_admin(request.app, _save_session, request, sid, state)
         lang = state.get("lang", "pt-BR")
         return _render(request, template, {
             "t": texts_for(lang), "lang": lang, "page": name, "tenant": tenant_view,
@@ -197,6 +202,8 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
         if (token is None or token.revoked_at is not None or tenant is None
                 or token.tenant_id != tenant.id):
             return None, None
+        if request.method == "POST":
+            lock_tenant(session, int(tenant.id or 0))
         current = Page(request=request, session=session, tenant=tenant, state=state,
                        form=form, now=clock.now(), after_commit=after)
         try:
@@ -224,7 +231,7 @@ def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
     if isinstance(exc, service.NotFound) or (isinstance(exc, LookupError)
                                              and name not in ("catalog",)):
         return "message.html", {"message": t["not_found"], "status": 404}
-    return Redirect(PAGE_URLS.get(name, "/console/"), str(exc).strip("'\""), bad=True)
+    return Redirect(PAGE_URLS.get(name, "/console/"), str(exc), bad=True)
 
 
 # -- sign in and out --------------------------------------------------------------------------
@@ -246,7 +253,8 @@ async def login(request: web.Request) -> web.StreamResponse:
     if not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), dict(form)):
         return web.Response(status=403, text=texts_for("pt-BR")["forbidden"])
     token = str(form.get("token", "")).strip()
-    found = await asyncio.to_thread(_token_row, request, token) if 0 < len(token) < 512 else None
+    found = (await run_admin(request.app, _token_row, request, token)
+             if 0 < len(token) < 512 else None)
     if found is None:
         log.warning("console_sign_in_refused")
         raise web.HTTPSeeOther("/console/login?failed=1")
@@ -254,7 +262,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     sid = secrets.token_urlsafe(32)
     state = {"tenant_id": tenant_id, "token_id": token_id, "csrf": secrets.token_urlsafe(32),
              "lang": "en" if language == "en" else "pt-BR"}
-    await asyncio.to_thread(_save_session, request, sid, state)
+    await run_admin(request.app, _save_session, request, sid, state)
     log.info("console_signed_in", tenant_id=tenant_id)
     response = web.Response(status=303, headers={"Location": "/console/"})
     _set_cookie(request, response, COOKIE, sid, SESSION_SECONDS)
@@ -274,13 +282,13 @@ def _token_row(request: web.Request, token: str) -> tuple[int, int, str] | None:
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
-    loaded = await asyncio.to_thread(_load_session, request)
+    loaded = await run_admin(request.app, _load_session, request)
     if loaded is not None:
         sid, state = loaded
         form = await request.post()
         if not _csrf_ok(state.get("csrf", ""), dict(form)):
             return web.Response(status=403, text=texts_for(state.get("lang", ""))["forbidden"])
-        await asyncio.to_thread(request.app[REDIS].delete, _key(request, sid))
+        await run_admin(request.app, request.app[REDIS].delete, _key(request, sid))
     response = web.Response(status=303, headers={"Location": "/console/login"})
     response.del_cookie(COOKIE, path="/console")
     return response
@@ -347,9 +355,14 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
             continue
         if line.startswith("{"):
             try:
-                keys.append(json.loads(line))
-            except json.JSONDecodeError:
+                parsed = json.loads(line)
+            except (ValueError, RecursionError):
                 errors["fact_keys"] = f"{line[:40]}: JSON inválido / invalid JSON"
+                continue
+            if clean_text(parsed):
+                errors["fact_keys"] = f"{line[:40]}: JSON inválido / invalid JSON"
+                continue
+            keys.append(parsed)
         else:
             keys.append(line)
     changes["fact_keys"] = keys
@@ -408,7 +421,7 @@ def add_professional(p: Page) -> PageResult:
     services = [str(s) for s in p.form.get("services") or []] or None  # none ticked: kept
     row, _ = change_professional(p.session, _tenant_id(p), code,
                                  name=str(p.form.get("name", "")).strip() or None,
-                                 services=services)
+                                 services=services, now=p.now)
     return Redirect("/console/catalog", f"{row.name} ✓")
 
 
@@ -453,7 +466,7 @@ def _by(p: Page) -> str:
 
 def _fact_id(p: Page) -> int:
     raw = p.request.match_info["fact_id"]
-    if not raw.isdigit() or int(raw) > 2**31 - 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
         raise service.NotFound("no such fact")
     return int(raw)
 
@@ -496,7 +509,7 @@ def conversation_page(p: Page) -> PageResult:
     from workers.report import render_svg
 
     raw = p.request.match_info["conversation_id"]
-    if not raw.isdigit() or int(raw) > 2**31 - 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
         raise service.NotFound("no such conversation")
     view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now)
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
@@ -549,7 +562,7 @@ def appointments_page(p: Page) -> PageResult:
             if p.request.query.get("week") else today
     except ValueError:
         anchor = today
-    if not 2000 <= anchor.year <= 2100:
+    if not 2001 <= anchor.year <= 2099:
         anchor = today
     monday = anchor - timedelta(days=anchor.weekday())
     query = service.validated(service.AppointmentQuery, {
@@ -567,7 +580,7 @@ def appointments_page(p: Page) -> PageResult:
 
 def cancel(p: Page) -> PageResult:
     raw = p.request.match_info["appointment_id"]
-    if not raw.isdigit() or int(raw) > 2**31 - 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
         raise service.NotFound("no such appointment")
     appointment = service.cancel_appointment(p.session, p.tenant, int(raw), now=p.now)
     return Redirect(f"/console/appointments?week={appointment['start'][:10]}",
