@@ -17,19 +17,34 @@ TenantAction = Callable[[argparse.Namespace, Any, Any, datetime], Any]
 
 
 def read_document(path: Path) -> Any:
-    """A JSON or YAML file's content (YAML by extension .yaml/.yml); ValueError when malformed."""
+    """A JSON or YAML file's content (YAML by extension .yaml/.yml); ValueError when malformed
+    (nested too deep, NUL characters included)."""
+    from bot.admin.api import clean_text
+
     text = path.read_text(encoding="utf-8")
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+            document = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise ValueError(f"{path}: not valid YAML: {str(exc)[:300]}") from None
+    else:
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{path}: not valid JSON: {str(exc)[:300]}") from None
+    problems = clean_text(document, "file")
+    if problems:
+        raise ValueError(f"{path}: {'; '.join(problems[:5])}")
+    return document
+
+
+def record_id(text: str) -> int:
+    """An argparse type: a database id (1 … 2^31-1)."""
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**31:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an id")
+    return int(text)
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, Any]:
@@ -102,6 +117,11 @@ def _update(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
     changes.update(parse_assignments(args.set or []))
     if not changes:
         raise ValueError("nothing to change: give --set key=value or --file")
+    from bot.admin.api import clean_text
+
+    problems = clean_text(changes, "set")
+    if problems:
+        raise ValueError("; ".join(problems))
     return service.tenant_view(service.update_tenant(session, tenant, changes))
 
 
@@ -256,7 +276,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
     token.set_defaults(run=run_for_tenant(_token))
     revoke = tenant_sub.add_parser("revoke-token", help="revoke a tenant's admin API token")
     _pnid(revoke)
-    revoke.add_argument("token_id", type=int)
+    revoke.add_argument("token_id", type=record_id)
     revoke.set_defaults(run=run_for_tenant(_revoke))
 
 
@@ -321,7 +341,7 @@ def add_facts_commands(facts_sub: Any) -> None:
     edit = facts_sub.add_parser("edit", help="correct a fact's value (confirmed, origin "
                                 "admin; the old value is kept as history)")
     _pnid(edit)
-    edit.add_argument("fact_id", type=int)
+    edit.add_argument("fact_id", type=record_id)
     edit.add_argument("value")
     edit.add_argument("--reason", required=True, help="why (kept with the decision)")
     edit.set_defaults(run=run_for_tenant(_fact_edit))
@@ -339,7 +359,7 @@ def add_conversation_commands(sub: Any) -> None:
     show = conv_sub.add_parser("show", help="messages, summary, facts in context, usage per "
                                "call")
     _pnid(show)
-    show.add_argument("conversation_id", type=int)
+    show.add_argument("conversation_id", type=record_id)
     show.set_defaults(run=run_for_tenant(_conversation))
     appointments = sub.add_parser("appointments", help="list and cancel bookings")
     app_sub = appointments.add_subparsers(title="appointments commands")
@@ -353,7 +373,7 @@ def add_conversation_commands(sub: Any) -> None:
     cancel = app_sub.add_parser("cancel", help="cancel a booking (the customer is not "
                                 "messaged)")
     _pnid(cancel)
-    cancel.add_argument("appointment_id", type=int)
+    cancel.add_argument("appointment_id", type=record_id)
     cancel.set_defaults(run=run_for_tenant(_cancel))
 
 

@@ -428,3 +428,30 @@ def test_a_tenant_token_may_revoke_its_own_tenants_tokens_only(env: ReplayEnviro
                 token=spare)[0] == 204
     assert call(env, "GET", f"/admin/tenants/{salon}", token=mine["token"])[0] == 401
     assert call(env, "GET", f"/admin/tenants/{garage}", token=theirs["token"])[0] == 200
+
+
+def test_a_tenant_token_cannot_change_models_or_memory_tuning(env: ReplayEnvironment) -> None:
+    salon, _ = ids(env)
+    token = token_for(env, salon)
+    for change in ({"agent_model": "claude-opus-4-1"}, {"keep_messages": 500},
+                   {"compaction_threshold_tokens": 0}):
+        status, body = call(env, "PATCH", f"/admin/tenants/{salon}", change, token=token)
+        assert status == 403 and "operator" in body["error"]["message"], change
+        assert call(env, "PATCH", f"/admin/tenants/{salon}", change)[0] == 200, "operator may"
+    assert call(env, "PATCH", f"/admin/tenants/{salon}", {"inactivity_timeout_minutes": 60},
+                token=token)[0] == 200
+
+
+def test_a_booking_that_already_took_place_cannot_be_cancelled(env: ReplayEnvironment) -> None:
+    salon, _ = ids(env)
+    env.messages_api.script("turn", [
+        {"tool": "book_appointment", "input": {"service": "corte", "start": "2026-06-02T10:00"}},
+        {"text": "Marcado!"}])
+    assert env.post_webhook(json.dumps(text_body("corte amanhã 10h", 1,
+                                                 sent_at=env.clock.now())).encode()) == 200
+    env.drain()
+    env.clock.advance(timedelta(days=3))
+    booking = call(env, "GET", f"/admin/tenants/{salon}/appointments")[1][0]
+    status, body = call(env, "POST", f"/admin/tenants/{salon}/appointments/{booking['id']}"
+                                     "/cancel", {})
+    assert status == 409 and "took place" in body["error"]["message"]

@@ -172,3 +172,18 @@ def test_the_cli_scenario_books_in_its_hours_and_the_new_timeout_closes_the_sess
                                redis_url=redis_url or "")
     assert result.passed, result.failures
     assert result.tool_errors == 1, "the booking outside the file's hours was refused"
+
+
+def test_bad_ids_and_text_are_clear_errors_not_tracebacks(database: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    assert run(capsys, "tenant", "create", str(YAML_TENANT))[0] == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["conversations", "show", PNID, "99999999999"])
+    assert exit_info.value.code == 2 and "not an id" in capsys.readouterr().err
+    status, _, err = run(capsys, "tenant", "update", PNID, "--set", 'instructions="a\\u0000b"')
+    assert status == 2 and "NUL" in err
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
+    status, _, err = run(capsys, "tenant", "create", str(deep))
+    assert status == 2 and "cannot create tenant" in err

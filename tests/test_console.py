@@ -182,3 +182,18 @@ def test_the_transcript_and_the_agenda_read_as_a_person_would(env: ReplayEnviron
     assert "[Mon 2026-06-01" not in page, "the model's received-time stamp is not shown"
     _, agenda, _ = browser.request("/console/appointments?week=2026-06-01")
     assert "Ana Teste" in agenda and "Corte feminino" in agenda and "Júlia" in agenda
+
+
+def test_the_session_cookie_is_secure_behind_a_tls_proxy(env: ReplayEnvironment,
+                                                         seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.request("/console/login")
+    request = urllib.request.Request(
+        env.web_url + "/console/login", method="POST",
+        data=urllib.parse.urlencode({"csrf": browser.csrf, "token": seeded.salon_token}).encode(),
+        headers={"X-Forwarded-Proto": "https"})
+    try:
+        browser.opener.open(request, timeout=10)
+    except urllib.error.HTTPError as exc:
+        cookie = exc.headers["Set-Cookie"]
+    assert "Secure" in cookie and "HttpOnly" in cookie
