@@ -473,10 +473,7 @@ def store_group(engine: Engine, group: list[Pending]) -> list[Pending]:
             if item.msg.starts_turn:
                 _add_turn(item.pending.result, item.conversation_id)
         _group_touch(session, [i for i in inserting if i.msg.wamid in ids])
-    alone = [p for p in group if p.alone]
-    log.info("webhook_group_stored", posts=len(group), stored=len(ids),
-             alone=len(alone), conversations=len({i.conversation_id for i in inserting}))
-    return alone
+    return [p for p in group if p.alone]
 
 
 def _message_row(item: _Item) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 import asyncio
 import hmac
+import time
 import weakref
 from datetime import datetime, timedelta
 
@@ -169,6 +170,7 @@ def _store_posts(app: web.Application,
     if len(group) < 2:
         group = []
     failed: BaseException | None = None
+    started = time.perf_counter()
     if group:
         try:
             store_group(app[ENGINE], group)
@@ -185,6 +187,7 @@ def _store_posts(app: web.Application,
             group = []
     in_group = {id(p) for p in group}
     grouped = {id(p) for p in group if not p.alone}
+    stored_at = time.perf_counter()
     enqueued = _queued_already(app, [p for p in group if id(p) in grouped])
     outcomes: list[IngestResult | BaseException] = []
     for (body, now), pending in zip(posts, pendings, strict=True):
@@ -203,6 +206,11 @@ def _store_posts(app: web.Application,
             outcomes.append(pending.result)
         except Exception as exc:  # this POST's answer only (StoreUnavailable: its 503)
             outcomes.append(exc)
+    if grouped:
+        log.info("webhook_group_stored", posts=len(posts), grouped=len(grouped),
+                 messages=sum(p.result.counts.get("message", 0) for p in group),
+                 store_ms=round((stored_at - started) * 1000, 1),
+                 total_ms=round((time.perf_counter() - started) * 1000, 1))
     return outcomes
 
 
