@@ -92,7 +92,7 @@ def lookup_group(session: Session, *, wamids: list[str], phone_number_ids: list[
             wa_ids=wa_ids)
     from psycopg.rows import namedtuple_row
 
-    raw = session.connection().connection.driver_connection
+    raw: Any = session.connection().connection.driver_connection  # the psycopg connection
     by_hash = {wamid_hash(x): x for x in wamids}
     with raw.pipeline():
         cursors = [raw.cursor(row_factory=namedtuple_row) for _ in _GROUP_LOOKUPS]
@@ -190,7 +190,7 @@ def _build_insert_rows(dialect: str, table: Any, returning: tuple[str, ...],
     if dialect != "postgresql":
         return upsert(dialect, table).on_conflict_do_nothing(
             index_elements=list(conflict) or None).returning(*(table.c[r] for r in returning))
-    pg = postgresql.dialect()
+    pg = postgresql.dialect()  # type: ignore[no-untyped-call]
     quote = pg.identifier_preparer.quote
     columns = [c for c in table.columns if c.name != "id"]
     names = ", ".join(quote(c.name) for c in columns)
