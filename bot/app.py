@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 from bot.admin.api import setup_admin
 from bot.console.app import setup_console
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
-from bot.metrics import serve_metrics
+from bot.metrics import setup_metrics
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
 from storage.db import connect_redis, make_engine
@@ -45,7 +45,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     app.router.add_get("/health", health)
     setup_admin(app)
     setup_console(app)
-    app.router.add_get("/metrics", serve_metrics)
+    setup_metrics(app)
     return app
 
 

@@ -48,6 +48,7 @@ def make_registry(app: web.Application) -> CollectorRegistry:
 async def serve_metrics(request: web.Request) -> web.Response:
     """200 with the exposition; 503 when Redis cannot be read (no zeros in its place)."""
     registry = make_registry(request.app)
+    await flush_updates(request.app)
     try:
         body = await asyncio.to_thread(generate_latest, registry)
     except Exception as exc:
@@ -56,9 +57,41 @@ async def serve_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+FLUSH_AFTER_SECONDS = 0.5
+PENDING = web.AppKey("webhook_counts_pending", dict)
+
+
+def setup_metrics(app: web.Application) -> None:
+    """The /metrics route and the process's buffer of webhook counts (flushed on shutdown)."""
+    app[PENDING] = {}
+    app.router.add_get("/metrics", serve_metrics)
+
+    async def flush_on_cleanup(app: web.Application) -> None:
+        await flush_updates(app)
+
+    app.on_cleanup.append(flush_on_cleanup)
+
+
 async def record_updates(app: web.Application, counts: Mapping[str, int]) -> None:
-    """Count one webhook POST's updates by kind (ingest's outcome names), off the event loop."""
+    """Count one webhook POST's updates by kind (ingest's outcome names). Summed in the process
+    and written to Redis at most every FLUSH_AFTER_SECONDS (and before a scrape), so a POST
+    costs no Redis round trip of its own."""
+    pending = app[PENDING]
+    first = not pending
+    for kind, amount in counts.items():
+        if amount:
+            pending[kind] = pending.get(kind, 0) + amount
+    if first and pending:
+        asyncio.get_running_loop().call_later(
+            FLUSH_AFTER_SECONDS, lambda: asyncio.ensure_future(flush_updates(app)))
+
+
+async def flush_updates(app: web.Application) -> None:
+    """Write the process's pending webhook counts to Redis (best-effort, like all metrics)."""
+    pending = dict(app[PENDING])
+    app[PENDING].clear()
+    if not pending:
+        return
     ops = [metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
-           for kind, amount in counts.items() if amount]
-    if ops:
-        await asyncio.to_thread(metrics.record, app[REDIS], app[SETTINGS].redis_prefix, *ops)
+           for kind, amount in pending.items()]
+    await asyncio.to_thread(metrics.record, app[REDIS], app[SETTINGS].redis_prefix, *ops)
