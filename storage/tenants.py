@@ -426,7 +426,7 @@ def _refuse_if_booked(session: Session, condition: Any, what: str, now: datetime
         condition, Appointment.status == "booked", col(Appointment.end_at) > now)).all()
     if upcoming:
         raise CatalogueConflict(f"{what} has {len(upcoming)} upcoming appointment(s) "
-                                f"(#{', #'.join(str(i) for i in upcoming[:10])}); cancel or "
+                                f"(#{', #'.join(str(i) for i in upcoming[:10])}), cancel or "
                                 "move them first")
 
 

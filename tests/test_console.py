@@ -197,3 +197,23 @@ def test_the_session_cookie_is_secure_behind_a_tls_proxy(env: ReplayEnvironment,
     except urllib.error.HTTPError as exc:
         cookie = exc.headers["Set-Cookie"]
     assert "Secure" in cookie and "HttpOnly" in cookie
+
+
+def test_errors_read_in_portuguese_in_the_portuguese_console(env: ReplayEnvironment,
+                                                             seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    browser.request("/console/settings")
+    status, page, _ = browser.request("/console/settings", {
+        "csrf": browser.csrf, "instructions": "Oi", "inactivity_timeout_minutes": "0",
+        "retention_days": "trinta", "language": "pt-BR", "fact_keys": "preferred_name",
+        "followup_template": "", "followup_template_language": "pt_BR"})
+    assert status == 422 and "deve ser no mínimo 1" in page
+    assert "informe um número inteiro" in page and "Input should" not in page
+    browser.request("/console/catalog/services", {"csrf": browser.csrf, "code": "corte",
+                                                  "duration_minutes": "2"})
+    _, catalog, _ = browser.request("/console/catalog")
+    assert "deve ser no mínimo 5" in catalog
+    browser.request("/console/catalog/services/remove", {"csrf": browser.csrf, "code": "corte"})
+    _, catalog, _ = browser.request("/console/catalog")
+    assert "agendamento(s) futuro(s)" in catalog

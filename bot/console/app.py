@@ -27,7 +27,7 @@ from sqlmodel import Session, col, select
 from bot.admin import service
 from bot.admin.api import clean_text, lock_tenant, run_admin
 from bot.admin.service import AdminError
-from bot.console.texts import LANGUAGES, texts_for
+from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock
 from storage.db import session_scope
@@ -231,7 +231,9 @@ def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
     if isinstance(exc, service.NotFound) or (isinstance(exc, LookupError)
                                              and name not in ("catalog",)):
         return "message.html", {"message": t["not_found"], "status": 404}
-    return Redirect(PAGE_URLS.get(name, "/console/"), str(exc), bad=True)
+    language = "en" if t is texts_for("en") else "pt-BR"
+    message = "; ".join(translate_problem(part, language) for part in str(exc).split("; "))
+    return Redirect(PAGE_URLS.get(name, "/console/"), message, bad=True)
 
 
 # -- sign in and out --------------------------------------------------------------------------
@@ -326,7 +328,8 @@ def settings_page(p: Page) -> PageResult:
         try:
             spec: TenantSettings = service.validated(TenantSettings, changes)
         except service.Invalid as exc:
-            errors = {**_field_errors(exc.problems), **errors}
+            errors = {**_field_errors([translate_problem(problem, p.state.get("lang", "pt-BR"))
+                                       for problem in exc.problems]), **errors}
         else:
             if not errors:
                 from storage.tenants import update_settings

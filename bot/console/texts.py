@@ -153,3 +153,44 @@ TEXTS: dict[str, dict[str, str]] = {
 
 def texts_for(language: str) -> dict[str, str]:
     return TEXTS.get(language, TEXTS["pt-BR"])
+
+
+# the validator's English, as a business owner reads it in Portuguese (first match wins)
+_PT_BR_PROBLEMS: list[tuple[str, str]] = [
+    (r"Input should be greater than or equal to (\S+)", r"deve ser no mínimo \1"),
+    (r"Input should be less than or equal to (\S+)", r"deve ser no máximo \1"),
+    (r"Input should be a valid integer.*", "informe um número inteiro"),
+    (r"Input should be a valid date.*", "informe uma data (AAAA-MM-DD)"),
+    (r"String should have at least 1 character.*", "obrigatório"),
+    (r"String should have at most (\d+) characters?", r"no máximo \1 caracteres"),
+    (r"String should match pattern.*", "formato inválido"),
+    (r"Input should be 'pt-BR' or 'en'", "use pt-BR ou en"),
+    (r"Input should be .*", "valor inválido"),
+    (r"Field required", "obrigatório"),
+    (r"Extra inputs are not permitted", "campo desconhecido"),
+    (r"List should have at most (\d+) items?.*", r"no máximo \1 itens"),
+    (r"'(\S+)' is not an IANA zone.*", r"'\1' não é um fuso horário (ex.: America/Sao_Paulo)"),
+    (r"'(\S+)' and '(\S+)' overlap", r"'\1' e '\2' se sobrepõem"),
+    (r"'(\S+)': opens must be before closes", r"'\1': a abertura deve ser antes do fechamento"),
+    (r"unknown fact key '(\S+)'.*", r"fato desconhecido '\1'"),
+    (r"(.*) has (\d+) upcoming appointment\(s\).*",
+     r"\1 tem \2 agendamento(s) futuro(s); cancele ou remarque antes"),
+    (r"duration_minutes: required for a new service", "duração: obrigatória para um serviço novo"),
+    (r"no exception on (\S+)", r"nenhuma exceção em \1"),
+    (r"no (service|professional) '(\S+)'", r"'\2' não existe"),
+]
+
+
+def translate_problem(text: str, language: str) -> str:
+    """A validation problem ("where: what") in the console's language."""
+    if language == "en":
+        return text
+    import re
+
+    where, sep, what = text.partition(": ")
+    for prefix, part in (("", text), (where + ": " if sep else "", what if sep else "")):
+        for pattern, replacement in _PT_BR_PROBLEMS:
+            translated, count = re.subn(rf"^{pattern}$", replacement, part)
+            if part and count:
+                return prefix + translated
+    return text
