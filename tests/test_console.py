@@ -217,3 +217,13 @@ def test_errors_read_in_portuguese_in_the_portuguese_console(env: ReplayEnvironm
     browser.request("/console/catalog/services/remove", {"csrf": browser.csrf, "code": "corte"})
     _, catalog, _ = browser.request("/console/catalog")
     assert "agendamento(s) futuro(s)" in catalog
+
+
+def test_a_long_conversation_shows_its_latest_messages(env: ReplayEnvironment, seeded: Seeded,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("bot.console.app.TRANSCRIPT_MESSAGES", 4)
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    _, page, _ = browser.request(f"/console/conversations/{seeded.salon_conversation_id}")
+    assert 'id="older"' in page and "Pode sim! Aceitamos pix" in page, "the newest are shown"
+    assert "oi! tem horário amanhã" not in page

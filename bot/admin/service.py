@@ -218,16 +218,23 @@ def _conversation_head(c: Conversation) -> dict[str, Any]:
 
 
 def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
-                      now: datetime, after_id: int = 0, limit: int = MAX_PAGE) -> dict[str, Any]:
+                      now: datetime, after_id: int = 0, limit: int = MAX_PAGE,
+                      latest: bool = False) -> dict[str, Any]:
     """One conversation: its messages (content blocks as sent to Claude), summary, the context
     block and the facts it holds, and token usage per Claude call with totals."""
     conversation = session.get(Conversation, conversation_id)
     if conversation is None or conversation.tenant_id != tenant.id:
         raise NotFound(f"no conversation #{conversation_id}")
     contact = session.get(Contact, conversation.contact_id)
-    messages = session.exec(select(Message).where(
-        Message.conversation_id == conversation_id, col(Message.id) > after_id)
-        .order_by(col(Message.id)).limit(limit)).all()
+    query = select(Message).where(Message.conversation_id == conversation_id,
+                                  col(Message.id) > after_id)
+    if latest:  # the last `limit` messages, oldest first
+        messages = list(reversed(session.exec(query.order_by(col(Message.id).desc())
+                                              .limit(limit)).all()))
+    else:
+        messages = list(session.exec(query.order_by(col(Message.id)).limit(limit)).all())
+    total = int(session.exec(select(func.count()).select_from(Message).where(
+        Message.conversation_id == conversation_id)).one())
     usage = session.exec(select(Usage).where(Usage.conversation_id == conversation_id)
                          .order_by(col(Usage.id))).all()
     keys = resolve_keys(tenant.fact_keys)
@@ -246,6 +253,7 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "contact": contact_view(contact) if contact else None,
         "summary": conversation.summary,
         "context_block": conversation.context_block,
+        "messages_total": total,
         "facts_in_context": [fact_view(f) for f in facts],
         "messages": [{"id": m.id, "position": m.position, "role": m.role,
                       "direction": m.direction, "content": m.content, "wa_type": m.wa_type,

@@ -54,6 +54,7 @@ log = structlog.get_logger(__name__)
 COOKIE = "wagent_console"
 LOGIN_COOKIE = "wagent_console_login"
 SESSION_SECONDS = 8 * 3600
+TRANSCRIPT_MESSAGES = 500  # a conversation page shows its latest messages
 TEMPLATES = Path(__file__).parent / "templates"
 CONSOLE_ENV = web.AppKey("console_templates", jinja2.Environment)
 
@@ -514,7 +515,8 @@ def conversation_page(p: Page) -> PageResult:
     raw = p.request.match_info["conversation_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
         raise service.NotFound("no such conversation")
-    view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now)
+    view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now, latest=True,
+                                     limit=TRANSCRIPT_MESSAGES)
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
     plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}")
     return "conversation.html", {"c": view, "plot": plot, "transcript": _transcript(view),

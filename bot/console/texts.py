@@ -75,6 +75,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "not_found": "Não encontrado.", "forbidden": "Formulário expirado. Tente de novo.",
         "language_switch": "English",
         "status_booked": "marcado", "status_cancelled": "cancelado",
+        "latest_messages": "Mostrando as últimas {shown} de {total} mensagens.",
     },
     "en": {
         "title": "Agent console",
@@ -147,6 +148,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "not_found": "Not found.", "forbidden": "The form expired. Try again.",
         "language_switch": "Português",
         "status_booked": "booked", "status_cancelled": "cancelled",
+        "latest_messages": "Showing the last {shown} of {total} messages.",
     },
 }
 
