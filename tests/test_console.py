@@ -227,3 +227,39 @@ def test_a_long_conversation_shows_its_latest_messages(env: ReplayEnvironment, s
     _, page, _ = browser.request(f"/console/conversations/{seeded.salon_conversation_id}")
     assert 'id="older"' in page and "Pode sim! Aceitamos pix" in page, "the newest are shown"
     assert "oi! tem horário amanhã" not in page
+
+
+def test_the_owner_edits_and_rejects_facts_and_cancels_a_booking(env: ReplayEnvironment,
+                                                                 seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    browser.request("/console/review")
+    status, _, headers = browser.request(f"/console/review/{seeded.salon_fact_id}/edit", {
+        "csrf": browser.csrf, "value": "amônia e formol", "reason": "cliente corrigiu"})
+    assert status == 303 and headers["Location"] == "/console/review"
+    with session_scope(env.engine) as session:
+        facts = session.exec(select(ContactFact).where(
+            ContactFact.tenant_id == session.get(ContactFact, seeded.salon_fact_id).tenant_id)
+        ).all()
+        edited = next(f for f in facts if f.value == "amônia e formol")
+        assert (edited.state, edited.origin) == ("confirmed", "admin")
+        assert session.get(ContactFact, seeded.salon_fact_id).state == "superseded"
+        pending = ContactFact(tenant_id=edited.tenant_id, contact_id=edited.contact_id,
+                              key="preferred_name", value="Aninha", state="suggested",
+                              created_at=env.clock.now())
+        session.add(pending)
+        session.flush()
+        pending_id = pending.id
+    status, _, _ = browser.request(f"/console/review/{pending_id}/reject",
+                                   {"csrf": browser.csrf, "reason": "não é o nome dela"})
+    assert status == 303
+    with session_scope(env.engine) as session:
+        assert session.get(ContactFact, pending_id).state == "rejected"
+        booking = session.exec(select(Appointment)).one()
+    status, _, headers = browser.request(f"/console/appointments/{booking.id}/cancel",
+                                         {"csrf": browser.csrf})
+    assert status == 303 and "week=2026-06-02" in headers["Location"]
+    with session_scope(env.engine) as session:
+        assert session.get(Appointment, booking.id).status == "cancelled"
+    _, agenda, _ = browser.request(headers["Location"])
+    assert "cancelado" in agenda and "O cliente não é avisado" in agenda
