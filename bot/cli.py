@@ -226,9 +226,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _contact_lookup(args: argparse.Namespace, session):  # type: ignore[no-untyped-def]
-    from storage.rights import find_contact, tenant_by_phone_number_id
+    from storage.rights import find_contact
+    from storage.tenants import get_by_phone_number_id
 
-    tenant = tenant_by_phone_number_id(session, args.phone_number_id)
+    tenant = get_by_phone_number_id(session, args.phone_number_id)
     contact = find_contact(session, tenant.id, args.contact) if tenant else None
     if contact is None:
         print(f"no contact {args.contact!r} for phone_number_id {args.phone_number_id}",
@@ -265,10 +266,10 @@ def _contact_forget(args: argparse.Namespace) -> int:
 def _facts_review(args: argparse.Namespace) -> int:
     from storage.db import make_engine, session_scope
     from storage.facts import review_queue
-    from storage.rights import tenant_by_phone_number_id
+    from storage.tenants import get_by_phone_number_id
 
     with session_scope(make_engine(_settings(require=False).database_url)) as session:
-        tenant = tenant_by_phone_number_id(session, args.phone_number_id)
+        tenant = get_by_phone_number_id(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2
@@ -329,19 +330,19 @@ def _tenant_resume(args: argparse.Namespace) -> int:
 
     from storage.db import connect_redis, make_engine, session_scope
     from storage.jobs import enqueue_turn
-    from storage.rights import tenant_by_phone_number_id
-    from storage.tenants import resume_sending
+    from storage.tenants import get_by_phone_number_id, resume_sending
 
     settings = _settings(require=False)  # needs the database and Redis only
     with session_scope(make_engine(settings.database_url)) as session:
-        tenant = tenant_by_phone_number_id(session, args.phone_number_id)
+        tenant = get_by_phone_number_id(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2
         waiting = resume_sending(session, tenant.id)
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     for conversation_id in waiting:
-        enqueue_turn(queue, settings.redis_prefix, conversation_id)
+        enqueue_turn(queue, settings.redis_prefix, conversation_id,
+                     job_timeout=settings.turn_job_timeout)
     print(f"sending resumed; {len(waiting)} conversation(s) with replies waiting")
     return 0
 

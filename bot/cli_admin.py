@@ -178,8 +178,7 @@ def _remove_professional(args: argparse.Namespace, session: Any, tenant: Any,
 
 
 def _hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
-    from storage.tenants import TenantConfig, set_hours
+    from storage.tenants import set_hours
     hours: dict[str, list[str]] = {}
     for item in args.days:
         day, sep, intervals = item.partition("=")
@@ -189,9 +188,7 @@ def _hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
             raise ValueError(f"{day.strip()} given twice: put its intervals in one argument, "
                              f"{day.strip()}=09:00-12:00,13:00-18:00")
         hours[day.strip()] = [i.strip() for i in intervals.split(",") if i.strip()]
-    spec = service.validated(TenantConfig, {"phone_number_id": "0", "hours": hours})
-    set_hours(session, tenant.id, {str(d): v for d, v in (spec.hours or {}).items()})
-    return service.catalogue_view(session, tenant)["hours"]
+    return set_hours(session, tenant.id, hours)
 
 
 def _exception(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:

@@ -164,8 +164,8 @@ def _store_posts(app: web.Application,
                  posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
     """Store and enqueue a group of POSTs (in a thread): those made only of customer messages
     in one transaction when there are two or more, the others one by one after it."""
-    pendings = [Pending(found, now) if (found := _inbound_only(body)) else None
-                for body, now in posts]
+    pendings = [Pending(found, now) if len(posts) > 1 and (found := _inbound_only(body))
+                else None for body, now in posts]  # a lone POST is parsed once, by ingest
     group = [p for p in pendings if p is not None]
     if len(group) < 2:
         group = []

@@ -10,6 +10,7 @@ from storage.models import ContactFact
 CURRENT = ("confirmed", "suggested", "pending_review", "contested")
 # "contested": an unconfirmed value beside a confirmed one; it waits for a person
 IN_CONTEXT = ("confirmed", "suggested")
+IN_REVIEW = ("suggested", "pending_review", "contested")  # waiting for a person
 
 
 def current(session: Session, contact_id: int, key: str | None = None) -> list[ContactFact]:
@@ -110,5 +111,5 @@ def dedupe_after_merge(session: Session, contact_id: int, *, now: datetime) -> N
 def review_queue(session: Session, tenant_id: int) -> Sequence[ContactFact]:
     return session.exec(select(ContactFact).where(
         ContactFact.tenant_id == tenant_id,
-        col(ContactFact.state).in_(("suggested", "pending_review", "contested")),
+        col(ContactFact.state).in_(IN_REVIEW),
     ).order_by(col(ContactFact.id))).all()

@@ -134,7 +134,3 @@ def _subject(contact: Contact) -> str:
 
 def _row(row: Any) -> dict[str, Any]:
     return dict(row.model_dump(mode="json"))
-
-
-def tenant_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | None:
-    return session.exec(select(Tenant).where(Tenant.phone_number_id == phone_number_id)).first()

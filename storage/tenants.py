@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
     field_validator,
 )
@@ -70,7 +71,7 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
             for p in list_professionals(session, tenant.id)]
         replace_services(session, tenant.id, services, professionals, now=now)
     if spec.hours is not None:
-        set_hours(session, tenant.id, {str(day): v for day, v in spec.hours.items()})
+        set_hours(session, tenant.id, spec.hours)
     if spec.hours_exceptions is not None:
         replace_hours_exceptions(session, tenant.id, spec.hours_exceptions)
     return tenant
@@ -203,6 +204,7 @@ class HoursExceptionSpec(_Strict):
 
 
 WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals]
+_WEEKLY_HOURS: TypeAdapter[WeeklyHours] = TypeAdapter(WeeklyHours)
 
 
 class TenantConfig(TenantSettings):
@@ -430,15 +432,21 @@ def _refuse_if_booked(session: Session, condition: Any, what: str, now: datetime
                                 "move them first")
 
 
-def set_hours(session: Session, tenant_id: int, hours: dict[str, list[str]]) -> None:
+def set_hours(session: Session, tenant_id: int, hours: Any) -> dict[str, list[str]]:
     """Replace the weekly opening hours: {"mon": ["09:00-12:00", "13:00-18:00"], ...}; a day
-    left out is closed. Validate with `TenantConfig` first."""
+    left out is closed. Validated here (`WeeklyHours`); TenantConfigError names every problem.
+    Returns the hours as stored."""
+    try:
+        valid = _WEEKLY_HOURS.validate_python(hours)
+    except ValidationError as exc:
+        raise TenantConfigError("; ".join(f"hours.{p}" for p in problems_of(exc))) from None
     session.exec(delete(OpeningHours).where(col(OpeningHours.tenant_id) == tenant_id))
-    for day, intervals in hours.items():
+    for day, intervals in valid.items():
         for interval in intervals:
             session.add(OpeningHours(tenant_id=tenant_id, weekday=WEEKDAYS.index(day),
                                      opens=interval[:5], closes=interval[6:]))
     session.flush()
+    return weekly_hours(session, tenant_id)
 
 
 def weekly_hours(session: Session, tenant_id: int) -> dict[str, list[str]]:

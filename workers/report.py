@@ -65,13 +65,17 @@ def summarize_calls(calls: list[Call]) -> dict[str, Any]:
     }
 
 
+def call_of(row: Usage) -> Call:
+    return Call(row.created_at, row.purpose, row.model, row.input_tokens,
+                row.cache_creation_input_tokens, row.cache_creation_1h_input_tokens,
+                row.cache_read_input_tokens, row.output_tokens)
+
+
 def load_calls(engine: Engine, conversation_id: int) -> list[Call]:
     with session_scope(engine) as session:
         rows = session.exec(select(Usage).where(Usage.conversation_id == conversation_id)
                             .order_by(col(Usage.id))).all()
-        return [Call(r.created_at, r.purpose, r.model, r.input_tokens,
-                     r.cache_creation_input_tokens, r.cache_creation_1h_input_tokens,
-                     r.cache_read_input_tokens, r.output_tokens) for r in rows]
+        return [call_of(r) for r in rows]
 
 
 def conversation_report(engine: Engine, conversation_id: int) -> dict[str, Any]:

@@ -202,7 +202,8 @@ def resume(call: Call) -> tuple[int, Any]:
     app = call.request.app
     for conversation_id in waiting:
         call.after_commit.append(lambda c=conversation_id: enqueue_turn(
-            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c))
+            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c,
+            job_timeout=app[SETTINGS].turn_job_timeout))
     return 200, {"sending_paused_reason": "", "conversations_with_replies_waiting": len(waiting)}
 
 
@@ -257,9 +258,7 @@ def delete_professional(call: Call) -> tuple[int, Any]:
 
 def put_hours(call: Call) -> tuple[int, Any]:
     body: HoursBody = validated(HoursBody, call.body)
-    set_hours(call.session, call.the_tenant().id or 0,
-              {str(day): v for day, v in body.hours.items()})
-    return 200, service.catalogue_view(call.session, call.the_tenant())["hours"]
+    return 200, set_hours(call.session, call.the_tenant().id or 0, body.hours)
 
 
 def put_exception(call: Call) -> tuple[int, Any]:
@@ -498,6 +497,8 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
             if known is None:
                 return error(401, "unauthorized", "unknown or revoked token",
                              headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        else:
+            known = None
         try:
             path = _path_params(request, route)
             query = None
@@ -523,7 +524,8 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
                         body is None and route.body in (Decision, TokenCreate)):
                     raise Invalid("the body must be a JSON object",
                                   ["body: must be a JSON object"])
-            return await run_admin(request.app, _run, request, route, auth, path, query, body)
+            return await run_admin(request.app, _run, request, route, auth[0], known, path,
+                                   query, body)
         except AdminError as exc:
             return error(exc.status, exc.code, str(exc), exc.problems)
 
@@ -554,19 +556,16 @@ def lock_tenant(session: Session, tenant_id: int) -> None:
         session.exec(select(Tenant).where(Tenant.id == tenant_id).with_for_update()).first()
 
 
-def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[str, Any],
-         query: Any, body: Any) -> web.StreamResponse:
-    operator, token = auth
+def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: int | None,
+         path: dict[str, Any], query: Any, body: Any) -> web.StreamResponse:
+    """The route's handler in one transaction; `tenant_token_id`: the tenant of the (already
+    checked) tenant token, None for the operator."""
     engine = request.app[ENGINE]
     call: Call | None = None
     try:
         with session_scope(engine) as session:
-            tenant, tenant_token_id = None, None
+            tenant = None
             if not operator:
-                tenant_token_id = service.tenant_for_token(session, token)
-                if tenant_token_id is None:
-                    return error(401, "unauthorized", "unknown or revoked token",
-                                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
                 if route.operator_only:
                     return error(403, "forbidden", "this operation needs the operator token")
             if "tenant_id" in path:
@@ -600,7 +599,7 @@ def _run(request: web.Request, route: Route, auth: tuple[bool, str], path: dict[
     except OperationalError as exc:
         log.error("admin_database_unavailable", error=str(exc).splitlines()[0][:200])
         return error(503, "unavailable", "the database is unavailable; try again")
-    for action in call.after_commit if call else []:
+    for action in call.after_commit:
         try:
             action()
         except Exception as exc:  # the change is committed; the job is retried by the reconciler

@@ -46,6 +46,7 @@ from storage.tenants import (
     upsert_tenant,
     weekly_hours,
 )
+from workers.report import call_of, summarize_calls
 
 MAX_PAGE = 500
 
@@ -239,15 +240,8 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                          .order_by(col(Usage.id))).all()
     keys = resolve_keys(tenant.fact_keys)
     facts = fact_repo.for_context(session, conversation.contact_id, now, keys)
-    calls = [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
-              "request_id": u.request_id, "input_tokens": u.input_tokens,
-              "cache_creation_input_tokens": u.cache_creation_input_tokens,
-              "cache_read_input_tokens": u.cache_read_input_tokens,
-              "output_tokens": u.output_tokens,
-              "context_tokens": (u.input_tokens + u.cache_creation_input_tokens
-                                 + u.cache_read_input_tokens)} for u in usage]
-    context = sum(c["context_tokens"] for c in calls)
-    read = sum(c["cache_read_input_tokens"] for c in calls)
+    calls = [call_of(u) for u in usage]
+    totals = summarize_calls(calls)
     return {
         **_conversation_head(conversation),
         "contact": contact_view(contact) if contact else None,
@@ -259,10 +253,18 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                       "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
                       "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
                       "delivery_status": m.delivery_status} for m in messages],
-        "usage": {"calls": calls, "context_tokens_total": context,
-                  "cache_read_input_tokens_total": read,
-                  "cache_read_share": round(read / context, 4) if context else 0.0,
-                  "peak_context_tokens": max((c["context_tokens"] for c in calls), default=0)},
+        "usage": {"calls": [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
+                             "request_id": u.request_id, "input_tokens": u.input_tokens,
+                             "cache_creation_input_tokens": u.cache_creation_input_tokens,
+                             "cache_read_input_tokens": u.cache_read_input_tokens,
+                             "output_tokens": u.output_tokens,
+                             "context_tokens": c.context_tokens}
+                            for u, c in zip(usage, calls, strict=True)],
+                  "context_tokens_total": totals["input_tokens_total"],
+                  "cache_read_input_tokens_total": sum(c.cache_read_input_tokens for c in calls),
+                  "cache_read_share": totals["cache_read_share"],
+                  "peak_context_tokens": totals["peak_context"],
+                  "cost_usd": totals["cost_usd"]},
     }
 
 
@@ -338,7 +340,7 @@ def _fact(session: Session, tenant: Tenant, fact_id: int) -> ContactFact:
 def approve_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, reason: str,
                  now: datetime) -> dict[str, Any]:
     fact = _fact(session, tenant, fact_id)
-    if fact.state not in ("suggested", "pending_review", "contested"):
+    if fact.state not in fact_repo.IN_REVIEW:
         raise Conflict(f"fact #{fact_id} is {fact.state}, not in review")
     if fact.key not in resolve_keys(tenant.fact_keys):
         raise Conflict(f"key {fact.key!r} is no longer among the tenant's fact_keys")
@@ -353,7 +355,7 @@ def reject_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, reas
     then enqueues `workers.admin_jobs.reject_fact` (`enqueue_rejection`), which re-derives
     the contact's summaries without the value: that calls Claude, which the web never does."""
     fact = _fact(session, tenant, fact_id)
-    if fact.state not in ("suggested", "pending_review", "contested", "confirmed"):
+    if fact.state not in (*fact_repo.IN_REVIEW, "confirmed"):
         raise Conflict(f"fact #{fact_id} is {fact.state}")
     decided = fact_repo.decide(session, fact_id, approve=False, by=by, reason=reason, now=now)
     assert decided is not None
@@ -481,7 +483,7 @@ def counts(session: Session, tenant: Tenant) -> dict[str, int]:
             model.tenant_id == tenant.id, *conditions)).one())
     return {"contacts": count(Contact),
             "open_conversations": count(Conversation, Conversation.status == "open"),
-            "facts_in_review": len(fact_repo.review_queue(session, tenant.id or 0)),
+            "facts_in_review": count(ContactFact, col(ContactFact.state).in_(fact_repo.IN_REVIEW)),
             "booked_appointments": count(Appointment, Appointment.status == "booked")}
 
 

@@ -38,7 +38,6 @@ from storage.tenants import (
     HoursExceptionSpec,
     ProfessionalSpec,
     ServiceSpec,
-    TenantConfig,
     TenantConfigError,
     TenantSettings,
     archive_professional,
@@ -437,9 +436,7 @@ def remove_professional(p: Page) -> PageResult:
 def save_hours(p: Page) -> PageResult:
     hours = {day: [i.strip() for i in str(p.form.get(day, "")).split(",") if i.strip()]
              for day in WEEKDAYS}
-    spec = service.validated(TenantConfig, {"phone_number_id": "0",
-                                            "hours": {d: v for d, v in hours.items() if v}})
-    set_hours(p.session, _tenant_id(p), {str(d): v for d, v in (spec.hours or {}).items()})
+    set_hours(p.session, _tenant_id(p), {d: v for d, v in hours.items() if v})
     return Redirect("/console/catalog", p.t["saved"])
 
 
