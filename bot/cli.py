@@ -284,9 +284,13 @@ def _facts_approve(args: argparse.Namespace) -> int:
     from storage.db import make_engine, session_scope
     from storage.facts import decide
 
-    with session_scope(make_engine(_settings(require=False).database_url)) as session:
-        fact = decide(session, args.fact_id, approve=True, by="cli", reason=args.reason,
-                      now=clock.now())
+    try:
+        with session_scope(make_engine(_settings(require=False).database_url)) as session:
+            fact = decide(session, args.fact_id, approve=True, by="cli", reason=args.reason,
+                          now=clock.now())
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     print(f"fact #{args.fact_id} confirmed" if fact else f"no fact #{args.fact_id}")
     return 0 if fact else 2
 

@@ -82,10 +82,13 @@ def _newer(old: ContactFact, new: ContactFact) -> bool:
 
 def decide(session: Session, fact_id: int, *, approve: bool, by: str, reason: str,
            now: datetime) -> ContactFact | None:
-    """A person's decision on a fact in review: confirmed, or rejected (kept for audit)."""
+    """A person's decision on a fact in review: confirmed, or rejected (kept for audit).
+    Raises ValueError when approving a fact that is not in review (rejected, superseded...)."""
     fact = session.get(ContactFact, fact_id)
     if fact is None:
         return None
+    if approve and fact.state not in IN_REVIEW:
+        raise ValueError(f"fact #{fact_id} is {fact.state}, not in review")
     fact.state = "confirmed" if approve else "rejected"
     fact.decided_by, fact.decision_reason = by[:64], reason[:500]
     if not approve:

@@ -187,3 +187,19 @@ def test_bad_ids_and_text_are_clear_errors_not_tracebacks(database: str, tmp_pat
     deep.write_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
     status, _, err = run(capsys, "tenant", "create", str(deep))
     assert status == 2 and "cannot create tenant" in err
+
+
+def test_facts_approve_refuses_a_fact_that_is_not_in_review(
+        database: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "tenant", "create", str(YAML_TENANT))[0] == 0
+    now = datetime(2026, 6, 1, 13, tzinfo=UTC)
+    with session_scope(make_engine(database)) as session:
+        contact = Contact(tenant_id=1, wa_id="5511999990003", created_at=now)
+        session.add(contact)
+        session.flush()
+        session.add(ContactFact(tenant_id=1, contact_id=contact.id or 0, key="preferred_name",
+                                value="Carla", state="rejected", created_at=now))
+    status, _, err = run(capsys, "facts", "approve", "1")
+    assert status == 2 and "not in review" in err
+    with session_scope(make_engine(database)) as session:
+        assert session.get(ContactFact, 1).state == "rejected"
