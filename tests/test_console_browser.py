@@ -70,6 +70,13 @@ def snap(driver: object, shots: Path, name: str) -> None:
     assert path.stat().st_size > 5_000, f"{name}: the screenshot is empty"
 
 
+def wait_for(driver: object, condition: object, seconds: float = 15) -> None:
+    """Wait until `condition(driver)` holds: a click returns before the next page loads."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, seconds).until(condition)  # type: ignore[arg-type]
+
+
 def sign_in(driver: object, env: ReplayEnvironment, token: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -77,7 +84,7 @@ def sign_in(driver: object, env: ReplayEnvironment, token: str) -> None:
     assert "/console/login" in driver.current_url  # type: ignore[attr-defined]
     driver.find_element(By.ID, "token").send_keys(token)  # type: ignore[attr-defined]
     driver.find_element(By.ID, "sign-in").click()  # type: ignore[attr-defined]
-    assert driver.current_url.endswith("/console/")  # type: ignore[attr-defined]
+    wait_for(driver, lambda d: d.current_url.endswith("/console/"))  # the click returns early
 
 
 def test_an_owner_configures_the_agent_reviews_a_fact_and_reads_a_conversation(
@@ -125,7 +132,7 @@ def test_an_owner_configures_the_agent_reviews_a_fact_and_reads_a_conversation(
     d.find_element(By.ID, "service-name").send_keys("Hidratação")  # type: ignore
     d.find_element(By.ID, "service-duration").send_keys("40")  # type: ignore
     d.find_element(By.ID, "add-service").click()  # type: ignore[attr-defined]
-    assert "Hidratação" in d.find_element(By.ID, "services").text  # type: ignore
+    wait_for(d, lambda d: "Hidratação" in d.find_element(By.ID, "services").text)
     snap(d, shots, "catalog")
     with session_scope(env.engine) as session:
         added = session.exec(select(Service).where(Service.code == "hidratacao")).one()
