@@ -72,9 +72,12 @@ def snap(driver: object, shots: Path, name: str) -> None:
 
 def wait_for(driver: object, condition: object, seconds: float = 15) -> None:
     """Wait until `condition(driver)` holds: a click returns before the next page loads."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, seconds).until(condition)  # type: ignore[arg-type]
+    # an element read just before the old page goes away is stale: try again
+    WebDriverWait(driver, seconds, ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition)  # type: ignore[arg-type]
 
 
 def sign_in(driver: object, env: ReplayEnvironment, token: str) -> None:
