@@ -63,9 +63,63 @@ def set_runtime(runtime: Runtime | None) -> None:
     _runtime = runtime
 
 
+_fork_safe = False  # children forked from this process keep `_runtime` (prepare_worker_parent)
+
+
+def prepare_worker_parent(settings: Settings) -> Runtime:
+    """Build the runtime in `wagent worker`'s parent, before RQ forks a work horse per job,
+    and warm what every horse would otherwise build again: the TLS contexts of the two HTTP
+    clients, the SQLAlchemy mappers, the dialect's first-connect checks and the SDK's response
+    parsers (measured in bench/load.py: 0.39 CPU-s a turn before, most of it this).
+
+    Forking is safe because the parent does no I/O with it: the engine's pool is discarded in
+    the child (storage/db.py), redis-py opens new connections when the pid changes, and the
+    HTTP clients' pools are empty. Every horse forked from the parent inherits it; a process
+    forked from a horse (which has used it) builds its own.
+    """
+    global _runtime, _fork_safe
+    from sqlalchemy.orm import configure_mappers
+
+    configure_mappers()
+    runtime = build_runtime(settings)
+    try:  # the dialect checks the server once per engine; a database down now is not fatal
+        with runtime.engine.connect():
+            pass
+    except Exception:  # noqa: BLE001 (the horse connects again, and reports it)
+        pass
+    runtime.engine.dispose()
+    _warm_sdk_parsers()
+    _runtime, _fork_safe = runtime, True
+    return runtime
+
+
+def _warm_sdk_parsers() -> None:
+    """One `messages.create` against an in-process transport: the SDK builds its request
+    transforms and pydantic response validators lazily, on the first call of a process."""
+    import json
+
+    answer = {"id": "msg_warm", "type": "message", "role": "assistant", "model": "warm",
+              "content": [{"type": "text", "text": "ok"},
+                          {"type": "tool_use", "id": "toolu_warm", "name": "warm", "input": {}}],
+              "stop_reason": "end_turn", "stop_sequence": None,
+              "usage": {"input_tokens": 1, "output_tokens": 1,
+                        "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+    transport = httpx2.MockTransport(lambda _: httpx2.Response(
+        200, content=json.dumps(answer).encode(), headers={"content-type": "application/json"}))
+    with httpx2.Client(transport=transport) as http:
+        client = anthropic.Anthropic(api_key="warm", base_url="http://warm.invalid",
+                                     max_retries=0, http_client=http)
+        client.messages.create(
+            model="warm", max_tokens=1, system=[{"type": "text", "text": "warm"}],
+            tools=[{"name": "warm", "description": "warm", "input_schema": {"type": "object"}}],
+            messages=[{"role": "user", "content": [{"type": "text", "text": "warm"}]}])
+
+
 def _forget_after_fork() -> None:
-    global _runtime
-    _runtime = None
+    global _runtime, _fork_safe
+    if not _fork_safe:
+        _runtime = None
+    _fork_safe = False
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,0 +1,153 @@
+"""Enqueueing with coalescing tokens (storage/jobs.py) and the worker process's set-up
+(workers/runtime.prepare_worker_parent, bot/cli._lower_cpu_priority)."""
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from redis.exceptions import WatchError
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.registry import ScheduledJobRegistry
+
+from core.settings import Settings, SettingsError
+from storage.jobs import TURN_JOB, enqueue_turn, enqueue_turns, turn_token_key
+
+PREFIX = "jobs-test"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _queue(client: redis.Redis) -> Queue:
+    return Queue(f"{PREFIX}-q", connection=client)
+
+
+def test_enqueue_turns_makes_one_job_per_new_conversation_in_one_transaction(
+        redis_client: redis.Redis) -> None:
+    queue = _queue(redis_client)
+    assert enqueue_turn(queue, PREFIX, 2) is not None  # already queued: coalesced below
+
+    made = enqueue_turns(queue, PREFIX, [1, 2, 3, 3], job_timeout=120)
+
+    assert list(made) == [1, 2, 3] and made[2] is None
+    assert queue.count == 3  # 2's first job, 1 and 3
+    for conversation_id in (1, 3):
+        job_id = made[conversation_id]
+        assert job_id is not None
+        assert redis_client.get(turn_token_key(PREFIX, conversation_id)) == job_id.encode()
+        job = Job.fetch(job_id, connection=redis_client)
+        assert job.func_name == TURN_JOB and job.timeout == 120
+        assert job.kwargs == {"conversation_id": conversation_id, "attempt": 1}
+        assert job.retries_left == 2 and job.get_status() == JobStatus.QUEUED
+
+
+def test_scheduled_turns_wait_in_rqs_registry_with_status_scheduled(
+        redis_client: redis.Redis) -> None:
+    queue = _queue(redis_client)
+    at = datetime.now(UTC) + timedelta(seconds=30)
+
+    made = enqueue_turns(queue, PREFIX, [7, 8], at=at)
+
+    assert queue.count == 0
+    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+    assert sorted(registry.get_job_ids()) == sorted(str(j) for j in made.values())
+    for job_id in made.values():
+        assert redis_client.zscore(registry.key, str(job_id)) == int(at.timestamp())
+        assert Job.fetch(str(job_id), connection=redis_client).get_status() == \
+            JobStatus.SCHEDULED
+    assert queue.key.encode() in redis_client.smembers(queue.redis_queues_keys)
+
+
+def test_a_token_changed_under_watch_is_read_again_and_nothing_is_doubled(
+        redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another web process enqueues conversation 5 between our MGET and our EXEC: the EXEC is
+    refused, the tokens are read again, and 5 is left to the other process's job."""
+    queue = _queue(redis_client)
+    mget = redis.client.Pipeline.mget
+    calls = []
+
+    def racing_mget(self, keys, *args):  # type: ignore[no-untyped-def]
+        found = mget(self, keys, *args)
+        calls.append(found)
+        if len(calls) == 1:  # the other process (its own MGET is calls[1])
+            enqueue_turn(_queue(redis_client), PREFIX, 5)
+        return found
+
+    monkeypatch.setattr(redis.client.Pipeline, "mget", racing_mget)
+    made = enqueue_turns(queue, PREFIX, [4, 5])
+
+    assert len(calls) == 3 and made[5] is None and made[4] is not None
+    assert queue.count == 2  # the other process's job for 5, ours for 4
+
+
+def test_tokens_that_never_settle_end_in_an_error_not_a_loop(
+        redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    def always_refused(self):  # type: ignore[no-untyped-def]
+        self.reset()
+        raise WatchError("changed")
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", always_refused)
+    with pytest.raises(RuntimeError, match="kept changing"):
+        enqueue_turns(_queue(redis_client), PREFIX, [9])
+    monkeypatch.undo()
+    assert _queue(redis_client).count == 0
+    assert redis_client.get(turn_token_key(PREFIX, 9)) is None
+
+
+def test_worker_cpu_setting_is_checked() -> None:
+    assert Settings.from_env({}, require=False).worker_cpu == "idle"
+    with pytest.raises(SettingsError, match="WORKER_CPU='fast' is not one of idle, low"):
+        Settings.from_env({"WORKER_CPU": "fast"}, require=False)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
+@pytest.mark.parametrize(("policy", "expected"), [
+    ("idle", "SCHED_IDLE 0"), ("low", "SCHED_OTHER 10"), ("normal", "SCHED_OTHER 0")])
+def test_worker_cpu_priority(policy: str, expected: str) -> None:
+    code = ("import os; from bot.cli import _lower_cpu_priority; "
+            f"_lower_cpu_priority({policy!r}); "
+            "names = {os.SCHED_IDLE: 'SCHED_IDLE', os.SCHED_OTHER: 'SCHED_OTHER'}; "
+            "print(names[os.sched_getscheduler(0)], os.nice(0))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.split() == expected.split()
+
+
+def test_work_horses_inherit_the_prepared_runtime_and_use_their_own_connections(
+        tmp_path: Path) -> None:
+    """`wagent worker` builds the runtime before RQ forks: a horse gets it with the dialect
+    initialised and the SDK warmed, and opens its own database connection; a process forked
+    from a horse builds its own runtime."""
+    code = f"""
+import os, sys
+from sqlalchemy import text
+from core.settings import Settings
+from storage.db import create_schema, make_engine
+from workers import runtime
+
+settings = Settings(database_url="sqlite:///{tmp_path / 'w.db'}", redis_url="redis://x:1/0")
+create_schema(make_engine(settings.database_url))
+prepared = runtime.prepare_worker_parent(settings)
+assert prepared.engine.pool.checkedout() == 0
+pid = os.fork()
+if pid == 0:  # the work horse
+    ok = runtime.get_runtime() is prepared
+    with prepared.engine.connect() as connection:
+        ok = ok and connection.execute(text("select count(*) from tenant")).scalar() == 0
+    grandchild = os.fork()
+    if grandchild == 0:
+        os._exit(0 if runtime._runtime is None else 3)
+    _, status = os.waitpid(grandchild, 0)
+    os._exit(0 if ok and os.waitstatus_to_exitcode(status) == 0 else 4)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), runtime.get_runtime() is prepared)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "True"]
+
