@@ -441,9 +441,11 @@ def _worker(args: argparse.Namespace) -> int:
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
+    _lower_cpu_priority(settings.worker_cpu)
     # Import the job code once, before RQ forks a work horse per job: otherwise every job
-    # re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py). Importing
-    # connects to nothing: each horse builds its runtime after the fork (workers/runtime.py).
+    # re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py). Then build
+    # the clients and warm what they build lazily, once, for every horse to inherit (I/O-free
+    # in this process: workers/runtime.py).
     import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
 
     import workers.compaction  # noqa: F401
@@ -451,11 +453,27 @@ def _worker(args: argparse.Namespace) -> int:
     import workers.maintenance  # noqa: F401
     import workers.sweeper  # noqa: F401
     import workers.turns  # noqa: F401
+    from workers.runtime import prepare_worker_parent
 
+    prepare_worker_parent(settings)
     connection = redis.Redis.from_url(settings.redis_url)
     worker = Worker([Queue(settings.queue_name, connection=connection)], connection=connection)
     worker.work(burst=args.burst, with_scheduler=True)
     return 0
+
+
+def _lower_cpu_priority(policy: str) -> None:
+    """`WORKER_CPU` (core/settings.py): on cores shared with `wagent web`, a worker takes only
+    the CPU time the webhook leaves (bench/load.py measures the difference). Inherited by the
+    work horses RQ forks. Where SCHED_IDLE is missing (not Linux), "idle" falls back to the
+    lowest nice value."""
+    if policy == "low":
+        os.nice(10)
+    elif policy == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            os.nice(19)
 
 
 def _cron(args: argparse.Namespace) -> int:

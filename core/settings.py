@@ -4,6 +4,10 @@ import os
 from dataclasses import dataclass, field, fields
 
 DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
+# `wagent worker`'s CPU priority: "idle" (Linux SCHED_IDLE: a worker runs only on CPU time no
+# other process wants, so the webhook, which Meta times, keeps its latency when both share
+# cores), "low" (nice 10), "normal"
+WORKER_CPU_POLICIES = ("idle", "low", "normal")
 
 
 class SettingsError(ValueError):
@@ -44,6 +48,7 @@ class Settings:
     log_format: str = "json"
     web_host: str = "0.0.0.0"
     web_port: int = 8080
+    worker_cpu: str = "idle"  # idle | low | normal: the CPU priority of `wagent worker`
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     REQUIRED_IN_PRODUCTION = (
@@ -72,6 +77,9 @@ class Settings:
                 values[f.name] = _coerce(f.type, raw)
             except ValueError:
                 problems.append(f"{f.name.upper()}={raw!r} is not a valid {f.type}")
+        if values.get("worker_cpu", "idle") not in WORKER_CPU_POLICIES:
+            problems.append(f"WORKER_CPU={values['worker_cpu']!r} is not one of "
+                            f"{', '.join(WORKER_CPU_POLICIES)}")
         if require:
             problems += [
                 f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION
