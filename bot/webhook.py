@@ -26,7 +26,8 @@ from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.metrics import record_updates
 from bot.signature import verify_signature
 from core import clock
-from storage.jobs import enqueue_facts, enqueue_turn, turn_token_key
+from core.settings import Settings
+from storage.jobs import enqueue_facts, enqueue_turn, enqueue_turns
 
 log = structlog.get_logger(__name__)
 
@@ -188,7 +189,9 @@ def _store_posts(app: web.Application,
     in_group = {id(p) for p in group}
     grouped = {id(p) for p in group if not p.alone}
     stored_at = time.perf_counter()
-    enqueued = _queued_already(app, [p for p in group if id(p) in grouped])
+    turns_failed = _enqueue_turns(app, sorted({
+        c for p in group if id(p) in grouped for c in p.result.turn_conversation_ids}))
+    facts: dict[tuple[str, int], StoreUnavailable | None] = {}
     outcomes: list[IngestResult | BaseException] = []
     for (body, now), pending in zip(posts, pendings, strict=True):
         if failed is not None and id(pending) in in_group:
@@ -198,10 +201,11 @@ def _store_posts(app: web.Application,
             if pending is None or id(pending) not in grouped:
                 outcomes.append(_store_and_enqueue(app, body, now))
                 continue
-            for conversation_id in pending.result.turn_conversation_ids:
-                _enqueue_once(app, conversation_id, "turn", enqueued)
+            if turns_failed is not None and pending.result.turn_conversation_ids:
+                outcomes.append(turns_failed)  # its 503: Meta redelivers, the turn comes then
+                continue
             for conversation_id in pending.result.closed_conversation_ids:
-                _enqueue_once(app, conversation_id, "facts", enqueued)
+                _enqueue_once(app, conversation_id, "facts", facts)
             pending.result.grouped = True
             outcomes.append(pending.result)
         except Exception as exc:  # this POST's answer only (StoreUnavailable: its 503)
@@ -223,24 +227,28 @@ def _inbound_only(body: bytes) -> list[InboundMessage] | None:
         return None
 
 
-def _queued_already(app: web.Application,
-                    group: list[Pending]) -> dict[tuple[str, int], StoreUnavailable | None]:
-    """The group's conversations whose turn is already queued and has not read the database
-    yet (its coalescing token exists, storage/jobs.py): our committed messages will be seen,
-    so nothing is enqueued for them. One round trip for the whole group instead of a WATCH
-    per conversation; on a Redis error nothing is known and each enqueue reports it."""
-    ids = sorted({c for p in group for c in p.result.turn_conversation_ids})
-    if not ids:
-        return {}
-    prefix = app[SETTINGS].redis_prefix
+def _enqueue_turns(app: web.Application, conversation_ids: list[int]) -> StoreUnavailable | None:
+    """Enqueue the group's turns in one Redis transaction (storage.jobs.enqueue_turns: a
+    conversation whose turn is queued and has not read the database yet gets none, since it
+    will see our committed messages). None when done; the error every POST that needs a turn
+    answers with (503) when Redis failed, in which case nothing was enqueued."""
+    if not conversation_ids:
+        return None
+    settings = app[SETTINGS]
     try:
-        with app[TURN_QUEUE].connection.pipeline(transaction=False) as pipe:
-            for conversation_id in ids:
-                pipe.exists(turn_token_key(prefix, conversation_id))
-            found = pipe.execute()
-    except RedisError:
-        return {}
-    return {("turn", c): None for c, queued in zip(ids, found, strict=True) if queued}
+        enqueue_turns(app[TURN_QUEUE], settings.redis_prefix, conversation_ids,
+                      job_timeout=settings.turn_job_timeout, at=_turn_at(settings))
+    except (RedisError, RuntimeError) as exc:
+        return StoreUnavailable(f"cannot enqueue turns: {exc}")
+    return None
+
+
+def _turn_at(settings: Settings) -> datetime | None:
+    """When a turn enqueued now runs: after the debounce, which lets a burst of messages
+    settle into one turn; None (at once) when the debounce is 0."""
+    if settings.turn_debounce_seconds <= 0:
+        return None
+    return clock.now() + timedelta(seconds=settings.turn_debounce_seconds)
 
 
 def _retryable(exc: DBAPIError) -> bool:
@@ -280,10 +288,8 @@ def _enqueue(app: web.Application, conversation_id: int, kind: str = "turn") -> 
     try:
         if kind == "facts":
             enqueue_facts(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
-        else:  # a short debounce lets a burst of messages settle into one turn
-            at = (clock.now() + timedelta(seconds=settings.turn_debounce_seconds)
-                  if settings.turn_debounce_seconds > 0 else None)
+        else:
             enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
-                         job_timeout=settings.turn_job_timeout, at=at)
-    except RedisError as exc:
+                         job_timeout=settings.turn_job_timeout, at=_turn_at(settings))
+    except (RedisError, RuntimeError) as exc:
         raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc

@@ -123,14 +123,14 @@ def lookup_many(session: Session, *, tenant_ids: list[int], user_ids: list[str],
                                                "wa_ids": wa_ids}))
 
 
-def insert_many(session: Session, rows: list[Contact]) -> list[Any]:
-    """Insert contacts in one statement (`ON CONFLICT DO NOTHING`); returns (`id`,
-    `tenant_id`, `user_id`, `wa_id`) of the rows inserted (one that collided is missing)."""
-    from storage.messages import insert_rows, row_values
+def insert_many(session: Session, rows: list[dict[str, Any]]) -> list[Any]:
+    """Insert contacts (each the values of every column but the id) in one statement (`ON
+    CONFLICT DO NOTHING`); returns (`id`, `tenant_id`, `user_id`, `wa_id`) of the rows
+    inserted (one that collided is missing)."""
+    from storage.messages import insert_rows
 
     return insert_rows(session, Contact.__table__,  # type: ignore[attr-defined]
-                       [row_values(r) for r in rows],
-                       returning=("id", "tenant_id", "user_id", "wa_id"))
+                       rows, returning=("id", "tenant_id", "user_id", "wa_id"))
 
 
 def update_many(session: Session, values: list[dict[str, Any]]) -> None:

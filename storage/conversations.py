@@ -83,14 +83,15 @@ def _build_update_by_id(_: str) -> Any:
     return update(table).where(table.c.id == bindparam("_id"))
 
 
-def open_many(session: Session, rows: list[Conversation]) -> dict[int, int]:
-    """Open conversations in one statement (`ON CONFLICT DO NOTHING`: at most one open per
-    contact); returns contact_id -> new conversation id for those opened."""
-    from storage.messages import insert_rows, row_values
+def open_many(session: Session, rows: list[dict[str, Any]]) -> dict[int, int]:
+    """Open conversations (each the values of every column but the id) in one statement (`ON
+    CONFLICT DO NOTHING`: at most one open per contact); returns contact_id -> new
+    conversation id for those opened."""
+    from storage.messages import insert_rows
 
     return {int(r.contact_id): int(r.id) for r in insert_rows(
         session, Conversation.__table__,  # type: ignore[attr-defined]
-        [row_values(r) for r in rows], returning=("id", "contact_id"))}
+        rows, returning=("id", "contact_id"))}
 
 
 def close_many(session: Session, conversation_ids: list[int], *, now: datetime) -> list[int]:

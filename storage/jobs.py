@@ -43,46 +43,82 @@ def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversat
     `at` (aware) schedules it for later (retries on the product's clock). Raises
     redis.exceptions.ConnectionError when Redis is unreachable.
     """
+    return enqueue_coalesced_many(queue, prefix, kind, func, [conversation_id],
+                                  job_timeout=job_timeout, at=at,
+                                  attempt=attempt)[conversation_id]
+
+
+MAX_WATCH_ATTEMPTS = 20  # a token changed under our WATCH: read again (bounded)
+
+
+def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
+                           conversation_ids: list[int], *, job_timeout: int = 300,
+                           at: datetime | None = None,
+                           attempt: int = 1) -> dict[int, str | None]:
+    """`enqueue_coalesced` for many conversations in one transaction: WATCH every token, read
+    them with one MGET, then set the missing tokens and create their jobs in one MULTI/EXEC
+    (three round trips whatever the number of conversations; the webhook enqueues a group
+    commit's turns this way). Returns conversation_id -> new job id, or None when coalesced.
+
+    A token set or consumed meanwhile (another web process, a worker starting the job) aborts
+    the EXEC (WatchError): the tokens are read again, at most MAX_WATCH_ATTEMPTS times, then
+    RuntimeError. Raises redis.exceptions.RedisError when Redis fails; nothing was then
+    enqueued, or everything was (EXEC is atomic).
+    """
+    ids = list(dict.fromkeys(conversation_ids))
+    if not ids:
+        return {}
     redis: Redis = queue.connection
-    token = token_key(prefix, kind, conversation_id)
-    job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
+    tokens = [token_key(prefix, kind, c) for c in ids]
     with redis.pipeline() as pipe:
-        while True:
+        for _ in range(MAX_WATCH_ATTEMPTS):
             try:
-                pipe.watch(token)  # type: ignore[no-untyped-call]
-                if pipe.exists(token):
+                pipe.watch(*tokens)  # type: ignore[no-untyped-call]
+                found = pipe.mget(tokens)
+                result: dict[int, str | None] = {c: None for c in ids}
+                todo = [(c, t) for c, t, v in zip(ids, tokens, found, strict=True) if v is None]
+                if not todo:
                     pipe.unwatch()
-                    return None
+                    return result
                 pipe.multi()
-                pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
-                kwargs = {"conversation_id": conversation_id, "attempt": attempt}
-                if at is None:
-                    queue.enqueue(func, kwargs=kwargs, job_id=job_id, job_timeout=job_timeout,
-                                  result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
-                                  pipeline=pipe)
-                else:
-                    _schedule(queue, pipe, func, kwargs, job_id, job_timeout, at)
+                if at is not None:
+                    pipe.sadd(queue.redis_queues_keys, queue.key)
+                scheduled: dict[str, int] = {}
+                for conversation_id, token in todo:
+                    job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
+                    pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
+                    kwargs = {"conversation_id": conversation_id, "attempt": attempt}
+                    if at is None:
+                        queue.enqueue(func, kwargs=kwargs, job_id=job_id,
+                                      job_timeout=job_timeout, result_ttl=600,
+                                      failure_ttl=7 * 86400, retry=Retry(max=2), pipeline=pipe)
+                    else:
+                        _schedule(queue, pipe, func, kwargs, job_id, job_timeout)
+                        scheduled[job_id] = int(at.timestamp())
+                    result[conversation_id] = job_id
+                if scheduled:
+                    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+                    pipe.zadd(registry.key, scheduled)
                 pipe.execute()
-                return job_id
+                return result
             except WatchError:
                 continue
+    raise RuntimeError(f"{kind} tokens kept changing: nothing enqueued for {len(ids)} "
+                       "conversations")
 
 
 def _schedule(queue: Queue, pipe: Any, func: str, kwargs: dict[str, Any], job_id: str,
-              job_timeout: int, at: datetime) -> None:
-    """`Queue.schedule_job` inside our transaction. RQ 2.12's `ScheduledJobRegistry.schedule`
-    ignores the pipeline it is given (it ZADDs on the connection at once), so a transaction
-    retried after a WatchError would leave a scheduled id with no job: we queue the ZADD in the
-    pipeline ourselves.
+              job_timeout: int) -> None:
+    """What `Queue.schedule_job` writes for the job itself (its hash, status "scheduled"),
+    inside our transaction; the caller adds the queue to RQ's set of queues and the job to the
+    ScheduledJobRegistry. RQ 2.12's `ScheduledJobRegistry.schedule` ignores the pipeline it is
+    given (it ZADDs on the connection at once), so a transaction retried after a WatchError
+    would leave a scheduled id with no job: the ZADD goes in our pipeline instead.
     """
     job = queue.create_job(func, kwargs=kwargs, job_id=job_id, timeout=job_timeout,
                            result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
                            status=JobStatus.SCHEDULED)
-    pipe.sadd(queue.redis_queues_keys, queue.key)
-    job.set_status(JobStatus.SCHEDULED, pipeline=pipe)
-    job.save(pipeline=pipe)
-    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
-    pipe.zadd(registry.key, {job.id: int(at.timestamp())})
+    job.save(pipeline=pipe)  # the hash carries status "scheduled" (create_job set it)
 
 
 def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,
@@ -90,6 +126,13 @@ def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout
     """Enqueue a turn for the conversation (coalesced: at most one queued)."""
     return enqueue_coalesced(queue, prefix, "turn", TURN_JOB, conversation_id,
                              job_timeout=job_timeout, at=at, attempt=attempt)
+
+
+def enqueue_turns(queue: Queue, prefix: str, conversation_ids: list[int], *,
+                  job_timeout: int = 300, at: datetime | None = None) -> dict[int, str | None]:
+    """Enqueue a turn for each conversation, in one transaction (`enqueue_coalesced_many`)."""
+    return enqueue_coalesced_many(queue, prefix, "turn", TURN_JOB, conversation_ids,
+                                  job_timeout=job_timeout, at=at)
 
 
 def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
