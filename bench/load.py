@@ -961,7 +961,7 @@ class Bench:
             return None
         return subprocess.Popen(
             [str(spy), "record", "--pid", str(self.web.pid), "--rate", "100", "--format", "raw",
-             "--output", str(self.args.profile_web), "--nonblocking", "--gil"],
+             "--output", str(self.args.profile_web), "--nonblocking", "--gil", "--subprocesses"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
 
     def _stop_profiler(self, profiler: subprocess.Popen[bytes] | None) -> None:
