@@ -201,11 +201,13 @@ def _store_posts(app: web.Application,
             if pending is None or id(pending) not in grouped:
                 outcomes.append(_store_and_enqueue(app, body, now))
                 continue
+            # the closed sessions' facts first: the close is committed, and a redelivery
+            # would not report it again
+            for conversation_id in pending.result.closed_conversation_ids:
+                _enqueue_once(app, conversation_id, "facts", facts)
             if turns_failed is not None and pending.result.turn_conversation_ids:
                 outcomes.append(turns_failed)  # its 503: Meta redelivers, the turn comes then
                 continue
-            for conversation_id in pending.result.closed_conversation_ids:
-                _enqueue_once(app, conversation_id, "facts", facts)
             pending.result.grouped = True
             outcomes.append(pending.result)
         except Exception as exc:  # this POST's answer only (StoreUnavailable: its 503)
@@ -276,10 +278,17 @@ def _enqueue_once(app: web.Application, conversation_id: int, kind: str,
 def _store_and_enqueue(app: web.Application, body: bytes, now: datetime) -> IngestResult:
     """Store the body, then enqueue its turns and fact extractions: one trip to a thread."""
     result = ingest_body(app[ENGINE], body, now=now)
-    for conversation_id in result.turn_conversation_ids:
-        _enqueue(app, conversation_id)
-    for conversation_id in result.closed_conversation_ids:
-        _enqueue(app, conversation_id, kind="facts")
+    failed: StoreUnavailable | None = None
+    # every enqueue is tried before a failure answers 503: the redelivery brings the turn back
+    # (its message is still unanswered), but not the close of a stale session
+    for conversation_id, kind in [*((c, "facts") for c in result.closed_conversation_ids),
+                                  *((c, "turn") for c in result.turn_conversation_ids)]:
+        try:
+            _enqueue(app, conversation_id, kind=kind)
+        except StoreUnavailable as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
     return result
 
 

@@ -48,63 +48,93 @@ def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversat
                                   attempt=attempt)[conversation_id]
 
 
-MAX_WATCH_ATTEMPTS = 20  # a token changed under our WATCH: read again (bounded)
+MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: read it again
 
 
 def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
                            conversation_ids: list[int], *, job_timeout: int = 300,
                            at: datetime | None = None,
                            attempt: int = 1) -> dict[int, str | None]:
-    """`enqueue_coalesced` for many conversations in one transaction: WATCH every token, read
-    them with one MGET, then set the missing tokens and create their jobs in one MULTI/EXEC
-    (three round trips whatever the number of conversations; the webhook enqueues a group
-    commit's turns this way). Returns conversation_id -> new job id, or None when coalesced.
+    """`enqueue_coalesced` for many conversations (the webhook enqueues a group commit's turns
+    this way). Returns conversation_id -> new job id, or None when coalesced.
 
-    A token set or consumed meanwhile (another web process, a worker starting the job) aborts
-    the EXEC (WatchError): the tokens are read again, at most MAX_WATCH_ATTEMPTS times, then
-    RuntimeError. Raises redis.exceptions.RedisError when Redis fails; nothing was then
-    enqueued, or everything was (EXEC is atomic).
+    One MGET reads every token: a conversation whose token exists needs nothing (its job has
+    not read the database yet, so it will see what the caller committed), whatever happens to
+    the token afterwards. The others get their tokens and jobs in one transaction (WATCH the
+    missing tokens, read them again, MULTI/EXEC): four round trips in all. When a watched
+    token changes meanwhile (another web process, a worker starting a job), the EXEC is
+    refused and those conversations are enqueued one at a time instead, each retried at most
+    MAX_WATCH_ATTEMPTS times (then RuntimeError). Raises redis.exceptions.RedisError when
+    Redis fails; every job already made then stays (each EXEC is atomic).
     """
     ids = list(dict.fromkeys(conversation_ids))
+    result: dict[int, str | None] = {c: None for c in ids}
     if not ids:
-        return {}
+        return result
     redis: Redis = queue.connection
-    tokens = [token_key(prefix, kind, c) for c in ids]
-    with redis.pipeline() as pipe:
+    found = redis.mget([token_key(prefix, kind, c) for c in ids])
+    missing = [c for c, token in zip(ids, found, strict=True) if token is None]
+
+    def watched(some: list[int]) -> dict[int, str | None]:
+        return _enqueue_watched(queue, prefix, kind, func, some, job_timeout=job_timeout,
+                                at=at, attempt=attempt)
+
+    if len(missing) > 1:
+        try:
+            result.update(watched(missing))
+            return result
+        except WatchError:
+            pass  # one at a time below: one busy conversation no longer holds up the rest
+    for conversation_id in missing:
         for _ in range(MAX_WATCH_ATTEMPTS):
             try:
-                pipe.watch(*tokens)  # type: ignore[no-untyped-call]
-                found = pipe.mget(tokens)
-                result: dict[int, str | None] = {c: None for c in ids}
-                todo = [(c, t) for c, t, v in zip(ids, tokens, found, strict=True) if v is None]
-                if not todo:
-                    pipe.unwatch()
-                    return result
-                pipe.multi()
-                if at is not None:
-                    pipe.sadd(queue.redis_queues_keys, queue.key)
-                scheduled: dict[str, int] = {}
-                for conversation_id, token in todo:
-                    job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
-                    pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
-                    kwargs = {"conversation_id": conversation_id, "attempt": attempt}
-                    if at is None:
-                        queue.enqueue(func, kwargs=kwargs, job_id=job_id,
-                                      job_timeout=job_timeout, result_ttl=600,
-                                      failure_ttl=7 * 86400, retry=Retry(max=2), pipeline=pipe)
-                    else:
-                        _schedule(queue, pipe, func, kwargs, job_id, job_timeout)
-                        scheduled[job_id] = int(at.timestamp())
-                    result[conversation_id] = job_id
-                if scheduled:
-                    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
-                    pipe.zadd(registry.key, scheduled)
-                pipe.execute()
-                return result
+                result.update(watched([conversation_id]))
+                break
             except WatchError:
                 continue
-    raise RuntimeError(f"{kind} tokens kept changing: nothing enqueued for {len(ids)} "
-                       "conversations")
+        else:
+            raise RuntimeError(f"the {kind} token of conversation {conversation_id} kept "
+                               f"changing: not enqueued after {MAX_WATCH_ATTEMPTS} attempts")
+    return result
+
+
+def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[int], *,
+                     job_timeout: int, at: datetime | None,
+                     attempt: int) -> dict[int, str | None]:
+    """One transaction: WATCH the tokens of `ids`, read them, then set the missing ones and
+    create their jobs in MULTI/EXEC. Raises WatchError when a token changed meanwhile (nothing
+    is then written)."""
+    redis: Redis = queue.connection
+    tokens = [token_key(prefix, kind, c) for c in ids]
+    result: dict[int, str | None] = {}
+    with redis.pipeline() as pipe:
+        pipe.watch(*tokens)  # type: ignore[no-untyped-call]
+        found = pipe.mget(tokens)
+        todo = [(c, t) for c, t, v in zip(ids, tokens, found, strict=True) if v is None]
+        if not todo:
+            pipe.unwatch()
+            return result
+        pipe.multi()
+        if at is not None:
+            pipe.sadd(queue.redis_queues_keys, queue.key)
+        scheduled: dict[str, int] = {}
+        for conversation_id, token in todo:
+            job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
+            pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
+            kwargs = {"conversation_id": conversation_id, "attempt": attempt}
+            if at is None:
+                queue.enqueue(func, kwargs=kwargs, job_id=job_id, job_timeout=job_timeout,
+                              result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
+                              pipeline=pipe)
+            else:
+                _schedule(queue, pipe, func, kwargs, job_id, job_timeout)
+                scheduled[job_id] = int(at.timestamp())
+            result[conversation_id] = job_id
+        if scheduled:
+            registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+            pipe.zadd(registry.key, scheduled)
+        pipe.execute()
+    return result
 
 
 def _schedule(queue: Queue, pipe: Any, func: str, kwargs: dict[str, Any], job_id: str,

@@ -294,3 +294,43 @@ async def test_concurrent_posts_get_503_when_the_database_is_down(
     assert await asyncio.gather(*(_post(client, raw) for raw in bodies)) == [200] * 12
     with session_scope(engine) as session:
         assert len(list(session.exec(select(Message)))) == 12
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
+        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+        grouped: bool) -> None:
+    """A message that closes a stale session, whose turn cannot be enqueued (Redis refuses,
+    or its token keeps changing): the POST answers 503 so Meta redelivers, but the facts of
+    the session it closed are enqueued first, because the close is committed and the
+    redelivery, a duplicate, would not report it again."""
+    from bot import webhook
+    from bot.errors import StoreUnavailable
+    from storage.jobs import token_key
+
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    caio = {"wa_id": "5511900000003", "user_id": "BR.C3"}
+    ingest.ingest_body(engine, body("wamid.old", "oi", **caio), now=START)
+    app = create_app(settings(), engine=engine, redis_client=redis_client)
+    later = START + timedelta(days=2)  # past the 24-hour inactivity timeout
+
+    def contended(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("tokens kept changing")
+
+    def refused(*_: Any, **__: Any) -> Any:
+        raise redis.exceptions.ConnectionError("refused")
+
+    monkeypatch.setattr(webhook, "enqueue_turns", contended)
+    monkeypatch.setattr(webhook, "enqueue_turn", refused)
+    posts = [(body("wamid.new", "voltei", **caio), later)]
+    if grouped:
+        posts.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
+                      later))
+    outcomes = webhook._store_posts(app, posts)
+
+    assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+    with session_scope(engine) as session:
+        closed = session.exec(select(Conversation).where(
+            Conversation.status == "closed")).one()
+    assert redis_client.get(token_key("t", "facts", int(closed.id or 0))) is not None

@@ -63,24 +63,47 @@ def test_scheduled_turns_wait_in_rqs_registry_with_status_scheduled(
 
 def test_a_token_changed_under_watch_is_read_again_and_nothing_is_doubled(
         redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another web process enqueues conversation 5 between our MGET and our EXEC: the EXEC is
-    refused, the tokens are read again, and 5 is left to the other process's job."""
+    """Another web process enqueues conversation 5 between our WATCH and our EXEC: the EXEC is
+    refused, the conversations are then taken one at a time, and 5 is left to the other
+    process's job."""
     queue = _queue(redis_client)
     mget = redis.client.Pipeline.mget
-    calls = []
+    raced: list[bool] = []
 
     def racing_mget(self, keys, *args):  # type: ignore[no-untyped-def]
         found = mget(self, keys, *args)
-        calls.append(found)
-        if len(calls) == 1:  # the other process (its own MGET is calls[1])
+        if not raced:
+            raced.append(True)  # the other process runs once, between our WATCH and EXEC
             enqueue_turn(_queue(redis_client), PREFIX, 5)
         return found
 
     monkeypatch.setattr(redis.client.Pipeline, "mget", racing_mget)
-    made = enqueue_turns(queue, PREFIX, [4, 5])
+    made = enqueue_turns(queue, PREFIX, [4, 5, 6])
 
-    assert len(calls) == 3 and made[5] is None and made[4] is not None
-    assert queue.count == 2  # the other process's job for 5, ours for 4
+    assert made[5] is None and made[4] is not None and made[6] is not None
+    assert queue.count == 3  # the other process's job for 5, ours for 4 and 6
+    assert {redis_client.get(turn_token_key(PREFIX, c)) for c in (4, 6)} == \
+        {str(made[4]).encode(), str(made[6]).encode()}
+
+
+def test_a_queued_token_is_not_watched(redis_client: redis.Redis,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversation whose turn is already queued is left out of the transaction: its job
+    starting meanwhile (consuming the token) does not refuse the others' EXEC."""
+    queue = _queue(redis_client)
+    enqueue_turn(queue, PREFIX, 1)
+    watched: list[tuple[str, ...]] = []
+    watch = redis.client.Pipeline.watch
+
+    def spy(self, *names):  # type: ignore[no-untyped-def]
+        watched.append(tuple(n.decode() if isinstance(n, bytes) else n for n in names))
+        return watch(self, *names)
+
+    monkeypatch.setattr(redis.client.Pipeline, "watch", spy)
+    made = enqueue_turns(queue, PREFIX, [1, 2, 3])
+
+    assert watched == [(turn_token_key(PREFIX, 2), turn_token_key(PREFIX, 3))]
+    assert made[1] is None and made[2] and made[3]
 
 
 def test_tokens_that_never_settle_end_in_an_error_not_a_loop(
