@@ -18,14 +18,16 @@ Processes:
 * the bare handler (`load.py _bare`): aiohttp, reads the body, answers 200.
 
 Phases: the bare handler takes the load first (nothing else of the run is up), then the
-product takes the same bodies in the same order at the same concurrency: a warm-up, `--serial`
-fresh contacts one POST at a time (the latency without queueing), then the workers start and
-the load is posted. The run then waits until every message is answered, posts a wave of late
-redeliveries of answered messages, waits again, and checks the replies in the database and in
-the Graph double's records.
+product takes the same bodies in the same order: a warm-up, `--serial` fresh contacts one POST
+at a time (the latency without queueing), then the workers start, and the closed-loop bodies
+are posted with `--concurrency` in flight (the most each server accepts per second), then the
+paced bodies at a fixed rate, an open loop (the latency at that rate; by default a quarter of
+the bare handler's rate, the throughput target). The run then waits until every message is
+answered, posts a wave of late redeliveries of answered messages, waits again, and checks the
+replies in the database and in the Graph double's records.
 
-Usage: .venv/bin/python bench/load.py [--preload-worker-modules] [--conversations 1000]
-       [--concurrency 50] [--timeout 600] [--out FILE]
+Usage: .venv/bin/python bench/load.py [--conversations 1000] [--concurrency 50]
+       [--paced-rate R] [--timeout 1200] [--out FILE]
 Prints one JSON object on stdout (its "summary" first); progress goes to stderr.
 See bench/README.md for what each figure means and the results.
 """
@@ -76,6 +78,7 @@ PRELOADED_WORKER = (  # `wagent worker` whose parent imports the job modules and
     "workers.sweeper, workers.maintenance; from bot.cli import main; sys.exit(main(['worker']))")
 RUN_KEY = "wagent-bench-load:running"  # one run at a time: each flushes db 10
 MAX_ATTEMPTS = 3  # a delivery answered with an error is sent again, as Meta redelivers
+PACED_SHARE = 0.25  # the paced phase's rate: this share of the bare handler's (the target)
 
 
 def log(text: str) -> None:
@@ -222,18 +225,23 @@ class Delivery:
 class Workload:
     warmup: list[Delivery]
     serial: list[Delivery]  # posted one at a time: the latency without queueing
-    main: list[Delivery]  # in posting order, duplicates included
+    main: list[Delivery]  # in posting order, duplicates included (closed loop)
+    paced: list[Delivery]  # other contacts, same shape, posted at a fixed rate (open loop)
     late: list[Delivery]  # redeliveries after everything is answered
     messages: dict[str, str]  # token -> wamid, every distinct message
     contacts: int
     bursts: int
 
 
+PACED_CONTACTS = 700_000  # the paced phase's contacts are numbered from here
+
+
 def build_workload(conversations: int, warmup: int, serial: int, seed: int) -> Workload:
-    """`conversations` distinct contacts, 1 to 4 messages each (bursts: all of one contact's
-    messages posted back to back, so they arrive together); 20% of messages delivered twice at
-    once (the copy right behind the original), 10% once more at the end of the load; 10% again
-    as late redeliveries once everything is answered."""
+    """`conversations` distinct contacts for the closed-loop phase and as many others for the
+    paced phase, 1 to 4 messages each (bursts: all of one contact's messages posted back to
+    back, so they arrive together); 20% of messages delivered twice at once (the copy right
+    behind the original), 10% once more at the end of the phase; 10% of all of them again as
+    late redeliveries once everything is answered."""
     from bot.signature import sign
     from tests.factories import text_body
 
@@ -255,26 +263,32 @@ def build_workload(conversations: int, warmup: int, serial: int, seed: int) -> W
         messages[token] = wamid
         return Delivery(body, sign(body, APP_SECRET), wamid, token)
 
+    def phase(first_contact: int) -> tuple[list[Delivery], int]:
+        posts: list[Delivery] = []
+        tail: list[Delivery] = []
+        bursts = 0
+        for contact in range(first_contact, first_contact + conversations):
+            count = 1 + contact % 4
+            bursts += count > 1
+            for k in range(count):
+                d = delivery(contact, k)
+                posts.append(d)
+                roll = rng.random()
+                if roll < 0.2:
+                    posts.append(d)
+                if roll < 0.1:
+                    tail.append(d)
+        rng.shuffle(tail)
+        return posts + tail, bursts
+
     warm = [delivery(900_000 + i, 0) for i in range(warmup)]
     alone = [delivery(800_000 + i, 0) for i in range(serial)]
-    main: list[Delivery] = []
-    tail: list[Delivery] = []
-    bursts = 0
-    for contact in range(conversations):
-        count = 1 + contact % 4
-        bursts += count > 1
-        for k in range(count):
-            d = delivery(contact, k)
-            main.append(d)
-            roll = rng.random()
-            if roll < 0.2:
-                main.append(d)
-            if roll < 0.1:
-                tail.append(d)
-    rng.shuffle(tail)
-    distinct = list({d.wamid: d for d in main}.values())
+    main, bursts = phase(0)
+    paced, paced_bursts = phase(PACED_CONTACTS)
+    distinct = list({d.wamid: d for d in main + paced}.values())
     late = rng.sample(distinct, k=max(1, len(distinct) // 10))
-    return Workload(warm, alone, main + tail, late, messages, conversations, bursts)
+    return Workload(warm, alone, main, paced, late, messages, 2 * conversations,
+                    bursts + paced_bursts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -368,6 +382,78 @@ async def post_all(url: str, deliveries: list[Delivery], *, concurrency: int,
         stats.ended = time.perf_counter()
     stats.unsent = len(todo)
     return stats
+
+
+async def post_paced(url: str, deliveries: list[Delivery], *, rate: float, seed: int,
+                     deadline: float, warmup: list[Delivery],
+                     max_in_flight: int = 1000) -> PhaseStats:
+    """POST the deliveries in order at `rate` per second (an open loop: Poisson arrivals, each
+    sent at its time whether or not earlier ones were answered, as Meta delivers), at most
+    `max_in_flight` at once. Each latency counts from the POST's scheduled time, so a server
+    that falls behind is charged for the wait (no coordinated omission). An error answer is
+    posted again (up to MAX_ATTEMPTS) after the paced ones, as in `post_all`. The `warmup`
+    bodies (already posted: redeliveries) are posted untimed first, 50 at once, so that the
+    client's connections are open when the clock starts."""
+    import aiohttp
+
+    rng = random.Random(seed)
+    stats = PhaseStats()
+    retry: list[tuple[Delivery, int]] = []
+    limit = asyncio.Semaphore(max_in_flight)
+    connector = aiohttp.TCPConnector(limit=max_in_flight)
+    timeout = aiohttp.ClientTimeout(total=30)
+
+    async def one(session: aiohttp.ClientSession, delivery: Delivery, attempt: int,
+                  scheduled: float) -> None:
+        headers = {"Content-Type": "application/json",
+                   "X-Hub-Signature-256": delivery.signature}
+        status = "error"
+        try:
+            async with limit, session.post(url, data=delivery.body,
+                                           headers=headers) as response:
+                await response.read()
+                status = str(response.status)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            status = type(exc).__name__
+        finally:
+            stats.latencies.append(time.perf_counter() - scheduled)
+        stats.posts += 1
+        stats.statuses[status] += 1
+        if status == "200":
+            stats.accepted += 1
+        elif attempt < MAX_ATTEMPTS:
+            retry.append((delivery, attempt + 1))
+        else:
+            stats.failed += 1
+
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(_post_once(session, url, d) for d in warmup[:50]))
+        stats.started = time.perf_counter()
+        at = stats.started
+        tasks = []
+        for index, delivery in enumerate(deliveries):
+            if time.monotonic() >= deadline:
+                stats.unsent = len(deliveries) - index
+                break
+            at += rng.expovariate(rate)
+            pause = at - time.perf_counter()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            tasks.append(asyncio.create_task(one(session, delivery, 1, at)))
+        await asyncio.gather(*tasks)
+        while retry and time.monotonic() < deadline:
+            again = list(retry)
+            retry.clear()
+            await asyncio.gather(*(one(session, d, a, time.perf_counter()) for d, a in again))
+        stats.ended = time.perf_counter()
+    stats.unsent += len(retry)
+    return stats
+
+
+async def _post_once(session: Any, url: str, delivery: Delivery) -> None:
+    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": delivery.signature}
+    async with session.post(url, data=delivery.body, headers=headers) as response:
+        await response.read()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -567,6 +653,7 @@ class Bench:
         self.doubles: Child | None = None
         self.urls: dict[str, str] = {}
         self.env: dict[str, str] = {}
+        self.warmup: list[Delivery] = []
 
     def remaining(self) -> float:
         return float(self.deadline - time.monotonic())
@@ -630,6 +717,8 @@ class Bench:
             "ANTHROPIC_BASE_URL": self.urls["messages"], "GRAPH_API_BASE_URL": self.urls["graph"],
             "WEB_HOST": HOST, "WEB_PORT": str(port), "LOG_LEVEL": self.args.log_level,
             "LOG_FORMAT": "json"})
+        if self.args.worker_cpu:
+            env["WORKER_CPU"] = self.args.worker_cpu
         return env
 
     def start_web(self) -> str:
@@ -721,11 +810,35 @@ class Bench:
                                     concurrency=concurrency or self.args.concurrency,
                                     deadline=self.deadline))
 
+    def post_paced(self, url: str, deliveries: list[Delivery], rate: float) -> PhaseStats:
+        return asyncio.run(post_paced(f"{url}/webhook", deliveries, rate=rate,
+                                      seed=self.args.seed, deadline=self.deadline,
+                                      warmup=self.warmup))
+
+    def post_passes(self, url: str, deliveries: list[Delivery]) -> PhaseStats:
+        """`--bare-passes` closed-loop passes over the same bodies, as one phase: the bare
+        handler answers in well under a second, and a rate timed over a fraction of a second
+        swings with whatever else the machine does."""
+        total = PhaseStats()
+        for _ in range(self.args.bare_passes):
+            one = self.post(url, deliveries)
+            total.started = total.started or one.started
+            total.ended = one.ended
+            total.posts += one.posts
+            total.accepted += one.accepted
+            total.statuses.update(one.statuses)
+            total.latencies += one.latencies
+            total.failed += one.failed
+            total.unsent += one.unsent
+        return total
+
     def run(self) -> dict[str, Any]:
         args = self.args
         work = build_workload(args.conversations, args.warmup, args.serial, args.seed)
+        self.warmup = work.warmup
         log(f"{work.contacts} conversations, {len(work.messages)} distinct messages, "
-            f"{len(work.main)} posts ({work.bursts} bursts), {len(work.late)} late redeliveries; "
+            f"{len(work.main)} closed-loop posts and {len(work.paced)} paced ({work.bursts} "
+            f"bursts in all), {len(work.late)} late redeliveries; "
             f"load average {os.getloadavg()[0]:.2f}")
         loadavg_start = os.getloadavg()
         self.setup()
@@ -734,10 +847,13 @@ class Bench:
         self.post(bare_url, work.warmup)
         bare_serial = self.post(bare_url, work.serial, concurrency=1)
         log("bare handler: posting")
-        bare_stats = self.post(bare_url, work.main)
+        bare_stats = self.post_passes(bare_url, work.main)
+        bare_rate = bare_stats.to_json()["updates_per_second"]
+        paced_rate = float(args.paced_rate or round(PACED_SHARE * bare_rate))
+        log(f"bare handler: {bare_rate} updates/s; paced at {paced_rate}/s")
+        bare_paced = self.post_paced(bare_url, work.paced, paced_rate)
         for child in bare:
             self.stop_child(child)
-        log(f"bare handler: {bare_stats.to_json()['updates_per_second']} updates/s")
 
         self.start_doubles()
         web_url = self.start_web()
@@ -758,6 +874,9 @@ class Bench:
         cpu_after, busy_after = proc_snapshot(), machine_busy()
         self._stop_profiler(profiler)
         log(f"product: {product_stats.to_json()['updates_per_second']} updates/s; "
+            f"paced at {paced_rate}/s")
+        product_paced = self.post_paced(web_url, work.paced, paced_rate)
+        log(f"product: paced p99 {product_paced.to_json()['latency_ms']['p99']} ms; "
             "waiting for the replies")
         if args.workers_after_load:
             self.start_workers()
@@ -782,11 +901,16 @@ class Bench:
         turn_window = max(last_reply - workers_started, 1e-9)
         product = product_stats.to_json()
         bare_json = bare_stats.to_json()
+        paced, bare_paced_json = product_paced.to_json(), bare_paced.to_json()
         other_cpu = _cpu_delta(cpu_before, cpu_after, roots).get("other", 0.0)
         return {
             "summary": {
+                "paced_rate": paced_rate,
                 "product": {"updates_per_second": product["updates_per_second"],
-                            "latency_ms": {k: product["latency_ms"][k] for k in ("p50", "p99")},
+                            "latency_ms": {k: paced["latency_ms"][k] for k in ("p50", "p99")},
+                            "latency_at_saturation_ms": {
+                                k: product["latency_ms"][k] for k in ("p50", "p99")},
+                            "paced_updates_per_second": paced["updates_per_second"],
                             "turns_per_second": round(replies_before_late / turn_window, 2),
                             "lost": checks["lost"],
                             "duplicate_replies": checks["duplicate_replies"],
@@ -795,7 +919,10 @@ class Bench:
                                 "not drained by --timeout: `lost` counts the messages still "
                                 "unanswered then, with the jobs left in backlog_at_end")})},
                 "bare": {"updates_per_second": bare_json["updates_per_second"],
-                         "latency_ms": {k: bare_json["latency_ms"][k] for k in ("p50", "p99")}},
+                         "latency_ms": {k: bare_paced_json["latency_ms"][k]
+                                        for k in ("p50", "p99")},
+                         "latency_at_saturation_ms": {
+                             k: bare_json["latency_ms"][k] for k in ("p50", "p99")}},
                 "ratio_updates_per_second": round(product["updates_per_second"] / max(
                     bare_json["updates_per_second"], 1e-9), 3)},
             "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0],
@@ -803,17 +930,23 @@ class Bench:
                         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
                         "foreign_cpu_s_during_product_posting": other_cpu},
             "workload": {"conversations": work.contacts, "distinct_messages": len(work.messages),
-                         "posts": len(work.main), "bursts": work.bursts,
-                         "duplicate_posts": len(work.main) - len({d.wamid for d in work.main}),
+                         "posts": len(work.main), "paced_posts": len(work.paced),
+                         "bursts": work.bursts,
+                         "duplicate_posts": len(work.main) + len(work.paced) - len(
+                             {d.wamid for d in work.main + work.paced}),
+                         "bare_passes": args.bare_passes, "paced_rate": paced_rate,
                          "late_redeliveries": len(work.late), "warmup_posts": len(work.warmup),
                          "serial_posts": len(work.serial), "concurrency": args.concurrency,
                          "workers": args.workers, "web_processes": args.web_processes,
                          "log_level": args.log_level,
                          "preload_worker_modules": args.preload_worker_modules,
-                         "workers_after_load": args.workers_after_load},
-            "bare": {**bare_json, "serial_latency_ms": bare_serial.to_json()["latency_ms"]},
+                         "workers_after_load": args.workers_after_load,
+                         "worker_cpu": args.worker_cpu or "default (idle)"},
+            "bare": {**bare_json, "serial_latency_ms": bare_serial.to_json()["latency_ms"],
+                     "paced": bare_paced_json},
             "product": {
                 **product,
+                "paced": paced,
                 "serial_latency_ms": product_serial.to_json()["latency_ms"],
                 "turns": state["calls"].get("turn:200", 0), "replies_sent": len(state["sends"]),
                 "turns_per_second": round(replies_before_late / turn_window, 2),
@@ -823,6 +956,7 @@ class Bench:
                 "checks": checks,
                 "other_statuses": {"warmup": dict(warm.statuses),
                                    "serial": dict(product_serial.statuses),
+                                   "paced": dict(product_paced.statuses),
                                    "late_redeliveries": dict(late_stats.statuses)},
                 "cpu_s_during_posting": _cpu_delta(cpu_before, cpu_after, roots),
                 "cpu_s_posting_to_drained": _cpu_delta(cpu_before, cpu_drained, roots),
@@ -838,7 +972,8 @@ class Bench:
             "targets": {
                 "lost_zero": drained and checks["lost"] == 0,
                 "duplicate_replies_zero": drained and checks["duplicate_replies"] == 0,
-                "p99_under_50ms": product["latency_ms"]["p99"] < 50,
+                "p99_under_50ms_at_paced_rate": paced["latency_ms"]["p99"] < 50
+                and paced["failed"] == 0 and paced["unsent"] == 0,
                 "ratio_at_least_0.25": product["updates_per_second"]
                 >= 0.25 * bare_json["updates_per_second"],
             },
@@ -1075,16 +1210,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serial", type=int, default=100,
                         help="fresh contacts posted one at a time before the load, for the "
                              "latency without queueing (default 100)")
+    parser.add_argument("--bare-passes", type=int, default=3,
+                        help="closed-loop passes of the bare handler over the bodies, timed "
+                             "as one phase (default 3)")
+    parser.add_argument("--paced-rate", type=float, default=None,
+                        help="updates/s of the paced (open-loop) phase, for both servers "
+                             f"(default {PACED_SHARE} x the bare handler's rate: the rate "
+                             "the throughput target asks the product to sustain)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds; the run stops by itself after this (default 600)")
     parser.add_argument("--preload-worker-modules", action="store_true",
                         help="start the workers as `wagent worker` with workers.turns & co. "
-                             "imported before RQ forks its work horses (not how the product "
-                             "ships: see bench/README.md)")
+                             "imported first (what `wagent worker` itself does now; kept to "
+                             "compare)")
     parser.add_argument("--workers-after-load", action="store_true",
                         help="start the workers only once every update is posted: the web "
                              "process has the machine to itself while it is timed")
     parser.add_argument("--log-level", default="INFO", help="LOG_LEVEL of the product")
+    parser.add_argument("--worker-cpu", choices=("idle", "low", "normal"), default=None,
+                        help="WORKER_CPU of the workers (default: the product's default)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile-web", type=Path, default=None,
                         help="record the web process with py-spy during the posting phase "
@@ -1095,9 +1239,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.concurrency <= 500 or not 1 <= args.conversations <= 100_000 \
             or not 1 <= args.workers <= 8 or not 10 <= args.timeout <= 3600 \
-            or not 1 <= args.web_processes <= 8:
+            or not 1 <= args.web_processes <= 8 or not 1 <= args.bare_passes <= 10 \
+            or args.paced_rate is not None and not 1 <= args.paced_rate <= 20_000:
         parser.error("out of bounds: concurrency 1-500, conversations 1-100000, "
-                     "workers 1-8, web processes 1-8, timeout 10-3600 s")
+                     "workers 1-8, web processes 1-8, timeout 10-3600 s, bare passes 1-10, "
+                     "paced rate 1-20000/s")
 
     bench = Bench(args)
 

@@ -465,10 +465,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _lower_cpu_priority(policy: str) -> None:
     """`WORKER_CPU` (core/settings.py): on cores shared with `wagent web`, a worker takes only
     the CPU time the webhook leaves (bench/load.py measures the difference). Inherited by the
-    work horses RQ forks. Where SCHED_IDLE is missing (not Linux), "idle" falls back to the
-    lowest nice value."""
+    work horses RQ forks. "low" is nice 19, the lowest priority that still guarantees a share;
+    where SCHED_IDLE is missing (not Linux), "idle" falls back to it."""
     if policy == "low":
-        os.nice(10)
+        os.nice(19)
     elif policy == "idle":
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

@@ -4,9 +4,9 @@ import os
 from dataclasses import dataclass, field, fields
 
 DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
-# `wagent worker`'s CPU priority: "idle" (Linux SCHED_IDLE: a worker runs only on CPU time no
-# other process wants, so the webhook, which Meta times, keeps its latency when both share
-# cores), "low" (nice 10), "normal"
+# `wagent worker`'s CPU priority on cores it shares with `wagent web`: "idle" (Linux
+# SCHED_IDLE: a worker runs only on CPU time no other process wants), "low" (nice 19: a small
+# share is still guaranteed), "normal"
 WORKER_CPU_POLICIES = ("idle", "low", "normal")
 
 

@@ -128,7 +128,7 @@ def test_worker_cpu_setting_is_checked() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 @pytest.mark.parametrize(("policy", "expected"), [
-    ("idle", "SCHED_IDLE 0"), ("low", "SCHED_OTHER 10"), ("normal", "SCHED_OTHER 0")])
+    ("idle", "SCHED_IDLE 0"), ("low", "SCHED_OTHER 19"), ("normal", "SCHED_OTHER 0")])
 def test_worker_cpu_priority(policy: str, expected: str) -> None:
     code = ("import os; from bot.cli import _lower_cpu_priority; "
             f"_lower_cpu_priority({policy!r}); "
