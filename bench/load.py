@@ -307,6 +307,19 @@ class PhaseStats:
     started: float = 0.0
     ended: float = 0.0
 
+    def count(self, status: str, attempt: int) -> bool:
+        """Count one answer; True when the delivery is to be posted again (an error answer,
+        fewer than MAX_ATTEMPTS so far), as Meta redelivers."""
+        self.posts += 1
+        self.statuses[status] += 1
+        if status == "200":
+            self.accepted += 1
+            return False
+        if attempt < MAX_ATTEMPTS:
+            return True
+        self.failed += 1
+        return False
+
     def to_json(self) -> dict[str, Any]:
         elapsed = max(self.ended - self.started, 1e-9)
         lat = sorted(self.latencies)
@@ -354,27 +367,14 @@ async def post_all(url: str, deliveries: list[Delivery], *, concurrency: int,
                 continue
             delivery, attempt = todo.popleft()
             in_flight += 1
-            headers = {"Content-Type": "application/json",
-                       "X-Hub-Signature-256": delivery.signature}
-            status = "error"
             started = time.perf_counter()
             try:
-                async with session.post(url, data=delivery.body, headers=headers) as response:
-                    await response.read()
-                    status = str(response.status)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                status = type(exc).__name__
+                status = await _post_status(session, url, delivery)
             finally:
                 stats.latencies.append(time.perf_counter() - started)
                 in_flight -= 1
-            stats.posts += 1
-            stats.statuses[status] += 1
-            if status == "200":
-                stats.accepted += 1
-            elif attempt < MAX_ATTEMPTS:
+            if stats.count(status, attempt):
                 todo.append((delivery, attempt + 1))
-            else:
-                stats.failed += 1
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         stats.started = time.perf_counter()
@@ -405,29 +405,16 @@ async def post_paced(url: str, deliveries: list[Delivery], *, rate: float, seed:
 
     async def one(session: aiohttp.ClientSession, delivery: Delivery, attempt: int,
                   scheduled: float) -> None:
-        headers = {"Content-Type": "application/json",
-                   "X-Hub-Signature-256": delivery.signature}
-        status = "error"
         try:
-            async with limit, session.post(url, data=delivery.body,
-                                           headers=headers) as response:
-                await response.read()
-                status = str(response.status)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            status = type(exc).__name__
+            async with limit:
+                status = await _post_status(session, url, delivery)
         finally:
             stats.latencies.append(time.perf_counter() - scheduled)
-        stats.posts += 1
-        stats.statuses[status] += 1
-        if status == "200":
-            stats.accepted += 1
-        elif attempt < MAX_ATTEMPTS:
+        if stats.count(status, attempt):
             retry.append((delivery, attempt + 1))
-        else:
-            stats.failed += 1
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        await asyncio.gather(*(_post_once(session, url, d) for d in warmup[:50]))
+        await asyncio.gather(*(_post_status(session, url, d) for d in warmup[:50]))
         stats.started = time.perf_counter()
         at = stats.started
         tasks = []
@@ -450,10 +437,17 @@ async def post_paced(url: str, deliveries: list[Delivery], *, rate: float, seed:
     return stats
 
 
-async def _post_once(session: Any, url: str, delivery: Delivery) -> None:
+async def _post_status(session: Any, url: str, delivery: Delivery) -> str:
+    """POST one signed delivery; the answer's status, or the name of the client's error."""
+    import aiohttp
+
     headers = {"Content-Type": "application/json", "X-Hub-Signature-256": delivery.signature}
-    async with session.post(url, data=delivery.body, headers=headers) as response:
-        await response.read()
+    try:
+        async with session.post(url, data=delivery.body, headers=headers) as response:
+            await response.read()
+            return str(response.status)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return type(exc).__name__
 
 
 # ----------------------------------------------------------------------------------------------

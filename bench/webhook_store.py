@@ -19,7 +19,6 @@ import argparse
 import cProfile
 import io
 import json
-import os
 import pstats
 import sys
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # load.py's /proc reading
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/11"  # this benchmark's database, flushed
@@ -39,20 +39,11 @@ WARMUP_GROUPS = 10
 
 def postgres_cpu_seconds() -> float:
     """CPU seconds of every process named postgres (the server and its backends, with the
-    backends that exited and were reaped)."""
-    ticks = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if "(postgres" not in raw:
-            continue
-        fields = raw[raw.rindex(")") + 2:].split()
-        ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    backends that exited and were reaped), read as bench/load.py reads /proc."""
+    from load import proc_snapshot
+
+    return sum(own + reaped for comm, _, own, reaped in proc_snapshot().values()
+               if comm.startswith("postgres"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,7 +61,8 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
     One MGET reads every token: a conversation whose token exists needs nothing (its job has
     not read the database yet, so it will see what the caller committed), whatever happens to
     the token afterwards. The others get their tokens and jobs in one transaction (WATCH the
-    missing tokens, read them again, MULTI/EXEC): four round trips in all. When a watched
+    missing tokens, read them again, MULTI/EXEC): four round trips in all (three for one
+    conversation, read only under its WATCH). When a watched
     token changes meanwhile (another web process, a worker starting a job), the EXEC is
     refused and those conversations are enqueued one at a time instead, each retried at most
     MAX_WATCH_ATTEMPTS times (then RuntimeError). Raises redis.exceptions.RedisError when
@@ -71,9 +72,10 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
     result: dict[int, str | None] = {c: None for c in ids}
     if not ids:
         return result
-    redis: Redis = queue.connection
-    found = redis.mget([token_key(prefix, kind, c) for c in ids])
-    missing = [c for c, token in zip(ids, found, strict=True) if token is None]
+    missing = ids
+    if len(ids) > 1:  # one conversation alone is read under its WATCH below
+        found = queue.connection.mget([token_key(prefix, kind, c) for c in ids])
+        missing = [c for c, token in zip(ids, found, strict=True) if token is None]
 
     def watched(some: list[int]) -> dict[int, str | None]:
         return _enqueue_watched(queue, prefix, kind, func, some, job_timeout=job_timeout,
