@@ -1,7 +1,7 @@
 """Micro-benchmark: the CPU a webhook process spends storing and enqueueing a group commit,
 without HTTP, and what PostgreSQL spends on it.
 
-Calls `bot.webhook._store_posts` (the group thread's work: parse, `ingest.store_group`, the
+Calls `bot.webhook.store_posts` (the group thread's work: parse, `ingest.store_group`, the
 group's turn enqueue) on groups of `--group` POSTs, each one new contact's text message, as in
 the web process (JSON logs at INFO, the debounce on). Prints CPU milliseconds per POST of this
 process, of every PostgreSQL process (from /proc, so other PostgreSQL work counts too), and
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             return run
 
         for posts in groups[:WARMUP_GROUPS]:
-            webhook._store_posts(app, posts)
+            webhook.store_posts(app, posts)
         originals = (webhook.store_group, webhook._enqueue_turns, webhook._inbound_only)
         webhook.store_group = timed("store", webhook.store_group)  # type: ignore[assignment]
         webhook._enqueue_turns = timed("enqueue", webhook._enqueue_turns)  # type: ignore[assignment]
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if profile:
             profile.enable()
         for posts in groups[WARMUP_GROUPS:]:
-            outcomes = webhook._store_posts(app, posts)
+            outcomes = webhook.store_posts(app, posts)
             failures = [o for o in outcomes if isinstance(o, BaseException)]
             if failures:
                 raise RuntimeError(f"a POST was refused: {failures[0]!r}")

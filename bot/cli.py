@@ -450,6 +450,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     import workers.compaction  # noqa: F401
     import workers.facts  # noqa: F401
+    import workers.inbox  # noqa: F401
     import workers.maintenance  # noqa: F401
     import workers.sweeper  # noqa: F401
     import workers.turns  # noqa: F401

@@ -43,7 +43,8 @@ class IngestResult:
     turn_conversation_ids: list[int] = field(default_factory=list)
     closed_conversation_ids: list[int] = field(default_factory=list)  # stale sessions ended
     counts: dict[str, int] = field(default_factory=dict)
-    grouped: bool = False  # stored by a group commit (store_group)
+    grouped: bool = False  # stored by a group commit (store_group), or spilled
+    spilled: bool = False  # put in the inbox for a worker to store (counts then empty)
 
     def count(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1

@@ -58,6 +58,7 @@ async def serve_metrics(request: web.Request) -> web.Response:
 
 
 FLUSH_AFTER_SECONDS = 0.5
+SPILLED = "(inbox)"  # a POST put in the inbox: its updates are counted by the worker storing it
 PENDING = web.AppKey("webhook_counts_pending", dict)
 
 
@@ -92,6 +93,7 @@ async def flush_updates(app: web.Application) -> None:
     app[PENDING].clear()
     if not pending:
         return
-    ops = [metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
+    ops = [metrics.inc("wagent_inbox_posts_total", None, amount) if kind == SPILLED
+           else metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
            for kind, amount in pending.items()]
     await asyncio.to_thread(metrics.record, app[REDIS], app[SETTINGS].redis_prefix, *ops)

@@ -4,7 +4,9 @@ import asyncio
 import hmac
 import time
 import weakref
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -23,11 +25,12 @@ from bot.ingest import (
     store_group,
 )
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
-from bot.metrics import record_updates
+from bot.metrics import SPILLED, record_updates
 from bot.signature import verify_signature
 from core import clock
 from core.settings import Settings
-from storage.jobs import enqueue_facts, enqueue_turn, enqueue_turns
+from storage import inbox
+from storage.jobs import enqueue_drain, enqueue_facts, enqueue_turn, enqueue_turns
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +72,7 @@ async def receive_update(request: web.Request) -> web.Response:
     result = await _group_commit(request.app).submit(body, clock.now())
     # a POST stored in a group is summed up by the group's own line (webhook_group_stored)
     (log.debug if result.grouped else log.info)("webhook_received", **result.counts)
-    await record_updates(request.app, result.counts)
+    await record_updates(request.app, {SPILLED: 1} if result.spilled else result.counts)
     return web.Response(text="ok")
 
 
@@ -98,16 +101,26 @@ class GroupCommit:
     then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
     anything but customer messages (statuses, identity changes, bad items), takes the one-POST
     path (`_store_and_enqueue`), and so does one the group could not take.
+
+    Under load a group goes to the inbox instead (`spill`): its raw bodies in one INSERT, a
+    drain job enqueued, each POST answered 200 once that is committed; a worker parses and
+    stores them (`workers.inbox`). A process starts spilling when `webhook_spill_at` POSTs wait
+    for a group (the queue a second group would start for), and keeps spilling until
+    SPILL_HOLD_SECONDS pass without a group of two or more: the full path, 0.6 ms of this
+    process's CPU a POST, is what made POSTs queue, and the inbox costs a fraction of it.
     """
 
     MAX_POSTS = 200
     IN_FLIGHT = 4  # while one group waits for PostgreSQL or Redis, the next is stored
     MIN_POSTS = 16  # a second group starts once this many wait (the first starts at once)
+    SPILL_HOLD_SECONDS = 1.0
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
         self.waiting: list[tuple[bytes, datetime, asyncio.Future[IngestResult]]] = []
         self.running: set[asyncio.Task[None]] = set()
+        self.spill_at = app[SETTINGS].webhook_spill_at
+        self.spill_until = 0.0  # event-loop time until which every group is spilled
 
     async def submit(self, body: bytes, now: datetime) -> IngestResult:
         """Store and enqueue one POST; StoreUnavailable becomes a 503."""
@@ -126,20 +139,31 @@ class GroupCommit:
                                 and len(self.waiting) >= self.MIN_POSTS):
             group = self.waiting[:self.MAX_POSTS]
             del self.waiting[:self.MAX_POSTS]
-            task = asyncio.create_task(self._store(group))
+            task = asyncio.create_task(self._store(group, spill=self._spill(len(group))))
             self.running.add(task)
             task.add_done_callback(self._done)
+
+    def _spill(self, posts: int) -> bool:
+        """Whether a group of `posts` goes to the inbox (and the hold renewed)."""
+        if self.spill_at <= 0:
+            return False
+        now = asyncio.get_running_loop().time()
+        if posts >= self.spill_at or (posts >= 2 and now < self.spill_until):
+            self.spill_until = now + self.SPILL_HOLD_SECONDS
+        return now < self.spill_until
 
     def _done(self, task: "asyncio.Task[None]") -> None:
         self.running.discard(task)
         self._start()
 
     async def _store(self, group: list[tuple[bytes, datetime,
-                                             "asyncio.Future[IngestResult]"]]) -> None:
+                                             "asyncio.Future[IngestResult]"]], *,
+                     spill: bool = False) -> None:
         outcomes: list[IngestResult | BaseException]
         try:
             outcomes = await asyncio.to_thread(
-                _store_posts, self.app, [(body, now) for body, now, _ in group])
+                spill_posts if spill else store_posts, self.app,
+                [(body, now) for body, now, _ in group])
         except BaseException as exc:  # the answer must never hang
             outcomes = [exc] * len(group)
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
@@ -151,6 +175,9 @@ class GroupCommit:
                 future.set_result(outcome)
 
 
+# what storing needs: the web app, or `workers.inbox`'s mapping of the same keys
+Stores = Mapping[Any, Any]
+
 _GROUPS: "weakref.WeakKeyDictionary[web.Application, GroupCommit]" = weakref.WeakKeyDictionary()
 
 
@@ -161,10 +188,36 @@ def _group_commit(app: web.Application) -> GroupCommit:
     return group
 
 
-def _store_posts(app: web.Application,
-                 posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
-    """Store and enqueue a group of POSTs (in a thread): those made only of customer messages
-    in one transaction when there are two or more, the others one by one after it."""
+def spill_posts(app: Stores, posts: list[tuple[bytes, datetime]]) -> list[IngestResult]:
+    """Put a group of signed POSTs in the inbox (in a thread) and enqueue the drain job.
+
+    Raises StoreUnavailable (every POST's 503, so Meta redelivers) when the INSERT fails, and
+    when the drain cannot be enqueued (Redis down), as the one-POST path does when a turn
+    cannot be: the entries then stay, the periodic reconcile (`workers.maintenance`) enqueues a
+    drain once they are a minute old, and the redelivered copies are stored as duplicates.
+    """
+    settings = app[SETTINGS]
+    started = time.perf_counter()
+    try:
+        inbox.add_many(app[ENGINE], posts)
+    except (OperationalError, DBAPIError) as exc:
+        raise StoreUnavailable(describe(exc)) from exc
+    try:
+        enqueue_drain(app[TURN_QUEUE], settings.redis_prefix)
+    except (RedisError, RuntimeError) as exc:
+        log.warning("inbox_drain_not_enqueued", posts=len(posts), error=type(exc).__name__)
+        raise StoreUnavailable(f"cannot enqueue the inbox drain: {exc}") from exc
+    log.info("webhook_group_spilled", posts=len(posts),
+             total_ms=round((time.perf_counter() - started) * 1000, 1))
+    return [IngestResult(grouped=True, spilled=True) for _ in posts]
+
+
+def store_posts(app: Stores,
+                posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
+    """Store and enqueue a group of POSTs (in a thread; `workers.inbox` calls it too): those
+    made only of customer messages in one transaction when there are two or more, the others
+    one by one after it. Returns each POST's result, or the exception that is its answer
+    (StoreUnavailable: 503)."""
     pendings = [Pending(found, now) if len(posts) > 1 and (found := _inbound_only(body))
                 else None for body, now in posts]  # a lone POST is parsed once, by ingest
     group = [p for p in pendings if p is not None]
@@ -229,7 +282,7 @@ def _inbound_only(body: bytes) -> list[InboundMessage] | None:
         return None
 
 
-def _enqueue_turns(app: web.Application, conversation_ids: list[int]) -> StoreUnavailable | None:
+def _enqueue_turns(app: Stores, conversation_ids: list[int]) -> StoreUnavailable | None:
     """Enqueue the group's turns in one Redis transaction (storage.jobs.enqueue_turns: a
     conversation whose turn is queued and has not read the database yet gets none, since it
     will see our committed messages). None when done; the error every POST that needs a turn
@@ -258,7 +311,7 @@ def _retryable(exc: DBAPIError) -> bool:
     return str(getattr(exc.orig, "sqlstate", "") or "").startswith("40")
 
 
-def _enqueue_once(app: web.Application, conversation_id: int, kind: str,
+def _enqueue_once(app: Stores, conversation_id: int, kind: str,
                   done: dict[tuple[str, int], StoreUnavailable | None]) -> None:
     """Enqueue once per group (coalesced in Redis anyway); a failure fails every POST that
     needs it."""
@@ -275,7 +328,7 @@ def _enqueue_once(app: web.Application, conversation_id: int, kind: str,
     done[key] = None
 
 
-def _store_and_enqueue(app: web.Application, body: bytes, now: datetime) -> IngestResult:
+def _store_and_enqueue(app: Stores, body: bytes, now: datetime) -> IngestResult:
     """Store the body, then enqueue its turns and fact extractions: one trip to a thread."""
     result = ingest_body(app[ENGINE], body, now=now)
     failed: StoreUnavailable | None = None
@@ -292,7 +345,7 @@ def _store_and_enqueue(app: web.Application, body: bytes, now: datetime) -> Inge
     return result
 
 
-def _enqueue(app: web.Application, conversation_id: int, kind: str = "turn") -> None:
+def _enqueue(app: Stores, conversation_id: int, kind: str = "turn") -> None:
     settings = app[SETTINGS]
     try:
         if kind == "facts":

@@ -37,6 +37,9 @@ class Settings:
     max_body_bytes: int = 3 * 1024 * 1024
     turn_job_timeout: int = 300
     turn_debounce_seconds: float = 2.0
+    # POSTs waiting in one web process that switch it to the inbox (store the raw body, answer,
+    # let a worker parse and store it: bot.webhook.GroupCommit); 0 never does
+    webhook_spill_at: int = 16
     turn_max_rounds: int = 8
     turn_max_attempts: int = 4
     turn_lock_timeout: int = 360
@@ -80,6 +83,8 @@ class Settings:
         if values.get("worker_cpu", "idle") not in WORKER_CPU_POLICIES:
             problems.append(f"WORKER_CPU={values['worker_cpu']!r} is not one of "
                             f"{', '.join(WORKER_CPU_POLICIES)}")
+        if isinstance(spill_at := values.get("webhook_spill_at"), int) and spill_at < 0:
+            problems.append("WEBHOOK_SPILL_AT must be 0 (never) or more")
         if require:
             problems += [
                 f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION

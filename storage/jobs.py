@@ -21,6 +21,8 @@ from rq.registry import ScheduledJobRegistry
 TURN_JOB = "workers.turns.run_turn"
 COMPACTION_JOB = "workers.compaction.compact_conversation"
 FACTS_JOB = "workers.facts.extract_facts"
+INBOX_JOB = "workers.inbox.drain_inbox"
+INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conversation" id
 TOKEN_TTL_SECONDS = 6 * 3600
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
         "else return 0 end")
@@ -179,6 +181,12 @@ def enqueue_facts(queue: Queue, prefix: str, conversation_id: int, *,
     """Enqueue fact extraction (coalesced: at most one queued; it can run again later)."""
     return enqueue_coalesced(queue, prefix, "facts", FACTS_JOB, conversation_id,
                              job_timeout=300, at=at, attempt=attempt)
+
+
+def enqueue_drain(queue: Queue, prefix: str) -> str | None:
+    """Enqueue `workers.inbox.drain_inbox` unless one is queued or still draining (its token
+    is held until it finds the inbox empty, see `workers.inbox`). Raises RedisError."""
+    return enqueue_coalesced(queue, prefix, "inbox", INBOX_JOB, INBOX_KEY, job_timeout=600)
 
 
 def consume_token(redis: Redis, prefix: str, kind: str, conversation_id: int,

@@ -310,3 +310,15 @@ class DeadLetter(SQLModel, table=True):
     received_at: datetime
     reason: str = Field(sa_type=Text)
     body: bytes = Field(sa_type=LargeBinary)
+
+
+class InboxEntry(SQLModel, table=True):
+    """A signed webhook POST accepted under load and not yet processed (DESIGN.md Data flow 1:
+    the web process stores the raw body in one INSERT and answers 200; `workers.inbox` parses
+    and stores its updates, then deletes the row). Kept only until it is processed."""
+
+    __tablename__ = "inbox"
+
+    id: int | None = Field(default=None, primary_key=True)
+    received_at: datetime
+    body: bytes = Field(sa_type=LargeBinary)

@@ -238,8 +238,9 @@ def test_a_group_that_fails_stores_nothing(engine: Engine,
 
 
 def settings() -> Settings:
+    # the group commit itself: no POST goes to the inbox (tests/test_inbox.py covers that)
     return Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token="v", redis_prefix="t",
-                    queue_name="t")
+                    queue_name="t", webhook_spill_at=0)
 
 
 async def _post(client: TestClient, raw: bytes) -> int:  # type: ignore[type-arg]
@@ -327,7 +328,7 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     if grouped:
         posts.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
                       later))
-    outcomes = webhook._store_posts(app, posts)
+    outcomes = webhook.store_posts(app, posts)
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:

@@ -16,8 +16,9 @@ from sqlalchemy import Engine
 from sqlmodel import col, delete, select, update
 
 from core import clock
+from storage import inbox
 from storage.db import session_scope
-from storage.jobs import enqueue_turn
+from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
 from storage.messages import wamid_hash
 from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
 from workers.runtime import Runtime
@@ -72,8 +73,28 @@ def settle_stale_sends(engine: Engine, *, now: datetime) -> int:
     return len(rows)
 
 
+INBOX_STALE = timedelta(minutes=1)
+
+
+def reconcile_inbox(runtime: Runtime, *, now: datetime) -> bool:
+    """Enqueue a fresh drain when the inbox holds an entry older than INBOX_STALE (the drain
+    could not be enqueued, or its job died holding the token); True when it did. The old
+    token is dropped first; two drains at once take different entries."""
+    waiting, oldest = inbox.backlog(runtime.engine)
+    if not waiting or oldest is None or now - oldest < INBOX_STALE:
+        return False
+    prefix = runtime.settings.redis_prefix
+    runtime.redis.delete(token_key(prefix, "inbox", INBOX_KEY))
+    enqueue_drain(runtime.queue, prefix)
+    log.warning("reconciled_inbox", entries=waiting,
+                oldest_age_s=round((now - oldest).total_seconds()))
+    return True
+
+
 def reconcile_pending(runtime: Runtime, *, now: datetime) -> int:
-    """Enqueue a turn for every conversation with a forgotten message; returns how many."""
+    """Enqueue a turn for every conversation with a forgotten message (and a drain for a
+    forgotten inbox); returns how many conversations."""
+    reconcile_inbox(runtime, now=now)
     settle_stale_sends(runtime.engine, now=now)
     conversation_ids = find_pending(runtime.engine, now=now)
     for conversation_id in conversation_ids:

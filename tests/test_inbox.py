@@ -1,0 +1,286 @@
+"""The inbox: a web process under load stores raw POSTs and answers; a worker stores them.
+
+Every test runs on SQLite and PostgreSQL with real Redis. Storing through the inbox must give
+exactly what storing in the request gives: each wamid once, one turn per conversation, nothing
+lost when the database, Redis or the code fails on the way.
+"""
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from rq import Queue
+from rq.registry import ScheduledJobRegistry
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+from sqlmodel import func, select
+
+from bot import webhook
+from bot.app import create_app
+from bot.webhook import GroupCommit
+from core.settings import Settings, SettingsError
+from storage import inbox
+from storage.db import session_scope
+from storage.jobs import INBOX_KEY, enqueue_drain, token_key
+from storage.models import Contact, Conversation, DeadLetter, InboxEntry, Message
+from storage.tenants import upsert_tenant
+from tests.conftest import START
+from tests.factories import TENANT
+from tests.test_group_commit import SECRET, _post, body, status_body
+from workers import inbox as drainer
+from workers.maintenance import reconcile_inbox
+from workers.runtime import Runtime, build_runtime
+
+
+def settings(spill_at: int) -> Settings:
+    return Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token="v", redis_prefix="t",
+                    queue_name="t", webhook_spill_at=spill_at)
+
+
+def runtime(engine: Engine, redis_client: redis.Redis) -> Runtime:
+    return build_runtime(settings(1), engine=engine, redis_client=redis_client)
+
+
+def count(engine: Engine, model: Any) -> int:
+    with session_scope(engine) as session:
+        return int(session.exec(select(func.count()).select_from(model)).one())
+
+
+def job_ids(redis_client: redis.Redis, kind: str) -> list[str]:
+    queue = Queue("t", connection=redis_client)
+    ids = queue.job_ids + ScheduledJobRegistry(queue=queue).get_job_ids()
+    return [i for i in ids if i.startswith(f"{kind}-")]
+
+
+def workload() -> tuple[list[bytes], int]:
+    """40 contacts, 1 to 3 messages each (79), the second one POSTed twice (26 times), and a
+    status; returns the bodies and the number of distinct messages."""
+    bodies = []
+    for contact in range(40):
+        who = {"wa_id": f"55119{contact:08d}", "user_id": f"BR.X{contact}"}
+        for k in range(1 + contact % 3):
+            raw = body(f"wamid.X{contact}.{k}", f"m{k}", **who)
+            bodies += [raw, raw] if k == 1 else [raw]
+    bodies.append(status_body("wamid.OUT9"))
+    return bodies, sum(1 + c % 3 for c in range(40))
+
+
+async def test_spilled_posts_are_stored_once_by_the_drain(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    client = await aiohttp_client(create_app(settings(2), engine=engine,
+                                             redis_client=redis_client))
+    bodies, messages = workload()
+    statuses = await asyncio.gather(*(_post(client, raw) for raw in bodies))
+    assert statuses == [200] * len(bodies)
+    spilled = count(engine, InboxEntry)
+    assert spilled > 0 and count(engine, Message) < messages
+    assert len(job_ids(redis_client, "inbox")) == 1  # one drain for every spilled group
+
+    assert drainer.drain(runtime(engine, redis_client), job_id=None, linger=0) == spilled
+    assert count(engine, InboxEntry) == 0
+    with session_scope(engine) as session:
+        stored = list(session.exec(select(Message)))
+    assert len(stored) == len({m.wamid for m in stored}) == messages
+    assert count(engine, Contact) == 40
+    assert count(engine, Conversation) == 40
+    assert count(engine, DeadLetter) == 0
+    assert len(job_ids(redis_client, "turn")) == 40
+    scraped = await (await client.get("/metrics")).text()
+    assert metric(scraped, "wagent_inbox_posts_total") == spilled
+    # what the web process stored and what the drain stored add up to every update once
+    assert metric(scraped, 'wagent_webhook_updates_total{kind="message"}') == messages
+    assert metric(scraped, 'wagent_webhook_updates_total{kind="duplicate"}') == 26
+    assert metric(scraped, 'wagent_webhook_updates_total{kind="status_unknown"}') == 1
+    assert metric(scraped, "wagent_inbox_lag_seconds") >= 0
+
+
+def metric(scraped: str, name: str) -> float:
+    line = next(line for line in scraped.splitlines() if line.startswith(name + " "))
+    return float(line.split()[-1])
+
+
+async def test_a_lone_post_is_stored_before_its_answer(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    """Spilling is for load: below `webhook_spill_at` waiting POSTs nothing goes to the inbox."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    client = await aiohttp_client(create_app(settings(16), engine=engine,
+                                             redis_client=redis_client))
+    for k in range(3):
+        assert await _post(client, body(f"wamid.L{k}", "oi", wa_id="5511900000001",
+                                        user_id=None)) == 200
+    assert count(engine, Message) == 3
+    assert count(engine, InboxEntry) == 0
+    assert job_ids(redis_client, "inbox") == []
+
+
+def test_spilling_starts_at_the_threshold_and_holds_while_posts_keep_coming() -> None:
+    async def decisions() -> list[bool]:
+        app = create_app(settings(4), engine=None, redis_client=None)  # type: ignore[arg-type]
+        group = GroupCommit(app)
+        seen = [group._spill(1), group._spill(3), group._spill(4), group._spill(1),
+                group._spill(2)]
+        group.spill_until = 0.0  # the hold ran out
+        seen.append(group._spill(1))
+        group.spill_at = 0  # never
+        seen.append(group._spill(500))
+        return seen
+
+    assert asyncio.run(decisions()) == [False, False, True, True, True, False, False]
+
+
+def test_a_negative_spill_threshold_is_refused() -> None:
+    with pytest.raises(SettingsError, match="WEBHOOK_SPILL_AT"):
+        Settings.from_env({"WEBHOOK_SPILL_AT": "-1"}, require=False)
+
+
+async def test_a_spill_without_the_database_answers_503(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    client = await aiohttp_client(create_app(settings(1), engine=engine,
+                                             redis_client=redis_client))
+
+    def down(*_: Any) -> None:
+        raise OperationalError("INSERT", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(inbox, "add_many", down)
+    raw = body("wamid.D1", "oi", wa_id="5511900000001", user_id=None)
+    assert await _post(client, raw) == 503  # Meta redelivers
+    assert job_ids(redis_client, "inbox") == []
+    monkeypatch.undo()
+    assert await _post(client, raw) == 200
+    assert count(engine, InboxEntry) == 1
+
+
+async def test_a_spill_without_redis_answers_503_and_is_reconciled(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis down: 503, as for a turn that cannot be enqueued. The committed entry is drained
+    once the periodic reconcile finds it a minute old, and Meta's redelivery is a duplicate."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    client = await aiohttp_client(create_app(settings(1), engine=engine,
+                                             redis_client=redis_client))
+
+    def refused(*_: Any, **__: Any) -> Any:
+        raise redis.exceptions.ConnectionError("refused")
+
+    monkeypatch.setattr(webhook, "enqueue_drain", refused)
+    raw = body("wamid.R1", "oi", wa_id="5511900000001", user_id=None)
+    assert await _post(client, raw) == 503
+    monkeypatch.undo()
+    assert count(engine, InboxEntry) == 1 and job_ids(redis_client, "inbox") == []
+    rt = runtime(engine, redis_client)
+    _, oldest = inbox.backlog(engine)
+    assert oldest is not None
+    assert reconcile_inbox(rt, now=oldest + timedelta(seconds=30)) is False  # not stale yet
+    assert reconcile_inbox(rt, now=oldest + timedelta(minutes=2)) is True
+    assert len(job_ids(redis_client, "inbox")) == 1
+    assert drainer.drain(rt, job_id=None, linger=0) == 1
+    assert count(engine, Message) == 1 and len(job_ids(redis_client, "turn")) == 1
+    assert await _post(client, raw) == 200  # Meta's redelivery, spilled in turn
+    assert drainer.drain(rt, job_id=None, linger=0) == 1
+    assert count(engine, Message) == 1 and len(job_ids(redis_client, "turn")) == 1
+
+
+def test_a_failed_drain_keeps_its_entries(
+        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis refuses the turns: the messages were committed, but the entries stay, and the
+    retried drain enqueues their turns (the messages are then redeliveries)."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    inbox.add_many(engine, [(body(f"wamid.F{k}", "oi", wa_id=f"551190000000{k}", user_id=None),
+                             START) for k in range(3)])
+    rt = runtime(engine, redis_client)
+
+    def refused(*_: Any, **__: Any) -> Any:
+        raise redis.exceptions.ConnectionError("refused")
+
+    monkeypatch.setattr(webhook, "enqueue_turns", refused)
+    monkeypatch.setattr(webhook, "enqueue_turn", refused)
+    with pytest.raises(webhook.StoreUnavailable):
+        drainer.drain_batch(rt)
+    assert count(engine, InboxEntry) == 3
+    assert job_ids(redis_client, "turn") == []
+    monkeypatch.undo()
+    assert drainer.drain_batch(rt) == 3
+    assert count(engine, InboxEntry) == 0
+    assert count(engine, Message) == 3
+    assert len(job_ids(redis_client, "turn")) == 3
+
+
+def test_an_entry_that_breaks_storing_is_dead_lettered_whole(
+        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug on one entry must not stop the inbox: it goes to the dead letters byte for byte,
+    and the other entries of its batch are stored."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    broken = status_body("wamid.OUT1")
+    inbox.add_many(engine, [(body("wamid.B1", "oi", wa_id="5511900000001", user_id=None), START),
+                            (broken, START),
+                            (body("wamid.B2", "oi", wa_id="5511900000002", user_id=None), START)])
+    real = webhook.ingest_body
+
+    def buggy(engine_: Engine, raw: bytes, *, now: Any) -> Any:
+        if raw == broken:
+            raise KeyError("a bug")
+        return real(engine_, raw, now=now)
+
+    monkeypatch.setattr(webhook, "ingest_body", buggy)
+    assert drainer.drain_batch(runtime(engine, redis_client)) == 3
+    assert count(engine, InboxEntry) == 0
+    assert count(engine, Message) == 2
+    with session_scope(engine) as session:
+        letter = session.exec(select(DeadLetter)).one()
+    assert letter.body == broken and "KeyError" in letter.reason
+
+
+def test_the_drain_gives_its_token_back_and_misses_nothing(
+        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A POST spilled while the drain holds the token enqueues nothing; if it lands just as the
+    drain finds the inbox empty, the drain looks again after giving the token back."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    rt = runtime(engine, redis_client)
+    job_id = enqueue_drain(rt.queue, "t")
+    assert job_id is not None
+    assert enqueue_drain(rt.queue, "t") is None  # coalesced: the token is held
+    inbox.add_many(engine, [(body("wamid.T1", "oi", wa_id="5511900000001", user_id=None),
+                             START)])
+    real_consume = drainer.consume_token
+    late = [body("wamid.T2", "oi", wa_id="5511900000002", user_id=None)]
+
+    def consume_then_spill(*args: Any) -> None:
+        if late:  # a spill committed after the last empty claim, having seen the token
+            inbox.add_many(engine, [(late.pop(), START)])
+        real_consume(*args)
+
+    monkeypatch.setattr(drainer, "consume_token", consume_then_spill)
+    assert drainer.drain(rt, job_id=job_id, linger=0) == 2
+    assert count(engine, InboxEntry) == 0 and count(engine, Message) == 2
+    assert redis_client.get(token_key("t", "inbox", INBOX_KEY)) is None
+    assert enqueue_drain(rt.queue, "t") is not None  # the next spill enqueues a new drain
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)  # SKIP LOCKED
+def test_two_drains_take_different_entries(engine: Engine) -> None:
+    inbox.add_many(engine, [(f"b{k}".encode(), START) for k in range(5)])
+    with inbox.claim(engine, 3) as first, inbox.claim(engine, 3) as second:
+        assert [e.body for e in first] == [b"b0", b"b1", b"b2"]
+        assert [e.body for e in second] == [b"b3", b"b4"]
+    assert inbox.backlog(engine) == (0, None)
+
+
+def test_a_claim_that_raises_keeps_its_entries(engine: Engine) -> None:
+    inbox.add_many(engine, [(b"kept", START)])
+    with pytest.raises(RuntimeError), inbox.claim(engine, 10) as entries:
+        assert [e.body for e in entries] == [b"kept"]
+        raise RuntimeError("the worker died")
+    assert inbox.backlog(engine) == (1, START)

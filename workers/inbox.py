@@ -1,0 +1,112 @@
+"""Draining the inbox: webhook POSTs a web process accepted under load, stored now.
+
+`drain_inbox` (RQ job, at most one queued or draining) claims up to BATCH entries at a time,
+oldest first, stores each POST exactly as the web process would have (`bot.webhook.
+store_posts`, with the POST's own receipt time: the stamp, the inactivity timeout and the
+debounce read it), deletes the entries, and goes on until the inbox has stayed empty for
+LINGER_SECONDS. While it drains it keeps its coalescing token, so POSTs spilled meanwhile
+enqueue no other drain (a work horse is forked per job: one long drain is cheaper than many
+short ones). It gives the token back once the inbox is empty, then looks once more, so an entry
+committed just before is never left behind. Entries it cannot store for lack of Redis or the
+database stay for the job's retry, or for the periodic reconcile (`workers.maintenance`).
+"""
+
+import time
+
+import structlog
+from rq import get_current_job
+
+from bot.errors import StoreUnavailable
+from bot.ingest import store_unparsable
+from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
+from bot.webhook import store_posts
+from core import clock, metrics
+from storage import inbox
+from storage.jobs import INBOX_KEY, TOKEN_TTL_SECONDS, consume_token, enqueue_drain, token_key
+from workers.runtime import Runtime, get_runtime
+
+log = structlog.get_logger(__name__)
+BATCH = 200  # POSTs stored per transaction of `bot.ingest.store_group`
+LINGER_SECONDS = 0.5  # an empty inbox is polled this long before the job ends
+POLL_SECONDS = 0.05
+MAX_SECONDS = 240.0  # then a fresh job takes over (the job's timeout is 600 s)
+
+
+def drain_inbox(conversation_id: int = INBOX_KEY, attempt: int = 1) -> int:
+    """RQ job: drain the inbox; returns how many POSTs it stored. `conversation_id` is always
+    INBOX_KEY (the coalescing key of the product's one inbox); `attempt` is unused (RQ's
+    Retry re-runs a failed drain, whose entries are still there)."""
+    job = get_current_job()
+    return drain(get_runtime(), job_id=job.id if job else None)
+
+
+def drain(runtime: Runtime, *, job_id: str | None, linger: float = LINGER_SECONDS,
+          max_seconds: float = MAX_SECONDS) -> int:
+    """Store inbox entries until it stays empty for `linger` seconds; returns how many.
+
+    `job_id`: the job holding the inbox's token (None when called directly, as tests and the
+    replay do: there is no token then). Raises StoreUnavailable when the database or Redis
+    fails; the entries of the failed batch are kept.
+    """
+    prefix = runtime.settings.redis_prefix
+    started = time.monotonic()
+    total = 0
+    while True:
+        idle_since = time.monotonic()
+        while True:
+            stored = drain_batch(runtime)
+            total += stored
+            now = time.monotonic()
+            if stored:
+                idle_since = now
+            elif now - idle_since >= linger:
+                break
+            else:
+                time.sleep(POLL_SECONDS)
+            if job_id is not None and now - started > max_seconds:
+                consume_token(runtime.redis, prefix, "inbox", INBOX_KEY, job_id)
+                enqueue_drain(runtime.queue, prefix)
+                log.info("inbox_drain_handed_over", posts=total)
+                return total
+        if job_id is None:
+            return total
+        consume_token(runtime.redis, prefix, "inbox", INBOX_KEY, job_id)
+        waiting, _ = inbox.backlog(runtime.engine)  # committed before the token went
+        if not waiting or not runtime.redis.set(token_key(prefix, "inbox", INBOX_KEY), job_id,
+                                                nx=True, ex=TOKEN_TTL_SECONDS):
+            return total  # empty, or a drain enqueued since then takes over
+
+
+def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
+    """Store the oldest `limit` entries and delete them; returns how many (0: empty).
+
+    A POST whose storing raised something else than StoreUnavailable (a bug) is kept whole in
+    the dead letters, so one bad entry cannot stop the inbox. Raises StoreUnavailable.
+    """
+    stores = {ENGINE: runtime.engine, SETTINGS: runtime.settings, TURN_QUEUE: runtime.queue}
+    with inbox.claim(runtime.engine, limit) as entries:
+        if not entries:
+            return 0
+        outcomes = store_posts(stores, [(e.body, e.received_at) for e in entries])
+        for outcome in outcomes:
+            if isinstance(outcome, StoreUnavailable):
+                raise outcome  # the entries stay: the retry stores what this one did not
+        counts: dict[str, int] = {}
+        for entry, outcome in zip(entries, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.error("inbox_entry_failed", entry_id=entry.id,
+                          error=type(outcome).__name__)
+                store_unparsable(runtime.engine, entry.body,
+                                 f"inbox: {type(outcome).__name__}: {outcome}"[:500],
+                                 now=entry.received_at)
+                counts["dead_letter"] = counts.get("dead_letter", 0) + 1
+                continue
+            for kind, amount in outcome.counts.items():
+                counts[kind] = counts.get(kind, 0) + amount
+        lag = (clock.now() - entries[0].received_at).total_seconds()
+    metrics.record(runtime.redis, runtime.settings.redis_prefix,
+                   metrics.set_gauge("wagent_inbox_lag_seconds", round(lag, 3)), *(
+                       metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
+                       for kind, amount in counts.items()))
+    log.info("inbox_drained", posts=len(entries), lag_ms=round(lag * 1000))
+    return len(entries)
