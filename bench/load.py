@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
+import gc
 import json
 import os
 import random
@@ -52,6 +54,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -331,6 +334,23 @@ class PhaseStats:
                            "p99": _ms(_pct(lat, 99)), "max": _ms(lat[-1] if lat else 0.0),
                            "mean": _ms(sum(lat) / len(lat) if lat else 0.0)},
         }
+
+
+@contextlib.contextmanager
+def _no_gc_pauses() -> Iterator[None]:
+    """No cyclic garbage collection in the load generator while it posts: this process holds
+    every body and timing, and a full collection paused it for 66-74 ms in the middle of a
+    paced phase (measured with a gc callback), which then sent a hundred late POSTs at once
+    and charged the server for both. The objects made before are frozen out of later
+    collections; what the phase makes is collected after it (a phase is bounded)."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -648,6 +668,7 @@ class Bench:
         self.urls: dict[str, str] = {}
         self.env: dict[str, str] = {}
         self.warmup: list[Delivery] = []
+        self.inbox_empty_at: float | None = None
 
     def remaining(self) -> float:
         return float(self.deadline - time.monotonic())
@@ -713,6 +734,8 @@ class Bench:
             "LOG_FORMAT": "json"})
         if self.args.worker_cpu:
             env["WORKER_CPU"] = self.args.worker_cpu
+        if self.args.spill_at is not None:
+            env["WEBHOOK_SPILL_AT"] = str(self.args.spill_at)
         return env
 
     def start_web(self) -> str:
@@ -800,14 +823,16 @@ class Bench:
 
     def post(self, url: str, deliveries: list[Delivery], *,
              concurrency: int | None = None) -> PhaseStats:
-        return asyncio.run(post_all(f"{url}/webhook", deliveries,
-                                    concurrency=concurrency or self.args.concurrency,
-                                    deadline=self.deadline))
+        with _no_gc_pauses():
+            return asyncio.run(post_all(f"{url}/webhook", deliveries,
+                                        concurrency=concurrency or self.args.concurrency,
+                                        deadline=self.deadline))
 
     def post_paced(self, url: str, deliveries: list[Delivery], rate: float) -> PhaseStats:
-        return asyncio.run(post_paced(f"{url}/webhook", deliveries, rate=rate,
-                                      seed=self.args.seed, deadline=self.deadline,
-                                      warmup=self.warmup))
+        with _no_gc_pauses():
+            return asyncio.run(post_paced(f"{url}/webhook", deliveries, rate=rate,
+                                          seed=self.args.seed, deadline=self.deadline,
+                                          warmup=self.warmup))
 
     def post_passes(self, url: str, deliveries: list[Delivery]) -> PhaseStats:
         """`--bare-passes` closed-loop passes over the same bodies, as one phase: the bare
@@ -866,16 +891,21 @@ class Bench:
         log("product: posting")
         product_stats = self.post(web_url, work.main)
         cpu_after, busy_after = proc_snapshot(), machine_busy()
+        inbox_after_closed = self.inbox_backlog()
         self._stop_profiler(profiler)
         log(f"product: {product_stats.to_json()['updates_per_second']} updates/s; "
             f"paced at {paced_rate}/s")
         product_paced = self.post_paced(web_url, work.paced, paced_rate)
+        posted_at = time.monotonic()
+        inbox_after_paced = self.inbox_backlog()
         log(f"product: paced p99 {product_paced.to_json()['latency_ms']['p99']} ms; "
-            "waiting for the replies")
+            f"inbox {inbox_after_paced}; waiting for the replies")
         if args.workers_after_load:
             self.start_workers()
             workers_started = time.time()
         drained = self.wait_answered(len(work.messages))
+        inbox_drained_s = (None if self.inbox_empty_at is None
+                           else round(max(self.inbox_empty_at - posted_at, 0.0), 2))
         roots["workers"] = [w.pid for w in self.workers]
         cpu_drained = proc_snapshot()
         state = get_json(f"{self.urls['control']}/state")
@@ -935,7 +965,8 @@ class Bench:
                          "log_level": args.log_level,
                          "preload_worker_modules": args.preload_worker_modules,
                          "workers_after_load": args.workers_after_load,
-                         "worker_cpu": args.worker_cpu or "default (idle)"},
+                         "worker_cpu": args.worker_cpu or "default (idle)",
+                         "spill_at": "default (16)" if args.spill_at is None else args.spill_at},
             "bare": {**bare_json, "serial_latency_ms": bare_serial.to_json()["latency_ms"],
                      "paced": bare_paced_json},
             "product": {
@@ -946,6 +977,12 @@ class Bench:
                 "turns_per_second": round(replies_before_late / turn_window, 2),
                 "seconds_from_workers_start_to_last_reply": round(turn_window, 1),
                 "drained": drained, "backlog_at_end": backlog,
+                "inbox": {
+                    "spilled_posts": _spilled_posts(self.web.log_path)  # type: ignore[union-attr]
+                    if self.web is not None else None,
+                    "entries_after_closed_loop": inbox_after_closed,
+                    "entries_after_paced": inbox_after_paced,
+                    "seconds_from_last_post_to_empty": inbox_drained_s},
                 "lost": checks["lost"], "duplicate_replies": checks["duplicate_replies"],
                 "checks": checks,
                 "other_statuses": {"warmup": dict(warm.statuses),
@@ -974,6 +1011,13 @@ class Bench:
             "profile": self._profile_summary(),
         }
 
+    def inbox_backlog(self) -> int:
+        """POSTs accepted into the inbox and not yet stored (0 once drained)."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as connection:
+            return int(connection.execute(text("select count(*) from inbox")).scalar_one())
+
     def backlog(self) -> dict[str, int]:
         """What the workers still had to do: RQ's queue and registries."""
         from rq import Queue
@@ -1000,6 +1044,8 @@ class Bench:
                     "select count(*) from outbound where status in ('pending', 'sending')"
                 )).scalar_one()
             sends = len(get_json(f"{self.urls['control']}/state")["sends"])
+            if self.inbox_empty_at is None and not self.inbox_backlog():
+                self.inbox_empty_at = time.monotonic()
             backlog = self.backlog()
             busy = backlog["queued"] + backlog["started"] + backlog["scheduled"]
             now = time.monotonic()
@@ -1160,6 +1206,22 @@ def _cpu_delta(before: dict[int, tuple[str, int, float, float]],
                 k, 0)))}
 
 
+def _spilled_posts(path: Path) -> int:
+    """POSTs the web process put in the inbox (its `webhook_group_spilled` lines)."""
+    total = 0
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        if "webhook_group_spilled" in line:
+            try:
+                total += int(json.loads(line).get("posts", 0))
+            except ValueError:
+                continue
+    return total
+
+
 def _log_levels(path: Path) -> dict[str, Any]:
     """Lines per level in a product log, and the events of its warnings and errors."""
     levels: Counter[str] = Counter()
@@ -1221,6 +1283,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="start the workers only once every update is posted: the web "
                              "process has the machine to itself while it is timed")
     parser.add_argument("--log-level", default="INFO", help="LOG_LEVEL of the product")
+    parser.add_argument("--spill-at", type=int, default=None,
+                        help="WEBHOOK_SPILL_AT of the web processes (default: the product's "
+                        "default; 0 stores every POST before answering, as before the inbox)")
     parser.add_argument("--worker-cpu", choices=("idle", "low", "normal"), default=None,
                         help="WORKER_CPU of the workers (default: the product's default)")
     parser.add_argument("--seed", type=int, default=1)

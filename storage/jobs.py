@@ -38,16 +38,17 @@ def turn_token_key(prefix: str, conversation_id: int) -> str:
 
 def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversation_id: int, *,
                       job_timeout: int = 300, at: datetime | None = None,
-                      attempt: int = 1) -> str | None:
+                      attempt: int = 1, at_front: bool = False) -> str | None:
     """Enqueue `func(conversation_id=..., attempt=...)` unless a job of `kind` is already queued
     for this conversation; returns the new job id, or None when coalesced.
 
-    `at` (aware) schedules it for later (retries on the product's clock). Raises
-    redis.exceptions.ConnectionError when Redis is unreachable.
+    `at` (aware) schedules it for later (retries on the product's clock); `at_front` puts a job
+    run at once ahead of the queued ones. Raises redis.exceptions.ConnectionError when Redis is
+    unreachable.
     """
     return enqueue_coalesced_many(queue, prefix, kind, func, [conversation_id],
-                                  job_timeout=job_timeout, at=at,
-                                  attempt=attempt)[conversation_id]
+                                  job_timeout=job_timeout, at=at, attempt=attempt,
+                                  at_front=at_front)[conversation_id]
 
 
 MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: read it again
@@ -55,8 +56,8 @@ MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: rea
 
 def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
                            conversation_ids: list[int], *, job_timeout: int = 300,
-                           at: datetime | None = None,
-                           attempt: int = 1) -> dict[int, str | None]:
+                           at: datetime | None = None, attempt: int = 1,
+                           at_front: bool = False) -> dict[int, str | None]:
     """`enqueue_coalesced` for many conversations (the webhook enqueues a group commit's turns
     this way). Returns conversation_id -> new job id, or None when coalesced.
 
@@ -81,7 +82,7 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
 
     def watched(some: list[int]) -> dict[int, str | None]:
         return _enqueue_watched(queue, prefix, kind, func, some, job_timeout=job_timeout,
-                                at=at, attempt=attempt)
+                                at=at, attempt=attempt, at_front=at_front)
 
     if len(missing) > 1:
         try:
@@ -103,8 +104,8 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
 
 
 def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[int], *,
-                     job_timeout: int, at: datetime | None,
-                     attempt: int) -> dict[int, str | None]:
+                     job_timeout: int, at: datetime | None, attempt: int,
+                     at_front: bool = False) -> dict[int, str | None]:
     """One transaction: WATCH the tokens of `ids`, read them, then set the missing ones and
     create their jobs in MULTI/EXEC. Raises WatchError when a token changed meanwhile (nothing
     is then written)."""
@@ -129,7 +130,7 @@ def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[
             if at is None:
                 queue.enqueue(func, kwargs=kwargs, job_id=job_id, job_timeout=job_timeout,
                               result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
-                              pipeline=pipe)
+                              at_front=at_front, pipeline=pipe)
             else:
                 _schedule(queue, pipe, func, kwargs, job_id, job_timeout)
                 scheduled[job_id] = int(at.timestamp())
@@ -185,8 +186,17 @@ def enqueue_facts(queue: Queue, prefix: str, conversation_id: int, *,
 
 def enqueue_drain(queue: Queue, prefix: str) -> str | None:
     """Enqueue `workers.inbox.drain_inbox` unless one is queued or still draining (its token
-    is held until it finds the inbox empty, see `workers.inbox`). Raises RedisError."""
-    return enqueue_coalesced(queue, prefix, "inbox", INBOX_JOB, INBOX_KEY, job_timeout=600)
+    is held until it finds the inbox empty, see `workers.inbox`), ahead of the queued jobs:
+    storing takes milliseconds a POST, a turn seconds, and until they are stored the POSTs
+    have no turn at all. Raises RedisError.
+
+    The common case under load, a drain holding the token, costs one EXISTS: the caller's
+    entries are committed, and the holder looks at the inbox again after giving the token
+    back, so it sees them."""
+    if queue.connection.exists(token_key(prefix, "inbox", INBOX_KEY)):
+        return None
+    return enqueue_coalesced(queue, prefix, "inbox", INBOX_JOB, INBOX_KEY, job_timeout=600,
+                             at_front=True)
 
 
 def consume_token(redis: Redis, prefix: str, kind: str, conversation_id: int,

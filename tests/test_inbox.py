@@ -23,7 +23,7 @@ from bot.webhook import GroupCommit
 from core.settings import Settings, SettingsError
 from storage import inbox
 from storage.db import session_scope
-from storage.jobs import INBOX_KEY, enqueue_drain, token_key
+from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
 from storage.models import Contact, Conversation, DeadLetter, InboxEntry, Message
 from storage.tenants import upsert_tenant
 from tests.conftest import START
@@ -284,3 +284,12 @@ def test_a_claim_that_raises_keeps_its_entries(engine: Engine) -> None:
         assert [e.body for e in entries] == [b"kept"]
         raise RuntimeError("the worker died")
     assert inbox.backlog(engine) == (1, START)
+
+
+def test_the_drain_goes_ahead_of_queued_turns(redis_client: redis.Redis) -> None:
+    """Until a spilled POST is stored it has no turn: its drain must not wait behind turns."""
+    queue = Queue("t", connection=redis_client)
+    for conversation_id in (1, 2):
+        enqueue_turn(queue, "t", conversation_id)
+    enqueue_drain(queue, "t")
+    assert [i.split("-")[0] for i in queue.job_ids] == ["inbox", "turn", "turn"]
