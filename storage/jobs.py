@@ -184,7 +184,7 @@ def enqueue_facts(queue: Queue, prefix: str, conversation_id: int, *,
                              job_timeout=300, at=at, attempt=attempt)
 
 
-def enqueue_drain(queue: Queue, prefix: str) -> str | None:
+def enqueue_drain(queue: Queue, prefix: str, *, at_front: bool = True) -> str | None:
     """Enqueue `workers.inbox.drain_inbox` unless one is queued or still draining (its token
     is held until it finds the inbox empty, see `workers.inbox`), ahead of the queued jobs:
     storing takes milliseconds a POST, a turn seconds, and until they are stored the POSTs
@@ -196,7 +196,7 @@ def enqueue_drain(queue: Queue, prefix: str) -> str | None:
     if queue.connection.exists(token_key(prefix, "inbox", INBOX_KEY)):
         return None
     return enqueue_coalesced(queue, prefix, "inbox", INBOX_JOB, INBOX_KEY, job_timeout=600,
-                             at_front=True)
+                             at_front=at_front)
 
 
 def consume_token(redis: Redis, prefix: str, kind: str, conversation_id: int,

@@ -293,3 +293,22 @@ def test_the_drain_goes_ahead_of_queued_turns(redis_client: redis.Redis) -> None
         enqueue_turn(queue, "t", conversation_id)
     enqueue_drain(queue, "t")
     assert [i.split("-")[0] for i in queue.job_ids] == ["inbox", "turn", "turn"]
+
+
+def test_a_long_drain_hands_over_behind_the_waiting_turns(
+        engine: Engine, redis_client: redis.Redis) -> None:
+    """Under sustained load a drain stops after MAX_SECONDS and queues its successor behind
+    the turns that waited meanwhile, so one worker alone still answers customers."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    rt = runtime(engine, redis_client)
+    first = enqueue_drain(rt.queue, "t")
+    rt.queue.remove(first)  # a worker took it
+    enqueue_turn(rt.queue, "t", 99)
+    inbox.add_many(engine, [(body(f"wamid.H{k}", "oi", wa_id=f"551190000000{k}", user_id=None),
+                             START) for k in range(3)])
+    assert drainer.drain(rt, job_id=first, linger=0, max_seconds=0) == 3
+    successor = redis_client.get(token_key("t", "inbox", INBOX_KEY))
+    assert successor is not None and successor.decode() != first
+    assert [j.split("-")[0] for j in rt.queue.job_ids] == ["turn", "inbox"]
+    assert rt.queue.job_ids[1] == successor.decode()

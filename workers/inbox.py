@@ -2,13 +2,14 @@
 
 `drain_inbox` (RQ job, at most one queued or draining) claims up to BATCH entries at a time,
 oldest first, stores each POST exactly as the web process would have (`bot.webhook.
-store_posts`, with the POST's own receipt time: the stamp, the inactivity timeout and the
-debounce read it), deletes the entries, and goes on until the inbox has stayed empty for
+store_posts`, with the POST's own receipt time: the message's time stamp and the inactivity
+timeout read it), deletes the entries, and goes on until the inbox has stayed empty for
 LINGER_SECONDS. While it drains it keeps its coalescing token, so POSTs spilled meanwhile
 enqueue no other drain (a work horse is forked per job: one long drain is cheaper than many
 short ones). It gives the token back once the inbox is empty, then looks once more, so an entry
-committed just before is never left behind. Entries it cannot store for lack of Redis or the
-database stay for the job's retry, or for the periodic reconcile (`workers.maintenance`).
+committed just before is never left behind. After MAX_SECONDS it hands over to a new drain
+queued behind the turns that waited meanwhile. Entries it cannot store for lack of Redis or
+the database stay for the job's retry, or for the periodic reconcile (`workers.maintenance`).
 """
 
 import time
@@ -29,7 +30,7 @@ log = structlog.get_logger(__name__)
 BATCH = 200  # POSTs stored per transaction of `bot.ingest.store_group`
 LINGER_SECONDS = 0.5  # an empty inbox is polled this long before the job ends
 POLL_SECONDS = 0.05
-MAX_SECONDS = 240.0  # then a fresh job takes over (the job's timeout is 600 s)
+MAX_SECONDS = 30.0  # then a fresh drain, queued behind the turns waiting meanwhile, takes over
 
 
 def drain_inbox(conversation_id: int = INBOX_KEY, attempt: int = 1) -> int:
@@ -64,10 +65,13 @@ def drain(runtime: Runtime, *, job_id: str | None, linger: float = LINGER_SECOND
             else:
                 time.sleep(POLL_SECONDS)
             if job_id is not None and now - started > max_seconds:
+                # behind the queued turns: under sustained load a worker alternates between
+                # storing POSTs and answering them, instead of storing for as long as it lasts
                 consume_token(runtime.redis, prefix, "inbox", INBOX_KEY, job_id)
-                enqueue_drain(runtime.queue, prefix)
+                enqueue_drain(runtime.queue, prefix, at_front=False)
                 log.info("inbox_drain_handed_over", posts=total)
                 return total
+        metrics.record(runtime.redis, prefix, metrics.set_gauge("wagent_inbox_lag_seconds", 0))
         if job_id is None:
             return total
         consume_token(runtime.redis, prefix, "inbox", INBOX_KEY, job_id)
