@@ -13,9 +13,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from rq import Queue
+from sqlalchemy import Engine
 
-from bot.keys import REDIS, SETTINGS, TURN_QUEUE
-from core import metrics
+from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from core import clock, metrics
+from storage import inbox
 
 log = structlog.get_logger(__name__)
 
@@ -38,10 +40,33 @@ class QueueDepthCollector(Collector):
         yield gauge
 
 
+class InboxCollector(Collector):
+    """`wagent_inbox_entries` and `wagent_inbox_oldest_seconds`, read from the database at
+    each scrape, so a drain that died or stalls shows as an age that grows (alert on it). When
+    the database cannot be read both are left out and the rest of the scrape still answers."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            waiting, oldest = inbox.backlog(self.engine)
+        except Exception as exc:  # noqa: BLE001 (the database being down is reported elsewhere)
+            log.warning("metrics_inbox_unavailable", error=type(exc).__name__)
+            return
+        yield GaugeMetricFamily("wagent_inbox_entries",
+                                "Webhook POSTs in the inbox, not yet stored.", value=waiting)
+        age = 0.0 if oldest is None else max((clock.now() - oldest).total_seconds(), 0.0)
+        yield GaugeMetricFamily("wagent_inbox_oldest_seconds",
+                                "Age of the oldest POST in the inbox (0 when empty).",
+                                value=round(age, 3))
+
+
 def make_registry(app: web.Application) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.RedisCollector(app[REDIS], app[SETTINGS].redis_prefix))
     registry.register(QueueDepthCollector(app[TURN_QUEUE]))
+    registry.register(InboxCollector(app[ENGINE]))
     return registry
 
 

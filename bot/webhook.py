@@ -28,7 +28,7 @@ from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.metrics import SPILLED, record_updates
 from bot.signature import verify_signature
 from core import clock
-from core.settings import Settings
+from core.settings import MAX_GROUP_POSTS, Settings
 from storage import inbox
 from storage.jobs import enqueue_drain, enqueue_facts, enqueue_turn, enqueue_turns
 
@@ -110,7 +110,7 @@ class GroupCommit:
     process's CPU a POST, is what made POSTs queue, and the inbox costs a fraction of it.
     """
 
-    MAX_POSTS = 200
+    MAX_POSTS = MAX_GROUP_POSTS
     IN_FLIGHT = 4  # while one group waits for PostgreSQL or Redis, the next is stored
     MIN_POSTS = 16  # a second group starts once this many wait (the first starts at once)
     SPILL_HOLD_SECONDS = 1.0

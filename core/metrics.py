@@ -53,8 +53,6 @@ SPECS = {spec.name: spec for spec in (
          "unparsable).", ("kind",)),
     Spec("wagent_inbox_posts_total", "counter",
          "Webhook POSTs put in the inbox under load (stored later by a worker)."),
-    Spec("wagent_inbox_lag_seconds", "gauge",
-         "Age of the oldest POST of the last inbox batch a worker stored."),
     Spec("wagent_turns_total", "counter", "Turn jobs by outcome.", ("outcome",)),
     Spec("wagent_turn_duration_seconds", "histogram",
          "Wall time of a turn job that ran (lock held), any outcome.", (), SECONDS_BUCKETS),

@@ -8,6 +8,7 @@ DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
 # SCHED_IDLE: a worker runs only on CPU time no other process wants), "low" (nice 19: a small
 # share is still guaranteed), "normal"
 WORKER_CPU_POLICIES = ("idle", "low", "normal")
+MAX_GROUP_POSTS = 200  # POSTs one web group takes at most (bot.webhook.GroupCommit.MAX_POSTS)
 
 
 class SettingsError(ValueError):
@@ -83,8 +84,10 @@ class Settings:
         if values.get("worker_cpu", "idle") not in WORKER_CPU_POLICIES:
             problems.append(f"WORKER_CPU={values['worker_cpu']!r} is not one of "
                             f"{', '.join(WORKER_CPU_POLICIES)}")
-        if isinstance(spill_at := values.get("webhook_spill_at"), int) and spill_at < 0:
-            problems.append("WEBHOOK_SPILL_AT must be 0 (never) or more")
+        if isinstance(spill_at := values.get("webhook_spill_at"), int) and not (
+                0 <= spill_at <= MAX_GROUP_POSTS):
+            problems.append(f"WEBHOOK_SPILL_AT must be 0 (never) to {MAX_GROUP_POSTS} (the "
+                            f"most POSTs a group takes)")
         if require:
             problems += [
                 f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION

@@ -35,7 +35,7 @@ from storage.db import create_schema, make_engine, session_scope
 from storage.jobs import enqueue_facts
 from storage.tenants import upsert_tenant
 from workers.runtime import build_runtime, set_runtime
-from workers.sweeper import close_due
+from workers.sweeper import close_due, sweep_horizon
 
 T = TypeVar("T")
 APP_SECRET = "replay-app-secret"
@@ -170,8 +170,9 @@ class ReplayEnvironment:
             self.queue.enqueue_job(job)
 
     def sweep(self) -> int:
-        closed = close_due(self.engine, now=self.clock.now(), on_closed=lambda cid: enqueue_facts(
-            self.queue, self.namespace, cid))
+        now = self.clock.now()
+        closed = close_due(self.engine, now=now, due_by=sweep_horizon(self.engine, now=now),
+                           on_closed=lambda cid: enqueue_facts(self.queue, self.namespace, cid))
         self.drain()
         return closed
 

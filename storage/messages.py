@@ -255,11 +255,13 @@ def assign_positions(session: Session, conversation_id: int) -> int:
     """
     position = _next_position(session, conversation_id) - 1
     # Meta orders nothing: a burst takes the order the customer sent it in (Meta's
-    # timestamp, seconds), then arrival
+    # timestamp, seconds), then arrival: the web's receipt time, not the row id, since a
+    # group (and the inbox's drain) inserts in wamid order, and a spilled POST is stored
+    # after one that came later and was not
     waiting = session.exec(select(Message).where(
         Message.conversation_id == conversation_id, col(Message.position).is_(None),
     ).order_by(func.coalesce(Message.meta_timestamp, Message.received_at),
-               col(Message.id))).all()
+               col(Message.received_at), col(Message.id))).all()
     for message in waiting:
         position += 1
         message.position = position

@@ -4,8 +4,11 @@ Erasure removes messages, summaries, conversations, facts, tool calls, the outbo
 and dead letters that name the contact; appointments the business must keep stay, moved to an
 anonymous placeholder contact; hashed wamids stay as tombstones so a redelivery of an erased
 message is not answered again; a receipt records what was removed, without personal data.
+POSTs still waiting in the inbox (storage/inbox.py) are handled too: the contact's messages in
+them get tombstones, so the drain drops them, and an entry holding nothing else is deleted.
 """
 
+import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -20,6 +23,7 @@ from storage.models import (
     Conversation,
     DeadLetter,
     ErasureReceipt,
+    InboxEntry,
     Message,
     Outbound,
     Service,
@@ -81,6 +85,11 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
     tenant = session.get(Tenant, contact.tenant_id)
     counts["dead_letters"] = _forget_dead_letters(session, contact,
                                                   tenant.phone_number_id if tenant else "")
+    inbox_wamids, counts["inbox_entries"] = _forget_inbox(
+        session, contact, tenant.phone_number_id if tenant else "")
+    for wamid in inbox_wamids - set(wamids):
+        if session.get(WamidTombstone, wamid_hash(wamid)) is None:
+            session.add(WamidTombstone(wamid_hash=wamid_hash(wamid), created_at=now))
     anonymous = _anonymous_contact(session, contact.tenant_id, now)
     kept = session.exec(select(Appointment).where(Appointment.contact_id == contact.id)).all()
     for appointment in kept:
@@ -91,7 +100,7 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
     subject = _subject(contact)
     session.delete(contact)
     session.flush()
-    counts["tombstones"] = len(wamids)
+    counts["tombstones"] = len(set(wamids) | inbox_wamids)
     session.add(ErasureReceipt(tenant_id=contact.tenant_id, subject=subject, scope="contact",
                                counts=counts, created_at=now))
     session.flush()
@@ -107,6 +116,60 @@ def _forget_dead_letters(session: Session, contact: Contact, phone_number_id: st
             session.delete(letter)
             removed += 1
     return removed
+
+
+def _forget_inbox(session: Session, contact: Contact,
+                  phone_number_id: str) -> tuple[set[str], int]:
+    """The wamids of the contact's messages waiting in the inbox under this tenant's number,
+    and how many entries were deleted because they held nothing else."""
+    needles = [n.encode() for n in (contact.wa_id, contact.user_id) if n]
+    wamids: set[str] = set()
+    deleted = 0
+    for entry in session.exec(select(InboxEntry)).all():
+        if not phone_number_id or phone_number_id.encode() not in entry.body or not any(
+                n in entry.body for n in needles):
+            continue
+        try:
+            payload = json.loads(entry.body)
+        except ValueError:  # not JSON: the drain dead-letters it as it is
+            continue
+        theirs, others = _split_updates(payload, contact, phone_number_id)
+        wamids |= theirs
+        if theirs and not others:
+            session.delete(entry)
+            deleted += 1
+    return wamids, deleted
+
+
+def _split_updates(payload: Any, contact: Contact, phone_number_id: str) -> tuple[set[str], int]:
+    """(wamids of the contact's messages, count of every other update) in a webhook body;
+    whatever does not have the expected shape counts as another update."""
+    theirs: set[str] = set()
+    others = 0
+    entries = payload.get("entry") if isinstance(payload, dict) else None
+    for item in entries if isinstance(entries, list) else [payload]:
+        changes = item.get("changes") if isinstance(item, dict) else None
+        for change in changes if isinstance(changes, list) else [item]:
+            value = change.get("value") if isinstance(change, dict) else None
+            if not isinstance(value, dict):
+                others += 1
+                continue
+            metadata = value.get("metadata")
+            ours = isinstance(metadata, dict) and metadata.get(
+                "phone_number_id") == phone_number_id
+            for key, updates in value.items():
+                if key in ("metadata", "contacts", "messaging_product"):
+                    continue
+                for update in updates if isinstance(updates, list) else [updates]:
+                    if ours and key == "messages" and isinstance(update, dict) and isinstance(
+                            update.get("id"), str) and (
+                            (contact.wa_id and update.get("from") == contact.wa_id)
+                            or (contact.user_id
+                                and update.get("from_user_id") == contact.user_id)):
+                        theirs.add(update["id"])
+                    else:
+                        others += 1
+    return theirs, others
 
 
 def _anonymous_contact(session: Session, tenant_id: int, now: datetime) -> Contact:

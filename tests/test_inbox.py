@@ -19,19 +19,24 @@ from sqlmodel import func, select
 
 from bot import webhook
 from bot.app import create_app
+from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.webhook import GroupCommit
+from core.clock import FrozenClock, set_clock
 from core.settings import Settings, SettingsError
 from storage import inbox
 from storage.db import session_scope
 from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
+from storage.messages import assign_positions
 from storage.models import Contact, Conversation, DeadLetter, InboxEntry, Message
+from storage.rights import find_contact, forget_contact
 from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import TENANT
-from tests.test_group_commit import SECRET, _post, body, status_body
+from tests.test_group_commit import SECRET, _post, body, status_body, two_messages
 from workers import inbox as drainer
 from workers.maintenance import reconcile_inbox
-from workers.runtime import Runtime, build_runtime
+from workers.runtime import Runtime, build_runtime, set_runtime
+from workers.sweeper import sweep_inactive
 
 
 def settings(spill_at: int) -> Settings:
@@ -79,6 +84,8 @@ async def test_spilled_posts_are_stored_once_by_the_drain(
     spilled = count(engine, InboxEntry)
     assert spilled > 0 and count(engine, Message) < messages
     assert len(job_ids(redis_client, "inbox")) == 1  # one drain for every spilled group
+    scraped = await (await client.get("/metrics")).text()
+    assert metric(scraped, "wagent_inbox_entries") == spilled
 
     assert drainer.drain(runtime(engine, redis_client), job_id=None, linger=0) == spilled
     assert count(engine, InboxEntry) == 0
@@ -95,7 +102,8 @@ async def test_spilled_posts_are_stored_once_by_the_drain(
     assert metric(scraped, 'wagent_webhook_updates_total{kind="message"}') == messages
     assert metric(scraped, 'wagent_webhook_updates_total{kind="duplicate"}') == 26
     assert metric(scraped, 'wagent_webhook_updates_total{kind="status_unknown"}') == 1
-    assert metric(scraped, "wagent_inbox_lag_seconds") >= 0
+    assert metric(scraped, "wagent_inbox_entries") == 0
+    assert metric(scraped, "wagent_inbox_oldest_seconds") == 0
 
 
 def metric(scraped: str, name: str) -> float:
@@ -312,3 +320,132 @@ def test_a_long_drain_hands_over_behind_the_waiting_turns(
     assert successor is not None and successor.decode() != first
     assert [j.split("-")[0] for j in rt.queue.job_ids] == ["turn", "inbox"]
     assert rt.queue.job_ids[1] == successor.decode()
+
+
+async def test_a_stalled_inbox_shows_in_the_metrics(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    """With no drain running the oldest entry's age grows at each scrape: what to alert on."""
+    clock = FrozenClock(START)
+    previous = set_clock(clock)
+    try:
+        client = await aiohttp_client(create_app(settings(1), engine=engine,
+                                                 redis_client=redis_client))
+        inbox.add_many(engine, [(b"{}", START)])
+        clock.advance(timedelta(minutes=5))
+        scraped = await (await client.get("/metrics")).text()
+    finally:
+        set_clock(previous)
+    assert metric(scraped, "wagent_inbox_entries") == 1
+    assert metric(scraped, "wagent_inbox_oldest_seconds") == 300
+
+
+def test_erasing_a_contact_reaches_the_inbox(
+        engine: Engine, redis_client: redis.Redis) -> None:
+    """LGPD: a message of an erased contact still waiting in the inbox is never stored; an
+    entry holding only theirs is deleted, one shared with another customer's is kept for the
+    other's message."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    ana = {"wa_id": "5511900000001", "user_id": "BR.A1"}
+    bia = {"wa_id": "5511900000002", "user_id": "BR.B2"}
+    rt = runtime(engine, redis_client)
+    webhook.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+                        [(body("wamid.E0", "oi", **ana), START)])
+    inbox.add_many(engine, [(body("wamid.E1", "segredo", **ana), START),
+                            (two_messages(body("wamid.E2", "segredo", **ana),
+                                          body("wamid.E3", "olá", **bia)), START)])
+    with session_scope(engine) as session:
+        contact = find_contact(session, 1, ana["wa_id"])
+        assert contact is not None
+        counts = forget_contact(session, contact, now=START)
+    assert counts["inbox_entries"] == 1 and counts["tombstones"] == 3
+    assert count(engine, InboxEntry) == 1
+    assert drainer.drain(rt, job_id=None, linger=0) == 1
+    with session_scope(engine) as session:
+        stored = list(session.exec(select(Message)))
+        people = list(session.exec(select(Contact)))
+    assert [m.wamid for m in stored] == ["wamid.E3"]
+    assert [c.wa_id for c in people if c.wa_id] == [bia["wa_id"]]
+
+
+def test_a_failed_drain_gives_its_token_back_without_personal_data(
+        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database fails under a drain job: the next spilled POST must enqueue a new drain
+    (not wait a minute for the reconcile), and what RQ logs and keeps of the failure must not
+    carry the statement's parameters."""
+    rt = runtime(engine, redis_client)
+    job_id = enqueue_drain(rt.queue, "t")
+    assert job_id is not None
+
+    class Job:
+        id = job_id
+
+    def failing_claim(*_: Any, **__: Any) -> Any:
+        raise OperationalError("SELECT inbox", {"wa_id": "5511912345678"},
+                               Exception("server closed the connection"))
+
+    monkeypatch.setattr(drainer, "get_current_job", lambda: Job)
+    monkeypatch.setattr(drainer, "get_runtime", lambda: rt)
+    monkeypatch.setattr(inbox, "claim", failing_claim)
+    with pytest.raises(webhook.StoreUnavailable) as failure:
+        drainer.drain_inbox()
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+    assert "5511912345678" not in str(failure.value)
+    assert redis_client.get(token_key("t", "inbox", INBOX_KEY)) is None
+    assert enqueue_drain(rt.queue, "t") not in (None, job_id)
+
+
+def test_a_burst_in_one_second_keeps_its_order_through_the_inbox(
+        engine: Engine, redis_client: redis.Redis) -> None:
+    """Two messages in Meta's same second: the one the web received first comes first, though
+    the drain inserts them in wamid order (the later one's wamid sorts first here)."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    ana = {"wa_id": "5511900000001", "user_id": None}
+    inbox.add_many(engine, [(body("wamid.Z9", "quero às 15h", **ana), START),
+                            (body("wamid.A1", "não, às 16h", **ana),
+                             START + timedelta(seconds=1))])
+    assert drainer.drain(runtime(engine, redis_client), job_id=None, linger=0) == 2
+    with session_scope(engine) as session:
+        conversation_id = session.exec(select(Conversation.id)).one()
+        assert conversation_id is not None
+        assign_positions(session, conversation_id)
+        texts = [m.content[0]["text"] for m in session.exec(
+            select(Message).order_by(Message.position))]
+    assert [t.split("] ")[1] for t in texts] == ["quero às 15h", "não, às 16h"]
+
+
+def test_the_sweeper_leaves_open_a_session_with_a_message_waiting_in_the_inbox(
+        engine: Engine, redis_client: redis.Redis) -> None:
+    """A message received 5 s before the session was due, still in the inbox 30 s after: the
+    sweep must not close the session, so the message lands in it."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    ana = {"wa_id": "5511900000001", "user_id": None}
+    rt = runtime(engine, redis_client)
+    stores = {ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue}
+    webhook.store_posts(stores, [(body("wamid.S1", "oi", **ana), START)])
+    with session_scope(engine) as session:
+        first = session.exec(select(Conversation)).one()
+    assert first.due_at is not None
+    inbox.add_many(engine, [(body("wamid.S2", "sim, confirma", **ana),
+                             first.due_at - timedelta(seconds=5))])
+    clock = FrozenClock(first.due_at + timedelta(seconds=30))
+    previous = set_clock(clock)
+    set_runtime(rt)
+    try:
+        assert sweep_inactive() == 0
+        assert drainer.drain(rt, job_id=None, linger=0) == 1
+    finally:
+        set_clock(previous)
+        set_runtime(None)
+    with session_scope(engine) as session:
+        conversations = list(session.exec(select(Conversation)))
+        stored = list(session.exec(select(Message)))
+    assert len(conversations) == 1 and conversations[0].status == "open"
+    assert {m.conversation_id for m in stored} == {first.id}
+
+
+def test_a_spill_threshold_no_group_can_reach_is_refused() -> None:
+    with pytest.raises(SettingsError, match="WEBHOOK_SPILL_AT"):
+        Settings.from_env({"WEBHOOK_SPILL_AT": "500"}, require=False)

@@ -15,10 +15,12 @@ the database stay for the job's retry, or for the periodic reconcile (`workers.m
 import time
 
 import structlog
+from redis.exceptions import RedisError
 from rq import get_current_job
+from sqlalchemy.exc import DBAPIError
 
 from bot.errors import StoreUnavailable
-from bot.ingest import store_unparsable
+from bot.ingest import describe, store_unparsable
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.webhook import store_posts
 from core import clock, metrics
@@ -36,9 +38,29 @@ MAX_SECONDS = 30.0  # then a fresh drain, queued behind the turns waiting meanwh
 def drain_inbox(conversation_id: int = INBOX_KEY, attempt: int = 1) -> int:
     """RQ job: drain the inbox; returns how many POSTs it stored. `conversation_id` is always
     INBOX_KEY (the coalescing key of the product's one inbox); `attempt` is unused (RQ's
-    Retry re-runs a failed drain, whose entries are still there)."""
+    Retry re-runs a failed drain, whose entries are still there).
+
+    A failure gives the token back first, so the next spilled POST enqueues a new drain
+    instead of waiting for the reconcile, and is raised without its database cause: RQ logs
+    a failed job's traceback at ERROR and keeps it for days, and SQLAlchemy's message carries
+    the statement's parameters (phone numbers, names, text).
+    """
     job = get_current_job()
-    return drain(get_runtime(), job_id=job.id if job else None)
+    runtime = get_runtime()
+    try:
+        return drain(runtime, job_id=job.id if job else None)
+    except Exception as exc:
+        if job is not None:
+            try:
+                consume_token(runtime.redis, runtime.settings.redis_prefix, "inbox", INBOX_KEY,
+                              job.id)
+            except RedisError:
+                pass  # Redis is what failed: the reconcile enqueues a drain later
+        if isinstance(exc, StoreUnavailable):
+            raise StoreUnavailable(str(exc)) from None
+        if isinstance(exc, DBAPIError):
+            raise StoreUnavailable(describe(exc)) from None
+        raise
 
 
 def drain(runtime: Runtime, *, job_id: str | None, linger: float = LINGER_SECONDS,
@@ -71,7 +93,6 @@ def drain(runtime: Runtime, *, job_id: str | None, linger: float = LINGER_SECOND
                 enqueue_drain(runtime.queue, prefix, at_front=False)
                 log.info("inbox_drain_handed_over", posts=total)
                 return total
-        metrics.record(runtime.redis, prefix, metrics.set_gauge("wagent_inbox_lag_seconds", 0))
         if job_id is None:
             return total
         consume_token(runtime.redis, prefix, "inbox", INBOX_KEY, job_id)
@@ -108,9 +129,8 @@ def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
             for kind, amount in outcome.counts.items():
                 counts[kind] = counts.get(kind, 0) + amount
         lag = (clock.now() - entries[0].received_at).total_seconds()
-    metrics.record(runtime.redis, runtime.settings.redis_prefix,
-                   metrics.set_gauge("wagent_inbox_lag_seconds", round(lag, 3)), *(
-                       metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
-                       for kind, amount in counts.items()))
+    metrics.record(runtime.redis, runtime.settings.redis_prefix, *(
+        metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
+        for kind, amount in counts.items()))
     log.info("inbox_drained", posts=len(entries), lag_ms=round(lag * 1000))
     return len(entries)

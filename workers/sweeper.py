@@ -5,7 +5,9 @@ nothing due costs the same with ten or a million open conversations. `close_due`
 with a compare-and-set (still open, still due), so two schedulers, a restart or a slow run never
 close one twice, and a message that lands meanwhile (moving `due_at`) keeps it open. A
 conversation whose turn is running is skipped this time. Closing never deletes messages.
-`sweep_inactive` is the job shell, guarded per period.
+`sweep_inactive` is the job shell, guarded per period. It closes only what was due before the
+oldest POST still waiting in the inbox (`sweep_horizon`): that POST may be the customer's
+message that keeps the session open.
 """
 
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select, update
 
 from core import clock, metrics
+from storage import inbox
 from storage.db import session_scope
 from storage.models import Conversation
 
@@ -33,19 +36,28 @@ def find_due(session: Session, *, now: datetime, after_id: int = 0,
     return [int(cid) for cid in rows if cid is not None]
 
 
-def close_due(engine: Engine, *, now: datetime,
+def sweep_horizon(engine: Engine, *, now: datetime) -> datetime:
+    """`now`, or the receipt time of the oldest POST in the inbox when that is earlier: a
+    message received before a conversation's due time but not yet stored must find it open."""
+    _, oldest = inbox.backlog(engine)
+    return now if oldest is None or oldest >= now else oldest
+
+
+def close_due(engine: Engine, *, now: datetime, due_by: datetime | None = None,
               is_busy: Callable[[int], bool] = lambda _cid: False,
               on_closed: Callable[[int], None] = lambda _cid: None) -> int:
-    """Close every conversation due at `now`; returns how many this call closed.
+    """Close every conversation due at `due_by` (default `now`), with `closed_at` = `now`;
+    returns how many this call closed.
 
     `is_busy(conversation_id)` skips one whose turn is running; `on_closed` runs after the
     commit for each one closed here (fact extraction).
     """
+    cutoff = now if due_by is None else min(due_by, now)
     closed, cursor = 0, 0
     while True:
         with session_scope(engine) as session:
-            ids = find_due(session, now=now, after_id=cursor)
-            mine = _close(session, [cid for cid in ids if not is_busy(cid)], now)
+            ids = find_due(session, now=cutoff, after_id=cursor)
+            mine = _close(session, [cid for cid in ids if not is_busy(cid)], cutoff, now)
         for cid in mine:
             on_closed(cid)
         closed += len(mine)
@@ -54,13 +66,14 @@ def close_due(engine: Engine, *, now: datetime,
         cursor = ids[-1]
 
 
-def _close(session: Session, conversation_ids: list[int], now: datetime) -> list[int]:
+def _close(session: Session, conversation_ids: list[int], cutoff: datetime,
+           now: datetime) -> list[int]:
     """One compare-and-set for the batch; returns the ids this call actually closed."""
     if not conversation_ids:
         return []
     result = session.exec(update(Conversation).where(  # type: ignore[call-overload]
         col(Conversation.id).in_(conversation_ids), col(Conversation.status) == "open",
-        col(Conversation.due_at) <= now,
+        col(Conversation.due_at) <= cutoff,
     ).values(status="closed", closed_at=now).returning(Conversation.id))
     return sorted(int(row[0]) for row in result)
 
@@ -84,7 +97,9 @@ def sweep_inactive() -> int:
         after_close(runtime, conversation_id)
 
     def sweep() -> int:
-        count = close_due(runtime.engine, now=clock.now(), is_busy=busy, on_closed=closed)
+        now = clock.now()
+        count = close_due(runtime.engine, now=now, due_by=sweep_horizon(runtime.engine, now=now),
+                          is_busy=busy, on_closed=closed)
         log.info("sweep_done", closed=count)
         metrics.record(runtime.redis, prefix, metrics.inc("wagent_sweeps_total"),
                        metrics.inc("wagent_sweep_closed_total", amount=count))
