@@ -79,10 +79,11 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     Raises StoreUnavailable when the database itself is down (the POST must get a 503).
     """
     result = IngestResult()
+    index = 0  # the customer messages' order in the POST (received_at's microseconds)
     for update in updates:
         try:
             outcome, conversation_id = _store_retrying(engine, update, now,
-                                                       result.closed_conversation_ids)
+                                                       result.closed_conversation_ids, index)
         except (OperationalError, DBAPIError) as exc:
             if is_disconnect(exc):
                 raise StoreUnavailable(describe(exc)) from exc
@@ -91,6 +92,7 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
             raise
         except Exception as exc:  # one bad update must lose nothing else
             outcome, conversation_id = _dead_letter(engine, update, exc, now), None
+        index += isinstance(update, InboundMessage)
         result.count(outcome)
         if conversation_id is not None and conversation_id not in result.turn_conversation_ids:
             result.turn_conversation_ids.append(conversation_id)
@@ -98,7 +100,7 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
 
 
 def _store_retrying(engine: Engine, update: Update, now: datetime,
-                    closed: list[int]) -> tuple[str, int | None]:
+                    closed: list[int], index: int = 0) -> tuple[str, int | None]:
     """Store one update; once more when a unique index refused it.
 
     Another web process can insert the same contact, conversation or message between our read
@@ -106,10 +108,10 @@ def _store_retrying(engine: Engine, update: Update, now: datetime,
     back whole; the retry reads the other process's committed row instead of losing the update.
     """
     try:
-        return _store_one(engine, update, now, closed)
+        return _store_one(engine, update, now, closed, index)
     except IntegrityError as exc:
         log.info("webhook_update_retried", kind=type(update).__name__, error=type(exc).__name__)
-        return _store_one(engine, update, now, closed)
+        return _store_one(engine, update, now, closed, index)
 
 
 def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime) -> None:
@@ -129,9 +131,9 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime)
 
 
 def _store_one(engine: Engine, update: Update, now: datetime,
-               closed: list[int]) -> tuple[str, int | None]:
+               closed: list[int], index: int = 0) -> tuple[str, int | None]:
     if isinstance(update, InboundMessage):
-        return _store_message(engine, update, now, closed)
+        return _store_message(engine, update, now, closed, index)
     if isinstance(update, StatusUpdate):
         return _store_status(engine, update, now), None
     if isinstance(update, IdentityChange):
@@ -147,7 +149,7 @@ def _store_one(engine: Engine, update: Update, now: datetime,
 
 
 def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
-                   closed: list[int]) -> tuple[str, int | None]:
+                   closed: list[int], index: int = 0) -> tuple[str, int | None]:
     """Store one customer message: 5 statements for a known contact (lookup, contact and open
     conversation, insert, two updates), 5 for a new one (lookup, contact, three inserts), 1
     for a redelivery. Inserts use `ON CONFLICT DO NOTHING`, so a concurrent delivery of the same
@@ -195,7 +197,7 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
             direction="inbound", content=[{"type": "text", "text": stamp(
                 msg.text, now, head.timezone, sent_at=sent_at)}],
             wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
-            meta_timestamp=msg.timestamp, received_at=now,
+            meta_timestamp=msg.timestamp, received_at=arrival(now, index),
             starts_turn=msg.starts_turn, answered_at=None if msg.starts_turn else now))
         if row_id is None:  # a concurrent delivery of the same wamid stored it
             log.info("inbound_duplicate", conversation_id=conversation_id)
@@ -258,6 +260,15 @@ def _contact_changes(row: Any, msg: InboundMessage, profile_name: str | None,
     if latest != row.last_inbound_at:
         changes["last_inbound_at"] = latest
     return changes
+
+
+def arrival(received_at: datetime, index: int) -> datetime:
+    """A customer message's `received_at`: the POST's receipt time plus one microsecond per
+    earlier customer message in the same POST. `messages.assign_positions` orders a burst by
+    Meta's second, then this, then the row id; a group inserts in wamid order (so that two
+    groups lock a shared redelivery in one order), so the row id alone would not keep the
+    order of a burst Meta batched in one POST."""
+    return received_at + timedelta(microseconds=index)
 
 
 def _fit(text: str | None, size: int) -> str | None:
@@ -407,6 +418,7 @@ class _Item:
     first: "_Item | None" = None  # the earlier delivery of the same wamid in this group
     seen: Any = None  # the known contact's row (with its open conversation)
     opened_here: bool = False  # its conversation was opened by this group
+    index: int = 0  # its place among its POST's messages
 
 
 def store_group(engine: Engine, group: list[Pending]) -> list[Pending]:
@@ -421,7 +433,7 @@ def store_group(engine: Engine, group: list[Pending]) -> list[Pending]:
     another transaction created meanwhile. Those may have been stored in part here: alone,
     the stored part is a redelivery. Raises on any database error; nothing is then stored.
     """
-    items = [_Item(p, m) for p in group for m in p.messages]
+    items = [_Item(p, m, index=k) for p in group for k, m in enumerate(p.messages)]
     with session_scope(engine) as session:
         stored, tombstoned, tenants_by_number, known = messages.lookup_group(
             session, wamids=list({i.msg.wamid for i in items}),
@@ -486,7 +498,7 @@ def _message_row(item: _Item) -> dict[str, Any]:
                 msg.text, now, item.tenant.timezone,
                 sent_at=customer_sent_at(msg.timestamp, now))}],
             "wamid": msg.wamid, "wa_type": _fit(msg.wa_type, WA_TYPE_CHARS),
-            "meta_timestamp": msg.timestamp, "received_at": now,
+            "meta_timestamp": msg.timestamp, "received_at": arrival(now, item.index),
             "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now}
 
 

@@ -43,12 +43,16 @@ class QueueDepthCollector(Collector):
 class InboxCollector(Collector):
     """`wagent_inbox_entries` and `wagent_inbox_oldest_seconds`, read from the database at
     each scrape, so a drain that died or stalls shows as an age that grows (alert on it). When
-    the database cannot be read both are left out and the rest of the scrape still answers."""
+    the database cannot be read both are left out and the rest of the scrape still answers.
+    PostgreSQL only: SQLite opens every transaction with BEGIN IMMEDIATE (storage/db.py), so a
+    scrape would wait up to the busy timeout behind any writer."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[Metric]:
+        if self.engine.dialect.name != "postgresql":
+            return
         try:
             waiting, oldest = inbox.backlog(self.engine)
         except Exception as exc:  # noqa: BLE001 (the database being down is reported elsewhere)

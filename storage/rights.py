@@ -68,6 +68,9 @@ def export_contact(session: Session, contact: Contact) -> dict[str, Any]:
 def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict[str, int]:
     """Erase a contact from every layer (see the module docstring); returns the counts."""
     assert contact.id is not None
+    tenant = session.get(Tenant, contact.tenant_id)
+    inbox_wamids, inbox_entries = _forget_inbox(session, contact,
+                                                tenant.phone_number_id if tenant else "")
     ids = [c for c in session.exec(select(Conversation.id).where(
         Conversation.contact_id == contact.id)).all() if c is not None]
     wamids = [w for w in session.exec(select(Message.wamid).where(
@@ -82,11 +85,9 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
         "facts": _delete(session, ContactFact, col(ContactFact.contact_id) == contact.id),
         "messages": _delete(session, Message, col(Message.conversation_id).in_(ids)),
     }
-    tenant = session.get(Tenant, contact.tenant_id)
     counts["dead_letters"] = _forget_dead_letters(session, contact,
                                                   tenant.phone_number_id if tenant else "")
-    inbox_wamids, counts["inbox_entries"] = _forget_inbox(
-        session, contact, tenant.phone_number_id if tenant else "")
+    counts["inbox_entries"] = inbox_entries
     for wamid in inbox_wamids - set(wamids):
         if session.get(WamidTombstone, wamid_hash(wamid)) is None:
             session.add(WamidTombstone(wamid_hash=wamid_hash(wamid), created_at=now))
@@ -125,13 +126,15 @@ def _forget_inbox(session: Session, contact: Contact,
     needles = [n.encode() for n in (contact.wa_id, contact.user_id) if n]
     wamids: set[str] = set()
     deleted = 0
-    for entry in session.exec(select(InboxEntry)).all():
+    # FOR UPDATE (PostgreSQL): a drain holding an entry finishes storing it first, so the
+    # messages it stores are among those erased below
+    for entry in session.exec(select(InboxEntry).with_for_update()).all():
         if not phone_number_id or phone_number_id.encode() not in entry.body or not any(
                 n in entry.body for n in needles):
             continue
         try:
             payload = json.loads(entry.body)
-        except ValueError:  # not JSON: the drain dead-letters it as it is
+        except (ValueError, RecursionError):  # the drain dead-letters it as it is
             continue
         theirs, others = _split_updates(payload, contact, phone_number_id)
         wamids |= theirs

@@ -40,17 +40,18 @@ def drain_inbox(conversation_id: int = INBOX_KEY, attempt: int = 1) -> int:
     INBOX_KEY (the coalescing key of the product's one inbox); `attempt` is unused (RQ's
     Retry re-runs a failed drain, whose entries are still there).
 
-    A failure gives the token back first, so the next spilled POST enqueues a new drain
-    instead of waiting for the reconcile, and is raised without its database cause: RQ logs
-    a failed job's traceback at ERROR and keeps it for days, and SQLAlchemy's message carries
-    the statement's parameters (phone numbers, names, text).
+    The last attempt's failure gives the token back, so the next spilled POST enqueues a new
+    drain instead of waiting for the reconcile (an earlier attempt keeps it for RQ's retry:
+    one drain at a time). A failure is raised without its database cause: RQ logs a failed
+    job's traceback at ERROR and keeps it for days, and SQLAlchemy's message carries the
+    statement's parameters (phone numbers, names, text).
     """
     job = get_current_job()
     runtime = get_runtime()
     try:
         return drain(runtime, job_id=job.id if job else None)
     except Exception as exc:
-        if job is not None:
+        if job is not None and not job.retries_left:  # no retry of RQ's will hold it
             try:
                 consume_token(runtime.redis, runtime.settings.redis_prefix, "inbox", INBOX_KEY,
                               job.id)
