@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, delete, func, insert, select
+from sqlalchemy import Connection, Engine, delete, func, insert, select
 
 from storage.models import InboxEntry
 
@@ -62,16 +62,20 @@ def claim(engine: Engine, limit: int) -> Iterator[list[Entry]]:
             rows = connection.execute(query.with_for_update(skip_locked=True)).all()
             entries = [Entry(int(r.id), bytes(r.body), r.received_at) for r in rows]
             yield entries
-            if entries:
-                connection.execute(delete(INBOX).where(INBOX.c.id.in_([e.id for e in entries])))
+            _delete(connection, entries)
         return
     with engine.begin() as connection:
         rows = connection.execute(query).all()
     entries = [Entry(int(r.id), bytes(r.body), r.received_at) for r in rows]
     yield entries
-    if entries:
+    if entries:  # an empty poll takes no write lock
         with engine.begin() as connection:
-            connection.execute(delete(INBOX).where(INBOX.c.id.in_([e.id for e in entries])))
+            _delete(connection, entries)
+
+
+def _delete(connection: Connection, entries: list[Entry]) -> None:
+    if entries:
+        connection.execute(delete(INBOX).where(INBOX.c.id.in_([e.id for e in entries])))
 
 
 def backlog(engine: Engine) -> tuple[int, datetime | None]:

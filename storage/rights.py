@@ -108,12 +108,17 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
     return counts
 
 
+def _names(body: bytes, contact: Contact, phone_number_id: str) -> bool:
+    """A raw webhook body that mentions the tenant's number and one of the contact's ids."""
+    return phone_number_id.encode() in body and any(
+        n.encode() in body for n in (contact.wa_id, contact.user_id) if n)
+
+
 def _forget_dead_letters(session: Session, contact: Contact, phone_number_id: str) -> int:
     """Dead letters naming the contact under this tenant's number (another tenant's stay)."""
-    needles = [n.encode() for n in (contact.wa_id, contact.user_id) if n]
     removed = 0
     for letter in session.exec(select(DeadLetter)).all():
-        if phone_number_id.encode() in letter.body and any(n in letter.body for n in needles):
+        if _names(letter.body, contact, phone_number_id):
             session.delete(letter)
             removed += 1
     return removed
@@ -123,14 +128,12 @@ def _forget_inbox(session: Session, contact: Contact,
                   phone_number_id: str) -> tuple[set[str], int]:
     """The wamids of the contact's messages waiting in the inbox under this tenant's number,
     and how many entries were deleted because they held nothing else."""
-    needles = [n.encode() for n in (contact.wa_id, contact.user_id) if n]
     wamids: set[str] = set()
     deleted = 0
     # FOR UPDATE (PostgreSQL): a drain holding an entry finishes storing it first, so the
     # messages it stores are among those erased below
     for entry in session.exec(select(InboxEntry).with_for_update()).all():
-        if not phone_number_id or phone_number_id.encode() not in entry.body or not any(
-                n in entry.body for n in needles):
+        if not phone_number_id or not _names(entry.body, contact, phone_number_id):
             continue
         try:
             payload = json.loads(entry.body)

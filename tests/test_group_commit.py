@@ -250,12 +250,9 @@ async def _post(client: TestClient, raw: bytes) -> int:  # type: ignore[type-arg
     return response.status
 
 
-async def test_concurrent_posts_store_every_message_once(
-        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
-    with session_scope(engine) as session:
-        upsert_tenant(session, TENANT, now=START)
-    client = await aiohttp_client(create_app(settings(), engine=engine,
-                                             redis_client=redis_client))
+def workload() -> tuple[list[bytes], int]:
+    """40 contacts, 1 to 3 messages each (79), the second one POSTed twice (26 times), and a
+    status; returns the bodies and the number of distinct messages."""
     bodies = []
     for contact in range(40):
         who = {"wa_id": f"55119{contact:08d}", "user_id": f"BR.X{contact}"}
@@ -263,11 +260,21 @@ async def test_concurrent_posts_store_every_message_once(
             raw = body(f"wamid.X{contact}.{k}", f"m{k}", **who)
             bodies += [raw, raw] if k == 1 else [raw]
     bodies.append(status_body("wamid.OUT9"))
+    return bodies, sum(1 + c % 3 for c in range(40))
+
+
+async def test_concurrent_posts_store_every_message_once(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    client = await aiohttp_client(create_app(settings(), engine=engine,
+                                             redis_client=redis_client))
+    bodies, messages = workload()
     statuses = await asyncio.gather(*(_post(client, raw) for raw in bodies))
     assert statuses == [200] * len(bodies)
     with session_scope(engine) as session:
         stored = list(session.exec(select(Message)))
-        assert len(stored) == len({m.wamid for m in stored}) == sum(1 + c % 3 for c in range(40))
+        assert len(stored) == len({m.wamid for m in stored}) == messages
         assert len(list(session.exec(select(Contact)))) == 40
         assert len(list(session.exec(select(Conversation)))) == 40
         assert not list(session.exec(select(DeadLetter)))

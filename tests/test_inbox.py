@@ -32,7 +32,7 @@ from storage.rights import find_contact, forget_contact
 from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import PHONE_NUMBER_ID, TENANT
-from tests.test_group_commit import SECRET, _post, body, status_body, two_messages
+from tests.test_group_commit import SECRET, _post, body, status_body, two_messages, workload
 from workers import inbox as drainer
 from workers.maintenance import reconcile_inbox
 from workers.runtime import Runtime, build_runtime, set_runtime
@@ -59,25 +59,18 @@ def job_ids(redis_client: redis.Redis, kind: str) -> list[str]:
     return [i for i in ids if i.startswith(f"{kind}-")]
 
 
-def workload() -> tuple[list[bytes], int]:
-    """40 contacts, 1 to 3 messages each (79), the second one POSTed twice (26 times), and a
-    status; returns the bodies and the number of distinct messages."""
-    bodies = []
-    for contact in range(40):
-        who = {"wa_id": f"55119{contact:08d}", "user_id": f"BR.X{contact}"}
-        for k in range(1 + contact % 3):
-            raw = body(f"wamid.X{contact}.{k}", f"m{k}", **who)
-            bodies += [raw, raw] if k == 1 else [raw]
-    bodies.append(status_body("wamid.OUT9"))
-    return bodies, sum(1 + c % 3 for c in range(40))
+async def tenant_client(aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
+                        spill_at: int) -> Any:
+    """A web app with `WEBHOOK_SPILL_AT=spill_at` over a database holding the test tenant."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    return await aiohttp_client(create_app(settings(spill_at), engine=engine,
+                                           redis_client=redis_client))
 
 
 async def test_spilled_posts_are_stored_once_by_the_drain(
         aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
-    with session_scope(engine) as session:
-        upsert_tenant(session, TENANT, now=START)
-    client = await aiohttp_client(create_app(settings(2), engine=engine,
-                                             redis_client=redis_client))
+    client = await tenant_client(aiohttp_client, engine, redis_client, 2)
     bodies, messages = workload()
     statuses = await asyncio.gather(*(_post(client, raw) for raw in bodies))
     assert statuses == [200] * len(bodies)
@@ -118,10 +111,7 @@ def metric(scraped: str, name: str) -> float:
 async def test_a_lone_post_is_stored_before_its_answer(
         aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
     """Spilling is for load: below `webhook_spill_at` waiting POSTs nothing goes to the inbox."""
-    with session_scope(engine) as session:
-        upsert_tenant(session, TENANT, now=START)
-    client = await aiohttp_client(create_app(settings(16), engine=engine,
-                                             redis_client=redis_client))
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
     for k in range(3):
         assert await _post(client, body(f"wamid.L{k}", "oi", wa_id="5511900000001",
                                         user_id=None)) == 200
@@ -153,10 +143,7 @@ def test_a_negative_spill_threshold_is_refused() -> None:
 async def test_a_spill_without_the_database_answers_503(
         aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    with session_scope(engine) as session:
-        upsert_tenant(session, TENANT, now=START)
-    client = await aiohttp_client(create_app(settings(1), engine=engine,
-                                             redis_client=redis_client))
+    client = await tenant_client(aiohttp_client, engine, redis_client, 1)
 
     def down(*_: Any) -> None:
         raise OperationalError("INSERT", {}, Exception("connection refused"))
@@ -175,10 +162,7 @@ async def test_a_spill_without_redis_answers_503_and_is_reconciled(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis down: 503, as for a turn that cannot be enqueued. The committed entry is drained
     once the periodic reconcile finds it a minute old, and Meta's redelivery is a duplicate."""
-    with session_scope(engine) as session:
-        upsert_tenant(session, TENANT, now=START)
-    client = await aiohttp_client(create_app(settings(1), engine=engine,
-                                             redis_client=redis_client))
+    client = await tenant_client(aiohttp_client, engine, redis_client, 1)
 
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
