@@ -485,3 +485,23 @@ def test_forgetting_survives_an_inbox_body_too_deep_to_parse(
         assert contact is not None
         counts = forget_contact(session, contact, now=START)
     assert counts["inbox_entries"] == 0 and count(engine, InboxEntry) == 1
+
+
+async def test_unreadable_bodies_spilled_under_load_reach_the_dead_letters_whole(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    """A signed body the web process did not read (it was spilling) is still answered 200, and
+    the drain keeps it byte for byte in the dead letters, beside the valid POSTs it stores."""
+    client = await tenant_client(aiohttp_client, engine, redis_client, 1)
+    unreadable = [b"{not json", b"\xff\xfe\x00 invalid utf-8", b'{"object": "page"}',
+                  b"[" * 5000 + b"]" * 5000]
+    valid = body("wamid.V1", "oi", wa_id="5511900000001", user_id=None)
+    statuses = await asyncio.gather(*(_post(client, raw) for raw in [*unreadable, valid]))
+    assert statuses == [200] * 5
+    assert count(engine, InboxEntry) == 5
+    assert drainer.drain(runtime(engine, redis_client), job_id=None, linger=0) == 5
+    assert count(engine, InboxEntry) == 0
+    with session_scope(engine) as session:
+        letters = sorted(letter.body for letter in session.exec(select(DeadLetter)))
+        stored = [m.wamid for m in session.exec(select(Message))]
+    assert letters == sorted(unreadable)
+    assert stored == ["wamid.V1"]
