@@ -213,7 +213,9 @@ def unit(path: Path) -> dict[str, dict[str, list[str]]]:
 
 
 def services() -> dict[str, dict[str, dict[str, list[str]]]]:
-    return {path.name: unit(path) for path in sorted(UNITS.glob("*.service"))}
+    found = {path.name: unit(path) for path in sorted(UNITS.glob("*.service"))}
+    assert set(found) == {"wagent-web.service", "wagent-worker@.service", "wagent-cron.service"}
+    return found
 
 
 def test_the_units_run_the_procfile_processes_with_commands_the_cli_has() -> None:
