@@ -286,14 +286,26 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
 
     The time lives in the message itself so `system` stays byte-identical between turns and the
     cached prefix survives (DESIGN.md: time without cache misses). A message delivered more
-    than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay.
+    than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
+    ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
+    (", sent Sun 2025-11-30 10:00"). The console (`STAMP`) and `customer_text_length` strip
+    everything up to the first "] ".
     """
     zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
     local = received_at.astimezone(zone)
     late = ""
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
-        late = f", delivered late: sent {sent_at.astimezone(zone):%a %H:%M}"
+        late = f", delivered late: sent {local_when(sent_at, local)}"
     return f"[{local:%a %Y-%m-%d %H:%M}{late}] {text}"
+
+
+def local_when(moment: datetime, reference: datetime) -> str:
+    """`moment` in the zone of `reference` (aware, local): "Mon 10:00" on the same local day,
+    "Sun 2025-11-30 10:00" on any other (a weekday alone is ambiguous past a week)."""
+    local = moment.astimezone(reference.tzinfo)
+    if local.date() == reference.date():
+        return f"{local:%a %H:%M}"
+    return f"{local:%a %Y-%m-%d %H:%M}"
 
 
 @functools.lru_cache(maxsize=64)
