@@ -145,9 +145,12 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
     if wa_type == "system":
         return _parse_system(item, phone_number_id, wamid)
     wa_id, user_id = _str(item.get("from")), _str(item.get("from_user_id"))
+    contact = _match_contact(contacts, wa_id, user_id) if wa_id or user_id else _sole(contacts)
     if not wa_id and not user_id:
-        raise ValueError("message without from or from_user_id")
-    contact = _match_contact(contacts, wa_id, user_id)
+        wa_id, user_id = _str(contact.get("wa_id")), _str(contact.get("user_id"))
+        if not wa_id and not user_id:
+            raise ValueError("message without from or from_user_id, and not exactly one "
+                             "contact with an id in its change")
     profile = _dict(contact.get("profile"))
     text, starts_turn = render_text(item, wa_type)
     return InboundMessage(
@@ -167,6 +170,12 @@ def _match_contact(contacts: list[dict[str, Any]], wa_id: str | None,
         if wa_id and _str(contact.get("wa_id")) == wa_id:
             return contact
     return {}
+
+
+def _sole(contacts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The change's only contact: the sender of a message that names none (`from` and
+    `from_user_id` both missing). With none or several, the sender is unknown: {}."""
+    return contacts[0] if len(contacts) == 1 else {}
 
 
 def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:

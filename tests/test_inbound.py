@@ -240,6 +240,23 @@ def test_message_without_sender_is_a_bad_item_and_the_next_one_survives() -> Non
     assert isinstance(good, InboundMessage) and good.wa_id == BRUNO_WA
 
 
+def test_a_message_without_sender_belongs_to_the_only_contact_of_its_change() -> None:
+    payload = load("message_text.json")
+    del value_of(payload)["messages"][0]["from"], value_of(payload)["messages"][0]["from_user_id"]
+    msg = only_message(payload)
+    assert (msg.wa_id, msg.user_id, msg.profile_name) == (ANA_WA, ANA_USER, "Ana Teste")
+    assert msg.starts_turn is True
+
+
+@pytest.mark.parametrize("contacts", [
+    [], [{"profile": {"name": "Sem id"}}], "not a list",
+    [{"wa_id": ANA_WA, "user_id": ANA_USER}, {"wa_id": BRUNO_WA, "user_id": BRUNO_USER}]])
+def test_a_message_without_sender_stays_a_bad_item_when_the_sender_is_ambiguous(
+        contacts: Any) -> None:
+    (bad,) = parse_update(envelope({"contacts": contacts, "messages": [text_item("wamid.N")]}))
+    assert isinstance(bad, BadItem) and "from_user_id" in bad.reason
+
+
 @pytest.mark.parametrize("item", [None, 7, "text", [], {"from": ANA_WA, "type": "text"}])
 def test_malformed_message_items_are_bad_items(item: Any) -> None:
     payload = envelope({"messages": [item, text_item("wamid.OK", **{"from": ANA_WA})]})

@@ -431,6 +431,20 @@ async def test_one_malformed_item_is_dead_lettered_and_the_other_stored(
     assert turn_jobs(redis_client) == 1
 
 
+async def test_a_message_without_sender_is_answered_as_the_changes_only_contact(
+        client: Client, engine: Engine, redis_client: redis.Redis) -> None:
+    payload = fixture_json("message_text.json")
+    item = payload["entry"][0]["changes"][0]["value"]["messages"][0]
+    del item["from"], item["from_user_id"]
+    assert (await post(client, payload))[0] == 200
+    assert count(engine, DeadLetter) == 0
+    (stored,) = rows(engine, Message)
+    (contact,) = rows(engine, Contact)
+    assert (contact.wa_id, contact.user_id) == ("5511999990001", "BR.9000000000000000001")
+    assert stored.starts_turn and message_text(stored).endswith("Vocês abrem no sábado? 😊")
+    assert turn_jobs(redis_client) == 1
+
+
 async def test_unknown_phone_number_id_is_200_and_kept_only_as_a_dead_letter(
         client: Client, engine: Engine, redis_client: redis.Redis) -> None:
     payload = fixture_json("message_text.json")
