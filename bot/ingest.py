@@ -17,12 +17,15 @@ from sqlmodel import Session, select
 
 from bot.errors import StoreUnavailable
 from bot.inbound import (
+    DELETED,
+    FOLLOW_UPS,
     BadItem,
     ErrorNotice,
     IdentityChange,
     InboundMessage,
     StatusUpdate,
     Update,
+    edit_text,
     is_envelope,
     parse_update,
 )
@@ -192,13 +195,18 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
                 found = conversations.get_open(session, contact_id)
                 assert found is not None and found.id is not None
                 conversation_id, conversation_seen = found.id, found.last_inbound_at
-        row_id = messages.insert_inbound(session, Message(
+        stored = Message(
             tenant_id=tenant_id, conversation_id=conversation_id, role="user",
             direction="inbound", content=[{"type": "text", "text": stamp(
                 msg.text, now, head.timezone, sent_at=sent_at)}],
             wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
             meta_timestamp=msg.timestamp, received_at=arrival(now, index),
-            starts_turn=msg.starts_turn, answered_at=None if msg.starts_turn else now))
+            starts_turn=msg.starts_turn, refers_to_wamid=msg.refers_to)
+        if msg.wa_type in FOLLOW_UPS:
+            _follow_up(session, msg, stored, contact_id=contact_id, timezone=head.timezone,
+                       now=now, sent_at=sent_at)
+        stored.answered_at = None if stored.starts_turn else now
+        row_id = messages.insert_inbound(session, stored)
         if row_id is None:  # a concurrent delivery of the same wamid stored it
             log.info("inbound_duplicate", conversation_id=conversation_id)
             return "duplicate", None
@@ -212,7 +220,84 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
         log.info("inbound_stored", tenant_id=tenant_id, conversation_id=conversation_id,
                  wa_type=msg.wa_type, message_id=row_id)
         log.debug("inbound_text", text=msg.text, wa_id=msg.wa_id)
-        return "message", conversation_id if msg.starts_turn else None
+        return "message", conversation_id if stored.starts_turn else None
+
+
+def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact_id: int,
+               timezone: str, now: datetime, sent_at: datetime) -> None:
+    """Apply an edit or a deletion to the message it names (`msg.refers_to`), and set what is
+    stored for it (`stored`: content, starts_turn, deleted_at).
+
+    A deletion starts no turn and is stored without content; the original (and each stored
+    edit of it) keeps only DELETED in place of its text, so no later request, summary or
+    extraction reads it: a message the model already saw changes bytes, so the cached prefix
+    breaks once there (the next turn writes it again). One not answered yet never will be. An
+    edit starts a turn with its new text, marked as an edit of the original (by when that was
+    sent); the original stays as the customer sent it (its bytes, cached, unchanged), and an
+    edit of a deleted message is deleted too.
+
+    Meta orders nothing: an original that has not arrived is claimed now, a row under its
+    wamid (`starts_turn` false; DELETED for a deletion, empty for an edit), so that when it
+    comes it is a redelivery, its text never stored nor answered; on both store paths alike,
+    and under a race the unique wamid decides (the claim waits for the original's transaction
+    and then finds it). An original of another contact, or erased, is left alone: the edit or
+    deletion then stands alone. reference/whatsapp.md §3.3; the fixtures message_edit_text
+    and message_revoke.
+    """
+    def stamped(text: str, sent: datetime | None = sent_at) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": stamp(text, now, timezone, sent_at=sent)}]
+
+    revoke, wamid = msg.wa_type == "revoke", msg.refers_to
+    if revoke:
+        stored.content, stored.starts_turn = [], False
+    else:
+        stored.content = stamped(edit_text(msg.text, None))
+    if wamid is None or messages.is_tombstoned(session, wamid):
+        return
+    claim = Message(tenant_id=stored.tenant_id, conversation_id=stored.conversation_id,
+                    role="user", direction="inbound", wamid=wamid, received_at=now,
+                    content=stamped(DELETED, None) if revoke else [],
+                    starts_turn=False, answered_at=now, deleted_at=now if revoke else None)
+    if messages.insert_inbound(session, claim) is not None:
+        log.info("inbound_original_claimed", wa_type=msg.wa_type)
+        return
+    found = messages.inbound_for_update(session, wamid)
+    if found is None or found[1] != contact_id:
+        log.warning("inbound_follow_up_of_another_contact", wa_type=msg.wa_type)
+        return
+    original = found[0]
+    if revoke:
+        deleted = _delete(session, [original, *messages.edits_of(session, wamid)], timezone, now)
+        log.info("inbound_deleted", message_id=original.id, rows=deleted)
+    elif original.deleted_at is not None:
+        stored.content, stored.starts_turn, stored.deleted_at = [], False, now
+    else:
+        when = None if original.meta_timestamp is None else local_when(
+            customer_sent_at(original.meta_timestamp, original.received_at),
+            now.astimezone(_zone(timezone)))
+        stored.content = stamped(edit_text(msg.text, when))
+
+
+DELETED_REASON = "not answered: the customer deleted it"
+
+
+def _delete(session: Session, rows: list[Message], timezone: str, now: datetime) -> int:
+    """The customer deleted these rows' message: DELETED in place of each text (its stamp
+    kept), and one no turn has taken yet is never answered. Returns how many changed."""
+    changed = 0
+    for row in rows:
+        if row.deleted_at is not None:
+            continue
+        if row.content:  # a claim made by an edit has none: it stays empty
+            row.content = [{"type": "text", "text": stamp(DELETED, row.received_at, timezone,
+                            sent_at=customer_sent_at(row.meta_timestamp, row.received_at))}]
+        row.deleted_at = now
+        if row.starts_turn and row.answered_at is None and row.position is None:
+            row.answered_at, row.status_reason = now, DELETED_REASON
+        session.add(row)
+        changed += 1
+    session.flush()
+    return changed
 
 
 def _contact(session: Session, msg: InboundMessage, tenant_id: int, profile_name: str | None,
@@ -407,7 +492,8 @@ class Pending:
 
 def inbound_only(body: bytes) -> list[InboundMessage] | None:
     """The body's updates when it parses and every one is a customer message (the case a group
-    commit takes), else None."""
+    commit takes), else None. An edit or a deletion goes the one-POST way: it changes the
+    message it names (`_follow_up`), which a group does not."""
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
@@ -415,7 +501,8 @@ def inbound_only(body: bytes) -> list[InboundMessage] | None:
     if not is_envelope(payload):
         return None
     updates = parse_update(payload)
-    if updates and all(isinstance(u, InboundMessage) for u in updates):
+    if updates and all(isinstance(u, InboundMessage) and u.wa_type not in FOLLOW_UPS
+                       for u in updates):
         return updates  # type: ignore[return-value]
     return None
 

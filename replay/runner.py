@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import col, select
 
-from bot.inbound import InboundMessage, parse_update
+from bot.inbound import InboundMessage, edit_text, parse_update
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
@@ -375,7 +375,8 @@ class _Runner:
         for update in updates:
             if isinstance(update, InboundMessage):
                 self.last_sender = update.wa_id or update.user_id
-                self.say(f"customer ▸ {update.text}")
+                edited = update.wa_type == "edit"
+                self.say(f"customer ▸ {edit_text(update.text, None) if edited else update.text}")
 
     def _show_activity(self) -> None:
         with session_scope(self.env.engine) as session:

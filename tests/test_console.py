@@ -19,6 +19,7 @@ from storage.models import Appointment, ContactFact, Conversation, Service, Tena
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.test_admin_api import call
+from tests.test_edits import follow_up
 
 
 @pytest.fixture
@@ -185,6 +186,30 @@ def test_the_transcript_and_the_agenda_read_as_a_person_would(env: ReplayEnviron
     assert "[Mon 2026-06-01" not in page, "the model's received-time stamp is not shown"
     _, agenda, _ = browser.request("/console/appointments?week=2026-06-01")
     assert "Ana Teste" in agenda and "Corte feminino" in agenda and "Júlia" in agenda
+
+
+def test_a_message_the_customer_deleted_shows_as_deleted_without_its_text(
+        env: ReplayEnvironment, seeded: Seeded) -> None:
+    first = "oi! tem horário amanhã à tarde pra corte?"  # Ana's first message, then deleted
+    revoke = follow_up("revoke", "wamid.R.CONSOLE", "wamid.TEST0001000001",
+                       ts=int(env.clock.now().timestamp()))
+    assert env.post_webhook(json.dumps(revoke).encode()) == 200
+    path = f"/console/conversations/{seeded.salon_conversation_id}"
+    for language, label in (("pt-BR", "Mensagem apagada pelo cliente"),
+                            ("en", "Message deleted by the customer")):
+        browser = Browser(env.web_url)
+        browser.sign_in(seeded.salon_token)
+        browser.request("/console/language", {"csrf": browser.csrf, "language": language,
+                                              "next": path})
+        _, page, _ = browser.request(path)
+        assert page.count(label) == 1 and first not in page, language
+        assert '<div class="bubble customer deleted">' in page
+    with session_scope(env.engine) as session:
+        salon_id = session.get(Conversation, seeded.salon_conversation_id).tenant_id
+    status, body = call(env, "GET", f"/admin/tenants/{salon_id}/conversations/"
+                        f"{seeded.salon_conversation_id}", token=seeded.salon_token)
+    (deleted,) = [m for m in body["messages"] if m["deleted_at"]]
+    assert status == 200 and first not in json.dumps(deleted["content"], ensure_ascii=False)
 
 
 def test_the_session_cookie_is_secure_behind_a_tls_proxy(env: ReplayEnvironment,
