@@ -29,7 +29,7 @@ from bot.inbound import (
     is_envelope,
     parse_update,
 )
-from storage import contacts, conversations, messages, tenants
+from storage import contacts, conversations, memory, messages, tenants
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
@@ -45,6 +45,8 @@ class IngestResult:
 
     turn_conversation_ids: list[int] = field(default_factory=list)
     closed_conversation_ids: list[int] = field(default_factory=list)  # stale sessions ended
+    # open sessions whose summary covers a message the customer deleted: summary re-derived
+    rederive_conversation_ids: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     grouped: bool = False  # stored by a group commit (store_group), or spilled
     spilled: bool = False  # put in the inbox for a worker to store (counts then empty)
@@ -85,8 +87,7 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     index = 0  # the customer messages' order in the POST (received_at's microseconds)
     for update in updates:
         try:
-            outcome, conversation_id = _store_retrying(engine, update, now,
-                                                       result.closed_conversation_ids, index)
+            outcome, conversation_id = _store_retrying(engine, update, now, result, index)
         except (OperationalError, DBAPIError) as exc:
             if is_disconnect(exc):
                 raise StoreUnavailable(describe(exc)) from exc
@@ -103,7 +104,7 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
 
 
 def _store_retrying(engine: Engine, update: Update, now: datetime,
-                    closed: list[int], index: int = 0) -> tuple[str, int | None]:
+                    result: IngestResult, index: int = 0) -> tuple[str, int | None]:
     """Store one update; once more when a unique index refused it.
 
     Another web process can insert the same contact, conversation or message between our read
@@ -111,10 +112,10 @@ def _store_retrying(engine: Engine, update: Update, now: datetime,
     back whole; the retry reads the other process's committed row instead of losing the update.
     """
     try:
-        return _store_one(engine, update, now, closed, index)
+        return _store_one(engine, update, now, result, index)
     except IntegrityError as exc:
         log.info("webhook_update_retried", kind=type(update).__name__, error=type(exc).__name__)
-        return _store_one(engine, update, now, closed, index)
+        return _store_one(engine, update, now, result, index)
 
 
 def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime) -> None:
@@ -134,9 +135,9 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime)
 
 
 def _store_one(engine: Engine, update: Update, now: datetime,
-               closed: list[int], index: int = 0) -> tuple[str, int | None]:
+               result: IngestResult, index: int = 0) -> tuple[str, int | None]:
     if isinstance(update, InboundMessage):
-        return _store_message(engine, update, now, closed, index)
+        return _store_message(engine, update, now, result, index)
     if isinstance(update, StatusUpdate):
         return _store_status(engine, update, now), None
     if isinstance(update, IdentityChange):
@@ -152,7 +153,7 @@ def _store_one(engine: Engine, update: Update, now: datetime,
 
 
 def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
-                   closed: list[int], index: int = 0) -> tuple[str, int | None]:
+                   result: IngestResult, index: int = 0) -> tuple[str, int | None]:
     """Store one customer message: 5 statements for a known contact (lookup, contact and open
     conversation, insert, two updates), 5 for a new one (lookup, contact, three inserts), 1
     for a redelivery. Inserts use `ON CONFLICT DO NOTHING`, so a concurrent delivery of the same
@@ -185,7 +186,8 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
                 conversation_id = seen.conversation_id
                 conversation_seen = seen.conversation_last_inbound_at
             elif conversations.close_if_open(session, seen.conversation_id, now=now):
-                closed.append(seen.conversation_id)  # a stale session ended: extract its facts
+                # a stale session ended: extract its facts
+                result.closed_conversation_ids.append(seen.conversation_id)
         if conversation_id is None:
             conversation_id = conversations.open_new(
                 session, tenant_id=tenant_id, contact_id=contact_id, now=now,
@@ -202,9 +204,10 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
             wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
             meta_timestamp=msg.timestamp, received_at=arrival(now, index),
             starts_turn=msg.starts_turn, refers_to_wamid=msg.refers_to)
-        if msg.wa_type in FOLLOW_UPS:
-            _follow_up(session, msg, stored, contact_id=contact_id, timezone=head.timezone,
-                       now=now, sent_at=sent_at)
+        if msg.wa_type in FOLLOW_UPS and (rederive := _follow_up(
+                session, msg, stored, contact_id=contact_id, timezone=head.timezone, now=now,
+                sent_at=sent_at)) is not None:
+            result.rederive_conversation_ids.append(rederive)
         stored.answered_at = None if stored.starts_turn else now
         row_id = messages.insert_inbound(session, stored)
         if row_id is None:  # a concurrent delivery of the same wamid stored it
@@ -224,9 +227,11 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
 
 
 def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact_id: int,
-               timezone: str, now: datetime, sent_at: datetime) -> None:
+               timezone: str, now: datetime, sent_at: datetime) -> int | None:
     """Apply an edit or a deletion to the message it names (`msg.refers_to`), and set what is
-    stored for it (`stored`: content, starts_turn, deleted_at).
+    stored for it (`stored`: content, starts_turn, deleted_at). Returns the id of an open
+    conversation whose summary covers the deleted message (the caller enqueues
+    `workers.compaction.rederive_summary`, which rewrites it from the history), else None.
 
     A deletion starts no turn and is stored without content; the original (and each stored
     edit of it) keeps only DELETED in place of its text, so no later request, summary or
@@ -253,29 +258,33 @@ def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contac
     else:
         stored.content = stamped(edit_text(msg.text, None))
     if wamid is None or messages.is_tombstoned(session, wamid):
-        return
+        return None
     claim = Message(tenant_id=stored.tenant_id, conversation_id=stored.conversation_id,
                     role="user", direction="inbound", wamid=wamid, received_at=now,
                     content=stamped(DELETED, None) if revoke else [],
                     starts_turn=False, answered_at=now, deleted_at=now if revoke else None)
     if messages.insert_inbound(session, claim) is not None:
         log.info("inbound_original_claimed", wa_type=msg.wa_type)
-        return
+        return None
     found = messages.inbound_for_update(session, wamid)
     if found is None or found[1] != contact_id:
-        log.warning("inbound_follow_up_of_another_contact", wa_type=msg.wa_type)
-        return
+        log.warning("inbound_follow_up_not_applied", wa_type=msg.wa_type,
+                    reason="another contact's message" if found else "not found")
+        return None
     original = found[0]
     if revoke:
-        deleted = _delete(session, [original, *messages.edits_of(session, wamid)], timezone, now)
+        rows = [original, *messages.edits_of(session, wamid)]
+        deleted = _delete(session, rows, timezone, now)
         log.info("inbound_deleted", message_id=original.id, rows=deleted)
-    elif original.deleted_at is not None:
+        return memory.open_summary_covering(session, rows)
+    if original.deleted_at is not None:
         stored.content, stored.starts_turn, stored.deleted_at = [], False, now
     else:
         when = None if original.meta_timestamp is None else local_when(
             customer_sent_at(original.meta_timestamp, original.received_at),
             now.astimezone(_zone(timezone)))
         stored.content = stamped(edit_text(msg.text, when))
+    return None
 
 
 DELETED_REASON = "not answered: the customer deleted it"

@@ -16,7 +16,7 @@ from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.webhook import store_posts
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
-from storage.models import Message
+from storage.models import Conversation, Message
 from tests.conftest import START, WHATSAPP
 from tests.factories import BRUNO, TENANT, text_body
 
@@ -286,6 +286,49 @@ def test_neither_compaction_nor_extraction_reads_a_deleted_message(
         assert DELETED in summaries[0] and DELETED in extraction
         for request in [*summaries, extraction, *requests_text(env)[1:]]:
             assert "amônia" not in request
+    finally:
+        env.close()
+
+
+def test_a_summary_written_from_a_deleted_message_is_rewritten_from_the_history(
+        database_url: str | None, redis_url: str | None) -> None:
+    """The message was already folded into the summary (system[1]) when the customer deleted
+    it: the summary is derived again from the messages, which no longer hold it."""
+    env = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
+    try:
+        env.add_tenant({**TENANT, "compaction_threshold_tokens": 300,
+                        "compaction_min_gain_tokens": 0, "keep_messages": 2})
+        turns = [SECRET, "queria marcar um corte amanhã à tarde", "com a Júlia", "às 15h",
+                 "pode ser", "ok", "certo", "combinado"]
+        for n, text in enumerate(turns, 1):
+            if n > 4 and not env.messages_api.leftover().get("summary"):
+                break  # compacted at least three times, no scripted summary left over
+            env.messages_api.script("turn", [{"text": f"Resposta {n}: " + "certo. " * 30}])
+            if not env.messages_api.leftover().get("summary"):
+                env.messages_api.script("summary", [  # a summary model that repeats it all
+                    {"text": f"Resumo {n}: a cliente disse que é alérgica a amônia."}])
+            post(env, text_body(text, n, sent_at=env.clock.now()))
+            env.drain()
+            env.clock.advance(timedelta(minutes=2))
+        assert not env.messages_api.leftover().get("summary")
+        with session_scope(env.engine) as session:
+            assert "amônia" in session.exec(select(Conversation)).one().context_block
+        summaries = len(requests_text(env, "summary"))
+        env.messages_api.script("summary", [{"text": "A cliente quer um corte às 15h."}])
+        post(env, follow_up("revoke", "wamid.R.SECRET", "wamid.TEST0001000001",
+                            ts=int(env.clock.now().timestamp())))
+        env.drain()
+        (rederived,) = requests_text(env, "summary")[summaries:]
+        assert DELETED in rederived and "amônia" not in rederived
+        assert "no record yet" in rederived, "written afresh, not from the old record"
+        with session_scope(env.engine) as session:
+            conversation = session.exec(select(Conversation)).one()
+            assert conversation.summary == "A cliente quer um corte às 15h."
+            assert "amônia" not in conversation.context_block
+        env.messages_api.script("turn", [{"text": "Até amanhã!"}])
+        post(env, text_body("obrigada", 19, sent_at=env.clock.now()))
+        env.drain()
+        assert "amônia" not in requests_text(env)[-1]
     finally:
         env.close()
 
