@@ -178,7 +178,7 @@ def _expect_problems(expect: Any) -> list[str]:
 
 
 def _note_problems(item: dict[str, Any], where: str) -> list[str]:
-    return [f"{where}{key} must be a string" for key in NOTE_KEYS
+    return [f"{where}{key} must be a string" for key in sorted(NOTE_KEYS)
             if key in item and not isinstance(item[key], str)]
 
 
