@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
 
@@ -264,8 +265,8 @@ def _contact_forget(args: argparse.Namespace) -> int:
 
 
 def _facts_review(args: argparse.Namespace) -> int:
+    from bot.admin import service
     from storage.db import make_engine, session_scope
-    from storage.facts import review_queue
     from storage.tenants import get_by_phone_number_id
 
     with session_scope(make_engine(_settings(require=False).database_url)) as session:
@@ -273,42 +274,54 @@ def _facts_review(args: argparse.Namespace) -> int:
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2
-        for fact in review_queue(session, tenant.id):
-            print(f"#{fact.id} contact {fact.contact_id} {fact.key} = {fact.value!r} "
-                  f"[{fact.state}, {fact.origin}, source message {fact.source_message_id}]")
+        for fact in service.review_queue(session, tenant):
+            print(f"#{fact['id']} contact {fact['contact_id']} {fact['key']} = "
+                  f"{fact['value']!r} [{fact['state']}, {fact['origin']}, source message "
+                  f"{fact['source_message_id']}]")
     return 0
 
 
 def _facts_approve(args: argparse.Namespace) -> int:
-    from core import clock
-    from storage.db import make_engine, session_scope
-    from storage.facts import decide
+    """`bot.admin.service.approve_fact`, the operation (and checks) of the API and console."""
+    from bot.admin import service
+    from bot.cli_admin import run_for_fact
 
-    try:
-        with session_scope(make_engine(_settings(require=False).database_url)) as session:
-            fact = decide(session, args.fact_id, approve=True, by="cli", reason=args.reason,
-                          now=clock.now())
-    except ValueError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    print(f"fact #{args.fact_id} confirmed" if fact else f"no fact #{args.fact_id}")
-    return 0 if fact else 2
+    return run_for_fact(lambda session, tenant, now: service.approve_fact(
+        session, tenant, args.fact_id, by="cli", reason=args.reason, now=now))(args)
 
 
 def _facts_reject(args: argparse.Namespace) -> int:
-    return _forget(args, keep_rejected=True)
+    """`bot.admin.service.reject_fact` then its job (`workers.admin_jobs.reject_fact`, which
+    re-derives the summaries), as the API and console do: a worker runs it. Redis is checked
+    first, so a rejection is never recorded without the job that finishes it."""
+    from rq import Queue
+
+    from bot.admin import service
+    from bot.cli_admin import run_for_fact
+    from storage.db import connect_redis
+
+    settings = _settings(require=False)  # the database and Redis; the worker calls Claude
+    queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
+    try:
+        queue.connection.ping()
+    except Exception as exc:  # redis' errors, or the URL's
+        print(f"error: Redis at REDIS_URL is needed for the job that re-derives the "
+              f"summaries: {exc}", file=sys.stderr)
+        return 2
+
+    def reject(session: Any, tenant: Any, now: Any) -> Any:
+        return {**service.reject_fact(session, tenant, args.fact_id, by="cli",
+                                      reason=args.reason, now=now), "summaries": "re-deriving"}
+    return run_for_fact(reject, after=lambda: service.enqueue_rejection(
+        queue, args.fact_id, reason=args.reason, by="cli"))(args)
 
 
 def _facts_forget(args: argparse.Namespace) -> int:
-    return _forget(args, keep_rejected=False)
-
-
-def _forget(args: argparse.Namespace, *, keep_rejected: bool) -> int:
     from workers.facts import forget_fact
     from workers.runtime import build_runtime
 
     counts = forget_fact(build_runtime(_settings()), args.fact_id, reason=args.reason,
-                         by="cli", keep_rejected=keep_rejected)
+                         by="cli")
     if counts is None:
         print(f"no fact #{args.fact_id}", file=sys.stderr)
         return 2

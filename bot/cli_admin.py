@@ -70,36 +70,72 @@ def run_for_tenant(action: TenantAction) -> Callable[[argparse.Namespace], int]:
     """Wrap `action(args, session, tenant, now)` in one transaction on the tenant named by
     `args.phone_number_id`; print its result; map errors to a message and exit status 2."""
     def run(args: argparse.Namespace) -> int:
-        from bot.admin.service import AdminError, NotFound
-        from bot.cli import _settings
-        from core import clock
-        from storage.db import make_engine, session_scope
-        from storage.tenants import (
-            CatalogueConflict,
-            TenantConfigError,
-            get_by_phone_number_id,
-        )
+        from bot.admin.service import NotFound
+        from storage.tenants import get_by_phone_number_id
 
-        try:
-            with session_scope(make_engine(_settings(require=False).database_url)) as session:
-                tenant = get_by_phone_number_id(session, args.phone_number_id)
-                if tenant is None:
-                    raise NotFound(f"no tenant with phone_number_id {args.phone_number_id}")
-                result = action(args, session, tenant, clock.now())
-        except AdminError as exc:
-            if len(exc.problems) > 1:
-                print("error:", file=sys.stderr)
-                for problem in exc.problems:
-                    print(f"  {problem}", file=sys.stderr)
-            else:
-                print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except (TenantConfigError, CatalogueConflict, LookupError, ValueError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        _print(result)
-        return 0
+        def act(session: Any, now: datetime) -> Any:
+            tenant = get_by_phone_number_id(session, args.phone_number_id)
+            if tenant is None:
+                raise NotFound(f"no tenant with phone_number_id {args.phone_number_id}")
+            return action(args, session, tenant, now)
+        return _in_transaction(act)
     return run
+
+
+def run_for_fact(action: Callable[[Any, Any, datetime], Any], *,
+                 after: Callable[[], object] | None = None
+                 ) -> Callable[[argparse.Namespace], int]:
+    """`run_for_tenant` for a command that names only a fact (`args.fact_id`): the operator's
+    shell sees every tenant, so the tenant is the fact's. `action(session, tenant, now)` is a
+    `bot.admin.service` operation, the one the API and the console call; `after` runs once it
+    is committed (a job to enqueue)."""
+    def run(args: argparse.Namespace) -> int:
+        from bot.admin.service import NotFound
+        from storage.models import ContactFact, Tenant
+
+        def act(session: Any, now: datetime) -> Any:
+            fact = session.get(ContactFact, args.fact_id)
+            tenant = session.get(Tenant, fact.tenant_id) if fact is not None else None
+            if tenant is None:
+                raise NotFound(f"no fact #{args.fact_id}")
+            return action(session, tenant, now)
+        return _in_transaction(act, after=after)
+    return run
+
+
+def _in_transaction(act: Callable[[Any, datetime], Any], *,
+                    after: Callable[[], object] | None = None) -> int:
+    """Run `act(session, now)` in one transaction, print its result, then `after`; errors
+    print on stderr with exit status 2."""
+    from bot.admin.service import AdminError
+    from bot.cli import _settings
+    from core import clock
+    from storage.db import make_engine, session_scope
+    from storage.tenants import CatalogueConflict, TenantConfigError
+
+    try:
+        with session_scope(make_engine(_settings(require=False).database_url)) as session:
+            result = act(session, clock.now())
+    except AdminError as exc:
+        if len(exc.problems) > 1:
+            print("error:", file=sys.stderr)
+            for problem in exc.problems:
+                print(f"  {problem}", file=sys.stderr)
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (TenantConfigError, CatalogueConflict, LookupError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _print(result)
+    if after is not None:
+        try:
+            after()
+        except Exception as exc:  # committed: say what is left to do
+            print(f"error: done, but its follow-up job was not enqueued: {exc}",
+                  file=sys.stderr)
+            return 2
+    return 0
 
 
 # -- actions ---------------------------------------------------------------------------------

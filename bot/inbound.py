@@ -21,7 +21,10 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 class InboundMessage:
     """A customer's message, rendered as text the agent can use.
 
-    `starts_turn` is False for reactions: stored, never answered.
+    `starts_turn` is False for reactions and deletions: stored, never answered. `refers_to`:
+    for an edit or a deletion (`type` edit / revoke), the wamid of the earlier message it
+    changes (`edit.original_message_id`, `revoke.original_message_id`); `text` is then the
+    edit's new text, or DELETED.
     """
 
     phone_number_id: str
@@ -34,6 +37,7 @@ class InboundMessage:
     text: str
     starts_turn: bool
     raw: dict[str, Any] = field(repr=False, compare=False)
+    refers_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,9 +149,12 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
     if wa_type == "system":
         return _parse_system(item, phone_number_id, wamid)
     wa_id, user_id = _str(item.get("from")), _str(item.get("from_user_id"))
+    contact = _match_contact(contacts, wa_id, user_id) if wa_id or user_id else _sole(contacts)
     if not wa_id and not user_id:
-        raise ValueError("message without from or from_user_id")
-    contact = _match_contact(contacts, wa_id, user_id)
+        wa_id, user_id = _str(contact.get("wa_id")), _str(contact.get("user_id"))
+        if not wa_id and not user_id:
+            raise ValueError("message without from or from_user_id, and not exactly one "
+                             "contact with an id in its change")
     profile = _dict(contact.get("profile"))
     text, starts_turn = render_text(item, wa_type)
     return InboundMessage(
@@ -155,7 +162,28 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
         wa_id=wa_id or _str(contact.get("wa_id")), user_id=user_id or _str(contact.get("user_id")),
         profile_name=_str(profile.get("name")), timestamp=_timestamp(item.get("timestamp")),
         wa_type=wa_type, text=text, starts_turn=starts_turn, raw=item,
+        refers_to=_refers_to(item, wa_type, wamid),
     )
+
+
+FOLLOW_UPS = ("edit", "revoke")  # types that change an earlier message (reference/whatsapp.md)
+DELETED = "[the customer deleted a message]"
+
+
+def _refers_to(item: dict[str, Any], wa_type: str, wamid: str) -> str | None:
+    """The earlier message an edit or a deletion changes; None for other types, and for one
+    that names none (or itself): it then stands alone."""
+    if wa_type not in FOLLOW_UPS:
+        return None
+    original = _str(_dict(item.get(wa_type)).get("original_message_id"))
+    return original if original and original != wamid else None
+
+
+def edit_text(new_text: str, original_sent: str | None) -> str:
+    """What the agent reads for an edit: the new text, marked as an edit of the message sent
+    at `original_sent` ("Mon 10:00"), or of "an earlier message" when that one is unknown."""
+    which = f"their message of {original_sent}" if original_sent else "an earlier message"
+    return f"[the customer edited {which} to:] {new_text}"
 
 
 def _match_contact(contacts: list[dict[str, Any]], wa_id: str | None,
@@ -169,6 +197,12 @@ def _match_contact(contacts: list[dict[str, Any]], wa_id: str | None,
     return {}
 
 
+def _sole(contacts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The change's only contact: the sender of a message that names none (`from` and
+    `from_user_id` both missing). With none or several, the sender is unknown: {}."""
+    return contacts[0] if len(contacts) == 1 else {}
+
+
 def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
     """The text the agent reads for a message of any type, and whether it starts a turn."""
     body = _dict(item.get(wa_type))
@@ -180,6 +214,12 @@ def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
         emoji = _str(body.get("emoji"))
         return (f"[reaction {emoji} to one of our messages]" if emoji
                 else "[reaction removed]"), False
+    if wa_type == "revoke":
+        return DELETED, False
+    if wa_type == "edit":  # the new content is a message of its own: text, or a caption
+        new = _dict(body.get("message"))
+        new_type = _str(new.get("type")) or "text"
+        return render_text(new, "unknown" if new_type in FOLLOW_UPS else new_type)[0], True
     if wa_type == "interactive":
         return _render_interactive(body) + quoted, True
     if wa_type == "button":

@@ -17,16 +17,19 @@ from sqlmodel import Session, select
 
 from bot.errors import StoreUnavailable
 from bot.inbound import (
+    DELETED,
+    FOLLOW_UPS,
     BadItem,
     ErrorNotice,
     IdentityChange,
     InboundMessage,
     StatusUpdate,
     Update,
+    edit_text,
     is_envelope,
     parse_update,
 )
-from storage import contacts, conversations, messages, tenants
+from storage import contacts, conversations, memory, messages, tenants
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
@@ -42,6 +45,8 @@ class IngestResult:
 
     turn_conversation_ids: list[int] = field(default_factory=list)
     closed_conversation_ids: list[int] = field(default_factory=list)  # stale sessions ended
+    # open sessions whose summary covers a message the customer deleted: summary re-derived
+    rederive_conversation_ids: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     grouped: bool = False  # stored by a group commit (store_group), or spilled
     spilled: bool = False  # put in the inbox for a worker to store (counts then empty)
@@ -82,8 +87,7 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
     index = 0  # the customer messages' order in the POST (received_at's microseconds)
     for update in updates:
         try:
-            outcome, conversation_id = _store_retrying(engine, update, now,
-                                                       result.closed_conversation_ids, index)
+            outcome, conversation_id = _store_retrying(engine, update, now, result, index)
         except (OperationalError, DBAPIError) as exc:
             if is_disconnect(exc):
                 raise StoreUnavailable(describe(exc)) from exc
@@ -100,7 +104,7 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
 
 
 def _store_retrying(engine: Engine, update: Update, now: datetime,
-                    closed: list[int], index: int = 0) -> tuple[str, int | None]:
+                    result: IngestResult, index: int = 0) -> tuple[str, int | None]:
     """Store one update; once more when a unique index refused it.
 
     Another web process can insert the same contact, conversation or message between our read
@@ -108,10 +112,10 @@ def _store_retrying(engine: Engine, update: Update, now: datetime,
     back whole; the retry reads the other process's committed row instead of losing the update.
     """
     try:
-        return _store_one(engine, update, now, closed, index)
+        return _store_one(engine, update, now, result, index)
     except IntegrityError as exc:
         log.info("webhook_update_retried", kind=type(update).__name__, error=type(exc).__name__)
-        return _store_one(engine, update, now, closed, index)
+        return _store_one(engine, update, now, result, index)
 
 
 def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime) -> None:
@@ -131,9 +135,9 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime)
 
 
 def _store_one(engine: Engine, update: Update, now: datetime,
-               closed: list[int], index: int = 0) -> tuple[str, int | None]:
+               result: IngestResult, index: int = 0) -> tuple[str, int | None]:
     if isinstance(update, InboundMessage):
-        return _store_message(engine, update, now, closed, index)
+        return _store_message(engine, update, now, result, index)
     if isinstance(update, StatusUpdate):
         return _store_status(engine, update, now), None
     if isinstance(update, IdentityChange):
@@ -149,7 +153,7 @@ def _store_one(engine: Engine, update: Update, now: datetime,
 
 
 def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
-                   closed: list[int], index: int = 0) -> tuple[str, int | None]:
+                   result: IngestResult, index: int = 0) -> tuple[str, int | None]:
     """Store one customer message: 5 statements for a known contact (lookup, contact and open
     conversation, insert, two updates), 5 for a new one (lookup, contact, three inserts), 1
     for a redelivery. Inserts use `ON CONFLICT DO NOTHING`, so a concurrent delivery of the same
@@ -182,7 +186,8 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
                 conversation_id = seen.conversation_id
                 conversation_seen = seen.conversation_last_inbound_at
             elif conversations.close_if_open(session, seen.conversation_id, now=now):
-                closed.append(seen.conversation_id)  # a stale session ended: extract its facts
+                # a stale session ended: extract its facts
+                result.closed_conversation_ids.append(seen.conversation_id)
         if conversation_id is None:
             conversation_id = conversations.open_new(
                 session, tenant_id=tenant_id, contact_id=contact_id, now=now,
@@ -192,13 +197,19 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
                 found = conversations.get_open(session, contact_id)
                 assert found is not None and found.id is not None
                 conversation_id, conversation_seen = found.id, found.last_inbound_at
-        row_id = messages.insert_inbound(session, Message(
+        stored = Message(
             tenant_id=tenant_id, conversation_id=conversation_id, role="user",
             direction="inbound", content=[{"type": "text", "text": stamp(
                 msg.text, now, head.timezone, sent_at=sent_at)}],
             wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
             meta_timestamp=msg.timestamp, received_at=arrival(now, index),
-            starts_turn=msg.starts_turn, answered_at=None if msg.starts_turn else now))
+            starts_turn=msg.starts_turn, refers_to_wamid=msg.refers_to)
+        if msg.wa_type in FOLLOW_UPS and (rederive := _follow_up(
+                session, msg, stored, contact_id=contact_id, timezone=head.timezone, now=now,
+                sent_at=sent_at)) is not None:
+            result.rederive_conversation_ids.append(rederive)
+        stored.answered_at = None if stored.starts_turn else now
+        row_id = messages.insert_inbound(session, stored)
         if row_id is None:  # a concurrent delivery of the same wamid stored it
             log.info("inbound_duplicate", conversation_id=conversation_id)
             return "duplicate", None
@@ -212,7 +223,90 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
         log.info("inbound_stored", tenant_id=tenant_id, conversation_id=conversation_id,
                  wa_type=msg.wa_type, message_id=row_id)
         log.debug("inbound_text", text=msg.text, wa_id=msg.wa_id)
-        return "message", conversation_id if msg.starts_turn else None
+        return "message", conversation_id if stored.starts_turn else None
+
+
+def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact_id: int,
+               timezone: str, now: datetime, sent_at: datetime) -> int | None:
+    """Apply an edit or a deletion to the message it names (`msg.refers_to`), and set what is
+    stored for it (`stored`: content, starts_turn, deleted_at). Returns the id of an open
+    conversation whose summary covers the deleted message (the caller enqueues
+    `workers.compaction.rederive_summary`, which rewrites it from the history), else None.
+
+    A deletion starts no turn and is stored without content; the original (and each stored
+    edit of it) keeps only DELETED in place of its text, so no later request, summary or
+    extraction reads it: a message the model already saw changes bytes, so the cached prefix
+    breaks once there (the next turn writes it again). One not answered yet never will be. An
+    edit starts a turn with its new text, marked as an edit of the original (by when that was
+    sent); the original stays as the customer sent it (its bytes, cached, unchanged), and an
+    edit of a deleted message is deleted too.
+
+    Meta orders nothing: an original that has not arrived is claimed now, a row under its
+    wamid (`starts_turn` false; DELETED for a deletion, empty for an edit), so that when it
+    comes it is a redelivery, its text never stored nor answered; on both store paths alike,
+    and under a race the unique wamid decides (the claim waits for the original's transaction
+    and then finds it). An original of another contact, or erased, is left alone: the edit or
+    deletion then stands alone. README, How a message is answered; the shapes: the fixtures
+    message_edit_text.json and message_revoke.json.
+    """
+    def stamped(text: str, sent: datetime | None = sent_at) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": stamp(text, now, timezone, sent_at=sent)}]
+
+    revoke, wamid = msg.wa_type == "revoke", msg.refers_to
+    if revoke:
+        stored.content, stored.starts_turn = [], False
+    else:
+        stored.content = stamped(edit_text(msg.text, None))
+    if wamid is None or messages.is_tombstoned(session, wamid):
+        return None
+    claim = Message(tenant_id=stored.tenant_id, conversation_id=stored.conversation_id,
+                    role="user", direction="inbound", wamid=wamid, received_at=now,
+                    content=stamped(DELETED, None) if revoke else [],
+                    starts_turn=False, answered_at=now, deleted_at=now if revoke else None)
+    if messages.insert_inbound(session, claim) is not None:
+        log.info("inbound_original_claimed", wa_type=msg.wa_type)
+        return None
+    found = messages.inbound_for_update(session, wamid)
+    if found is None or found[1] != contact_id:
+        log.warning("inbound_follow_up_not_applied", wa_type=msg.wa_type,
+                    reason="another contact's message" if found else "not found")
+        return None
+    original = found[0]
+    if revoke:
+        rows = [original, *messages.edits_of(session, wamid)]
+        deleted = _delete(session, rows, timezone, now)
+        log.info("inbound_deleted", message_id=original.id, rows=deleted)
+        return memory.open_summary_covering(session, rows)
+    if original.deleted_at is not None:
+        stored.content, stored.starts_turn, stored.deleted_at = [], False, now
+    else:
+        when = None if original.meta_timestamp is None else local_when(
+            customer_sent_at(original.meta_timestamp, original.received_at),
+            now.astimezone(_zone(timezone)))
+        stored.content = stamped(edit_text(msg.text, when))
+    return None
+
+
+DELETED_REASON = "not answered: the customer deleted it"
+
+
+def _delete(session: Session, rows: list[Message], timezone: str, now: datetime) -> int:
+    """The customer deleted these rows' message: DELETED in place of each text (its stamp
+    kept), and one no turn has taken yet is never answered. Returns how many changed."""
+    changed = 0
+    for row in rows:
+        if row.deleted_at is not None:
+            continue
+        if row.content:  # a claim made by an edit has none: it stays empty
+            row.content = [{"type": "text", "text": stamp(DELETED, row.received_at, timezone,
+                            sent_at=customer_sent_at(row.meta_timestamp, row.received_at))}]
+        row.deleted_at = now
+        if row.starts_turn and row.answered_at is None and row.position is None:
+            row.answered_at, row.status_reason = now, DELETED_REASON
+        session.add(row)
+        changed += 1
+    session.flush()
+    return changed
 
 
 def _contact(session: Session, msg: InboundMessage, tenant_id: int, profile_name: str | None,
@@ -286,14 +380,26 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
 
     The time lives in the message itself so `system` stays byte-identical between turns and the
     cached prefix survives (DESIGN.md: time without cache misses). A message delivered more
-    than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay.
+    than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
+    ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
+    (", sent Sun 2025-11-30 10:00"). The console (`STAMP`) and `customer_text_length` strip
+    everything up to the first "] ".
     """
     zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
     local = received_at.astimezone(zone)
     late = ""
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
-        late = f", delivered late: sent {sent_at.astimezone(zone):%a %H:%M}"
+        late = f", delivered late: sent {local_when(sent_at, local)}"
     return f"[{local:%a %Y-%m-%d %H:%M}{late}] {text}"
+
+
+def local_when(moment: datetime, reference: datetime) -> str:
+    """`moment` in the zone of `reference` (aware, local): "Mon 10:00" on the same local day,
+    "Sun 2025-11-30 10:00" on any other (a weekday alone is ambiguous past a week)."""
+    local = moment.astimezone(reference.tzinfo)
+    if local.date() == reference.date():
+        return f"{local:%a %H:%M}"
+    return f"{local:%a %Y-%m-%d %H:%M}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -395,7 +501,8 @@ class Pending:
 
 def inbound_only(body: bytes) -> list[InboundMessage] | None:
     """The body's updates when it parses and every one is a customer message (the case a group
-    commit takes), else None."""
+    commit takes), else None. An edit or a deletion goes the one-POST way: it changes the
+    message it names (`_follow_up`), which a group does not."""
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
@@ -403,7 +510,8 @@ def inbound_only(body: bytes) -> list[InboundMessage] | None:
     if not is_envelope(payload):
         return None
     updates = parse_update(payload)
-    if updates and all(isinstance(u, InboundMessage) for u in updates):
+    if updates and all(isinstance(u, InboundMessage) and u.wa_type not in FOLLOW_UPS
+                       for u in updates):
         return updates  # type: ignore[return-value]
     return None
 

@@ -30,7 +30,13 @@ from bot.signature import verify_signature
 from core import clock
 from core.settings import MAX_GROUP_POSTS, Settings
 from storage import inbox
-from storage.jobs import enqueue_drain, enqueue_facts, enqueue_turn, enqueue_turns
+from storage.jobs import (
+    enqueue_drain,
+    enqueue_facts,
+    enqueue_rederive,
+    enqueue_turn,
+    enqueue_turns,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -335,6 +341,7 @@ def _store_and_enqueue(app: Stores, body: bytes, now: datetime) -> IngestResult:
     # every enqueue is tried before a failure answers 503: the redelivery brings the turn back
     # (its message is still unanswered), but not the close of a stale session
     for conversation_id, kind in [*((c, "facts") for c in result.closed_conversation_ids),
+                                  *((c, "rederive") for c in result.rederive_conversation_ids),
                                   *((c, "turn") for c in result.turn_conversation_ids)]:
         try:
             _enqueue(app, conversation_id, kind=kind)
@@ -350,6 +357,8 @@ def _enqueue(app: Stores, conversation_id: int, kind: str = "turn") -> None:
     try:
         if kind == "facts":
             enqueue_facts(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
+        elif kind == "rederive":
+            enqueue_rederive(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
         else:
             enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
                          job_timeout=settings.turn_job_timeout, at=_turn_at(settings))

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import col, select
 
-from bot.inbound import InboundMessage, parse_update
+from bot.inbound import InboundMessage, edit_text, parse_update
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
@@ -86,6 +86,11 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                 "expect": set(), "wagent": {"status"}}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors"}
+NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
+MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals"},
+                "appointments": {"service", "start", "status"},
+                "facts": {"key", "value", "state", "contact"},
+                "conversation": {"status", "summary_contains", "count", "contact"}}
 PURPOSES = {"turn", "summary", "facts"}
 
 
@@ -110,7 +115,8 @@ def validate_scenario(scenario: Any, base: Path) -> list[str]:
     if not isinstance(steps, list):
         return problems + ["steps must be a list"]
     for index, step in enumerate(steps):
-        problems += [f"step {index}: {p}" for p in _step_problems(step, base)]
+        where = _named(step, f"step {index}") if isinstance(step, dict) else f"step {index}"
+        problems += [f"{where}: {p}" for p in _step_problems(step, base)]
     return problems
 
 
@@ -122,7 +128,8 @@ def _step_problems(step: Any, base: Path) -> list[str]:
         return [f"needs exactly one of {', '.join(STEP_OPTIONS)}; got {sorted(step)}"]
     action = actions[0]
     problems = [f"unknown option {key!r} for {action}" for key in step
-                if key != action and key not in STEP_OPTIONS[action]]
+                if key != action and key not in STEP_OPTIONS[action] | NOTE_KEYS]
+    problems += _note_problems(step, "")
     value = step[action]
     if step.get("for", "turn") not in PURPOSES:
         problems.append(f"for must be one of {sorted(PURPOSES)}")
@@ -140,11 +147,56 @@ def _step_problems(step: Any, base: Path) -> list[str]:
             except ValueError as exc:
                 problems.append(f"model item {item!r}: {exc}")
     elif action == "expect":
-        problems += [f"unknown expectation {key!r}" for key in value if key not in EXPECT_KEYS]
+        problems += _expect_problems(value)
     elif action == "wagent" and (not isinstance(value, list) or not value
                                  or not all(isinstance(a, str) for a in value)):
         problems.append("wagent takes the command's arguments as a list of strings")
     return problems
+
+
+def _expect_problems(expect: Any) -> list[str]:
+    """Unknown expectations, unknown matcher keys and malformed notes of an `expect`."""
+    if not isinstance(expect, dict):
+        return ["expect takes an object of expectations"]
+    problems = [f"unknown expectation {key!r}" for key in expect
+                if key not in EXPECT_KEYS | NOTE_KEYS]
+    problems += _note_problems(expect, "expect ")
+    for key, known in MATCHER_KEYS.items():
+        value = expect.get(key)
+        items = [value] if key == "conversation" else value
+        if value is None or not isinstance(items, list):
+            continue
+        for n, item in enumerate(items):
+            where = f"{key}" if key == "conversation" else f"{key}[{n}]"
+            if not isinstance(item, dict):
+                problems.append(f"{where} must be an object")
+                continue
+            problems += [f"{where}: unknown key {k!r} (known: {', '.join(sorted(known))})"
+                         for k in item if k not in known | NOTE_KEYS]
+            problems += _note_problems(item, f"{where} ")
+    return problems
+
+
+def _note_problems(item: dict[str, Any], where: str) -> list[str]:
+    return [f"{where}{key} must be a string" for key in sorted(NOTE_KEYS)
+            if key in item and not isinstance(item[key], str)]
+
+
+def _named(item: dict[str, Any], base: str = "") -> str:
+    """`base` with the item's `label` and `comment`, for a failure message: `step 3 "book
+    tuesday" (the slot must be free)`."""
+    label, comment = item.get("label"), item.get("comment")
+    parts = [base] if base else []
+    if label:
+        parts.append(json.dumps(label, ensure_ascii=False))
+    if comment:
+        parts.append(f"({comment})")
+    return " ".join(parts)
+
+
+def _criteria(item: dict[str, Any]) -> dict[str, Any]:
+    """A matcher without its notes: what is compared."""
+    return {k: v for k, v in item.items() if k not in NOTE_KEYS}
 
 
 def _creates_tenant(scenario: dict[str, Any]) -> bool:
@@ -231,7 +283,7 @@ class _Runner:
     def step(self, index: int, step: Any) -> None:
         if not isinstance(step, dict):
             raise ScenarioError(f"step {index}: not an object")
-        where = f"step {index}"
+        where = _named(step, f"step {index}")
         if "model" in step:
             self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
         elif "model_fail" in step:
@@ -323,7 +375,8 @@ class _Runner:
         for update in updates:
             if isinstance(update, InboundMessage):
                 self.last_sender = update.wa_id or update.user_id
-                self.say(f"customer ▸ {update.text}")
+                edited = update.wa_type == "edit"
+                self.say(f"customer ▸ {edit_text(update.text, None) if edited else update.text}")
 
     def _show_activity(self) -> None:
         with session_scope(self.env.engine) as session:
@@ -400,7 +453,8 @@ class _Expectations:
     def check(self, expect: dict[str, Any]) -> None:
         sends = [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
         new_sends = sends[self.runner.sent_mark:]
-        for key, value in expect.items():
+        self.where = _named(expect, self.where)
+        for key, value in _criteria(expect).items():
             checker = getattr(self, f"_check_{key}", None)
             if checker is None:
                 raise ScenarioError(f"{self.where}: unknown expectation {key!r}")
@@ -420,7 +474,8 @@ class _Expectations:
             while position < len(new_sends) and not _matches(new_sends[position], matcher):
                 position += 1
             if position == len(new_sends):
-                self.fail(f"no send matching {matcher} (in order) among {new_sends}")
+                self.fail(f"no send matching {_named(matcher, 'sent')} {_criteria(matcher)} "
+                          f"(in order) among {new_sends}")
                 return
             position += 1
 
@@ -447,29 +502,35 @@ class _Expectations:
             actual = [{"service": service.code, "status": appointment.status,
                        "start": appointment.start_at.astimezone(tz).replace(tzinfo=None)
                        .isoformat(timespec="minutes")} for appointment, service in rows]
-        if len(actual) != len(expected) or not all(
-                _subset(e, a) for e, a in zip(_sorted(expected), _sorted(actual), strict=True)):
-            self.fail(f"appointments {actual}, expected {expected}")
+        wanted = [_criteria(e) for e in expected]
+        if len(actual) != len(wanted) or not all(
+                _subset(e, a) for e, a in zip(_sorted(wanted), _sorted(actual), strict=True)):
+            notes = "; ".join(_named(e, f"appointments[{n}]") for n, e in enumerate(expected)
+                              if NOTE_KEYS & e.keys())
+            self.fail(f"appointments {actual}, expected {wanted}"
+                      + (f" [{notes}]" if notes else ""))
 
     def _check_conversation(self, expected: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        what = _named(expected, "conversation")
         with session_scope(self.env.engine) as session:
             contact = self._contact(session, expected.get("contact"))
             if contact is None:
-                self.fail(f"no contact {expected.get('contact') or self.runner.last_sender}")
+                self.fail(f"{what}: no contact "
+                          f"{expected.get('contact') or self.runner.last_sender}")
                 return
             conversations = session.exec(select(Conversation).where(
                 Conversation.contact_id == contact.id).order_by(col(Conversation.id))).all()
         latest = conversations[-1] if conversations else None
         if latest is None:
-            self.fail("the contact has no conversation")
+            self.fail(f"{what}: the contact has no conversation")
             return
         if "status" in expected and latest.status != expected["status"]:
-            self.fail(f"conversation status {latest.status}, expected {expected['status']}")
+            self.fail(f"{what} status {latest.status}, expected {expected['status']}")
         if "count" in expected and len(conversations) != int(expected["count"]):
-            self.fail(f"conversation count {len(conversations)}, expected {expected['count']}")
+            self.fail(f"{what} count {len(conversations)}, expected {expected['count']}")
         wanted = expected.get("summary_contains")
         if wanted is not None and str(wanted) not in latest.summary:
-            self.fail(f"summary does not contain {wanted!r}")
+            self.fail(f"{what}: summary does not contain {wanted!r}")
 
     def _check_facts(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
         contact_ref = expected[0].get("contact") if expected else None
@@ -478,10 +539,11 @@ class _Expectations:
             facts = [] if contact is None else session.exec(select(ContactFact).where(
                 ContactFact.contact_id == contact.id).order_by(col(ContactFact.id))).all()
             actual = [{"key": f.key, "value": f.value, "state": f.state} for f in facts]
-        for fact in expected:
-            wanted = {k: v for k, v in fact.items() if k != "contact"}
+        for n, fact in enumerate(expected):
+            wanted = {k: v for k, v in _criteria(fact).items() if k != "contact"}
             if not any(_subset(wanted, a) for a in actual):
-                self.fail(f"no fact matching {wanted} among {actual}")
+                self.fail(f"no fact matching {_named(fact, f'facts[{n}]')} {wanted} "
+                          f"among {actual}")
 
     def _contact(self, session: Any, ref: str | None) -> Contact | None:
         ref = ref or self.runner.last_sender

@@ -7,6 +7,7 @@ from sqlalchemy import and_, bindparam, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select, update
 
+from storage.facts import dedupe_after_merge
 from storage.models import Appointment, Contact, ContactFact, Conversation
 
 
@@ -180,8 +181,10 @@ def merge(session: Session, *, keep: Contact, drop: Contact, now: datetime) -> C
     """Move everything of `drop` to `keep`, delete `drop`; keep's ids win, drop's fill gaps.
 
     When both have an open conversation, drop's closes (at most one open per contact).
-    `drop` is deleted before its ids move to `keep` (the unique indexes on wa_id and user_id
-    would refuse two rows carrying one id, even inside the transaction).
+    Facts move too, and each key is left with one current value (`facts.dedupe_after_merge`:
+    the newest supersedes, history kept, a confirmed value never displaced by an unreviewed
+    one). `drop` is deleted before its ids move to `keep` (the unique indexes on wa_id and
+    user_id would refuse two rows carrying one id, even inside the transaction).
     """
     assert keep.id is not None and drop.id is not None
     keep_open = session.exec(select(Conversation).where(
@@ -204,6 +207,7 @@ def merge(session: Session, *, keep: Contact, drop: Contact, now: datetime) -> C
                                default=None)
     session.add(keep)
     session.flush()
+    dedupe_after_merge(session, keep.id, now=now)
     return keep
 
 

@@ -100,15 +100,40 @@ def decide(session: Session, fact_id: int, *, approve: bool, by: str, reason: st
     return fact
 
 
-def dedupe_after_merge(session: Session, contact_id: int, *, now: datetime) -> None:
-    """Two merged contacts may each hold a current value for a key: the newest one stays."""
+def dedupe_after_merge(session: Session, contact_id: int, *, now: datetime) -> int:
+    """After two contacts merged (storage/contacts.py `merge`), each key keeps one current
+    value, by the rules of `record`: the newest value supersedes the others (they stay as
+    history, pointing at it), except that an unreviewed value never displaces a confirmed one:
+    the newest confirmed value stays, an unreviewed one newer than it waits beside it for a
+    person (suggested becomes contested; pending_review stays), and older ones are
+    superseded. "Newest": from the later customer message, then the later row. Returns how
+    many facts were superseded."""
     by_key: dict[str, list[ContactFact]] = {}
     for fact in current(session, contact_id):
         by_key.setdefault(fact.key, []).append(fact)
+    superseded = 0
     for facts in by_key.values():
-        if len(facts) > 1:
-            newest = max(facts, key=lambda f: (f.source_message_id or 0, f.id or 0))
-            supersede_others(session, newest, now=now)
+        if len(facts) < 2:
+            continue
+        ordered = sorted(facts, key=_recency)
+        confirmed = [f for f in ordered if f.state == "confirmed"]
+        kept = (confirmed or ordered)[-1]
+        for fact in ordered:
+            if fact is kept:
+                continue
+            if fact.state != "confirmed" and _recency(fact) > _recency(kept) \
+                    and fact.value.casefold() != kept.value.casefold():
+                fact.state = "contested" if fact.state == "suggested" else fact.state
+            else:
+                fact.state, fact.valid_until, fact.superseded_by_id = "superseded", now, kept.id
+                superseded += 1
+            session.add(fact)
+    session.flush()
+    return superseded
+
+
+def _recency(fact: ContactFact) -> tuple[int, int]:
+    return fact.source_message_id or 0, fact.id or 0
 
 
 def review_queue(session: Session, tenant_id: int) -> Sequence[ContactFact]:

@@ -20,6 +20,7 @@ from rq.registry import ScheduledJobRegistry
 
 TURN_JOB = "workers.turns.run_turn"
 COMPACTION_JOB = "workers.compaction.compact_conversation"
+REDERIVE_JOB = "workers.compaction.rederive_summary"
 FACTS_JOB = "workers.facts.extract_facts"
 INBOX_JOB = "workers.inbox.drain_inbox"
 INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conversation" id
@@ -174,6 +175,14 @@ def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
                        at: datetime | None = None, attempt: int = 1) -> str | None:
     """Enqueue a compaction (coalesced: at most one queued, one running, one follow-up)."""
     return enqueue_coalesced(queue, prefix, "compact", COMPACTION_JOB, conversation_id,
+                             job_timeout=300, at=at, attempt=attempt)
+
+
+def enqueue_rederive(queue: Queue, prefix: str, conversation_id: int, *,
+                     at: datetime | None = None, attempt: int = 1) -> str | None:
+    """Enqueue the re-derivation of a summary from its messages (coalesced: at most one
+    queued; it runs under the compaction's lock)."""
+    return enqueue_coalesced(queue, prefix, "rederive", REDERIVE_JOB, conversation_id,
                              job_timeout=300, at=at, attempt=attempt)
 
 

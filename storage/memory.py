@@ -57,6 +57,40 @@ def insert_after(session: Session, message: Message, *, position: int) -> Messag
     return message
 
 
+def open_summary_covering(session: Session, rows: list[Message]) -> int | None:
+    """The id of the open conversation whose summary covers one of `rows` (placed at or
+    before its `summarized_until_id`), else None: a summary written from a message the
+    customer has since deleted may repeat it."""
+    for conversation_id in sorted({m.conversation_id for m in rows if m.position is not None}):
+        conversation = session.get(Conversation, conversation_id)
+        if conversation is None or conversation.status != "open" \
+                or not conversation.summarized_until_id:
+            continue
+        end = position_of(session, conversation.summarized_until_id)
+        if any(m.position is not None and m.position <= end for m in rows
+               if m.conversation_id == conversation_id):
+            return conversation_id
+    return None
+
+
+def rows_until(session: Session, conversation_id: int, *, position: int) -> list[Message]:
+    """Messages placed at or before `position`, in history order (what a summary covers)."""
+    return list(session.exec(select(Message).where(
+        Message.conversation_id == conversation_id, col(Message.position) <= position,
+    ).order_by(col(Message.position))).all())
+
+
+def replace_summary(session: Session, conversation_id: int, *,
+                    expected_summarized_until_id: int, summary: str, context_block: str) -> bool:
+    """Compare-and-set: a summary re-derived over the same messages (and the context block
+    made from it), only if no compaction moved `summarized_until_id` meanwhile."""
+    result = session.exec(update(Conversation).where(
+        col(Conversation.id) == conversation_id,
+        col(Conversation.summarized_until_id) == expected_summarized_until_id,
+    ).values(summary=summary, context_block=context_block))
+    return bool(result.rowcount)
+
+
 def apply_compaction(session: Session, conversation_id: int, *, expected_summarized_until_id: int,
                      summary: str, summarized_until_id: int, pruned_until_id: int,
                      context_block: str) -> bool:

@@ -12,7 +12,7 @@ from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, select, update
 
-from storage.models import DeadLetter, Message, Outbound, Tenant, WamidTombstone
+from storage.models import Conversation, DeadLetter, Message, Outbound, Tenant, WamidTombstone
 
 STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
@@ -131,6 +131,27 @@ def insert_inbound_many(session: Session, rows: list[dict[str, Any]]) -> dict[st
 
 def get_by_wamid(session: Session, wamid: str) -> Message | None:
     return session.exec(select(Message).where(Message.wamid == wamid)).first()
+
+
+def inbound_for_update(session: Session, wamid: str) -> tuple[Message, int] | None:
+    """The stored customer message `wamid` and the contact id of its conversation, its row
+    locked until the transaction ends (FOR UPDATE on PostgreSQL; SQLite's transactions are
+    serial already): an edit or a deletion is about to change it. None when not stored."""
+    row = session.exec(select(Message).where(Message.wamid == wamid,
+                                              Message.direction == "inbound")
+                       .with_for_update()).first()
+    if row is None:
+        return None
+    contact_id = session.exec(select(Conversation.contact_id).where(
+        Conversation.id == row.conversation_id)).one()
+    return row, int(contact_id)
+
+
+def edits_of(session: Session, wamid: str) -> list[Message]:
+    """The stored edits of message `wamid`, oldest first, their rows locked."""
+    return list(session.exec(select(Message).where(
+        Message.refers_to_wamid == wamid, Message.wa_type == "edit",
+    ).order_by(col(Message.id)).with_for_update()).all())
 
 
 def insert_inbound(session: Session, message: Message) -> int | None:

@@ -160,10 +160,17 @@ class Message(SQLModel, table=True):
     `position` orders the history as the model saw it: an inbound message gets one when a turn
     takes it in (a message that arrives mid-turn is placed after that turn's answer), every
     other message when it is stored. NULL: not yet part of the history.
+
+    An edit or a deletion (`wa_type` edit / revoke) names the message it changes in
+    `refers_to_wamid`. A message the customer deleted (and each edit of it) has `deleted_at`
+    set and its content replaced by a notice: its text is no longer stored.
     """
 
     __table_args__ = (Index("ix_message_conversation_id", "conversation_id", "id"),
-                      Index("ix_message_conversation_position", "conversation_id", "position"))
+                      Index("ix_message_conversation_position", "conversation_id", "position"),
+                      Index("ix_message_refers_to_wamid", "refers_to_wamid",
+                            sqlite_where=text("refers_to_wamid IS NOT NULL"),
+                            postgresql_where=text("refers_to_wamid IS NOT NULL")))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE")
@@ -179,6 +186,8 @@ class Message(SQLModel, table=True):
     answered_at: datetime | None = None
     delivery_status: str | None = Field(default=None, max_length=16)
     status_reason: str | None = Field(default=None, sa_type=Text)
+    refers_to_wamid: str | None = Field(default=None, max_length=255)
+    deleted_at: datetime | None = None
 
 
 class Outbound(SQLModel, table=True):

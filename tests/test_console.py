@@ -1,6 +1,7 @@
 """The console over HTTP (no browser): sign-in, cookies, CSRF, tenant isolation, errors."""
 
 import http.cookiejar
+import json
 import re
 import urllib.error
 import urllib.parse
@@ -11,11 +12,14 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
+from bot.cli import main
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
-from storage.models import Appointment, ContactFact, Service, Tenant
+from storage.models import Appointment, ContactFact, Conversation, Service, Tenant
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
+from tests.test_admin_api import call
+from tests.test_edits import follow_up
 
 
 @pytest.fixture
@@ -184,6 +188,30 @@ def test_the_transcript_and_the_agenda_read_as_a_person_would(env: ReplayEnviron
     assert "Ana Teste" in agenda and "Corte feminino" in agenda and "Júlia" in agenda
 
 
+def test_a_message_the_customer_deleted_shows_as_deleted_without_its_text(
+        env: ReplayEnvironment, seeded: Seeded) -> None:
+    first = "oi! tem horário amanhã à tarde pra corte?"  # Ana's first message, then deleted
+    revoke = follow_up("revoke", "wamid.R.CONSOLE", "wamid.TEST0001000001",
+                       ts=int(env.clock.now().timestamp()))
+    assert env.post_webhook(json.dumps(revoke).encode()) == 200
+    path = f"/console/conversations/{seeded.salon_conversation_id}"
+    for language, label in (("pt-BR", "Mensagem apagada pelo cliente"),
+                            ("en", "Message deleted by the customer")):
+        browser = Browser(env.web_url)
+        browser.sign_in(seeded.salon_token)
+        browser.request("/console/language", {"csrf": browser.csrf, "language": language,
+                                              "next": path})
+        _, page, _ = browser.request(path)
+        assert page.count(label) == 1 and first not in page, language
+        assert '<div class="bubble customer deleted">' in page
+    with session_scope(env.engine) as session:
+        salon_id = session.get(Conversation, seeded.salon_conversation_id).tenant_id
+    status, body = call(env, "GET", f"/admin/tenants/{salon_id}/conversations/"
+                        f"{seeded.salon_conversation_id}", token=seeded.salon_token)
+    (deleted,) = [m for m in body["messages"] if m["deleted_at"]]
+    assert status == 200 and first not in json.dumps(deleted["content"], ensure_ascii=False)
+
+
 def test_the_session_cookie_is_secure_behind_a_tls_proxy(env: ReplayEnvironment,
                                                          seeded: Seeded) -> None:
     browser = Browser(env.web_url)
@@ -227,6 +255,60 @@ def test_a_long_conversation_shows_its_latest_messages(env: ReplayEnvironment, s
     _, page, _ = browser.request(f"/console/conversations/{seeded.salon_conversation_id}")
     assert 'id="older"' in page and "Pode sim! Aceitamos pix" in page, "the newest are shown"
     assert "oi! tem horário amanhã" not in page
+
+
+def test_a_fact_whose_key_the_tenant_dropped_is_refused_by_every_door(
+        env: ReplayEnvironment, seeded: Seeded, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """CLI, API and console approve through one operation (bot.admin.service.approve_fact),
+    so the same refusal comes out of each, and the fact stays in review."""
+    with session_scope(env.engine) as session:
+        fact = session.get(ContactFact, seeded.salon_fact_id)
+        salon = session.get(Tenant, fact.tenant_id)
+        salon.fact_keys = ["preferred_name", "preferred_period"]  # allergies no longer kept
+        session.add(salon)
+        salon_id = salon.id
+    refusal = "key 'allergies' is no longer among the tenant's fact_keys"
+    monkeypatch.setenv("DATABASE_URL", env.engine.url.render_as_string(hide_password=False))
+    capsys.readouterr()
+    assert main(["facts", "approve", str(seeded.salon_fact_id), "--reason", "ok"]) == 2
+    assert refusal in capsys.readouterr().err
+    status, body = call(env, "POST", f"/admin/tenants/{salon_id}/facts/"
+                        f"{seeded.salon_fact_id}/approve", {"reason": "ok"},
+                        token=seeded.salon_token)
+    assert status == 409 and body["error"]["message"] == refusal
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    browser.request("/console/review")
+    status, _, headers = browser.request(f"/console/review/{seeded.salon_fact_id}/approve",
+                                         {"csrf": browser.csrf, "reason": "ok"})
+    assert status == 303 and headers["Location"] == "/console/review"
+    _, page, _ = browser.request("/console/review")
+    assert ('<div class="flash bad" role="status">o fato &#39;allergies&#39; não está mais '
+            "entre os fatos que o negócio guarda</div>") in page
+    with session_scope(env.engine) as session:
+        assert session.get(ContactFact, seeded.salon_fact_id).state == "pending_review"
+
+
+def test_facts_reject_from_the_cli_is_the_consoles_rejection_and_its_job(
+        env: ReplayEnvironment, seeded: Seeded, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", env.engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("QUEUE_NAME", env.settings.queue_name)
+    monkeypatch.setattr("storage.db.connect_redis", lambda url: env.redis)  # real or stand-in
+    capsys.readouterr()
+    assert main(["facts", "reject", str(seeded.salon_fact_id), "--reason", "errado"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["state"], out["decided_by"], out["summaries"]) == ("rejected", "cli",
+                                                                   "re-deriving")
+    assert main(["facts", "reject", str(seeded.salon_fact_id)]) == 2, "rejected twice: refused"
+    assert "is rejected" in capsys.readouterr().err
+    scrubs = len([c for c in env.messages_api.calls if c.purpose == "summary"])
+    env.drain()  # the job re-derives the summary without the value and closes the session
+    (scrub,) = [c for c in env.messages_api.calls if c.purpose == "summary"][scrubs:]
+    assert "<forget>\nallergies: amônia\n</forget>" in scrub.request["messages"][0]["content"]
+    with session_scope(env.engine) as session:
+        assert session.get(Conversation, seeded.salon_conversation_id).status == "closed"
 
 
 def test_the_owner_edits_and_rejects_facts_and_cancels_a_booking(env: ReplayEnvironment,

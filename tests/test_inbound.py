@@ -129,7 +129,7 @@ def test_unsupported_type_asks_politely_for_text_and_starts_a_turn() -> None:
     assert "ask politely" in msg.text
 
 
-@pytest.mark.parametrize("wa_type", ["edit", "revoke", "request_welcome", "unknown", "gif"])
+@pytest.mark.parametrize("wa_type", ["request_welcome", "unknown", "gif"])  # edit: test_edits
 def test_future_types_take_the_default_branch(wa_type: str) -> None:
     payload = envelope({"messages": [{"from": ANA_WA, "id": "wamid.F", "type": wa_type,
                                       wa_type: {"x": 1}}]})
@@ -238,6 +238,23 @@ def test_message_without_sender_is_a_bad_item_and_the_next_one_survives() -> Non
     assert bad.where == "entry[0].changes[0].messages[0]"
     assert bad.raw == first
     assert isinstance(good, InboundMessage) and good.wa_id == BRUNO_WA
+
+
+def test_a_message_without_sender_belongs_to_the_only_contact_of_its_change() -> None:
+    payload = load("message_text.json")
+    del value_of(payload)["messages"][0]["from"], value_of(payload)["messages"][0]["from_user_id"]
+    msg = only_message(payload)
+    assert (msg.wa_id, msg.user_id, msg.profile_name) == (ANA_WA, ANA_USER, "Ana Teste")
+    assert msg.starts_turn is True
+
+
+@pytest.mark.parametrize("contacts", [
+    [], [{"profile": {"name": "Sem id"}}], "not a list",
+    [{"wa_id": ANA_WA, "user_id": ANA_USER}, {"wa_id": BRUNO_WA, "user_id": BRUNO_USER}]])
+def test_a_message_without_sender_stays_a_bad_item_when_the_sender_is_ambiguous(
+        contacts: Any) -> None:
+    (bad,) = parse_update(envelope({"contacts": contacts, "messages": [text_item("wamid.N")]}))
+    assert isinstance(bad, BadItem) and "from_user_id" in bad.reason
 
 
 @pytest.mark.parametrize("item", [None, 7, "text", [], {"from": ANA_WA, "type": "text"}])

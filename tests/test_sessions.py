@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
+from bot.console.app import STAMP
+from bot.ingest import stamp
 from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario
 from storage.db import session_scope
 from storage.models import Conversation, Message, Outbound, ToolCall
 from tests.conftest import START
 from tests.factories import TENANT, scenario, text_body
+from workers.facts import customer_text_length
 from workers.maintenance import purge_expired, reconcile_pending, run_once_per_period
 from workers.sweeper import close_due, find_due
 
@@ -134,6 +137,29 @@ def test_a_late_redelivery_is_stamped_late_and_answered_within_its_window(
     text = env.messages_api.calls[0].request["messages"][0]["content"][0]["text"]
     assert text.startswith("[Mon 2026-06-01 13:00, delivered late: sent Mon 10:00]")
     assert len(env.graph_api.sends) == 1
+
+
+def test_a_late_stamp_names_the_day_when_it_is_not_the_day_received(
+        env: ReplayEnvironment) -> None:
+    """"sent Mon 10:00" for a message six months old would read as this morning."""
+    env.add_tenant(TENANT)
+    env.messages_api.script("turn", [{"text": "Desculpe a demora!"}])
+    _post(env, "ainda tem horário?", 1, sent_at=env.clock.now() - timedelta(hours=20))
+    _post(env, "oi, lembra de mim?", 2, sent_at=env.clock.now() - timedelta(days=183))
+    env.drain()
+    with session_scope(env.engine) as session:
+        texts = [m.content[0]["text"] for m in session.exec(select(Message).where(
+            Message.direction == "inbound").order_by(Message.id))]
+    assert texts == [
+        "[Mon 2026-06-01 10:00, delivered late: sent Sun 2026-05-31 14:00] ainda tem horário?",
+        "[Mon 2026-06-01 10:00, delivered late: sent Sun 2025-11-30 10:00] oi, lembra de mim?"]
+    assert stamp("oi", START, "America/Sao_Paulo", sent_at=START - timedelta(hours=2)) == \
+        "[Mon 2026-06-01 10:00, delivered late: sent Mon 08:00] oi", "the same day: no date"
+    # the two readers of the stamp still find where the customer's words begin
+    assert STAMP.sub("", texts[1]) == "oi, lembra de mim?"
+    rows = [Message(tenant_id=1, conversation_id=1, role="user", direction="inbound",
+                    content=[{"type": "text", "text": t}], received_at=START) for t in texts]
+    assert customer_text_length(rows) == len("ainda tem horário?") + len("oi, lembra de mim?")
 
 
 def test_a_redelivery_older_than_the_window_is_not_answered(env: ReplayEnvironment) -> None:

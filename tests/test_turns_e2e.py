@@ -246,3 +246,51 @@ def test_a_retried_turn_replays_stored_tool_results_without_a_second_booking() -
 def _bytes(body: dict[str, Any]) -> bytes:
     import json
     return json.dumps(body).encode()
+
+
+def test_steps_and_expectations_carry_labels_and_comments_shown_in_failures(
+        database_url: str | None, redis_url: str | None) -> None:
+    result = run_scenario(scenario([
+        {"label": "the agent offers a time", "comment": "one scripted reply",
+         "model": [{"text": "Tenho 14h amanhã. Serve?"}]},
+        {"label": "ana asks", "webhook": text_body("tem horário amanhã?", 1)},
+        {"drain": True, "comment": "the turn runs"},
+        {"label": "offer sent", "expect": {
+            "label": "after the first turn", "comment": "16h was never offered",
+            "sent_count": 1,
+            "sent": [{"label": "the offer", "comment": "wrong on purpose", "text_contains": "16h"}],
+            "conversation": {"label": "still open", "status": "closed"},
+            "appointments": [{"label": "nothing booked yet", "service": "corte",
+                              "start": "2026-06-02T14:00"}],
+            "facts": [{"label": "no name yet", "key": "preferred_name"}]}},
+    ]), database_url=database_url, redis_url=redis_url)
+    assert not result.passed and len(result.failures) == 4, result.failures
+    where = 'step 3 "offer sent" "after the first turn" (16h was never offered): '
+    sent, conversation, appointments, facts = result.failures
+    assert sent.startswith(where + 'no send matching sent "the offer" (wrong on purpose) '
+                           "{'text_contains': '16h'}")
+    assert conversation.startswith(where + 'conversation "still open" status open')
+    assert appointments.startswith(where + "appointments [], expected [{'service'")
+    assert appointments.endswith('[appointments[0] "nothing booked yet"]')
+    assert facts.startswith(where + 'no fact matching facts[0] "no name yet"')
+
+
+def test_other_unknown_keys_of_steps_expectations_and_matchers_stay_errors() -> None:
+    result = run_scenario(scenario([
+        {"lable": "typo", "drain": True},
+        {"label": "a list", "comment": ["not", "text"], "drain": True},
+        {"label": "checks", "expect": {"sent_count": 0, "sent_cuont": 1, "label": 3,
+                                       "sent": [{"text_contains": "x", "txt": "y"}],
+                                       "conversation": {"status": "open", "state": "open"}}},
+    ]))
+    assert result.failures == [
+        "invalid scenario: step 0: unknown option 'lable' for drain",
+        'invalid scenario: step 1 "a list" ([\'not\', \'text\']): comment must be a string',
+        "invalid scenario: step 2 \"checks\": unknown expectation 'sent_cuont'",
+        'invalid scenario: step 2 "checks": expect label must be a string',
+        "invalid scenario: step 2 \"checks\": sent[0]: unknown key 'txt' (known: text_contains, "
+        "text_equals, to, type)",
+        "invalid scenario: step 2 \"checks\": conversation: unknown key 'state' (known: "
+        "contact, count, status, summary_contains)",
+    ], "nothing ran: every problem listed"
+

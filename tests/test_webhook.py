@@ -29,8 +29,9 @@ from bot.signature import sign
 from core import clock
 from core.settings import Settings
 from storage import contacts, messages
+from storage import facts as fact_repo
 from storage.db import make_engine, session_scope
-from storage.models import Contact, Conversation, DeadLetter, Message, Outbound
+from storage.models import Contact, ContactFact, Conversation, DeadLetter, Message, Outbound
 from storage.tenants import upsert_tenant
 from tests.conftest import START, WHATSAPP
 
@@ -431,6 +432,20 @@ async def test_one_malformed_item_is_dead_lettered_and_the_other_stored(
     assert turn_jobs(redis_client) == 1
 
 
+async def test_a_message_without_sender_is_answered_as_the_changes_only_contact(
+        client: Client, engine: Engine, redis_client: redis.Redis) -> None:
+    payload = fixture_json("message_text.json")
+    item = payload["entry"][0]["changes"][0]["value"]["messages"][0]
+    del item["from"], item["from_user_id"]
+    assert (await post(client, payload))[0] == 200
+    assert count(engine, DeadLetter) == 0
+    (stored,) = rows(engine, Message)
+    (contact,) = rows(engine, Contact)
+    assert (contact.wa_id, contact.user_id) == ("5511999990001", "BR.9000000000000000001")
+    assert stored.starts_turn and message_text(stored).endswith("Vocês abrem no sábado? 😊")
+    assert turn_jobs(redis_client) == 1
+
+
 async def test_unknown_phone_number_id_is_200_and_kept_only_as_a_dead_letter(
         client: Client, engine: Engine, redis_client: redis.Redis) -> None:
     payload = fixture_json("message_text.json")
@@ -647,6 +662,45 @@ async def test_two_rows_merge_when_a_message_carries_both_ids(
     assert {c.contact_id for c in conversations} == {contact.id}
     (open_one,) = [c for c in conversations if c.status == "open"]
     assert rows(engine, Message)[-1].conversation_id == open_one.id
+
+
+async def test_merged_contacts_keep_one_current_value_per_fact_key(
+        client: Client, engine: Engine) -> None:
+    """A wa_id contact and a user-id contact turn out to be one person: per key the newest
+    value stays current, the other is superseded (history kept, pointing at it), and an
+    unreviewed value waits beside a confirmed one instead of displacing it."""
+    assert (await post(client, text_message("wamid.1", wa_id=ANA_WA)))[0] == 200
+    assert (await post(client, text_message("wamid.2", user_id=ANA_USER)))[0] == 200
+    by_wa, by_user = sorted(rows(engine, Contact), key=lambda c: c.id or 0)
+    source = {m.conversation_id: m.id for m in rows(engine, Message)}
+    with session_scope(engine) as session:
+        conversation_of = {c.contact_id: c.id for c in session.exec(select(Conversation))}
+        for contact, key, value, state in (
+                (by_wa, "preferred_name", "Ana", "confirmed"),
+                (by_user, "preferred_name", "Aninha", "confirmed"),  # said later: stays
+                (by_wa, "preferred_period", "manhã", "confirmed"),
+                (by_user, "preferred_period", "tarde", "suggested"),  # a person decides
+                (by_wa, "usual_service", "corte", "suggested"),
+                (by_user, "usual_service", "escova", "suggested")):
+            session.add(ContactFact(
+                tenant_id=contact.tenant_id, contact_id=contact.id or 0, key=key, value=value,
+                state=state, source_message_id=source[conversation_of[contact.id]],
+                created_at=START))
+    assert (await post(client, text_message("wamid.3", wa_id=ANA_WA, user_id=ANA_USER)))[0] == 200
+    (contact,) = rows(engine, Contact)
+    facts = {(f.key, f.value): f for f in rows(engine, ContactFact)}
+    assert {f.contact_id for f in facts.values()} == {contact.id}
+    assert {k: f.state for k, f in facts.items()} == {
+        ("preferred_name", "Ana"): "superseded", ("preferred_name", "Aninha"): "confirmed",
+        ("preferred_period", "manhã"): "confirmed", ("preferred_period", "tarde"): "contested",
+        ("usual_service", "corte"): "superseded", ("usual_service", "escova"): "suggested"}
+    assert facts[("preferred_name", "Ana")].superseded_by_id == \
+        facts[("preferred_name", "Aninha")].id
+    assert facts[("usual_service", "corte")].valid_until is not None
+    with session_scope(engine) as session:
+        assert [(f.key, f.value) for f in fact_repo.for_context(session, contact.id or 0, START)] \
+            == [("preferred_name", "Aninha"), ("preferred_period", "manhã"),
+                ("usual_service", "escova")]
 
 
 def number_change(old_wa_id: str, new_wa_id: str, *, old_user_id: str | None = None,

@@ -8,6 +8,7 @@ summary call changes nothing and is retried on the product's clock.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,7 +19,7 @@ import structlog
 from core import clock, metrics
 from storage import memory
 from storage.db import session_scope
-from storage.jobs import enqueue_compaction
+from storage.jobs import enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
 from workers.agent.context import context_block
 from workers.agent.loop import dump_content
@@ -186,15 +187,66 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
     return "compacted"
 
 
-def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
+def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception, *,
+                 enqueue: Callable[..., object] = enqueue_compaction) -> str:
     if attempt >= MAX_ATTEMPTS:
         log.error("compaction_gave_up", attempts=attempt, error=type(exc).__name__)
         return "failed"
     delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
-    enqueue_compaction(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                       at=clock.now() + delay, attempt=attempt + 1)
+    enqueue(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+            at=clock.now() + delay, attempt=attempt + 1)
     log.warning("compaction_retry_scheduled", attempt=attempt, error=type(exc).__name__)
     return "retry_scheduled"
+
+
+def rederive_summary(conversation_id: int, attempt: int = 1) -> str:
+    """RQ job: rewrite an open conversation's summary from the messages it covers, after the
+    customer deleted one of them (bot/ingest.py `_follow_up`): the old summary may repeat the
+    deleted text, the messages no longer hold it. Runs under the compaction's lock. Returns
+    what happened."""
+    return run_coalesced(
+        "rederive", conversation_id, attempt,
+        handle=lambda rt, cid, n: handle_rederive(rt, cid, attempt=n),
+        reenqueue=lambda rt, cid, at, n: enqueue_rederive(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n),
+        lock_kind="compact")
+
+
+def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
+    """The summary of everything up to `summarized_until_id`, written afresh (no previous
+    record: it is the one that may hold the deleted text), applied with the context block in
+    one compare-and-set update. Only while the session is open: a closed session's summary is
+    sent no more, and its history may still hold what a forgotten fact removed from it.
+    Changing system[1] breaks the cached prefix once."""
+    from workers.facts import facts_block_lines
+
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        tenant = session.get(Tenant, conversation.tenant_id) if conversation else None
+        if conversation is None or tenant is None or conversation.status != "open" \
+                or not conversation.summarized_until_id:
+            return "nothing"
+        expected, contact_id = conversation.summarized_until_id, conversation.contact_id
+        rows = memory.rows_until(session, conversation_id,
+                                 position=memory.position_of(session, expected))
+    covered = [Stored(m.id or 0, m.role, m.content, m.position or 0) for m in rows]
+    try:
+        summary = _summarize(runtime, tenant, conversation_id, "", covered)
+    except TRANSIENT as exc:
+        return _retry_later(runtime, conversation_id, attempt, exc, enqueue=enqueue_rederive)
+    except anthropic.APIStatusError as exc:
+        log.error("summary_rederive_rejected", status=exc.status_code,
+                  request_id=exc.request_id)
+        return "failed"
+    if not summary:
+        log.warning("compaction_empty_summary")
+        return "failed"
+    with session_scope(runtime.engine) as session:
+        applied = memory.replace_summary(
+            session, conversation_id, expected_summarized_until_id=expected, summary=summary,
+            context_block=context_block(facts_block_lines(session, contact_id), summary))
+    log.info("summary_rederived" if applied else "summary_rederive_superseded")
+    return "rederived" if applied else "superseded"
 
 
 def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:

@@ -206,10 +206,11 @@ MIN_CUSTOMER_CHARS = 40  # a greeting-only session holds no fact: no model call 
 
 
 def customer_text_length(rows: Any) -> int:
-    """Characters the customer wrote in the session, without the received-time stamps."""
+    """Characters the customer wrote in the session, without the received-time stamps (a
+    message the customer deleted counts for nothing: its notice is ours)."""
     return sum(len(str(b.get("text", "")).split("] ", 1)[-1].strip())
-               for m in rows if m.direction == "inbound" for b in m.content
-               if b.get("type") == "text")
+               for m in rows if m.direction == "inbound" and m.deleted_at is None
+               for b in m.content if b.get("type") == "text")
 
 
 def render_for_extraction(rows: Any) -> str:

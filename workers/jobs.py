@@ -22,12 +22,14 @@ LOCKED_RETRY = timedelta(seconds=30)
 def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
                   handle: Callable[[Runtime, int, int], str],
                   reenqueue: Callable[[Runtime, int, datetime, int], object],
-                  lock_timeout: int = 360, blocking_timeout: int = 330) -> str:
+                  lock_timeout: int = 360, blocking_timeout: int = 330,
+                  lock_kind: str | None = None) -> str:
     """Run `handle(runtime, conversation_id, attempt)` as the conversation's one `kind` job.
 
     The coalescing token is consumed before anything reads the database (a later trigger
     enqueues exactly one follow-up); the lock keeps that follow-up from running alongside.
     A lock still held after `blocking_timeout` seconds re-enqueues the job 30 s later.
+    `lock_kind`: the lock of another kind's jobs, to run apart from those too.
     """
     runtime = get_runtime()
     job = get_current_job()
@@ -36,7 +38,7 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
                                                  job_id=job.id if job else None):
         if job is not None:
             consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
-        lock = runtime.redis.lock(f"{prefix}:{kind}:lock:{conversation_id}",
+        lock = runtime.redis.lock(f"{prefix}:{lock_kind or kind}:lock:{conversation_id}",
                                   timeout=lock_timeout, blocking_timeout=blocking_timeout)
         if not lock.acquire():
             reenqueue(runtime, conversation_id, clock.now() + LOCKED_RETRY, attempt)

@@ -521,7 +521,8 @@ def conversation_page(p: Page) -> PageResult:
 
 
 def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
-    """Customer and agent bubbles; tool rounds folded between them."""
+    """Customer and agent bubbles (a message the customer deleted says so); tool rounds
+    folded between them."""
     items: list[dict[str, Any]] = []
     for m in view["messages"]:
         blocks = [b for b in m["content"] if isinstance(b, dict)]
@@ -537,6 +538,10 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
             else:
                 items.append({"kind": "tools", "names": names, "text": "\n".join(lines)})
         text = "\n".join(t for t in texts if t.strip())
+        if m.get("deleted_at") and m["direction"] == "inbound":  # the text is gone
+            items.append({"kind": "customer", "deleted": True, "text": "",
+                          "at": m["received_at"]})
+            continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
             if kind == "customer":  # the received-time stamp is for the model (bot/ingest.py)
