@@ -1,7 +1,7 @@
 """message edits and deletions: the wamid an edit or a revoke refers to, and when the customer
 deleted a message.
 
-Revision ID: 0012
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01 10:00:00.000000
 """
@@ -13,7 +13,7 @@ import sqlmodel.sql.sqltypes
 from alembic import op
 
 # revision identifiers, used by Alembic.
-revision: str = "0012"
+revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
