@@ -123,6 +123,7 @@ def _environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined)
     env.filters["localtime"] = _localtime
     env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
+    env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
     return env
 
 
