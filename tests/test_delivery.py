@@ -87,7 +87,8 @@ def test_a_send_that_never_left_is_retried_on_the_same_row_and_arrives_once(
     env.graph_unreachable(True)
     _answer(env, "oi", 1, "Olá! Como posso ajudar?")
     (row,) = _rows(env)
-    assert (row.status, row.attempts, row.error_cause) == ("pending", 1, "refused")
+    assert row.status == "pending", "nothing reached Meta: it waits for a retry"
+    assert (row.attempts, row.error_cause) == (1, "refused")
     assert row.retry_at == env.clock.now() + timedelta(seconds=30)
     assert _deliveries(env)[0]["state"] == "queued"
     env.graph_unreachable(False)
@@ -385,9 +386,9 @@ def test_logs_name_the_network_cause_of_graph_and_claude_failures(
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if line.startswith("{")]
     send = next(x for x in lines if x["event"] == "send_failed")
-    assert (send["error"], send["cause"]) == ("GraphUnreachable", "refused")
+    assert (send.get("error"), send.get("cause")) == ("GraphUnreachable", "refused")
     turn = next(x for x in lines if x["event"] == "turn_retry_scheduled")
-    assert (turn["error"], turn["cause"]) == ("APIConnectionError", "refused")
+    assert (turn.get("error"), turn.get("cause")) == ("APIConnectionError", "refused")
     out = json.dumps(lines, ensure_ascii=False)
     for secret in ("5511999990001", "BR.9000000000000000001", "meu texto secreto",
                    "Segredo da resposta", "outro texto secreto"):
