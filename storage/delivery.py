@@ -169,7 +169,7 @@ TEXTS: dict[str, dict[str, Any]] = {
         },
         "network": "network error ({cause})",
         "gave_up": "after {tries} tries",
-        "retrying": "retry scheduled after try {tries}",
+        "retrying": "tries so far: {tries}",
     },
     "pt-BR": {
         "label": {"queued": "na fila", "sending": "enviando", "sent": "enviada",
@@ -230,6 +230,6 @@ TEXTS: dict[str, dict[str, Any]] = {
         },
         "network": "erro de rede ({cause})",
         "gave_up": "após {tries} tentativas",
-        "retrying": "nova tentativa agendada após a {tries}ª",
+        "retrying": "tentativas até agora: {tries}",
     },
 }
