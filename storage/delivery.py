@@ -31,6 +31,12 @@ def state_of(status: str | None) -> str | None:
     return _STATE_OF_STATUS.get(status, "unknown")
 
 
+def progress(status: str) -> int:
+    """How far along the way to the customer an outbox status is: pending 0, sending 1, sent 2,
+    delivered 3, read (and played) 4; -1 off the way (failed, refused, unknown)."""
+    return _PROGRESS.get(state_of(status) or "", -1)
+
+
 def fold(statuses: Iterable[str]) -> str:
     """One state for a reply sent in parts: failed when any part failed (the customer did not
     get it whole), else unknown when any part's fate is unknown, else the least advanced part

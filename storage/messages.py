@@ -15,7 +15,6 @@ from sqlmodel import Session, col, func, select, update
 from storage import delivery
 from storage.models import Conversation, DeadLetter, Message, Outbound, Tenant, WamidTombstone
 
-STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
 
 
@@ -464,7 +463,7 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
         return row
     if status == "failed":
         row.status, row.error_code, row.error_reason = "failed", error_code, error_reason
-    elif STATUS_RANK.get(status, -1) > STATUS_RANK.get(row.status, -1):
+    elif delivery.progress(status) > delivery.progress(row.status):
         row.status = "read" if status == "played" else status
     else:
         return row
