@@ -101,6 +101,8 @@ def test_a_send_that_never_left_is_retried_on_the_same_row_and_arrives_once(
     env.clock.advance(timedelta(hours=2))
     env.drain()
     assert len(env.graph_api.sends) == 1, "sent once"
+    errors = _scrape(env, "wagent_graph_errors_total")
+    assert errors == {(("code", "unreachable"),): 1.0}, "counted apart from `network`"
 
 
 def test_an_unreachable_graph_api_is_tried_eight_times_then_the_reply_fails(
@@ -334,13 +336,20 @@ def test_metrics_count_open_conversations_whose_last_reply_did_not_arrive(
     assert _scrape_undelivered(env) == {"failed": 0.0, "unknown": 0.0}
 
 
-def _scrape_undelivered(env: ReplayEnvironment) -> dict[str, float]:
+def _scrape(env: ReplayEnvironment, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """GET /metrics: the samples of `name`, by their labels."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"{env.web_url}/metrics", timeout=30) as response:
         text = response.read().decode()
-    return {s.labels["state"]: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "wagent_conversations_not_delivered"}
+    return {tuple(sorted(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == name}
+
+
+def _scrape_undelivered(env: ReplayEnvironment) -> dict[str, float]:
+    return {dict(labels)["state"]: value for labels, value in
+            _scrape(env, "wagent_conversations_not_delivered").items()}
 
 
 def test_the_window_closed_template_claims_no_send_and_shows_its_state(

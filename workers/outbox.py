@@ -40,6 +40,7 @@ from workers.errors import (
     GraphAuthError,
     GraphError,
     GraphNoAnswer,
+    GraphUnreachable,
     GraphWindowClosed,
 )
 from workers.jobs import run_coalesced
@@ -163,9 +164,13 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
 
 
 def error_code(exc: GraphError) -> str:
-    """Graph's `error.code`; `http_<status>` when the answer had none, `network` with no answer."""
+    """Graph's `error.code`; `http_<status>` when the answer had none; `unreachable` when no
+    connection was made (the send is retried); `network` when no answer came after the request
+    may have been written (the send is `unknown`)."""
     if exc.code is not None:
         return str(exc.code)
+    if isinstance(exc, GraphUnreachable):
+        return "unreachable"
     return f"http_{exc.http_status}" if exc.http_status else "network"
 
 
