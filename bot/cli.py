@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.set_defaults(run=_db_upgrade)
 
     report = sub.add_parser("report", help="usage of one conversation: context per call "
-                            "(the saw-tooth), cache-read share, compactions, cost; writes a plot")
+                            "(the saw-tooth), cache-read share, compactions, cost, and its "
+                            "replies by delivery state; writes a plot")
     report.add_argument("conversation_id", type=int)
     report.add_argument("--plot", type=Path, default=None,
                         help="SVG file to write (default: conversation-<id>.svg)")
@@ -223,7 +224,17 @@ def _report(args: argparse.Namespace) -> int:
           f"{report['peak_context']} · cache-read share {report['cache_read_share']:.1%} · "
           f"billed-equivalent input {report['billed_equivalent_input']} · "
           f"cost ${report['cost_usd']:.4f} · plot {plot}")
+    _print_replies(report["replies"])
     return 0
+
+
+def _print_replies(replies: dict[str, Any]) -> None:
+    """`wagent report`'s delivery lines: replies by state, then each one not (yet) delivered."""
+    counts = " · ".join(f"{state} {n}" for state, n in replies["by_state"].items() if n)
+    print(f"replies {replies['total']}" + (f" · {counts}" if counts else ""))
+    for reply in replies["not_delivered"]:
+        print(f"  reply #{reply['message_id']} {reply['at'][:16].replace('T', ' ')} UTC: "
+              f"{reply['state']} · {reply['reason']}")
 
 
 def _contact_lookup(args: argparse.Namespace, session):  # type: ignore[no-untyped-def]
@@ -346,7 +357,7 @@ def _tenant_resume(args: argparse.Namespace) -> int:
     from rq import Queue
 
     from storage.db import connect_redis, make_engine, session_scope
-    from storage.jobs import enqueue_turn
+    from storage.jobs import enqueue_flush
     from storage.tenants import get_by_phone_number_id, resume_sending
 
     settings = _settings(require=False)  # needs the database and Redis only
@@ -358,8 +369,7 @@ def _tenant_resume(args: argparse.Namespace) -> int:
         waiting = resume_sending(session, tenant.id)
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     for conversation_id in waiting:
-        enqueue_turn(queue, settings.redis_prefix, conversation_id,
-                     job_timeout=settings.turn_job_timeout)
+        enqueue_flush(queue, settings.redis_prefix, conversation_id)
     print(f"sending resumed; {len(waiting)} conversation(s) with replies waiting")
     return 0
 

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock, metrics
 from storage import inbox
+from storage.messages import undelivered_open_conversations
 
 log = structlog.get_logger(__name__)
 
@@ -66,11 +67,36 @@ class InboxCollector(Collector):
                                 value=round(age, 3))
 
 
+class UndeliveredCollector(Collector):
+    """`wagent_conversations_not_delivered{state}`: open conversations whose latest reply did
+    not reach the customer (failed, or its fate unknown: the ones the console flags), read from
+    the database at each scrape (storage.messages.undelivered_open_conversations, which takes
+    no lock on SQLite). Left out when the database cannot be read."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            counts = undelivered_open_conversations(self.engine)
+        except Exception as exc:  # noqa: BLE001 (the database being down is reported elsewhere)
+            log.warning("metrics_delivery_unavailable", error=type(exc).__name__)
+            return
+        gauge = GaugeMetricFamily(
+            "wagent_conversations_not_delivered",
+            "Open conversations whose last reply did not reach the customer, by its state "
+            "(failed, unknown).", labels=["state"])
+        for state, count in counts.items():
+            gauge.add_metric([state], count)
+        yield gauge
+
+
 def make_registry(app: web.Application) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.RedisCollector(app[REDIS], app[SETTINGS].redis_prefix))
     registry.register(QueueDepthCollector(app[TURN_QUEUE]))
     registry.register(InboxCollector(app[ENGINE]))
+    registry.register(UndeliveredCollector(app[ENGINE]))
     return registry
 
 

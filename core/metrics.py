@@ -75,8 +75,9 @@ SPECS = {spec.name: spec for spec in (
     Spec("wagent_graph_sends_total", "counter", "Graph API sends accepted, by kind (text, "
          "template).", ("kind",)),
     Spec("wagent_graph_errors_total", "counter",
-         "Graph API sends refused or failed, by Graph error.code (http_<status> or network "
-         "when there was none).", ("code",)),
+         "Graph API sends refused or failed, by Graph error.code (http_<status> when the "
+         "answer had none, unreachable when no connection was made: retried, network when "
+         "no answer came after the request: unknown).", ("code",)),
 )}
 CACHE_READ_SHARE = "wagent_cache_read_share"
 

@@ -146,6 +146,10 @@ class ReplayEnvironment:
         except urllib.error.HTTPError as exc:
             return int(exc.code)
 
+    def graph_unreachable(self, down: bool) -> None:
+        """Make the Graph API double refuse connections (`down`), or listen again."""
+        self._loop.run(self.graph_api.go_down() if down else self.graph_api.go_up())
+
     def drain(self) -> int:
         """Run the workers until no job is queued or due at the product's clock; returns the
         number of worker passes. Due scheduled jobs are moved by the product's clock, not RQ's.

@@ -2,16 +2,23 @@
 
 It answers `POST /{version}/{phone_number_id}/messages` as Meta does (reference/whatsapp.md §5),
 records every send in `sends` and every mark-as-read / typing indicator in `reads`, and can be told
-to fail the next sends with a given Graph error code (`fail`). Product code: the demo, the replay
-runner and the tests use it.
+to fail the next sends with a given Graph error code (`fail`), to refuse connections until told
+otherwise (`go_down` / `go_up`: nothing reaches it), or to take the next sends and hang up without
+answering (`drop`: the message went out, the sender cannot know). Product code: the demo, the
+replay runner and the tests use it.
 """
 
+import socket
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from aiohttp import web
 
-MAX_TEXT_CHARS = 4096  # Meta: text.body at most 4096 characters
+# Meta: text.body at most 4096 characters. Counted in UTF-16 code units, the strictest count
+# Meta could be using (it does not say), so a reply the product sends is never refused by Meta
+# for a length this double let through. Its own rule, not the product's: the double stands for
+# Meta, and sharing the product's counting would hide a bug in it.
+MAX_TEXT_CHARS = 4096
 ROUTE = r"/{version:v\d+\.\d+}/{phone_number_id}/messages"
 
 # Titles Graph puts in "(#code) title" (Meta error-code page, reference/whatsapp.md §5.4).
@@ -78,9 +85,12 @@ class GraphDouble:
         self.sends: list[RecordedSend] = []
         self.reads: list[dict[str, Any]] = []
         self._pending_failures: list[int] = []
+        self._pending_drops = 0
         self._wamid_seq = 0
         self._trace_seq = 0
         self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._hold: socket.socket | None = None  # keeps the port while down (refusing)
 
     @property
     def accepted(self) -> list[RecordedSend]:
@@ -95,6 +105,45 @@ class GraphDouble:
         """
         self._pending_failures.extend([code] * times)
 
+    def drop(self, times: int = 1) -> None:
+        """Take the next `times` valid message sends as Meta would (recorded, with a wamid: the
+        customer gets them) and close the connection without answering: the sender sees a
+        dropped connection and cannot know the message went out."""
+        self._pending_drops += times
+
+    @property
+    def down(self) -> bool:
+        return self._hold is not None
+
+    async def go_down(self) -> None:
+        """Refuse every connection (ECONNREFUSED, as from a host where nothing listens) until
+        `go_up`. The port stays bound to a socket that does not listen, so no other process
+        can take it meanwhile; open keep-alive connections are closed."""
+        if self._runner is None or self._site is None or self._hold is not None:
+            return
+        hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        hold.bind(self._address())
+        self._hold = hold
+        await self._site.stop()
+        for handler in self._runner.server.connections if self._runner.server else []:
+            if handler.transport is not None:
+                handler.transport.close()
+
+    async def go_up(self) -> None:
+        """Listen again on the same address after `go_down`."""
+        if self._runner is None or self._hold is None:
+            return
+        host, port = self._address()
+        self._site = web.TCPSite(self._runner, host, port, reuse_port=True)
+        await self._site.start()
+        self._hold.close()
+        self._hold = None
+
+    def _address(self) -> tuple[str, int]:
+        host, port = self.base_url.removeprefix("http://").rsplit(":", 1)
+        return host, int(port)
+
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post(ROUTE, self._handle)
@@ -104,14 +153,17 @@ class GraphDouble:
         """Serve on `host:port` (0: a free port); returns and sets `base_url`."""
         self._runner = web.AppRunner(self.make_app())
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
+        self._site = web.TCPSite(self._runner, host, port, reuse_port=True)
+        await self._site.start()
         bound_host, bound_port = self._runner.addresses[0][:2]
         self.base_url = f"http://{bound_host}:{bound_port}"
         return self.base_url
 
     async def stop(self) -> None:
         """Close the server; `sends` and `reads` stay for inspection."""
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -123,7 +175,12 @@ class GraphDouble:
             self._check_token(request)
             if _is_read(body):
                 return web.json_response(self._mark_read(body))
-            return web.json_response(self._send(phone_number_id, body))
+            answer = self._send(phone_number_id, body)
+            if self._pending_drops:
+                self._pending_drops -= 1
+                if request.transport is not None:
+                    request.transport.close()  # taken, and no answer
+            return web.json_response(answer)
         except GraphRefusal as refusal:
             if not _is_read(body):
                 recorded = body if isinstance(body, dict) else {}
@@ -230,10 +287,11 @@ def validate_send(body: object) -> dict[str, Any]:
 
 
 def validate_text(text: dict[str, Any]) -> None:
-    """Meta: text.body a non-empty string of at most 4096 characters; preview_url a boolean."""
+    """Meta: text.body a non-empty string of at most 4096 characters (UTF-16 code units here:
+    an emoji counts 2); preview_url a boolean."""
     _reject_unknown(text, {"body", "preview_url"}, "text")
     _require(_is_text(text.get("body")), "text['body']")
-    if len(text["body"]) > MAX_TEXT_CHARS:
+    if len(text["body"].encode("utf-16-le", "surrogatepass")) // 2 > MAX_TEXT_CHARS:
         raise GraphRefusal(
             100, f"(#100) Param text['body'] must be at most {MAX_TEXT_CHARS} characters long."
         )

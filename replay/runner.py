@@ -15,12 +15,14 @@ from bot.inbound import InboundMessage, edit_text, parse_update
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
+from storage import delivery
 from storage.db import session_scope
 from storage.models import (
     Appointment,
     Contact,
     ContactFact,
     Conversation,
+    Outbound,
     Service,
     Tenant,
     ToolCall,
@@ -83,7 +85,8 @@ SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
                                                                       "signature"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
-                "expect": set(), "wagent": {"status"}}
+                "expect": set(), "wagent": {"status", "output_contains"}}
+NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
@@ -151,6 +154,11 @@ def _step_problems(step: Any, base: Path) -> list[str]:
     elif action == "wagent" and (not isinstance(value, list) or not value
                                  or not all(isinstance(a, str) for a in value)):
         problems.append("wagent takes the command's arguments as a list of strings")
+    elif action == "graph_fail":
+        problems += _graph_fail_problems(value)
+    wanted = step.get("output_contains", [])
+    if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
+        problems.append("output_contains takes a list of strings")
     return problems
 
 
@@ -197,6 +205,16 @@ def _named(item: dict[str, Any], base: str = "") -> str:
 def _criteria(item: dict[str, Any]) -> dict[str, Any]:
     """A matcher without its notes: what is compared."""
     return {k: v for k, v in item.items() if k not in NOTE_KEYS}
+
+
+def _graph_fail_problems(spec: Any) -> list[str]:
+    if not isinstance(spec, dict) or ("code" in spec) == ("network" in spec):
+        return ['graph_fail takes {"code": N, "times": n} or {"network": "refused" | "up" | '
+                '"drop", "times": n}']
+    if "network" in spec and spec["network"] not in NETWORK_MODES:
+        return [f"graph_fail network must be one of {sorted(NETWORK_MODES)}"]
+    unknown = sorted(set(spec) - {"code", "network", "times"})
+    return [f"unknown graph_fail key(s) {unknown}"] if unknown else []
 
 
 def _creates_tenant(scenario: dict[str, Any]) -> bool:
@@ -275,6 +293,7 @@ class _Runner:
         self.shown_summaries = 0
         self.shown_facts = 0
         self.last_sender: str | None = None
+        self.outbox_seen: dict[int, tuple[str, int]] = {}
 
     def say(self, line: str) -> None:
         self.result.transcript.append(line)
@@ -304,14 +323,25 @@ class _Runner:
             self.say(f"   [sweeper closed {closed} conversation(s)]")
             self._show_activity()
         elif "graph_fail" in step:
-            spec = step["graph_fail"]
-            self.env.graph_api.fail(int(spec["code"]), int(spec.get("times", 1)))
+            self._graph_fail(step["graph_fail"])
         elif "expect" in step:
             _Expectations(self, where).check(step["expect"])
         elif "wagent" in step:
             self._wagent(where, step)
         else:
             raise ScenarioError(f"{where}: unknown step {sorted(step)}")
+
+    def _graph_fail(self, spec: dict[str, Any]) -> None:
+        times = int(spec.get("times", 1))
+        if "code" in spec:
+            self.env.graph_api.fail(int(spec["code"]), times)
+        elif spec["network"] == "drop":
+            self.env.graph_api.drop(times)
+            self.say(f"   [WhatsApp will take the next {times} send(s) and hang up unanswered]")
+        else:
+            self.env.graph_unreachable(spec["network"] == "refused")
+            self.say("   [WhatsApp unreachable: connections refused]"
+                     if spec["network"] == "refused" else "   [WhatsApp reachable again]")
 
     def _webhook(self, where: str, step: dict[str, Any]) -> None:
         body = load_body(step["webhook"], self.base)
@@ -361,6 +391,10 @@ class _Runner:
         if status != int(step.get("status", 0)):
             self.result.fail(f"{where}: wagent {' '.join(step['wagent'])} exited {status}, "
                              f"expected {step.get('status', 0)}: {err.getvalue().strip()[:300]}")
+        for wanted in step.get("output_contains", []):
+            if wanted not in out.getvalue():
+                self.result.fail(f"{where}: wagent {' '.join(step['wagent'])} printed no "
+                                 f"{wanted!r}")
         with session_scope(self.env.engine) as session:  # the CLI may have set the zone
             tenant = session.exec(select(Tenant).order_by(col(Tenant.id))).first()
             if tenant is not None:
@@ -394,12 +428,28 @@ class _Runner:
             else:
                 self.say(f"   [send refused by WhatsApp: code {send.error_code}]")
         self.shown_sends = len(self.env.graph_api.sends)
+        self._show_outbox()
         self._show_facts()
         summaries = [c for c in self.env.messages_api.calls if c.purpose == "summary"]
         for call in summaries[self.shown_summaries:]:
             state = "summary updated" if call.status == 200 else f"failed ({call.status})"
             self.say(f"   [compaction: {state}]")
         self.shown_summaries = len(summaries)
+
+    def _show_outbox(self) -> None:
+        """A line for each outbox part whose fate changed to anything but sent (the send line
+        above shows those): waiting for a retry, failed, refused, unknown."""
+        with session_scope(self.env.engine) as session:
+            rows = session.exec(select(Outbound).order_by(col(Outbound.id))).all()
+        for row in rows:
+            seen = (row.status, row.attempts)
+            if self.outbox_seen.get(row.id or 0) == seen:
+                continue
+            self.outbox_seen[row.id or 0] = seen
+            state = delivery.state_of(row.status)
+            if state in ("failed", "unknown") or (state == "queued" and row.attempts):
+                self.say(f"   [reply part {row.part} of message #{row.message_id}: {state} · "
+                         f"{delivery.reason_line(row)}]")
 
     def _show_facts(self) -> None:
         with session_scope(self.env.engine) as session:

@@ -19,6 +19,7 @@ from rq.job import JobStatus
 from rq.registry import ScheduledJobRegistry
 
 TURN_JOB = "workers.turns.run_turn"
+FLUSH_JOB = "workers.outbox.run_flush"
 COMPACTION_JOB = "workers.compaction.compact_conversation"
 REDERIVE_JOB = "workers.compaction.rederive_summary"
 FACTS_JOB = "workers.facts.extract_facts"
@@ -31,6 +32,11 @@ _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', 
 
 def token_key(prefix: str, kind: str, conversation_id: int) -> str:
     return f"{prefix}:{kind}:queued:{conversation_id}"
+
+
+def lock_key(prefix: str, kind: str, conversation_id: int) -> str:
+    """The lock one job of `kind` holds on a conversation while it runs (workers.jobs)."""
+    return f"{prefix}:{kind}:lock:{conversation_id}"
 
 
 def turn_token_key(prefix: str, conversation_id: int) -> str:
@@ -169,6 +175,26 @@ def enqueue_turns(queue: Queue, prefix: str, conversation_ids: list[int], *,
     """Enqueue a turn for each conversation, in one transaction (`enqueue_coalesced_many`)."""
     return enqueue_coalesced_many(queue, prefix, "turn", TURN_JOB, conversation_ids,
                                   job_timeout=job_timeout, at=at)
+
+
+def enqueue_flush(queue: Queue, prefix: str, conversation_id: int, *,
+                  at: datetime | None = None, attempt: int = 1) -> str | None:
+    """Enqueue `workers.outbox.run_flush`: send the conversation's outbox parts that are due
+    (a rate-limited or unreachable send's retry, on its own schedule: not a turn, so a new
+    customer message never waits for it). `at` None: at once. Coalesced (at most one queued),
+    the earliest time wins: a queued flush scheduled later than `at` is moved to `at`.
+    Returns the new job id, or None when coalesced. Raises RedisError.
+    """
+    job_id = enqueue_coalesced(queue, prefix, "send", FLUSH_JOB, conversation_id,
+                               job_timeout=300, at=at, attempt=attempt)
+    if job_id is None and at is not None:  # coalesced: the earliest time wins
+        queued = queue.connection.get(token_key(prefix, "send", conversation_id))
+        if queued is not None:  # XX: only a job still scheduled; LT: only ever earlier
+            registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+            queued_id = queued.decode() if isinstance(queued, bytes) else str(queued)
+            queue.connection.zadd(registry.key, {queued_id: int(at.timestamp())}, xx=True,
+                                  lt=True)
+    return job_id
 
 
 def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,

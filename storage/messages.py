@@ -6,15 +6,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import any_, bindparam, literal
+from sqlalchemy import Engine, any_, bindparam, literal
 from sqlalchemy import select as sa_select
 from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, select, update
 
+from storage import delivery
 from storage.models import Conversation, DeadLetter, Message, Outbound, Tenant, WamidTombstone
 
-STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
 
 
@@ -330,19 +330,29 @@ def mark_answered(session: Session, conversation_id: int, *, up_to_position: int
 
 def add_outbound(session: Session, *, message: Message, parts: list[str], to: str | None,
                  recipient: str | None, now: datetime, kind: str = "text") -> list[Outbound]:
-    """Queue the parts of a reply in the outbox (one row per part, unique per message).
-    `kind` "template": each part is an approved template's name.
+    """Queue the parts of a reply in the outbox (one row per part, unique per message); the
+    reply becomes `queued`. `kind` "template": each part is an approved template's name.
+
+    A part of this conversation still waiting for a retry (`retry_at`) is brought forward to
+    `now`: the new reply goes out behind it, in order, and the customer who just wrote should
+    not wait for the old part's back-off (README "How a message is answered").
     """
     assert message.id is not None
     rows = [Outbound(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
                      message_id=message.id, part=i, kind=kind, to=to, recipient=recipient,
                      body=body, created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
+    session.exec(update(Outbound).where(
+        col(Outbound.conversation_id) == message.conversation_id,
+        col(Outbound.status) == "pending", col(Outbound.retry_at) > now,
+    ).values(retry_at=now).execution_options(synchronize_session=False))
     session.flush()
+    refresh_delivery(session, message.id)
     return rows
 
 
 def unsent_outbound(session: Session, conversation_id: int) -> list[Outbound]:
+    """The conversation's pending parts, oldest first (the order they must go out in)."""
     return list(session.exec(select(Outbound).where(
         Outbound.conversation_id == conversation_id, Outbound.status == "pending",
     ).order_by(col(Outbound.id))).all())
@@ -354,16 +364,112 @@ def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
     result = session.exec(update(Outbound).where(
         col(Outbound.message_id) == row.message_id, col(Outbound.part) > row.part,
         col(Outbound.status) == "pending",
-    ).values(status="failed", error_reason=reason))
+    ).values(status="failed", error_cause="previous_part", error_reason=reason))
+    refresh_delivery(session, row.message_id)
     return int(result.rowcount or 0)
 
 
 def claim_outbound(session: Session, outbound_id: int) -> bool:
     """pending → sending, atomically; False when someone else claimed it (never send twice)."""
-    result = session.exec(update(Outbound).where(
+    claimed = session.exec(update(Outbound).where(
         col(Outbound.id) == outbound_id, col(Outbound.status) == "pending",
-    ).values(status="sending"))
-    return bool(result.rowcount)
+    ).values(status="sending").returning(col(Outbound.message_id))).first()
+    if claimed is None:
+        return False
+    refresh_delivery(session, int(claimed[0]))
+    return True
+
+
+def mark_outbound(session: Session, outbound_id: int, *, status: str, now: datetime,
+                  wamid: str | None = None, code: int | None = None, cause: str | None = None,
+                  reason: str | None = None, attempts: int | None = None,
+                  retry_at: datetime | None = None) -> Outbound:
+    """Record what became of one part (the outbox's only writer of a part's outcome) and the
+    reply's new aggregate. `code`, `cause`, `reason` and `retry_at` replace the previous ones;
+    `wamid` also stamps `sent_at`."""
+    row = session.get(Outbound, outbound_id)
+    assert row is not None
+    row.status, row.error_code, row.error_cause = status, code, cause
+    row.error_reason, row.retry_at = reason, retry_at
+    if attempts is not None:
+        row.attempts = attempts
+    if wamid is not None:
+        row.wamid, row.sent_at = wamid, now
+    session.add(row)
+    session.flush()
+    refresh_delivery(session, row.message_id)
+    return row
+
+
+def refresh_delivery(session: Session, message_id: int) -> str | None:
+    """Set the reply's `delivery_status` to the fold of its parts (storage/delivery.py);
+    returns it (None for a message without parts)."""
+    statuses = session.exec(select(Outbound.status).where(
+        Outbound.message_id == message_id)).all()
+    message = session.get(Message, message_id)
+    if message is None or not statuses:
+        return None
+    state = delivery.fold(statuses)
+    if message.delivery_status != state:
+        message.delivery_status = state
+        session.add(message)
+        session.flush()
+    return state
+
+
+def parts_of(session: Session, message_ids: list[int]) -> dict[int, list[Outbound]]:
+    """The outbox rows of these replies, part order, by message id."""
+    found: dict[int, list[Outbound]] = {m: [] for m in message_ids}
+    if not message_ids:
+        return found
+    for row in session.exec(select(Outbound).where(col(Outbound.message_id).in_(message_ids))
+                            .order_by(col(Outbound.message_id), col(Outbound.part))).all():
+        found[row.message_id].append(row)
+    return found
+
+
+def last_replies(session: Session, conversation_ids: list[int]) -> dict[int, Message]:
+    """Each conversation's latest reply (outbound message), by conversation id."""
+    if not conversation_ids:
+        return {}
+    latest = select(func.max(Message.id)).where(
+        col(Message.conversation_id).in_(conversation_ids), Message.direction == "outbound",
+    ).group_by(col(Message.conversation_id))
+    rows = session.exec(select(Message).where(col(Message.id).in_(latest))).all()
+    return {m.conversation_id: m for m in rows}
+
+
+def undelivered_open_conversations(engine: Engine) -> dict[str, int]:
+    """How many open conversations have a latest reply that did not reach the customer, by
+    state (failed, unknown), for /metrics: one query, indexed by conversation.
+
+    On SQLite it runs on the bare driver connection, outside any transaction: a read of the
+    WAL snapshot takes no lock, where the engine's BEGIN IMMEDIATE (storage/db.py) would make
+    a scrape wait behind every writer.
+    """
+    m, c = Message.__table__, Conversation.__table__  # type: ignore[attr-defined]
+    reply = m.alias("reply")
+    last = sa_select(func.max(reply.c.id)).where(
+        reply.c.conversation_id == c.c.id, reply.c.direction == "outbound",
+    ).correlate(c).scalar_subquery()
+    statement = sa_select(m.c.delivery_status, func.count()).select_from(
+        c.join(m, m.c.id == last)).where(
+        c.c.status == "open", m.c.delivery_status.in_(delivery.NOT_DELIVERED)).group_by(
+        m.c.delivery_status)
+    if engine.dialect.name == "sqlite":
+        sql = str(statement.compile(dialect=engine.dialect,
+                                    compile_kwargs={"literal_binds": True}))
+        raw = engine.raw_connection()
+        try:
+            rows = list(raw.cursor().execute(sql).fetchall())
+        finally:
+            raw.close()
+    else:
+        with engine.connect() as connection:
+            rows = list(connection.execute(statement).all())
+    counts = dict.fromkeys(delivery.NOT_DELIVERED, 0)
+    counts.update({str(state): int(n) for state, n in rows})
+    return counts
 
 
 def apply_status(session: Session, *, wamid: str, status: str, error_code: int | None,
@@ -378,17 +484,14 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
         return row
     if status == "failed":
         row.status, row.error_code, row.error_reason = "failed", error_code, error_reason
-    elif STATUS_RANK.get(status, -1) > STATUS_RANK.get(row.status, -1):
+    elif delivery.progress(status) > delivery.progress(row.status):
         row.status = "read" if status == "played" else status
     else:
         return row
     row.status_at = now
     session.add(row)
-    message = session.get(Message, row.message_id)
-    if message is not None:
-        message.delivery_status = row.status
-        session.add(message)
     session.flush()
+    refresh_delivery(session, row.message_id)
     return row
 
 

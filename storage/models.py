@@ -156,7 +156,8 @@ class Message(SQLModel, table=True):
 
     `direction`: inbound (the customer), outbound (the agent's reply), internal (tool rounds).
     Inbound rows carry the wamid (unique) and Meta's timestamp; `answered_at` is set by the turn
-    that answered them. Outbound rows carry the aggregate `delivery_status` of their sends.
+    that answered them. Outbound rows carry the aggregate `delivery_status` of their sends
+    (storage/delivery.py: queued, sending, sent, delivered, read, failed, unknown).
     `position` orders the history as the model saw it: an inbound message gets one when a turn
     takes it in (a message that arrives mid-turn is placed after that turn's answer), every
     other message when it is stored. NULL: not yet part of the history.
@@ -194,7 +195,12 @@ class Outbound(SQLModel, table=True):
     """The outbox: one row per WhatsApp send (a reply split in parts gives several rows).
 
     `status`: pending → sending → sent → delivered → read, or failed / refused (terminal), or
-    unknown (a crash or timeout during the send: it may or may not have gone out).
+    unknown (a crash or a lost answer after the request was written: it may or may not have
+    gone out, and is never sent again). A pending row with `retry_at` waits for that time (a
+    rate limit or an unreachable Graph API); `attempts` counts the Graph calls made for it.
+    `error_code` is Meta's; `error_cause` names a failure without one (core/network.py's
+    words, or window_closed, previous_part, crashed, no_wamid: storage/delivery.py);
+    `error_reason` is the English detail for engineers.
     Unique on (message_id, part) so a retried turn never creates a second copy.
     """
 
@@ -212,7 +218,9 @@ class Outbound(SQLModel, table=True):
     attempts: int = 0
     wamid: str | None = Field(default=None, max_length=255, unique=True)
     error_code: int | None = None
+    error_cause: str | None = Field(default=None, max_length=32)
     error_reason: str | None = Field(default=None, sa_type=Text)
+    retry_at: datetime | None = None
     created_at: datetime
     sent_at: datetime | None = None
     status_at: datetime | None = None

@@ -95,3 +95,46 @@ def test_report_shows_the_calls_and_writes_a_plot(tmp_path: Path,
     assert report["cache_read_share"] == round(6200 / 9700, 4)
     assert plot.read_text().startswith("<svg") and "polyline" in plot.read_text()
     assert main(["report", "99"]) == 2
+
+
+def test_report_shows_what_reached_the_customer(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import UTC, datetime
+
+    from storage import messages
+    from storage.db import make_engine, session_scope
+    from storage.models import Contact, Conversation
+    from storage.tenants import upsert_tenant
+
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["db", "upgrade"]) == 0
+    now = datetime(2026, 6, 1, 13, tzinfo=UTC)
+    with session_scope(make_engine(url)) as session:
+        tenant = upsert_tenant(session, {"phone_number_id": "1", "name": "X"}, now=now)
+        contact = Contact(tenant_id=tenant.id, wa_id="5511999990001", created_at=now)
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
+                                    last_activity_at=now, due_at=now, opened_at=now)
+        session.add(conversation)
+        session.flush()
+        for text, status, code in (("Olá!", "sent", None), ("Tudo bem?", "failed", 131030)):
+            reply = messages.append(session, tenant_id=tenant.id or 0,
+                                    conversation_id=conversation.id or 0, role="assistant",
+                                    direction="outbound",
+                                    content=[{"type": "text", "text": text}], now=now)
+            (part,) = messages.add_outbound(session, message=reply, parts=[text],
+                                            to="5511999990001", recipient=None, now=now)
+            messages.mark_outbound(session, part.id or 0, status=status, now=now, code=code,
+                                   attempts=1, wamid=f"wamid.{text}" if code is None else None)
+    assert main(["report", "1", "--plot", str(tmp_path / "plot.svg")]) == 0
+    out = capsys.readouterr().out
+    assert "replies 2 · sent 1 · failed 1" in out
+    assert "failed · 131030 · the customer's number is not in the test number's allowed " \
+           "list" in out
+    assert main(["report", "1", "--json", "--plot", str(tmp_path / "plot.svg")]) == 0
+    replies = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["replies"]
+    assert replies["by_state"]["failed"] == 1 and replies["not_delivered"][0]["error_code"] \
+        == 131030

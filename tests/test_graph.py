@@ -1,7 +1,10 @@
 """The outbound Graph client, driven for real against the Graph API double over loopback."""
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
 import unicodedata
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,8 +20,10 @@ from workers.whatsapp import (
     GraphAuthError,
     GraphClient,
     GraphError,
+    GraphNoAnswer,
     GraphRateLimited,
     GraphTransient,
+    GraphUnreachable,
     GraphWindowClosed,
     error_from_response,
     split_text,
@@ -255,15 +260,107 @@ async def test_double_accepts_the_interactive_fixtures(double: GraphDouble) -> N
         assert status == 200
 
 
-async def test_client_maps_connection_refused_to_transient() -> None:
-    graph = GraphDouble()
-    base_url = await graph.start()
-    await graph.stop()
-    client = GraphClient(base_url=base_url, api_version="v25.0", access_token=TOKEN, timeout=2)
-    with pytest.raises(GraphTransient) as raised:
+async def test_a_refused_connection_is_unreachable_and_names_its_cause(
+        double: GraphDouble, client: GraphClient) -> None:
+    await double.go_down()
+    with pytest.raises(GraphUnreachable) as raised:
+        await send_text(client, "oi", to=WA_ID)
+    assert isinstance(raised.value, GraphTransient) and raised.value.retryable
+    assert (raised.value.code, raised.value.cause, raised.value.http_status) == (
+        None, "refused", 0)
+    assert double.sends == []
+    await double.go_up()
+    assert await send_text(client, "oi", to=WA_ID) == "wamid.OUT000001"
+
+
+async def test_a_dns_failure_is_unreachable_with_cause_dns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_such_name(*args: Any, **kwargs: Any) -> Any:  # the resolver, the outside world
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    client = GraphClient(base_url="https://graph.example.invalid", api_version="v25.0",
+                         access_token=TOKEN, timeout=2)
+    with pytest.raises(GraphUnreachable) as raised:
         await send_text(client, "oi", to=WA_ID)
     client.close()
-    assert raised.value.retryable and raised.value.code is None
+    assert raised.value.cause == "dns"
+
+
+async def test_a_tls_handshake_failure_is_unreachable_with_cause_tls(
+        double: GraphDouble) -> None:
+    """https:// to a server that speaks plain HTTP: the handshake fails before any request."""
+    client = GraphClient(base_url=double.base_url.replace("http://", "https://"),
+                         api_version="v25.0", access_token=TOKEN, timeout=2)
+    with pytest.raises(GraphUnreachable) as raised:
+        await send_text(client, "oi", to=WA_ID)
+    client.close()
+    assert raised.value.cause == "tls"
+    assert double.sends == []
+
+
+@contextlib.contextmanager
+def silent_server(*, read_request: bool) -> Iterator[int]:
+    """A TCP server on loopback that accepts and then never answers (it reads what comes when
+    `read_request`); yields its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            held.append(connection)
+            if read_request:
+                connection.recv(65536)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for connection in held:
+            connection.close()
+        server.close()
+
+
+async def test_a_tls_handshake_that_never_ends_is_a_connect_timeout_and_unreachable() -> None:
+    with silent_server(read_request=False) as port:
+        client = GraphClient(base_url=f"https://127.0.0.1:{port}", api_version="v25.0",
+                             access_token=TOKEN, timeout=0.5)
+        with pytest.raises(GraphUnreachable) as raised:
+            await send_text(client, "oi", to=WA_ID)
+        client.close()
+    assert raised.value.cause == "timeout"
+
+
+async def test_no_answer_after_the_request_was_written_is_no_answer_never_unreachable() -> None:
+    with silent_server(read_request=True) as port:
+        client = GraphClient(base_url=f"http://127.0.0.1:{port}", api_version="v25.0",
+                             access_token=TOKEN, timeout=0.5)
+        with pytest.raises(GraphNoAnswer) as raised:
+            await send_text(client, "oi", to=WA_ID)
+        client.close()
+    assert not isinstance(raised.value, GraphTransient) and not raised.value.retryable
+    assert raised.value.cause == "timeout"
+
+
+async def test_a_connection_dropped_after_meta_took_the_send_is_no_answer(
+        double: GraphDouble, client: GraphClient) -> None:
+    double.drop()
+    with pytest.raises(GraphNoAnswer) as raised:
+        await send_text(client, "oi", to=WA_ID)
+    assert raised.value.cause == "closed"
+    assert [s.wamid for s in double.accepted] == ["wamid.OUT000001"], "Meta took it"
+    assert await send_text(client, "de novo", to=WA_ID) == "wamid.OUT000002"
 
 
 @pytest.mark.parametrize(("name", "error_class", "code"), [
@@ -313,6 +410,11 @@ def test_error_from_response_goes_by_code_not_http_status(
 
 # --- split_text -----------------------------------------------------------------------------
 
+def utf16_len(text: str) -> int:
+    """UTF-16 code units, counted here on its own (not with the product's helper)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 EXTENDER_RANGES = ((0xFE00, 0xFE0F), (0x1F3FB, 0x1F3FF), (0x200D, 0x200D))
 
 
@@ -337,10 +439,10 @@ REALISTIC_TEXT = st.lists(TOKENS, max_size=400).map("".join)
 LIMITS = st.integers(min_value=40, max_value=600)
 
 
-@given(text=st.text(max_size=3000), limit=st.integers(min_value=1, max_value=5000))
+@given(text=st.text(max_size=3000), limit=st.integers(min_value=2, max_value=5000))
 def test_split_text_parts_fit_and_keep_all_content(text: str, limit: int) -> None:
     parts = split_text(text, limit)
-    assert all(0 < len(part) <= limit for part in parts)
+    assert all(0 < utf16_len(part) <= limit for part in parts)
     assert all(part == part.strip() for part in parts)
     assert non_space("".join(parts)) == non_space(text)
 
@@ -357,7 +459,7 @@ def longest_extender_run(text: str) -> int:
 def test_split_text_never_starts_a_part_inside_a_cluster(text: str, limit: int) -> None:
     assume(longest_extender_run(text) < limit // 2)  # else no cut can keep every cluster whole
     parts = split_text(text, limit)
-    assert all(0 < len(part) <= limit for part in parts)
+    assert all(0 < utf16_len(part) <= limit for part in parts)
     assert non_space("".join(parts)) == non_space(text)
     for index, part in enumerate(parts):
         orphan_at_start = index == 0 and extends_previous(text.lstrip()[0])
@@ -392,3 +494,40 @@ def test_split_text_hard_splits_without_breaking_an_emoji() -> None:
 def test_split_text_short_and_blank_inputs() -> None:
     assert split_text("  Olá!  ") == ["Olá!"]
     assert split_text(" \n\n ") == []
+    with pytest.raises(ValueError):
+        split_text("👍", limit=1)
+
+
+def emoji_heavy(length: int) -> str:
+    """`length` code points of short Portuguese sentences full of emoji (2 UTF-16 units
+    each, flags and ZWJ families more)."""
+    pieces = ["Oi! 😀😀 ", "Tem horário 👍🏽 amanhã? ", "🇧🇷🇧🇷 ", "Família 👨\u200d👩\u200d👧 ",
+              "Corte ✂️ e escova 💇\u200d♀️💇\u200d♀️. "]
+    text, n = "", 0
+    while len(text) < length:
+        text, n = text + pieces[n % len(pieces)], n + 1
+    return text[:length].rstrip("\u200d")
+
+
+def test_a_3999_character_emoji_heavy_reply_is_split_within_4096_utf16_units() -> None:
+    reply = emoji_heavy(3999)
+    assert len(reply) == 3999 and utf16_len(reply) > 4096  # one part by code points, too long
+    parts = split_text(reply)
+    assert len(parts) >= 2
+    assert all(utf16_len(part) <= 4096 - 96 for part in parts)
+    assert non_space("".join(parts)) == non_space(reply)
+
+
+async def test_double_counts_utf16_units_an_emoji_is_two(double: GraphDouble) -> None:
+    body = fixture("send_text_request.json")["json"]
+    body["text"]["body"] = "😀" * 2048  # 2,048 characters, 4,096 units: the most Meta takes
+    assert (await post_raw(double, body))[0] == 200
+    body["text"]["body"] = "😀" * 2048 + "!"
+    status, answer = await post_raw(double, body)
+    assert (status, answer["error"]["code"]) == (400, 100)
+
+
+def test_client_refuses_a_body_over_4096_utf16_units_before_sending(
+        client: GraphClient) -> None:
+    with pytest.raises(ValueError, match="UTF-16"):
+        client.send_text(PHONE_NUMBER_ID, body="😀" * 2049, to=WA_ID)

@@ -15,7 +15,14 @@ from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
 from core.settings import Settings, SettingsError
-from storage.jobs import TURN_JOB, enqueue_turn, enqueue_turns, turn_token_key
+from storage.jobs import (
+    FLUSH_JOB,
+    TURN_JOB,
+    enqueue_flush,
+    enqueue_turn,
+    enqueue_turns,
+    turn_token_key,
+)
 
 PREFIX = "jobs-test"
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +49,24 @@ def test_enqueue_turns_makes_one_job_per_new_conversation_in_one_transaction(
         assert job.func_name == TURN_JOB and job.timeout == 120
         assert job.kwargs == {"conversation_id": conversation_id, "attempt": 1}
         assert job.retries_left == 2 and job.get_status() == JobStatus.QUEUED
+
+
+def test_a_flush_asked_for_earlier_than_the_queued_one_moves_it_never_later(
+        redis_client: redis.Redis) -> None:
+    queue = _queue(redis_client)
+    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+    now = datetime.now(UTC)
+    job_id = enqueue_flush(queue, PREFIX, 5, at=now + timedelta(hours=1))
+    assert job_id is not None and Job.fetch(job_id, connection=redis_client).func_name == \
+        FLUSH_JOB
+
+    assert enqueue_flush(queue, PREFIX, 5, at=now + timedelta(seconds=30)) is None
+    assert redis_client.zscore(registry.key, job_id) == int((now + timedelta(seconds=30))
+                                                            .timestamp())
+    assert enqueue_flush(queue, PREFIX, 5, at=now + timedelta(minutes=8)) is None
+    assert redis_client.zscore(registry.key, job_id) == int((now + timedelta(seconds=30))
+                                                            .timestamp())
+    assert registry.get_job_ids() == [job_id], "still one flush for the conversation"
 
 
 def test_scheduled_turns_wait_in_rqs_registry_with_status_scheduled(

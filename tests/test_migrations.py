@@ -263,3 +263,58 @@ def test_postgres_index_and_json_types(postgres_schema_url: str) -> None:
     assert json_types == {"tenant.fact_keys": "jsonb", "professional.service_codes": "jsonb",
                           "message.content": "jsonb", "toolcall.input": "jsonb"}
     assert created_at == "timestamp with time zone"
+
+
+LEGACY_REPLIES = [  # (the aggregate the old code left, the parts' statuses, their error codes)
+    ("pending", ["refused"], [None]),  # the product's own 24-hour refusal: no webhook came
+    ("pending", ["failed"], [131030]),  # refused by Meta at send time
+    ("pending", ["unknown"], [None]),
+    ("sent", ["sent", "failed"], [None, 131026]),
+    ("read", ["delivered", "read"], [None, None]),
+    ("pending", ["pending"], [None]),
+]
+
+
+def _legacy_replies(engine: Engine) -> None:
+    """Replies as revision 0007's code stored them."""
+    _tenant_with_service(engine)
+    with engine.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO contact (tenant_id, wa_id, created_at) VALUES (1, '5511999990001', "
+            "'2026-06-01 13:00:00.000000')"))
+        connection.execute(text(
+            "INSERT INTO conversation (tenant_id, contact_id, status, summary, "
+            "summarized_until_id, pruned_until_id, context_block, context_built, compactions, "
+            "last_input_tokens, last_activity_at, due_at, opened_at) VALUES (1, 1, 'open', '', "
+            "0, 0, '', false, 0, 0, '2026-06-01 13:00:00.000000', "
+            "'2026-06-02 13:00:00.000000', '2026-06-01 13:00:00.000000')"))
+        for n, (aggregate, statuses, codes) in enumerate(LEGACY_REPLIES, start=1):
+            connection.execute(text(
+                "INSERT INTO message (id, tenant_id, conversation_id, role, direction, content, "
+                "received_at, starts_turn, delivery_status) VALUES (:n, 1, 1, 'assistant', "
+                "'outbound', '[]', '2026-06-01 13:00:00.000000', false, :aggregate)"),
+                {"n": n, "aggregate": aggregate})
+            for part, (status, code) in enumerate(zip(statuses, codes, strict=True)):
+                connection.execute(text(
+                    "INSERT INTO outbound (tenant_id, conversation_id, message_id, part, kind, "
+                    "body, status, attempts, error_code, created_at) VALUES (1, 1, :n, :part, "
+                    "'text', 'x', :status, 0, :code, '2026-06-01 13:00:00.000000')"),
+                    {"n": n, "part": part, "status": status, "code": code})
+
+
+def test_0009_recomputes_every_replys_delivery_state_from_its_parts(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    upgrade(url, "0007")
+    engine = make_engine(url)
+    try:
+        _legacy_replies(engine)
+        upgrade(url, "0009")
+        with engine.connect() as connection:
+            states = connection.execute(text(
+                "SELECT delivery_status FROM message ORDER BY id")).scalars().all()
+            refused = connection.execute(text(
+                "SELECT error_code, error_cause FROM outbound WHERE status = 'refused'")).one()
+    finally:
+        engine.dispose()
+    assert states == ["failed", "failed", "unknown", "failed", "delivered", "queued"]
+    assert tuple(refused) == (131047, "window_closed")

@@ -46,6 +46,18 @@ def test_the_documented_example_scenarios_pass(database_url: str | None,
         assert result.passed, (name, result.failures)
 
 
+def test_what_the_business_sees_is_what_reached_the_customer(database_url: str | None,
+                                                            redis_url: str | None) -> None:
+    """Issue 17 from the outside: Graph unreachable, rate-limited, refusing and hanging up;
+    what `wagent conversations show` reports each time (tests/scenarios/delivery_truth.json)."""
+    result = run_scenario_file(TESTS / "delivery_truth.json", database_url=database_url,
+                               redis_url=redis_url)
+    assert result.passed, result.failures
+    assert [s["text"] for s in result.sent if s["type"] == "text"] == [
+        "Olá, Ana! Em que posso ajudar?", "Tenho amanhã às 14h e às 16h com a Júlia.",
+        "Aceitamos pix, sim.", "Qualquer coisa, é só chamar."]
+
+
 def test_a_conversation_long_enough_to_compact(database_url: str | None,
                                                redis_url: str | None) -> None:
     result = run_scenario_file(TESTS / "compaction.json", database_url=database_url,
@@ -294,3 +306,17 @@ def test_other_unknown_keys_of_steps_expectations_and_matchers_stay_errors() -> 
         "contact, count, status, summary_contains)",
     ], "nothing ran: every problem listed"
 
+
+
+def test_graph_fail_and_wagent_output_options_are_checked(redis_url: str | None) -> None:
+    bad = run_scenario(scenario([{"graph_fail": {"network": "down"}},
+                                 {"graph_fail": {"code": 131056, "network": "refused"}},
+                                 {"wagent": ["tenant", "list"], "output_contains": "x"}]))
+    assert not bad.passed
+    assert any("network must be one of" in f for f in bad.failures)
+    assert any('{"code": N, "times": n}' in f for f in bad.failures)
+    assert any("output_contains takes a list" in f for f in bad.failures)
+    missing = run_scenario(scenario([{"wagent": ["tenant", "list"],
+                                      "output_contains": ["Salão Exemplo", "Oficina"]}]),
+                           redis_url=redis_url)
+    assert missing.failures == ["step 0: wagent tenant list printed no 'Oficina'"]

@@ -30,7 +30,7 @@ from workers.agent.window import (
     prune_boundary,
     safe_start,
 )
-from workers.jobs import call_model, record_call_usage, run_coalesced
+from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -190,12 +190,14 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
 def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception, *,
                  enqueue: Callable[..., object] = enqueue_compaction) -> str:
     if attempt >= MAX_ATTEMPTS:
-        log.error("compaction_gave_up", attempts=attempt, error=type(exc).__name__)
+        log.error("compaction_gave_up", attempts=attempt, error=type(exc).__name__,
+                  cause=connection_cause(exc))
         return "failed"
     delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
     enqueue(runtime.queue, runtime.settings.redis_prefix, conversation_id,
             at=clock.now() + delay, attempt=attempt + 1)
-    log.warning("compaction_retry_scheduled", attempt=attempt, error=type(exc).__name__)
+    log.warning("compaction_retry_scheduled", attempt=attempt, error=type(exc).__name__,
+                cause=connection_cause(exc))
     return "retry_scheduled"
 
 

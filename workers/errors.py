@@ -4,7 +4,16 @@
     ├── GraphRateLimited    130429 throughput, 131056 pair, 4 app, 80007 WABA rate limit: back off
     ├── GraphWindowClosed   131047 re-engagement: the 24 h service window is closed, send a template
     ├── GraphAuthError      190 token expired, 0 auth failed: rotate the token, page someone
-    └── GraphTransient      1, 2, 131000, 131016, 131057, HTTP 5xx without a code, network errors
+    ├── GraphTransient      1, 2, 131000, 131016, 131057, HTTP 5xx without a code: Meta-side
+    │   │                   trouble, answered; retry with backoff
+    │   └── GraphUnreachable  no connection was made (DNS, refused, TLS handshake, connect
+    │                         timeout, no route): nothing reached Meta, a resend cannot double it
+    └── GraphNoAnswer       the request was written but no usable answer came back (read
+                            timeout, connection dropped, a 200 without a wamid): Meta may have
+                            accepted it, so a send is never repeated
+
+`cause` names what went wrong without an answer (core/network.py: dns, refused, tls, timeout,
+...; `no_wamid`), None when Meta answered with an error.
 
 Codes and advice: Meta's error-code page (reference/whatsapp.md §5.4, [S16][S17][S24]). Codes not
 listed (100 bad parameter, 131026 undeliverable, ...) are a plain `GraphError` with
@@ -17,7 +26,8 @@ class GraphError(Exception):
 
     `code` is Graph's `error.code` (None when the answer had none), `title` its message without
     the `(#code) ` prefix, `details` its `error_data.details` ("" when absent), `http_status` the
-    HTTP status (0 when no answer arrived), `fbtrace_id` Meta's support trace id.
+    HTTP status (0 when no answer arrived), `fbtrace_id` Meta's support trace id, `cause` why
+    no usable answer came (None when Meta answered with an error).
     """
 
     default_retryable = False
@@ -31,18 +41,22 @@ class GraphError(Exception):
         http_status: int = 0,
         fbtrace_id: str | None = None,
         retryable: bool | None = None,
+        cause: str | None = None,
     ) -> None:
         self.code = code
         self.title = title
         self.details = details
         self.http_status = http_status
         self.fbtrace_id = fbtrace_id
+        self.cause = cause
         self.retryable = self.default_retryable if retryable is None else retryable
         super().__init__(self._describe())
 
     def _describe(self) -> str:
         head = f"(#{self.code}) {self.title}" if self.code is not None else self.title
         tail = f": {self.details}" if self.details else ""
+        if self.cause is not None:
+            return f"{head}{tail} [{self.cause}, http {self.http_status}]"
         return f"{head}{tail} [http {self.http_status}, fbtrace {self.fbtrace_id}]"
 
 
@@ -65,10 +79,21 @@ class GraphAuthError(GraphError):
 
 
 class GraphTransient(GraphError):
-    """Meta-side trouble or no answer at all: retry a few times with backoff.
-
-    A timeout on a send is ambiguous (Meta may have accepted the message), so a retry can
-    duplicate it; the caller's outbox decides.
-    """
+    """Meta answered that it did not take the call (temporary trouble), or the call never
+    reached it: retry a few times with backoff."""
 
     default_retryable = True
+
+
+class GraphUnreachable(GraphTransient):
+    """No connection to Graph was made (httpx2 ConnectError, ConnectTimeout, PoolTimeout,
+    ProxyError, UnsupportedProtocol): not one byte of the request reached Meta, so sending it
+    again cannot deliver it twice. `cause`: dns, refused, tls, timeout, unreachable, ..."""
+
+
+class GraphNoAnswer(GraphError):
+    """The request was (or may have been) written and no usable answer came back: a read or
+    write timeout, a dropped connection, or a 200 without a wamid. Meta may have accepted the
+    message, so a send is never repeated (it could reach the customer twice)."""
+
+    default_retryable = False

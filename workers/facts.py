@@ -35,7 +35,7 @@ from workers.agent.facts_rules import (
 )
 from workers.agent.loop import dump_content
 from workers.agent.tools.base import ToolContext, ToolError
-from workers.jobs import call_model, record_call_usage, run_coalesced
+from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -245,11 +245,14 @@ def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str
 
 def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
     if attempt >= MAX_ATTEMPTS:
-        log.error("facts_extraction_gave_up", attempts=attempt, error=type(exc).__name__)
+        log.error("facts_extraction_gave_up", attempts=attempt, error=type(exc).__name__,
+                  cause=connection_cause(exc))
         return "failed"
     enqueue_facts(runtime.queue, runtime.settings.redis_prefix, conversation_id,
                   at=clock.now() + RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)],
                   attempt=attempt + 1)
+    log.warning("facts_extraction_retry_scheduled", attempt=attempt, error=type(exc).__name__,
+                cause=connection_cause(exc))
     return "retry_scheduled"
 
 

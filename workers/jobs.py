@@ -10,8 +10,9 @@ from redis.exceptions import LockError
 from rq import get_current_job
 
 from core import clock, metrics
+from core.network import network_cause
 from storage.db import session_scope
-from storage.jobs import consume_token
+from storage.jobs import consume_token, lock_key
 from storage.models import Usage
 from workers.runtime import Runtime, get_runtime
 
@@ -27,9 +28,10 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
     """Run `handle(runtime, conversation_id, attempt)` as the conversation's one `kind` job.
 
     The coalescing token is consumed before anything reads the database (a later trigger
-    enqueues exactly one follow-up); the lock keeps that follow-up from running alongside.
-    A lock still held after `blocking_timeout` seconds re-enqueues the job 30 s later.
-    `lock_kind`: the lock of another kind's jobs, to run apart from those too.
+    enqueues exactly one follow-up); the lock (of `lock_kind`, default `kind`: a flush job
+    takes the turn's, so sends and turns of a conversation never run alongside; a summary
+    re-derivation takes the compaction's) keeps that follow-up from running alongside. A lock
+    still held after `blocking_timeout` seconds re-enqueues the job 30 s later.
     """
     runtime = get_runtime()
     job = get_current_job()
@@ -38,7 +40,7 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
                                                  job_id=job.id if job else None):
         if job is not None:
             consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
-        lock = runtime.redis.lock(f"{prefix}:{lock_kind or kind}:lock:{conversation_id}",
+        lock = runtime.redis.lock(lock_key(prefix, lock_kind or kind, conversation_id),
                                   timeout=lock_timeout, blocking_timeout=blocking_timeout)
         if not lock.acquire():
             reenqueue(runtime, conversation_id, clock.now() + LOCKED_RETRY, attempt)
@@ -96,6 +98,14 @@ def error_class(exc: anthropic.APIError) -> str:
     if isinstance(exc, anthropic.APIConnectionError):
         return "connection"
     return "other"
+
+
+def connection_cause(exc: BaseException) -> str | None:
+    """For a Messages API call that got no answer (`APIConnectionError`, `APITimeoutError`):
+    dns, refused, tls, timeout, ... (core/network.py); None for an error the API answered."""
+    if isinstance(exc, anthropic.APIConnectionError):
+        return network_cause(exc)
+    return None
 
 
 def _record_usage_metrics(runtime: Runtime, row: Usage) -> None:

@@ -2,7 +2,8 @@
 
 Redis is not the source of truth: `reconcile_pending` finds customer messages waiting for a turn
 longer than a threshold (a lost enqueue, a flushed Redis, a job that failed for good) and
-enqueues their turns again; the turn answers each message once whatever happens.
+enqueues their turns again; the turn answers each message once whatever happens. Outbox parts
+left pending past their due time get a flush job again the same way.
 `purge_expired` removes the personal data of conversations closed longer ago than the tenant's
 retention period (messages, summary, tool calls), in batches, keeping appointments and facts,
 and the conversation row with its usage.
@@ -13,13 +14,13 @@ from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import Engine
-from sqlmodel import col, delete, select, update
+from sqlmodel import col, delete, func, select, update
 
 from core import clock
 from storage import inbox
 from storage.db import session_scope
-from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
-from storage.messages import wamid_hash
+from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_flush, enqueue_turn, token_key
+from storage.messages import mark_outbound, wamid_hash
 from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
 from workers.runtime import Runtime
 
@@ -65,12 +66,28 @@ def settle_stale_sends(engine: Engine, *, now: datetime) -> int:
             Outbound.status == "sending", col(Outbound.created_at) <= now - STALE_SENDING,
         ).limit(BATCH)).all()
         for row in rows:
-            row.status = "unknown"
-            row.error_reason = "the worker stopped during the send; it may not have gone out"
-            session.add(row)
+            assert row.id is not None
+            mark_outbound(session, row.id, status="unknown", now=now, cause="crashed",
+                          reason="the worker stopped during the send; it may not have gone out",
+                          attempts=row.attempts + 1)
             log.error("send_outcome_unknown_after_crash", outbound_id=row.id,
                       conversation_id=row.conversation_id)
     return len(rows)
+
+
+def find_stranded_sends(engine: Engine, *, now: datetime,
+                        older_than: timedelta = RECONCILE_AFTER,
+                        limit: int = BATCH) -> list[int]:
+    """Conversations with an outbox part still pending longer than `older_than` after it was
+    due (its `retry_at`, else its creation): the flush job that should have sent it was lost
+    (a flushed Redis, a job that failed for good). Tenants paused by a 190 wait for `resume`."""
+    due = func.coalesce(Outbound.retry_at, Outbound.created_at)
+    with session_scope(engine) as session:
+        rows = session.exec(select(Outbound.conversation_id).join(
+            Tenant, col(Tenant.id) == col(Outbound.tenant_id)).where(
+            Outbound.status == "pending", Tenant.sending_paused_reason == "",
+            due <= now - older_than).distinct().limit(limit)).all()
+    return sorted({int(cid) for cid in rows})
 
 
 INBOX_STALE = timedelta(minutes=1)
@@ -92,10 +109,15 @@ def reconcile_inbox(runtime: Runtime, *, now: datetime) -> bool:
 
 
 def reconcile_pending(runtime: Runtime, *, now: datetime) -> int:
-    """Enqueue a turn for every conversation with a forgotten message (and a drain for a
-    forgotten inbox); returns how many conversations."""
+    """Enqueue a turn for every conversation with a forgotten message (a drain for a forgotten
+    inbox, a flush for a stranded send); returns how many conversations got a turn."""
     reconcile_inbox(runtime, now=now)
     settle_stale_sends(runtime.engine, now=now)
+    stranded = find_stranded_sends(runtime.engine, now=now)
+    for conversation_id in stranded:
+        enqueue_flush(runtime.queue, runtime.settings.redis_prefix, conversation_id)
+    if stranded:
+        log.warning("reconciled_stranded_sends", conversations=len(stranded))
     conversation_ids = find_pending(runtime.engine, now=now)
     for conversation_id in conversation_ids:
         enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,

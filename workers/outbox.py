@@ -1,13 +1,31 @@
-"""Sending the outbox: each part of a reply is claimed, sent once, and marked with its wamid.
+"""Sending the outbox: each part of a reply is claimed, sent at most once, and marked with what
+became of it; the reply's delivery state follows (storage/delivery.py).
 
-At most once: a row is claimed (pending → sending) before the Graph call, so a retried job never
-sends it again. A rate limit or a Meta-side error with an answer puts it back to pending and
-schedules a later flush; a call with no answer at all (timeout) may have been accepted, so it is
-marked `unknown` rather than sent twice. Outside the 24-hour customer service window nothing is
-sent: the row is `refused` with the reason (Meta would fail it with 131047).
+The delivery rules (README "How a message is answered"):
+
+- **At most once.** A part is claimed (pending → sending) before the Graph call, so a retried
+  job never sends it again. It goes back to pending only when the call proves Meta did not
+  take it: Meta answered with an error (a rate limit, a transient code), or no connection was
+  made at all (`GraphUnreachable`: httpx2 ConnectError, which covers DNS failures, refused
+  connections and TLS handshake failures, ConnectTimeout, PoolTimeout, ProxyError,
+  UnsupportedProtocol: not one byte of the request was written). Any failure after the request
+  may have been written (a write error, a read timeout, a dropped connection, a 200 without a
+  wamid: `GraphNoAnswer`) leaves the part `unknown`: never resent, since it may have arrived.
+- **Retries.** A part Meta may take later (rate limit, transient error, unreachable) waits for
+  `retry_at` (`retry_delay`: 30 s, 2 min, 8 min, 32 min, then hourly) and is retried by a flush
+  job of its own (`run_flush`), on the same row, at most `MAX_SEND_ATTEMPTS` Graph calls in
+  all; then it fails. A new reply queued behind it brings it forward (storage.messages.
+  add_outbound), so the customer who writes again gets both, in order, at once.
+- **Order.** Parts go out oldest first and a later part never overtakes one that waits; every
+  flush runs under the conversation's turn lock (a turn job, or a flush job that takes it).
+- **Refusals.** Outside the 24-hour customer service window a text is not sent: the part is
+  refused with 131047 (what Meta would answer). A part failed for good fails the rest of its
+  reply. 190 pauses the tenant and keeps the part pending. Every outcome updates the reply's
+  aggregate state, which the console, the admin API and the CLI show.
 """
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 
@@ -15,10 +33,17 @@ from core import clock, metrics
 from core.faults import crash_point
 from storage import messages as message_repo
 from storage.db import session_scope
-from storage.jobs import enqueue_turn
+from storage.jobs import enqueue_flush
 from storage.models import Contact, Conversation, Outbound, Tenant
 from storage.tenants import pause_sending
-from workers.errors import GraphAuthError, GraphError, GraphWindowClosed
+from workers.errors import (
+    GraphAuthError,
+    GraphError,
+    GraphNoAnswer,
+    GraphUnreachable,
+    GraphWindowClosed,
+)
+from workers.jobs import run_coalesced
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -26,11 +51,28 @@ log = structlog.get_logger(__name__)
 SERVICE_WINDOW = timedelta(hours=24)
 FLUSH_RETRY_DELAY = timedelta(seconds=30)
 MAX_SEND_ATTEMPTS = 8
+WINDOW_CLOSED_CODE = 131047  # what Meta answers a free-form send outside the window
 WINDOW_CLOSED_REASON = "not sent: more than 24 hours since the customer's last message"
+FLUSH_LOCK_WAIT_SECONDS = 10  # a turn holding the lock flushes when it ends
+
+
+def run_flush(conversation_id: int, attempt: int = 1) -> str:
+    """RQ job: send the conversation's due outbox parts (the retry of a rate-limited or
+    unreachable send, enqueued by `storage.jobs.enqueue_flush`). Returns "sent N"."""
+    return run_coalesced(
+        "send", conversation_id, attempt,
+        handle=lambda rt, cid, _n: f"sent {flush_outbox(rt, cid)}",
+        reenqueue=lambda rt, cid, at, n: enqueue_flush(rt.queue, rt.settings.redis_prefix, cid,
+                                                       at=at, attempt=n),
+        lock_kind="turn", blocking_timeout=FLUSH_LOCK_WAIT_SECONDS)
 
 
 def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
-    """Send every pending part of this conversation, oldest first; returns how many were sent."""
+    """Send the conversation's due pending parts, oldest first; returns how many were sent.
+
+    The caller holds the conversation's turn lock. Stops at the first part that waits for its
+    `retry_at` (and makes sure a flush job runs then), or whose send must be retried.
+    """
     with session_scope(runtime.engine) as session:
         rows = message_repo.unsent_outbound(session, conversation_id)
         conversation = session.get(Conversation, conversation_id)
@@ -44,6 +86,9 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
         return 0
     sent = 0
     for row in rows:
+        if row.retry_at is not None and row.retry_at > clock.now():
+            _schedule_flush(runtime, conversation_id, row.retry_at)
+            break
         outcome = _send_one(runtime, tenant, contact, row)
         if outcome == "sent":
             sent += 1
@@ -61,7 +106,8 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
     window_closed = contact.last_inbound_at is None or \
         now - contact.last_inbound_at > SERVICE_WINDOW
     if row.kind == "text" and window_closed:  # only templates may go out (Meta: 131047)
-        _mark(runtime, row.id, status="refused", reason=WINDOW_CLOSED_REASON)
+        _mark(runtime, row, status="refused", code=WINDOW_CLOSED_CODE, cause="window_closed",
+              reason=WINDOW_CLOSED_REASON)
         log.warning("send_refused_window_closed", outbound_id=row.id)
         return "refused"
     try:
@@ -77,53 +123,55 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
         return _on_error(runtime, row, exc)
     _record(runtime, metrics.inc("wagent_graph_sends_total", {"kind": row.kind}))
     crash_point("after_send_before_mark")
-    _mark(runtime, row.id, status="sent", wamid=wamid)
+    _mark(runtime, row, status="sent", wamid=wamid, attempts=row.attempts + 1)
     log.info("reply_sent", outbound_id=row.id, part=row.part)
     log.debug("reply_text", text=row.body, to=row.to)
     return "sent"
 
 
 def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
+    """What a failed Graph call makes of the part (the rules in the module docstring)."""
     assert row.id is not None
+    tries = row.attempts + 1
     log.warning("send_failed", outbound_id=row.id, code=exc.code, http_status=exc.http_status,
-                retryable=exc.retryable)
-    if exc.retryable and exc.http_status and row.attempts + 1 < MAX_SEND_ATTEMPTS:
-        _mark(runtime, row.id, status="pending", code=exc.code, reason=str(exc),
-              attempts=row.attempts + 1)
-        enqueue_turn(runtime.queue, runtime.settings.redis_prefix, row.conversation_id,
-                     at=clock.now() + retry_delay(row.attempts + 1))
+                cause=exc.cause, error=type(exc).__name__, tries=tries)
+    fields: dict[str, Any] = {"code": exc.code, "cause": exc.cause, "reason": str(exc),
+                              "attempts": tries}
+    if isinstance(exc, GraphNoAnswer):  # it may have reached Meta: never sent twice
+        _mark(runtime, row, status="unknown", **fields)
+        log.error("send_outcome_unknown", outbound_id=row.id, cause=exc.cause)
+        return "unknown"
+    if exc.retryable:  # Meta did not take it (an answer said so, or nothing reached it)
+        if tries >= MAX_SEND_ATTEMPTS:
+            _fail(runtime, row, **{**fields, "reason": f"gave up after {tries} tries: {exc}"})
+            log.error("send_gave_up", outbound_id=row.id, tries=tries, code=exc.code,
+                      cause=exc.cause)
+            return "failed"
+        retry_at = clock.now() + retry_delay(tries)
+        _mark(runtime, row, status="pending", retry_at=retry_at, **fields)
+        _schedule_flush(runtime, row.conversation_id, retry_at)
         return "retry"
-    if exc.retryable and exc.http_status:
-        _fail(runtime, row, code=exc.code, reason=f"gave up after {MAX_SEND_ATTEMPTS} tries: "
-              f"{exc}")
-        return "failed"
-    if exc.retryable:
-        _mark(runtime, row.id, status="unknown", code=exc.code, reason=str(exc))
-        log.error("send_outcome_unknown", outbound_id=row.id)
-        return "stop"
-    if isinstance(exc, GraphWindowClosed):
-        _fail(runtime, row, code=exc.code, reason=str(exc), status="refused")
-        return "refused"
     if isinstance(exc, GraphAuthError):  # not this message's fault: keep it, stop the tenant
-        _mark(runtime, row.id, status="pending", code=exc.code, reason=str(exc))
+        _mark(runtime, row, status="pending", **{**fields, "attempts": row.attempts})
         with session_scope(runtime.engine) as session:
             pause_sending(session, row.tenant_id, f"Graph API rejected the access token: {exc}")
         log.error("graph_token_rejected_alert_sending_paused", tenant_id=row.tenant_id,
                   code=exc.code)
         return "stop"
-    _fail(runtime, row, code=exc.code, reason=str(exc))
+    _fail(runtime, row, status="refused" if isinstance(exc, GraphWindowClosed) else "failed",
+          **fields)
     return "failed"
 
 
 def error_code(exc: GraphError) -> str:
-    """Graph's `error.code`; `http_<status>` when the answer had none, `network` with no answer."""
+    """Graph's `error.code`; `http_<status>` when the answer had none; `unreachable` when no
+    connection was made (the send is retried); `network` when no answer came after the request
+    may have been written (the send is `unknown`)."""
     if exc.code is not None:
         return str(exc.code)
+    if isinstance(exc, GraphUnreachable):
+        return "unreachable"
     return f"http_{exc.http_status}" if exc.http_status else "network"
-
-
-def _record(runtime: Runtime, *updates: list[metrics.Op]) -> None:
-    metrics.record(runtime.redis, runtime.settings.redis_prefix, *updates)
 
 
 def retry_delay(attempt: int) -> timedelta:
@@ -131,10 +179,17 @@ def retry_delay(attempt: int) -> timedelta:
     return min(FLUSH_RETRY_DELAY * 4 ** (attempt - 1), timedelta(hours=1))
 
 
-def _fail(runtime: Runtime, row: Outbound, *, code: int | None, reason: str,
-          status: str = "failed") -> None:
-    assert row.id is not None
-    _mark(runtime, row.id, status=status, code=code, reason=reason)
+def _schedule_flush(runtime: Runtime, conversation_id: int, at: datetime) -> None:
+    enqueue_flush(runtime.queue, runtime.settings.redis_prefix, conversation_id, at=at)
+
+
+def _record(runtime: Runtime, *updates: list[metrics.Op]) -> None:
+    metrics.record(runtime.redis, runtime.settings.redis_prefix, *updates)
+
+
+def _fail(runtime: Runtime, row: Outbound, *, status: str = "failed", code: int | None,
+          cause: str | None, reason: str, attempts: int) -> None:
+    _mark(runtime, row, status=status, code=code, cause=cause, reason=reason, attempts=attempts)
     with session_scope(runtime.engine) as session:
         skipped = message_repo.skip_rest_of_reply(
             session, row, f"not sent: part {row.part} of this reply failed")
@@ -142,15 +197,11 @@ def _fail(runtime: Runtime, row: Outbound, *, code: int | None, reason: str,
         log.warning("reply_rest_skipped", outbound_id=row.id, parts=skipped)
 
 
-def _mark(runtime: Runtime, outbound_id: int, *, status: str, wamid: str | None = None,
-          code: int | None = None, reason: str | None = None,
-          attempts: int | None = None) -> None:
+def _mark(runtime: Runtime, row: Outbound, *, status: str, wamid: str | None = None,
+          code: int | None = None, cause: str | None = None, reason: str | None = None,
+          attempts: int | None = None, retry_at: datetime | None = None) -> None:
+    assert row.id is not None
     with session_scope(runtime.engine) as session:
-        row = session.get(Outbound, outbound_id)
-        assert row is not None
-        row.status, row.error_code, row.error_reason = status, code, reason
-        if attempts is not None:
-            row.attempts = attempts
-        if wamid is not None:
-            row.wamid, row.sent_at = wamid, clock.now()
-        session.add(row)
+        message_repo.mark_outbound(session, row.id, status=status, now=clock.now(), wamid=wamid,
+                                   code=code, cause=cause, reason=reason, attempts=attempts,
+                                   retry_at=retry_at)

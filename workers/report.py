@@ -1,4 +1,5 @@
-"""Per-conversation usage report: the context saw-tooth, cache-read share, compactions, cost.
+"""Per-conversation report: the context saw-tooth, cache-read share, compactions, cost, and
+what reached the customer (replies by delivery state).
 
 `billed_equivalent` and `cost_usd` are pure; `conversation_report` reads the usage rows;
 `render_svg` draws context tokens per call as a standalone SVG (no plotting dependency).
@@ -9,10 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
+from storage import delivery
+from storage import messages as message_repo
 from storage.db import session_scope
-from storage.models import Conversation, Usage
+from storage.models import Conversation, Message, Usage
 
 # Anthropic list prices, USD per million tokens (input, output) — reference/anthropic.md §6.
 PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
@@ -79,17 +82,41 @@ def load_calls(engine: Engine, conversation_id: int) -> list[Call]:
 
 
 def conversation_report(engine: Engine, conversation_id: int) -> dict[str, Any]:
-    """The report of one conversation; raises LookupError when it does not exist."""
+    """The report of one conversation (its `replies`: `reply_report`); raises LookupError
+    when it does not exist."""
     with session_scope(engine) as session:
         conversation = session.get(Conversation, conversation_id)
         if conversation is None:
             raise LookupError(f"no conversation {conversation_id}")
         compactions = conversation.compactions
+        replies = reply_report(session, conversation_id)
     calls = load_calls(engine, conversation_id)
     return {"conversation_id": conversation_id, "compactions": compactions,
             **summarize_calls(calls),
             "context_per_call": [c.context_tokens for c in calls if c.purpose == "turn"],
-            "calls_detail": calls}
+            "replies": replies, "calls_detail": calls}
+
+
+def reply_report(session: Session, conversation_id: int) -> dict[str, Any]:
+    """What reached the customer: replies counted by delivery state (storage/delivery.py)
+    and, for each one that did not reach the customer (failed, unknown) or still waits
+    (queued, sending), its `message_id`, `at`, `state`, `error_code` and `reason`."""
+    replies = session.exec(select(Message).where(
+        Message.conversation_id == conversation_id, Message.direction == "outbound")
+        .order_by(col(Message.id))).all()
+    parts = message_repo.parts_of(session, [int(m.id or 0) for m in replies])
+    by_state = dict.fromkeys(delivery.STATES, 0)
+    problems = []
+    for message in replies:
+        if not parts[int(message.id or 0)]:
+            continue
+        view = delivery.reply_delivery(parts[int(message.id or 0)])
+        by_state[view["state"]] += 1
+        if view["state"] in (*delivery.NOT_DELIVERED, "queued", "sending"):
+            problems.append({"message_id": message.id, "at": message.received_at.isoformat(),
+                             "state": view["state"], "error_code": view["error_code"],
+                             "reason": view["reason"] or view["meaning"]})
+    return {"total": sum(by_state.values()), "by_state": by_state, "not_delivered": problems}
 
 
 def render_svg(values: list[int], *, title: str, width: int = 900, height: int = 320) -> str:

@@ -35,7 +35,7 @@ from workers.agent.tools.base import ToolContext
 from workers.agent.tools.scheduling import execute_tool, tools_for
 from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
-from workers.jobs import call_model, record_call_usage, run_coalesced
+from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime, get_runtime
 from workers.whatsapp import split_text
@@ -107,7 +107,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     except TRANSIENT as exc:
         if attempt < runtime.settings.turn_max_attempts:
             return _retry_later(runtime, conversation_id, attempt, exc)
-        log.error("turn_provider_failed", attempts=attempt, error=type(exc).__name__)
+        log.error("turn_provider_failed", attempts=attempt, error=type(exc).__name__,
+                  cause=connection_cause(exc))
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
     except anthropic.APIStatusError as exc:  # a 400 is our bug: never retried blindly
         log.error("turn_request_rejected", status=exc.status_code, request_id=exc.request_id,
@@ -339,7 +340,6 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
             session, tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
             role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
             now=now)
-        message.delivery_status = "pending"
         message_repo.add_outbound(session, message=message, parts=split_text(reply), to=to,
                                   recipient=recipient, now=now)
         conversation = session.get(Conversation, _id(state.conversation))
@@ -371,8 +371,8 @@ def _window_closed_turn(runtime: Runtime, session: Any, state: TurnState, last_p
     message = message_repo.append(
         session, tenant_id=_id(state.tenant), conversation_id=conversation_id, role="assistant",
         direction="outbound", content=[{"type": "text", "text": f"[follow-up template "
-                                        f"{template} sent: the reply window had closed]"}],
-        now=now)
+                                        f"{template}: the reply window had closed]"}],
+        now=now)  # its delivery state, not this text, says whether it went out
     message_repo.add_outbound(session, message=message, parts=[template], to=to,
                               recipient=recipient, now=now, kind="template")
     log.warning("turn_window_closed_template_queued")
@@ -385,7 +385,8 @@ def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exce
                  job_timeout=runtime.settings.turn_job_timeout, at=clock.now() + delay,
                  attempt=attempt + 1)
     log.warning("turn_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
-                error=type(exc).__name__, request_id=getattr(exc, "request_id", None))
+                error=type(exc).__name__, cause=connection_cause(exc),
+                request_id=getattr(exc, "request_id", None))
     return "retry_scheduled"
 
 

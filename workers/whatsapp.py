@@ -9,11 +9,14 @@ from typing import Any
 
 import httpx2
 
+from core.network import network_cause
 from workers.errors import (
     GraphAuthError,
     GraphError,
+    GraphNoAnswer,
     GraphRateLimited,
     GraphTransient,
+    GraphUnreachable,
     GraphWindowClosed,
 )
 
@@ -21,16 +24,30 @@ __all__ = [
     "GraphAuthError",
     "GraphClient",
     "GraphError",
+    "GraphNoAnswer",
     "GraphRateLimited",
     "GraphTransient",
+    "GraphUnreachable",
     "GraphWindowClosed",
     "MAX_TEXT_CHARS",
     "error_from_response",
     "split_text",
+    "utf16_len",
 ]
 
-MAX_TEXT_CHARS = 4096  # Meta: text.body at most 4096 characters (reference/whatsapp.md §5.2)
-SPLIT_MARGIN = 96  # Meta does not say how it counts characters, so parts stay below the limit
+# Meta: text.body at most 4096 characters, without saying how it counts them (reference/
+# whatsapp.md §5.2, §9). Counted here in UTF-16 code units (U+1F600 is 1 code point, 2 units),
+# at least as strict as counting code points or grapheme clusters: never an error 100.
+MAX_TEXT_CHARS = 4096
+SPLIT_MARGIN = 96  # and parts stay below the limit by this many units
+
+# httpx2 errors raised before any byte of the request was written: the connection itself
+# failed (DNS, refused, TLS handshake, connect timeout, no route), the pool had no connection
+# to give, the proxy refused the tunnel, or the URL's scheme cannot be sent. Every other
+# transport error (a write error, a read timeout, a dropped connection) may come after Meta
+# received the request.
+NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout, httpx2.ProxyError,
+            httpx2.UnsupportedProtocol)
 
 # Graph error.code → class (Meta error-code page, reference/whatsapp.md §5.4 [S16][S17][S24]).
 _CLASS_BY_CODE: dict[int, type[GraphError]] = {
@@ -91,8 +108,9 @@ class GraphClient:
 
     `timeout` is in seconds, for each of connect, read, write and pool. Pass `http_client` to
     share a connection pool; it is then not closed by `close()`. Every method raises a
-    `GraphError` subclass (see workers/errors.py) on a refusal, `GraphTransient` on a network
-    error or timeout, and `ValueError` on arguments Meta would refuse anyway.
+    `GraphError` subclass (see workers/errors.py) on a refusal, `GraphUnreachable` when no
+    connection was made (nothing reached Meta), `GraphNoAnswer` when the request may have been
+    written but no usable answer came, and `ValueError` on arguments Meta would refuse anyway.
     """
 
     def __init__(
@@ -124,12 +142,14 @@ class GraphClient:
 
         Address by phone (`to`, digits as Meta gave them) or business-scoped user id
         (`recipient`), exactly one. `reply_to` quotes that wamid (`context.message_id`).
-        Link previews are off. Meta: body non-empty, at most 4096 characters: longer text
-        raises ValueError, use `split_text` first. Outside the 24 h window Meta answers 131047
-        (`GraphWindowClosed`), often only later on a status webhook.
+        Link previews are off. Meta: body non-empty, at most 4096 characters, counted here as
+        UTF-16 code units (`utf16_len`): longer text raises ValueError, use `split_text` first.
+        Outside the 24 h window Meta answers 131047 (`GraphWindowClosed`), often only later on
+        a status webhook.
         """
-        if not body.strip() or len(body) > MAX_TEXT_CHARS:
-            raise ValueError(f"text body must be 1..{MAX_TEXT_CHARS} characters, got {len(body)}")
+        if not body.strip() or utf16_len(body) > MAX_TEXT_CHARS:
+            raise ValueError(f"text body must be 1..{MAX_TEXT_CHARS} UTF-16 code units, got "
+                             f"{utf16_len(body)}")
         payload = _envelope(to, recipient)
         if reply_to is not None:
             payload["context"] = {"message_id": reply_to}
@@ -190,8 +210,9 @@ class GraphClient:
         messages = answer.get("messages") if isinstance(answer, dict) else None
         wamid = messages[0].get("id") if messages and isinstance(messages[0], dict) else None
         if not isinstance(wamid, str) or not wamid:
-            # Accepted but unreadable: not retryable, a retry could send the message twice.
-            raise GraphError(code=None, title="send answer without a wamid", http_status=200)
+            # Accepted but unreadable: a retry could send the message twice.
+            raise GraphNoAnswer(code=None, title="send answer without a wamid", http_status=200,
+                                cause="no_wamid")
         return wamid
 
     def _post(self, phone_number_id: str, payload: dict[str, Any]) -> object:
@@ -203,8 +224,12 @@ class GraphClient:
             response = self._http.post(
                 url, json=payload, headers=self._headers, timeout=self._timeout
             )
+        except NOT_SENT as exc:
+            raise GraphUnreachable(code=None, title=type(exc).__name__,
+                                   cause=network_cause(exc)) from exc
         except httpx2.TransportError as exc:
-            raise GraphTransient(code=None, title=f"{type(exc).__name__}: {exc}") from exc
+            raise GraphNoAnswer(code=None, title=type(exc).__name__,
+                                cause=network_cause(exc)) from exc
         try:
             answer: object = response.json()
         except ValueError:
@@ -226,8 +251,15 @@ def _envelope(to: str | None, recipient: str | None) -> dict[str, Any]:
     return payload
 
 
+def utf16_len(text: str) -> int:
+    """Length of `text` in UTF-16 code units: a character outside the Basic Multilingual Plane
+    (most emoji) counts 2, a lone surrogate 1. How this product counts Meta's 4096 limit."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
-    """Split `text` into stripped, non-empty parts of at most `limit - margin` characters.
+    """Split `text` into stripped, non-empty parts of at most `limit - margin` UTF-16 code
+    units (`utf16_len`, so "👍" counts 2).
 
     The margin is 96 (a quarter of `limit` when that is smaller): Meta caps text.body at 4096
     characters without saying how it counts them (reference/whatsapp.md §5.2, §9). Cuts go at
@@ -235,20 +267,31 @@ def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
     "! ", "? "), else whitespace, else anywhere between two grapheme clusters; a cluster
     (combining marks, variation selectors, skin tones, ZWJ sequences, flags, surrogate pairs)
     is cut only when it alone is longer than a part. Only whitespace at cuts is dropped.
-    Raises ValueError when `limit` < 1.
+    Raises ValueError when `limit` < 2 (a part must hold one emoji).
     """
-    if limit < 1:
-        raise ValueError("limit must be at least 1")
+    if limit < 2:
+        raise ValueError("limit must be at least 2 (one emoji is 2 UTF-16 code units)")
     budget = limit - min(SPLIT_MARGIN, limit // 4)
     parts: list[str] = []
     rest = text.strip()
-    while len(rest) > budget:
-        cut = _find_cut(rest, budget)
+    while utf16_len(rest) > budget:
+        cut = _find_cut(rest, _chars_within(rest, budget))
         parts.append(rest[:cut].rstrip())
         rest = rest[cut:].lstrip()
     if rest:
         parts.append(rest)
     return parts
+
+
+def _chars_within(text: str, units: int) -> int:
+    """How many characters of `text` (longer than `units`) fit in `units` UTF-16 code units;
+    at least 1, so that a cut always moves on."""
+    used = 0
+    for index, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > units:
+            return max(index, 1)
+    return len(text)
 
 
 _SEPARATORS: tuple[tuple[tuple[str, int], ...], ...] = (

@@ -31,7 +31,7 @@ from bot.admin.service import AdminError, Invalid, NotFound, validated
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from core import clock
 from storage.db import session_scope
-from storage.jobs import enqueue_turn
+from storage.jobs import enqueue_flush
 from storage.models import Tenant
 from storage.tenants import (
     CatalogueConflict,
@@ -168,6 +168,7 @@ class Route:
     operator_only: bool = False
     ok: int = 200
     path_types: tuple[tuple[str, str], ...] = ()  # (name, "integer" | "string" | "date")
+    returns: str | None = None  # the answer's schema in bot/admin/openapi.py, when described
 
 
 # -- handlers ----------------------------------------------------------------------------------
@@ -201,9 +202,8 @@ def resume(call: Call) -> tuple[int, Any]:
     waiting = resume_sending(call.session, tenant.id or 0)
     app = call.request.app
     for conversation_id in waiting:
-        call.after_commit.append(lambda c=conversation_id: enqueue_turn(
-            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c,
-            job_timeout=app[SETTINGS].turn_job_timeout))
+        call.after_commit.append(lambda c=conversation_id: enqueue_flush(
+            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c))
     return 200, {"sending_paused_reason": "", "conversations_with_replies_waiting": len(waiting)}
 
 
@@ -379,11 +379,13 @@ ROUTES: tuple[Route, ...] = (
           path_types=(*TID, ("day", "date"))),
     Route("DELETE", TP + "/hours-exceptions/{day}", delete_exception, "Remove a date's "
           "exception", "catalog", ok=204, path_types=(*TID, ("day", "date"))),
-    Route("GET", TP + "/conversations", list_conversations, "Conversations, newest first",
-          "conversations", query=service.ConversationQuery, path_types=TID),
+    Route("GET", TP + "/conversations", list_conversations, "Conversations, newest first, "
+          "each with its last reply's delivery", "conversations",
+          query=service.ConversationQuery, path_types=TID, returns="ConversationList"),
     Route("GET", TP + "/conversations/{conversation_id}", get_conversation, "One conversation: "
-          "messages, summary, facts in context, usage per call", "conversations",
-          query=MessagesPage, path_types=(*TID, ("conversation_id", "integer"))),
+          "messages (each reply with its delivery), summary, facts in context, usage per call",
+          "conversations", query=MessagesPage, path_types=(*TID, ("conversation_id", "integer")),
+          returns="Conversation"),
     Route("GET", TP + "/contacts", list_contacts, "Contacts by id", "contacts", query=Page,
           path_types=TID),
     Route("GET", TP + "/contacts/{contact}/export", export_contact, "Everything stored about "

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from storage import delivery
+
 if TYPE_CHECKING:
     from bot.admin.api import Route
 
@@ -20,6 +22,49 @@ ERROR = {
         "properties": {"code": {"type": "string"}, "message": {"type": "string"},
                        "problems": {"type": "array", "items": {"type": "string"},
                                     "description": '"where: what" lines'}}}},
+}
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+DELIVERY = {
+    "type": "object",
+    "description": "What became of a reply (storage/delivery.py; README \"How a message is "
+                   "answered\"). A reply sent in parts is failed when any part failed, "
+                   "unknown when any part's fate is, else its least advanced part's state. "
+                   "States: " + "; ".join(f"{state}: {delivery.TEXTS['en']['meaning'][state]}"
+                                         for state in delivery.STATES),
+    "required": ["state", "meaning", "error_code", "reason", "parts", "tries", "retry_at",
+                 "sent_at"],
+    "properties": {
+        "state": {"type": "string", "enum": list(delivery.STATES)},
+        "meaning": {"type": "string", "description": "the state in one line"},
+        "error_code": {"type": ["integer", "null"],
+                       "description": "Meta's error.code (131047 also for the product's own "
+                                      "24-hour refusal)"},
+        "reason": {"type": "string", "description": "one line: the code or cause and what it "
+                                                    "means; empty when nothing went wrong"},
+        "parts": {"type": "integer", "description": "outbox parts of the reply"},
+        "tries": {"type": "integer", "description": "Graph calls made for the deciding part"},
+        "retry_at": {**_NULLABLE_TEXT, "format": "date-time",
+                     "description": "when a queued part is tried next"},
+        "sent_at": {**_NULLABLE_TEXT, "format": "date-time"},
+    },
+}
+LAST_REPLY = {"oneOf": [{"type": "null"}, {"allOf": [{"$ref": REF.format(model="Delivery")}, {
+    "type": "object", "required": ["message_id", "at", "not_delivered"], "properties": {
+        "message_id": {"type": "integer"}, "at": {"type": "string", "format": "date-time"},
+        "not_delivered": {"type": "boolean",
+                          "description": "failed or unknown: the console flags it"}}}]}]}
+RESPONSE_SCHEMAS = {
+    "Delivery": DELIVERY,
+    "ConversationList": {"type": "array", "items": {
+        "type": "object", "required": ["id", "status", "last_reply"],
+        "properties": {"id": {"type": "integer"}, "status": {"type": "string"},
+                       "last_reply": LAST_REPLY}}},
+    "Conversation": {"type": "object", "required": ["id", "messages"], "properties": {
+        "id": {"type": "integer"},
+        "messages": {"type": "array", "items": {"type": "object", "properties": {
+            "delivery_status": {"type": ["string", "null"], "enum": [*delivery.STATES, None]},
+            "delivery": {"oneOf": [{"type": "null"},
+                                   {"$ref": REF.format(model="Delivery")}]}}}}}},
 }
 ERRORS = {
     "400": "The body is not valid JSON",
@@ -36,7 +81,7 @@ def openapi_document(routes: "tuple[Route, ...]") -> dict[str, Any]:
     models = sorted({m for r in routes for m in (r.body,) if m is not None},
                     key=lambda m: m.__name__)
     _, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
-    schemas: dict[str, Any] = {**top.get("$defs", {}), "Error": ERROR}
+    schemas: dict[str, Any] = {**top.get("$defs", {}), **RESPONSE_SCHEMAS, "Error": ERROR}
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         operation: dict[str, Any] = {
@@ -102,8 +147,10 @@ def _responses(route: "Route") -> dict[str, Any]:
     if route.ok == 204:
         responses["204"] = {"description": "Done"}
     else:
+        schema = {"$ref": REF.format(model=route.returns)} if route.returns \
+            else {"type": ["object", "array"]}
         responses[str(route.ok)] = {"description": "OK", "content": {
-            "application/json": {"schema": {"type": ["object", "array"]}}}}
+            "application/json": {"schema": schema}}}
     for status, text in ERRORS.items():
         responses[status] = {"description": text, "content": {"application/json": {
             "schema": {"$ref": REF.format(model="Error")}}}}

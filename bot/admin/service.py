@@ -18,7 +18,9 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlmodel import Session, col, func, select
 
+from storage import delivery
 from storage import facts as fact_repo
+from storage import messages as message_repo
 from storage.fact_keys import resolve_keys
 from storage.models import (
     AdminToken,
@@ -27,6 +29,7 @@ from storage.models import (
     ContactFact,
     Conversation,
     Message,
+    Outbound,
     Professional,
     Service,
     Tenant,
@@ -194,9 +197,9 @@ class ConversationQuery(BaseModel):
                                   description="only conversations older than this id")
 
 
-def list_conversations(session: Session, tenant: Tenant, query: ConversationQuery
-                       ) -> list[dict[str, Any]]:
-    """Newest first."""
+def list_conversations(session: Session, tenant: Tenant, query: ConversationQuery,
+                       language: str = "en") -> list[dict[str, Any]]:
+    """Newest first, each with its `last_reply` (`last_reply_views`; None before any)."""
     statement = select(Conversation, Contact).join(
         Contact, col(Contact.id) == col(Conversation.contact_id)).where(
         Conversation.tenant_id == tenant.id)
@@ -208,7 +211,31 @@ def list_conversations(session: Session, tenant: Tenant, query: ConversationQuer
     if query.before_id:
         statement = statement.where(col(Conversation.id) < query.before_id)
     rows = session.exec(statement.order_by(col(Conversation.id).desc()).limit(query.limit)).all()
-    return [{**_conversation_head(c), "contact": contact_view(k)} for c, k in rows]
+    last = last_reply_views(session, [int(c.id or 0) for c, _ in rows], language)
+    return [{**_conversation_head(c), "contact": contact_view(k), "last_reply": last.get(c.id)}
+            for c, k in rows]
+
+
+def last_reply_views(session: Session, conversation_ids: list[int],
+                     language: str = "en") -> dict[int, dict[str, Any]]:
+    """Each conversation's latest reply: `message_id`, `at` and its delivery
+    (storage/delivery.py), plus `not_delivered`: True when it failed or its fate is unknown
+    (the console flags the conversation; /metrics counts the open ones)."""
+    replies = message_repo.last_replies(session, conversation_ids)
+    parts = message_repo.parts_of(session, [int(m.id or 0) for m in replies.values()])
+    views = {}
+    for conversation_id, message in replies.items():
+        view = delivery_view(parts[int(message.id or 0)], language)
+        if view is not None:
+            views[conversation_id] = {
+                "message_id": message.id, "at": _iso(message.received_at), **view,
+                "not_delivered": view["state"] in delivery.NOT_DELIVERED}
+    return views
+
+
+def delivery_view(parts: list[Outbound], language: str = "en") -> dict[str, Any] | None:
+    """A reply's delivery from its outbox parts (storage/delivery.py); None without any."""
+    return delivery.reply_delivery(parts, language) if parts else None
 
 
 def _conversation_head(c: Conversation) -> dict[str, Any]:
@@ -220,9 +247,11 @@ def _conversation_head(c: Conversation) -> dict[str, Any]:
 
 def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                       now: datetime, after_id: int = 0, limit: int = MAX_PAGE,
-                      latest: bool = False) -> dict[str, Any]:
-    """One conversation: its messages (content blocks as sent to Claude), summary, the context
-    block and the facts it holds, and token usage per Claude call with totals."""
+                      latest: bool = False, language: str = "en") -> dict[str, Any]:
+    """One conversation: its messages (content blocks as sent to Claude; each reply with its
+    `delivery`: state, meaning, Meta's code and a one-line reason in `language`, see
+    storage/delivery.py), summary, the context block and the facts it holds, and token usage
+    per Claude call with totals."""
     conversation = session.get(Conversation, conversation_id)
     if conversation is None or conversation.tenant_id != tenant.id:
         raise NotFound(f"no conversation #{conversation_id}")
@@ -242,6 +271,8 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
     facts = fact_repo.for_context(session, conversation.contact_id, now, keys)
     calls = [call_of(u) for u in usage]
     totals = summarize_calls(calls)
+    parts = message_repo.parts_of(session, [int(m.id or 0) for m in messages
+                                            if m.direction == "outbound"])
     return {
         **_conversation_head(conversation),
         "contact": contact_view(contact) if contact else None,
@@ -252,7 +283,8 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "messages": [{"id": m.id, "position": m.position, "role": m.role,
                       "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
                       "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
-                      "delivery_status": m.delivery_status,
+                      "delivery_status": delivery.state_of(m.delivery_status),
+                      "delivery": delivery_view(parts.get(int(m.id or 0), []), language),
                       "deleted_at": _iso(m.deleted_at)} for m in messages],
         "usage": {"calls": [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
                              "request_id": u.request_id, "input_tokens": u.input_tokens,

@@ -30,6 +30,7 @@ from bot.admin.service import AdminError
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock
+from storage import delivery
 from storage.db import session_scope
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
@@ -121,6 +122,8 @@ def _environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(["html"]),
                              undefined=jinja2.StrictUndefined)
     env.filters["localtime"] = _localtime
+    env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
+    env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
     return env
 
 
@@ -498,7 +501,7 @@ def conversations_page(p: Page) -> PageResult:
     raw = {k: v for k, v in p.request.query.items() if k in ("contact", "state") and v}
     query = service.validated(service.ConversationQuery, raw)
     try:
-        rows = service.list_conversations(p.session, p.tenant, query)
+        rows = service.list_conversations(p.session, p.tenant, query, language=_language(p))
         error = ""
     except service.NotFound as exc:
         rows, error = [], str(exc)
@@ -513,7 +516,7 @@ def conversation_page(p: Page) -> PageResult:
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
         raise service.NotFound("no such conversation")
     view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now, latest=True,
-                                     limit=TRANSCRIPT_MESSAGES)
+                                     limit=TRANSCRIPT_MESSAGES, language=_language(p))
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
     plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}")
     return "conversation.html", {"c": view, "plot": plot, "transcript": _transcript(view),
@@ -540,14 +543,19 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
         text = "\n".join(t for t in texts if t.strip())
         if m.get("deleted_at") and m["direction"] == "inbound":  # the text is gone
             items.append({"kind": "customer", "deleted": True, "text": "",
-                          "at": m["received_at"]})
+                          "at": m["received_at"], "delivery": None})
             continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
             if kind == "customer":  # the received-time stamp is for the model (bot/ingest.py)
                 text = STAMP.sub("", text)
-            items.append({"kind": kind, "text": text, "at": m["received_at"]})
+            items.append({"kind": kind, "text": text, "at": m["received_at"],
+                          "delivery": m.get("delivery")})
     return items
+
+
+def _language(p: Page) -> str:
+    return "en" if p.state.get("lang") == "en" else "pt-BR"
 
 
 STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?",

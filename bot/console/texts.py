@@ -77,6 +77,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "language_switch": "English",
         "status_booked": "marcado", "status_cancelled": "cancelado",
         "latest_messages": "Mostrando as últimas {shown} de {total} mensagens.",
+        "last_reply": "Última resposta", "not_delivered": "não chegou ao cliente",
+        "next_try": "nova tentativa às",
     },
     "en": {
         "title": "Agent console",
@@ -151,6 +153,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "language_switch": "Português",
         "status_booked": "booked", "status_cancelled": "cancelled",
         "latest_messages": "Showing the last {shown} of {total} messages.",
+        "last_reply": "Last reply", "not_delivered": "did not reach the customer",
+        "next_try": "next try at",
     },
 }
 
