@@ -76,6 +76,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "language_switch": "English",
         "status_booked": "marcado", "status_cancelled": "cancelado",
         "latest_messages": "Mostrando as últimas {shown} de {total} mensagens.",
+        "unavailable": "O console está fora do ar por alguns instantes. Tente de novo em "
+                       "alguns minutos.",
+        "too_many_attempts": "Muitas tentativas com chave errada. Tente de novo em "
+                             "{minutes} min.",
     },
     "en": {
         "title": "Agent console",
@@ -149,6 +153,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "language_switch": "Português",
         "status_booked": "booked", "status_cancelled": "cancelled",
         "latest_messages": "Showing the last {shown} of {total} messages.",
+        "unavailable": "The console is down for a moment. Try again in a few minutes.",
+        "too_many_attempts": "Too many attempts with a wrong key. Try again in {minutes} min.",
     },
 }
 
