@@ -21,7 +21,6 @@ connection costs aiohttp's read buffer: it stops reading a socket whose unread d
 """
 
 import asyncio
-import ctypes
 import urllib.parse
 
 import structlog
@@ -153,22 +152,3 @@ def closing(error: web.HTTPException) -> web.HTTPException:
     """`error` as an answer after which the connection closes (the rest of the body unread)."""
     error.force_close()
     return error
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
-
-
-def return_large_buffers_to_os(threshold: int = 128 * 1024) -> bool:
-    """Make glibc serve every allocation of `threshold` bytes or more with its own mmap, so
-    that a body buffer goes back to the system when it is freed.
-
-    Left alone, glibc raises its threshold to the size of each mmapped block freed (up to
-    32 MiB), after which body-sized buffers come from the heap, whose freed pages it keeps:
-    the web process's RSS then stays at its peak after an upload storm (bench/edge.py).
-    Setting the threshold turns that adjustment off. False where there is no glibc.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
-    except (OSError, AttributeError):
-        return False
