@@ -12,7 +12,7 @@ import importlib.util
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,20 +79,20 @@ class Upload:
         self.writer.write(data)
         await self.writer.drain()
 
-    async def status(self, timeout: float = 10) -> int:
-        """The answer's status; fails the test when none comes within `timeout` s."""
-        raw = await asyncio.wait_for(asyncio.shield(self.answer), timeout=timeout)
+    async def status(self, within: float = 10) -> int:
+        """The answer's status; fails the test when none comes `within` seconds."""
+        raw = await asyncio.wait_for(asyncio.shield(self.answer), timeout=within)
         found = re.match(rb"HTTP/1\.[01] (\d{3})", raw)
         assert found, raw[:200]
         return int(found.group(1))
 
-    async def closed(self, timeout: float = 10) -> bool:
-        """True once the server closed the connection."""
+    async def closed(self, within: float = 10) -> bool:
+        """True once the server closed the connection (fails after `within` seconds)."""
         async def read_to_end() -> None:
             while await self.reader.read(65536):
                 pass
         try:
-            await asyncio.wait_for(read_to_end(), timeout=timeout)
+            await asyncio.wait_for(read_to_end(), timeout=within)
         except (ConnectionError, OSError):
             pass
         return True
@@ -100,6 +100,16 @@ class Upload:
     async def __aexit__(self, *_: Any) -> None:
         self.answer.cancel()
         self.writer.transport.abort()
+
+
+async def eventually(condition: Callable[[], bool], within: float = 5) -> None:
+    """Wait for the server to reach `condition` (it runs on this event loop), at most
+    `within` seconds."""
+    for _ in range(int(within / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server never got there")
 
 
 # -- the webhook --------------------------------------------------------------------------------
@@ -111,7 +121,7 @@ async def test_a_webhook_post_without_a_signature_is_401_before_its_body_is_read
     for headers, expected in (({}, 401), ({"X-Hub-Signature-256": "sha256=nothex"}, 403),
                               ({"X-Hub-Signature-256": "0" * 64}, 403)):
         async with Upload(client.server.port, "/webhook", 2_900_000, headers) as upload:
-            assert await upload.status(timeout=5) == expected  # not a byte of the body sent
+            assert await upload.status(within=5) == expected  # not a byte of the body sent
             assert await upload.closed()
     assert client.app[BODY_BUDGET].used == 0
 
@@ -128,14 +138,14 @@ async def test_a_body_slower_than_the_minimum_rate_is_cut_with_408(
                 break
             await trickled.send(b" ")
             await asyncio.sleep(0.05)
-        assert await trickled.status(timeout=5) == 408
+        assert await trickled.status(within=5) == 408
         # cut at the grace plus what it sent at the minimum rate: 0.5 s + 10 bytes / 4096
         assert asyncio.get_running_loop().time() - started < 1.5
         assert await trickled.closed()  # after aiohttp's lingering (bodies.LINGER_SECONDS)
     async with Upload(client.server.port, "/webhook", 100_000,
                       {"X-Hub-Signature-256": FAKE_SIGNATURE}) as stalled:
         await stalled.send(b" " * 8192)  # then nothing: cut after 0.5 s + 8192 / 4096 = 2.5 s
-        assert await stalled.status(timeout=6) == 408
+        assert await stalled.status(within=6) == 408
     assert client.app[BODY_BUDGET].used == 0
 
 
@@ -179,18 +189,17 @@ async def test_bodies_beyond_the_budget_are_refused_503_and_small_ones_still_pas
             Upload(port, "/webhook", MiB, headers) as three:
         for upload in (one, two, three):
             await upload.send(b" " * 1000)
-        while client.app[BODY_BUDGET].used < 3 * MiB:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: client.app[BODY_BUDGET].used == 3 * MiB)
         async with Upload(port, "/webhook", MiB, headers) as fourth:
-            assert await fourth.status(timeout=5) == 503
+            assert await fourth.status(within=5) == 503
             assert b"Retry-After: 5" in fourth.answer.result()
         small = json.dumps(text_body("oi", 1, sent_at=START)).encode()
         response = await client.post("/webhook", data=small,
                                      headers={"X-Hub-Signature-256": sign(small, SECRET)})
         assert response.status == 200
         assert client.app[BODY_BUDGET].used == 3 * MiB
-    while client.app[BODY_BUDGET].used:  # the three went away: their reservations come back
-        await asyncio.sleep(0.01)
+    # the three went away: their reservations come back
+    await eventually(lambda: client.app[BODY_BUDGET].used == 0)
 
 
 def test_the_budget_keeps_a_quarter_for_small_bodies() -> None:
@@ -228,7 +237,7 @@ async def test_console_and_admin_bodies_are_read_within_the_same_bounds(
     for method, path, length, headers, data, expected in cases:
         async with Upload(port, path, length, headers, method) as upload:
             await upload.send(data)
-            assert await upload.status(timeout=5) == expected, path
+            assert await upload.status(within=5) == expected, path
     response = await client.put(f"/admin/tenants/{tenant_id}/hours", data=b"x" * (MiB + 1),
                                 headers=bearer)
     assert response.status == 413
