@@ -12,7 +12,8 @@ Attacks (issue 15), each on its own fresh web process:
 * during `signed`: an ordinary signed 2 KB update and a signed 3 MB body sent at full speed:
   what they are answered while the attack holds the budget's share for large bodies;
 * `slow_meta`: one signed 3 MB body sent at a slow link's rate (`--meta-rate`, 40 KiB/s,
-  above the minimum of 32 KiB/s): its answer and how long it took.
+  above the minimum of 32 KiB/s): its answer and how long it took;
+* `storms`: three `signed` storms one after the other on one process: RSS after each.
 
 Everything listens on 127.0.0.1; the web process gets a fresh SQLite file and a Redis db of its
 own (`--redis-url`, default db 12, flushed at the start and the end). RSS is VmRSS from
@@ -99,8 +100,14 @@ class Web:
                 self.proc.wait(timeout=5)
 
 
-def start_web(tmp: str, redis_url: str, **settings: str) -> Web:
-    """Start `wagent web` with a fresh SQLite schema and wait for /health (60 s at most)."""
+GLIBC_DEFAULT_WEB = ("import bot.bodies, bot.cli; bot.bodies.return_large_buffers_to_os = "
+                     "lambda: False; raise SystemExit(bot.cli.main(['web']))")
+
+
+def start_web(tmp: str, redis_url: str, *, glibc_default: bool = False,
+              **settings: str) -> Web:
+    """Start `wagent web` with a fresh SQLite schema and wait for it to answer (60 s at
+    most)."""
     from core.settings import Settings
 
     port = free_port()
@@ -116,9 +123,12 @@ def start_web(tmp: str, redis_url: str, **settings: str) -> Web:
     subprocess.run([str(VENV_BIN / "wagent"), "db", "upgrade"], env=env, cwd=tmp, check=True,
                    stdout=subprocess.DEVNULL)
     log_path = Path(tmp) / f"web-{port}.log"
+    argv = [str(VENV_BIN / "wagent"), "web"]
+    if glibc_default:  # `wagent web` without its mallopt call, to compare
+        argv = [sys.executable, "-c", GLIBC_DEFAULT_WEB]
     with open(log_path, "wb") as sink:
-        proc = subprocess.Popen([str(VENV_BIN / "wagent"), "web"], env=env, cwd=tmp,
-                                stdout=sink, stderr=sink, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(argv, env=env, cwd=tmp, stdout=sink, stderr=sink,
+                                preexec_fn=_die_with_parent)
     web = Web(proc, port, log_path)
     until = time.monotonic() + 60
     while time.monotonic() < until:  # any answer: the edge needs neither Redis nor the db
@@ -282,13 +292,13 @@ def small_update(url: str) -> int:
         return int(exc.code)
 
 
-ATTACKS = ["unsigned", "signed", "trickle", "slow_meta"]
+ATTACKS = ["unsigned", "signed", "trickle", "slow_meta", "storms"]
 
 
 async def run(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for attack in ATTACKS if args.attack == "all" else [args.attack]:
-        web = start_web(tmp, args.redis_url)
+        web = start_web(tmp, args.redis_url, glibc_default=args.glibc_default)
         try:
             await asyncio.sleep(1)
             results[attack] = await _attack(web, attack, args)
@@ -301,6 +311,15 @@ async def _attack(web: Web, attack: str, args: argparse.Namespace) -> dict[str, 
     if attack == "trickle":
         log("trickle: one byte a second")
         return {"rss_before": web.rss(), **await trickle(web.port)}
+    if attack == "storms":  # does what glibc keeps after one storm grow with the next?
+        before, after = web.rss(), []
+        for n in range(3):
+            log(f"storms: signed storm {n + 1} of 3")
+            await stalled_attack(web, args.uploads, args.size, WRONG_SIGNATURE,
+                                 hold=args.hold / 2)
+            after.append(await settle(web, args.settle))
+        return {"rss_before": before, **{f"rss_after_storm_{n + 1}": v
+                                          for n, v in enumerate(after)}}
     if attack == "slow_meta":
         log(f"slow_meta: a signed 3 MB body at {args.meta_rate} bytes/s")
         return await slow_meta_body(web.port, 3 * 1024 * 1024 - 1000, args.meta_rate)
@@ -330,6 +349,9 @@ def main() -> int:
                         help="bytes/s of the signed 3 MB body of `slow_meta`")
     parser.add_argument("--attack", choices=["all", *ATTACKS], default="all")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--glibc-default", action="store_true",
+                        help="run wagent web without its mallopt call (glibc's dynamic mmap "
+                             "threshold), to compare")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     import redis

@@ -374,11 +374,13 @@ def _web(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from bot.app import create_app
+    from bot.bodies import return_large_buffers_to_os
     from core.logs import configure_logging
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
+    return_large_buffers_to_os()
     processes = getattr(args, "processes", 1)
     if processes < 1:
         print("--processes must be at least 1", file=sys.stderr)

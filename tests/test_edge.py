@@ -242,6 +242,15 @@ async def test_console_and_admin_bodies_are_read_within_the_same_bounds(
                                 headers=bearer)
     assert response.status == 413
     assert (await response.json())["error"]["code"] == "too_large"
+    page = await (await client.get("/console/login")).text()
+    nonce = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert nonce
+    signed_in = await client.post("/console/login", data={"csrf": nonce.group(1),
+                                                          "token": token},
+                                  allow_redirects=False)
+    assert signed_in.status == 303
+    too_big = await client.post("/console/settings", data={"instructions": "x" * (MiB + 1)})
+    assert too_big.status == 413  # a signed-in form: 1 MiB at most
     assert client.app[BODY_BUDGET].used == 0
 
 

@@ -470,3 +470,31 @@ def test_the_settings_name_their_secrets_and_keep_them_out_of_their_repr() -> No
     shown = repr(settings)
     for secret in settings.secret_values():
         assert secret not in shown
+
+
+def test_database_errors_name_the_statement_never_its_values(engine: Engine) -> None:
+    phone = "5511999990001"
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE probe (wa_id VARCHAR(32) UNIQUE)"))
+        connection.execute(text("INSERT INTO probe VALUES (:w)"), {"w": phone})
+    with pytest.raises(Exception) as raised, engine.begin() as connection:
+        connection.execute(text("INSERT INTO probe VALUES (:w)"), {"w": phone})
+    message = str(raised.value)
+    assert "INSERT INTO probe" in message and phone not in message
+    assert "[SQL parameters hidden due to hide_parameters=True]" in message
+    if engine.dialect.name == "postgresql":  # the DETAIL line is cut, still there for code
+        assert "DETAIL" not in message and "Key (wa_id)" not in message
+        assert phone in raised.value.orig.diag.message_detail  # type: ignore[union-attr]
+        assert raised.value.orig.sqlstate == "23505"  # type: ignore[union-attr]
+
+
+async def test_console_session_keys_in_redis_hold_no_session_id(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    _, token = tenant_token(engine)
+    client = await aiohttp_client(create_app(SETTINGS, engine=engine,
+                                             redis_client=redis_client))
+    sid, csrf = await sign_in(client, token)
+    assert sid.startswith("wcs_") and csrf.startswith("wcf_")
+    keys = [k.decode() for k in redis_client.scan_iter("sec:*")]
+    assert any(k.startswith("sec:console:session:") for k in keys), keys
+    assert not [k for k in keys if sid in k or sid[4:] in k]

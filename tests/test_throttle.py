@@ -130,9 +130,12 @@ async def test_failures_naming_a_tenant_are_limited_in_total_across_addresses(
     salon_id, salon_token = tenant_with_token(engine, TENANT)
     garage_id, garage_token = tenant_with_token(engine, GARAGE)
     assert tenant_named(salon_token) == salon_id
+    assert tenant_named("wat_" + secrets.token_urlsafe(32)) is None  # the older form
     client = await aiohttp_client(create_app(
         make_settings(trusted_proxies="127.0.0.0/8", auth_failures_per_tenant=12),
         engine=engine, redis_client=redis_client))
+    signed_in = await sign_in(client, salon_token, "198.51.100.250")
+    assert signed_in.status == 303 and signed_in.headers["Location"] == "/console/"
     for n in range(12):  # a spread guess: one failure per address, all naming the salon
         address = f"198.51.100.{n}"
         if n % 2:
@@ -144,6 +147,7 @@ async def test_failures_naming_a_tenant_are_limited_in_total_across_addresses(
     assert (await sign_in(client, salon_token, fresh)).status == 429
     assert (await api(client, garage_token, garage_id, fresh)).status == 200
     assert (await api(client, OPERATOR, salon_id, fresh)).status == 200  # names no tenant
+    assert (await client.get("/console/")).status == 200  # signed in before: goes on
 
 
 def test_the_client_address() -> None:
