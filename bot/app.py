@@ -12,6 +12,7 @@ from rq import Queue
 from sqlalchemy import Engine, text
 
 from bot.admin.api import setup_admin
+from bot.bodies import BODY_BUDGET, LINGER_SECONDS, BodyBudget
 from bot.console.app import setup_console
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from bot.metrics import setup_metrics
@@ -34,9 +35,13 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     """Build the web application. `engine` and `redis_client` are made from the settings when
     not given (tests and replays pass their own).
     """
+    # every body is read by bot/bodies.py (limits, rate, budget); aiohttp's own limit is a
+    # backstop for a body read any other way
     app = web.Application(middlewares=[bind_request_context],
-                          client_max_size=settings.max_body_bytes + 1)
+                          client_max_size=settings.max_body_bytes + 1,
+                          handler_args={"lingering_time": LINGER_SECONDS})
     app[SETTINGS] = settings
+    app[BODY_BUDGET] = BodyBudget(settings.body_budget_bytes)
     app[ENGINE] = engine or make_engine(settings.database_url)
     app[REDIS] = redis_client or connect_redis(settings.redis_url)
     app[TURN_QUEUE] = Queue(settings.queue_name, connection=app[REDIS])

@@ -324,7 +324,7 @@ def _facts_reject(args: argparse.Namespace) -> int:
         return {**service.reject_fact(session, tenant, args.fact_id, by="cli",
                                       reason=args.reason, now=now), "summaries": "re-deriving"}
     return run_for_fact(reject, after=lambda: service.enqueue_rejection(
-        queue, args.fact_id, reason=args.reason, by="cli"))(args)
+        queue, args.fact_id))(args)
 
 
 def _facts_forget(args: argparse.Namespace) -> int:
@@ -397,10 +397,13 @@ def _web(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from bot.app import create_app
+    from bot.bodies import return_large_buffers_to_os
     from core.logs import configure_logging
 
     settings = _settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=settings.secret_values())
+    return_large_buffers_to_os()
     processes = getattr(args, "processes", 1)
     if processes < 1:
         print("--processes must be at least 1", file=sys.stderr)
@@ -463,7 +466,8 @@ def _worker(args: argparse.Namespace) -> int:
     from core.logs import configure_logging
 
     settings = _settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=settings.secret_values())
     _lower_cpu_priority(settings.worker_cpu)
     # Import the job code once, before RQ forks a work horse per job: otherwise every job
     # re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py). Then build
@@ -509,7 +513,8 @@ def _cron(args: argparse.Namespace) -> int:
     from workers.sweeper import sweep_inactive
 
     settings = _settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=settings.secret_values())
     scheduler = CronScheduler(connection=redis.Redis.from_url(settings.redis_url))
     # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.
     for job, every in ((sweep_inactive, 300), (reconcile, 60), (purge_retention, 3600)):

@@ -2,6 +2,9 @@
 
 import hashlib
 import hmac
+import re
+
+_FORM = re.compile(r"sha256=[0-9a-fA-F]{64}")
 
 
 def verify_signature(body: bytes, header: str | None, app_secret: str) -> bool:
@@ -17,6 +20,12 @@ def verify_signature(body: bytes, header: str | None, app_secret: str) -> bool:
     expected = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
     given = header.removeprefix("sha256=").encode("utf-8", "surrogateescape")
     return hmac.compare_digest(expected.encode(), given)
+
+
+def is_well_formed(header: str) -> bool:
+    """`sha256=` and 64 hex digits: what Meta sends. Anything else is refused before the body
+    is read (bot/webhook.py), so a client must at least look like Meta to be read."""
+    return _FORM.fullmatch(header) is not None
 
 
 def sign(body: bytes, app_secret: str) -> str:

@@ -13,6 +13,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from bot.bodies import closing, read_body
 from bot.errors import StoreUnavailable
 from bot.inbound import InboundMessage
 from bot.ingest import (
@@ -26,7 +27,7 @@ from bot.ingest import (
 )
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.metrics import SPILLED, record_updates
-from bot.signature import verify_signature
+from bot.signature import is_well_formed, verify_signature
 from core import clock
 from core.settings import MAX_GROUP_POSTS, Settings
 from storage import inbox
@@ -63,15 +64,21 @@ async def verify_challenge(request: web.Request) -> web.Response:
 async def receive_update(request: web.Request) -> web.Response:
     """Verify, store and enqueue one webhook POST.
 
-    401 without `X-Hub-Signature-256`, 403 when it is wrong, 413 over the body limit (Meta: 3 MB);
-    once the signature is valid: 200 (an unreadable body is dead-lettered), or 503 when the
-    update could not be stored or its turn not enqueued, so Meta redelivers.
+    Before a byte of the body is read: 401 without `X-Hub-Signature-256`, 403 when it is not
+    of the form `sha256=<64 hex>`. Then the body is read within bounds (bot/bodies.py: 413
+    over the limit, Meta: 3 MB; 408 below the minimum rate; 503 when the process's budget
+    for bodies has no room), and 403 when the signature is wrong. Once it is valid: 200 (an
+    unreadable body is dead-lettered), or 503 when the update could not be stored or its
+    turn not enqueued, so Meta redelivers.
     """
     settings = request.app[SETTINGS]
-    body = await _read_body(request, settings.max_body_bytes)
     header = request.headers.get("X-Hub-Signature-256")
     if not header:
-        raise web.HTTPUnauthorized(text="missing X-Hub-Signature-256")
+        raise closing(web.HTTPUnauthorized(text="missing X-Hub-Signature-256"))
+    if not is_well_formed(header):
+        log.warning("webhook_bad_signature", reason="malformed")
+        raise closing(web.HTTPForbidden(text="bad signature"))
+    body = await read_body(request, settings.max_body_bytes)
     if not verify_signature(body, header, settings.whatsapp_app_secret):
         log.warning("webhook_bad_signature")
         raise web.HTTPForbidden(text="bad signature")
@@ -80,22 +87,6 @@ async def receive_update(request: web.Request) -> web.Response:
     (log.debug if result.grouped else log.info)("webhook_received", **result.counts)
     await record_updates(request.app, {SPILLED: 1} if result.spilled else result.counts)
     return web.Response(text="ok")
-
-
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The whole raw body, or 413 as soon as it passes `limit` bytes (Meta: up to 3 MB).
-
-    `StreamReader.read(n)` returns what is buffered, not n bytes: a large body arrives in many
-    chunks, so read until EOF (a partial body would fail the signature with a 403).
-    """
-    if request.content_length is not None and request.content_length > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
-    body = bytearray()
-    while chunk := await request.content.read(limit + 1 - len(body)):
-        body += chunk
-        if len(body) > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
-    return bytes(body)
 
 
 class GroupCommit:

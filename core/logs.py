@@ -1,17 +1,33 @@
 """structlog set-up: one renderer for our lines and for foreign ones (rq, aiohttp).
 
-Phone numbers and message text are logged only at DEBUG: call sites pass them as fields named in
-`SENSITIVE_KEYS`, and `redact_sensitive` drops those fields from lines at INFO and above.
+What a line may hold (README, Security):
+
+* Phone numbers and message text only at DEBUG: call sites pass them as fields named in
+  `SENSITIVE_KEYS`, and `redact_sensitive` blanks those fields at INFO and above.
+* Never a secret, at any level: fields named in `SECRET_KEYS` are blanked always; tracebacks
+  are rendered without frame locals (structlog's renderers show them by default, and a
+  handler's locals hold tokens, session ids, form data); and the rendered line itself is
+  scrubbed of the configured secret values (settings: app secret, tokens, API key,
+  passwords) and of every secret the product mints (core/credentials.py), wherever they
+  appear (an exception message, a malformed request line that aiohttp quotes).
 """
 
 import logging
 import sys
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Iterable, MutableMapping
+from typing import Any, TextIO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
+
+from core.credentials import MINTED
 
 SENSITIVE_KEYS = frozenset({"phone", "wa_id", "user_id", "text", "body", "to", "recipient"})
+SECRET_KEYS = frozenset({"token", "authorization", "cookie", "cookies", "set_cookie", "csrf",
+                         "sid", "session_id", "password", "secret", "app_secret", "api_key",
+                         "access_token", "verify_token", "admin_token"})
+REDACTED = "[redacted]"
+MIN_SCRUBBED_LENGTH = 8  # a shorter configured "secret" would blank ordinary words
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50,
            "exception": 40}
 
@@ -19,15 +35,45 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "cri
 def redact_sensitive(
     _: Any, method: str, event: MutableMapping[str, Any],
 ) -> MutableMapping[str, Any]:
+    """Blank secret fields at every level, customer fields above DEBUG."""
+    for key in SECRET_KEYS & event.keys():
+        event[key] = REDACTED
     level = _LEVELS.get(str(event.get("level", method)).lower(), 20)
     if level > logging.DEBUG:
         for key in SENSITIVE_KEYS & event.keys():
-            event[key] = "[redacted]"
+            event[key] = REDACTED
     return event
 
 
-def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
-    """Route structlog and stdlib logging through one handler on stdout (JSON or console)."""
+class ScrubSecrets:
+    """The last step of rendering: the line with every configured secret value and every
+    minted secret replaced by `[redacted]`."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.values = sorted({s for s in secrets if len(s) >= MIN_SCRUBBED_LENGTH},
+                             key=len, reverse=True)
+
+    def __call__(self, _: Any, __: str, line: str) -> str:
+        for value in self.values:
+            if value in line:
+                line = line.replace(value, REDACTED)
+        return MINTED.sub(REDACTED, line)
+
+
+def renderers(fmt: str) -> list[Any]:
+    """JSON (production) or a terminal's lines; tracebacks without locals either way."""
+    if fmt == "json":
+        return [structlog.processors.ExceptionRenderer(
+                    ExceptionDictTransformer(show_locals=False)),
+                structlog.processors.JSONRenderer()]
+    return [structlog.dev.ConsoleRenderer(
+        colors=False, exception_formatter=structlog.dev.plain_traceback)]
+
+
+def configure_logging(level: str = "INFO", fmt: str = "json", *, secrets: Iterable[str] = (),
+                      stream: TextIO | None = None) -> None:
+    """Route structlog and stdlib logging through one handler on `stream` (stdout), JSON or
+    console; `secrets`: the values no line may carry (Settings.secret_values())."""
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -48,15 +94,12 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    renderer: list[Any] = (
-        [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
-        if fmt == "json" else [structlog.dev.ConsoleRenderer(colors=False)]
-    )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    *renderers(fmt), ScrubSecrets(secrets)],
     )
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

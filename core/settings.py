@@ -2,6 +2,8 @@
 
 import os
 from dataclasses import dataclass, field, fields
+from ipaddress import IPv4Network, IPv6Network, ip_network
+from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
 # `wagent worker`'s CPU priority on cores it shares with `wagent web`: "idle" (Linux
@@ -9,6 +11,10 @@ DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
 # share is still guaranteed), "normal"
 WORKER_CPU_POLICIES = ("idle", "low", "normal")
 MAX_GROUP_POSTS = 200  # POSTs one web group takes at most (bot.webhook.GroupCommit.MAX_POSTS)
+MIN_ADMIN_TOKEN_LENGTH = 32  # the operator token sees every tenant: not guessable
+# bodies over SMALL_BODY_BYTES may hold only this share of BODY_BUDGET_BYTES (bot/bodies.py)
+SMALL_BODY_BYTES = 64 * 1024
+LARGE_BODY_SHARE = 0.75
 
 
 class SettingsError(ValueError):
@@ -22,20 +28,34 @@ class Settings:
     Units: seconds unless the name says otherwise.
     """
 
-    database_url: str = DEFAULT_DATABASE_URL
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # secrets (and the URLs, which may hold passwords) are left out of the repr
+    database_url: str = field(default=DEFAULT_DATABASE_URL, repr=False)
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
     redis_prefix: str = "wagent"
     queue_name: str = "wagent"
-    whatsapp_app_secret: str = ""
-    whatsapp_verify_token: str = ""
-    whatsapp_access_token: str = ""
+    whatsapp_app_secret: str = field(default="", repr=False)
+    whatsapp_verify_token: str = field(default="", repr=False)
+    whatsapp_access_token: str = field(default="", repr=False)
     graph_api_base_url: str = "https://graph.facebook.com"
     graph_api_version: str = "v25.0"
-    anthropic_api_key: str = ""
+    anthropic_api_key: str = field(default="", repr=False)
     anthropic_base_url: str = "https://api.anthropic.com"
     anthropic_timeout: float = 60.0
-    admin_token: str = ""
+    admin_token: str = field(default="", repr=False)
     max_body_bytes: int = 3 * 1024 * 1024
+    # request bodies of one web process (bot/bodies.py): what bodies being read may hold in
+    # all, the slowest rate a body may arrive at, and the seconds it may lag before that
+    body_budget_bytes: int = 64 * 1024 * 1024
+    body_min_rate: int = 32 * 1024  # bytes/s: Meta's 3 MB body has 10 + 96 s at this rate
+    body_grace_seconds: float = 10.0
+    # failed credential attempts (storage/throttle.py): per client address and per tenant
+    # within one window, then 429 until the window ends
+    auth_failures_per_address: int = 10
+    auth_failures_per_tenant: int = 100
+    auth_failure_window_seconds: int = 900
+    # comma-separated addresses or networks of the reverse proxies whose X-Forwarded-For
+    # names the client; empty: the peer's address is the client's
+    trusted_proxies: str = ""
     turn_job_timeout: int = 300
     turn_debounce_seconds: float = 2.0
     # POSTs waiting in one web process that switch it to the inbox (store the raw body, answer,
@@ -88,6 +108,15 @@ class Settings:
                 0 <= spill_at <= MAX_GROUP_POSTS):
             problems.append(f"WEBHOOK_SPILL_AT must be 0 (never) to {MAX_GROUP_POSTS} (the "
                             f"most POSTs a group takes)")
+        problems += _edge_problems(values)
+        if 0 < len(str(values.get("admin_token", ""))) < MIN_ADMIN_TOKEN_LENGTH:
+            problems.append(f"ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} characters "
+                            "(make one: python3 -c 'import secrets; "
+                            "print(secrets.token_urlsafe(32))')")
+        try:
+            trusted_networks(str(values.get("trusted_proxies", "")))
+        except ValueError as exc:
+            problems.append(f"TRUSTED_PROXIES: {exc}")
         if require:
             problems += [
                 f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION
@@ -96,6 +125,47 @@ class Settings:
         if problems:
             raise SettingsError("; ".join(problems))
         return cls(**values)  # type: ignore[arg-type]
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret (and the passwords in the database and Redis URLs): the
+        values the log renderer blanks (core/logs.py)."""
+        values = [self.whatsapp_app_secret, self.whatsapp_verify_token,
+                  self.whatsapp_access_token, self.anthropic_api_key, self.admin_token]
+        for url in (self.database_url, self.redis_url):
+            try:
+                values.append(urlsplit(url).password or "")
+            except ValueError:
+                continue
+        return [v for v in values if v]
+
+
+POSITIVE = ("max_body_bytes", "body_budget_bytes", "body_min_rate", "auth_failures_per_address",
+            "auth_failures_per_tenant", "auth_failure_window_seconds")
+
+
+def _edge_problems(values: dict[str, object]) -> list[str]:
+    """The limits of the web edge: positive, and room in the budget for one whole body."""
+    limits = {name: values.get(name, getattr(Settings, name)) for name in POSITIVE}
+    problems = [f"{name.upper()} must be positive" for name, value in limits.items()
+                if isinstance(value, int) and value <= 0]
+    budget, body = limits["body_budget_bytes"], limits["max_body_bytes"]
+    if isinstance(budget, int) and isinstance(body, int) and budget * LARGE_BODY_SHARE < body:
+        problems.append(f"BODY_BUDGET_BYTES must leave room for one whole body in the share "
+                        f"large bodies may take ({LARGE_BODY_SHARE:.0%}): at least "
+                        f"{int(body / LARGE_BODY_SHARE) + 1}")
+    return problems
+
+
+def trusted_networks(raw: str) -> list[IPv4Network | IPv6Network]:
+    """`TRUSTED_PROXIES` parsed: comma-separated addresses or networks (`10.0.0.5`,
+    `10.0.0.0/8`, `fd00::/8`). Raises ValueError naming the first that is neither."""
+    networks = []
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        try:
+            networks.append(ip_network(part, strict=False))
+        except ValueError:
+            raise ValueError(f"{part!r} is not an address or a network") from None
+    return networks
 
 
 def _coerce(kind: object, raw: str) -> object:

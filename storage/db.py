@@ -11,7 +11,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy import Engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlmodel import Session, SQLModel, create_engine
 
 from storage import models  # noqa: F401  (registers every table on SQLModel.metadata)
@@ -24,6 +24,12 @@ def make_engine(url: str) -> Engine:
     writers serialise instead of interleaving (the booking check-then-insert relies on it).
     The pool is discarded in a forked child (RQ's work horse) without closing the parent's
     sockets (SQLAlchemy: "Using Connection Pools with Multiprocessing or os.fork()").
+
+    An error's message names the statement but never its values: parameters are hidden
+    (`hide_parameters`), and PostgreSQL's DETAIL, HINT and CONTEXT lines, which quote the
+    row ("Key (wa_id)=(5511...)", "Failing row contains (...)"), are left out of it
+    (`_primary_message_only`). Those messages reach logs and RQ's failed-job records (kept
+    seven days), where customer data never goes (README, Security).
     """
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
@@ -31,9 +37,26 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         engine = _sqlite_engine(url)
     else:  # fail fast when the server is down: the webhook answers 503 and Meta redelivers
-        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5},
+                               hide_parameters=True)
+        event.listen(engine, "handle_error", _primary_message_only)
     _ENGINES.add(engine)
     return engine
+
+
+def _primary_message_only(context: ExceptionContext) -> None:
+    """Cut a PostgreSQL error's message to its primary line (the driver's exception and
+    SQLAlchemy's wrapper, whose message was built from it). The fields stay readable on
+    `exc.orig.diag` (`sqlstate`, `constraint_name`, `message_detail`) for code that needs
+    them; only what `str()` shows, and so what a traceback shows, changes."""
+    orig = context.original_exception
+    primary = getattr(getattr(orig, "diag", None), "message_primary", None)
+    if not primary or not orig.args or orig.args[0] == primary:
+        return
+    orig.args = (primary,)
+    wrapped = context.sqlalchemy_exception
+    if wrapped is not None and wrapped.args:
+        wrapped.args = (f"({type(orig).__module__}.{type(orig).__name__}) {primary}",)
 
 
 _ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
@@ -51,7 +74,8 @@ def _sqlite_engine(url: str) -> Engine:
     database = make_url(url).database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                           hide_parameters=True)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _: Any) -> None:

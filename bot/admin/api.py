@@ -4,11 +4,13 @@ GET /admin/openapi.json (built from the route table below, so the two cannot dri
 
 Authentication: `Authorization: Bearer <token>`. The operator token (ADMIN_TOKEN) sees every
 tenant; a tenant token (`wagent tenant token`, POST /admin/tenants/{id}/tokens) sees only its
-own tenant: another tenant's routes answer 404, operator-only routes 403.
+own tenant: another tenant's routes answer 404, operator-only routes 403. Failed attempts
+are limited per client address and per tenant (bot/guard.py): 429 with Retry-After.
 
 Errors are JSON: {"error": {"code", "message", "problems": ["where: what", ...]}} with 400
-(unreadable JSON), 401, 403, 404, 409 (conflict with the state), 422 (validation) or 503
-(database unavailable). Operations are in bot/admin/service.py, shared with the CLI.
+(unreadable JSON), 401, 403, 404, 408 (a body slower than the minimum rate), 409 (conflict
+with the state), 413 (a body over 1 MiB), 422 (validation), 429 or 503 (database or Redis
+unavailable). Operations are in bot/admin/service.py, shared with the CLI.
 """
 
 import asyncio
@@ -23,11 +25,14 @@ from typing import Any, TypeVar
 import structlog
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col, select
 
+from bot import guard
 from bot.admin import service
 from bot.admin.service import AdminError, Invalid, NotFound, validated
+from bot.bodies import ADMIN_BODY_BYTES, read_body
 from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from core import clock
 from storage.db import session_scope
@@ -317,8 +322,7 @@ def reject_fact(call: Call) -> tuple[int, Any]:
     fact = service.reject_fact(call.session, call.the_tenant(), fact_id, by=call.by,
                                reason=body.reason, now=call.now)
     queue = call.request.app[TURN_QUEUE]
-    call.after_commit.append(lambda: service.enqueue_rejection(queue, fact_id,
-                                                               reason=body.reason, by=call.by))
+    call.after_commit.append(lambda: service.enqueue_rejection(queue, fact_id))
     return 202, {**fact, "summaries": "re-deriving"}
 
 
@@ -491,16 +495,10 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
         if auth is None:
             return error(401, "unauthorized", "send Authorization: Bearer <token>",
                          headers={"WWW-Authenticate": 'Bearer realm="wagent-admin"'})
-        if not auth[0]:  # a tenant token is checked before anything is read or validated
-            try:
-                known = await run_admin(request.app, _tenant_of_token, request.app, auth[1])
-            except OperationalError:
-                return error(503, "unavailable", "the database is unavailable; try again")
-            if known is None:
-                return error(401, "unauthorized", "unknown or revoked token",
-                             headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        else:
-            known = None
+        refused = await _checked_token(request, *auth)
+        if isinstance(refused, web.Response):
+            return refused
+        known = refused
         try:
             path = _path_params(request, route)
             query = None
@@ -513,7 +511,10 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
                 raise Invalid(f"unknown query parameter(s): {', '.join(request.query)}")
             body = None
             if route.method in ("POST", "PUT", "PATCH"):
-                raw = await request.read()
+                try:
+                    raw = await read_body(request, ADMIN_BODY_BYTES)
+                except web.HTTPException as exc:  # 408, 413, 503: said in JSON
+                    return _as_json(exc)
                 if raw.strip():
                     try:
                         body = json.loads(raw)
@@ -533,6 +534,51 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
 
     handle.__name__ = route.handler.__name__
     return handle
+
+
+BODY_REFUSALS = {408: "too_slow", 413: "too_large", 503: "busy"}
+
+
+def _as_json(refusal: web.HTTPException) -> web.Response:
+    """bot/bodies.py's refusal of a body as the API's JSON error (the connection still
+    closes after it)."""
+    headers = {k: v for k, v in refusal.headers.items() if k == "Retry-After"}
+    response = error(refusal.status, BODY_REFUSALS.get(refusal.status, "refused"),
+                     refusal.text or refusal.reason, headers=headers)
+    response.force_close()
+    return response
+
+
+async def _checked_token(request: web.Request, operator: bool,
+                         token: str) -> int | None | web.Response:
+    """Before anything is read or validated: 429 while the client or the tenant the token
+    names used up its failed attempts (bot/guard.py), 401 for an unknown token (a failure
+    counted), 503 when Redis or the database cannot say. Else the tenant id of a tenant
+    token, None for the operator's."""
+    address = guard.client_address(request)
+    try:
+        wait = await run_admin(request.app, guard.wait_seconds, request.app, address, token)
+    except RedisError:
+        return error(503, "unavailable", "the attempt limits cannot be checked; try again")
+    if wait:
+        log.warning("admin_attempts_refused", retry_after=wait)
+        return error(429, "too_many_attempts", f"too many failed attempts; try again in "
+                     f"{wait} s", headers={"Retry-After": str(wait)})
+    if operator:
+        return None
+    try:
+        known = await run_admin(request.app, _tenant_of_token, request.app, token)
+    except OperationalError:
+        return error(503, "unavailable", "the database is unavailable; try again")
+    if known is not None:
+        return known
+    try:
+        await run_admin(request.app, guard.count_failure, request.app, address, token)
+    except RedisError:
+        log.warning("admin_failure_not_counted")
+    log.info("admin_token_refused")
+    return error(401, "unauthorized", "unknown or revoked token",
+                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
 
 
 ADMIN_EXECUTOR = web.AppKey("admin_executor", ThreadPoolExecutor)

@@ -71,9 +71,13 @@ ERRORS = {
     "401": "No, unknown or revoked bearer token",
     "403": "A tenant token on an operator-only operation",
     "404": "Unknown id, or one that belongs to another tenant",
+    "408": "The body arrived slower than the minimum rate",
     "409": "The change clashes with the current state",
+    "413": "The body is over 1 MiB",
     "422": "Validation failed; `problems` lists each field",
-    "503": "The database is unavailable; retry",
+    "429": "Too many failed attempts from this address or for this tenant; retry after "
+           "`Retry-After` seconds",
+    "503": "The database or Redis is unavailable, or too many uploads are in progress; retry",
 }
 
 

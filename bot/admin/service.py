@@ -10,7 +10,6 @@ caller may see it), returns JSON-ready data, and raises:
 """
 
 import hashlib
-import secrets
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -18,6 +17,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlmodel import Session, col, func, select
 
+from core.credentials import mint_tenant_token
 from storage import delivery
 from storage import facts as fact_repo
 from storage import messages as message_repo
@@ -118,7 +118,7 @@ def update_tenant(session: Session, tenant: Tenant, body: Any) -> Tenant:
 def create_token(session: Session, tenant: Tenant, *, label: str, now: datetime) -> dict[str, Any]:
     """A new bearer token that sees only this tenant. The token is returned once; only its
     SHA-256 is stored."""
-    token = "wat_" + secrets.token_urlsafe(32)
+    token = mint_tenant_token(tenant.id or 0)
     row = AdminToken(tenant_id=tenant.id or 0, token_hash=token_hash(token), label=label[:100],
                      created_at=now)
     session.add(row)
@@ -395,10 +395,13 @@ def reject_fact(session: Session, tenant: Tenant, fact_id: int, *, by: str, reas
     return fact_view(decided)
 
 
-def enqueue_rejection(queue: Any, fact_id: int, *, reason: str, by: str) -> None:
+def enqueue_rejection(queue: Any, fact_id: int) -> None:
+    """The job gets the fact's id only: its reason and who decided are read from the fact
+    (RQ keeps a job's arguments, and logs them when it fails; a reason may describe the
+    customer)."""
     from rq import Retry
 
-    queue.enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id, reason=reason, by=by,
+    queue.enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id,
                   job_timeout=600, retry=Retry(max=5, interval=[10, 60, 300]),
                   result_ttl=3600, failure_ttl=7 * 86400)
 

@@ -1,16 +1,19 @@
 """The business's web console under /console/: server-rendered pages (Jinja2), no build step.
 
-Sign-in takes a tenant token (the admin API's); the session lives in Redis under a random id
-held in an HttpOnly, SameSite=Strict cookie (Secure over HTTPS), 8 hours. Every form carries
-the session's CSRF token, compared in constant time; the sign-in form uses a double-submit
-cookie. Pages act only on the session's tenant: an id of another tenant's conversation, fact
-or appointment is "not found". The work is done by bot/admin/service.py, as for the API.
+Sign-in takes a tenant token (the admin API's); the session lives in Redis under the hash of a
+random id held in an HttpOnly, SameSite=Strict cookie (Secure over HTTPS), 8 hours. Every
+form carries the session's CSRF token, compared in constant time; the sign-in form uses a
+double-submit cookie. Failed sign-ins are limited per client address and per tenant
+(bot/guard.py: 429 with Retry-After). Pages act only on the session's tenant: an id of
+another tenant's conversation, fact or appointment is "not found". Forms are read within
+bounds (bot/bodies.py), after the session is checked. While Redis or the database is down a
+page answers 503 with a readable page. The work is done by bot/admin/service.py, as for the
+API.
 """
 
 import hmac
 import json
 import re
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -21,17 +24,22 @@ from zoneinfo import ZoneInfo
 import jinja2
 import structlog
 from aiohttp import web
+from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
+from bot import guard
 from bot.admin import service
 from bot.admin.api import clean_text, lock_tenant, run_admin
 from bot.admin.service import AdminError
+from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock
+from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from storage import delivery
 from storage.db import session_scope
+from storage.keys import console_session_key
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
     WEEKDAYS,
@@ -88,7 +96,7 @@ PageResult = tuple[str, dict[str, Any]] | Redirect
 # -- sessions ---------------------------------------------------------------------------------
 
 def _key(request: web.Request, sid: str) -> str:
-    return f"{request.app[SETTINGS].redis_prefix}:console:{sid}"
+    return console_session_key(request.app[SETTINGS].redis_prefix, sid)
 
 
 def _load_session(request: web.Request) -> tuple[str, dict[str, Any]] | None:
@@ -161,7 +169,7 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
         sid, state = loaded
         form: dict[str, Any] = {}
         if request.method == "POST":
-            posted = await request.post()
+            posted = await read_form(request, FORM_BODY_BYTES)
             form = {k: (posted.getall(k) if k == "services" else posted.get(k))
                     for k in posted}
             if not _csrf_ok(state.get("csrf", ""), form):
@@ -171,11 +179,8 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
                        if isinstance(v, str | list)}
         if clean_text(text_fields, "form") or clean_text(dict(request.match_info), "path"):
             return web.Response(status=400, text="invalid characters in the form")
-        try:
-            result, tenant_view = await run_admin(request.app, _run, request, state, form, handler,
-                                                          name)
-        except OperationalError:
-            return web.Response(status=503, text="database unavailable; try again")
+        result, tenant_view = await run_admin(request.app, _run, request, state, form, handler,
+                                              name)
         if result is None:  # the token was revoked or the tenant is gone
             await run_admin(request.app, request.app[REDIS].delete, _key(request, sid))
             raise web.HTTPSeeOther("/console/login")
@@ -193,7 +198,44 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
             "t": texts_for(lang), "lang": lang, "page": name, "tenant": tenant_view,
             "csrf": state["csrf"], "path": request.path_qs, "flash": flash,
             "flash_bad": flash_bad, **context}, status=int(context.pop("status", 200)))
-    return handle
+    return guarded(handle)
+
+
+Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
+UNAVAILABLE_RETRY_SECONDS = 30
+
+
+def guarded(handler: Answer) -> Answer:
+    """`handler` with Redis or the database down answered 503 with a readable page (in the
+    language asked for with `?lang=`, else pt-BR: the session, in Redis, may be out of
+    reach)."""
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (RedisError, OperationalError) as exc:
+            store = "redis" if isinstance(exc, RedisError) else "database"
+            log.error("console_store_unavailable", store=store, error=type(exc).__name__)
+            return _message(request, "unavailable", status=503,
+                            headers={"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)})
+    return answer
+
+
+def _message(request: web.Request, text: str, *, status: int,
+             headers: dict[str, str] | None = None) -> web.Response:
+    """A page with one sentence of texts.py, signed out (no navigation)."""
+    lang = _requested_language(request)
+    t = texts_for(lang)
+    response = _render(request, "message.html", {
+        "t": t, "lang": lang, "page": "sign_in", "tenant": None, "csrf": "",
+        "path": request.path, "flash": "", "flash_bad": False, "message": t[text]},
+        status=status)
+    response.headers.update(headers or {})
+    return response
+
+
+def _requested_language(request: web.Request) -> str:
+    lang = request.query.get("lang", "pt-BR")
+    return lang if lang in LANGUAGES else "pt-BR"
 
 
 def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
@@ -242,30 +284,48 @@ def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
 # -- sign in and out --------------------------------------------------------------------------
 
 async def login_form(request: web.Request) -> web.Response:
-    lang = request.query.get("lang", "pt-BR")
-    lang = lang if lang in LANGUAGES else "pt-BR"
-    nonce = secrets.token_urlsafe(24)
+    lang = _requested_language(request)
+    return _login_page(request, lang, texts_for(lang)["bad_token"]
+                       if request.query.get("failed") else "")
+
+
+def _login_page(request: web.Request, lang: str, error: str, *,
+                status: int = 200) -> web.Response:
+    """The sign-in form with a fresh double-submit CSRF token (in the form and a cookie)."""
+    nonce = mint(CSRF_TOKEN)
     response = _render(request, "login.html", {
         "t": texts_for(lang), "lang": lang, "page": "sign_in", "tenant": None, "csrf": nonce,
-        "path": request.path, "flash": "", "flash_bad": False,
-        "error": texts_for(lang)["bad_token"] if request.query.get("failed") else ""})
+        "path": request.path, "flash": "", "flash_bad": False, "error": error},
+        status=status)
     _set_cookie(request, response, LOGIN_COOKIE, nonce, 900)
     return response
 
 
 async def login(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    """Sign in with a tenant token. Refused before it is looked at while the client or the
+    tenant it names used up its failed attempts (429); a wrong token counts as one."""
+    form = await read_form(request, SIGN_IN_BODY_BYTES)
     if not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), dict(form)):
         return web.Response(status=403, text=texts_for("pt-BR")["forbidden"])
     token = str(form.get("token", "")).strip()
+    address = guard.client_address(request)
+    wait = await run_admin(request.app, guard.wait_seconds, request.app, address, token)
+    if wait:
+        log.warning("console_sign_in_throttled", retry_after=wait)
+        t = texts_for("pt-BR")
+        response = _login_page(request, "pt-BR", t["too_many_attempts"].format(
+            minutes=-(-wait // 60)), status=429)
+        response.headers["Retry-After"] = str(wait)
+        return response
     found = (await run_admin(request.app, _token_row, request, token)
              if 0 < len(token) < 512 else None)
     if found is None:
+        await run_admin(request.app, guard.count_failure, request.app, address, token)
         log.warning("console_sign_in_refused")
         raise web.HTTPSeeOther("/console/login?failed=1")
     token_id, tenant_id, language = found
-    sid = secrets.token_urlsafe(32)
-    state = {"tenant_id": tenant_id, "token_id": token_id, "csrf": secrets.token_urlsafe(32),
+    sid = mint(SESSION_ID)
+    state = {"tenant_id": tenant_id, "token_id": token_id, "csrf": mint(CSRF_TOKEN),
              "lang": "en" if language == "en" else "pt-BR"}
     await run_admin(request.app, _save_session, request, sid, state)
     log.info("console_signed_in", tenant_id=tenant_id)
@@ -290,7 +350,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
     loaded = await run_admin(request.app, _load_session, request)
     if loaded is not None:
         sid, state = loaded
-        form = await request.post()
+        form = await read_form(request, FORM_BODY_BYTES)
         if not _csrf_ok(state.get("csrf", ""), dict(form)):
             return web.Response(status=403, text=texts_for(state.get("lang", ""))["forbidden"])
         await run_admin(request.app, request.app[REDIS].delete, _key(request, sid))
@@ -485,8 +545,7 @@ def reject(p: Page) -> PageResult:
     fact_id, reason = _fact_id(p), str(p.form.get("reason", ""))[:500]
     service.reject_fact(p.session, p.tenant, fact_id, by=_by(p), reason=reason, now=p.now)
     queue = p.request.app[TURN_QUEUE]
-    p.after_commit.append(lambda: service.enqueue_rejection(queue, fact_id, reason=reason,
-                                                            by=_by(p)))
+    p.after_commit.append(lambda: service.enqueue_rejection(queue, fact_id))
     return Redirect("/console/review", p.t["rejected"])
 
 
@@ -607,8 +666,8 @@ def setup_console(app: web.Application) -> None:
     app[CONSOLE_ENV] = _environment()
     app.router.add_get("/console", _redirect_home)
     app.router.add_get("/console/login", login_form)
-    app.router.add_post("/console/login", login)
-    app.router.add_post("/console/logout", logout)
+    app.router.add_post("/console/login", guarded(login))
+    app.router.add_post("/console/logout", guarded(logout))
     pages: list[tuple[str, str, str, Handler]] = [
         ("GET", "/console/", "home", home),
         ("POST", "/console/language", "home", set_language),

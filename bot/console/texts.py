@@ -79,6 +79,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "latest_messages": "Mostrando as últimas {shown} de {total} mensagens.",
         "last_reply": "Última resposta", "not_delivered": "não chegou ao cliente",
         "next_try": "nova tentativa às",
+        "unavailable": "O console está fora do ar por alguns instantes. Tente de novo em "
+                       "alguns minutos.",
+        "too_many_attempts": "Muitas tentativas com chave errada. Tente de novo em "
+                             "{minutes} min.",
     },
     "en": {
         "title": "Agent console",
@@ -155,6 +159,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "latest_messages": "Showing the last {shown} of {total} messages.",
         "last_reply": "Last reply", "not_delivered": "did not reach the customer",
         "next_try": "next try at",
+        "unavailable": "The console is down for a moment. Try again in a few minutes.",
+        "too_many_attempts": "Too many attempts with a wrong key. Try again in {minutes} min.",
     },
 }
 
