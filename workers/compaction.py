@@ -20,7 +20,6 @@ from storage import memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction
 from storage.models import Conversation, Tenant
-from workers.agent.context import context_block
 from workers.agent.loop import dump_content
 from workers.agent.window import (
     Stored,
@@ -166,7 +165,7 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
 
 def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: CompactionPlan,
            summary: str, *, expected: int, old_pruned: int) -> str:
-    from workers.facts import facts_block_lines
+    from workers.facts import render_context_block
 
     boundary = prune_boundary(plan.kept, keep_user_turns=tenant.prune_after_user_turns)
     with session_scope(runtime.engine) as session:
@@ -177,8 +176,7 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
             session, conversation_id, expected_summarized_until_id=expected, summary=summary,
             summarized_until_id=plan.covered[-1].id,
             pruned_until_id=memory.id_at_position(session, conversation_id, pruned_position),
-            context_block=context_block(facts_block_lines(session, conversation.contact_id),
-                                        summary))
+            context_block=render_context_block(session, conversation.contact_id, summary))
     if not applied:
         log.warning("compaction_superseded")
         return "superseded"

@@ -22,7 +22,7 @@ from storage import facts as fact_repo
 from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
 from storage.jobs import enqueue_facts
-from storage.models import ContactFact, Conversation, ErasureReceipt, Message, Tenant
+from storage.models import Contact, ContactFact, Conversation, ErasureReceipt, Message, Tenant
 from workers.agent.context import context_block
 from workers.agent.facts_rules import (
     Proposal,
@@ -154,6 +154,16 @@ def facts_block_lines(session: Session, contact_id: int,
         keys = resolve_keys(contact_tenant.fact_keys) if contact_tenant else {}
     return render_fact_lines(((f.key, f.value, f.state, f.review_at) for f in
                               fact_repo.for_context(session, contact_id, now, keys)), now)
+
+
+def render_context_block(session: Session, contact_id: int, summary: str,
+                         keys: dict[str, FactKey] | None = None) -> str:
+    """system[1] for a contact now (DESIGN.md, Context block): the WhatsApp profile name (what
+    the customer chose to be shown, not a fact), the facts in context and the summary, each
+    rendered by `context.data_text`. The one place the block is built from stored data."""
+    contact = session.get(Contact, contact_id)
+    return context_block(facts_block_lines(session, contact_id, keys), summary,
+                         profile_name=contact.profile_name if contact else None)
 
 
 def extract_facts(conversation_id: int, attempt: int = 1) -> str:
@@ -323,8 +333,8 @@ def _apply_forget(runtime: Runtime, fact_id: int, key: str, value: str, contact_
                 conversation.summary = rewritten[conversation.id]
             if conversation.status == "open":
                 conversation.status, conversation.closed_at = "closed", now
-            conversation.context_block = context_block(
-                facts_block_lines(session, contact_id, keys), conversation.summary)
+            conversation.context_block = render_context_block(session, contact_id,
+                                                              conversation.summary, keys)
             session.add(conversation)
         counts = {"facts": 1, "summaries_rederived": len(rewritten)}
         session.add(ErasureReceipt(tenant_id=tenant_id, scope="fact", counts=counts,
