@@ -35,6 +35,10 @@ class Tenant(SQLModel, table=True):
     agent_model: str = Field(default="claude-sonnet-5-5", max_length=64)
     summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
     slot_granularity_minutes: int = 30
+    # booking limits (workers/agent/tools/scheduling.py): how far ahead, how soon, how many
+    booking_horizon_days: int = 90
+    booking_notice_minutes: int = 60
+    max_upcoming_bookings: int = 5  # per contact
     retention_days: int = 180
     followup_template: str = Field(default="", max_length=512)
     # set when the Graph API rejected the access token (190): nothing is sent until resumed

@@ -143,6 +143,12 @@ class TenantSettings(_Strict):
     agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
     summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
     slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
+    booking_horizon_days: int | None = Field(
+        None, ge=1, le=3650, description="bookings open at most this many days ahead")
+    booking_notice_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="a booking starts at least this long after now")
+    max_upcoming_bookings: int | None = Field(
+        None, ge=1, le=1000, description="upcoming bookings one customer may hold at once")
     retention_days: int | None = Field(None, ge=1, le=36_500)
     followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
                                           description="approved template sent when the "

@@ -1,7 +1,9 @@
 """Slots and the scheduling tools: opening hours, timezone, the past, overlaps, authority."""
 
+import re
 import threading
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -38,9 +40,9 @@ def test_a_booking_must_fit_one_opening_interval() -> None:
     assert fits_opening_hours(start, timedelta(minutes=30), SP, hours)
 
 
-def _setup(engine: Engine, contacts: int = 2) -> list[tuple[int, int]]:
+def _setup(engine: Engine, contacts: int = 2, **tenant_keys: Any) -> list[tuple[int, int]]:
     with session_scope(engine) as session:
-        tenant = upsert_tenant(session, TENANT, now=NOW)
+        tenant = upsert_tenant(session, {**TENANT, **tenant_keys}, now=NOW)
         pairs = []
         for n in range(contacts):
             contact = Contact(tenant_id=tenant.id, wa_id=f"55119999900{n:02d}", created_at=NOW)
@@ -157,3 +159,77 @@ def test_malformed_inputs_are_errors_not_crashes(engine: Engine) -> None:
     ]):
         text, is_error = execute_tool(_ctx(engine, a, ca, f"m{i}"), name, args)
         assert is_error and text
+
+
+@pytest.mark.parametrize("start, reason", [
+    ("2026-06-01T15:07", "15:07 is not a start time: appointments start every 30 minutes "
+                         "from 09:00"),
+    ("2099-06-02T14:00", "too far ahead: the business takes bookings at most 90 days ahead "
+                         "(until 2026-08-30)"),
+    ("2026-08-31T10:00", "too far ahead"),
+    ("2026-06-01T10:30", "too soon: the business takes bookings at least 60 minutes ahead "
+                         "(not before Mon 2026-06-01 11:00)"),
+])
+def test_booking_limits_refuse_with_a_reason_the_model_can_explain(
+        engine: Engine, start: str, reason: str) -> None:
+    """The attack run's bookings: 15:07 off the 30-minute grid, a date in 2099, and a time
+    inside the minimum notice. Each is a tool error saying why."""
+    (a, ca), _ = _setup(engine)
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                                  {"service": "corte", "start": start})
+    assert is_error and reason in text, text
+    for edge in ("2026-06-01T11:00", "2026-08-29T12:00"):  # the limits themselves are bookable
+        assert not execute_tool(_ctx(engine, a, ca, f"ok-{edge}"), "book_appointment",
+                                {"service": "corte", "start": edge})[1]
+
+
+def test_one_response_cannot_fill_the_agenda(engine: Engine) -> None:
+    """26 bookings in one model response (the attack run): the customer gets the tenant's
+    limit of upcoming bookings, the rest are refused; a move does not count twice."""
+    (a, ca), _ = _setup(engine)
+    free = [f"{day}T{hour:02d}:00" for day in ("2026-06-02", "2026-06-08", "2026-06-09")
+            for hour in range(9, 18)][:26]
+    results = [execute_tool(_ctx(engine, a, ca, f"t{i}"), "book_appointment",
+                            {"service": "corte", "start": start})
+               for i, start in enumerate(free)]
+    booked = [text for text, is_error in results if not is_error]
+    refused = [text for text, is_error in results if is_error]
+    assert len(booked) == 5 and len(refused) == 21
+    assert all("already has 5 upcoming appointments" in text for text in refused), refused[0]
+    moved, is_error = execute_tool(_ctx(engine, a, ca, "m1"), "reschedule_appointment",
+                                   {"appointment_id": 1, "start": "2026-06-09T16:00"})
+    assert not is_error, moved
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Appointment).where(
+            Appointment.status == "booked")).all()) == 5
+
+
+def test_the_limits_are_tenant_settings(engine: Engine) -> None:
+    (a, ca), _ = _setup(engine, booking_notice_minutes=0, booking_horizon_days=400,
+                        max_upcoming_bookings=1, slot_granularity_minutes=15)
+    for tool_id, start in (("t1", "2026-06-01T10:15"), ("t2", "2027-06-01T09:00")):
+        text, is_error = execute_tool(_ctx(engine, a, ca, tool_id), "book_appointment",
+                                      {"service": "corte", "start": start})
+        assert (tool_id, is_error) in (("t1", False), ("t2", True)), text
+    assert "the most the business allows at once (1)" in text
+
+
+def test_every_offered_slot_can_be_booked_and_none_inside_the_notice(engine: Engine) -> None:
+    """find_available_slots offers only what book_appointment takes: on the grid from the
+    opening (09:15 here), after the notice, within the horizon."""
+    pairs = _setup(engine, contacts=24, hours={"mon": ["09:15-18:00"]})
+    text, is_error = execute_tool(_ctx(engine, *pairs[0], "f1"), "find_available_slots",
+                                  {"service": "corte", "date": "2026-06-01"})
+    assert not is_error
+    times = re.findall(r"(\d{2}:\d{2}) julia", text)
+    assert times[0] == "11:15" and all(t[3:] in ("15", "45") for t in times), text
+    for n, time in enumerate(times):
+        booked, is_error = execute_tool(_ctx(engine, *pairs[n], f"b{n}"), "book_appointment",
+                                        {"service": "corte", "start": f"2026-06-01T{time}"})
+        assert not is_error or "no longer free" in booked, booked
+    far, is_error = execute_tool(_ctx(engine, *pairs[0], "f2"), "find_available_slots",
+                                 {"service": "corte", "date": "2026-09-07"})
+    assert is_error and "at most 90 days ahead (until 2026-08-30)" in far
+    edge, _ = execute_tool(_ctx(engine, *pairs[0], "f3"), "find_available_slots",
+                           {"service": "corte", "date": "2026-08-24", "date_to": "2026-09-04"})
+    assert "2026-08-24" in edge and "2026-08-31" not in edge

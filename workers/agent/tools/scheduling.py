@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from storage.db import is_postgres, session_scope
 from storage.models import (
@@ -26,7 +26,14 @@ from storage.models import (
     ToolCall,
 )
 from workers.agent.tools.base import ToolContext, ToolError
-from workers.agent.tools.slots import Slot, compute_slots, fits_opening_hours, overlaps
+from workers.agent.tools.slots import (
+    Slot,
+    compute_slots,
+    on_grid,
+    opening_interval,
+    overlaps,
+    too_soon,
+)
 
 MAX_SLOTS_LISTED = 24
 MAX_RANGE_DAYS = 14
@@ -50,7 +57,8 @@ TOOLS: list[dict[str, Any]] = sorted([
          "appointment_id": {"type": "integer"}}, "required": ["appointment_id"]}},
     {"name": "find_available_slots",
      "description": "Free start times for a service on a date or a date range (at most 14 "
-                    "days), optionally with one professional. Never returns past times.",
+                    "days), optionally with one professional. Only times the business takes: "
+                    "never past, too soon or too far ahead.",
      "input_schema": {"type": "object", "properties": {
          "service": {"type": "string", "description": "Service code"},
          "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
@@ -136,9 +144,12 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
         first if args.get("date") else first + timedelta(days=DEFAULT_RANGE_DAYS - 1))
     if last < first or (last - first).days >= MAX_RANGE_DAYS:
         raise ToolError(f"date_to must be on or after date and at most {MAX_RANGE_DAYS} days on")
-    first = max(first, today)
+    tenant = _tenant(session, ctx.tenant_id)
+    first, last = max(first, today), min(last, _last_bookable_day(tenant, today))
+    if first > last:
+        raise ToolError(_too_far(tenant, today))
     pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
-    slots = _free_slots(session, ctx, service, pros, first, last)
+    slots = _free_slots(session, ctx, tenant, service, pros, first, last)
     if not slots:
         return (f"No free slots for {service.name} between {first.isoformat()} and "
                 f"{last.isoformat()}.")
@@ -210,13 +221,14 @@ def tools_for(fact_keys: list[str]) -> list[dict[str, Any]]:
 
 def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,
            professional: Any) -> Appointment:
-    """Check and insert in this transaction; raises ToolError when the time is not bookable."""
-    if start <= ctx.now:
-        raise ToolError("that time is in the past; offer a future slot")
+    """Check and insert in this transaction; raises ToolError when the time is not bookable:
+    past, sooner than the tenant's notice, beyond its horizon, outside the opening hours, off
+    the slot grid, the customer already at the tenant's limit of upcoming bookings, or taken.
+    Each message says why, so the model can explain it in the customer's words."""
+    tenant = _tenant(session, ctx.tenant_id)
+    _check_time(session, ctx, tenant, service, start)
+    _check_upcoming(session, ctx, tenant)
     duration = timedelta(minutes=service.duration_minutes)
-    if not fits_opening_hours(start, duration, ctx.timezone, _hours(session, ctx.tenant_id),
-                              _exceptions(session, ctx.tenant_id)):
-        raise ToolError("that time is outside the opening hours; use find_available_slots")
     for pro in _candidates(session, ctx.tenant_id, service, professional):
         assert pro.id is not None and service.id is not None
         _lock_professional(session, pro.id)
@@ -234,6 +246,62 @@ def _place(session: Session, ctx: ToolContext, service: Service, start: datetime
     raise ToolError("that time is no longer free; call find_available_slots again")
 
 
+def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
+                start: datetime) -> None:
+    """The start time rules of README "Scheduling tools": the same ones find_available_slots
+    applies, so a slot it offered is never refused for its time."""
+    if start <= ctx.now:
+        raise ToolError("that time is in the past; offer a future slot")
+    notice = timedelta(minutes=tenant.booking_notice_minutes)
+    if too_soon(start, ctx.now, notice):
+        earliest = (ctx.now + notice).astimezone(ctx.timezone)
+        raise ToolError(f"that time is too soon: the business takes bookings at least "
+                        f"{tenant.booking_notice_minutes} minutes ahead (not before "
+                        f"{earliest:%a %Y-%m-%d %H:%M}); offer a later slot")
+    today = ctx.now.astimezone(ctx.timezone).date()
+    if start.astimezone(ctx.timezone).date() > _last_bookable_day(tenant, today):
+        raise ToolError(_too_far(tenant, today))
+    duration = timedelta(minutes=service.duration_minutes)
+    interval = opening_interval(start, duration, ctx.timezone, _hours(session, ctx.tenant_id),
+                                _exceptions(session, ctx.tenant_id))
+    if interval is None:
+        raise ToolError("that time is outside the opening hours; use find_available_slots")
+    step = timedelta(minutes=tenant.slot_granularity_minutes)
+    if not on_grid(start, interval, step):
+        opens = interval[0].astimezone(ctx.timezone)
+        raise ToolError(f"{start.astimezone(ctx.timezone):%H:%M} is not a start time: "
+                        f"appointments start every {tenant.slot_granularity_minutes} minutes "
+                        f"from {opens:%H:%M}; offer a time find_available_slots returned")
+
+
+def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
+    """At most `max_upcoming_bookings` booked and still ahead per customer (a move cancels the
+    old booking first, so it never counts twice)."""
+    upcoming = session.exec(select(func.count()).select_from(Appointment).where(
+        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+        Appointment.status == "booked", col(Appointment.start_at) > ctx.now)).one()
+    if upcoming >= tenant.max_upcoming_bookings:
+        raise ToolError(f"this customer already has {upcoming} upcoming appointments, the most "
+                        f"the business allows at once ({tenant.max_upcoming_bookings}); one "
+                        "must be cancelled or moved before booking another")
+
+
+def _last_bookable_day(tenant: Tenant, today: date) -> date:
+    return today + timedelta(days=tenant.booking_horizon_days)
+
+
+def _too_far(tenant: Tenant, today: date) -> str:
+    return (f"that date is too far ahead: the business takes bookings at most "
+            f"{tenant.booking_horizon_days} days ahead (until "
+            f"{_last_bookable_day(tenant, today).isoformat()}); ask for an earlier date")
+
+
+def _tenant(session: Session, tenant_id: int) -> Tenant:
+    tenant = session.get(Tenant, tenant_id)
+    assert tenant is not None
+    return tenant
+
+
 def _lock_professional(session: Session, professional_id: int) -> None:
     bind = session.get_bind()
     if is_postgres(bind):  # type: ignore[arg-type]
@@ -241,11 +309,9 @@ def _lock_professional(session: Session, professional_id: int) -> None:
                      .with_for_update()).first()
 
 
-def _free_slots(session: Session, ctx: ToolContext, service: Service,
+def _free_slots(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
                 pros: list[Professional], first: date, last: date) -> list[Slot]:
     days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    tenant = session.get(Tenant, ctx.tenant_id)
-    assert tenant is not None
     ids = [p.id for p in pros if p.id is not None]
     window_start = datetime.combine(first, datetime.min.time(), ctx.timezone)
     busy = _busy(session, ids, window_start, window_start + timedelta(days=len(days) + 1))
@@ -253,7 +319,8 @@ def _free_slots(session: Session, ctx: ToolContext, service: Service,
                          duration=timedelta(minutes=service.duration_minutes),
                          step=timedelta(minutes=tenant.slot_granularity_minutes),
                          professional_ids=ids, busy=busy, now=ctx.now,
-                         exceptions=_exceptions(session, ctx.tenant_id))
+                         exceptions=_exceptions(session, ctx.tenant_id),
+                         notice=timedelta(minutes=tenant.booking_notice_minutes))
 
 
 def _busy(session: Session, professional_ids: list[int], since: datetime,
