@@ -14,8 +14,8 @@ from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
-from workers.agent.tools.base import ToolContext
-from workers.agent.tools.scheduling import execute_tool
+from workers.agent.tools.base import MAX_RESULT_CHARS, ToolContext
+from workers.agent.tools.scheduling import SERVICES_CHARS, execute_tool
 from workers.agent.tools.slots import compute_slots, fits_opening_hours
 
 SP = ZoneInfo("America/Sao_Paulo")
@@ -233,3 +233,65 @@ def test_every_offered_slot_can_be_booked_and_none_inside_the_notice(engine: Eng
     edge, _ = execute_tool(_ctx(engine, *pairs[0], "f3"), "find_available_slots",
                            {"service": "corte", "date": "2026-08-24", "date_to": "2026-09-04"})
     assert "2026-08-24" in edge and "2026-08-31" not in edge
+
+
+def _big_catalogue() -> dict[str, Any]:
+    """A catalogue at the limits the admin API accepts: 200 services and 100 professionals,
+    every name 200 characters, every code 64, everyone doing everything (4 MB of result)."""
+    services = [{"code": f"s{n:03d}".ljust(64, "x"), "name": f"Serviço {n} ".ljust(200, "é"),
+                 "duration_minutes": 30} for n in range(200)]
+    codes = [s["code"] for s in services]
+    return {"services": services,
+            "professionals": [{"code": f"p{n:03d}".ljust(64, "y"),
+                               "name": f"Profissional {n} ".ljust(200, "ã"), "services": codes}
+                              for n in range(100)],
+            "hours": {"mon": ["09:00-18:00"], "tue": ["09:00-18:00"]}}
+
+
+def test_list_services_is_bounded_says_what_it_left_out_and_searches(engine: Engine) -> None:
+    (a, ca), _ = _setup(engine, **_big_catalogue())
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "list_services", {})
+    assert not is_error and len(text) <= SERVICES_CHARS, len(text)
+    shown = text.count("\n- ") + text.startswith("- ")
+    assert f"({200 - shown} more left out; call list_services with a query" in text
+    assert "and 97 more)" in text, "who does it: three names and a count"
+    found, _ = execute_tool(_ctx(engine, a, ca, "t2"), "list_services", {"query": "Serviço 187"})
+    assert found.count("\n- ") == 1 and "s187" in found
+    nothing, _ = execute_tool(_ctx(engine, a, ca, "t3"), "list_services", {"query": "z" * 5000})
+    assert len(nothing) < 200 and "No service matches" in nothing
+
+
+def test_every_tool_result_is_bounded_whatever_the_model_sends(engine: Engine) -> None:
+    """Errors that echo the model's input, the code lists they name, and every result stay
+    under their bounds with the largest catalogue the API accepts."""
+    (a, ca), _ = _setup(engine, **_big_catalogue())
+    huge = "ç" * 100_000
+    service = "s000".ljust(64, "x")
+    calls = [("list_services", {"query": huge}), (huge, {}),
+             ("find_available_slots", {"service": huge}),
+             ("find_available_slots", {"service": service, "date": huge}),
+             ("find_available_slots", {"service": service, "date": "2026-06-02"}),
+             ("book_appointment", {"service": service, "start": huge}),
+             ("book_appointment", {"service": service, "start": "2026-06-02T10:00",
+                                   "professional": huge}),
+             ("cancel_appointment", {"appointment_id": 10**30}),
+             ("list_my_appointments", {}), ("remember_fact", {"key": huge, "value": huge})]
+    for n, (name, args) in enumerate(calls):
+        text, _ = execute_tool(_ctx(engine, a, ca, f"t{n}"), name, args)
+        assert len(text) <= MAX_RESULT_CHARS, (name, len(text))
+        assert huge[:100] not in text, name
+    unknown, _ = execute_tool(_ctx(engine, a, ca, "u"), "book_appointment",
+                              {"service": huge, "start": "2026-06-02T10:00"})
+    assert "and 180 more" in unknown and len(unknown) < 1800
+
+
+def test_list_my_appointments_lists_the_next_ten_and_counts_the_rest(engine: Engine) -> None:
+    (a, ca), _ = _setup(engine)
+    with session_scope(engine) as session:  # bookings made before the limit existed
+        for day in range(30):
+            start = NOW + timedelta(days=day + 1)
+            session.add(Appointment(tenant_id=1, contact_id=a, service_id=1, professional_id=1,
+                                    start_at=start, end_at=start + timedelta(hours=1),
+                                    created_at=NOW))
+    text, _ = execute_tool(_ctx(engine, a, ca, "l1"), "list_my_appointments", {})
+    assert text.count("\n- ") == 10 and "(20 more left out: the next 10 are shown)" in text

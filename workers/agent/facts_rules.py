@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from storage.fact_keys import DEFAULT_KEYS, KINDS, FactKey, resolve_keys  # noqa: F401
+from workers.agent.tools.base import echo
 
 MAX_VALUE_CHARS = 80
 MAX_FACTS_IN_CONTEXT = 20
@@ -46,7 +47,7 @@ def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id
     """
     key = keys.get(proposal.key)
     if key is None:
-        return f"key {proposal.key!r} is not allowed for this business"
+        return f"key {echo(proposal.key)} is not allowed for this business"
     value = proposal.value.strip() if isinstance(proposal.value, str) else ""
     if not value:
         return "empty value"

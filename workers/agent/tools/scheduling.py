@@ -25,7 +25,16 @@ from storage.models import (
     Tenant,
     ToolCall,
 )
-from workers.agent.tools.base import ToolContext, ToolError
+from workers.agent.tools.base import (
+    NAME_CHARS,
+    ToolContext,
+    ToolError,
+    backstop,
+    bounded,
+    clip,
+    echo,
+    some_codes,
+)
 from workers.agent.tools.slots import (
     Slot,
     compute_slots,
@@ -38,6 +47,11 @@ from workers.agent.tools.slots import (
 MAX_SLOTS_LISTED = 24
 MAX_RANGE_DAYS = 14
 DEFAULT_RANGE_DAYS = 7
+# The bounds of the results (README, Scheduling tools); MAX_RESULT_CHARS backs them all
+SERVICES_CHARS = 3000  # list_services: lines until this, then "N more left out"
+PROFESSIONALS_NAMED = 3  # names of who does a service in a list_services line
+APPOINTMENTS_LISTED = 10  # list_my_appointments
+MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
 _LOCAL_TIME = {"type": "string",
                "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
@@ -69,8 +83,11 @@ TOOLS: list[dict[str, Any]] = sorted([
      "description": "This customer's upcoming booked appointments.",
      "input_schema": {"type": "object", "properties": {}}},
     {"name": "list_services",
-     "description": "The services offered, their codes, durations and professionals.",
-     "input_schema": {"type": "object", "properties": {}}},
+     "description": "The services offered, their codes, durations and professionals. A long "
+                    "catalogue is listed in part: search it with query.",
+     "input_schema": {"type": "object", "properties": {
+         "query": {"type": "string",
+                   "description": "Part of a service's name or code (optional: all)"}}}},
     {"name": "reschedule_appointment",
      "description": "Move one of this customer's upcoming appointments to a new free start "
                     "time (same service).",
@@ -94,13 +111,14 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any) -> tuple[str, boo
             return done.result, done.is_error
     try:
         with session_scope(ctx.engine) as session:
-            text = _dispatch(session, ctx, name, tool_input)
+            text = backstop(_dispatch(session, ctx, name, tool_input))
             _record(session, ctx, name, tool_input, text, is_error=False)
             return text, False
     except ToolError as exc:
         with session_scope(ctx.engine) as session:
-            _record(session, ctx, name, tool_input, str(exc), is_error=True)
-        return str(exc), True
+            text = backstop(str(exc))
+            _record(session, ctx, name, tool_input, text, is_error=True)
+        return text, True
     except IntegrityError:  # the same tool_use id ran concurrently: its record wins
         with session_scope(ctx.engine) as session:
             done = session.exec(select(ToolCall).where(
@@ -118,22 +136,36 @@ def _record(session: Session, ctx: ToolContext, name: str, tool_input: Any, text
 def _dispatch(session: Session, ctx: ToolContext, name: str, tool_input: Any) -> str:
     handler = HANDLERS.get(name)
     if handler is None:
-        raise ToolError(f"unknown tool {name!r}; available: {', '.join(HANDLERS)}")
+        raise ToolError(f"unknown tool {echo(name)}; available: {', '.join(HANDLERS)}")
     if not isinstance(tool_input, dict):
         raise ToolError("tool input must be a JSON object")
     return handler(session, ctx, tool_input)
 
 
-def list_services(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
+def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    """One line per service, at most SERVICES_CHARS in all; `query` narrows the list."""
     services = _services(session, ctx.tenant_id)
     if not services:
         return "No services are configured."
+    query = args.get("query")
+    if isinstance(query, str) and query.strip():
+        wanted = query.strip().casefold()
+        services = [s for s in services if wanted in s.code.casefold()
+                    or wanted in s.name.casefold()]
+        if not services:
+            return f"No service matches {echo(query)}; call list_services without a query."
     pros = _professionals(session, ctx.tenant_id)
-    lines = []
-    for s in services:
-        names = ", ".join(p.name for p in pros if s.code in p.service_codes) or "nobody"
-        lines.append(f"- {s.code}: {s.name}, {s.duration_minutes} min (with {names})")
-    return "Services:\n" + "\n".join(lines)
+    lines = [f"- {s.code}: {clip(s.name, NAME_CHARS)}, {s.duration_minutes} min (with "
+             f"{_who(s, pros)})" for s in services]
+    return bounded("Services:", lines, max_chars=SERVICES_CHARS,
+                   left_out="call list_services with a query to search them by name")
+
+
+def _who(service: Service, pros: list[Professional]) -> str:
+    names = [clip(p.name, NAME_CHARS) for p in pros if service.code in p.service_codes]
+    extra = len(names) - PROFESSIONALS_NAMED
+    return (", ".join(names[:PROFESSIONALS_NAMED]) or "nobody") + (
+        f" and {extra} more" if extra > 0 else "")
 
 
 def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -151,7 +183,7 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
     pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
     slots = _free_slots(session, ctx, tenant, service, pros, first, last)
     if not slots:
-        return (f"No free slots for {service.name} between {first.isoformat()} and "
+        return (f"No free slots for {service.code} between {first.isoformat()} and "
                 f"{last.isoformat()}.")
     return _format_slots(slots, {p.id: p for p in pros}, ctx.timezone, service)
 
@@ -164,14 +196,19 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
-    rows = session.exec(select(Appointment).where(
-        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
-        Appointment.status == "booked", col(Appointment.start_at) > ctx.now,
-    ).order_by(col(Appointment.start_at))).all()
+    """The next APPOINTMENTS_LISTED bookings, then how many more there are."""
+    upcoming = (Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+                Appointment.status == "booked", col(Appointment.start_at) > ctx.now)
+    rows = session.exec(select(Appointment).where(*upcoming).order_by(
+        col(Appointment.start_at)).limit(APPOINTMENTS_LISTED)).all()
     if not rows:
         return "This customer has no upcoming appointments."
-    return "Upcoming appointments:\n" + "\n".join(
-        "- " + _describe(session, a, ctx.timezone) for a in rows)
+    lines = ["Upcoming appointments:", *("- " + _describe(session, a, ctx.timezone)
+                                        for a in rows)]
+    total = session.exec(select(func.count()).select_from(Appointment).where(*upcoming)).one()
+    if total > len(rows):
+        lines.append(f"({total - len(rows)} more left out: the next {len(rows)} are shown)")
+    return "\n".join(lines)
 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -350,7 +387,8 @@ def _format_slots(slots: list[Slot], pros: dict[int | None, Professional], tz: Z
 
 
 def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Appointment:
-    if not isinstance(appointment_id, int) or isinstance(appointment_id, bool):
+    if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
+            or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
     appointment = session.get(Appointment, appointment_id)
     if (appointment is None or appointment.tenant_id != ctx.tenant_id
@@ -367,8 +405,10 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     pro = session.get(Professional, appointment.professional_id)
     local = appointment.start_at.astimezone(tz)
     end = appointment.end_at.astimezone(tz)
-    return (f"Appointment #{appointment.id}: {service.name if service else '?'} with "
-            f"{pro.name if pro else '?'} on {local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} "
+    what = clip(service.name, NAME_CHARS) if service else "?"
+    who = clip(pro.name, NAME_CHARS) if pro else "?"
+    return (f"Appointment #{appointment.id}: {what} with {who} on {local:%a %Y-%m-%d} "
+            f"{local:%H:%M}-{end:%H:%M} "
             f"({appointment.status})")
 
 
@@ -377,8 +417,8 @@ def _service(session: Session, tenant_id: int, code: Any) -> Service:
     for s in services:
         if isinstance(code, str) and code.strip().lower() in (s.code.lower(), s.name.lower()):
             return s
-    known = ", ".join(s.code for s in services) or "none"
-    raise ToolError(f"unknown service {code!r}; known service codes: {known}")
+    raise ToolError(f"unknown service {echo(code)}; known service codes: "
+                    f"{some_codes([s.code for s in services])}")
 
 
 def _candidates(session: Session, tenant_id: int, service: Service,
@@ -388,8 +428,8 @@ def _candidates(session: Session, tenant_id: int, service: Service,
         chosen = [p for p in pros if isinstance(code, str)
                   and code.strip().lower() in (p.code.lower(), p.name.lower())]
         if not chosen:
-            known = ", ".join(p.code for p in pros) or "none"
-            raise ToolError(f"professional {code!r} does not do {service.code}; who does: {known}")
+            raise ToolError(f"professional {echo(code)} does not do {service.code}; who does: "
+                            f"{some_codes([p.code for p in pros])}")
         return chosen
     if not pros:
         raise ToolError(f"nobody does {service.code} at the moment")
@@ -433,7 +473,7 @@ def _parse_date(value: Any, key: str) -> date:
     try:
         return date.fromisoformat(str(value))
     except ValueError:
-        raise ToolError(f"{key} must be YYYY-MM-DD, got {value!r}") from None
+        raise ToolError(f"{key} must be YYYY-MM-DD, got {echo(value)}") from None
 
 
 def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
@@ -441,7 +481,8 @@ def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
     try:
         parsed = datetime.fromisoformat(str(value).strip().replace(" ", "T"))
     except ValueError:
-        raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, got {value!r}") from None
+        raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, got {echo(value)}") \
+            from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=tz)
     return parsed.astimezone(ZoneInfo("UTC"))
