@@ -45,7 +45,7 @@ class Tenant(SQLModel, table=True):
     sending_paused_reason: str = Field(default="", max_length=500)
     followup_template_language: str = Field(default="pt_BR", max_length=16)
     # names of default keys or objects {"name", "kind", "validity_days", "review_days", "risk",
-    # "sensitive"}: workers/agent/facts_rules.py
+    # "sensitive", "shape"}: storage/fact_keys.py, workers/agent/facts_rules.py
     fact_keys: list[Any] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
 

@@ -123,6 +123,7 @@ class FactKeySpec(_Strict):
     review_days: int | None = Field(None, ge=1, le=36_500)
     risk: Literal["low", "high"] = "low"
     sensitive: bool = False
+    shape: Literal["text", "name", "period", "weekday", "service", "professional"] = "text"
 
 
 class TenantSettings(_Strict):
@@ -532,6 +533,13 @@ def list_professionals(session: Session, tenant_id: int) -> list[Professional]:
     return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                         col(Professional.active).is_(True))
                              .order_by(col(Professional.code))).all())
+
+
+def catalogue_names(session: Session,
+                    tenant_id: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The active services and professionals as code → name (what a fact may name)."""
+    return ({s.code: s.name for s in list_services(session, tenant_id)},
+            {p.code: p.name for p in list_professionals(session, tenant_id)})
 
 
 def list_hours(session: Session, tenant_id: int) -> list[OpeningHours]:

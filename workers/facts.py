@@ -23,10 +23,13 @@ from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
 from storage.jobs import enqueue_facts
 from storage.models import Contact, ContactFact, Conversation, ErasureReceipt, Message, Tenant
+from storage.tenants import catalogue_names
 from workers.agent.context import context_block
 from workers.agent.facts_rules import (
+    Catalogue,
     Proposal,
     SourceMessage,
+    describe_shape,
     fold,
     initial_state,
     render_fact_lines,
@@ -96,10 +99,12 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
         if proposal.source_message_id else None
     source = SourceMessage(message.id or 0, message.conversation_id, message.role,
                            message.direction) if message else None
-    reason = validate(proposal, keys=keys, conversation_id=conversation_id, source=source)
+    verdict = validate(proposal, keys=keys, catalogue=catalogue_of(session, tenant),
+                       conversation_id=conversation_id, source=source)
+    reason = verdict.reason
     if reason is None and session.exec(select(ErasureReceipt).where(
             ErasureReceipt.subject == forgotten_marker(contact_id, proposal.key,
-                                                       proposal.value.strip()))).first():
+                                                       verdict.value))).first():
         reason = "this value was forgotten at the customer's request"
     if reason is not None:
         log.info("fact_proposal", key=proposal.key[:64], origin=origin, outcome="rejected",
@@ -110,11 +115,16 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
     valid_until, review_at = validity(key, now)
     fact, outcome = fact_repo.record(session, ContactFact(
         tenant_id=tenant.id or 0, contact_id=contact_id, conversation_id=conversation_id,
-        key=key.name, value=proposal.value.strip(), state=initial_state(proposal, key),
+        key=key.name, value=verdict.value, state=initial_state(proposal, key),
         origin=origin, source_message_id=proposal.source_message_id, valid_from=now,
         valid_until=valid_until, review_at=review_at, created_at=now), now=now)
     log.info("fact_proposal", key=key.name, origin=origin, outcome=outcome, state=fact.state)
     return fact, outcome
+
+
+def catalogue_of(session: Session, tenant: Tenant) -> Catalogue:
+    """What the tenant's service and professional facts may name, now."""
+    return Catalogue(*catalogue_names(session, tenant.id or 0))
 
 
 def remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -237,8 +247,10 @@ def render_for_extraction(rows: Any) -> str:
 
 def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str,
          keys: dict[str, FactKey]) -> str:
-    described = "\n".join(f"- {k.name} ({k.kind})" for k in sorted(keys.values(),
-                                                                    key=lambda k: k.name))
+    with session_scope(runtime.engine) as session:
+        catalogue = catalogue_of(session, tenant)
+    described = "\n".join(f"- {k.name} ({k.kind}): {describe_shape(k, catalogue)}"
+                          for k in sorted(keys.values(), key=lambda k: k.name))
     response = call_model(
         runtime, "facts", model=tenant.summary_model, max_tokens=1024,
         system=FACTS_INSTRUCTIONS.format(business=tenant.name, keys=described),
