@@ -1,4 +1,4 @@
-"""Messages, the outbox, delivery statuses, usage rows and dead letters."""
+"""Messages, the outbox, delivery statuses and usage rows (dead letters: dead_letters.py)."""
 
 import hashlib
 import json
@@ -12,7 +12,7 @@ from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, select, update
 
-from storage.models import DeadLetter, Message, Outbound, Tenant, WamidTombstone
+from storage.models import Message, Outbound, Tenant, WamidTombstone
 
 STATUS_RANK = {"pending": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4, "played": 4}
 TERMINAL = {"failed", "refused"}
@@ -369,8 +369,3 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
         session.add(message)
     session.flush()
     return row
-
-
-def add_dead_letter(session: Session, *, body: bytes, reason: str, now: datetime) -> None:
-    session.add(DeadLetter(received_at=now, reason=reason[:2000], body=body))
-    session.flush()

@@ -308,12 +308,32 @@ class ErasureReceipt(SQLModel, table=True):
 
 
 class DeadLetter(SQLModel, table=True):
-    """A webhook body (or one update of it) that could not be understood, kept whole."""
+    """A webhook body (or one update of it) that could not be understood, kept whole.
+
+    What it names is indexed when it is written (storage/dead_letters.py): its tenant when its
+    phone_number_id is one (NULL for a number not onboarded yet), and every phone_number_id,
+    wa_id and user_id in `DeadLetterRef` rows, so erasure finds it by index. Kept
+    `DEAD_LETTER_RETENTION_DAYS` (by `received_at`).
+    """
 
     id: int | None = Field(default=None, primary_key=True)
-    received_at: datetime
+    received_at: datetime = Field(index=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenant.id", ondelete="CASCADE",
+                                  index=True)
     reason: str = Field(sa_type=Text)
     body: bytes = Field(sa_type=LargeBinary)
+
+
+class DeadLetterRef(SQLModel, table=True):
+    """One identifier a dead letter names: `name` is phone_number_id, wa_id (also `from`,
+    `recipient_id`) or user_id (also `from_user_id`, `recipient_user_id`)."""
+
+    __tablename__ = "deadletter_ref"
+    __table_args__ = (Index("ix_deadletter_ref_value_name", "value", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    dead_letter_id: int = Field(foreign_key="deadletter.id", ondelete="CASCADE", index=True)
+    name: str = Field(max_length=16)
+    value: str = Field(max_length=160)
 
 
 class InboxEntry(SQLModel, table=True):
