@@ -16,7 +16,7 @@ from storage.tenants import upsert_tenant
 from tests.factories import TENANT
 from workers.agent.tools.base import MAX_RESULT_CHARS, ToolContext
 from workers.agent.tools.scheduling import SERVICES_CHARS, execute_tool
-from workers.agent.tools.slots import compute_slots, fits_opening_hours
+from workers.agent.tools.slots import compute_slots, opening_interval
 
 SP = ZoneInfo("America/Sao_Paulo")
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
@@ -36,8 +36,9 @@ def test_slots_fit_opening_hours_in_the_tenants_timezone_and_skip_busy_and_past(
 def test_a_booking_must_fit_one_opening_interval() -> None:
     hours = {1: [("09:00", "12:00"), ("13:00", "18:00")]}
     start = datetime(2026, 6, 2, 11, 30, tzinfo=SP).astimezone(UTC)
-    assert not fits_opening_hours(start, timedelta(minutes=60), SP, hours)  # spans lunch
-    assert fits_opening_hours(start, timedelta(minutes=30), SP, hours)
+    assert opening_interval(start, timedelta(minutes=60), SP, hours) is None  # spans lunch
+    assert opening_interval(start, timedelta(minutes=30), SP, hours) == (
+        datetime(2026, 6, 2, 9, 0, tzinfo=SP), datetime(2026, 6, 2, 12, 0, tzinfo=SP))
 
 
 def _setup(engine: Engine, contacts: int = 2, **tenant_keys: Any) -> list[tuple[int, int]]:

@@ -197,15 +197,13 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
     """The next APPOINTMENTS_LISTED bookings, then how many more there are."""
-    upcoming = (Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
-                Appointment.status == "booked", col(Appointment.start_at) > ctx.now)
-    rows = session.exec(select(Appointment).where(*upcoming).order_by(
+    rows = session.exec(select(Appointment).where(*_upcoming(ctx)).order_by(
         col(Appointment.start_at)).limit(APPOINTMENTS_LISTED)).all()
     if not rows:
         return "This customer has no upcoming appointments."
     lines = ["Upcoming appointments:", *("- " + _describe(session, a, ctx.timezone)
                                         for a in rows)]
-    total = session.exec(select(func.count()).select_from(Appointment).where(*upcoming)).one()
+    total = _count_upcoming(session, ctx)
     if total > len(rows):
         lines.append(f"({total - len(rows)} more left out: the next {len(rows)} are shown)")
     return "\n".join(lines)
@@ -314,13 +312,22 @@ def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Ser
 def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
     """At most `max_upcoming_bookings` booked and still ahead per customer (a move cancels the
     old booking first, so it never counts twice)."""
-    upcoming = session.exec(select(func.count()).select_from(Appointment).where(
-        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
-        Appointment.status == "booked", col(Appointment.start_at) > ctx.now)).one()
+    upcoming = _count_upcoming(session, ctx)
     if upcoming >= tenant.max_upcoming_bookings:
         raise ToolError(f"this customer already has {upcoming} upcoming appointments, the most "
                         f"the business allows at once ({tenant.max_upcoming_bookings}); one "
                         "must be cancelled or moved before booking another")
+
+
+def _upcoming(ctx: ToolContext) -> tuple[Any, ...]:
+    """The conditions of this customer's booked appointments still ahead."""
+    return (Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+            Appointment.status == "booked", col(Appointment.start_at) > ctx.now)
+
+
+def _count_upcoming(session: Session, ctx: ToolContext) -> int:
+    return int(session.exec(select(func.count()).select_from(Appointment).where(
+        *_upcoming(ctx))).one())
 
 
 def _last_bookable_day(tenant: Tenant, today: date) -> date:

@@ -79,12 +79,6 @@ def opening_interval(start: datetime, duration: timedelta, tz: ZoneInfo, hours: 
     return None
 
 
-def fits_opening_hours(start: datetime, duration: timedelta, tz: ZoneInfo,
-                       hours: WeeklyHours, exceptions: HoursExceptions | None = None) -> bool:
-    """True when [start, start + duration) lies inside one opening interval of its local day."""
-    return opening_interval(start, duration, tz, hours, exceptions) is not None
-
-
 def on_grid(start: datetime, interval: Interval, step: timedelta) -> bool:
     """`start` is a whole number of `step`s after its opening interval's start: the times
     `compute_slots` offers (README, `slot_granularity_minutes`)."""
