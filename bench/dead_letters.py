@@ -6,11 +6,12 @@
    write path (`storage.dead_letters.add_dead_letter`), 20 of them naming the contact.
 2. The erasure runs in a fresh child process, so that its peak resident memory (ru_maxrss) is
    its own: the figure printed is that peak above the process's size before the call, with the
-   wall time of `storage.rights.forget_contact` and what it deleted. `--code DIR` runs the
-   erasure of another checkout of the product (e.g. `git archive` of an older commit) against
-   the same database, to measure before and after.
+   wall time of `storage.rights.forget_contact` and what it deleted. `--code DIR` (repeatable)
+   runs the erasure of another checkout of the product (e.g. `git archive` of an older commit)
+   against the same table, to measure before and after; the contact and its 20 dead letters
+   are written again before each run.
 
-Usage: python bench/dead_letters.py [--megabytes 900] [--database-url URL] [--code DIR]
+Usage: python bench/dead_letters.py [--megabytes 900] [--database-url URL] [--code DIR ...]
 Prints one JSON object. A script that prints figures, not a timed test.
 """
 
@@ -101,24 +102,31 @@ def populate(url: str, megabytes: int) -> dict[str, Any]:
     engine = make_engine(url)
     create_schema(engine)
     with session_scope(engine) as session:
-        tenant = Tenant(phone_number_id=PHONE_NUMBER_ID, name="Bench", created_at=NOW)
-        session.add(tenant)
-        session.flush()
-        session.add(Contact(tenant_id=tenant.id or 0, wa_id=ERASED[0], user_id=ERASED[1],
-                            created_at=NOW))
+        session.add(Tenant(phone_number_id=PHONE_NUMBER_ID, name="Bench", created_at=NOW))
     rng = random.Random(16)
     total, letters, began = 0, 0, time.perf_counter()
-    naming = set(rng.sample(range(megabytes * 1_000_000 // BODY_BYTES), NAMING_THE_CONTACT))
     while total < megabytes * 1_000_000:
         with session_scope(engine) as session:
             for _ in range(BATCH):
-                body = webhook_body(rng, letters, ERASED if letters in naming else None)
+                body = webhook_body(rng, letters)
                 add_dead_letter(session, body=body, reason="bench", now=NOW,
                                 phone_number_id=PHONE_NUMBER_ID)
                 total, letters = total + len(body), letters + 1
     engine.dispose()
     return {"dead_letters": letters, "body_megabytes": round(total / 1e6, 1),
             "populate_seconds": round(time.perf_counter() - began, 1)}
+
+
+def add_the_contact(url: str, run: int) -> None:
+    """The contact to erase and the dead letters naming it (written again before each run)."""
+    engine = make_engine(url)
+    rng = random.Random(run)
+    with session_scope(engine) as session:
+        session.add(Contact(tenant_id=1, wa_id=ERASED[0], user_id=ERASED[1], created_at=NOW))
+        for n in range(NAMING_THE_CONTACT):
+            add_dead_letter(session, body=webhook_body(rng, 10**8 * (run + 1) + n, ERASED),
+                            reason="bench", now=NOW, phone_number_id=PHONE_NUMBER_ID)
+    engine.dispose()
 
 
 def erase(url: str, code: Path) -> dict[str, Any]:
@@ -133,16 +141,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes", type=int, default=900)
     parser.add_argument("--database-url", default=None)
-    parser.add_argument("--code", type=Path, default=ROOT,
-                        help="the checkout whose erasure runs (default: this one)")
+    parser.add_argument("--code", type=Path, action="append",
+                        help="a checkout whose erasure runs (repeatable; default: this one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         url, cleanup = fresh_url(args.database_url, directory)
         try:
-            report = {"database": make_url(url).get_backend_name(),
-                      **populate(url, args.megabytes),
-                      "erasure": erase(url, args.code.resolve()),
-                      "code": str(args.code)}
+            report: dict[str, Any] = {"database": make_url(url).get_backend_name(),
+                                      **populate(url, args.megabytes), "erasures": []}
+            for run, code in enumerate(args.code or [ROOT]):
+                add_the_contact(url, run)
+                report["erasures"].append({"code": str(code), **erase(url, code.resolve())})
         finally:
             if cleanup is not None:
                 admin, schema = cleanup

@@ -104,8 +104,7 @@ def purge_expired(engine: Engine, *, now: datetime, retention_days: int) -> int:
     while True:
         with session_scope(engine) as session:
             ids = _ids(session.exec(select(DeadLetter.id).where(
-                col(DeadLetter.received_at) < cutoff).order_by(col(DeadLetter.id))
-                .limit(BATCH)).all())
+                col(DeadLetter.received_at) < cutoff).limit(BATCH)).all())
             if ids:
                 session.exec(delete(DeadLetter).where(col(DeadLetter.id).in_(ids)))
         purged += len(ids)

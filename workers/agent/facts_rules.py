@@ -157,7 +157,7 @@ def shaped(value: str, key: FactKey, catalogue: Catalogue) -> Verdict:
 
 
 def describe_shape(key: FactKey, catalogue: Catalogue) -> str:
-    """What a value of `key` must be, for the model (the extraction prompt, refusals)."""
+    """What a value of `key` must be, for the model (the extraction prompt)."""
     if key.shape == "name":
         return "a name the customer goes by (1 to 4 words, letters only)"
     if key.shape in ("period", "weekday"):
