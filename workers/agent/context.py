@@ -102,8 +102,8 @@ def context_block(facts: Sequence[str], summary: str, *,
     block). Rendered at session start and at compaction only, and stored, so system[1] changes
     in the same steps as the window.
     """
-    lines = [f"whatsapp_profile_name: {data_text(profile_name)}"] if profile_name and \
-        data_text(profile_name) else []
+    name = data_text(profile_name or "")
+    lines = [f"whatsapp_profile_name: {name}"] if name else []
     lines += [line for line in (data_text(fact) for fact in facts) if line]
     record = data_text(summary, keep_lines=True)
     if not lines and not record:
