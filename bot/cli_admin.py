@@ -295,6 +295,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
         description="Keys: name, timezone, language, instructions, inactivity_timeout_minutes, "
         "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
         "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "
+        "booking_horizon_days, booking_notice_minutes, max_upcoming_bookings, "
         "retention_days, followup_template, followup_template_language, fact_keys.")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",

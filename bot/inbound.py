@@ -83,6 +83,7 @@ class BadItem:
     where: str
     reason: str
     raw: Any = field(repr=False, compare=False)
+    phone_number_id: str | None = None  # of the envelope, when the item is inside one
 
 
 Update = InboundMessage | StatusUpdate | IdentityChange | ErrorNotice | BadItem
@@ -130,14 +131,15 @@ def _parse_change(change: Any, where: str) -> list[Update]:
                            strict=True):
         items = value.get(kind)
         if items is not None and not isinstance(items, list):
-            updates.append(BadItem(f"{where}.{kind}", f"{kind} is not a list", items))
+            updates.append(BadItem(f"{where}.{kind}", f"{kind} is not a list", items,
+                                   phone_number_id))
             continue
         for i, item in enumerate(items or []):
             try:
                 updates.append(parse(item, phone_number_id, contacts))
             except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
                 updates.append(BadItem(f"{where}.{kind}[{i}]", f"{type(exc).__name__}: {exc}",
-                                       item))
+                                       item, phone_number_id))
     return updates
 
 

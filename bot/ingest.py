@@ -29,7 +29,7 @@ from bot.inbound import (
     is_envelope,
     parse_update,
 )
-from storage import contacts, conversations, memory, messages, tenants
+from storage import contacts, conversations, dead_letters, memory, messages, tenants
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
@@ -118,16 +118,19 @@ def _store_retrying(engine: Engine, update: Update, now: datetime,
         return _store_one(engine, update, now, result, index)
 
 
-def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime) -> None:
-    """Keep a body that is not JSON (or not a webhook) whole for inspection.
+def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime,
+                     phone_number_id: str | None = None) -> None:
+    """Keep a body that is not JSON (or not a webhook), or one update, whole for inspection;
+    `phone_number_id` is the envelope's number when the update came in one.
 
     Raises StoreUnavailable when the database is down; any other refusal is logged and the
     body dropped (a 503 would only bring the same bad body back for 7 days).
     """
     try:
         with session_scope(engine) as session:
-            messages.add_dead_letter(session, body=body, reason=reason.replace("\x00", ""),
-                                     now=now)
+            dead_letters.add_dead_letter(session, body=body,
+                                         reason=reason.replace("\x00", ""), now=now,
+                                         phone_number_id=phone_number_id)
     except (OperationalError, DBAPIError) as exc:
         if is_disconnect(exc):
             raise StoreUnavailable(describe(exc)) from exc
@@ -147,7 +150,8 @@ def _store_one(engine: Engine, update: Update, now: datetime,
                     phone_number_id=update.phone_number_id)
         return "error_notice", None
     assert isinstance(update, BadItem)
-    store_unparsable(engine, _dump(update.raw), f"{update.where}: {update.reason}", now=now)
+    store_unparsable(engine, _dump(update.raw), f"{update.where}: {update.reason}", now=now,
+                     phone_number_id=update.phone_number_id)
     log.warning("webhook_bad_item", where=update.where, reason=update.reason)
     return "dead_letter", None
 
@@ -171,9 +175,10 @@ def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
             return "duplicate", head.conversation_id if pending else None
         if head.tenant_id is None:  # kept for inspection: a number being onboarded loses nothing
             log.warning("unknown_phone_number_id", phone_number_id=msg.phone_number_id)
-            messages.add_dead_letter(session, body=json.dumps(msg.raw, default=str).encode(),
-                                     reason=f"unknown phone_number_id {msg.phone_number_id}",
-                                     now=now)
+            dead_letters.add_dead_letter(
+                session, body=json.dumps(msg.raw, default=str).encode(),
+                reason=f"unknown phone_number_id {msg.phone_number_id}", now=now,
+                phone_number_id=msg.phone_number_id)
             return "unknown_tenant", None
         tenant_id: int = head.tenant_id
         timeout = timedelta(minutes=head.inactivity_timeout_minutes)
@@ -460,7 +465,8 @@ def _dead_letter(engine: Engine, update: Update, exc: Exception, now: datetime) 
     log.error("webhook_update_failed", kind=type(update).__name__, error=type(exc).__name__)
     raw = getattr(update, "raw", None) or update.__dict__
     store_unparsable(engine, _dump(raw),
-                     f"{type(update).__name__}: {type(exc).__name__}: {exc}", now=now)
+                     f"{type(update).__name__}: {type(exc).__name__}: {exc}", now=now,
+                     phone_number_id=getattr(update, "phone_number_id", None))
     return "dead_letter"
 
 

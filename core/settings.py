@@ -68,6 +68,7 @@ class Settings:
     context_hard_cap_tokens: int = 150_000
     max_window_messages: int = 2_000
     summary_max_tokens: int = 1024
+    dead_letter_retention_days: int = 30  # the hourly retention purge deletes older ones
     log_level: str = "INFO"
     log_format: str = "json"
     web_host: str = "0.0.0.0"

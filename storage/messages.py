@@ -1,4 +1,4 @@
-"""Messages, the outbox, delivery statuses, usage rows and dead letters."""
+"""Messages, the outbox, delivery statuses and usage rows (dead letters: dead_letters.py)."""
 
 import hashlib
 import json
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, select, update
 
 from storage import delivery
-from storage.models import Conversation, DeadLetter, Message, Outbound, Tenant, WamidTombstone
+from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
 
 TERMINAL = {"failed", "refused"}
 
@@ -493,8 +493,3 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
     session.flush()
     refresh_delivery(session, row.message_id)
     return row
-
-
-def add_dead_letter(session: Session, *, body: bytes, reason: str, now: datetime) -> None:
-    session.add(DeadLetter(received_at=now, reason=reason[:2000], body=body))
-    session.flush()

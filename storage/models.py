@@ -35,13 +35,17 @@ class Tenant(SQLModel, table=True):
     agent_model: str = Field(default="claude-sonnet-5-5", max_length=64)
     summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
     slot_granularity_minutes: int = 30
+    # booking limits (workers/agent/tools/scheduling.py): how far ahead, how soon, how many
+    booking_horizon_days: int = 90
+    booking_notice_minutes: int = 60
+    max_upcoming_bookings: int = 5  # per contact
     retention_days: int = 180
     followup_template: str = Field(default="", max_length=512)
     # set when the Graph API rejected the access token (190): nothing is sent until resumed
     sending_paused_reason: str = Field(default="", max_length=500)
     followup_template_language: str = Field(default="pt_BR", max_length=16)
     # names of default keys or objects {"name", "kind", "validity_days", "review_days", "risk",
-    # "sensitive"}: workers/agent/facts_rules.py
+    # "sensitive", "shape"}: storage/fact_keys.py, workers/agent/facts_rules.py
     fact_keys: list[Any] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
 
@@ -321,12 +325,32 @@ class ErasureReceipt(SQLModel, table=True):
 
 
 class DeadLetter(SQLModel, table=True):
-    """A webhook body (or one update of it) that could not be understood, kept whole."""
+    """A webhook body (or one update of it) that could not be understood, kept whole.
+
+    What it names is indexed when it is written (storage/dead_letters.py): its tenant when its
+    phone_number_id is one (NULL for a number not onboarded yet), and every phone_number_id,
+    wa_id and user_id in `DeadLetterRef` rows, so erasure finds it by index. Kept
+    `DEAD_LETTER_RETENTION_DAYS` (by `received_at`).
+    """
 
     id: int | None = Field(default=None, primary_key=True)
-    received_at: datetime
+    received_at: datetime = Field(index=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenant.id", ondelete="CASCADE",
+                                  index=True)
     reason: str = Field(sa_type=Text)
     body: bytes = Field(sa_type=LargeBinary)
+
+
+class DeadLetterRef(SQLModel, table=True):
+    """One identifier a dead letter names: `name` is phone_number_id, wa_id (also `from`,
+    `recipient_id`) or user_id (also `from_user_id`, `recipient_user_id`)."""
+
+    __tablename__ = "deadletter_ref"
+    __table_args__ = (Index("ix_deadletter_ref_value_name", "value", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    dead_letter_id: int = Field(foreign_key="deadletter.id", ondelete="CASCADE", index=True)
+    name: str = Field(max_length=16)
+    value: str = Field(max_length=160)
 
 
 class InboxEntry(SQLModel, table=True):

@@ -1,9 +1,10 @@
 """Data-subject rights (LGPD): export everything about a contact, or erase it from every layer.
 
 Erasure removes messages, summaries, conversations, facts, tool calls, the outbox, usage rows
-and dead letters that name the contact; appointments the business must keep stay, moved to an
-anonymous placeholder contact; hashed wamids stay as tombstones so a redelivery of an erased
-message is not answered again; a receipt records what was removed, without personal data.
+and dead letters that name the contact (by their indexed identifiers, storage/dead_letters.py);
+appointments the business must keep stay, moved to an anonymous placeholder contact; hashed
+wamids stay as tombstones so a redelivery of an erased message is not answered again; a receipt
+records what was removed, without personal data.
 POSTs still waiting in the inbox (storage/inbox.py) are handled too: the contact's messages in
 them get tombstones, so the drain drops them, and an entry holding nothing else is deleted.
 """
@@ -15,13 +16,13 @@ from typing import Any
 
 from sqlmodel import Session, col, delete, select
 
+from storage import dead_letters
 from storage.messages import wamid_hash
 from storage.models import (
     Appointment,
     Contact,
     ContactFact,
     Conversation,
-    DeadLetter,
     ErasureReceipt,
     InboxEntry,
     Message,
@@ -85,8 +86,7 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
         "facts": _delete(session, ContactFact, col(ContactFact.contact_id) == contact.id),
         "messages": _delete(session, Message, col(Message.conversation_id).in_(ids)),
     }
-    counts["dead_letters"] = _forget_dead_letters(session, contact,
-                                                  tenant.phone_number_id if tenant else "")
+    counts["dead_letters"] = dead_letters.forget_contact(session, contact)
     counts["inbox_entries"] = inbox_entries
     for wamid in inbox_wamids - set(wamids):
         if session.get(WamidTombstone, wamid_hash(wamid)) is None:
@@ -112,16 +112,6 @@ def _names(body: bytes, contact: Contact, phone_number_id: str) -> bool:
     """A raw webhook body that mentions the tenant's number and one of the contact's ids."""
     return phone_number_id.encode() in body and any(
         n.encode() in body for n in (contact.wa_id, contact.user_id) if n)
-
-
-def _forget_dead_letters(session: Session, contact: Contact, phone_number_id: str) -> int:
-    """Dead letters naming the contact under this tenant's number (another tenant's stay)."""
-    removed = 0
-    for letter in session.exec(select(DeadLetter)).all():
-        if _names(letter.body, contact, phone_number_id):
-            session.delete(letter)
-            removed += 1
-    return removed
 
 
 def _forget_inbox(session: Session, contact: Contact,

@@ -123,6 +123,7 @@ class FactKeySpec(_Strict):
     review_days: int | None = Field(None, ge=1, le=36_500)
     risk: Literal["low", "high"] = "low"
     sensitive: bool = False
+    shape: Literal["text", "name", "period", "weekday", "service", "professional"] = "text"
 
 
 class TenantSettings(_Strict):
@@ -143,6 +144,12 @@ class TenantSettings(_Strict):
     agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
     summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
     slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
+    booking_horizon_days: int | None = Field(
+        None, ge=1, le=3650, description="bookings open at most this many days ahead")
+    booking_notice_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="a booking starts at least this long after now")
+    max_upcoming_bookings: int | None = Field(
+        None, ge=1, le=1000, description="upcoming bookings one customer may hold at once")
     retention_days: int | None = Field(None, ge=1, le=36_500)
     followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
                                           description="approved template sent when the "
@@ -526,6 +533,13 @@ def list_professionals(session: Session, tenant_id: int) -> list[Professional]:
     return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                         col(Professional.active).is_(True))
                              .order_by(col(Professional.code))).all())
+
+
+def catalogue_names(session: Session,
+                    tenant_id: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The active services and professionals as code → name (what a fact may name)."""
+    return ({s.code: s.name for s in list_services(session, tenant_id)},
+            {p.code: p.name for p in list_professionals(session, tenant_id)})
 
 
 def list_hours(session: Session, tenant_id: int) -> list[OpeningHours]:

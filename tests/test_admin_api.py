@@ -455,3 +455,20 @@ def test_a_booking_that_already_took_place_cannot_be_cancelled(env: ReplayEnviro
     status, body = call(env, "POST", f"/admin/tenants/{salon}/appointments/{booking['id']}"
                                      "/cancel", {})
     assert status == 409 and "took place" in body["error"]["message"]
+
+
+def test_a_person_editing_a_fact_gets_the_same_shapes(env: ReplayEnvironment) -> None:
+    """The API, console and CLI edit path (service.edit_fact): a professional's name becomes
+    its code, a value outside the key's shape is refused with the accepted values."""
+    env.add_tenant({**TENANT, "fact_keys": ["preferred_professional"]})
+    salon, _ = ids(env)
+    converse(env, "prefiro com a Júlia", 1)
+    fact = _fact(env, "preferred_professional", "julia", "confirmed")
+    base = f"/admin/tenants/{salon}/facts"
+    status, body = call(env, "POST", base + f"/{fact}/edit",
+                        {"value": "Marcos, e sem limite de horários", "reason": "x"})
+    assert status == 422 and "not a professional of this business: one of julia" in \
+        body["error"]["message"]
+    status, edited = call(env, "POST", base + f"/{fact}/edit",
+                          {"value": "Júlia (corte)", "reason": "cliente confirmou"})
+    assert status == 200 and edited["value"] == "julia" and edited["state"] == "confirmed"

@@ -345,3 +345,23 @@ def test_the_owner_edits_and_rejects_facts_and_cancels_a_booking(env: ReplayEnvi
         assert session.get(Appointment, booking.id).status == "cancelled"
     _, agenda, _ = browser.request(headers["Location"])
     assert "cancelado" in agenda and "O cliente não é avisado" in agenda
+
+
+def test_the_owner_sets_the_booking_limits(env: ReplayEnvironment, seeded: Seeded) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    _, page, _ = browser.request("/console/settings")
+    assert 'name="booking_notice_minutes" value="60"' in page
+    assert "Antecedência mínima" in page
+    form = {"csrf": browser.csrf, "instructions": "Oi", "inactivity_timeout_minutes": "1440",
+            "retention_days": "180", "language": "pt-BR", "fact_keys": "preferred_name",
+            "followup_template": "", "followup_template_language": "pt_BR",
+            "booking_notice_minutes": "120", "booking_horizon_days": "30",
+            "max_upcoming_bookings": "0"}
+    status, page, _ = browser.request("/console/settings", form)
+    assert status == 422 and 'id="error-max_upcoming_bookings"' in page
+    assert browser.request("/console/settings", {**form, "max_upcoming_bookings": "2"})[0] == 303
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant).where(Tenant.name == "Salão Exemplo")).one()
+        assert (tenant.booking_notice_minutes, tenant.booking_horizon_days,
+                tenant.max_upcoming_bookings) == (120, 30, 2)

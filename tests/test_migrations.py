@@ -318,3 +318,47 @@ def test_0009_recomputes_every_replys_delivery_state_from_its_parts(tmp_path: Pa
         engine.dispose()
     assert states == ["failed", "failed", "unknown", "failed", "delivered", "queued"]
     assert tuple(refused) == (131047, "window_closed")
+
+
+def _dead_letters_before_0010(url: str) -> None:
+    """Dead letters as 0007 stored them: a whole body, and an item without its envelope."""
+    command.upgrade(make_config(url), "0007")
+    engine = make_engine(sqlalchemy_url(url))
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO tenant (phone_number_id, name, timezone, language, instructions, "
+                "inactivity_timeout_minutes, compaction_threshold_tokens, "
+                "compaction_min_gain_tokens, keep_messages, prune_after_user_turns, agent_model, "
+                "summary_model, slot_granularity_minutes, retention_days, followup_template, "
+                "sending_paused_reason, followup_template_language, fact_keys, created_at) "
+                "VALUES ('109876543210987', 'Salão', 'UTC', 'pt-BR', '', 1, 1, 1, 1, 1, 'a', "
+                "'b', 30, 1, '', '', 'pt_BR', '[]', '2026-06-01 13:00:00+00')"))
+            for body in (b'{"entry": [{"changes": [{"value": {"metadata": {"phone_number_id": '
+                         b'"109876543210987"}, "messages": [{"from": "5511999990001"}]}}]}]}',
+                         b'{"from": "5511999990001", "from_user_id": "BR.1", "type": "text"}'):
+                connection.execute(text("INSERT INTO deadletter (received_at, reason, body) "
+                                        "VALUES ('2026-06-01 13:00:00+00', 'x', :b)"), {"b": body})
+        upgrade(url)
+        with engine.connect() as connection:
+            letters = connection.execute(text(
+                "SELECT id, tenant_id FROM deadletter ORDER BY id")).all()
+            refs = connection.execute(text(
+                "SELECT dead_letter_id, name, value FROM deadletter_ref ORDER BY id")).all()
+    finally:
+        engine.dispose()
+    assert [tenant for _, tenant in letters] == [1, None]
+    first, second = (letter_id for letter_id, _ in letters)
+    assert sorted(tuple(r) for r in refs) == sorted([
+        (first, "phone_number_id", "109876543210987"), (first, "wa_id", "5511999990001"),
+        (second, "user_id", "BR.1"), (second, "wa_id", "5511999990001")])
+
+
+def test_sqlite_upgrade_indexes_the_dead_letters_already_stored(tmp_path: Path) -> None:
+    _dead_letters_before_0010(f"sqlite:///{tmp_path}/wagent.db")
+
+
+@pytest.mark.postgres
+def test_postgres_upgrade_indexes_the_dead_letters_already_stored(
+        postgres_schema_url: str) -> None:
+    _dead_letters_before_0010(postgres_schema_url)

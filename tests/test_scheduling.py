@@ -1,7 +1,9 @@
 """Slots and the scheduling tools: opening hours, timezone, the past, overlaps, authority."""
 
+import re
 import threading
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,9 +14,9 @@ from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
-from workers.agent.tools.base import ToolContext
-from workers.agent.tools.scheduling import execute_tool
-from workers.agent.tools.slots import compute_slots, fits_opening_hours
+from workers.agent.tools.base import MAX_RESULT_CHARS, ToolContext
+from workers.agent.tools.scheduling import SERVICES_CHARS, execute_tool
+from workers.agent.tools.slots import compute_slots, opening_interval
 
 SP = ZoneInfo("America/Sao_Paulo")
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
@@ -34,13 +36,14 @@ def test_slots_fit_opening_hours_in_the_tenants_timezone_and_skip_busy_and_past(
 def test_a_booking_must_fit_one_opening_interval() -> None:
     hours = {1: [("09:00", "12:00"), ("13:00", "18:00")]}
     start = datetime(2026, 6, 2, 11, 30, tzinfo=SP).astimezone(UTC)
-    assert not fits_opening_hours(start, timedelta(minutes=60), SP, hours)  # spans lunch
-    assert fits_opening_hours(start, timedelta(minutes=30), SP, hours)
+    assert opening_interval(start, timedelta(minutes=60), SP, hours) is None  # spans lunch
+    assert opening_interval(start, timedelta(minutes=30), SP, hours) == (
+        datetime(2026, 6, 2, 9, 0, tzinfo=SP), datetime(2026, 6, 2, 12, 0, tzinfo=SP))
 
 
-def _setup(engine: Engine, contacts: int = 2) -> list[tuple[int, int]]:
+def _setup(engine: Engine, contacts: int = 2, **tenant_keys: Any) -> list[tuple[int, int]]:
     with session_scope(engine) as session:
-        tenant = upsert_tenant(session, TENANT, now=NOW)
+        tenant = upsert_tenant(session, {**TENANT, **tenant_keys}, now=NOW)
         pairs = []
         for n in range(contacts):
             contact = Contact(tenant_id=tenant.id, wa_id=f"55119999900{n:02d}", created_at=NOW)
@@ -157,3 +160,139 @@ def test_malformed_inputs_are_errors_not_crashes(engine: Engine) -> None:
     ]):
         text, is_error = execute_tool(_ctx(engine, a, ca, f"m{i}"), name, args)
         assert is_error and text
+
+
+@pytest.mark.parametrize("start, reason", [
+    ("2026-06-01T15:07", "15:07 is not a start time: appointments start every 30 minutes "
+                         "from 09:00"),
+    ("2099-06-02T14:00", "too far ahead: the business takes bookings at most 90 days ahead "
+                         "(until 2026-08-30)"),
+    ("2026-08-31T10:00", "too far ahead"),
+    ("2026-06-01T10:30", "too soon: the business takes bookings at least 60 minutes ahead "
+                         "(not before Mon 2026-06-01 11:00)"),
+])
+def test_booking_limits_refuse_with_a_reason_the_model_can_explain(
+        engine: Engine, start: str, reason: str) -> None:
+    """The attack run's bookings: 15:07 off the 30-minute grid, a date in 2099, and a time
+    inside the minimum notice. Each is a tool error saying why."""
+    (a, ca), _ = _setup(engine)
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                                  {"service": "corte", "start": start})
+    assert is_error and reason in text, text
+    for edge in ("2026-06-01T11:00", "2026-08-29T12:00"):  # the limits themselves are bookable
+        assert not execute_tool(_ctx(engine, a, ca, f"ok-{edge}"), "book_appointment",
+                                {"service": "corte", "start": edge})[1]
+
+
+def test_one_response_cannot_fill_the_agenda(engine: Engine) -> None:
+    """26 bookings in one model response (the attack run): the customer gets the tenant's
+    limit of upcoming bookings, the rest are refused; a move does not count twice."""
+    (a, ca), _ = _setup(engine)
+    free = [f"{day}T{hour:02d}:00" for day in ("2026-06-02", "2026-06-08", "2026-06-09")
+            for hour in range(9, 18)][:26]
+    results = [execute_tool(_ctx(engine, a, ca, f"t{i}"), "book_appointment",
+                            {"service": "corte", "start": start})
+               for i, start in enumerate(free)]
+    booked = [text for text, is_error in results if not is_error]
+    refused = [text for text, is_error in results if is_error]
+    assert len(booked) == 5 and len(refused) == 21
+    assert all("already has 5 upcoming appointments" in text for text in refused), refused[0]
+    moved, is_error = execute_tool(_ctx(engine, a, ca, "m1"), "reschedule_appointment",
+                                   {"appointment_id": 1, "start": "2026-06-09T16:00"})
+    assert not is_error, moved
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Appointment).where(
+            Appointment.status == "booked")).all()) == 5
+
+
+def test_the_limits_are_tenant_settings(engine: Engine) -> None:
+    (a, ca), _ = _setup(engine, booking_notice_minutes=0, booking_horizon_days=400,
+                        max_upcoming_bookings=1, slot_granularity_minutes=15)
+    for tool_id, start in (("t1", "2026-06-01T10:15"), ("t2", "2027-06-01T09:00")):
+        text, is_error = execute_tool(_ctx(engine, a, ca, tool_id), "book_appointment",
+                                      {"service": "corte", "start": start})
+        assert (tool_id, is_error) in (("t1", False), ("t2", True)), text
+    assert "the most the business allows at once (1)" in text
+
+
+def test_every_offered_slot_can_be_booked_and_none_inside_the_notice(engine: Engine) -> None:
+    """find_available_slots offers only what book_appointment takes: on the grid from the
+    opening (09:15 here), after the notice, within the horizon."""
+    pairs = _setup(engine, contacts=24, hours={"mon": ["09:15-18:00"]})
+    text, is_error = execute_tool(_ctx(engine, *pairs[0], "f1"), "find_available_slots",
+                                  {"service": "corte", "date": "2026-06-01"})
+    assert not is_error
+    times = re.findall(r"(\d{2}:\d{2}) julia", text)
+    assert times[0] == "11:15" and all(t[3:] in ("15", "45") for t in times), text
+    for n, time in enumerate(times):
+        booked, is_error = execute_tool(_ctx(engine, *pairs[n], f"b{n}"), "book_appointment",
+                                        {"service": "corte", "start": f"2026-06-01T{time}"})
+        assert not is_error or "no longer free" in booked, booked
+    far, is_error = execute_tool(_ctx(engine, *pairs[0], "f2"), "find_available_slots",
+                                 {"service": "corte", "date": "2026-09-07"})
+    assert is_error and "at most 90 days ahead (until 2026-08-30)" in far
+    edge, _ = execute_tool(_ctx(engine, *pairs[0], "f3"), "find_available_slots",
+                           {"service": "corte", "date": "2026-08-24", "date_to": "2026-09-04"})
+    assert "2026-08-24" in edge and "2026-08-31" not in edge
+
+
+def _big_catalogue() -> dict[str, Any]:
+    """A catalogue at the limits the admin API accepts: 200 services and 100 professionals,
+    every name 200 characters, every code 64, everyone doing everything (4 MB of result)."""
+    services = [{"code": f"s{n:03d}".ljust(64, "x"), "name": f"Serviço {n} ".ljust(200, "é"),
+                 "duration_minutes": 30} for n in range(200)]
+    codes = [s["code"] for s in services]
+    return {"services": services,
+            "professionals": [{"code": f"p{n:03d}".ljust(64, "y"),
+                               "name": f"Profissional {n} ".ljust(200, "ã"), "services": codes}
+                              for n in range(100)],
+            "hours": {"mon": ["09:00-18:00"], "tue": ["09:00-18:00"]}}
+
+
+def test_list_services_is_bounded_says_what_it_left_out_and_searches(engine: Engine) -> None:
+    (a, ca), _ = _setup(engine, **_big_catalogue())
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "list_services", {})
+    assert not is_error and len(text) <= SERVICES_CHARS, len(text)
+    shown = text.count("\n- ") + text.startswith("- ")
+    assert f"({200 - shown} more left out; call list_services with a query" in text
+    assert "and 97 more)" in text, "who does it: three names and a count"
+    found, _ = execute_tool(_ctx(engine, a, ca, "t2"), "list_services", {"query": "Serviço 187"})
+    assert found.count("\n- ") == 1 and "s187" in found
+    nothing, _ = execute_tool(_ctx(engine, a, ca, "t3"), "list_services", {"query": "z" * 5000})
+    assert len(nothing) < 200 and "No service matches" in nothing
+
+
+def test_every_tool_result_is_bounded_whatever_the_model_sends(engine: Engine) -> None:
+    """Errors that echo the model's input, the code lists they name, and every result stay
+    under their bounds with the largest catalogue the API accepts."""
+    (a, ca), _ = _setup(engine, **_big_catalogue())
+    huge = "ç" * 100_000
+    service = "s000".ljust(64, "x")
+    calls = [("list_services", {"query": huge}), (huge, {}),
+             ("find_available_slots", {"service": huge}),
+             ("find_available_slots", {"service": service, "date": huge}),
+             ("find_available_slots", {"service": service, "date": "2026-06-02"}),
+             ("book_appointment", {"service": service, "start": huge}),
+             ("book_appointment", {"service": service, "start": "2026-06-02T10:00",
+                                   "professional": huge}),
+             ("cancel_appointment", {"appointment_id": 10**30}),
+             ("list_my_appointments", {}), ("remember_fact", {"key": huge, "value": huge})]
+    for n, (name, args) in enumerate(calls):
+        text, _ = execute_tool(_ctx(engine, a, ca, f"t{n}"), name, args)
+        assert len(text) <= MAX_RESULT_CHARS, (name, len(text))
+        assert huge[:100] not in text, name
+    unknown, _ = execute_tool(_ctx(engine, a, ca, "u"), "book_appointment",
+                              {"service": huge, "start": "2026-06-02T10:00"})
+    assert "and 180 more" in unknown and len(unknown) < 1800
+
+
+def test_list_my_appointments_lists_the_next_ten_and_counts_the_rest(engine: Engine) -> None:
+    (a, ca), _ = _setup(engine)
+    with session_scope(engine) as session:  # bookings made before the limit existed
+        for day in range(30):
+            start = NOW + timedelta(days=day + 1)
+            session.add(Appointment(tenant_id=1, contact_id=a, service_id=1, professional_id=1,
+                                    start_at=start, end_at=start + timedelta(hours=1),
+                                    created_at=NOW))
+    text, _ = execute_tool(_ctx(engine, a, ca, "l1"), "list_my_appointments", {})
+    assert text.count("\n- ") == 10 and "(20 more left out: the next 10 are shown)" in text

@@ -14,12 +14,14 @@ from workers.agent.tools.scheduling import TOOLS
 from workers.agent.window import (
     Stored,
     first_safe_start,
+    last_safe_start,
     prune,
     prune_boundary,
     safe_start,
     select_window,
     to_api_messages,
 )
+from workers.compaction import pick_compactable
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
                       instructions="Seja breve.", model="claude-sonnet-5-5")
@@ -27,8 +29,9 @@ TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-
 
 @st.composite
 def histories(draw: Any) -> list[Stored]:
-    """Stored histories as a turn writes them: bursts of user texts (some arriving mid-turn
-    are placed after the answer), tool rounds with parallel calls, empty text blocks, reactions.
+    """Stored histories as a turn writes them: bursts of user texts, texts arriving mid-turn
+    (folded in right after a round's tool results), tool rounds with parallel calls, empty text
+    blocks, reactions.
     """
     messages: list[Stored] = []
     next_id = iter(range(1, 10_000))
@@ -47,6 +50,9 @@ def histories(draw: Any) -> list[Stored]:
                         "content": "Free slots:\nTue: 09:00 julia, 09:30 julia"}
                        for u in uses]
             messages.append(_at(next(next_id), "user", results))
+            for _ in range(draw(st.integers(0, 2))):  # arrived mid-turn, folded in
+                messages.append(_at(next(next_id), "user", [{"type": "text",
+                                                             "text": "ah, e a escova?"}]))
         messages.append(_at(next(next_id), "assistant", [{"type": "text", "text": "Feito!"}]))
     pending = draw(st.integers(1, 3))
     for _ in range(pending):
@@ -83,7 +89,9 @@ def test_every_window_is_a_valid_request_after_the_summary(
     assert all(b["type"] == "text" for b in messages[0]["content"])
     assert validate_request(_request(messages)) is None
     if hard_cap:
-        assert len(window) <= max(keep, 1)
+        after = [m for m in history if m.position > summarized]
+        assert len(window) <= max(keep, 1) or window == after[last_safe_start(after):], \
+            "the last keep messages, or the latest turn whole when it is longer"
 
 
 @settings(max_examples=300, deadline=None)
@@ -195,3 +203,94 @@ def test_prune_boundary_keeps_the_last_user_turns_whole() -> None:
     assert prune_boundary(history, keep_user_turns=2) == 4   # turns 2 and 3 stay whole
     assert prune_boundary(history, keep_user_turns=3) == 0
     assert prune_boundary(history, keep_user_turns=5) == 0
+
+
+def _inside_a_burst(messages: list[Stored], index: int) -> bool:
+    """`index` is a user message right after another user message: they merge into one API
+    message, one turn of the customer's."""
+    return 0 < index < len(messages) and messages[index].role == "user" \
+        and messages[index - 1].role == "user"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(histories(), st.integers(0, 40), st.integers(0, 60), st.integers(0, 80),
+       st.integers(0, 5))
+def test_no_start_fold_point_or_prune_boundary_falls_inside_a_burst(
+        history: list[Stored], keep: int, cut: int, summarized: int, turns: int) -> None:
+    """Over generated histories with bursts and folded mid-turn texts: the window's start (hard
+    cap or not), the compaction's fold point and the prune boundary are never inside a run of
+    consecutive customer messages, and every customer message goes to one side whole."""
+    assert not _inside_a_burst(history, safe_start(history, keep))
+    assert not _inside_a_burst(history, first_safe_start(history, cut))
+    summarized = min(summarized, history[-1].position - 1)
+    after = [m for m in history if m.position > summarized]
+    for hard_cap in (False, True):
+        window = select_window(history, summarized_until=summarized, keep=keep,
+                               hard_cap=hard_cap)
+        assert window, "the pending customer messages always remain"
+        assert not _inside_a_burst(after, len(after) - len(window))
+    plan = pick_compactable(after, keep=keep)
+    if plan is not None:
+        assert not _inside_a_burst(after, len(plan.covered))
+        assert plan.kept[0].role == "user"
+    boundary = prune_boundary(after, keep_user_turns=turns)
+    index = next((i for i, m in enumerate(after) if m.position == boundary), -1)
+    assert not _inside_a_burst(after, index + 1), "the boundary never cuts a burst"
+
+
+BURST = ["nao, pode deixar quarta", "mas olha, a dor piorou muito hj, tipo 9 de 10",
+         "o que eu faço?"]
+
+
+def _conversation(*turns: tuple[list[str], str]) -> list[Stored]:
+    messages: list[Stored] = []
+    for texts, answer in turns:
+        for text in texts:
+            messages.append(_at(len(messages) + 1, "user", [{"type": "text", "text": text}]))
+        messages.append(_at(len(messages) + 1, "assistant", [{"type": "text", "text": answer}]))
+    return messages
+
+
+def test_a_compaction_never_folds_part_of_a_burst() -> None:
+    """The trial's case: three messages sent in a row are one turn. With the fold point on the
+    third, the summary got the first two without the agent's answer; now the burst and its
+    answer go to the summary together, or stay in the window together."""
+    history = _conversation((["quero marcar uma consulta"], "Tem quarta às 10h."),
+                            (BURST, "Com dor 9 de 10, procure um pronto-socorro agora."))
+    assert safe_start(history, keep=2) == 2, "the burst's first message, never its third"
+    plan = pick_compactable(history, keep=2)
+    assert plan is not None
+    assert [b["text"] for m in plan.kept for b in m.content] == [
+        *BURST, "Com dor 9 de 10, procure um pronto-socorro agora."]
+    later = history + _conversation((["ok, obrigada"], "Melhoras!"))[:2]
+    plan = pick_compactable(later, keep=3)
+    assert plan is not None
+    folded = [b["text"] for m in plan.covered for b in m.content]
+    assert folded[-4:] == [*BURST, "Com dor 9 de 10, procure um pronto-socorro agora."]
+    assert [b["text"] for m in plan.kept for b in m.content] == ["ok, obrigada", "Melhoras!"]
+
+
+def test_the_hard_cap_sends_a_long_pending_burst_whole() -> None:
+    history = _conversation((["oi"], "Olá!")) + [
+        _at(3 + i, "user", [{"type": "text", "text": text}]) for i, text in enumerate(BURST)]
+    window = select_window(history, summarized_until=0, keep=1, hard_cap=True)
+    assert [b["text"] for m in window for b in m.content] == BURST
+
+
+def test_a_message_with_nothing_to_send_neither_starts_nor_joins_a_burst() -> None:
+    """An edit that arrives before its original claims the original's wamid with an empty row
+    (bot/ingest.py `_follow_up`); that row is placed in the history but sends nothing, so the
+    edit right after it is still the start of its turn, and the window is never empty."""
+    history = _conversation((["oi"], "Olá!")) + [
+        _at(3, "user", []),
+        _at(4, "user", [{"type": "text", "text": "[the customer edited an earlier message "
+                                                 "to:] quinta de manhã"}])]
+    assert first_safe_start(history, 2) == 3
+    assert select_window(history, summarized_until=2, keep=8, hard_cap=False) == history[3:]
+    after_tool_use = [_at(1, "user", [{"type": "text", "text": "oi"}]),
+                      _at(2, "assistant", [{"type": "tool_use", "id": "toolu_1",
+                                            "name": "list_services", "input": {}}]),
+                      _at(3, "user", [{"type": "text", "text": ""}]),
+                      _at(4, "user", [{"type": "text", "text": "e amanhã?"}])]
+    assert first_safe_start(after_tool_use, 1) == len(after_tool_use), \
+        "an empty row between a tool_use and a text hides nothing: no start there"

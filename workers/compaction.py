@@ -21,7 +21,6 @@ from storage import memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
-from workers.agent.context import context_block
 from workers.agent.loop import dump_content
 from workers.agent.window import (
     Stored,
@@ -167,7 +166,7 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
 
 def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: CompactionPlan,
            summary: str, *, expected: int, old_pruned: int) -> str:
-    from workers.facts import facts_block_lines
+    from workers.facts import render_context_block
 
     boundary = prune_boundary(plan.kept, keep_user_turns=tenant.prune_after_user_turns)
     with session_scope(runtime.engine) as session:
@@ -178,8 +177,7 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
             session, conversation_id, expected_summarized_until_id=expected, summary=summary,
             summarized_until_id=plan.covered[-1].id,
             pruned_until_id=memory.id_at_position(session, conversation_id, pruned_position),
-            context_block=context_block(facts_block_lines(session, conversation.contact_id),
-                                        summary))
+            context_block=render_context_block(session, conversation.contact_id, summary))
     if not applied:
         log.warning("compaction_superseded")
         return "superseded"
@@ -220,7 +218,7 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
     one compare-and-set update. Only while the session is open: a closed session's summary is
     sent no more, and its history may still hold what a forgotten fact removed from it.
     Changing system[1] breaks the cached prefix once."""
-    from workers.facts import facts_block_lines
+    from workers.facts import render_context_block
 
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
@@ -246,7 +244,7 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
     with session_scope(runtime.engine) as session:
         applied = memory.replace_summary(
             session, conversation_id, expected_summarized_until_id=expected, summary=summary,
-            context_block=context_block(facts_block_lines(session, contact_id), summary))
+            context_block=render_context_block(session, contact_id, summary))
     log.info("summary_rederived" if applied else "summary_rederive_superseded")
     return "rederived" if applied else "superseded"
 

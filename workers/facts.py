@@ -22,11 +22,14 @@ from storage import facts as fact_repo
 from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
 from storage.jobs import enqueue_facts
-from storage.models import ContactFact, Conversation, ErasureReceipt, Message, Tenant
+from storage.models import Contact, ContactFact, Conversation, ErasureReceipt, Message, Tenant
+from storage.tenants import catalogue_names
 from workers.agent.context import context_block
 from workers.agent.facts_rules import (
+    Catalogue,
     Proposal,
     SourceMessage,
+    describe_shape,
     fold,
     initial_state,
     render_fact_lines,
@@ -96,10 +99,12 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
         if proposal.source_message_id else None
     source = SourceMessage(message.id or 0, message.conversation_id, message.role,
                            message.direction) if message else None
-    reason = validate(proposal, keys=keys, conversation_id=conversation_id, source=source)
+    verdict = validate(proposal, keys=keys, catalogue=catalogue_of(session, tenant),
+                       conversation_id=conversation_id, source=source)
+    reason = verdict.reason
     if reason is None and session.exec(select(ErasureReceipt).where(
             ErasureReceipt.subject == forgotten_marker(contact_id, proposal.key,
-                                                       proposal.value.strip()))).first():
+                                                       verdict.value))).first():
         reason = "this value was forgotten at the customer's request"
     if reason is not None:
         log.info("fact_proposal", key=proposal.key[:64], origin=origin, outcome="rejected",
@@ -110,11 +115,16 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
     valid_until, review_at = validity(key, now)
     fact, outcome = fact_repo.record(session, ContactFact(
         tenant_id=tenant.id or 0, contact_id=contact_id, conversation_id=conversation_id,
-        key=key.name, value=proposal.value.strip(), state=initial_state(proposal, key),
+        key=key.name, value=verdict.value, state=initial_state(proposal, key),
         origin=origin, source_message_id=proposal.source_message_id, valid_from=now,
         valid_until=valid_until, review_at=review_at, created_at=now), now=now)
     log.info("fact_proposal", key=key.name, origin=origin, outcome=outcome, state=fact.state)
     return fact, outcome
+
+
+def catalogue_of(session: Session, tenant: Tenant) -> Catalogue:
+    """What the tenant's service and professional facts may name, now."""
+    return Catalogue(*catalogue_names(session, tenant.id or 0))
 
 
 def remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -154,6 +164,16 @@ def facts_block_lines(session: Session, contact_id: int,
         keys = resolve_keys(contact_tenant.fact_keys) if contact_tenant else {}
     return render_fact_lines(((f.key, f.value, f.state, f.review_at) for f in
                               fact_repo.for_context(session, contact_id, now, keys)), now)
+
+
+def render_context_block(session: Session, contact_id: int, summary: str,
+                         keys: dict[str, FactKey] | None = None) -> str:
+    """system[1] for a contact now (DESIGN.md, Context block): the WhatsApp profile name (what
+    the customer chose to be shown, not a fact), the facts in context and the summary, each
+    rendered by `context.data_text`. The one place the block is built from stored data."""
+    contact = session.get(Contact, contact_id)
+    return context_block(facts_block_lines(session, contact_id, keys), summary,
+                         profile_name=contact.profile_name if contact else None)
 
 
 def extract_facts(conversation_id: int, attempt: int = 1) -> str:
@@ -228,8 +248,10 @@ def render_for_extraction(rows: Any) -> str:
 
 def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str,
          keys: dict[str, FactKey]) -> str:
-    described = "\n".join(f"- {k.name} ({k.kind})" for k in sorted(keys.values(),
-                                                                    key=lambda k: k.name))
+    with session_scope(runtime.engine) as session:
+        catalogue = catalogue_of(session, tenant)
+    described = "\n".join(f"- {k.name} ({k.kind}): {describe_shape(k, catalogue)}"
+                          for k in sorted(keys.values(), key=lambda k: k.name))
     response = call_model(
         runtime, "facts", model=tenant.summary_model, max_tokens=1024,
         system=FACTS_INSTRUCTIONS.format(business=tenant.name, keys=described),
@@ -327,8 +349,8 @@ def _apply_forget(runtime: Runtime, fact_id: int, key: str, value: str, contact_
                 conversation.summary = rewritten[conversation.id]
             if conversation.status == "open":
                 conversation.status, conversation.closed_at = "closed", now
-            conversation.context_block = context_block(
-                facts_block_lines(session, contact_id, keys), conversation.summary)
+            conversation.context_block = render_context_block(session, contact_id,
+                                                              conversation.summary, keys)
             session.add(conversation)
         counts = {"facts": 1, "summaries_rederived": len(rewritten)}
         session.add(ErasureReceipt(tenant_id=tenant_id, scope="fact", counts=counts,

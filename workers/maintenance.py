@@ -6,7 +6,8 @@ enqueues their turns again; the turn answers each message once whatever happens.
 left pending past their due time get a flush job again the same way.
 `purge_expired` removes the personal data of conversations closed longer ago than the tenant's
 retention period (messages, summary, tool calls), in batches, keeping appointments and facts,
-and the conversation row with its usage.
+and the conversation row with its usage; `purge_retention` also deletes the dead letters older
+than DEAD_LETTER_RETENTION_DAYS.
 """
 
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from sqlalchemy import Engine
 from sqlmodel import col, delete, func, select, update
 
 from core import clock
-from storage import inbox
+from storage import dead_letters, inbox
 from storage.db import session_scope
 from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_flush, enqueue_turn, token_key
 from storage.messages import mark_outbound, wamid_hash
@@ -177,5 +178,17 @@ def purge_retention() -> int:
     from workers.runtime import get_runtime
 
     runtime = get_runtime()
-    return run_once_per_period(runtime, "retention", period_seconds=3600, work=lambda:
-                               purge_expired(runtime.engine, now=clock.now())) or 0
+    return run_once_per_period(runtime, "retention", period_seconds=3600, work=lambda: purge_all(
+        runtime.engine, now=clock.now(),
+        dead_letter_retention_days=runtime.settings.dead_letter_retention_days)) or 0
+
+
+def purge_all(engine: Engine, *, now: datetime, dead_letter_retention_days: int) -> int:
+    """The retention purge: expired conversations, then dead letters older than
+    `dead_letter_retention_days`; returns how many of both."""
+    conversations = purge_expired(engine, now=now)
+    letters = dead_letters.purge_expired(engine, now=now,
+                                         retention_days=dead_letter_retention_days)
+    if letters:
+        log.info("retention_purged_dead_letters", dead_letters=letters)
+    return conversations + letters

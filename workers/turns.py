@@ -29,7 +29,7 @@ from storage.fact_keys import resolve_keys
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
 from workers import texts
-from workers.agent.context import TenantPrompt, build_request, context_block, opaque_user_id
+from workers.agent.context import TenantPrompt, build_request, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
 from workers.agent.tools.base import ToolContext
 from workers.agent.tools.scheduling import execute_tool, tools_for
@@ -245,18 +245,15 @@ def _latest_customer_message(runtime: Runtime, state: TurnState) -> int | None:
 def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
     """At the session's first turn, render system[1] from the contact's facts (a new session
     has no summary). From then on it changes only at compaction (DESIGN.md, Context block)."""
-    from workers.facts import facts_block_lines
+    from workers.facts import render_context_block
 
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
         if conversation.context_built:
             return
-        lines = facts_block_lines(session, conversation.contact_id)
-        contact = session.get(Contact, conversation.contact_id)
-        if contact is not None and contact.profile_name:  # what WhatsApp shows, not a fact
-            lines = [f"whatsapp_profile_name: {contact.profile_name}", *lines]
-        conversation.context_block = context_block(lines, conversation.summary)
+        conversation.context_block = render_context_block(session, conversation.contact_id,
+                                                          conversation.summary)
         conversation.context_built = True
         session.add(conversation)
 

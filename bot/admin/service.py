@@ -40,6 +40,7 @@ from storage.tenants import (
     CatalogueConflict,
     TenantConfigError,
     TenantSettings,
+    catalogue_names,
     get_by_phone_number_id,
     list_hours_exceptions,
     list_professionals,
@@ -416,7 +417,7 @@ def edit_fact(session: Session, tenant: Tenant, fact_id: int, edit: FactEdit, *,
               now: datetime) -> dict[str, Any]:
     """A person corrects a fact: the new value is confirmed (origin admin) and supersedes the
     old one, whose history stays. The value passes the same content rules as the model's."""
-    from workers.agent.facts_rules import value_problem
+    from workers.agent.facts_rules import Catalogue, check_value
 
     fact = _fact(session, tenant, fact_id)
     if fact.state in ("superseded", "rejected", "archived"):
@@ -424,11 +425,12 @@ def edit_fact(session: Session, tenant: Tenant, fact_id: int, edit: FactEdit, *,
     keys = resolve_keys(tenant.fact_keys)
     if fact.key not in keys:
         raise Conflict(f"key {fact.key!r} is no longer among the tenant's fact_keys")
-    problem = value_problem(edit.value, keys[fact.key])
-    if problem:
-        raise Invalid(f"value: {problem}", [f"value: {problem}"])
+    verdict = check_value(edit.value, keys[fact.key],
+                          Catalogue(*catalogue_names(session, fact.tenant_id)))
+    if verdict.reason:
+        raise Invalid(f"value: {verdict.reason}", [f"value: {verdict.reason}"])
     new = ContactFact(tenant_id=fact.tenant_id, contact_id=fact.contact_id,
-                      conversation_id=fact.conversation_id, key=fact.key, value=edit.value,
+                      conversation_id=fact.conversation_id, key=fact.key, value=verdict.value,
                       state="confirmed", origin="admin", source_message_id=fact.source_message_id,
                       valid_from=now, decided_by=by[:64], decision_reason=edit.reason,
                       created_at=now)

@@ -375,8 +375,10 @@ def set_language(p: Page) -> PageResult:
                     else "/console/")
 
 
+BOOKING_LIMITS = ("booking_notice_minutes", "booking_horizon_days", "max_upcoming_bookings")
 SETTINGS_FIELDS = ("instructions", "inactivity_timeout_minutes", "retention_days", "language",
-                   "fact_keys", "followup_template", "followup_template_language")
+                   "fact_keys", "followup_template", "followup_template_language",
+                   *BOOKING_LIMITS)
 
 
 def settings_page(p: Page) -> PageResult:
@@ -414,6 +416,9 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
     errors: dict[str, str] = {}
     for name in ("inactivity_timeout_minutes", "retention_days"):
         changes[name] = form[name].strip()  # pydantic reads "60" as 60 and names "abc"
+    for name in BOOKING_LIMITS:  # left blank: unchanged
+        if form[name].strip():
+            changes[name] = form[name].strip()
     keys: list[Any] = []
     for line in form["fact_keys"].splitlines():
         line = line.strip()

@@ -2,18 +2,23 @@
 
 Pure: no I/O. A fact is short, closed-key and checked in code before anything is written
 (DESIGN.md, Memory lifecycle): allowed key; short single-line value; a source that is one of
-this conversation's customer messages; no national id (CPF with check digits), card number
-(Luhn), health, religion or political data unless the key is meant for it; nothing that reads
-as an instruction to the agent.
+this conversation's customer messages; no national id (CPF with check digits) or card number
+(Luhn), digits read after every separator is removed and number words are read as digits; no
+health, religion or political data unless the key is meant for it; nothing that reads as an
+instruction to the agent. Above all, each key has a value shape (an allow-list, `FactKey.shape`):
+a name looks like a name, a period or a weekday is one of a few words, a service or a
+professional is a code of the tenant's catalogue (an unambiguous name is normalised to its
+code); anything else is refused. Free-text keys never enter as confirmed: a person reviews them.
 """
 
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from storage.fact_keys import DEFAULT_KEYS, KINDS, FactKey, resolve_keys  # noqa: F401
+from storage.fact_keys import DEFAULT_KEYS, KINDS, SHAPES, FactKey, resolve_keys  # noqa: F401
+from workers.agent.tools.base import echo, some_codes
 
 MAX_VALUE_CHARS = 80
 MAX_FACTS_IN_CONTEXT = 20
@@ -37,17 +42,50 @@ class SourceMessage:
     direction: str
 
 
-def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id: int,
-             source: SourceMessage | None) -> str | None:
-    """None when the proposal may be written, else the reason it is rejected.
+@dataclass(frozen=True)
+class Catalogue:
+    """The tenant's active services and professionals, code → name: what a fact of a
+    `service` or `professional` key may name (storage.tenants.catalogue_names)."""
 
-    The checks run on a folded form of the value (accents, invisible and format characters
-    removed, case folded), so "alérgica", "ig\u200bnore" or "529 982 247 25" are caught.
+    services: Mapping[str, str] = field(default_factory=dict)
+    professionals: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of `validate`: `reason` None means the fact may be written, as `value`
+    (normalised to its key's shape: a catalogue code, a canonical period or weekday)."""
+
+    value: str
+    reason: str | None = None
+
+
+def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], catalogue: Catalogue,
+             conversation_id: int, source: SourceMessage | None) -> Verdict:
+    """Whether the proposal may be written, and as what; see the module docstring.
+
+    The content checks run on a folded form of the value (accents, invisible and format
+    characters removed, case folded), so "alérgica", "ig\u200bnore" or "529 982 247 25" are
+    caught; the shape check runs last, so a refusal names the most telling reason.
     """
     key = keys.get(proposal.key)
     if key is None:
-        return f"key {proposal.key!r} is not allowed for this business"
+        return Verdict("", f"key {echo(proposal.key)} is not allowed for this business")
+    if source is None:
+        return Verdict("", "the source message does not exist")
+    if source.conversation_id != conversation_id:
+        return Verdict("", "the source message is not in this conversation")
+    if source.role != "user" or source.direction != "inbound":
+        return Verdict("", "the source message is not the customer's")
     value = proposal.value.strip() if isinstance(proposal.value, str) else ""
+    reason = content_problem(value, key)
+    if reason is not None:
+        return Verdict("", reason)
+    return shaped(value, key, catalogue)
+
+
+def content_problem(value: str, key: FactKey) -> str | None:
+    """What no value of any shape may hold; None when there is nothing."""
     if not value:
         return "empty value"
     if len(value) > MAX_VALUE_CHARS or any(unicodedata.category(c) in ("Cc", "Zl", "Zp")
@@ -55,13 +93,6 @@ def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id
         return f"value longer than {MAX_VALUE_CHARS} characters or on several lines"
     if any(unicodedata.category(c) == "Cs" for c in value) or mixed_scripts(value):
         return "value mixes alphabets or holds invalid characters"
-    value = fold(value)
-    if source is None:
-        return "the source message does not exist"
-    if source.conversation_id != conversation_id:
-        return "the source message is not in this conversation"
-    if source.role != "user" or source.direction != "inbound":
-        return "the source message is not the customer's"
     if has_cpf(value):
         return "looks like a CPF (national id)"
     if has_card_number(value):
@@ -73,20 +104,111 @@ def validate(proposal: Proposal, *, keys: Mapping[str, FactKey], conversation_id
     return None
 
 
-def value_problem(value: str, key: FactKey) -> str | None:
-    """The content rules of `validate` alone, for a value a person typed (no source message):
-    None when it may be written, else the reason."""
+def check_value(value: str, key: FactKey, catalogue: Catalogue) -> Verdict:
+    """The content and shape rules of `validate` alone, for a value a person typed (no source
+    message): the value to store, or the reason it may not be."""
     person = SourceMessage(0, 0, "user", "inbound")
     return validate(Proposal(key.name, value, 0, True), keys={key.name: key},
-                    conversation_id=0, source=person)
+                    catalogue=catalogue, conversation_id=0, source=person)
 
 
 def initial_state(proposal: Proposal, key: FactKey) -> str:
-    """High-risk keys wait for a person (pending_review); low-risk ones stated by the customer
-    are confirmed; inferred ones are suggested (shown to the agent as "to confirm")."""
-    if key.risk == "high":
+    """High-risk and free-text keys wait for a person (pending_review: kept out of the context
+    until approved); shaped low-risk ones stated by the customer are confirmed; inferred ones
+    are suggested (shown to the agent as "to confirm")."""
+    if key.risk == "high" or key.shape == "text":
         return "pending_review"
     return "confirmed" if proposal.stated else "suggested"
+
+
+# -- shapes ------------------------------------------------------------------------------------
+
+MAX_NAME_WORDS = 4
+MAX_NAME_CHARS = 40
+_NAME_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*\.?")
+# canonical word: its folded spellings (accents and case aside), Portuguese and English
+PERIODS = {"manhã": ("manha", "morning"), "tarde": ("tarde", "afternoon"),
+           "noite": ("noite", "evening", "night")}
+WEEKDAYS = {"segunda": ("segunda", "segunda-feira", "seg", "monday", "mon"),
+            "terça": ("terca", "terca-feira", "ter", "tuesday", "tue"),
+            "quarta": ("quarta", "quarta-feira", "qua", "wednesday", "wed"),
+            "quinta": ("quinta", "quinta-feira", "qui", "thursday", "thu"),
+            "sexta": ("sexta", "sexta-feira", "sex", "friday", "fri"),
+            "sábado": ("sabado", "sab", "saturday", "sat"),
+            "domingo": ("domingo", "dom", "sunday", "sun")}
+# leading words a spoken value carries: "de manhã", "às sextas", "com a Júlia", "the morning"
+_LEAD = {"a", "o", "as", "os", "de", "da", "do", "das", "dos", "na", "no", "nas", "nos", "em",
+         "pela", "pelo", "com", "sempre", "the", "in", "on", "at", "with", "every"}
+
+
+def shaped(value: str, key: FactKey, catalogue: Catalogue) -> Verdict:
+    """`value` normalised to the shape of `key`, or the reason it does not have it."""
+    if key.shape == "name":
+        return _name(value)
+    if key.shape == "period":
+        return _word(value, PERIODS, "a period of the day")
+    if key.shape == "weekday":
+        return _word(value, WEEKDAYS, "a day of the week")
+    if key.shape == "service":
+        return _code(value, catalogue.services, "service")
+    if key.shape == "professional":
+        return _code(value, catalogue.professionals, "professional")
+    return Verdict(" ".join(value.split()))
+
+
+def describe_shape(key: FactKey, catalogue: Catalogue) -> str:
+    """What a value of `key` must be, for the model (the extraction prompt)."""
+    if key.shape == "name":
+        return "a name the customer goes by (1 to 4 words, letters only)"
+    if key.shape in ("period", "weekday"):
+        words = PERIODS if key.shape == "period" else WEEKDAYS
+        return "one of " + ", ".join(words)
+    if key.shape in ("service", "professional"):
+        codes = sorted(catalogue.services if key.shape == "service" else catalogue.professionals)
+        return f"a {key.shape} code: {some_codes(codes)}"
+    return "a short free text (a person reviews it before it is used)"
+
+
+def _name(value: str) -> Verdict:
+    words = value.split()
+    if not 1 <= len(words) <= MAX_NAME_WORDS or len(" ".join(words)) > MAX_NAME_CHARS or \
+            not all(_NAME_WORD.fullmatch(word) for word in words):
+        return Verdict("", f"not a name: {MAX_NAME_WORDS} words at most, letters only")
+    return Verdict(" ".join(words))
+
+
+def _phrase(value: str) -> str:
+    """Folded words, without a parenthesised aside, punctuation or the leading words of speech:
+    "Júlia (corte)" → "julia", "de manhã!" → "manha", "Dra. Lia" → "dra lia"."""
+    words = re.sub(r"[.,;:!?]", " ", re.sub(r"\([^)]*\)", " ", fold(value))).split()
+    while len(words) > 1 and words[0] in _LEAD:
+        words.pop(0)
+    return " ".join(words)
+
+
+def _word(value: str, words: Mapping[str, tuple[str, ...]], what: str) -> Verdict:
+    phrase = _phrase(value)
+    for canonical, spellings in words.items():
+        if phrase in spellings or (phrase.endswith("s") and phrase[:-1] in spellings):
+            return Verdict(canonical)
+    return Verdict("", f"not {what}: one of {', '.join(words)}")
+
+
+def _code(value: str, entries: Mapping[str, str], what: str) -> Verdict:
+    """The code of `entries` that `value` names: by its code or its whole name, else by words
+    of one name only ("Júlia" for "Júlia Souza"); refused when none or several match."""
+    phrase = _phrase(value)
+    exact = [code for code, name in entries.items() if phrase in (_phrase(code), _phrase(name))]
+    partial = [code for code, name in entries.items()
+               if phrase and f" {phrase} " in f" {_phrase(name)} "]
+    for matches in (exact, partial):
+        if len(matches) == 1:
+            return Verdict(matches[0])
+        if len(matches) > 1:
+            return Verdict("", f"more than one {what} goes by that name "
+                               f"({some_codes(sorted(matches))}): give its code")
+    return Verdict("", f"not a {what} of this business: one of "
+                       f"{some_codes(sorted(entries))}")
 
 
 def validity(key: FactKey, now: datetime) -> tuple[datetime, datetime]:
@@ -107,14 +229,20 @@ def mixed_scripts(text: str) -> bool:
     return "LATIN" in scripts and bool(scripts & {"CYRILLIC", "GREEK"})
 
 
-# digits separated by anything but letters and digits (spaces, dots, commas, any dash...), at
-# most 3 characters at a time: "529.982.247-25", "529 . 982 . 247 - 25", "4111,1111,1111,1111"
-_DIGIT_RUN = re.compile(r"(?<!\d)\d(?:[^\w]{0,3}\d)+(?!\d)")
+NUMBER_WORDS = {"zero": 0, "um": 1, "uma": 1, "dois": 2, "duas": 2, "tres": 3, "quatro": 4,
+                "cinco": 5, "seis": 6, "meia": 6, "sete": 7, "oito": 8, "nove": 9, "one": 1,
+                "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+                "nine": 9}  # folded; "meia" is how Brazilians say a six in a number
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r")\b")
 
 
 def _digit_runs(text: str) -> list[list[int]]:
-    return [[int(d) for d in re.sub(r"\D", "", m.group(0))]
-            for m in _DIGIT_RUN.finditer(fold(text))]
+    """The digits a value could spell, with every separator removed: those of each stretch
+    without letters ("529    982 247-25", "cinco dois nove ...", number words read as
+    digits), and all of the value's digits together ("cpf5a29b982...")."""
+    spelled = _NUMBER_WORD.sub(lambda m: str(NUMBER_WORDS[m.group(1)]), fold(text))
+    stretches = [*re.split(r"[^\W\d_]+", spelled), spelled]
+    return [[int(d) for d in re.sub(r"\D", "", stretch)] for stretch in stretches]
 
 
 def has_cpf(text: str) -> bool:
@@ -149,7 +277,11 @@ _TOPICS = {  # stems, matched on the folded text (no accents, lower case)
                "anxiety", "remedio", "medicament", "medication", "doenc", "disease", "alerg",
                "allerg", "cirurgi", "surgery", "tratament", "therapy", "terapia", "asma",
                "asthma", "quimio", "chemo", "hipertens", "pressao alta", "epilep", "autis",
-               "deficien", "sindrome", "syndrome", "psiqui", "psych", "insulin", "covid"),
+               "deficien", "sindrome", "syndrome", "psiqui", "psych", "insulin", "covid",
+               # the attack run's evasions, kept as a second layer behind the shapes
+               "soropositiv", "lupus", "dialis", "dengue", "tdah", "adhd", "hepatit",
+               "tubercul", "transtorno", "disorder", "bipolar", "esquizofren", "alzheimer",
+               "parkinson", "fibromialg", "endometrios", "zika", "chikungunya"),
     "religion": ("evangelic", "catolic", "catholic", "umband", "candombl", "espirit",
                  "muculman", "muslim", "judeu", "judia", "judaism", "jewish", "igreja", "church",
                  "crente", "ateu", "ateia", "atheist", "budist", "buddhist", "islam"),

@@ -1,11 +1,13 @@
 """The history window: which stored messages go into a request, and how they become API messages.
 
 Rules (DESIGN.md, "The request sent to Claude"): the first message sent is a user message made
-only of text; a start point moves forward, never back; every tool_use has its tool_result in the
-next message, results first; empty text blocks are never sent; consecutive stored user messages
-merge into one API message. Between compactions the window is everything after the summary's
-end; only compaction (or the hard cap) moves its start. Old tool results are pruned to a short
-note up to a boundary that also moves only at compaction, so the prefix is stable between steps.
+only of text and the first of its run of consecutive user messages (a burst is one turn: never
+split between summary and window); a start point moves forward, never back; every tool_use has
+its tool_result in the next message, results first; empty text blocks are never sent;
+consecutive stored user messages merge into one API message. Between compactions the window is
+everything after the summary's end; only compaction (or the hard cap) moves its start. Old tool
+results are pruned to a short note up to a boundary that also moves only at compaction, so the
+prefix is stable between steps.
 Pure: no I/O. Stored messages are given in history order (their `position`).
 """
 
@@ -45,14 +47,36 @@ def is_turn_start(message: Stored) -> bool:
         b.get("type") == "text" for b in message.content)
 
 
+def starts_run(messages: Sequence[Stored], index: int) -> bool:
+    """True when `index` is the first of a run of consecutive user messages: they merge into
+    one API message (`to_api_messages`), so a burst the customer sent is one turn and no cut
+    may fall inside it (DESIGN.md, Safe start). A message with nothing to send (no content, or
+    only empty text: the claim an edit makes for an original not yet arrived) is dropped by
+    `to_api_messages`, so it neither starts nor joins a run."""
+    before = _previous_sent(messages, index)
+    return messages[index].role == "user" and (before is None or before.role != "user")
+
+
+def _previous_sent(messages: Sequence[Stored], index: int) -> Stored | None:
+    """The last message before `index` that `to_api_messages` sends (one with a non-empty
+    block); None when there is none."""
+    for earlier in reversed(messages[:index]):
+        if any(not _is_empty_text(b) for b in earlier.content):
+            return earlier
+    return None
+
+
 def is_safe_start(messages: Sequence[Stored], index: int) -> bool:
-    """True when the window may begin at `index`: a user message made only of text, whose run
-    of consecutive user messages carries no tool_result (it would be orphaned), and which does
-    not follow a tool_use (its results would be cut from it).
+    """True when the window may begin at `index`: the first message of a run of consecutive
+    user messages (never one inside a burst), made only of text, whose run carries no
+    tool_result (it would be orphaned), and which does not follow a tool_use (its results
+    would be cut from it).
     """
-    if index >= len(messages) or not is_turn_start(messages[index]):
+    if index >= len(messages) or not is_turn_start(messages[index]) \
+            or not starts_run(messages, index):
         return False
-    if index > 0 and messages[index - 1].role == "assistant" and has_tool_use(messages[index - 1]):
+    before = _previous_sent(messages, index)
+    if before is not None and has_tool_use(before):
         return False
     for message in messages[index:]:
         if message.role != "user":
@@ -70,19 +94,32 @@ def first_safe_start(messages: Sequence[Stored], start: int = 0) -> int:
     return index
 
 
+def last_safe_start(messages: Sequence[Stored]) -> int:
+    """The last safe start (the latest turn the customer began, whole); `len(messages)` when
+    there is none."""
+    for index in range(len(messages) - 1, -1, -1):
+        if is_safe_start(messages, index):
+            return index
+    return len(messages)
+
+
 def safe_start(messages: Sequence[Stored], keep: int) -> int:
     """Index of the window that keeps about the last `keep` messages verbatim.
 
     Starts at `len - keep` and moves forward to the first safe start: it sends a little less
-    rather than a broken pair. `len(messages)` when no safe start exists.
+    rather than a broken pair or a split burst. When the last `keep` messages hold none (they
+    sit inside the latest turn, e.g. a burst longer than `keep`), the latest turn's start: that
+    turn whole, never a part of it. `len(messages)` when no safe start exists.
     """
-    return first_safe_start(messages, len(messages) - max(keep, 1))
+    start = first_safe_start(messages, len(messages) - max(keep, 1))
+    return start if start < len(messages) else last_safe_start(messages)
 
 
 def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: int,
                   hard_cap: bool) -> list[Stored]:
     """The messages to send: everything after position `summarized_until` from its first safe
-    start; with `hard_cap` only the safe window of the last `keep` messages.
+    start; with `hard_cap` only the safe window of the last `keep` messages, or the latest
+    turn whole when it is longer than that (a burst is never split, and never dropped).
     """
     after = [m for m in messages if m.position > summarized_until]
     start = safe_start(after, keep) if hard_cap else first_safe_start(after)
@@ -139,8 +176,7 @@ def prune_boundary(messages: Sequence[Stored], *, keep_user_turns: int) -> int:
     """Position up to which tool results may be pruned: just before the start of the
     `keep_user_turns`-th last turn the customer began. 0 when there are not that many turns.
     """
-    starts = [i for i, m in enumerate(messages) if is_turn_start(m)
-              and (i == 0 or messages[i - 1].role != "user")]
+    starts = [i for i, m in enumerate(messages) if is_turn_start(m) and starts_run(messages, i)]
     if keep_user_turns <= 0:
         return messages[-1].position if messages else 0
     if len(starts) < keep_user_turns:

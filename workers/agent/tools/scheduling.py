@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from storage.db import is_postgres, session_scope
 from storage.models import (
@@ -25,12 +25,33 @@ from storage.models import (
     Tenant,
     ToolCall,
 )
-from workers.agent.tools.base import ToolContext, ToolError
-from workers.agent.tools.slots import Slot, compute_slots, fits_opening_hours, overlaps
+from workers.agent.tools.base import (
+    NAME_CHARS,
+    ToolContext,
+    ToolError,
+    backstop,
+    bounded,
+    clip,
+    echo,
+    some_codes,
+)
+from workers.agent.tools.slots import (
+    Slot,
+    compute_slots,
+    on_grid,
+    opening_interval,
+    overlaps,
+    too_soon,
+)
 
 MAX_SLOTS_LISTED = 24
 MAX_RANGE_DAYS = 14
 DEFAULT_RANGE_DAYS = 7
+# The bounds of the results (README, Scheduling tools); MAX_RESULT_CHARS backs them all
+SERVICES_CHARS = 3000  # list_services: lines until this, then "N more left out"
+PROFESSIONALS_NAMED = 3  # names of who does a service in a list_services line
+APPOINTMENTS_LISTED = 10  # list_my_appointments
+MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
 _LOCAL_TIME = {"type": "string",
                "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
@@ -50,7 +71,8 @@ TOOLS: list[dict[str, Any]] = sorted([
          "appointment_id": {"type": "integer"}}, "required": ["appointment_id"]}},
     {"name": "find_available_slots",
      "description": "Free start times for a service on a date or a date range (at most 14 "
-                    "days), optionally with one professional. Never returns past times.",
+                    "days), optionally with one professional. Only times the business takes: "
+                    "never past, too soon or too far ahead.",
      "input_schema": {"type": "object", "properties": {
          "service": {"type": "string", "description": "Service code"},
          "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
@@ -61,8 +83,11 @@ TOOLS: list[dict[str, Any]] = sorted([
      "description": "This customer's upcoming booked appointments.",
      "input_schema": {"type": "object", "properties": {}}},
     {"name": "list_services",
-     "description": "The services offered, their codes, durations and professionals.",
-     "input_schema": {"type": "object", "properties": {}}},
+     "description": "The services offered, their codes, durations and professionals. A long "
+                    "catalogue is listed in part: search it with query.",
+     "input_schema": {"type": "object", "properties": {
+         "query": {"type": "string",
+                   "description": "Part of a service's name or code (optional: all)"}}}},
     {"name": "reschedule_appointment",
      "description": "Move one of this customer's upcoming appointments to a new free start "
                     "time (same service).",
@@ -86,13 +111,14 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any) -> tuple[str, boo
             return done.result, done.is_error
     try:
         with session_scope(ctx.engine) as session:
-            text = _dispatch(session, ctx, name, tool_input)
+            text = backstop(_dispatch(session, ctx, name, tool_input))
             _record(session, ctx, name, tool_input, text, is_error=False)
             return text, False
     except ToolError as exc:
         with session_scope(ctx.engine) as session:
-            _record(session, ctx, name, tool_input, str(exc), is_error=True)
-        return str(exc), True
+            text = backstop(str(exc))
+            _record(session, ctx, name, tool_input, text, is_error=True)
+        return text, True
     except IntegrityError:  # the same tool_use id ran concurrently: its record wins
         with session_scope(ctx.engine) as session:
             done = session.exec(select(ToolCall).where(
@@ -110,22 +136,36 @@ def _record(session: Session, ctx: ToolContext, name: str, tool_input: Any, text
 def _dispatch(session: Session, ctx: ToolContext, name: str, tool_input: Any) -> str:
     handler = HANDLERS.get(name)
     if handler is None:
-        raise ToolError(f"unknown tool {name!r}; available: {', '.join(HANDLERS)}")
+        raise ToolError(f"unknown tool {echo(name)}; available: {', '.join(HANDLERS)}")
     if not isinstance(tool_input, dict):
         raise ToolError("tool input must be a JSON object")
     return handler(session, ctx, tool_input)
 
 
-def list_services(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
+def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    """One line per service, at most SERVICES_CHARS in all; `query` narrows the list."""
     services = _services(session, ctx.tenant_id)
     if not services:
         return "No services are configured."
+    query = args.get("query")
+    if isinstance(query, str) and query.strip():
+        wanted = query.strip().casefold()
+        services = [s for s in services if wanted in s.code.casefold()
+                    or wanted in s.name.casefold()]
+        if not services:
+            return f"No service matches {echo(query)}; call list_services without a query."
     pros = _professionals(session, ctx.tenant_id)
-    lines = []
-    for s in services:
-        names = ", ".join(p.name for p in pros if s.code in p.service_codes) or "nobody"
-        lines.append(f"- {s.code}: {s.name}, {s.duration_minutes} min (with {names})")
-    return "Services:\n" + "\n".join(lines)
+    lines = [f"- {s.code}: {clip(s.name, NAME_CHARS)}, {s.duration_minutes} min (with "
+             f"{_who(s, pros)})" for s in services]
+    return bounded("Services:", lines, max_chars=SERVICES_CHARS,
+                   left_out="call list_services with a query to search them by name")
+
+
+def _who(service: Service, pros: list[Professional]) -> str:
+    names = [clip(p.name, NAME_CHARS) for p in pros if service.code in p.service_codes]
+    extra = len(names) - PROFESSIONALS_NAMED
+    return (", ".join(names[:PROFESSIONALS_NAMED]) or "nobody") + (
+        f" and {extra} more" if extra > 0 else "")
 
 
 def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -136,11 +176,14 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
         first if args.get("date") else first + timedelta(days=DEFAULT_RANGE_DAYS - 1))
     if last < first or (last - first).days >= MAX_RANGE_DAYS:
         raise ToolError(f"date_to must be on or after date and at most {MAX_RANGE_DAYS} days on")
-    first = max(first, today)
+    tenant = _tenant(session, ctx.tenant_id)
+    first, last = max(first, today), min(last, _last_bookable_day(tenant, today))
+    if first > last:
+        raise ToolError(_too_far(tenant, today))
     pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
-    slots = _free_slots(session, ctx, service, pros, first, last)
+    slots = _free_slots(session, ctx, tenant, service, pros, first, last)
     if not slots:
-        return (f"No free slots for {service.name} between {first.isoformat()} and "
+        return (f"No free slots for {service.code} between {first.isoformat()} and "
                 f"{last.isoformat()}.")
     return _format_slots(slots, {p.id: p for p in pros}, ctx.timezone, service)
 
@@ -153,14 +196,17 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
-    rows = session.exec(select(Appointment).where(
-        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
-        Appointment.status == "booked", col(Appointment.start_at) > ctx.now,
-    ).order_by(col(Appointment.start_at))).all()
+    """The next APPOINTMENTS_LISTED bookings, then how many more there are."""
+    rows = session.exec(select(Appointment).where(*_upcoming(ctx)).order_by(
+        col(Appointment.start_at)).limit(APPOINTMENTS_LISTED)).all()
     if not rows:
         return "This customer has no upcoming appointments."
-    return "Upcoming appointments:\n" + "\n".join(
-        "- " + _describe(session, a, ctx.timezone) for a in rows)
+    lines = ["Upcoming appointments:", *("- " + _describe(session, a, ctx.timezone)
+                                        for a in rows)]
+    total = _count_upcoming(session, ctx)
+    if total > len(rows):
+        lines.append(f"({total - len(rows)} more left out: the next {len(rows)} are shown)")
+    return "\n".join(lines)
 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -210,13 +256,14 @@ def tools_for(fact_keys: list[str]) -> list[dict[str, Any]]:
 
 def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,
            professional: Any) -> Appointment:
-    """Check and insert in this transaction; raises ToolError when the time is not bookable."""
-    if start <= ctx.now:
-        raise ToolError("that time is in the past; offer a future slot")
+    """Check and insert in this transaction; raises ToolError when the time is not bookable:
+    past, sooner than the tenant's notice, beyond its horizon, outside the opening hours, off
+    the slot grid, the customer already at the tenant's limit of upcoming bookings, or taken.
+    Each message says why, so the model can explain it in the customer's words."""
+    tenant = _tenant(session, ctx.tenant_id)
+    _check_time(session, ctx, tenant, service, start)
+    _check_upcoming(session, ctx, tenant)
     duration = timedelta(minutes=service.duration_minutes)
-    if not fits_opening_hours(start, duration, ctx.timezone, _hours(session, ctx.tenant_id),
-                              _exceptions(session, ctx.tenant_id)):
-        raise ToolError("that time is outside the opening hours; use find_available_slots")
     for pro in _candidates(session, ctx.tenant_id, service, professional):
         assert pro.id is not None and service.id is not None
         _lock_professional(session, pro.id)
@@ -234,6 +281,71 @@ def _place(session: Session, ctx: ToolContext, service: Service, start: datetime
     raise ToolError("that time is no longer free; call find_available_slots again")
 
 
+def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
+                start: datetime) -> None:
+    """The start time rules of README "Scheduling tools": the same ones find_available_slots
+    applies, so a slot it offered is never refused for its time."""
+    if start <= ctx.now:
+        raise ToolError("that time is in the past; offer a future slot")
+    notice = timedelta(minutes=tenant.booking_notice_minutes)
+    if too_soon(start, ctx.now, notice):
+        earliest = (ctx.now + notice).astimezone(ctx.timezone)
+        raise ToolError(f"that time is too soon: the business takes bookings at least "
+                        f"{tenant.booking_notice_minutes} minutes ahead (not before "
+                        f"{earliest:%a %Y-%m-%d %H:%M}); offer a later slot")
+    today = ctx.now.astimezone(ctx.timezone).date()
+    if start.astimezone(ctx.timezone).date() > _last_bookable_day(tenant, today):
+        raise ToolError(_too_far(tenant, today))
+    duration = timedelta(minutes=service.duration_minutes)
+    interval = opening_interval(start, duration, ctx.timezone, _hours(session, ctx.tenant_id),
+                                _exceptions(session, ctx.tenant_id))
+    if interval is None:
+        raise ToolError("that time is outside the opening hours; use find_available_slots")
+    step = timedelta(minutes=tenant.slot_granularity_minutes)
+    if not on_grid(start, interval, step):
+        opens = interval[0].astimezone(ctx.timezone)
+        raise ToolError(f"{start.astimezone(ctx.timezone):%H:%M} is not a start time: "
+                        f"appointments start every {tenant.slot_granularity_minutes} minutes "
+                        f"from {opens:%H:%M}; offer a time find_available_slots returned")
+
+
+def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
+    """At most `max_upcoming_bookings` booked and still ahead per customer (a move cancels the
+    old booking first, so it never counts twice)."""
+    upcoming = _count_upcoming(session, ctx)
+    if upcoming >= tenant.max_upcoming_bookings:
+        raise ToolError(f"this customer already has {upcoming} upcoming appointments, the most "
+                        f"the business allows at once ({tenant.max_upcoming_bookings}); one "
+                        "must be cancelled or moved before booking another")
+
+
+def _upcoming(ctx: ToolContext) -> tuple[Any, ...]:
+    """The conditions of this customer's booked appointments still ahead."""
+    return (Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+            Appointment.status == "booked", col(Appointment.start_at) > ctx.now)
+
+
+def _count_upcoming(session: Session, ctx: ToolContext) -> int:
+    return int(session.exec(select(func.count()).select_from(Appointment).where(
+        *_upcoming(ctx))).one())
+
+
+def _last_bookable_day(tenant: Tenant, today: date) -> date:
+    return today + timedelta(days=tenant.booking_horizon_days)
+
+
+def _too_far(tenant: Tenant, today: date) -> str:
+    return (f"that date is too far ahead: the business takes bookings at most "
+            f"{tenant.booking_horizon_days} days ahead (until "
+            f"{_last_bookable_day(tenant, today).isoformat()}); ask for an earlier date")
+
+
+def _tenant(session: Session, tenant_id: int) -> Tenant:
+    tenant = session.get(Tenant, tenant_id)
+    assert tenant is not None
+    return tenant
+
+
 def _lock_professional(session: Session, professional_id: int) -> None:
     bind = session.get_bind()
     if is_postgres(bind):  # type: ignore[arg-type]
@@ -241,11 +353,9 @@ def _lock_professional(session: Session, professional_id: int) -> None:
                      .with_for_update()).first()
 
 
-def _free_slots(session: Session, ctx: ToolContext, service: Service,
+def _free_slots(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
                 pros: list[Professional], first: date, last: date) -> list[Slot]:
     days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    tenant = session.get(Tenant, ctx.tenant_id)
-    assert tenant is not None
     ids = [p.id for p in pros if p.id is not None]
     window_start = datetime.combine(first, datetime.min.time(), ctx.timezone)
     busy = _busy(session, ids, window_start, window_start + timedelta(days=len(days) + 1))
@@ -253,7 +363,8 @@ def _free_slots(session: Session, ctx: ToolContext, service: Service,
                          duration=timedelta(minutes=service.duration_minutes),
                          step=timedelta(minutes=tenant.slot_granularity_minutes),
                          professional_ids=ids, busy=busy, now=ctx.now,
-                         exceptions=_exceptions(session, ctx.tenant_id))
+                         exceptions=_exceptions(session, ctx.tenant_id),
+                         notice=timedelta(minutes=tenant.booking_notice_minutes))
 
 
 def _busy(session: Session, professional_ids: list[int], since: datetime,
@@ -283,7 +394,8 @@ def _format_slots(slots: list[Slot], pros: dict[int | None, Professional], tz: Z
 
 
 def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Appointment:
-    if not isinstance(appointment_id, int) or isinstance(appointment_id, bool):
+    if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
+            or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
     appointment = session.get(Appointment, appointment_id)
     if (appointment is None or appointment.tenant_id != ctx.tenant_id
@@ -300,8 +412,10 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     pro = session.get(Professional, appointment.professional_id)
     local = appointment.start_at.astimezone(tz)
     end = appointment.end_at.astimezone(tz)
-    return (f"Appointment #{appointment.id}: {service.name if service else '?'} with "
-            f"{pro.name if pro else '?'} on {local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} "
+    what = clip(service.name, NAME_CHARS) if service else "?"
+    who = clip(pro.name, NAME_CHARS) if pro else "?"
+    return (f"Appointment #{appointment.id}: {what} with {who} on {local:%a %Y-%m-%d} "
+            f"{local:%H:%M}-{end:%H:%M} "
             f"({appointment.status})")
 
 
@@ -310,8 +424,8 @@ def _service(session: Session, tenant_id: int, code: Any) -> Service:
     for s in services:
         if isinstance(code, str) and code.strip().lower() in (s.code.lower(), s.name.lower()):
             return s
-    known = ", ".join(s.code for s in services) or "none"
-    raise ToolError(f"unknown service {code!r}; known service codes: {known}")
+    raise ToolError(f"unknown service {echo(code)}; known service codes: "
+                    f"{some_codes([s.code for s in services])}")
 
 
 def _candidates(session: Session, tenant_id: int, service: Service,
@@ -321,8 +435,8 @@ def _candidates(session: Session, tenant_id: int, service: Service,
         chosen = [p for p in pros if isinstance(code, str)
                   and code.strip().lower() in (p.code.lower(), p.name.lower())]
         if not chosen:
-            known = ", ".join(p.code for p in pros) or "none"
-            raise ToolError(f"professional {code!r} does not do {service.code}; who does: {known}")
+            raise ToolError(f"professional {echo(code)} does not do {service.code}; who does: "
+                            f"{some_codes([p.code for p in pros])}")
         return chosen
     if not pros:
         raise ToolError(f"nobody does {service.code} at the moment")
@@ -366,7 +480,7 @@ def _parse_date(value: Any, key: str) -> date:
     try:
         return date.fromisoformat(str(value))
     except ValueError:
-        raise ToolError(f"{key} must be YYYY-MM-DD, got {value!r}") from None
+        raise ToolError(f"{key} must be YYYY-MM-DD, got {echo(value)}") from None
 
 
 def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
@@ -374,7 +488,8 @@ def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
     try:
         parsed = datetime.fromisoformat(str(value).strip().replace(" ", "T"))
     except ValueError:
-        raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, got {value!r}") from None
+        raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, got {echo(value)}") \
+            from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=tz)
     return parsed.astimezone(ZoneInfo("UTC"))

@@ -1,0 +1,116 @@
+"""Dead letters: webhook bodies or updates kept whole, what they name indexed, erased and expired
+by indexed queries (never by reading every body).
+
+A dead letter records its tenant when known and one `DeadLetterRef` row per identifier it
+names, found when it is written: in the parsed JSON when the body parses (any depth), and in the
+raw bytes as `"key": "value"` pairs (a body that does not parse, or is cut short, still names
+its numbers this way; an identifier spelled with JSON escapes in such a body is not found).
+"""
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, insert, or_
+from sqlmodel import Session, col, delete, select
+
+from storage.db import session_scope
+from storage.models import Contact, DeadLetter, DeadLetterRef, Tenant
+
+# the fields of a webhook body that name a number or a person (reference/whatsapp.md §3):
+# metadata.phone_number_id; messages[].from / from_user_id; contacts[].wa_id / user_id;
+# system.wa_id / user_id; statuses[].recipient_id / recipient_user_id
+REF_NAMES = {"phone_number_id": "phone_number_id", "from": "wa_id", "wa_id": "wa_id",
+             "recipient_id": "wa_id", "from_user_id": "user_id", "user_id": "user_id",
+             "recipient_user_id": "user_id"}
+REF_CHARS = 160  # DeadLetterRef.value
+REASON_CHARS = 2000
+BATCH = 500  # dead letters deleted per transaction by the retention purge
+_RAW_PAIR = re.compile(rb'"(' + b"|".join(k.encode() for k in REF_NAMES) +
+                       rb')"\s*:\s*"?([^"\\,}\]\s]{1,160})')
+
+
+def identifiers(body: bytes) -> set[tuple[str, str]]:
+    """(name, value) of every identifier `body` names; see the module docstring."""
+    found = {(REF_NAMES[key.decode()], _text(value.decode("utf-8", "replace")))
+             for key, value in _RAW_PAIR.findall(body)}
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        payload = None
+    stack: list[Any] = [payload]
+    while stack:  # iterative: a body nested deeper than the interpreter's stack is fine
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in REF_NAMES and isinstance(value, str | int) and \
+                        not isinstance(value, bool) and str(value):
+                    found.add((REF_NAMES[key], _text(str(value))))
+                elif isinstance(value, dict | list):
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return {(name, value) for name, value in found if value}
+
+
+def _text(value: str) -> str:
+    """Storable in a VARCHAR on PostgreSQL (no NUL, no lone surrogate), cut to REF_CHARS."""
+    return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")[:REF_CHARS]
+
+
+def add_dead_letter(session: Session, *, body: bytes, reason: str, now: datetime,
+                    phone_number_id: str | None = None) -> DeadLetter:
+    """Keep `body` whole with what it names. `phone_number_id` is the number of the envelope an
+    update came in (an item dead-lettered alone does not carry it); the tenant is the one that
+    number, or the only number the body names, belongs to (none for a number not onboarded)."""
+    refs = identifiers(body)
+    if phone_number_id:
+        refs.add(("phone_number_id", _text(phone_number_id)))
+    numbers = sorted({value for name, value in refs if name == "phone_number_id"})
+    tenant_ids = session.exec(select(Tenant.id).where(
+        col(Tenant.phone_number_id).in_(numbers))).all() if numbers else []
+    letter = DeadLetter(received_at=now, reason=reason[:REASON_CHARS], body=body,
+                        tenant_id=tenant_ids[0] if len(tenant_ids) == 1 else None)
+    session.add(letter)
+    session.flush()
+    if refs:
+        session.exec(insert(DeadLetterRef), params=[
+            {"dead_letter_id": letter.id, "name": name, "value": value}
+            for name, value in sorted(refs)])
+    return letter
+
+
+def forget_contact(session: Session, contact: Contact) -> int:
+    """Delete the dead letters naming one of the contact's ids that belong to its tenant or to
+    none (a number not onboarded yet, no number, or several tenants' numbers); another
+    tenant's stay. One indexed statement; no body is read. Returns how many."""
+    ids = [i for i in (contact.wa_id, contact.user_id) if i]
+    if not ids:
+        return 0
+    naming = select(DeadLetterRef.dead_letter_id).where(
+        col(DeadLetterRef.value).in_(ids), col(DeadLetterRef.name).in_(("wa_id", "user_id")))
+    result = session.exec(delete(DeadLetter).where(
+        col(DeadLetter.id).in_(naming),
+        or_(col(DeadLetter.tenant_id) == contact.tenant_id, col(DeadLetter.tenant_id).is_(None))))
+    return int(result.rowcount or 0)
+
+
+def purge_expired(engine: Engine, *, now: datetime, retention_days: int) -> int:
+    """Delete dead letters received more than `retention_days` ago, BATCH per transaction
+    (indexed on received_at; their refs go with them). Returns how many."""
+    cutoff, purged = now - timedelta(days=retention_days), 0
+    while True:
+        with session_scope(engine) as session:
+            ids = _ids(session.exec(select(DeadLetter.id).where(
+                col(DeadLetter.received_at) < cutoff).limit(BATCH)).all())
+            if ids:
+                session.exec(delete(DeadLetter).where(col(DeadLetter.id).in_(ids)))
+        purged += len(ids)
+        if len(ids) < BATCH:
+            return purged
+
+
+def _ids(rows: Iterable[int | None]) -> list[int]:
+    return [int(i) for i in rows if i is not None]
