@@ -163,7 +163,11 @@ class Message(SQLModel, table=True):
     """
 
     __table_args__ = (Index("ix_message_conversation_id", "conversation_id", "id"),
-                      Index("ix_message_conversation_position", "conversation_id", "position"))
+                      Index("ix_message_conversation_position", "conversation_id", "position"),
+                      # the reconciler's scan: only messages no turn has handled yet
+                      Index("ix_message_unanswered", "received_at",
+                            sqlite_where=text("answered_at IS NULL"),
+                            postgresql_where=text("answered_at IS NULL")))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE")
@@ -179,6 +183,16 @@ class Message(SQLModel, table=True):
     answered_at: datetime | None = None
     delivery_status: str | None = Field(default=None, max_length=16)
     status_reason: str | None = Field(default=None, sa_type=Text)
+
+
+class TurnFence(SQLModel, table=True):
+    """The fencing token of a conversation's turns (storage/fences.py): `fence` goes up by one
+    each time a turn takes the conversation's lock, and every transaction of that turn checks it
+    is still the latest, so a turn that lost its lock can no longer write or send."""
+
+    conversation_id: int = Field(primary_key=True, foreign_key="conversation.id",
+                                 ondelete="CASCADE")
+    fence: int = 0
 
 
 class Outbound(SQLModel, table=True):

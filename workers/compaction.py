@@ -103,13 +103,13 @@ def _result_text(content: Any) -> str:
     return str(content or "")
 
 
-def compact_conversation(conversation_id: int, attempt: int = 1) -> str:
+def compact_conversation(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: compact one conversation. Returns what happened."""
     return run_coalesced(
-        "compact", conversation_id, attempt,
+        "compact", conversation_id, attempt, outage=outage,
         handle=lambda rt, cid, n: _counted(rt, handle_compaction(rt, cid, attempt=n)),
-        reenqueue=lambda rt, cid, at, n: enqueue_compaction(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n))
+        reenqueue=lambda rt, cid, at, n, out: enqueue_compaction(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out))
 
 
 def _counted(runtime: Runtime, outcome: str) -> str:

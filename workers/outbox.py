@@ -1,10 +1,11 @@
 """Sending the outbox: each part of a reply is claimed, sent once, and marked with its wamid.
 
 At most once: a row is claimed (pending → sending) before the Graph call, so a retried job never
-sends it again. A rate limit or a Meta-side error with an answer puts it back to pending and
-schedules a later flush; a call with no answer at all (timeout) may have been accepted, so it is
-marked `unknown` rather than sent twice. Outside the 24-hour customer service window nothing is
-sent: the row is `refused` with the reason (Meta would fail it with 131047).
+sends it again; the claim is a transaction of the turn, so a turn that lost its lock (its fence,
+storage/fences.py) claims nothing. A rate limit or a Meta-side error with an answer puts it back
+to pending and schedules a later flush; a call with no answer at all (timeout) may have been
+accepted, so it is marked `unknown` rather than sent twice. Outside the 24-hour customer service
+window nothing is sent: the row is `refused` with the reason (Meta would fail it with 131047).
 """
 
 from datetime import timedelta
@@ -15,6 +16,7 @@ from core import clock, metrics
 from core.faults import crash_point
 from storage import messages as message_repo
 from storage.db import session_scope
+from storage.fences import unfenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Outbound, Tenant
 from storage.tenants import pause_sending
@@ -77,7 +79,8 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
         return _on_error(runtime, row, exc)
     _record(runtime, metrics.inc("wagent_graph_sends_total", {"kind": row.kind}))
     crash_point("after_send_before_mark")
-    _mark(runtime, row.id, status="sent", wamid=wamid)
+    with unfenced():  # it went out: recorded even by a turn that lost its lock meanwhile
+        _mark(runtime, row.id, status="sent", wamid=wamid)
     log.info("reply_sent", outbound_id=row.id, part=row.part)
     log.debug("reply_text", text=row.body, to=row.to)
     return "sent"
