@@ -10,16 +10,19 @@ Cases (docs: bench/README.md):
 - `kill_keeper`: SIGKILL of the worker that moves due scheduled jobs (the keeper's lock holder;
   on code before the keeper, the worker running RQ's scheduler), with its work horse.
 - `rolling_restart`: each worker replaced in turn, the new one started before the old one gets
-  SIGTERM (RQ's warm shutdown), as a deploy with a surge does.
+  SIGTERM (RQ's warm shutdown), as a deploy with a surge does; the worker moving due jobs last.
 - `kill_horse`: SIGKILL of a work horse in the middle of a turn (the Messages double takes 2 s
   a turn, so a turn is caught in its model call).
 - `postgres_outage`: 10 s without PostgreSQL (a TCP proxy of ours between the product and
   PostgreSQL cuts every connection and refuses new ones).
-- `redis_loss`: the redis-server killed (SIGKILL) and started again 5 s later, empty.
+- `redis_loss`: the redis-server killed (SIGKILL) while a turn runs (the double takes 1 s a
+  turn) and started again 5 s later, empty.
 
-Traffic: CONTACTS customers, each writing every INTERVAL_S seconds (one message in four a burst
-of two), a fifth of the messages delivered twice at once; a POST answered with anything but 200
-is delivered again a second later, as Meta redelivers (Meta waits longer). Each message carries
+Traffic: a new customer every TICK_S seconds, writing one message or (one in four) a burst of
+two and then waiting for the answer, so nothing but the product itself gets a lost turn going
+again (a customer who writes again would); a fifth of the messages delivered twice at once; a
+POST answered with anything but 200 is delivered again a second later, as Meta redelivers
+(Meta waits longer). Each message carries
 a token, and the Messages double answers every turn with the tokens of the messages it
 answers, so the Graph double's sends say which message was answered when, and how many times.
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -64,14 +68,15 @@ POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.
 APP_SECRET = "faults-app-secret"
 ACCESS_TOKEN = "faults-access-token"
 API_KEY = "faults-api-key"
-CONTACTS = 6
-INTERVAL_S = 3.0
+TICK_S = 0.5
 LEAD_S = 3.0  # traffic before the fault
 TRAIL_S = 3.0  # traffic after the fault's end
 PG_OUTAGE_S = 10.0
 REDIS_DOWN_S = 5.0
-SLOW_TURN_S = 2.0  # the Messages double's time per turn call in `kill_horse`
-TURN_S = 0.2  # and in the other cases
+# The Messages double's time per turn call: long enough in `kill_horse` to catch a turn in its
+# model call, and in `redis_loss` for the workers to be busy when Redis dies
+TURN_S = {"kill_horse": 2.0, "redis_loss": 1.0}
+DEFAULT_TURN_S = 0.2
 CASES = ("kill_keeper", "rolling_restart", "kill_horse", "postgres_outage", "redis_loss")
 
 
@@ -117,6 +122,8 @@ class Doubles:
                 self.sent_at.append((text, time.time()))
                 return answer
 
+        # a horse killed in its model call resets its connection: aiohttp logs a traceback
+        logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
         self.messages = TokenReplies(api_key=API_KEY)
         self.graph = TimedSends(access_token=ACCESS_TOKEN)
         self.loop = asyncio.new_event_loop()
@@ -421,8 +428,8 @@ class Sent:
 
 
 class Traffic:
-    """Customers writing until `stop()`; every POST is delivered again a second later until
-    answered 200, then, one time in five, once more at once (a duplicate)."""
+    """New customers writing until `stop()`; every POST is delivered again a second later
+    until answered 200, then, one time in five, once more at once (a duplicate)."""
 
     GIVE_UP_S = 1200.0  # a POST is delivered again for at most this long
 
@@ -452,17 +459,14 @@ class Traffic:
 
     def _loop(self) -> None:
         started = time.monotonic()
-        step = INTERVAL_S / CONTACTS
         tick = 0
         while not self._stop.is_set():
-            contact = self.first_contact + tick % CONTACTS
-            seq = tick // CONTACTS
             burst = 2 if tick % 4 == 1 else 1
             for k in range(burst):
-                self._pool.submit(self._deliver, contact, seq * 2 + k,
+                self._pool.submit(self._deliver, self.first_contact + tick, k,
                                   duplicate=(tick + k) % 5 == 0)
             tick += 1
-            self._stop.wait(max(0.0, started + tick * step - time.monotonic()))
+            self._stop.wait(max(0.0, started + tick * TICK_S - time.monotonic()))
 
     def _deliver(self, contact: int, seq: int, *, duplicate: bool) -> Sent:
         from bot.signature import sign
@@ -579,14 +583,14 @@ def run_case(case: str, *, source: Path = ROOT, max_wait: float = 90.0,
     private = PrivateRedis(workdir)
     private.start()
     client = redis.Redis.from_url(private.url, socket_timeout=5)
-    doubles = Doubles(turn_s=SLOW_TURN_S if case == "kill_horse" else TURN_S)
+    doubles = Doubles(turn_s=TURN_S.get(case, DEFAULT_TURN_S))
     cluster = Cluster(source=source, workdir=workdir, database_url=product_db,
                       redis_url=private.url, doubles=doubles, prefix=prefix)
     traffic = Traffic(cluster.url)
     overdue: Overdue | None = None
     try:
         cluster.start(client)
-        warm = traffic.post_one(900, 0)
+        warm = traffic.post_one(900_000, 0)
         _wait_answered(doubles, [warm.token], until=time.monotonic() + 60)
         log(f"{case}: processes up and answering, traffic for {LEAD_S:.0f} s")
         traffic.sent.clear()
@@ -710,23 +714,33 @@ def kill_keeper(cluster: Cluster, client: Any, _redis: PrivateRedis, _proxy: Tcp
 
 def rolling_restart(cluster: Cluster, client: Any, _redis: PrivateRedis, _proxy: TcpProxy,
                     result: CaseResult) -> None:
-    for _ in range(2):
-        cluster.replace_worker(0, client)
+    """The worker moving due jobs is replaced last: its replacement and the other's are up
+    before it stops (on code before the keeper, the order that left no scheduler)."""
+    pid = cluster.scheduler_pid(client)
+    holder = cluster.workers[cluster.worker_index(pid)] if pid is not None else None
+    for worker in sorted(list(cluster.workers), key=lambda w: w is holder):
+        cluster.replace_worker(cluster.workers.index(worker), client)
 
 
 def kill_horse(cluster: Cluster, client: Any, _redis: PrivateRedis, _proxy: TcpProxy,
                result: CaseResult) -> None:
     until = time.monotonic() + 30
+    while True:
+        found = _turn_running(cluster, client, until=until)
+        time.sleep(0.5)  # into its model call (the double takes 2 s)
+        horses = cluster.horses(found[0], client)
+        if horses and cluster.running_turn(client) == found:
+            break
+    for pid in horses:
+        _kill(pid)
+    result.extra["killed_horse_conversation"] = found[1]
+
+
+def _turn_running(cluster: Cluster, client: Any, *, until: float) -> tuple[int, int]:
     while time.monotonic() < until:
         found = cluster.running_turn(client)
         if found is not None:
-            time.sleep(0.5)  # into its model call (the double takes SLOW_TURN_S)
-            horses = cluster.horses(found[0], client)
-            if horses and cluster.running_turn(client) == found:
-                for pid in horses:
-                    _kill(pid)
-                result.extra["killed_horse_conversation"] = found[1]
-                return
+            return found
         time.sleep(0.05)
     raise RuntimeError("no turn was caught running in 30 s")
 
@@ -738,8 +752,10 @@ def postgres_outage(_cluster: Cluster, _client: Any, _redis: PrivateRedis, proxy
     proxy.restore()
 
 
-def redis_loss(_cluster: Cluster, _client: Any, private: PrivateRedis, _proxy: TcpProxy,
+def redis_loss(cluster: Cluster, client: Any, private: PrivateRedis, _proxy: TcpProxy,
                _result: CaseResult) -> None:
+    # a worker busy with a turn: RQ's worker exits then (idle, it retries by itself)
+    _turn_running(cluster, client, until=time.monotonic() + 30)
     private.kill()
     time.sleep(REDIS_DOWN_S)
     private.start()
