@@ -2,7 +2,7 @@
 processes) on the machine's PostgreSQL and a redis-server of its own, real signed webhooks
 flowing; each case breaks one thing and measures how long customers waited for their answer.
 
-    .venv/bin/python bench/faults.py                     # every case, about 4 minutes here
+    .venv/bin/python bench/faults.py                     # every case, about 3.5 minutes here
     .venv/bin/python bench/faults.py --case kill_horse --max-wait 900 --source /tmp/old
 
 Cases (docs: bench/README.md):
@@ -12,7 +12,9 @@ Cases (docs: bench/README.md):
 - `rolling_restart`: each worker replaced in turn, the new one started before the old one gets
   SIGTERM (RQ's warm shutdown), as a deploy with a surge does; the worker moving due jobs last.
 - `kill_horse`: SIGKILL of a work horse in the middle of a turn (the Messages double takes 2 s
-  a turn, so a turn is caught in its model call).
+  a turn until then, so a turn is caught in its model call).
+- `stop_horse`: SIGSTOP of a work horse in its model call (a horse starved of CPU) until another
+  turn has answered its conversation, then SIGCONT: the stale turn must send nothing.
 - `postgres_outage`: 10 s without PostgreSQL (a TCP proxy of ours between the product and
   PostgreSQL cuts every connection and refuses new ones).
 - `redis_loss`: the redis-server killed (SIGKILL) while a turn runs (the double takes 1 s a
@@ -73,11 +75,13 @@ LEAD_S = 3.0  # traffic before the fault
 TRAIL_S = 3.0  # traffic after the fault's end
 PG_OUTAGE_S = 10.0
 REDIS_DOWN_S = 5.0
-# The Messages double's time per turn call: long enough in `kill_horse` to catch a turn in its
-# model call, and in `redis_loss` for the workers to be busy when Redis dies
-TURN_S = {"kill_horse": 2.0, "redis_loss": 1.0}
+# The Messages double's time per turn call until the fault: long enough in `kill_horse` and
+# `stop_horse` to catch a turn in its model call, and in `redis_loss` for the workers to be busy
+# when Redis dies
+TURN_S = {"kill_horse": 2.0, "stop_horse": 2.0, "redis_loss": 1.0}
 DEFAULT_TURN_S = 0.2
-CASES = ("kill_keeper", "rolling_restart", "kill_horse", "postgres_outage", "redis_loss")
+CASES = ("kill_keeper", "rolling_restart", "kill_horse", "stop_horse", "postgres_outage",
+         "redis_loss")
 
 
 def log(text: str) -> None:
@@ -97,9 +101,13 @@ class Doubles:
         from replay.graph_api import GraphDouble
         from replay.messages_api import MessagesDouble
 
+        self.turn_s = turn_s  # a fault may change it
+
+        doubles = self
+
         class TokenReplies(MessagesDouble):
             async def _handle_messages(self, request: Any) -> Any:
-                await asyncio.sleep(turn_s)
+                await asyncio.sleep(doubles.turn_s)
                 return await super()._handle_messages(request)
 
             def _take_item(self, purpose: str) -> dict[str, Any] | None:
@@ -452,6 +460,7 @@ class Traffic:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop writing, and wait for the deliveries under way (idempotent)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -549,99 +558,115 @@ class Overdue:
         return round(self.max, 1)
 
 
+class Stage:
+    """What a case runs on, set up from nothing and taken down after: a schema of its own
+    (reached directly by this script, through `proxy` by the product), a redis-server, the
+    doubles and the product's processes (`cluster`, not started)."""
+
+    def __init__(self, case: str, source: Path) -> None:
+        import redis
+        from sqlalchemy import text
+        from sqlalchemy.engine import make_url
+
+        from storage.db import create_schema, make_engine, session_scope
+        from storage.tenants import upsert_tenant
+        from tests.factories import TENANT
+
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"wagent-faults-{case}-"))
+        self.schema = f"wagent_faults_{uuid.uuid4().hex[:10]}"
+        self.admin = make_engine(POSTGRES_URL)
+        with self.admin.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{self.schema}"'))
+        pg = make_url(POSTGRES_URL)
+        self.proxy = TcpProxy((pg.host or HOST, pg.port or 5432))
+        self.proxy.start()
+        options = {"options": f"-csearch_path={self.schema}"}
+        self.engine = make_engine(pg.update_query_dict(options).render_as_string(
+            hide_password=False))
+        create_schema(self.engine)
+        with session_scope(self.engine) as session:
+            upsert_tenant(session, TENANT, now=datetime.now(UTC))
+        self.redis = PrivateRedis(self.workdir)
+        self.redis.start()
+        self.client = redis.Redis.from_url(self.redis.url, socket_timeout=5)
+        self.doubles = Doubles(turn_s=TURN_S.get(case, DEFAULT_TURN_S))
+        self.prefix = f"faults{uuid.uuid4().hex[:6]}"
+        self.cluster = Cluster(
+            source=source, workdir=self.workdir, redis_url=self.redis.url,
+            database_url=pg.set(host=HOST, port=self.proxy.port).update_query_dict(
+                options).render_as_string(hide_password=False),
+            doubles=self.doubles, prefix=self.prefix)
+
+    def close(self) -> None:
+        from sqlalchemy import text
+
+        self.cluster.stop()
+        self.redis.kill()
+        self.proxy.cut()  # and the product's PostgreSQL connections with it
+        self.doubles.close()
+        self.engine.dispose()
+        with self.admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{self.schema}" CASCADE'))
+        self.admin.dispose()
+
+
 def run_case(case: str, *, source: Path = ROOT, max_wait: float = 90.0,
              keep_logs: bool = False) -> CaseResult:
-    """Run one case from a fresh schema, Redis and processes; see the module docstring."""
-    import redis
-    from sqlalchemy import text
-    from sqlalchemy.engine import make_url
-
-    from storage.db import create_schema, make_engine, session_scope
-    from storage.tenants import upsert_tenant
-    from tests.factories import TENANT
-
+    """Run one case on a fresh Stage; see the module docstring. The logs are kept (their
+    directory in `logs`) with `keep_logs` or when a message was lost or doubled."""
     if case not in CASES:
         raise ValueError(f"unknown case {case!r}: one of {', '.join(CASES)}")
-    workdir = Path(tempfile.mkdtemp(prefix=f"wagent-faults-{case}-"))
-    schema = f"wagent_faults_{uuid.uuid4().hex[:10]}"
-    prefix = f"faults{uuid.uuid4().hex[:6]}"
-    result = CaseResult(case=case, source=str(source))
-    admin = make_engine(POSTGRES_URL)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    pg = make_url(POSTGRES_URL)
-    proxy = TcpProxy((pg.host or HOST, pg.port or 5432))
-    proxy.start()
-    product_db = pg.set(host=HOST, port=proxy.port).update_query_dict(
-        {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    direct_db = pg.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
-        hide_password=False)
-    engine = make_engine(direct_db)
-    create_schema(engine)
-    with session_scope(engine) as session:
-        upsert_tenant(session, TENANT, now=datetime.now(UTC))
-    private = PrivateRedis(workdir)
-    private.start()
-    client = redis.Redis.from_url(private.url, socket_timeout=5)
-    doubles = Doubles(turn_s=TURN_S.get(case, DEFAULT_TURN_S))
-    cluster = Cluster(source=source, workdir=workdir, database_url=product_db,
-                      redis_url=private.url, doubles=doubles, prefix=prefix)
-    traffic = Traffic(cluster.url)
-    overdue: Overdue | None = None
+    stage = Stage(case, source)
+    result = CaseResult(case=case, source=str(source), logs=str(stage.workdir))
+    traffic = Traffic(stage.cluster.url)
     try:
-        cluster.start(client)
-        warm = traffic.post_one(900_000, 0)
-        _wait_answered(doubles, [warm.token], until=time.monotonic() + 60)
-        log(f"{case}: processes up and answering, traffic for {LEAD_S:.0f} s")
-        traffic.sent.clear()
-        overdue = Overdue(client, prefix)
-        traffic.start()
-        time.sleep(LEAD_S)
-        started = time.time()
-        FAULTS[case](cluster, client, private, proxy, result)
+        _play(case, stage, traffic, result, max_wait=max_wait)
+    finally:
+        traffic.stop()
+        stage.close()
+        if not keep_logs and not (result.lost or result.doubled):
+            shutil.rmtree(stage.workdir, ignore_errors=True)
+            result.logs = ""
+    return result
+
+
+def _play(case: str, stage: Stage, traffic: Traffic, result: CaseResult, *,
+          max_wait: float) -> None:
+    cluster, doubles = stage.cluster, stage.doubles
+    cluster.start(stage.client)
+    warm = traffic.post_one(900_000, 0)
+    _wait_answered(doubles, [warm.token], until=time.monotonic() + 60)
+    log(f"{case}: processes up and answering, traffic for {LEAD_S:.0f} s")
+    traffic.sent.clear()
+    overdue = Overdue(stage.client, stage.prefix)
+    traffic.start()
+    time.sleep(LEAD_S)
+    started = time.time()
+    try:
+        FAULTS[case](stage, result)
         fault_end = time.time()
         result.fault_s = round(fault_end - started, 1)
         log(f"{case}: fault over after {result.fault_s} s, traffic for {TRAIL_S:.0f} s more")
         time.sleep(TRAIL_S)
         traffic.stop()
-        tokens = [t for t, s in traffic.sent.items() if s.accepted_at is not None]
-        _wait_answered(doubles, tokens, until=time.monotonic() + max_wait,
+        _wait_answered(doubles, [t for t, s in traffic.sent.items() if s.accepted_at],
+                       until=time.monotonic() + max_wait,
                        alive=lambda: any(w.proc.poll() is None for w in cluster.workers))
         log(f"{case}: done {time.time() - fault_end:.1f} s after the fault")
-        result.max_overdue_s = overdue.stop()
-        overdue = None
-        _score(result, traffic, doubles, fault_end)
-        result.extra["workers_alive"] = sum(w.proc.poll() is None for w in cluster.workers)
-        result.extra["cron_alive"] = bool(cluster.cron and cluster.cron.proc.poll() is None)
-        result.extra["redis_wait_lines"] = [_redis_wait_lines(workdir / f"{w.name}.log")
-                                            for w in cluster.workers]
-        if "killed_horse_conversation" in result.extra:
-            result.extra["killed_turn_answered_after_s"] = _answered_after(
-                engine, result.extra["killed_horse_conversation"], fault_end)
     finally:
-        if overdue is not None:
-            overdue.stop()
-        if not traffic._stop.is_set():
-            traffic.stop()
-        cluster.stop()
-        private.kill()
-        proxy.cut()
-        doubles.close()
-        engine.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
-        result.logs = str(workdir)
-        if not keep_logs and not (result.lost or result.doubled):
-            shutil.rmtree(workdir, ignore_errors=True)
-            result.logs = ""
-    return result
-
-
-def _redis_wait_lines(path: Path) -> int:
-    """A worker's log lines saying it waits for Redis (ours, or RQ's own retry line)."""
-    text = path.read_text(errors="replace")
-    return text.count("waiting_for_redis") + text.count("could not connect to Redis")
+        result.max_overdue_s = overdue.stop()
+    _score(result, traffic, doubles, fault_end)
+    result.extra["workers_alive"] = sum(w.proc.poll() is None for w in cluster.workers)
+    result.extra["cron_alive"] = bool(cluster.cron and cluster.cron.proc.poll() is None)
+    logs = [(stage.workdir / f"{w.name}.log").read_text(errors="replace")
+            for w in cluster.workers]
+    result.extra["redis_wait_lines"] = [
+        text.count("waiting_for_redis") + text.count("could not connect to Redis")
+        for text in logs]  # ours, or RQ's own retry line
+    result.extra["fenced_turns"] = sum(text.count('"job_fenced_out"') for text in logs)
+    if "killed_horse_conversation" in result.extra:
+        result.extra["killed_turn_answered_after_s"] = _answered_after(
+            stage.engine, result.extra["killed_horse_conversation"], fault_end)
 
 
 def _answered_after(engine: Any, conversation_id: int, since: float) -> float | None:
@@ -676,6 +701,7 @@ def _score(result: CaseResult, traffic: Traffic, doubles: Doubles, fault_end: fl
         first.setdefault(token, at)
     accepted = {t: s for t, s in traffic.sent.items() if s.accepted_at is not None}
     result.messages = len(accepted)
+    result.extra["posts"] = sum(s.posts for s in traffic.sent.values())  # with the 503'd ones
     result.extra["never_accepted"] = len(traffic.sent) - len(accepted)
     result.lost = sum(1 for t in accepted if t not in first)
     result.doubled = sum(1 for t in accepted if counts.get(t, 0) > 1)
@@ -702,68 +728,92 @@ def _summary(values: list[float]) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------------
 
 
-def kill_keeper(cluster: Cluster, client: Any, _redis: PrivateRedis, _proxy: TcpProxy,
-                result: CaseResult) -> None:
-    pid = cluster.scheduler_pid(client)
+def kill_keeper(stage: Stage, result: CaseResult) -> None:
+    cluster = stage.cluster
+    pid = cluster.scheduler_pid(stage.client)
     if pid is None:
         raise RuntimeError("no worker moves the scheduled jobs")
-    index = cluster.worker_index(pid)
     result.extra["killed_worker_pid"] = pid
-    cluster.kill_worker(index)
+    cluster.kill_worker(cluster.worker_index(pid))
 
 
-def rolling_restart(cluster: Cluster, client: Any, _redis: PrivateRedis, _proxy: TcpProxy,
-                    result: CaseResult) -> None:
+def rolling_restart(stage: Stage, result: CaseResult) -> None:
     """The worker moving due jobs is replaced last: its replacement and the other's are up
     before it stops (on code before the keeper, the order that left no scheduler)."""
-    pid = cluster.scheduler_pid(client)
+    cluster = stage.cluster
+    pid = cluster.scheduler_pid(stage.client)
     holder = cluster.workers[cluster.worker_index(pid)] if pid is not None else None
     for worker in sorted(list(cluster.workers), key=lambda w: w is holder):
-        cluster.replace_worker(cluster.workers.index(worker), client)
+        cluster.replace_worker(cluster.workers.index(worker), stage.client)
 
 
-def kill_horse(cluster: Cluster, client: Any, _redis: PrivateRedis, _proxy: TcpProxy,
-               result: CaseResult) -> None:
-    until = time.monotonic() + 30
-    while True:
-        found = _turn_running(cluster, client, until=until)
-        time.sleep(0.5)  # into its model call (the double takes 2 s)
-        horses = cluster.horses(found[0], client)
-        if horses and cluster.running_turn(client) == found:
-            break
+def kill_horse(stage: Stage, result: CaseResult) -> None:
+    conversation_id, horses = _catch_horse(stage)
     for pid in horses:
         _kill(pid)
-    result.extra["killed_horse_conversation"] = found[1]
+    result.extra["killed_horse_conversation"] = conversation_id
 
 
-def _turn_running(cluster: Cluster, client: Any, *, until: float) -> tuple[int, int]:
+def stop_horse(stage: Stage, result: CaseResult) -> None:
+    """SIGSTOP of a horse in its model call, as a horse starved of CPU: its lock expires, the
+    reconciler gets another turn to answer, then SIGCONT: the stale turn must write and send
+    nothing (its fence)."""
+    conversation_id, horses = _catch_horse(stage)
+    stopped = time.time()
+    for pid in horses:
+        os.kill(pid, signal.SIGSTOP)
+    until = time.monotonic() + 90
+    while time.monotonic() < until and _answered_after(
+            stage.engine, conversation_id, stopped) is None:
+        time.sleep(0.5)
+    result.extra["stopped_horse_conversation"] = conversation_id
+    result.extra["answered_by_another_turn_after_s"] = _answered_after(
+        stage.engine, conversation_id, stopped)
+    time.sleep(1.0)
+    for pid in horses:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _catch_horse(stage: Stage) -> tuple[int, list[int]]:
+    """(conversation_id, horse pids) of a turn caught in its model call (the double takes
+    2 s); the turns after it take the default time."""
+    until = time.monotonic() + 30
+    while True:
+        found = _turn_running(stage, until=until)
+        time.sleep(0.5)
+        horses = stage.cluster.horses(found[0], stage.client)
+        if horses and stage.cluster.running_turn(stage.client) == found:
+            stage.doubles.turn_s = DEFAULT_TURN_S
+            return found[1], horses
+
+
+def _turn_running(stage: Stage, *, until: float) -> tuple[int, int]:
     while time.monotonic() < until:
-        found = cluster.running_turn(client)
+        found = stage.cluster.running_turn(stage.client)
         if found is not None:
             return found
         time.sleep(0.05)
     raise RuntimeError("no turn was caught running in 30 s")
 
 
-def postgres_outage(_cluster: Cluster, _client: Any, _redis: PrivateRedis, proxy: TcpProxy,
-                    _result: CaseResult) -> None:
-    proxy.cut()
+def postgres_outage(stage: Stage, _result: CaseResult) -> None:
+    stage.proxy.cut()
     time.sleep(PG_OUTAGE_S)
-    proxy.restore()
+    stage.proxy.restore()
 
 
-def redis_loss(cluster: Cluster, client: Any, private: PrivateRedis, _proxy: TcpProxy,
-               _result: CaseResult) -> None:
+def redis_loss(stage: Stage, _result: CaseResult) -> None:
     # a worker busy with a turn: RQ's worker exits then (idle, it retries by itself)
-    _turn_running(cluster, client, until=time.monotonic() + 30)
-    private.kill()
+    _turn_running(stage, until=time.monotonic() + 30)
+    stage.doubles.turn_s = DEFAULT_TURN_S
+    stage.redis.kill()
     time.sleep(REDIS_DOWN_S)
-    private.start()
+    stage.redis.start()
 
 
 FAULTS = {"kill_keeper": kill_keeper, "rolling_restart": rolling_restart,
-          "kill_horse": kill_horse, "postgres_outage": postgres_outage,
-          "redis_loss": redis_loss}
+          "kill_horse": kill_horse, "stop_horse": stop_horse,
+          "postgres_outage": postgres_outage, "redis_loss": redis_loss}
 
 
 def main(argv: list[str] | None = None) -> int:
