@@ -4,7 +4,8 @@ waiting first, page by page. Real worker, real Redis when reachable, SQLite and 
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from rq.job import Job, JobStatus
@@ -112,9 +113,21 @@ def test_pending_conversations_come_longest_waiting_first_through_a_cursor(
     assert find_pending(env.engine, now=START + timedelta(seconds=39)) == [
         (START, 1), (START + timedelta(seconds=5), 2)], "waiting 30 s or more"
 
-    # the two longest waiting keep coming back (their turns are running): the rest still go
+    # pages of two: the first (the two longest waiting) keeps coming back, its turns running
     monkeypatch.setattr(maintenance, "BATCH", 2)
+    pages: list[list[int]] = []
+
+    def paged(*args: Any, **kwargs: Any) -> list[tuple[datetime, int]]:
+        page = find_pending(*args, **kwargs)
+        pages.append([cid for _, cid in page])
+        return page
+
+    monkeypatch.setattr(maintenance, "find_pending", paged)
     for conversation_id in (1, 2):
         env.redis.set(lock_key(env.namespace, "turn", conversation_id), "running", ex=20)
-    assert reconcile_pending(env.runtime, now=now) == 3
+    with capture_logs() as logs:
+        assert reconcile_pending(env.runtime, now=now) == 3
     assert sorted(j.kwargs["conversation_id"] for j in env.queue.get_jobs()) == [3, 4, 5]
+    assert pages == [[1, 2], [3, 4], [5]]
+    assert [(e["enqueued"], e["waiting"]) for e in logs
+            if e["event"] == "reconciled_lost_turns"] == [(3, 5)]

@@ -129,7 +129,8 @@ def reconcile_pending(runtime: Runtime, *, now: datetime,
     enqueued = waiting = 0
     after: Cursor | None = None
     for _ in range(MAX_PAGES):
-        page = find_pending(runtime.engine, now=now, older_than=older_than, after=after)
+        page = find_pending(runtime.engine, now=now, older_than=older_than, after=after,
+                            limit=BATCH)
         enqueued += _enqueue_lost(runtime, [cid for _, cid in page], now=now)
         waiting += len(page)
         if len(page) < BATCH:
