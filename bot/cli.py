@@ -117,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     add_facts_commands(facts_sub)
 
     for name, run, text in (("web", _web, "run the webhook web process"),
-                            ("worker", _worker, "run an RQ worker with the scheduler"),
+                            ("worker", _worker, "run an RQ worker (and a keeper: the "
+                                                "product's scheduler)"),
                             ("cron", _cron, "enqueue the periodic jobs (one is enough; each "
                                              "job is guarded per period)")):
         command = sub.add_parser(name, help=text)
@@ -460,9 +461,6 @@ def _fork_servers(processes: int, serve: Callable[[], None]) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    import redis
-    from rq import Queue, Worker
-
     from core.logs import configure_logging
 
     settings = _settings()
@@ -481,13 +479,11 @@ def _worker(args: argparse.Namespace) -> int:
     import workers.maintenance  # noqa: F401
     import workers.sweeper  # noqa: F401
     import workers.turns  # noqa: F401
+    from workers.processes import run_worker
     from workers.runtime import prepare_worker_parent
 
     prepare_worker_parent(settings)
-    connection = redis.Redis.from_url(settings.redis_url)
-    worker = Worker([Queue(settings.queue_name, connection=connection)], connection=connection)
-    worker.work(burst=args.burst, with_scheduler=True)
-    return 0
+    return run_worker(settings, burst=args.burst)
 
 
 def _lower_cpu_priority(policy: str) -> None:
@@ -505,23 +501,17 @@ def _lower_cpu_priority(policy: str) -> None:
 
 
 def _cron(args: argparse.Namespace) -> int:
-    import redis
-    from rq.cron import CronScheduler
-
     from core.logs import configure_logging
-    from workers.maintenance import purge_retention, reconcile
+    from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, reconcile
+    from workers.processes import run_cron
     from workers.sweeper import sweep_inactive
 
     settings = _settings()
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
-    scheduler = CronScheduler(connection=redis.Redis.from_url(settings.redis_url))
     # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.
-    for job, every in ((sweep_inactive, 300), (reconcile, 60), (purge_retention, 3600)):
-        scheduler.register(job, settings.queue_name, interval=every, job_timeout=240,
-                           result_ttl=600, failure_ttl=86400)
-    scheduler.start()
-    return 0
+    return run_cron(settings, [(sweep_inactive, 300), (reconcile, RECONCILE_PERIOD_SECONDS),
+                               (purge_retention, 3600)])
 
 
 if __name__ == "__main__":

@@ -19,13 +19,14 @@ from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock, metrics
 from storage import inbox
 from storage.messages import undelivered_open_conversations
+from storage.scheduled import overdue_seconds
 
 log = structlog.get_logger(__name__)
 
 
 class QueueDepthCollector(Collector):
     """`wagent_queue_depth{state}` from RQ's queue and registries, without their cleanup (a
-    scrape changes nothing)."""
+    scrape changes nothing), and `wagent_scheduled_overdue_seconds` (storage/scheduled.py)."""
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
@@ -39,6 +40,11 @@ class QueueDepthCollector(Collector):
                                 ("failed", self.queue.failed_job_registry)):
             gauge.add_metric([state], registry.get_job_count(cleanup=False))
         yield gauge
+        yield GaugeMetricFamily(
+            "wagent_scheduled_overdue_seconds",
+            "How long the oldest due scheduled job has waited to be moved to the queue (0 when "
+            "none is due; minutes mean no keeper is moving jobs).",
+            value=round(overdue_seconds(self.queue, now=clock.now()), 3))
 
 
 class InboxCollector(Collector):

@@ -63,7 +63,9 @@ class Settings:
     webhook_spill_at: int = 16
     turn_max_rounds: int = 8
     turn_max_attempts: int = 4
-    turn_lock_timeout: int = 360
+    # the per-conversation lock's TTL, renewed every third of it while a job runs: a dead work
+    # horse's lock is free after this (workers/jobs.held_lock)
+    turn_lock_timeout: int = 20
     max_output_tokens: int = 1024
     context_hard_cap_tokens: int = 150_000
     max_window_messages: int = 2_000

@@ -19,9 +19,6 @@ import fakeredis
 import redis
 from aiohttp import web
 from rq import Queue, SimpleWorker
-from rq.exceptions import NoSuchJobError
-from rq.job import Job
-from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
@@ -33,6 +30,7 @@ from replay.graph_api import GraphDouble
 from replay.messages_api import MessagesDouble
 from storage.db import create_schema, make_engine, session_scope
 from storage.jobs import enqueue_facts
+from storage.scheduled import enqueue_due
 from storage.tenants import upsert_tenant
 from workers.runtime import build_runtime, set_runtime
 from workers.sweeper import close_due, sweep_horizon
@@ -152,8 +150,8 @@ class ReplayEnvironment:
 
     def drain(self) -> int:
         """Run the workers until no job is queued or due at the product's clock; returns the
-        number of worker passes. Due scheduled jobs are moved by the product's clock, not RQ's.
-        """
+        number of worker passes. Due scheduled jobs are moved by the product's clock
+        (`storage.scheduled.enqueue_due`, as the keeper does)."""
         for rounds in range(1, MAX_DRAIN_ROUNDS + 1):
             self._enqueue_due()
             if self.queue.count == 0:
@@ -163,15 +161,7 @@ class ReplayEnvironment:
         raise RuntimeError(f"drain did not settle after {MAX_DRAIN_ROUNDS} passes")
 
     def _enqueue_due(self) -> None:
-        registry = ScheduledJobRegistry(queue=self.queue)
-        due = registry.get_jobs_to_schedule(int(self.clock.now().timestamp()))
-        for job_id in due:
-            registry.remove(job_id)
-            try:
-                job = Job.fetch(job_id, connection=self.redis)
-            except NoSuchJobError:  # as RQ's scheduler does: an id without a job is skipped
-                continue
-            self.queue.enqueue_job(job)
+        enqueue_due(self.queue, now=self.clock.now())  # what the keeper does, on our clock
 
     def sweep(self) -> int:
         now = self.clock.now()

@@ -12,9 +12,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlmodel import Session, SQLModel, create_engine
 
-from storage import models  # noqa: F401  (registers every table on SQLModel.metadata)
+from storage import (
+    fences,
+    models,  # noqa: F401  (registers every table on SQLModel.metadata)
+)
 
 
 def make_engine(url: str) -> Engine:
@@ -101,6 +105,19 @@ def connect_redis(url: str) -> redis.Redis:
                                 retry=Retry(NoBackoff(), 1))
 
 
+# The database or Redis could not be reached or dropped the connection: an outage to wait out,
+# not a bug. (psycopg reports a refused or broken connection as OperationalError.)
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    OperationalError, InterfaceError, redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True for OUTAGE_ERRORS and for any driver error that invalidated its connection."""
+    return isinstance(exc, OUTAGE_ERRORS) or (
+        isinstance(exc, DBAPIError) and bool(exc.connection_invalidated))
+
+
 def is_postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
@@ -112,9 +129,14 @@ def create_schema(engine: Engine) -> None:
 
 @contextmanager
 def session_scope(engine: Engine) -> Iterator[Session]:
-    """One transaction: commit on success, roll back on any exception."""
+    """One transaction: commit on success, roll back on any exception.
+
+    Inside a running turn (`storage.fences.fenced`) it begins by checking the turn still holds
+    its conversation's fence, and raises storage.fences.TurnFenced when it does not.
+    """
     with Session(engine, expire_on_commit=False) as session:
         try:
+            fences.check_current(session)
             yield session
             session.commit()
         except BaseException:

@@ -6,6 +6,10 @@ will be seen, so it enqueues nothing. The job deletes the token before reading; 
 new trigger enqueues exactly one follow-up, which waits for the running job's lock
 (reference/rq_sqlmodel_structlog.md §1). RQ's `unique=True` is not used: it blocks an id for a
 year after a failure, and `enqueue_in` ignores it.
+
+Jobs enqueued for later (`at`: the debounce, retries) wait in RQ's ScheduledJobRegistry; the
+product moves them to the queue itself (`enqueue_due`, run by `workers.keeper` in every worker
+and in cron), not RQ's scheduler. A running job holds its conversation's lock (`lock_key`).
 """
 
 import uuid
@@ -15,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 from rq import Queue, Retry
-from rq.job import JobStatus
+from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
 TURN_JOB = "workers.turns.run_turn"
@@ -34,28 +38,29 @@ def token_key(prefix: str, kind: str, conversation_id: int) -> str:
     return f"{prefix}:{kind}:queued:{conversation_id}"
 
 
-def lock_key(prefix: str, kind: str, conversation_id: int) -> str:
-    """The lock one job of `kind` holds on a conversation while it runs (workers.jobs)."""
-    return f"{prefix}:{kind}:lock:{conversation_id}"
-
-
 def turn_token_key(prefix: str, conversation_id: int) -> str:
     return token_key(prefix, "turn", conversation_id)
 
 
+def lock_key(prefix: str, kind: str, conversation_id: int) -> str:
+    """The lock a running `kind` job holds on its conversation (`workers.jobs.held_lock`); while
+    it exists that job is running (the sweeper and the reconciler leave the conversation be)."""
+    return f"{prefix}:{kind}:lock:{conversation_id}"
+
+
 def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversation_id: int, *,
                       job_timeout: int = 300, at: datetime | None = None,
-                      attempt: int = 1, at_front: bool = False) -> str | None:
+                      attempt: int = 1, at_front: bool = False, outage: int = 0) -> str | None:
     """Enqueue `func(conversation_id=..., attempt=...)` unless a job of `kind` is already queued
     for this conversation; returns the new job id, or None when coalesced.
 
     `at` (aware) schedules it for later (retries on the product's clock); `at_front` puts a job
-    run at once ahead of the queued ones. Raises redis.exceptions.ConnectionError when Redis is
-    unreachable.
+    run at once ahead of the queued ones; `outage` > 0 is passed on as `outage=` (the retries
+    an outage cost so far). Raises redis.exceptions.ConnectionError when Redis is unreachable.
     """
     return enqueue_coalesced_many(queue, prefix, kind, func, [conversation_id],
                                   job_timeout=job_timeout, at=at, attempt=attempt,
-                                  at_front=at_front)[conversation_id]
+                                  at_front=at_front, outage=outage)[conversation_id]
 
 
 MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: read it again
@@ -64,7 +69,7 @@ MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: rea
 def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
                            conversation_ids: list[int], *, job_timeout: int = 300,
                            at: datetime | None = None, attempt: int = 1,
-                           at_front: bool = False) -> dict[int, str | None]:
+                           at_front: bool = False, outage: int = 0) -> dict[int, str | None]:
     """`enqueue_coalesced` for many conversations (the webhook enqueues a group commit's turns
     this way). Returns conversation_id -> new job id, or None when coalesced.
 
@@ -89,7 +94,7 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
 
     def watched(some: list[int]) -> dict[int, str | None]:
         return _enqueue_watched(queue, prefix, kind, func, some, job_timeout=job_timeout,
-                                at=at, attempt=attempt, at_front=at_front)
+                                at=at, attempt=attempt, at_front=at_front, outage=outage)
 
     if len(missing) > 1:
         try:
@@ -112,7 +117,7 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
 
 def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[int], *,
                      job_timeout: int, at: datetime | None, attempt: int,
-                     at_front: bool = False) -> dict[int, str | None]:
+                     at_front: bool = False, outage: int = 0) -> dict[int, str | None]:
     """One transaction: WATCH the tokens of `ids`, read them, then set the missing ones and
     create their jobs in MULTI/EXEC. Raises WatchError when a token changed meanwhile (nothing
     is then written)."""
@@ -134,6 +139,8 @@ def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[
             job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
             pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
             kwargs = {"conversation_id": conversation_id, "attempt": attempt}
+            if outage:
+                kwargs["outage"] = outage
             if at is None:
                 queue.enqueue(func, kwargs=kwargs, job_id=job_id, job_timeout=job_timeout,
                               result_ttl=600, failure_ttl=7 * 86400, retry=Retry(max=2),
@@ -164,10 +171,12 @@ def _schedule(queue: Queue, pipe: Any, func: str, kwargs: dict[str, Any], job_id
 
 
 def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,
-                 at: datetime | None = None, attempt: int = 1) -> str | None:
-    """Enqueue a turn for the conversation (coalesced: at most one queued)."""
+                 at: datetime | None = None, attempt: int = 1,
+                 outage: int = 0) -> str | None:
+    """Enqueue a turn for the conversation (coalesced: at most one queued). `outage` counts the
+    retries of a turn a database or Redis error stopped (`workers.jobs.retry_after_outage`)."""
     return enqueue_coalesced(queue, prefix, "turn", TURN_JOB, conversation_id,
-                             job_timeout=job_timeout, at=at, attempt=attempt)
+                             job_timeout=job_timeout, at=at, attempt=attempt, outage=outage)
 
 
 def enqueue_turns(queue: Queue, prefix: str, conversation_ids: list[int], *,
@@ -178,7 +187,8 @@ def enqueue_turns(queue: Queue, prefix: str, conversation_ids: list[int], *,
 
 
 def enqueue_flush(queue: Queue, prefix: str, conversation_id: int, *,
-                  at: datetime | None = None, attempt: int = 1) -> str | None:
+                  at: datetime | None = None, attempt: int = 1,
+                  outage: int = 0) -> str | None:
     """Enqueue `workers.outbox.run_flush`: send the conversation's outbox parts that are due
     (a rate-limited or unreachable send's retry, on its own schedule: not a turn, so a new
     customer message never waits for it). `at` None: at once. Coalesced (at most one queued),
@@ -186,7 +196,7 @@ def enqueue_flush(queue: Queue, prefix: str, conversation_id: int, *,
     Returns the new job id, or None when coalesced. Raises RedisError.
     """
     job_id = enqueue_coalesced(queue, prefix, "send", FLUSH_JOB, conversation_id,
-                               job_timeout=300, at=at, attempt=attempt)
+                               job_timeout=300, at=at, attempt=attempt, outage=outage)
     if job_id is None and at is not None:  # coalesced: the earliest time wins
         queued = queue.connection.get(token_key(prefix, "send", conversation_id))
         if queued is not None:  # XX: only a job still scheduled; LT: only ever earlier
@@ -198,25 +208,28 @@ def enqueue_flush(queue: Queue, prefix: str, conversation_id: int, *,
 
 
 def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
-                       at: datetime | None = None, attempt: int = 1) -> str | None:
+                       at: datetime | None = None, attempt: int = 1,
+                       outage: int = 0) -> str | None:
     """Enqueue a compaction (coalesced: at most one queued, one running, one follow-up)."""
     return enqueue_coalesced(queue, prefix, "compact", COMPACTION_JOB, conversation_id,
-                             job_timeout=300, at=at, attempt=attempt)
+                             job_timeout=300, at=at, attempt=attempt, outage=outage)
 
 
 def enqueue_rederive(queue: Queue, prefix: str, conversation_id: int, *,
-                     at: datetime | None = None, attempt: int = 1) -> str | None:
+                     at: datetime | None = None, attempt: int = 1,
+                     outage: int = 0) -> str | None:
     """Enqueue the re-derivation of a summary from its messages (coalesced: at most one
     queued; it runs under the compaction's lock)."""
     return enqueue_coalesced(queue, prefix, "rederive", REDERIVE_JOB, conversation_id,
-                             job_timeout=300, at=at, attempt=attempt)
+                             job_timeout=300, at=at, attempt=attempt, outage=outage)
 
 
 def enqueue_facts(queue: Queue, prefix: str, conversation_id: int, *,
-                  at: datetime | None = None, attempt: int = 1) -> str | None:
+                  at: datetime | None = None, attempt: int = 1,
+                  outage: int = 0) -> str | None:
     """Enqueue fact extraction (coalesced: at most one queued; it can run again later)."""
     return enqueue_coalesced(queue, prefix, "facts", FACTS_JOB, conversation_id,
-                             job_timeout=300, at=at, attempt=attempt)
+                             job_timeout=300, at=at, attempt=attempt, outage=outage)
 
 
 def enqueue_drain(queue: Queue, prefix: str, *, at_front: bool = True) -> str | None:
@@ -242,3 +255,46 @@ def consume_token(redis: Redis, prefix: str, kind: str, conversation_id: int,
 
 def consume_turn_token(redis: Redis, prefix: str, conversation_id: int, job_id: str) -> None:
     consume_token(redis, prefix, "turn", conversation_id, job_id)
+
+
+LIVE_STATUSES = (b"queued", b"deferred")  # a job in these states will run and read the database
+OVERDUE_AFTER = 30  # seconds past its due time after which a scheduled job is not being moved
+
+
+def stale_tokens(queue: Queue, prefix: str, kind: str, conversation_ids: list[int], *,
+                 now: datetime, overdue_after: float = OVERDUE_AFTER) -> dict[int, str]:
+    """The conversations whose `kind` token blocks an enqueue while no job will run for it:
+    the token's job is gone (expired, or Redis lost it), ended (finished, failed, stopped,
+    canceled: it died before consuming its token, or every retry failed), started without
+    consuming it, or scheduled but due more than `overdue_after` seconds ago at `now` (no
+    keeper moves it) or no longer in the registry. Returns conversation_id -> the token's job
+    id, for `consume_token` to drop it. Two round trips. Raises RedisError.
+    """
+    values = queue.connection.mget([token_key(prefix, kind, c) for c in conversation_ids])
+    held = {c: v.decode() if isinstance(v, bytes) else str(v)
+            for c, v in zip(conversation_ids, values, strict=True) if v}
+    if not held:
+        return {}
+    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+    with queue.connection.pipeline(transaction=False) as pipe:
+        for job_id in held.values():
+            pipe.hget(Job.key_for(job_id), "status")
+            pipe.zscore(registry.key, job_id)
+        answers = pipe.execute()
+    stale: dict[int, str] = {}
+    for (conversation_id, job_id), status, due in zip(held.items(), answers[::2], answers[1::2],
+                                                      strict=True):
+        if status in LIVE_STATUSES or (status == b"scheduled" and due is not None
+                                       and now.timestamp() - due <= overdue_after):
+            continue
+        stale[conversation_id] = job_id
+    return stale
+
+
+def held_locks(redis: Redis, prefix: str, kind: str, conversation_ids: list[int]) -> set[int]:
+    """The conversations whose `kind` job is running (its lock exists). One round trip."""
+    with redis.pipeline(transaction=False) as pipe:
+        for conversation_id in conversation_ids:
+            pipe.exists(lock_key(prefix, kind, conversation_id))
+        found = pipe.execute()
+    return {c for c, held in zip(conversation_ids, found, strict=True) if held}

@@ -175,7 +175,11 @@ class Message(SQLModel, table=True):
                       Index("ix_message_conversation_position", "conversation_id", "position"),
                       Index("ix_message_refers_to_wamid", "refers_to_wamid",
                             sqlite_where=text("refers_to_wamid IS NOT NULL"),
-                            postgresql_where=text("refers_to_wamid IS NOT NULL")))
+                            postgresql_where=text("refers_to_wamid IS NOT NULL")),
+                      # the reconciler's scan: only messages no turn has handled yet
+                      Index("ix_message_unanswered", "received_at",
+                            sqlite_where=text("answered_at IS NULL"),
+                            postgresql_where=text("answered_at IS NULL")))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE")
@@ -193,6 +197,16 @@ class Message(SQLModel, table=True):
     status_reason: str | None = Field(default=None, sa_type=Text)
     refers_to_wamid: str | None = Field(default=None, max_length=255)
     deleted_at: datetime | None = None
+
+
+class TurnFence(SQLModel, table=True):
+    """The fencing token of a conversation's turns (storage/fences.py): `fence` goes up by one
+    each time a turn takes the conversation's lock, and every transaction of that turn checks it
+    is still the latest, so a turn that lost its lock can no longer write or send."""
+
+    conversation_id: int = Field(primary_key=True, foreign_key="conversation.id",
+                                 ondelete="CASCADE")
+    fence: int = 0
 
 
 class Outbound(SQLModel, table=True):

@@ -21,6 +21,7 @@ from sqlmodel import select
 
 from replay.environment import ACCESS_TOKEN, API_KEY, APP_SECRET, ReplayEnvironment
 from storage.db import session_scope
+from storage.jobs import lock_key
 from storage.models import Appointment, Message
 from tests.conftest import REDIS_UP, REDIS_URL, START
 from tests.factories import TENANT, text_body
@@ -62,7 +63,7 @@ def _run_worker(env: ReplayEnvironment, crash_at: str | None) -> int:
 def _maintenance_pass(env: ReplayEnvironment) -> None:
     """What a worker's maintenance does once the dead worker's heartbeat expired."""
     StartedJobRegistry(queue=env.queue).cleanup(timestamp=time.time() + 3600)
-    for key in env.redis.scan_iter(f"{env.namespace}:turn:lock:*"):  # its lock TTL ran out
+    for key in env.redis.scan_iter(lock_key(env.namespace, "turn", "*")):  # its TTL ran out
         env.redis.delete(key)
 
 

@@ -43,9 +43,6 @@ INSTALL_DIR = "/opt/wagent"  # where the units expect the clone (docs/DEPLOY.md,
 
 # Metrics the rules read that a parallel branch adds; each entry goes once /metrics serves it
 # (the test below fails then, to say so).
-PENDING_METRICS = {
-    "wagent_scheduled_overdue_seconds": "issue 14: the age of the oldest due scheduled job",
-}
 PROMETHEUS_LABELS = {"job", "instance"}  # added by the scrape
 PROMETHEUS_SERIES = {"up": {"job", "instance"}}
 
@@ -56,7 +53,7 @@ PROMETHEUS_SERIES = {"up": {"job", "instance"}}
 def exported() -> dict[str, dict[str, set[str]]]:
     """Sample name → label name → values seen, from the web process's own registry
     (`bot.metrics.make_registry`) after one update of every declared metric, and the inbox
-    gauges as PostgreSQL serves them."""
+    gauges as PostgreSQL serves them, and the open conversations whose last reply failed."""
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     settings = Settings()
     updates = [_one_update(spec) for spec in metrics.SPECS.values()]
@@ -69,6 +66,8 @@ def exported() -> dict[str, dict[str, set[str]]]:
     app[ENGINE] = SimpleNamespace(dialect=SimpleNamespace(name="postgresql"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(inbox, "backlog", lambda _: (1, clock.now() - timedelta(seconds=5)))
+        patch.setattr(web_metrics, "undelivered_open_conversations",
+                      lambda _: {"failed": 1, "unknown": 0})
         text = generate_latest(web_metrics.make_registry(app)).decode()
     found: dict[str, dict[str, set[str]]] = {}
     for family in text_string_to_metric_families(text):
@@ -124,8 +123,6 @@ def test_every_metric_an_alert_reads_is_served_with_those_labels(
     problems = []
     for rule in alert_rules():
         for name, matchers in selectors(rule["expr"]):
-            if name in PENDING_METRICS:
-                continue
             if name not in served:
                 problems.append(f"{rule['alert']}: {name} is not served by /metrics")
                 continue
@@ -139,12 +136,6 @@ def test_queue_states_in_the_rules_are_the_ones_served(
     states = {value for rule in alert_rules() for name, matchers in selectors(rule["expr"])
               if name == "wagent_queue_depth" for label, op, value in matchers if label == "state"}
     assert states and states <= exported["wagent_queue_depth"]["state"]
-
-
-def test_pending_metrics_are_not_served_yet(exported: dict[str, dict[str, set[str]]]) -> None:
-    """Once a branch exports one, its entry in PENDING_METRICS goes: the rule is then checked."""
-    now_served = sorted(set(PENDING_METRICS) & set(exported))
-    assert now_served == [], f"now served by /metrics, remove from PENDING_METRICS: {now_served}"
 
 
 def test_every_alert_says_what_is_wrong_and_what_to_do() -> None:

@@ -103,13 +103,13 @@ def _result_text(content: Any) -> str:
     return str(content or "")
 
 
-def compact_conversation(conversation_id: int, attempt: int = 1) -> str:
+def compact_conversation(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: compact one conversation. Returns what happened."""
     return run_coalesced(
-        "compact", conversation_id, attempt,
+        "compact", conversation_id, attempt, outage=outage,
         handle=lambda rt, cid, n: _counted(rt, handle_compaction(rt, cid, attempt=n)),
-        reenqueue=lambda rt, cid, at, n: enqueue_compaction(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n))
+        reenqueue=lambda rt, cid, at, n, out: enqueue_compaction(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out))
 
 
 def _counted(runtime: Runtime, outcome: str) -> str:
@@ -199,7 +199,7 @@ def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exce
     return "retry_scheduled"
 
 
-def rederive_summary(conversation_id: int, attempt: int = 1) -> str:
+def rederive_summary(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: rewrite an open conversation's summary from the messages it covers, after the
     customer deleted one of them (bot/ingest.py `_follow_up`): the old summary may repeat the
     deleted text, the messages no longer hold it. Runs under the compaction's lock. Returns
@@ -207,9 +207,9 @@ def rederive_summary(conversation_id: int, attempt: int = 1) -> str:
     return run_coalesced(
         "rederive", conversation_id, attempt,
         handle=lambda rt, cid, n: handle_rederive(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n: enqueue_rederive(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n),
-        lock_kind="compact")
+        reenqueue=lambda rt, cid, at, n, out: enqueue_rederive(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out),
+        lock_kind="compact", outage=outage)
 
 
 def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:

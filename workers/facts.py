@@ -9,12 +9,12 @@ re-derives the summaries that may repeat it.
 
 import hashlib
 import json
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
 import anthropic
 import structlog
-from redis.exceptions import LockError
 from sqlmodel import Session, col, select
 
 from core import clock
@@ -38,7 +38,13 @@ from workers.agent.facts_rules import (
 )
 from workers.agent.loop import dump_content
 from workers.agent.tools.base import ToolContext, ToolError
-from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
+from workers.jobs import (
+    call_model,
+    connection_cause,
+    held_lock,
+    record_call_usage,
+    run_coalesced,
+)
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -176,13 +182,13 @@ def render_context_block(session: Session, contact_id: int, summary: str,
                          profile_name=contact.profile_name if contact else None)
 
 
-def extract_facts(conversation_id: int, attempt: int = 1) -> str:
+def extract_facts(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: extract facts from one conversation (at session end, or on demand)."""
     return run_coalesced(
-        "facts", conversation_id, attempt,
+        "facts", conversation_id, attempt, outage=outage,
         handle=lambda rt, cid, n: handle_extraction(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n: enqueue_facts(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n))
+        reenqueue=lambda rt, cid, at, n, out: enqueue_facts(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out))
 
 
 def handle_extraction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -308,23 +314,14 @@ def forget_fact(runtime: Runtime, fact_id: int, *, reason: str, by: str = "opera
         summarized = [c for c in session.exec(select(Conversation).where(
             Conversation.contact_id == contact_id)) if c.summary.strip()]
     assert tenant is not None
-    prefix = runtime.settings.redis_prefix
-    locks = [runtime.redis.lock(f"{prefix}:compact:lock:{c.id}", timeout=360,
-                                blocking_timeout=330) for c in summarized]
-    held = [lock for lock in locks if lock.acquire()]
-    try:
-        if len(held) != len(locks):
+    with ExitStack() as stack:
+        if not all(stack.enter_context(held_lock(runtime, "compact", int(c.id or 0),
+                                                 blocking_timeout=330)) for c in summarized):
             raise TimeoutError("a compaction holds the summary; try again")
         rewritten = {c.id: _scrub_summary(runtime, tenant, c, f"{key}: {value}")
                      for c in summarized}
         counts = _apply_forget(runtime, fact_id, key, value, contact_id, tenant_id, rewritten,
                                keep_rejected=keep_rejected, by=by, reason=reason)
-    finally:
-        for lock in held:
-            try:
-                lock.release()
-            except LockError:
-                log.warning("forget_lock_lost")
     log.info("fact_forgotten", fact_id=fact_id, summaries=len(rewritten))
     return counts
 

@@ -1,62 +1,169 @@
-"""The shell every per-conversation job shares: coalescing token, lock, log context."""
+"""The shell every per-conversation job shares: coalescing token, lock, fence, log context,
+and the retries of a job a database or Redis outage stopped."""
 
-from collections.abc import Callable
+import contextvars
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import anthropic
 import structlog
-from redis.exceptions import LockError
+from redis.exceptions import LockError, LockNotOwnedError, RedisError
+from redis.lock import Lock
 from rq import get_current_job
 
 from core import clock, metrics
 from core.network import network_cause
-from storage.db import session_scope
+from storage import fences
+from storage.db import is_outage, session_scope
 from storage.jobs import consume_token, lock_key
 from storage.models import Usage
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
 LOCKED_RETRY = timedelta(seconds=30)
+LOCK_REFRESHES = 3  # a held lock's TTL is renewed this many times per TTL
+# A job a database or Redis outage stopped is enqueued again after these delays (then the
+# last one), so it runs within 15 s of the service coming back; the product's clock.
+OUTAGE_DELAYS = tuple(timedelta(seconds=s) for s in (1, 2, 4, 8, 15))
+OUTAGE_MAX_RETRIES = 60  # about 15 minutes; past that the reconciler takes over once it is back
+
+# reenqueue(runtime, conversation_id, at, attempt, outage): the job's own enqueue function
+Reenqueue = Callable[[Runtime, int, datetime, int, int], object]
 
 
 def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
-                  handle: Callable[[Runtime, int, int], str],
-                  reenqueue: Callable[[Runtime, int, datetime, int], object],
-                  lock_timeout: int = 360, blocking_timeout: int = 330,
+                  handle: Callable[[Runtime, int, int], str], reenqueue: Reenqueue,
+                  outage: int = 0, fence: bool = False, blocking_timeout: float = 30,
                   lock_kind: str | None = None) -> str:
     """Run `handle(runtime, conversation_id, attempt)` as the conversation's one `kind` job.
 
     The coalescing token is consumed before anything reads the database (a later trigger
-    enqueues exactly one follow-up); the lock (of `lock_kind`, default `kind`: a flush job
-    takes the turn's, so sends and turns of a conversation never run alongside; a summary
-    re-derivation takes the compaction's) keeps that follow-up from running alongside. A lock
-    still held after `blocking_timeout` seconds re-enqueues the job 30 s later.
+    enqueues exactly one follow-up); the lock (`held_lock`, of `lock_kind`, default `kind`: a
+    flush job takes the turn's, so sends and turns of a conversation never run alongside; a
+    summary re-derivation takes the compaction's) keeps that follow-up from running alongside.
+    A lock still held after `blocking_timeout` seconds re-enqueues the job 30 s later. With
+    `fence` (turns) the job takes the conversation's fence once it has the lock and runs
+    fenced (storage/fences.py): if it loses the lock and another turn takes it, its next
+    transaction raises TurnFenced and the job stops there ("fenced"), without sending.
+    A database or Redis error (`storage.db.is_outage`) re-enqueues it after OUTAGE_DELAYS
+    (`retry_after_outage`); any other error propagates to RQ (its Retry, then failed).
     """
     runtime = get_runtime()
     job = get_current_job()
     prefix = runtime.settings.redis_prefix
     with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
                                                  job_id=job.id if job else None):
-        if job is not None:
-            consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
-        lock = runtime.redis.lock(lock_key(prefix, lock_kind or kind, conversation_id),
-                                  timeout=lock_timeout, blocking_timeout=blocking_timeout)
-        if not lock.acquire():
-            reenqueue(runtime, conversation_id, clock.now() + LOCKED_RETRY, attempt)
-            return "locked"
         try:
-            return handle(runtime, conversation_id, attempt)
-        finally:
-            try:
-                lock.release()
-            except LockError:
-                log.warning("job_lock_lost", kind=kind)
+            if job is not None:
+                consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
+            with held_lock(runtime, lock_kind or kind, conversation_id,
+                           blocking_timeout=blocking_timeout) as held:
+                if not held:
+                    reenqueue(runtime, conversation_id, clock.now() + LOCKED_RETRY, attempt,
+                              outage)
+                    return "locked"
+                if fence:
+                    return _run_fenced(runtime, conversation_id,
+                                       lambda: handle(runtime, conversation_id, attempt))
+                return handle(runtime, conversation_id, attempt)
+        except fences.TurnFenced:
+            log.warning("job_fenced_out", kind=kind)  # the turn that took the lock answers
+            return "fenced"
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            return retry_after_outage(runtime, kind, conversation_id, attempt=attempt,
+                                      outage=outage, exc=exc, reenqueue=reenqueue)
+
+
+def _run_fenced(runtime: Runtime, conversation_id: int, work: Callable[[], str]) -> str:
+    with session_scope(runtime.engine) as session:
+        fence = fences.take(session, conversation_id)
+    if fence is None:  # no such conversation: nothing to fence
+        return work()
+    with fences.fenced(conversation_id, fence):
+        return work()
+
+
+@contextmanager
+def held_lock(runtime: Runtime, kind: str, conversation_id: int, *,
+              blocking_timeout: float) -> Iterator[bool]:
+    """Hold the conversation's `kind` lock (`storage.jobs.lock_key`) while the body runs;
+    yields False, holding nothing, when another job still holds it after `blocking_timeout`
+    seconds.
+
+    The lock lives `TURN_LOCK_TIMEOUT` seconds (default 20) and a thread renews it every third
+    of that while the body runs, so a job of any length keeps it and the lock of a work horse
+    that died (SIGKILL, OOM) is free within those seconds. A body that outlives its lock (the
+    horse starved of CPU or paused past the TTL) is logged (`job_lock_lost`); a turn's writes
+    are then refused by its fence.
+    """
+    ttl = runtime.settings.turn_lock_timeout
+    lock = runtime.redis.lock(lock_key(runtime.settings.redis_prefix, kind, conversation_id),
+                              timeout=ttl, blocking_timeout=blocking_timeout,
+                              thread_local=False)  # the renewing thread uses the token too
+    if not lock.acquire():
+        yield False
+        return
+    stop = threading.Event()
+    renewer = threading.Thread(target=contextvars.copy_context().run,
+                               args=(_renew, lock, ttl, stop, kind), daemon=True,
+                               name=f"{kind}-lock-{conversation_id}")
+    renewer.start()
+    try:
+        yield True
+    finally:
+        stop.set()
+        renewer.join(timeout=5)
+        try:
+            lock.release()
+        except LockError:
+            log.warning("job_lock_lost", kind=kind)
+        except RedisError:  # its TTL frees it
+            log.warning("job_lock_not_released", kind=kind)
+
+
+def _renew(lock: Lock, ttl: float, stop: threading.Event, kind: str) -> None:
+    while not stop.wait(ttl / LOCK_REFRESHES):
+        try:
+            lock.extend(ttl, replace_ttl=True)
+        except LockNotOwnedError:  # expired (we were starved) or taken by another job
+            log.warning("job_lock_lost", kind=kind)
+            return
+        except RedisError as exc:  # a blip: try again at the next renewal
+            log.warning("job_lock_renewal_failed", kind=kind, error=type(exc).__name__)
+
+
+def retry_after_outage(runtime: Runtime, kind: str, conversation_id: int, *, attempt: int,
+                       outage: int, exc: BaseException, reenqueue: Reenqueue) -> str:
+    """Enqueue the job again after the next of OUTAGE_DELAYS (`outage` retries so far), with
+    the same `attempt` (an outage is not the provider's failure). Past OUTAGE_MAX_RETRIES, or
+    when Redis itself is down, nothing is enqueued: the reconciler finds the waiting messages
+    once the services are back (workers/maintenance.py, and at once after Redis comes back:
+    workers/keeper.py). Logs the error's type only (a database error's text carries the
+    statement's parameters)."""
+    error = type(exc).__name__
+    if outage >= OUTAGE_MAX_RETRIES:
+        log.error("job_outage_gave_up", kind=kind, retries=outage, error=error)
+        return "outage_gave_up"
+    delay = OUTAGE_DELAYS[min(outage, len(OUTAGE_DELAYS) - 1)]
+    try:
+        reenqueue(runtime, conversation_id, clock.now() + delay, attempt, outage + 1)
+    except RedisError:
+        log.warning("job_outage_retry_not_enqueued", kind=kind, error=error)
+        return "outage"
+    log.warning("job_outage_retry_scheduled", kind=kind, retry=outage + 1,
+                delay_s=delay.total_seconds(), error=error)
+    return "outage_retry_scheduled"
 
 
 def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int | None,
                       response: Any, purpose: str) -> Usage:
-    """Store the four usage counters of one Messages API call (and the 1-hour write part)."""
+    """Store the four usage counters of one Messages API call (and the 1-hour write part),
+    even from a turn fenced out meanwhile: the call was made and billed."""
     usage = response.usage
     detail = getattr(usage, "cache_creation", None)
     row = Usage(tenant_id=tenant_id, conversation_id=conversation_id, purpose=purpose,
@@ -67,7 +174,7 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
                                                            0) or 0) if detail else 0,
                 cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                 output_tokens=usage.output_tokens or 0, created_at=clock.now())
-    with session_scope(runtime.engine) as session:
+    with fences.unfenced(), session_scope(runtime.engine) as session:  # billed either way
         session.add(row)
     _record_usage_metrics(runtime, row)
     return row

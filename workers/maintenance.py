@@ -1,9 +1,11 @@
 """Periodic maintenance: retention purge, reconciliation of lost turns, the per-period guard.
 
 Redis is not the source of truth: `reconcile_pending` finds customer messages waiting for a turn
-longer than a threshold (a lost enqueue, a flushed Redis, a job that failed for good) and
-enqueues their turns again; the turn answers each message once whatever happens. Outbox parts
-left pending past their due time get a flush job again the same way.
+longer than a threshold (a lost enqueue, a flushed Redis, a job that failed for good, a worker
+killed mid-turn) whose conversation has no turn running and no job that will run, and enqueues
+their turns again; the turn answers each message once whatever happens (its fence,
+storage/fences.py, and the compare-and-set on the answered marks). Outbox parts left pending
+past their due time get a flush job again the same way.
 `purge_expired` removes the personal data of conversations closed longer ago than the tenant's
 retention period (messages, summary, tool calls), in batches, keeping appointments and facts,
 and the conversation row with its usage; `purge_retention` also deletes the dead letters older
@@ -15,19 +17,32 @@ from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import Engine
-from sqlmodel import col, delete, func, select, update
+from sqlmodel import and_, col, delete, func, or_, select, update
 
 from core import clock
 from storage import dead_letters, inbox
 from storage.db import session_scope
-from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_flush, enqueue_turn, token_key
+from storage.jobs import (
+    INBOX_KEY,
+    consume_token,
+    enqueue_drain,
+    enqueue_flush,
+    enqueue_turns,
+    held_locks,
+    stale_tokens,
+    token_key,
+)
 from storage.messages import mark_outbound, wamid_hash
 from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
-RECONCILE_AFTER = timedelta(minutes=2)
+# A message waiting this long with no turn running and no job that will run is lost: longer than
+# a dead work horse's lock lives (TURN_LOCK_TIMEOUT) and than the debounce
+RECONCILE_AFTER = timedelta(seconds=30)
+RECONCILE_PERIOD_SECONDS = 15  # `wagent cron` enqueues the reconcile this often
 BATCH = 200
+MAX_PAGES = 500  # conversations reconciled per run at most: MAX_PAGES * BATCH
 
 
 def run_once_per_period(runtime: Runtime, name: str, *, period_seconds: int,
@@ -43,15 +58,28 @@ def run_once_per_period(runtime: Runtime, name: str, *, period_seconds: int,
     return work()
 
 
+Cursor = tuple[datetime, int]  # (the oldest waiting message's received_at, conversation_id)
+
+
 def find_pending(engine: Engine, *, now: datetime, older_than: timedelta = RECONCILE_AFTER,
-                 limit: int = BATCH) -> list[int]:
-    """Conversations with a customer message waiting for a turn longer than `older_than`."""
+                 after: Cursor | None = None, limit: int = BATCH) -> list[Cursor]:
+    """Conversations with a customer message waiting for a turn longer than `older_than`, the
+    longest waiting first: (received_at of its oldest waiting message, conversation_id), at
+    most `limit`, after the cursor `after` (the last pair of the previous page), so one run
+    pages through them all and a page whose turns keep failing cannot hide the rest. Reads
+    the partial index of unanswered messages (ix_message_unanswered)."""
+    oldest = func.min(Message.received_at)
+    statement = select(oldest, Message.conversation_id).where(
+        col(Message.answered_at).is_(None), Message.direction == "inbound",
+        col(Message.starts_turn).is_(True), col(Message.received_at) <= now - older_than,
+    ).group_by(col(Message.conversation_id))
+    if after is not None:
+        statement = statement.having(or_(oldest > after[0], and_(
+            oldest == after[0], col(Message.conversation_id) > after[1])))
     with session_scope(engine) as session:
-        rows = session.exec(select(Message.conversation_id).where(
-            Message.direction == "inbound", col(Message.starts_turn).is_(True),
-            col(Message.answered_at).is_(None), col(Message.received_at) <= now - older_than,
-        ).distinct().limit(limit)).all()
-    return sorted({int(cid) for cid in rows})
+        rows = session.exec(statement.order_by(oldest, col(Message.conversation_id))
+                            .limit(limit)).all()
+    return [(at, int(cid)) for at, cid in rows]
 
 
 STALE_SENDING = timedelta(minutes=10)
@@ -109,23 +137,64 @@ def reconcile_inbox(runtime: Runtime, *, now: datetime) -> bool:
     return True
 
 
-def reconcile_pending(runtime: Runtime, *, now: datetime) -> int:
-    """Enqueue a turn for every conversation with a forgotten message (a drain for a forgotten
-    inbox, a flush for a stranded send); returns how many conversations got a turn."""
+def reconcile_pending(runtime: Runtime, *, now: datetime,
+                      older_than: timedelta = RECONCILE_AFTER) -> int:
+    """Enqueue a turn for every conversation with a forgotten message (and a drain for a
+    forgotten inbox, a flush for a stranded send, and settle sends a crash left claimed);
+    returns how many turn jobs were
+    actually enqueued. `older_than` 0 (after Redis came back empty) takes every waiting
+    message."""
     reconcile_inbox(runtime, now=now)
     settle_stale_sends(runtime.engine, now=now)
+    _reflush_stranded(runtime, now=now)
+    enqueued = waiting = 0
+    after: Cursor | None = None
+    for _ in range(MAX_PAGES):
+        page = find_pending(runtime.engine, now=now, older_than=older_than, after=after,
+                            limit=BATCH)
+        enqueued += _enqueue_lost(runtime, [cid for _, cid in page], now=now)
+        waiting += len(page)
+        if len(page) < BATCH:
+            break
+        after = page[-1]
+    if enqueued:
+        log.warning("reconciled_lost_turns", enqueued=enqueued, waiting=waiting)
+    return enqueued
+
+
+def _enqueue_lost(runtime: Runtime, conversation_ids: list[int], *, now: datetime) -> int:
+    """Enqueue the turns of these conversations but those whose turn is running (its lock is
+    held); a token whose job will never run (`storage.jobs.stale_tokens`) is dropped first,
+    a live one coalesces. Returns how many jobs were made."""
+    if not conversation_ids:
+        return 0
+    prefix, redis = runtime.settings.redis_prefix, runtime.redis
+    running = held_locks(redis, prefix, "turn", conversation_ids)
+    free = [cid for cid in conversation_ids if cid not in running]
+    for conversation_id, job_id in stale_tokens(runtime.queue, prefix, "turn", free,
+                                                now=now).items():
+        consume_token(redis, prefix, "turn", conversation_id, job_id)
+        log.info("reconcile_dropped_stale_token", conversation_id=conversation_id,
+                 stale_job_id=job_id)
+    made = enqueue_turns(runtime.queue, prefix, free,
+                         job_timeout=runtime.settings.turn_job_timeout)
+    return sum(1 for job_id in made.values() if job_id)
+
+
+def _reflush_stranded(runtime: Runtime, *, now: datetime) -> int:
+    """A flush job for every conversation whose outbox part is past its due time
+    (`find_stranded_sends`), after dropping a `send` token whose job will never run; returns
+    how many flush jobs were made."""
     stranded = find_stranded_sends(runtime.engine, now=now)
-    for conversation_id in stranded:
-        enqueue_flush(runtime.queue, runtime.settings.redis_prefix, conversation_id)
-    if stranded:
-        log.warning("reconciled_stranded_sends", conversations=len(stranded))
-    conversation_ids = find_pending(runtime.engine, now=now)
-    for conversation_id in conversation_ids:
-        enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                     job_timeout=runtime.settings.turn_job_timeout)
-    if conversation_ids:
-        log.warning("reconciled_lost_turns", conversations=len(conversation_ids))
-    return len(conversation_ids)
+    if not stranded:
+        return 0
+    prefix, redis = runtime.settings.redis_prefix, runtime.redis
+    for conversation_id, job_id in stale_tokens(runtime.queue, prefix, "send", stranded,
+                                                now=now).items():
+        consume_token(redis, prefix, "send", conversation_id, job_id)
+    made = sum(1 for c in stranded if enqueue_flush(runtime.queue, prefix, c))
+    log.warning("reconciled_stranded_sends", conversations=len(stranded), enqueued=made)
+    return made
 
 
 def purge_expired(engine: Engine, *, now: datetime) -> int:
@@ -164,13 +233,17 @@ def _purge(session, ids: list[int], now: datetime) -> None:  # type: ignore[no-u
         summary="", context_block="", purged_at=now))
 
 
-def reconcile() -> int:
-    """RQ job (cron): re-enqueue forgotten turns, once per period."""
+def reconcile(recovery: bool = False) -> int:
+    """RQ job: re-enqueue forgotten turns. From `wagent cron` every RECONCILE_PERIOD_SECONDS,
+    once per period; with `recovery` (a keeper found Redis empty, workers/keeper.py) at once
+    and for every waiting message, however recent."""
     from workers.runtime import get_runtime
 
     runtime = get_runtime()
-    return run_once_per_period(runtime, "reconcile", period_seconds=60, work=lambda:
-                               reconcile_pending(runtime, now=clock.now())) or 0
+    if recovery:
+        return reconcile_pending(runtime, now=clock.now(), older_than=timedelta(0))
+    return run_once_per_period(runtime, "reconcile", period_seconds=RECONCILE_PERIOD_SECONDS,
+                               work=lambda: reconcile_pending(runtime, now=clock.now())) or 0
 
 
 def purge_retention() -> int:

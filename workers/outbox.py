@@ -4,7 +4,9 @@ became of it; the reply's delivery state follows (storage/delivery.py).
 The delivery rules (README "How a message is answered"):
 
 - **At most once.** A part is claimed (pending → sending) before the Graph call, so a retried
-  job never sends it again. It goes back to pending only when the call proves Meta did not
+  job never sends it again; the claim is a transaction of the turn, so a turn that lost its
+  lock (its fence, storage/fences.py) claims nothing, while what became of a call already made
+  is recorded even then. It goes back to pending only when the call proves Meta did not
   take it: Meta answered with an error (a rate limit, a transient code), or no connection was
   made at all (`GraphUnreachable`: httpx2 ConnectError, which covers DNS failures, refused
   connections and TLS handshake failures, ConnectTimeout, PoolTimeout, ProxyError,
@@ -33,6 +35,7 @@ from core import clock, metrics
 from core.faults import crash_point
 from storage import messages as message_repo
 from storage.db import session_scope
+from storage.fences import unfenced
 from storage.jobs import enqueue_flush
 from storage.models import Contact, Conversation, Outbound, Tenant
 from storage.tenants import pause_sending
@@ -56,14 +59,14 @@ WINDOW_CLOSED_REASON = "not sent: more than 24 hours since the customer's last m
 FLUSH_LOCK_WAIT_SECONDS = 10  # a turn holding the lock flushes when it ends
 
 
-def run_flush(conversation_id: int, attempt: int = 1) -> str:
+def run_flush(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: send the conversation's due outbox parts (the retry of a rate-limited or
     unreachable send, enqueued by `storage.jobs.enqueue_flush`). Returns "sent N"."""
     return run_coalesced(
-        "send", conversation_id, attempt,
+        "send", conversation_id, attempt, outage=outage,
         handle=lambda rt, cid, _n: f"sent {flush_outbox(rt, cid)}",
-        reenqueue=lambda rt, cid, at, n: enqueue_flush(rt.queue, rt.settings.redis_prefix, cid,
-                                                       at=at, attempt=n),
+        reenqueue=lambda rt, cid, at, n, out: enqueue_flush(
+            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out),
         lock_kind="turn", blocking_timeout=FLUSH_LOCK_WAIT_SECONDS)
 
 
@@ -120,10 +123,12 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
                                             recipient=row.recipient)
     except GraphError as exc:
         _record(runtime, metrics.inc("wagent_graph_errors_total", {"code": error_code(exc)}))
-        return _on_error(runtime, row, exc)
+        with unfenced():  # the call was made: its outcome is recorded by a stale turn too
+            return _on_error(runtime, row, exc)
     _record(runtime, metrics.inc("wagent_graph_sends_total", {"kind": row.kind}))
     crash_point("after_send_before_mark")
-    _mark(runtime, row, status="sent", wamid=wamid, attempts=row.attempts + 1)
+    with unfenced():  # it went out: recorded even by a turn that lost its lock meanwhile
+        _mark(runtime, row, status="sent", wamid=wamid, attempts=row.attempts + 1)
     log.info("reply_sent", outbound_id=row.id, part=row.part)
     log.debug("reply_text", text=row.body, to=row.to)
     return "sent"

@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select, update
 from core import clock, metrics
 from storage import inbox
 from storage.db import session_scope
+from storage.jobs import lock_key
 from storage.models import Conversation
 
 log = structlog.get_logger(__name__)
@@ -90,7 +91,7 @@ def sweep_inactive() -> int:
     prefix = runtime.settings.redis_prefix
 
     def busy(conversation_id: int) -> bool:
-        return bool(runtime.redis.exists(f"{prefix}:turn:lock:{conversation_id}"))
+        return bool(runtime.redis.exists(lock_key(prefix, "turn", conversation_id)))
 
     def closed(conversation_id: int) -> None:
         from workers.facts_hook import after_close

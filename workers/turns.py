@@ -24,8 +24,9 @@ from storage import contacts as contact_repo
 from storage import memory
 from storage import messages as message_repo
 from storage.conversations import touch
-from storage.db import session_scope
+from storage.db import OUTAGE_ERRORS, is_outage, session_scope
 from storage.fact_keys import resolve_keys
+from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
 from workers import texts
@@ -37,7 +38,7 @@ from workers.agent.window import Stored, find_dangling, prune, select_window, to
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
-from workers.runtime import Runtime, get_runtime
+from workers.runtime import Runtime
 from workers.whatsapp import split_text
 
 log = structlog.get_logger(__name__)
@@ -55,23 +56,32 @@ class TurnState:
     conversation: Conversation
 
 
-def run_turn(conversation_id: int, attempt: int = 1) -> str:
-    """RQ job: one turn of `conversation_id`. Returns what happened (for the job result)."""
+def run_turn(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
+    """RQ job: one turn of `conversation_id`, fenced (storage/fences.py). `attempt` counts the
+    provider's failures (RETRY_DELAYS), `outage` the database or Redis outages
+    (workers.jobs.OUTAGE_DELAYS). Returns what happened (for the job result)."""
     return run_coalesced(
-        "turn", conversation_id, attempt,
+        "turn", conversation_id, attempt, outage=outage, fence=True,
         handle=lambda rt, cid, n: measured_turn(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n: enqueue_turn(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n),
-        lock_timeout=get_runtime().settings.turn_lock_timeout, blocking_timeout=30)
+        reenqueue=lambda rt, cid, at, n, out: enqueue_turn(
+            rt.queue, rt.settings.redis_prefix, cid, job_timeout=rt.settings.turn_job_timeout,
+            at=at, attempt=n, outage=out))
 
 
 def measured_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
-    """`handle_turn`, counted by outcome ("error" when it raised) and timed (wall clock: the
-    product's clock stands still in replays)."""
+    """`handle_turn`, counted by outcome ("error" when it raised, "fenced" when it lost its
+    lock, "outage" when the database or Redis failed) and timed (wall clock: the product's
+    clock stands still in replays)."""
     started, outcome = time.monotonic(), "error"
     try:
         outcome = handle_turn(runtime, conversation_id, attempt=attempt)
         return outcome
+    except TurnFenced:
+        outcome = "fenced"
+        raise
+    except Exception as exc:
+        outcome = "outage" if is_outage(exc) else "error"
+        raise
     finally:
         metrics.record(runtime.redis, runtime.settings.redis_prefix,
                        metrics.inc("wagent_turns_total", {"outcome": outcome}),
@@ -142,7 +152,7 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
     return run_tool_loop(create, request=request, messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
-                         fatal=(JobTimeoutException,))
+                         fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
 
 
 def _create(runtime: Runtime, **request: Any) -> Any:
