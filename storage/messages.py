@@ -10,7 +10,7 @@ from sqlalchemy import Engine, any_, bindparam, literal
 from sqlalchemy import select as sa_select
 from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session, col, func, select, update
+from sqlmodel import Session, col, func, or_, select, update
 
 from storage import delivery
 from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
@@ -333,19 +333,15 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
     """Queue the parts of a reply in the outbox (one row per part, unique per message); the
     reply becomes `queued`. `kind` "template": each part is an approved template's name.
 
-    A part of this conversation still waiting for a retry (`retry_at`) is brought forward to
-    `now`: the new reply goes out behind it, in order, and the customer who just wrote should
-    not wait for the old part's back-off (README "How a message is answered").
+    The new parts have no `retry_at`: behind a part still waiting for a retry they make the
+    next flush try that part at once, out of its schedule (workers/outbox.flush_outbox), so the
+    customer who just wrote gets both replies in order (README "How a message is answered").
     """
     assert message.id is not None
     rows = [Outbound(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
                      message_id=message.id, part=i, kind=kind, to=to, recipient=recipient,
                      body=body, created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
-    session.exec(update(Outbound).where(
-        col(Outbound.conversation_id) == message.conversation_id,
-        col(Outbound.status) == "pending", col(Outbound.retry_at) > now,
-    ).values(retry_at=now).execution_options(synchronize_session=False))
     session.flush()
     refresh_delivery(session, message.id)
     return rows
@@ -356,6 +352,17 @@ def unsent_outbound(session: Session, conversation_id: int) -> list[Outbound]:
     return list(session.exec(select(Outbound).where(
         Outbound.conversation_id == conversation_id, Outbound.status == "pending",
     ).order_by(col(Outbound.id))).all())
+
+
+def wait_behind(session: Session, row: Outbound, retry_at: datetime) -> int:
+    """The conversation's pending parts queued after `row` wait for its next try (`retry_at`)
+    too: a later part never overtakes one that waits. Returns how many rows changed."""
+    result = session.exec(update(Outbound).where(
+        col(Outbound.conversation_id) == row.conversation_id, col(Outbound.id) > row.id,
+        col(Outbound.status) == "pending",
+        or_(col(Outbound.retry_at).is_(None), col(Outbound.retry_at) < retry_at),
+    ).values(retry_at=retry_at).execution_options(synchronize_session=False))
+    return int(result.rowcount or 0)
 
 
 def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:

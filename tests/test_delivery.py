@@ -402,3 +402,22 @@ def test_logs_name_the_network_cause_of_graph_and_claude_failures(
     for secret in ("5511999990001", "BR.9000000000000000001", "meu texto secreto",
                    "Segredo da resposta", "outro texto secreto"):
         assert secret not in out, secret
+
+
+def test_replies_queued_during_an_outage_do_not_use_up_the_waiting_parts_tries(
+        env: ReplayEnvironment) -> None:
+    env.graph_unreachable(True)
+    _answer(env, "mensagem 0", 1, "REPLY-0")
+    for i in range(1, 9):  # the customer writes every 5 s: each reply tries REPLY-0 early
+        env.clock.advance(timedelta(seconds=5))
+        _answer(env, f"mensagem {i}", i + 1, f"REPLY-{i}")
+    first = _rows(env)[0]
+    assert (first.status, first.attempts) == ("pending", 2), \
+        "40 s hold two scheduled tries (at 0 and 30 s); the 7 brought forward are extra"
+    assert first.retry_at == START + timedelta(seconds=30) + timedelta(minutes=2), \
+        "its schedule stays: the next try 2 min after the one at 30 s"
+    assert len(env.graph_api.sends) == 0
+    env.graph_unreachable(False)
+    env.clock.advance(timedelta(minutes=10))
+    env.drain()
+    assert _sent_texts(env) == [f"REPLY-{i}" for i in range(9)], "all of them, in order"
