@@ -164,6 +164,8 @@ TEXTS: dict[str, dict[str, Any]] = {
             "previous_part": "not sent: an earlier part of this reply failed",
             "crashed": "the worker stopped during the send",
             "no_wamid": "WhatsApp answered without the message's id",
+            "gateway": "a gateway in front of WhatsApp answered with an error page (HTTP 5xx), "
+                       "not WhatsApp's own error",
             "dns": "WhatsApp's address did not resolve (DNS)",
             "refused": "the connection to WhatsApp was refused",
             "tls": "the secure connection to WhatsApp failed (TLS)",
@@ -225,6 +227,8 @@ TEXTS: dict[str, dict[str, Any]] = {
             "previous_part": "não enviada: uma parte anterior desta resposta falhou",
             "crashed": "o processo parou durante o envio",
             "no_wamid": "o WhatsApp respondeu sem o identificador da mensagem",
+            "gateway": "um gateway na frente do WhatsApp respondeu com uma página de erro "
+                       "(HTTP 5xx), não com um erro do próprio WhatsApp",
             "dns": "o endereço do WhatsApp não foi encontrado (DNS)",
             "refused": "a conexão com o WhatsApp foi recusada",
             "tls": "a conexão segura com o WhatsApp falhou (TLS)",

@@ -133,6 +133,32 @@ def test_a_send_whose_answer_was_lost_stays_unknown_and_is_never_resent(
     assert delivery["state"] == "unknown" and "may or may not" in delivery["meaning"]
 
 
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_a_gateway_error_page_after_meta_took_the_send_is_unknown_and_never_resent(
+        env: ReplayEnvironment, status: int) -> None:
+    env.graph_api.gateway_error(status)
+    _answer(env, "oi", 1, "Olá!")
+    env.clock.advance(timedelta(hours=3))
+    env.drain()
+    assert _sent_texts(env) == ["Olá!"], "WhatsApp took it once: the customer has it once"
+    (row,) = _rows(env)
+    assert (row.status, row.error_cause) == ("unknown", "gateway")
+    delivery = _deliveries(env)[0]
+    assert delivery["state"] == "unknown" and "gateway" in delivery["reason"]
+    assert _scrape(env, "wagent_graph_errors_total") == {(("code", f"http_{status}"),): 1.0}
+
+
+def test_metas_own_coded_transient_error_is_still_retried(
+        env: ReplayEnvironment) -> None:
+    env.graph_api.fail(131000)  # Meta's JSON error body: it did not take the send
+    _answer(env, "oi", 1, "Olá!")
+    (row,) = _rows(env)
+    assert (row.status, row.attempts, row.error_code) == ("pending", 1, 131000)
+    env.clock.advance(timedelta(seconds=30))
+    env.drain()
+    assert _sent_texts(env) == ["Olá!"]
+
+
 # -- item 3: a rate-limited reply retries on its own job; the next message is answered now ----
 
 def test_a_rate_limited_send_retries_on_a_flush_job_not_on_a_turn(
