@@ -15,8 +15,6 @@ from sqlmodel import Session, col, func, or_, select, update
 from storage import delivery
 from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
 
-TERMINAL = {"failed", "refused"}
-
 
 def wamid_hash(wamid: str) -> str:
     return hashlib.sha256(wamid.encode()).hexdigest()
@@ -481,20 +479,21 @@ def undelivered_open_conversations(engine: Engine) -> dict[str, int]:
 
 def apply_status(session: Session, *, wamid: str, status: str, error_code: int | None,
                  error_reason: str | None, now: datetime) -> Outbound | None:
-    """Advance the delivery state of our send `wamid`: monotonic (sent < delivered < read),
-    failed is terminal. Returns the row, or None for an unknown wamid.
+    """Advance the delivery state of our send `wamid` by what Meta's status proves, in any
+    order of arrival (`delivery.supersedes`: sent < failed < delivered < read): a failed status
+    never undoes delivered or read, and a delivered or read one replaces failed and clears its
+    error. Returns the row, or None for an unknown wamid.
     """
     row = session.exec(select(Outbound).where(Outbound.wamid == wamid)).first()
     if row is None:
         return None
-    if row.status in TERMINAL:
+    if not delivery.supersedes(status, row.status):
         return row
     if status == "failed":
         row.status, row.error_code, row.error_reason = "failed", error_code, error_reason
-    elif delivery.progress(status) > delivery.progress(row.status):
-        row.status = "read" if status == "played" else status
     else:
-        return row
+        row.status = "read" if status == "played" else status
+        row.error_code = row.error_reason = None
     row.status_at = now
     session.add(row)
     session.flush()

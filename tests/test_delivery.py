@@ -267,13 +267,43 @@ def test_every_part_counts_a_reply_is_delivered_only_when_all_parts_are(
     assert _replies(env)[0].delivery_status == "delivered"
 
 
-def _status(env: ReplayEnvironment, wamid: str | None, status: str) -> None:
+def _status(env: ReplayEnvironment, wamid: str | None, status: str, *, code: int | None = None,
+            after: timedelta = timedelta(0)) -> None:
+    item: dict[str, Any] = {"id": wamid, "status": status, "recipient_id": "5511999990001",
+                            "timestamp": str(int((env.clock.now() + after).timestamp()))}
+    if code is not None:
+        item["errors"] = [{"code": code, "title": "Message undeliverable",
+                           "error_data": {"details": "Message Undeliverable."}}]
     body = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [
         {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
-            "phone_number_id": TENANT["phone_number_id"]}, "statuses": [{
-                "id": wamid, "status": status, "timestamp": str(int(env.clock.now().timestamp())),
-                "recipient_id": "5511999990001"}]}}]}]}
+            "phone_number_id": TENANT["phone_number_id"]}, "statuses": [item]}}]}]}
     assert env.post_webhook(json.dumps(body).encode()) == 200
+
+
+# Meta orders nothing: whatever order its statuses arrive in, a reply the customer's phone
+# acknowledged (delivered, read) reached the customer; a failed status outranks only sent
+@pytest.mark.parametrize(("statuses", "final"), [
+    ([("read", 20, None), ("failed", 10, 131026)], "read"),
+    ([("failed", 10, 131026), ("read", 20, None)], "read"),
+    ([("delivered", 5, None), ("failed", 10, 131026)], "delivered"),
+    ([("failed", 10, 131026), ("sent", 5, None)], "failed"),
+    ([("sent", 5, None), ("failed", 10, 131026), ("delivered", 2, None)], "delivered"),
+])
+def test_a_failed_status_never_undoes_delivered_or_read_in_any_order(
+        env: ReplayEnvironment, statuses: list[tuple[str, int, int | None]], final: str) -> None:
+    _answer(env, "oi", 1, "Olá!")
+    wamid = env.graph_api.accepted[0].wamid
+    for status, seconds, code in statuses:
+        _status(env, wamid, status, code=code, after=timedelta(seconds=seconds))
+    (row,) = _rows(env)
+    delivery = _deliveries(env)[0]
+    assert (row.status, delivery["state"]) == (final, final)
+    if final == "failed":
+        assert delivery["error_code"] == 131026
+    else:
+        assert (delivery["error_code"], delivery["reason"]) == (None, "")
+        assert _scrape_undelivered(env) == {"failed": 0.0, "unknown": 0.0}, \
+            "not counted as a reply that did not reach the customer"
 
 
 # -- item 1: every view shows the real state --------------------------------------------------
