@@ -374,11 +374,12 @@ def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
     return int(result.rowcount or 0)
 
 
-def claim_outbound(session: Session, outbound_id: int) -> bool:
-    """pending → sending, atomically; False when someone else claimed it (never send twice)."""
+def claim_outbound(session: Session, outbound_id: int, *, now: datetime) -> bool:
+    """pending → sending, atomically, stamping `claimed_at`; False when someone else claimed it
+    (never send twice)."""
     claimed = session.exec(update(Outbound).where(
         col(Outbound.id) == outbound_id, col(Outbound.status) == "pending",
-    ).values(status="sending").returning(col(Outbound.message_id))).first()
+    ).values(status="sending", claimed_at=now).returning(col(Outbound.message_id))).first()
     if claimed is None:
         return False
     refresh_delivery(session, int(claimed[0]))
@@ -388,11 +389,26 @@ def claim_outbound(session: Session, outbound_id: int) -> bool:
 def mark_outbound(session: Session, outbound_id: int, *, status: str, now: datetime,
                   wamid: str | None = None, code: int | None = None, cause: str | None = None,
                   reason: str | None = None, attempts: int | None = None,
-                  retry_at: datetime | None = None) -> Outbound:
+                  retry_at: datetime | None = None,
+                  claimed_before: datetime | None = None) -> Outbound | None:
     """Record what became of one part (the outbox's only writer of a part's outcome) and the
     reply's new aggregate. `code`, `cause`, `reason` and `retry_at` replace the previous ones;
-    `wamid` also stamps `sent_at`."""
-    row = session.get(Outbound, outbound_id)
+    `wamid` also stamps `sent_at`.
+
+    `claimed_before`: a compare-and-set for the reconciler, which settles a send a crash left
+    claimed: it writes only while the part is still `sending` under a claim made before that
+    time (a claim older than the column counts by `created_at`), and returns None when not (the
+    send finished meanwhile, or the part was claimed again). The outbox's own outcome is
+    written unconditionally: its Graph call is the truth, so `sent` wins over a settlement.
+    """
+    if claimed_before is not None:
+        settled = session.exec(update(Outbound).where(
+            col(Outbound.id) == outbound_id, col(Outbound.status) == "sending",
+            func.coalesce(Outbound.claimed_at, Outbound.created_at) <= claimed_before,
+        ).values(status=status).execution_options(synchronize_session=False))
+        if not settled.rowcount:
+            return None
+    row = session.get(Outbound, outbound_id, populate_existing=True)
     assert row is not None
     row.status, row.error_code, row.error_cause = status, code, cause
     row.error_reason, row.retry_at = reason, retry_at

@@ -241,6 +241,7 @@ class Outbound(SQLModel, table=True):
     error_reason: str | None = Field(default=None, sa_type=Text)
     retry_at: datetime | None = None
     created_at: datetime
+    claimed_at: datetime | None = None  # the last pending → sending (None: never claimed)
     sent_at: datetime | None = None
     status_at: datetime | None = None
 

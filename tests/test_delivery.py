@@ -23,13 +23,14 @@ from bot.admin import service
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.jobs import FLUSH_JOB, TURN_JOB
+from storage.messages import mark_outbound
 from storage.models import Message, Outbound, Tenant
 from tests.conftest import START
 from tests.console_helpers import GARAGE
 from tests.factories import TENANT, text_body
 from tests.test_console import Browser
 from tests.test_graph import emoji_heavy, non_space
-from workers.maintenance import reconcile_pending
+from workers.maintenance import STALE_SENDING, reconcile_pending, settle_stale_sends
 from workers.outbox import MAX_SEND_ATTEMPTS
 from workers.report import conversation_report
 
@@ -157,6 +158,65 @@ def test_metas_own_coded_transient_error_is_still_retried(
     env.clock.advance(timedelta(seconds=30))
     env.drain()
     assert _sent_texts(env) == ["Olá!"]
+
+
+def _reconcile_during_the_graph_call(env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
+                                     ahead: timedelta) -> list[tuple[int, str]]:
+    """Meta takes the send and, before its answer is back, the reconciler settles stale sends
+    at the product's time + `ahead`; returns (how many it settled, the part's status then)."""
+    seen: list[tuple[int, str]] = []
+    take = env.graph_api._send
+
+    def take_then_reconcile(*args: Any) -> dict[str, Any]:
+        answer = take(*args)
+        seen.append((settle_stale_sends(env.engine, now=env.clock.now() + ahead),
+                     _rows(env)[0].status))
+        return answer
+
+    monkeypatch.setattr(env.graph_api, "_send", take_then_reconcile)
+    return seen
+
+
+def _retried_after_eleven_minutes(env: ReplayEnvironment) -> None:
+    env.graph_unreachable(True)
+    _answer(env, "oi", 1, "Olá!")
+    env.graph_unreachable(False)
+    env.clock.advance(timedelta(minutes=11))  # the row is older than STALE_SENDING
+
+
+def test_the_reconciler_leaves_a_send_in_its_graph_call_alone_however_old_its_row(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    _retried_after_eleven_minutes(env)
+    seen = _reconcile_during_the_graph_call(env, monkeypatch, timedelta(0))
+    with caplog.at_level(logging.ERROR):
+        env.drain()
+    assert seen == [(0, "sending")], "claimed a moment ago: stale by its claim, not its row"
+    assert "send_outcome_unknown_after_crash" not in caplog.text
+    assert [(r.status, r.error_cause) for r in _rows(env)] == [("sent", None)]
+
+
+def test_a_send_that_succeeds_after_the_reconciler_settled_it_ends_sent(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    _retried_after_eleven_minutes(env)
+    seen = _reconcile_during_the_graph_call(env, monkeypatch, STALE_SENDING)
+    env.drain()
+    assert seen == [(1, "unknown")], "a claim that old looks like a crash"
+    (row,) = _rows(env)
+    assert (row.status, row.error_cause, row.wamid) == ("sent", None, "wamid.OUT000001"), \
+        "the Graph call did succeed: its outcome wins"
+    assert _deliveries(env)[0]["state"] == "sent" and _sent_texts(env) == ["Olá!"]
+
+
+def test_settling_a_stale_send_is_a_compare_and_set_on_its_claim(env: ReplayEnvironment) -> None:
+    _answer(env, "oi", 1, "Olá!")
+    (row,) = _rows(env)
+    assert row.id is not None and row.status == "sent"
+    later = env.clock.now() + timedelta(hours=1)
+    with session_scope(env.engine) as session:
+        assert mark_outbound(session, row.id, status="unknown", now=later, cause="crashed",
+                             claimed_before=later) is None
+    assert [(r.status, r.wamid) for r in _rows(env)] == [("sent", row.wamid)]
 
 
 # -- item 3: a rate-limited reply retries on its own job; the next message is answered now ----

@@ -111,7 +111,7 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
               early: bool = False) -> str:
     assert row.id is not None
     with session_scope(runtime.engine) as session:
-        if not message_repo.claim_outbound(session, row.id):
+        if not message_repo.claim_outbound(session, row.id, now=clock.now()):
             return "skipped"
     now = clock.now()
     window_closed = contact.last_inbound_at is None or \
