@@ -6,16 +6,20 @@ Redis; an inbox drain in a second process at the lowest CPU priority (the worker
 message each, from `--contacts` customers) arrive at `--rate` per second; after the first
 second one big signed POST goes in: `--statuses` status updates, then in a second case
 `--messages` customer messages (10 per customer). Prints, per case, the small POSTs' answer
-latency (median, p99, max) while the big one was in flight and after, the big POST's answer
-time, and when its updates were all stored (the answer, or the drain's end when it went to the
-inbox).
+latency (median, p99, max) before the big one, while it waited for its answer, until its
+updates were all stored (the answer, or the drain's end when it went to the inbox) and after;
+the big POST's answer time, and when it was stored.
 
 Everything listens on 127.0.0.1. Redis database 10 only (flushed at the start and the end); a
 fresh PostgreSQL schema `wagent_hol_*` (dropped at the end). Every loop is bounded; the run
 stops by itself after `--timeout` seconds and ends the processes it started.
 
+With `--sizes 25,50,...` it times lone POSTs of that many statuses and messages instead, each
+stored before its answer (WEBHOOK_SPILL_UPDATES=0): what a POST costs the web process, the
+figure that picks WEBHOOK_SPILL_UPDATES.
+
 Usage: .venv/bin/python bench/head_of_line.py [--rate 4] [--statuses 20000] [--messages 10000]
-       [--timeout 600]
+       [--timeout 600] [--sizes N,N,...]
 Prints one JSON object on stdout; progress goes to stderr.
 """
 
@@ -46,7 +50,7 @@ REDIS_URL = "redis://127.0.0.1:6379/10"  # this benchmark's database, flushed: n
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 APP_SECRET = "hol-app-secret"
 PHONE_NUMBER_ID = "109876543210987"  # tests/factories.py TENANT
-AFTER_SECONDS = 3.0  # small POSTs go on this long after the big one's answer
+AFTER_SECONDS = 3.0  # small POSTs go on this long after the big one is stored
 
 
 def log(text: str) -> None:
@@ -56,7 +60,9 @@ def log(text: str) -> None:
 def settings_for(url: str) -> Any:
     from core.settings import Settings
 
-    return Settings(database_url=url, redis_url=REDIS_URL, whatsapp_app_secret=APP_SECRET,
+    spill = os.environ.get("HOL_SPILL_UPDATES")  # --sizes: every POST stored before its answer
+    extra = {"webhook_spill_updates": int(spill)} if spill else {}
+    return Settings(**extra, database_url=url, redis_url=REDIS_URL, whatsapp_app_secret=APP_SECRET,
                     whatsapp_verify_token="hol", redis_prefix="wagent-hol",
                     queue_name="wagent-hol", log_level="INFO", log_format="json",
                     anthropic_base_url="http://127.0.0.1:9")  # nothing calls it here
@@ -227,20 +233,56 @@ async def run_case(url: str, name: str, big: bytes, *, rate: float, contacts: in
         while time.monotonic() < deadline:
             if stored_at is None and await asyncio.to_thread(stored):
                 stored_at = time.monotonic()
-            if stored_at is not None and time.monotonic() >= big_answered + AFTER_SECONDS:
+            if stored_at is not None and time.monotonic() >= max(big_answered,
+                                                                 stored_at) + AFTER_SECONDS:
                 break
             await asyncio.sleep(0.1)
         stop.set()
         await sender
-    during = [lat for sent, lat, _ in small if big_sent <= sent < big_answered
-              or sent < big_sent < sent + lat]
-    after = [lat for sent, lat, _ in small if sent >= big_answered]
+    stored_until = stored_at if stored_at is not None else time.monotonic()
+
+    def overlapping(start: float, end: float) -> list[float]:
+        """Latencies of the small POSTs in flight at some time between `start` and `end`."""
+        return [lat for sent, lat, _ in small if sent < end and sent + lat > start]
+
     return {"case": name, "big_bytes": len(big), "big_status": big_status,
             "big_answer_s": round(big_answered - big_sent, 2),
             "big_stored_s": None if stored_at is None else round(stored_at - big_sent, 2),
-            "small_during_big": figures(during), "small_after_big": figures(after),
+            "small_before_big": figures([lat for sent, lat, _ in small
+                                         if sent + lat < big_sent]),
+            "small_during_big_answer": figures(overlapping(big_sent, big_answered)),
+            "small_while_big_stored": figures(overlapping(big_sent, stored_until)),
+            "small_after_stored": figures([lat for sent, lat, _ in small
+                                           if sent >= stored_until]),
             "small_not_200": sum(1 for *_, status in small if status != 200),
             "small_total": len(small)}
+
+
+async def time_sizes(url: str, sizes: list[int], repeat: int = 5) -> dict[str, Any]:
+    """The median answer time (ms) of a lone POST of n statuses and of n messages (new
+    customers, 10 messages each), each stored before its answer, `repeat` times."""
+    import aiohttp
+
+    ts, out, customers = int(time.time()), {}, 20_000
+    async with aiohttp.ClientSession() as session:
+        for n in sizes:
+            for kind in ("statuses", "messages"):
+                times = []
+                for k in range(repeat):
+                    if kind == "statuses":
+                        body = statuses_body(n, ts, f"{n}x{k}")
+                    else:
+                        body = messages_body(n, ts, customers).replace(
+                            b"wamid.HOLB", f"wamid.HOL{n}x{k}x".encode())
+                        customers += n // 10 + 1
+                    started = time.monotonic()
+                    async with session.post(url, data=body, headers={
+                            "X-Hub-Signature-256": sign(body)}) as response:
+                        await response.read()
+                        assert response.status == 200, response.status
+                    times.append(time.monotonic() - started)
+                out[f"{kind}_{n}_ms"] = round(statistics.median(times) * 1000, 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,7 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--statuses", type=int, default=20_000)
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--sizes", default="",
+                        help="instead: answer times of lone POSTs of these many statuses and "
+                             "messages, stored before the answer (e.g. 25,50,100,200,400)")
     args = parser.parse_args(argv)
+    sizes = [int(n) for n in args.sizes.split(",") if n]
+    if any(not 1 <= n <= 10_000 for n in sizes):
+        parser.error("sizes 1-10000")
     if not (0.2 <= args.rate <= 50 and 1 <= args.contacts <= 1000
             and 0 <= args.statuses <= 20_000 and 0 <= args.messages <= 10_000
             and 10 <= args.timeout <= 3600):
@@ -284,13 +332,17 @@ def main(argv: list[str] | None = None) -> int:
         with session_scope(engine) as session:
             upsert_tenant(session, TENANT, now=datetime.now(UTC))
         port = free_port()
+        env = {**os.environ, "HOL_SPILL_UPDATES": "0"} if sizes else None
         with open(logs, "wb") as out:
             for mode in (["_serve", url, str(port)], ["_drain", url]):
                 children.append(subprocess.Popen(
                     [sys.executable, __file__, *mode], cwd=ROOT, stdin=subprocess.PIPE,
-                    stdout=out, stderr=out))
+                    stdout=out, stderr=out, env=env))
         _wait_ready(f"http://{HOST}:{port}/health", deadline)
         webhook = f"http://{HOST}:{port}/webhook"
+        if sizes:
+            print(json.dumps(asyncio.run(time_sizes(webhook, sizes)), indent=2))
+            return 0
 
         def inbox_empty() -> bool:
             return inbox.backlog(engine)[0] == 0

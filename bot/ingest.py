@@ -92,7 +92,8 @@ def ingest_body(engine: Engine, body: bytes, *, now: datetime) -> IngestResult:
 def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> IngestResult:
     """Store every update in the POST's order; a failing one goes to the dead letters, the
     others still land. Each run of consecutive customer messages is a group of one POST
-    (`store_messages`); a status, an identity change, an error notice or a bad item is stored
+    (`store_messages`); each run of statuses shares a transaction too, UPDATES_PER_TRANSACTION
+    at a time (`_store_statuses`); an identity change, an error notice or a bad item is stored
     in a transaction of its own.
 
     Raises StoreUnavailable when the database itself is down (the POST must get a 503).
@@ -104,51 +105,61 @@ def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> In
             store_messages(engine, run, now=now, result=result,  # type: ignore[arg-type]
                            offset=index)
             index += len(run)
-            continue
-        update = run[0]
-        try:
-            outcome = _store_retrying(engine, update, now)
-        except (OperationalError, DBAPIError) as exc:
-            if is_disconnect(exc):
-                raise StoreUnavailable(describe(exc)) from exc
-            outcome = _dead_letter(engine, update, exc, now)
-        except StoreUnavailable:
-            raise
-        except Exception as exc:  # one bad update must lose nothing else
-            outcome = _dead_letter(engine, update, exc, now)
-        result.count(outcome)
+        elif isinstance(run[0], StatusUpdate):
+            for start in range(0, len(run), UPDATES_PER_TRANSACTION):
+                _store_statuses(engine, run[start:start + UPDATES_PER_TRANSACTION],  # type: ignore[arg-type]
+                                now, result)
+        else:
+            result.count(_store_isolated_update(engine, run[0], now))
     return result
 
 
+def _store_isolated_update(engine: Engine, update: Update, now: datetime) -> str:
+    """Store one update that is not a customer message in a transaction of its own; returns
+    its outcome ("dead_letter" when it failed: kept whole). Raises StoreUnavailable when the
+    database is down."""
+    try:
+        return _store_retrying(engine, update, now)
+    except (OperationalError, DBAPIError) as exc:
+        if is_disconnect(exc):
+            raise StoreUnavailable(describe(exc)) from exc
+        return _dead_letter(engine, update, exc, now)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:  # one bad update must lose nothing else
+        return _dead_letter(engine, update, exc, now)
+
+
 def _runs(updates: list[Update]) -> list[list[Update]]:
-    """The updates cut into runs: consecutive customer messages together, any other update
-    alone, in the POST's order."""
+    """The updates cut into runs, in the POST's order: consecutive customer messages together,
+    consecutive statuses together, any other update alone."""
     runs: list[list[Update]] = []
     for update in updates:
-        if isinstance(update, InboundMessage) and runs and isinstance(runs[-1][0],
-                                                                        InboundMessage):
+        if isinstance(update, InboundMessage | StatusUpdate) and runs and \
+                type(runs[-1][0]) is type(update):
             runs[-1].append(update)
         else:
             runs.append([update])
     return runs
 
 
-MESSAGES_PER_TRANSACTION = 500  # a big POST's messages are stored in chunks of this many
+# a big POST's messages (and statuses) are stored in transactions of at most this many: none
+# holds a contact's, conversation's or send's row lock for long
+UPDATES_PER_TRANSACTION = 500
 
 
 def store_messages(engine: Engine, msgs: list[InboundMessage], *, now: datetime,
                    result: IngestResult, offset: int = 0) -> None:
     """Store customer messages of one POST received at `now` as groups of at most
-    MESSAGES_PER_TRANSACTION (`store_group`: one transaction each, so that a big POST holds no
-    contact's or conversation's row lock for long), adding to `result`. `offset`: the place of
-    the first among its POST's messages (`arrival`).
+    UPDATES_PER_TRANSACTION (`store_group`: one transaction each), adding to `result`.
+    `offset`: the place of the first among its POST's messages (`arrival`).
 
     A chunk the database refuses (a value a column cannot take, a bug) is stored again one
     message at a time, and the message that still fails goes to the dead letters: one bad
     message loses nothing else. Raises StoreUnavailable when the database is down.
     """
-    for start in range(0, len(msgs), MESSAGES_PER_TRANSACTION):
-        chunk = msgs[start:start + MESSAGES_PER_TRANSACTION]
+    for start in range(0, len(msgs), UPDATES_PER_TRANSACTION):
+        chunk = msgs[start:start + UPDATES_PER_TRANSACTION]
         pending = Pending(chunk, now, offset=offset + start)
         if _store_isolated(engine, [pending]) is None:
             result.merge(pending.result)
@@ -215,7 +226,8 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime,
 
 def _store_one(engine: Engine, update: Update, now: datetime) -> str:
     if isinstance(update, StatusUpdate):
-        return _store_status(engine, update, now)
+        with session_scope(engine) as session:
+            return _apply_status(session, update, now)
     if isinstance(update, IdentityChange):
         return _store_identity_change(engine, update, now)
     if isinstance(update, ErrorNotice):
@@ -407,14 +419,34 @@ def _latest(current: datetime | None, candidate: datetime) -> datetime:
     return candidate if current is None or candidate > current else current
 
 
-def _store_status(engine: Engine, status: StatusUpdate, now: datetime) -> str:
+def _store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
+                    result: IngestResult) -> None:
+    """Store a run of statuses of one POST in one transaction (a status costs a few indexed
+    statements; a commit of its own cost more than those); when that transaction is refused
+    for anything but a lost database, each again in a transaction of its own, so that one bad
+    status loses nothing else. Raises StoreUnavailable when the database is down."""
+    try:
+        with session_scope(engine) as session:
+            outcomes = [_apply_status(session, status, now) for status in statuses]
+    except (OperationalError, DBAPIError) as exc:
+        if is_disconnect(exc):
+            raise StoreUnavailable(describe(exc)) from exc
+    except Exception:
+        pass
+    else:
+        for outcome in outcomes:
+            result.count(outcome)
+        return
+    for status in statuses:
+        result.count(_store_isolated_update(engine, status, now))
+
+
+def _apply_status(session: Session, status: StatusUpdate, now: datetime) -> str:
     """Advance the delivery state of our send, only under the tenant that sent it (the status
     names its `phone_number_id`); an unknown wamid or number changes nothing."""
-    with session_scope(engine) as session:
-        tenant = tenants.get_by_phone_number_id(session, status.phone_number_id)
-        if tenant is None or not _sent_by(session, tenant, status.wamid):
-            log.info("status_unknown_wamid", status=status.status)
-            return "status_unknown"
+    tenant = tenants.get_by_phone_number_id(session, status.phone_number_id)
+    row = None
+    if tenant is not None and _sent_by(session, tenant, status.wamid):
         row = messages.apply_status(session, wamid=status.wamid, status=status.status,
                                     error_code=status.error_code,
                                     error_reason=status.error_reason, now=now)

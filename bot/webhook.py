@@ -19,7 +19,7 @@ from bot.bodies import closing, read_body
 from bot.errors import StoreUnavailable
 from bot.inbound import InboundMessage
 from bot.ingest import (
-    MESSAGES_PER_TRANSACTION,
+    UPDATES_PER_TRANSACTION,
     IngestResult,
     Pending,
     count_updates,
@@ -227,15 +227,18 @@ def spill_posts(app: Stores, posts: list[tuple[bytes, datetime]]) -> list[Ingest
 
 def store_posts(app: Stores, posts: list[tuple[bytes, datetime]], *,
                 spill_updates: int | None = None) -> list[IngestResult | BaseException]:
-    """Store and enqueue POSTs (in a thread; `workers.inbox` calls it too). A POST of more
-    than `spill_updates` updates (default WEBHOOK_SPILL_UPDATES; 0 never, as the drain
-    passes) goes to the inbox at once (`spill_posts`). Those made only of customer messages
+    """Store and enqueue POSTs (in a thread; `workers.inbox` calls it too). A big POST, of
+    more than `spill_updates` updates or a body over SMALL_BODY_BYTES, goes to the inbox at
+    once (`spill_posts`; `spill_updates` defaults to WEBHOOK_SPILL_UPDATES; 0: never, as the
+    drain passes). Those made only of customer messages
     share one transaction when there are two or more (`ingest.store_group`); the others are
     stored one by one after it (`ingest.store_updates`, where a lone POST's messages are a
     group of one). Returns each POST's result, or the exception that is its answer
     (StoreUnavailable: 503)."""
     limit = app[SETTINGS].webhook_spill_updates if spill_updates is None else spill_updates
-    big = [k for k, (body, _) in enumerate(posts) if limit and count_updates(body) > limit]
+    # a body over SMALL_BODY_BYTES is not even parsed here (3 MB of JSON: 50 ms of the GIL)
+    big = [k for k, (body, _) in enumerate(posts) if limit and (
+        len(body) > SMALL_BODY_BYTES or count_updates(body) > limit)]
     outcomes: dict[int, IngestResult | BaseException] = {}
     if big:
         try:
@@ -244,7 +247,7 @@ def store_posts(app: Stores, posts: list[tuple[bytes, datetime]], *,
             outcomes.update(dict.fromkeys(big, exc))
     rest = [k for k in range(len(posts)) if k not in outcomes]
     found = {k: msgs for k in rest if len(rest) > 1 and (msgs := _inbound_only(posts[k][0]))
-             and len(msgs) <= MESSAGES_PER_TRANSACTION}  # a lone POST is parsed once, by ingest
+             and len(msgs) <= UPDATES_PER_TRANSACTION}  # a lone POST is parsed once, by ingest
     group = {k: Pending(msgs, posts[k][1]) for k, msgs in found.items()} if len(found) > 1 \
         else {}
     started = time.perf_counter()

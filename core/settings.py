@@ -63,7 +63,7 @@ class Settings:
     webhook_spill_at: int = 16
     # a POST of more updates than this (messages, statuses, errors) goes to the inbox at once,
     # whatever the load, for a worker to store (bot.webhook.store_posts); 0 never does
-    webhook_spill_updates: int = 100
+    webhook_spill_updates: int = 25
     turn_max_rounds: int = 8
     turn_max_attempts: int = 4
     # the per-conversation lock's TTL, renewed every third of it while a job runs: a dead work

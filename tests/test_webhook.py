@@ -850,8 +850,8 @@ async def test_database_lost_midway_through_a_batch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The first update landed, the second could not: 503; the redelivery stores the second
     and queues both turns (the first message is still unanswered). A POST's messages share a
-    transaction up to MESSAGES_PER_TRANSACTION; here one each, as in a big POST's chunks."""
-    monkeypatch.setattr(ingest, "MESSAGES_PER_TRANSACTION", 1)
+    transaction up to UPDATES_PER_TRANSACTION; here one each, as in a big POST's chunks."""
+    monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 1)
     real_scope, calls = ingest.session_scope, iter(range(100))
 
     def flaky(eng: Engine) -> Any:
