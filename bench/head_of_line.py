@@ -37,17 +37,16 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # webhook_store.py's fresh schema
 
 HOST = "127.0.0.1"
 REDIS_URL = "redis://127.0.0.1:6379/10"  # this benchmark's database, flushed: never another
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 APP_SECRET = "hol-app-secret"
 PHONE_NUMBER_ID = "109876543210987"  # tests/factories.py TENANT
 AFTER_SECONDS = 3.0  # small POSTs go on this long after the big one is stored
@@ -307,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.timeout
 
     import redis
-    from sqlalchemy import func, select, text
-    from sqlalchemy.engine import make_url
+    from sqlalchemy import func, select
+    from webhook_store import drop_schema, fresh_schema
 
     from storage import inbox
     from storage.db import create_schema, make_engine, session_scope
@@ -316,12 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     from storage.tenants import upsert_tenant
     from tests.factories import TENANT
 
-    schema = f"wagent_hol_{uuid.uuid4().hex[:8]}"
-    admin = make_engine(POSTGRES_URL)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = make_url(POSTGRES_URL).update_query_dict(
-        {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    schema, admin, url = fresh_schema("wagent_hol")  # webhook_store.POSTGRES_URL
     engine = make_engine(url)
     client = redis.Redis.from_url(REDIS_URL)
     client.flushdb()
@@ -378,9 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 child.send_signal(signal.SIGKILL)
                 child.wait(timeout=5)
         engine.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+        drop_schema(admin, schema)
         client.flushdb()
         client.close()
         log(f"server and drain logs: {logs}")

@@ -100,8 +100,11 @@ class GroupCommit:
     POSTs that waited then go together: their customer messages are stored with a few
     set-based statements and one commit (`ingest.store_group`), their turns enqueued, and only
     then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
-    anything but customer messages (statuses, identity changes, bad items), takes the one-POST
-    path (`_store_and_enqueue`), and so does one the group could not take.
+    anything but customer messages (statuses, identity changes, bad items), is stored by
+    itself (`_store_and_enqueue`: its messages a group of one), and so is one the group could
+    not take. A big POST (`store_posts`) goes to the inbox at once; a body over
+    SMALL_BODY_BYTES never joins a group: it is handled on threads of its own, beside the
+    groups, so that the small POSTs never wait behind it (bench/head_of_line.py).
 
     Under load a group goes to the inbox instead (`spill`): its raw bodies in one INSERT, a
     drain job enqueued, each POST answered 200 once that is committed; a worker parses and
