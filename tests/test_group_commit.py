@@ -340,3 +340,32 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
         closed = session.exec(select(Conversation).where(
             Conversation.status == "closed")).one()
     assert redis_client.get(token_key("t", "facts", int(closed.id or 0))) is not None
+
+
+def test_a_big_post_is_stored_in_chunks_and_a_bad_message_loses_nothing_else(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A POST's messages go UPDATES_PER_TRANSACTION to a transaction (here 2): a redelivery
+    across chunks is a duplicate, and a message the database refuses is dead-lettered alone
+    while the rest of its chunk lands."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 2)
+    real_insert = ingest.messages.insert_inbound_many
+
+    def refusing(session: Any, rows: list[dict[str, Any]]) -> Any:
+        if any(row["wamid"] == "wamid.K3" for row in rows):
+            raise RuntimeError("a value the database refuses")
+        return real_insert(session, rows)
+
+    monkeypatch.setattr(ingest.messages, "insert_inbound_many", refusing)
+    raw = body("wamid.K0", "m0", **ANA)
+    for wamid in ("wamid.K1", "wamid.K2", "wamid.K3", "wamid.K0", "wamid.K4"):
+        raw = two_messages(raw, body(wamid, wamid[-2:], **ANA))
+    result = ingest.ingest_body(engine, raw, now=START)
+    assert result.counts == {"message": 4, "duplicate": 1, "dead_letter": 1}
+    assert len(result.turn_conversation_ids) == 1
+    with session_scope(engine) as session:
+        stored = sorted(str(m.wamid) for m in session.exec(select(Message)))
+        (letter,) = session.exec(select(DeadLetter)).all()
+    assert stored == ["wamid.K0", "wamid.K1", "wamid.K2", "wamid.K4"]
+    assert b"wamid.K3" in letter.body
