@@ -233,11 +233,10 @@ def store_posts(app: Stores, posts: list[tuple[bytes, datetime]], *,
     """Store and enqueue POSTs (in a thread; `workers.inbox` calls it too). A big POST, of
     more than `spill_updates` updates or a body over SMALL_BODY_BYTES, goes to the inbox at
     once (`spill_posts`; `spill_updates` defaults to WEBHOOK_SPILL_UPDATES; 0: never, as the
-    drain passes). Those made only of customer messages
-    share one transaction when there are two or more (`ingest.store_group`); the others are
-    stored one by one after it (`ingest.store_updates`, where a lone POST's messages are a
-    group of one). Returns each POST's result, or the exception that is its answer
-    (StoreUnavailable: 503)."""
+    drain passes). Those made only of customer messages share one transaction when there
+    are two or more (`ingest.store_group`); the others are stored one by one after it
+    (`ingest.store_updates`, where a lone POST's messages are a group of one). Returns each
+    POST's result, or the exception that is its answer (StoreUnavailable: 503)."""
     limit = app[SETTINGS].webhook_spill_updates if spill_updates is None else spill_updates
     # a body over SMALL_BODY_BYTES is not even parsed here (3 MB of JSON: 50 ms of the GIL)
     big = [k for k, (body, _) in enumerate(posts) if limit and (
@@ -255,11 +254,9 @@ def store_posts(app: Stores, posts: list[tuple[bytes, datetime]], *,
         else {}
     started = time.perf_counter()
     failed = _store_group(app, list(group.values()))
-    if failed is None:
-        pass
-    elif isinstance(failed, StoreUnavailable):  # the database is down: each its 503 at once
+    if isinstance(failed, StoreUnavailable):  # the database is down: each its 503 at once
         outcomes.update(dict.fromkeys(group, failed))
-    else:
+    elif failed is not None:
         group = {}  # nothing of the group was kept: each POST alone
     stored_at = time.perf_counter()
     turns_failed = _enqueue_turns(app, sorted({
