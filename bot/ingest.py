@@ -582,6 +582,9 @@ class _Item:
     opened_here: bool = False  # its conversation was opened by this group
     first: "_Item | None" = None  # the earlier delivery of the same wamid in this group
     alone: bool = False  # stored by itself, in order, after the set-based pass
+    # "inbound_stored" at INFO: one POST's messages; a group of POSTs is summed up by the
+    # web process's own line (bot.webhook: webhook_group_stored)
+    logged: bool = False
 
 
 def store_group(engine: Engine, group: list[Pending]) -> None:
@@ -603,7 +606,8 @@ def store_group(engine: Engine, group: list[Pending]) -> None:
     """
     for pending in group:
         pending.result = IngestResult()
-    items = [_Item(p, m, index=p.offset + k) for p in group for k, m in enumerate(p.messages)]
+    items = [_Item(p, m, index=p.offset + k, logged=len(group) == 1)
+             for p in group for k, m in enumerate(p.messages)]
     with session_scope(engine) as session:
         _store_set_based(session, items)
         for item in items:
@@ -711,8 +715,9 @@ def _redelivered(result: IngestResult, row: Any) -> None:
 
 
 def _stored(item: _Item, message_id: int, starts_turn: bool) -> None:
-    log.debug("inbound_stored", tenant_id=item.tenant.id, conversation_id=item.conversation_id,
-              wa_type=item.msg.wa_type, message_id=message_id)
+    (log.info if item.logged else log.debug)(
+        "inbound_stored", tenant_id=item.tenant.id, conversation_id=item.conversation_id,
+        wa_type=item.msg.wa_type, message_id=message_id)
     log.debug("inbound_text", text=item.msg.text, wa_id=item.msg.wa_id)
     item.pending.result.count("message")
     if starts_turn:

@@ -54,8 +54,9 @@ Client = TestClient  # type: ignore[type-arg]
 
 
 def make_settings(**overrides: Any) -> Settings:
+    # every POST stored before its answer, as big as it is (the inbox: tests/test_inbox.py)
     return Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token=VERIFY_TOKEN,
-                    redis_prefix="t", queue_name="t", **overrides)
+                    redis_prefix="t", queue_name="t", **{"webhook_spill_updates": 0, **overrides})
 
 
 @pytest.fixture(autouse=True)
