@@ -15,7 +15,8 @@ from storage.models import Appointment, Contact, Conversation
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
 from workers.agent.tools.base import MAX_RESULT_CHARS, ToolContext
-from workers.agent.tools.scheduling import SERVICES_CHARS, execute_tool
+from workers.agent.tools.registry import execute_tool
+from workers.agent.tools.scheduling import SERVICES_CHARS
 from workers.agent.tools.slots import compute_slots, opening_interval
 
 SP = ZoneInfo("America/Sao_Paulo")

@@ -1,4 +1,5 @@
-"""Fact extraction at session end, the remember_fact tool, and forgetting one fact.
+"""Fact extraction at session end, recording a proposal (extraction's and the remember_fact
+tool's, `workers/agent/tools/facts.py`), and forgetting one fact.
 
 `extract_facts` (RQ job, at most one queued per conversation, can run again later) asks the
 tenant's smaller model for candidates with structured output whose schema enumerates the
@@ -37,7 +38,6 @@ from workers.agent.facts_rules import (
     validity,
 )
 from workers.agent.loop import dump_content
-from workers.agent.tools.base import ToolContext, ToolError
 from workers.jobs import (
     call_model,
     connection_cause,
@@ -131,32 +131,6 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
 def catalogue_of(session: Session, tenant: Tenant) -> Catalogue:
     """What the tenant's service and professional facts may name, now."""
     return Catalogue(*catalogue_names(session, tenant.id or 0))
-
-
-def remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    """The remember_fact tool: record what the customer just confirmed, traced to the turn's
-    latest customer message, through the same validation as extraction."""
-    tenant = session.get(Tenant, ctx.tenant_id)
-    assert tenant is not None
-    proposal = Proposal(key=str(args.get("key", "")), value=str(args.get("value", "")),
-                        source_message_id=ctx.source_message_id, stated=True)
-    fact, outcome = store_proposal(session, proposal, tenant=tenant, contact_id=ctx.contact_id,
-                                   conversation_id=ctx.conversation_id, origin="tool")
-    if fact is None:
-        raise ToolError(f"not recorded: {outcome.removeprefix('rejected: ')}")
-    note = " (a person will review it first)" if fact.state == "pending_review" else ""
-    return f"Recorded {fact.key} = {fact.value}{note}."
-
-
-def remember_fact_tool(keys: list[str]) -> dict[str, Any]:
-    """The tool definition; its key enumerates the tenant's keys (stable per tenant)."""
-    return {"name": "remember_fact",
-            "description": "Record a fact about this customer that they just stated or "
-                           "confirmed, for future conversations. One of the allowed keys; a "
-                           "short value. Never ids, card numbers or anything they did not say.",
-            "input_schema": {"type": "object", "properties": {
-                "key": {"type": "string", "enum": sorted(keys)},
-                "value": {"type": "string"}}, "required": ["key", "value"]}}
 
 
 def facts_block_lines(session: Session, contact_id: int,

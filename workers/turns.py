@@ -33,7 +33,7 @@ from workers import texts
 from workers.agent.context import TenantPrompt, build_request, opaque_user_id
 from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
 from workers.agent.tools.base import ToolContext
-from workers.agent.tools.scheduling import execute_tool, tools_for
+from workers.agent.tools.registry import REGISTRY, execute_tool
 from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
@@ -196,8 +196,7 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
 def request_arguments(runtime: Runtime, state: TurnState, context_block: str) -> dict[str, Any]:
     """Every argument of `messages.create` but `messages`."""
     request = build_request(
-        tenant=_prompt(state.tenant), tools=tools_for(sorted(resolve_keys(
-            state.tenant.fact_keys))), context=context_block, messages=[],
+        tenant=_prompt(state.tenant), tools=REGISTRY, context=context_block, messages=[],
         max_tokens=runtime.settings.max_output_tokens,
         metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
     del request["messages"]
@@ -239,7 +238,8 @@ def _execute(runtime: Runtime, state: TurnState, block: dict[str, Any]) -> tuple
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
                       tool_use_id=str(block["id"]),
                       source_message_id=_latest_customer_message(runtime, state))
-    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"))
+    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
+                                  tools=REGISTRY)
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
 
@@ -414,7 +414,8 @@ def _window_closed(contact: Contact, now: datetime) -> bool:
 
 def _prompt(tenant: Tenant) -> TenantPrompt:
     return TenantPrompt(name=tenant.name, timezone=tenant.timezone, language=tenant.language,
-                        instructions=tenant.instructions, model=tenant.agent_model)
+                        instructions=tenant.instructions, model=tenant.agent_model,
+                        fact_keys=tuple(sorted(resolve_keys(tenant.fact_keys))))
 
 
 def _id(row: Any) -> int:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workers.agent.tools.base import Tool
+
 INSTRUCTIONS_TTL = "1h"  # tools + instructions are shared by every conversation of a tenant
 # The tail's TTL was chosen by measurement: customers answer minutes to hours apart, and on
 # bench/long_conversation.py's gap sequence a 1 h tail bills 1% less input than 5 min
@@ -29,6 +31,7 @@ class TenantPrompt:
     language: str
     instructions: str
     model: str
+    fact_keys: tuple[str, ...] = ()  # the keys remember_fact takes; none: it is not offered
 
 
 PRODUCT_RULES = """\
@@ -124,14 +127,15 @@ def _section(tag: str, rendered: list[str]) -> list[str]:
     return [f"<{tag}>", *rendered, f"</{tag}>"]
 
 
-def build_request(*, tenant: TenantPrompt, tools: list[dict[str, Any]], context: str,
+def build_request(*, tenant: TenantPrompt, tools: Sequence[Tool], context: str,
                   messages: list[dict[str, Any]], max_tokens: int,
                   metadata_user_id: str) -> dict[str, Any]:
     """The keyword arguments of `client.messages.create` for one call.
 
-    `messages` are API messages (see window.to_api_messages); they are copied, never mutated.
-    `context` is the stored context block (see `context_block`). Breakpoints: system[0] and
-    the last message block, both 1h: two of the four allowed.
+    `tools` is the registry (tools/registry.py): those offered to `tenant` are listed, sorted
+    by name. `messages` are API messages (see window.to_api_messages); they are copied, never
+    mutated. `context` is the stored context block (see `context_block`). Breakpoints:
+    system[0] and the last message block, both 1h: two of the four allowed.
     """
     system: list[dict[str, Any]] = [{
         "type": "text", "text": instructions_text(tenant),
@@ -139,11 +143,12 @@ def build_request(*, tenant: TenantPrompt, tools: list[dict[str, Any]], context:
     }]
     if context.strip():
         system.append({"type": "text", "text": context})
+    offered = (tool.definition(tenant.fact_keys) for tool in tools)
     return {
         "model": tenant.model,
         "max_tokens": max_tokens,
         "system": system,
-        "tools": tools,
+        "tools": sorted((d for d in offered if d is not None), key=lambda d: str(d["name"])),
         "messages": with_tail_breakpoint(messages),
         "metadata": {"user_id": metadata_user_id},
     }
