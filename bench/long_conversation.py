@@ -46,7 +46,7 @@ from workers.agent.context import TenantPrompt, build_request  # noqa: E402
 from workers.agent.tools.registry import REGISTRY  # noqa: E402
 from workers.agent.window import Stored, to_api_messages  # noqa: E402
 from workers.report import Call, render_svg, summarize_calls  # noqa: E402
-from workers.turns import TurnState, prepare_window, request_arguments  # noqa: E402
+from workers.turns import TurnState, prepare_window, turn_request  # noqa: E402
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # Monday 09:00 in São Paulo
 TZ = ZoneInfo("America/Sao_Paulo")
@@ -230,8 +230,8 @@ def _build_once(engine: Any, state: TurnState) -> float:
     runtime = SimpleNamespace(settings=Settings(), engine=engine)
     began = time.perf_counter()
     window = prepare_window(runtime, state)  # type: ignore[arg-type]
-    request = request_arguments(runtime, state, window.context_block)  # type: ignore[arg-type]
-    request["messages"] = to_api_messages(window.messages)
+    turn_request(runtime, state, window.context_block)(  # type: ignore[arg-type]
+        to_api_messages(window.messages))
     return (time.perf_counter() - began) * 1000
 
 

@@ -31,7 +31,7 @@ from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
 from workers import texts
 from workers.agent.context import TenantPrompt, build_request, opaque_user_id
-from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
+from workers.agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
 from workers.agent.tools.base import ToolContext
 from workers.agent.tools.registry import REGISTRY, execute_tool
 from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
@@ -147,9 +147,9 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
               hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
     messages = to_api_messages(window.messages)
-    request = request_arguments(runtime, state, window.context_block)
     create = functools.partial(_create, runtime)
-    return run_tool_loop(create, request=request, messages=messages,
+    return run_tool_loop(create, request_for=turn_request(runtime, state, window.context_block),
+                         messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
@@ -193,14 +193,17 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
     return Window(prune(window, pruned_until=pruned), context_block, hard_cap)
 
 
-def request_arguments(runtime: Runtime, state: TurnState, context_block: str) -> dict[str, Any]:
-    """Every argument of `messages.create` but `messages`."""
-    request = build_request(
-        tenant=_prompt(state.tenant), tools=REGISTRY, context=context_block, messages=[],
-        max_tokens=runtime.settings.max_output_tokens,
-        metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
-    del request["messages"]
-    return request
+def turn_request(runtime: Runtime, state: TurnState, context_block: str) -> RequestBuilder:
+    """The turn's request builder: `context.build_request` with this turn's tenant, the tool
+    registry and `context_block`, applied to each round's messages."""
+    tenant, max_tokens = _prompt(state.tenant), runtime.settings.max_output_tokens
+    user_id = opaque_user_id(_id(state.tenant), _id(state.contact))
+
+    def request_for(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return build_request(tenant=tenant, tools=REGISTRY, context=context_block,
+                             messages=messages, max_tokens=max_tokens,
+                             metadata_user_id=user_id)
+    return request_for
 
 
 def repair_dangling_tool_use(runtime: Runtime, state: TurnState) -> int:
