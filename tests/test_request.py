@@ -3,32 +3,21 @@
 """
 
 import json
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from sqlmodel import select
 
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.fact_keys import resolve_keys
 from storage.models import Conversation, Tenant
-from tests.conftest import START
-from tests.factories import TENANT, text_body
+from tests.factories import text_body
 from workers.agent.context import TenantPrompt, build_request, opaque_user_id
 from workers.agent.loop import run_tool_loop
 from workers.agent.tools.registry import REGISTRY
 
 TAIL = {"type": "ephemeral", "ttl": "1h"}
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def _without_cache_control(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ the others, offered with the tenant's fact keys.
 """
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,8 +14,7 @@ from sqlmodel import Session, select
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import ToolCall
-from tests.conftest import START
-from tests.factories import TENANT, text_body
+from tests.factories import text_body
 from workers import turns
 from workers.agent.context import TenantPrompt, build_request
 from workers.agent.tools.base import Tool, ToolContext
@@ -36,14 +34,6 @@ def _ping(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
 PING = Tool(name="check_ping", description="Answer pong.",
             input_schema={"type": "object", "properties": {"word": {"type": "string"}}},
             handler=_ping)
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def _tools(fact_keys: tuple[str, ...], tools: tuple[Tool, ...] = REGISTRY) -> list[Any]:
