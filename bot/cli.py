@@ -286,10 +286,13 @@ def _facts_review(args: argparse.Namespace) -> int:
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2
-        for fact in service.review_queue(session, tenant):
+        queue = service.review_queue(session, tenant)
+        for fact in queue:
             print(f"#{fact['id']} contact {fact['contact_id']} {fact['key']} = "
                   f"{fact['value']!r} [{fact['state']}, {fact['origin']}, source message "
                   f"{fact['source_message_id']}]")
+        if not queue:
+            print("no facts waiting for review")
     return 0
 
 

@@ -423,8 +423,7 @@ class _Runner:
                 self.shown_tools = call.id or self.shown_tools
         for send in self.env.graph_api.sends[self.shown_sends:]:
             if send.wamid:
-                text = ((send.body.get("text") or {}).get("body")) or send.body.get("type")
-                self.say(f"agent    ◂ {text}")
+                self.say(f"agent    ◂ {_sent_text(send.body)}")
             else:
                 self.say(f"   [send refused by WhatsApp: code {send.error_code}]")
         self.shown_sends = len(self.env.graph_api.sends)
@@ -617,3 +616,18 @@ def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
 
 def _sorted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(items, key=lambda item: (str(item.get("start", "")), str(item.get("status", ""))))
+
+
+def _sent_text(body: dict[str, Any]) -> str:
+    """What a send put on the customer's phone, as a transcript line: the text, or for a
+    template its name, language and body parameters (the Graph API's `template` object: README,
+    Sessions, the 24-hour window), or the message type."""
+    if body.get("type") == "template":
+        template = body.get("template") or {}
+        language = (template.get("language") or {}).get("code", "")
+        parameters = [str(p.get("text", "")) for c in template.get("components") or []
+                      if c.get("type") == "body" for p in c.get("parameters") or []]
+        shown = f" ({', '.join(parameters)})" if parameters else ""
+        return f"[template {template.get('name')} {language}]{shown}"
+    return str(((body.get("text") or {}).get("body")) or body.get("type"))
+

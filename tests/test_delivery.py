@@ -402,3 +402,14 @@ def test_logs_name_the_network_cause_of_graph_and_claude_failures(
     for secret in ("5511999990001", "BR.9000000000000000001", "meu texto secreto",
                    "Segredo da resposta", "outro texto secreto"):
         assert secret not in out, secret
+
+
+def test_a_template_in_a_replay_transcript_names_the_template_and_its_parameters() -> None:
+    from replay.runner import _sent_text
+
+    template = {"messaging_product": "whatsapp", "type": "template", "template": {
+        "name": "retorno_atendimento", "language": {"code": "pt_BR"},
+        "components": [{"type": "body", "parameters": [{"type": "text", "text": "Ana"}]}]}}
+    assert _sent_text(template) == "[template retorno_atendimento pt_BR] (Ana)"
+    assert _sent_text({"type": "text", "text": {"body": "Oi!"}}) == "Oi!"
+    assert _sent_text({"type": "interactive", "interactive": {}}) == "interactive"
