@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from workers.agent.context import with_tail_breakpoint
+from agent.context import with_tail_breakpoint
 
 Block = dict[str, Any]
 MAX_PAUSE_CONTINUATIONS = 5

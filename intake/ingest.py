@@ -15,8 +15,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlmodel import Session, select
 
-from bot.errors import StoreUnavailable
-from bot.inbound import (
+from intake.errors import StoreUnavailable
+from storage import contacts, conversations, dead_letters, lookups, memory, messages, tenants
+from storage.db import session_scope
+from storage.models import Contact, Conversation, Message, Outbound, Tenant
+from whatsapp.inbound import (
     DELETED,
     FOLLOW_UPS,
     BadItem,
@@ -29,9 +32,6 @@ from bot.inbound import (
     is_envelope,
     parse_update,
 )
-from storage import contacts, conversations, dead_letters, memory, messages, tenants
-from storage.db import session_scope
-from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
 log = structlog.get_logger(__name__)
 
@@ -549,7 +549,7 @@ def store_group(engine: Engine, group: list[Pending]) -> list[Pending]:
     """
     items = [_Item(p, m, index=k) for p in group for k, m in enumerate(p.messages)]
     with session_scope(engine) as session:
-        stored, tombstoned, tenants_by_number, known = messages.lookup_group(
+        stored, tombstoned, tenants_by_number, known = lookups.lookup_group(
             session, wamids=list({i.msg.wamid for i in items}),
             phone_number_ids=list({i.msg.phone_number_id for i in items}),
             user_ids=list({i.msg.user_id for i in items if i.msg.user_id}),

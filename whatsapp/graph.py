@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 
 from core.network import network_cause
-from workers.errors import (
+from whatsapp.errors import (
     GraphAuthError,
     GraphError,
     GraphNoAnswer,
@@ -108,7 +108,7 @@ class GraphClient:
 
     `timeout` is in seconds, for each of connect, read, write and pool. Pass `http_client` to
     share a connection pool; it is then not closed by `close()`. Every method raises a
-    `GraphError` subclass (see workers/errors.py) on a refusal, `GraphUnreachable` when no
+    `GraphError` subclass (see whatsapp/errors.py) on a refusal, `GraphUnreachable` when no
     connection was made (nothing reached Meta), `GraphNoAnswer` when the request may have been
     written but no usable answer came, and `ValueError` on arguments Meta would refuse anyway.
     """

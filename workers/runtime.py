@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from core.settings import Settings
 from storage.db import connect_redis, make_engine
-from workers.whatsapp import GraphClient
+from whatsapp.graph import GraphClient
 
 
 @dataclass

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from agent.tools.base import echo, some_codes
 from storage.fact_keys import DEFAULT_KEYS, KINDS, SHAPES, FactKey, resolve_keys  # noqa: F401
-from workers.agent.tools.base import echo, some_codes
 
 MAX_VALUE_CHARS = 80
 MAX_FACTS_IN_CONTEXT = 20
