@@ -24,7 +24,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue
 
-from bot import cli
+from cli import main as cli
 from bot import metrics as web_metrics
 from core import clock, metrics
 from core.settings import Settings
@@ -247,7 +247,7 @@ def test_the_units_do_not_restart_on_the_clis_configuration_error(
     for name in Settings.REQUIRED_IN_PRODUCTION:
         monkeypatch.delenv(name.upper(), raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli._settings()
+        cli.settings_or_exit()
     for name, sections in services().items():
         assert sections["Service"]["RestartPreventExitStatus"] == [str(exit_info.value.code)], \
             name

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from sqlalchemy import Engine
 
-from bot import cli
+from cli import main as cli
 from bot.app import create_app
 from bot.guard import client_address
 from core.credentials import TENANT_TOKEN, tenant_named

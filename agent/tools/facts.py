@@ -7,6 +7,7 @@ from typing import Any
 import structlog
 from sqlmodel import Session, select
 
+from agent.tools.base import ToolContext, ToolError
 from agent.tools.facts_rules import (
     Catalogue,
     Proposal,
@@ -16,7 +17,6 @@ from agent.tools.facts_rules import (
     validate,
     validity,
 )
-from agent.tools.base import ToolContext, ToolError
 from core import clock
 from storage import facts as fact_repo
 from storage.fact_keys import resolve_keys
