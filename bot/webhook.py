@@ -1,4 +1,4 @@
-"""The WhatsApp webhook: GET handshake and POST updates (DESIGN.md, Data flow 1)."""
+"""The WhatsApp webhook: GET handshake and POST updates (ARCHITECTURE.md, Data flow 1)."""
 
 import asyncio
 import hmac
@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 async def verify_challenge(request: web.Request) -> web.Response:
     """Meta's handshake: echo `hub.challenge` as plain text when the verify token matches.
 
-    400 when a parameter is missing, 403 on a wrong token or mode (reference/whatsapp.md §1).
+    400 when a parameter is missing, 403 on a wrong token or mode (Sources: WhatsApp §1).
     No signature check: a GET has no body. The token is compared in constant time as UTF-8
     bytes (`compare_digest` raises on non-ASCII str, which would be a 500).
     """

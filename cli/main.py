@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         "the database and tenants, review facts, exercise data rights, replay scenarios.")
     sub = parser.add_subparsers(title="commands")
 
-    replay = sub.add_parser("replay", help="run replay scenario files (docs/REPLAY.md)")
+    replay = sub.add_parser("replay", help="run replay scenario files (REPLAY.md)")
     replay.add_argument("files", nargs="+", type=Path)
     replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
     replay.add_argument("--quiet", action="store_true", help="no transcript, only the verdicts")

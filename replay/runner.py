@@ -235,7 +235,7 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
 
     A malformed scenario fails before anything runs, with every problem listed. `cli` is the
     `wagent` command's `main(argv) -> exit status`, which the scenario's `wagent` steps run; the
-    CLI passes its own (the CLI stands above the replay: docs/ARCHITECTURE.md, "Packages"), and
+    CLI passes its own (the CLI stands above the replay: ARCHITECTURE.md, "Packages"), and
     a scenario with such a step fails without it.
     """
     result = ScenarioResult(name=str(scenario.get("name", "scenario"))

@@ -14,7 +14,7 @@ from storage.models import Appointment, Contact, ContactFact, Conversation
 
 def find_or_create(session: Session, *, tenant_id: int, wa_id: str | None, user_id: str | None,
                    profile_name: str | None, now: datetime) -> Contact:
-    """The contact for these identifiers, creating or merging as needed (DESIGN.md Identity).
+    """The contact for these identifiers, creating or merging as needed (ARCHITECTURE.md Identity).
 
     Both ids known on two different rows → the rows merge into the older one. A known `wa_id`
     whose row carries another `user_id` means the number now belongs to someone else: the
@@ -143,7 +143,7 @@ def rekey(session: Session, *, tenant_id: int, kind: str, old_wa_id: str | None,
 
     The contact found by the old ids takes the new ones; a contact already known by a new id
     (its message came before the system message: Meta orders nothing) merges into it. A number
-    change regenerates the business-scoped user id (reference/whatsapp.md §3.3): without a new
+    change regenerates the business-scoped user id (Sources: WhatsApp §3.3): without a new
     one in the message, the old one is dropped, so the next message (new number, new user id)
     lands on this contact. Returns the re-keyed contact, or None when no contact is known by the
     old ids.

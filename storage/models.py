@@ -368,7 +368,7 @@ class DeadLetterRef(SQLModel, table=True):
 
 
 class InboxEntry(SQLModel, table=True):
-    """A signed webhook POST accepted under load and not yet processed (DESIGN.md Data flow 1:
+    """A signed webhook POST accepted under load and not yet processed (ARCHITECTURE.md Data flow 1:
     the web process stores the raw body in one INSERT and answers 200; `workers.inbox` parses
     and stores its updates, then deletes the row). Kept only until it is processed."""
 

@@ -24,8 +24,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue
 
-from cli import main as cli
 from bot import metrics as web_metrics
+from cli import main as cli
 from core import clock, metrics
 from core.settings import Settings
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE

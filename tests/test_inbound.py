@@ -1,7 +1,7 @@
 """The pure webhook parser (whatsapp/inbound.py) against the shared fixtures and hand-built shapes.
 
-Rules: reference/whatsapp.md §3 (envelope, per-type bodies, statuses, system messages) and
-DESIGN.md Data flow 1 (each update isolated, one bad item losing nothing else).
+Rules: Sources: WhatsApp §3 (envelope, per-type bodies, statuses, system messages) and
+ARCHITECTURE.md Data flow 1 (each update isolated, one bad item losing nothing else).
 """
 
 import copy

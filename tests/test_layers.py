@@ -5,6 +5,7 @@ in a copy of the tree must break them, and the copy without it must keep them. J
 dotted path: the names the previous release enqueued must still resolve and run.
 """
 
+import re
 import shutil
 import subprocess
 import sys
@@ -84,3 +85,23 @@ def test_jobs_enqueued_under_the_previous_release_names_run(redis_url: str | Non
         assert outcomes == {name: "finished" for name, _ in PREVIOUS_RELEASE_JOBS}
     finally:
         env.close()
+
+
+def test_every_document_the_code_cites_is_in_the_repository() -> None:
+    """A Markdown file named in a module (docstring or comment) is one of the repository, and a
+    citation of the Sources names one ARCHITECTURE.md lists."""
+    documents = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts}
+    architecture = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    sources = set(re.findall(r"^- \*\*(\w+)\*\*", architecture, re.MULTILINE))
+    missing, unlisted = [], []
+    for package in [*PACKAGES, "tests", "bench"]:
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for name in re.findall(r"([\w./-]*\b[A-Za-z_]+\.md)\b", text):
+                if Path(name).name not in documents:
+                    missing.append(f"{path.relative_to(ROOT)}: {name}")
+            for name in re.findall(r"Sources: (\w+)", text):
+                if name not in sources:
+                    unlisted.append(f"{path.relative_to(ROOT)}: {name}")
+    assert sources >= {"WhatsApp", "Anthropic", "RQ"}
+    assert missing == [] and unlisted == []

@@ -14,9 +14,9 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from sqlalchemy import Engine
 
-from cli import main as cli
 from bot.app import create_app
 from bot.guard import client_address
+from cli import main as cli
 from core.credentials import TENANT_TOKEN, tenant_named
 from core.settings import Settings, SettingsError
 from intake.keys import SETTINGS

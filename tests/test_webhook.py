@@ -1,7 +1,7 @@
 """The HTTP edge through `create_app` with a real client: handshake, signature, body limit,
 storage of every update, turn enqueueing, statuses, identity, and 503 when a store is down.
 
-Rules: DESIGN.md Data flow 1 and Identity; reference/whatsapp.md §1-4;
+Rules: ARCHITECTURE.md Data flow 1 and Identity; Sources: WhatsApp §1-4;
 tests/fixtures/whatsapp/README.md (constants, wire bytes, handshake cases).
 """
 

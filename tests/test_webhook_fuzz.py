@@ -1,4 +1,4 @@
-"""Property tests of the webhook over generated and mutated payloads (DESIGN.md Data flow 1).
+"""Property tests of the webhook over generated and mutated payloads (ARCHITECTURE.md Data flow 1).
 
 Once the signature is valid the answer is 200 whatever the body: never a 5xx. Every message that
 is still well-formed is stored once (unique on its wamid) and, when it starts a turn, its turn is
@@ -255,7 +255,7 @@ def nonempty(value: Any) -> bool:
 def well_formed_wamid(phone_number_id: Any, item: Any) -> str | None:
     """The stored wamid of a message that must be stored: a string id, a `from` or
     `from_user_id`, a `text` object with a string `body`, under the tenant's phone_number_id.
-    A `system` item is an identity change, not a message (DESIGN.md Identity)."""
+    A `system` item is an identity change, not a message (ARCHITECTURE.md Identity)."""
     if phone_number_id != PHONE_NUMBER_ID or not isinstance(item, dict):
         return None
     if not nonempty(item.get("id")):

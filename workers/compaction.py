@@ -250,7 +250,7 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
 
 
 def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
-    """After a turn: enqueue a compaction when it pays for itself (DESIGN.md)."""
+    """After a turn: enqueue a compaction when it pays for itself (ARCHITECTURE.md)."""
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
         tenant = session.get(Tenant, conversation.tenant_id) if conversation else None

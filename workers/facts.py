@@ -108,7 +108,7 @@ def facts_block_lines(session: Session, contact_id: int,
 
 def render_context_block(session: Session, contact_id: int, summary: str,
                          keys: dict[str, FactKey] | None = None) -> str:
-    """system[1] for a contact now (DESIGN.md, Context block): the WhatsApp profile name (what
+    """system[1] for a contact now (ARCHITECTURE.md, Context block): the WhatsApp profile name (what
     the customer chose to be shown, not a fact), the facts in context and the summary, each
     rendered by `context.data_text`. The one place the block is built from stored data."""
     contact = session.get(Contact, contact_id)

@@ -254,7 +254,7 @@ def _latest_customer_message(runtime: Runtime, state: TurnState) -> int | None:
 
 def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
     """At the session's first turn, render system[1] from the contact's facts (a new session
-    has no summary). From then on it changes only at compaction (DESIGN.md, Context block)."""
+    has no summary). From then on it changes only at compaction (ARCHITECTURE.md, Context block)."""
     from workers.facts import render_context_block
 
     with session_scope(runtime.engine) as session:
