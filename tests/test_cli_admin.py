@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from bot.cli import _parser, main
+from cli.main import _parser, main
 from replay.runner import run_scenario_file
 from storage.db import make_engine, session_scope
 from storage.models import Appointment, Contact, ContactFact, Conversation, Message, Service
@@ -177,7 +177,7 @@ def test_conversations_appointments_and_fact_edit(database: str,
 def test_the_cli_scenario_books_in_its_hours_and_the_new_timeout_closes_the_session(
         database_url: str | None, redis_url: str | None) -> None:
     result = run_scenario_file(SCENARIO, database_url=database_url or "",
-                               redis_url=redis_url or "")
+                               redis_url=redis_url or "", cli=main)
     assert result.passed, result.failures
     assert result.tool_errors == 1, "the booking outside the file's hours was refused"
 

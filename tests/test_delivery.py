@@ -19,7 +19,7 @@ import pytest
 from rq.registry import ScheduledJobRegistry
 from sqlmodel import col, select
 
-from bot.admin import service
+from operations import service
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.jobs import FLUSH_JOB, TURN_JOB
@@ -29,9 +29,9 @@ from tests.console_helpers import GARAGE
 from tests.factories import TENANT, text_body
 from tests.test_console import Browser
 from tests.test_graph import emoji_heavy, non_space
+from usage.report import conversation_report
 from workers.maintenance import reconcile_pending
 from workers.outbox import MAX_SEND_ATTEMPTS
-from workers.report import conversation_report
 
 
 @pytest.fixture

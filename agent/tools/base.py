@@ -22,7 +22,7 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class ToolContext:
     """Authority of a tool call: tenant and contact come from the conversation, never from the
-    model's input (DESIGN.md, Authority and safety).
+    model's input (ARCHITECTURE.md, Authority and safety).
     """
 
     engine: Engine

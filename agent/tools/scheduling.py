@@ -15,17 +15,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select
 
-from storage.db import is_postgres, session_scope
-from storage.models import (
-    Appointment,
-    HoursException,
-    OpeningHours,
-    Professional,
-    Service,
-    Tenant,
-    ToolCall,
-)
-from workers.agent.tools.base import (
+from agent.tools.base import (
     NAME_CHARS,
     ToolContext,
     ToolError,
@@ -35,13 +25,24 @@ from workers.agent.tools.base import (
     echo,
     some_codes,
 )
-from workers.agent.tools.slots import (
+from agent.tools.facts import remember_fact, remember_fact_tool
+from agent.tools.slots import (
     Slot,
     compute_slots,
     on_grid,
     opening_interval,
     overlaps,
     too_soon,
+)
+from storage.db import is_postgres, session_scope
+from storage.models import (
+    Appointment,
+    HoursException,
+    OpeningHours,
+    Professional,
+    Service,
+    Tenant,
+    ToolCall,
 )
 
 MAX_SLOTS_LISTED = 24
@@ -231,8 +232,6 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
 
 
 def _remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    from workers.facts import remember_fact
-
     return remember_fact(session, ctx, args)
 
 
@@ -247,8 +246,6 @@ HANDLERS: dict[str, Handler] = {
 def tools_for(fact_keys: list[str]) -> list[dict[str, Any]]:
     """The tenant's tool list: the scheduling tools and remember_fact (its keys enumerated),
     sorted by name, the same every call for a tenant (a stable cached prefix)."""
-    from workers.facts import remember_fact_tool
-
     if not fact_keys:
         return TOOLS
     return sorted([*TOOLS, remember_fact_tool(fact_keys)], key=lambda t: str(t["name"]))

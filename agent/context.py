@@ -1,6 +1,6 @@
 """The request builder: tools, system (instructions + context block), messages, breakpoints.
 
-Order matters for prompt caching (DESIGN.md): tools (stable, sorted) → system[0] tenant
+Order matters for prompt caching (ARCHITECTURE.md): tools (stable, sorted) → system[0] tenant
 instructions with a breakpoint → system[1] the context block (facts + summary, fenced as data)
 → the window's messages with a breakpoint on the last block. Nothing here reads a clock: the
 received time lives in each user message. Pure: no I/O.
@@ -65,7 +65,7 @@ _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines spl
 
 def data_text(value: str, *, keep_lines: bool = False) -> str:
     """`value` made safe to interpolate in the context block: it can never produce the fence's
-    tags, nor start a line that looks like a tag (DESIGN.md: the block is data, never
+    tags, nor start a line that looks like a tag (ARCHITECTURE.md: the block is data, never
     instructions). Every value put in the block goes through here: the profile name, facts,
     the summary (and any later section).
 
@@ -158,5 +158,5 @@ def with_tail_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def opaque_user_id(tenant_id: int, contact_id: int) -> str:
-    """`metadata.user_id` for the API: a hash, never a phone number (anthropic.md §1.2)."""
+    """`metadata.user_id` for the API: a hash, never a phone number (Sources: Anthropic §1.2)."""
     return hashlib.sha256(f"wagent:{tenant_id}:{contact_id}".encode()).hexdigest()[:32]
