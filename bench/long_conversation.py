@@ -33,6 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlmodel import col, select  # noqa: E402
 
+from agent import context  # noqa: E402
+from agent.context import TenantPrompt, build_request  # noqa: E402
+from agent.tools.registry import REGISTRY  # noqa: E402
+from agent.window import Stored, to_api_messages  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from replay.environment import ReplayEnvironment  # noqa: E402
@@ -41,11 +45,7 @@ from storage.db import create_schema, make_engine, session_scope  # noqa: E402
 from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
-from workers.agent import context  # noqa: E402
-from workers.agent.context import TenantPrompt, build_request  # noqa: E402
-from workers.agent.tools.registry import REGISTRY  # noqa: E402
-from workers.agent.window import Stored, to_api_messages  # noqa: E402
-from workers.report import Call, render_svg, summarize_calls  # noqa: E402
+from usage.report import Call, render_svg, summarize_calls  # noqa: E402
 from workers.turns import TurnState, prepare_window, turn_request  # noqa: E402
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # Monday 09:00 in São Paulo

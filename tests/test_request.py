@@ -8,14 +8,14 @@ from typing import Any
 
 from sqlmodel import select
 
+from agent.context import TenantPrompt, build_request, opaque_user_id
+from agent.loop import run_tool_loop
+from agent.tools.registry import REGISTRY
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.fact_keys import resolve_keys
 from storage.models import Conversation, Tenant
 from tests.factories import text_body
-from workers.agent.context import TenantPrompt, build_request, opaque_user_id
-from workers.agent.loop import run_tool_loop
-from workers.agent.tools.registry import REGISTRY
 
 TAIL = {"type": "ephemeral", "ttl": "1h"}
 

@@ -11,13 +11,13 @@ import pytest
 from rq import SimpleWorker
 from sqlmodel import select
 
+from agent.loop import run_tool_loop
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, Message, Outbound
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import turns
-from workers.agent.loop import run_tool_loop
 from workers.maintenance import reconcile_pending
 
 

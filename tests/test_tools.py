@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from sqlmodel import Session, select
 
+from agent.context import TenantPrompt, build_request
+from agent.tools.base import Tool, ToolContext
+from agent.tools.facts import REMEMBER_FACT
+from agent.tools.registry import REGISTRY
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import ToolCall
 from tests.factories import text_body
 from workers import turns
-from workers.agent.context import TenantPrompt, build_request
-from workers.agent.tools.base import Tool, ToolContext
-from workers.agent.tools.facts import REMEMBER_FACT
-from workers.agent.tools.registry import REGISTRY
 
 PROMPT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
                       instructions="", model="claude-sonnet-5-5")

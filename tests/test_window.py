@@ -8,10 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.messages_api import validate_request
-from workers.agent.context import TenantPrompt, build_request, context_block
-from workers.agent.tools.registry import REGISTRY
-from workers.agent.window import (
+from agent.context import TenantPrompt, build_request, context_block
+from agent.tools.registry import REGISTRY
+from agent.window import (
     Stored,
     first_safe_start,
     last_safe_start,
@@ -21,6 +20,7 @@ from workers.agent.window import (
     select_window,
     to_api_messages,
 )
+from replay.messages_api import validate_request
 from workers.compaction import pick_compactable
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
@@ -280,7 +280,7 @@ def test_the_hard_cap_sends_a_long_pending_burst_whole() -> None:
 
 def test_a_message_with_nothing_to_send_neither_starts_nor_joins_a_burst() -> None:
     """An edit that arrives before its original claims the original's wamid with an empty row
-    (bot/ingest.py `_follow_up`); that row is placed in the history but sends nothing, so the
+    (intake/ingest.py `_follow_up`); that row is placed in the history but sends nothing, so the
     edit right after it is still the start of its turn, and the window is never empty."""
     history = _conversation((["oi"], "Olá!")) + [
         _at(3, "user", []),

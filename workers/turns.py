@@ -18,6 +18,11 @@ import structlog
 from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
+from agent.context import TenantPrompt, build_request, opaque_user_id
+from agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
+from agent.tools.base import ToolContext
+from agent.tools.registry import REGISTRY, execute_tool
+from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
@@ -29,17 +34,12 @@ from storage.fact_keys import resolve_keys
 from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
+from whatsapp.graph import split_text
 from workers import texts
-from workers.agent.context import TenantPrompt, build_request, opaque_user_id
-from workers.agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
-from workers.agent.tools.base import ToolContext
-from workers.agent.tools.registry import REGISTRY, execute_tool
-from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime
-from workers.whatsapp import split_text
 
 log = structlog.get_logger(__name__)
 
@@ -257,7 +257,7 @@ def _latest_customer_message(runtime: Runtime, state: TurnState) -> int | None:
 
 def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
     """At the session's first turn, render system[1] from the contact's facts (a new session
-    has no summary). From then on it changes only at compaction (DESIGN.md, Context block)."""
+    has no summary). From then on it changes only at compaction (ARCHITECTURE.md, Context block)."""
     from workers.facts import render_context_block
 
     with session_scope(runtime.engine) as session:

@@ -1,6 +1,6 @@
 """The Claude tool-calling loop: call, run tools, feed results back, until a final answer.
 
-Handles every `stop_reason` of the Messages API (reference/anthropic.md §1.3): `tool_use`,
+Handles every `stop_reason` of the Messages API (Sources: Anthropic §1.3): `tool_use`,
 `end_turn`/`stop_sequence`, `max_tokens` (a truncated tool call is never executed), `refusal`,
 `pause_turn` (the assistant content is sent back as is) and `model_context_window_exceeded`.
 It stores nothing itself: `hooks` persist each intermediate message as it happens; the final

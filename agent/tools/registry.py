@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from agent.tools import facts, scheduling
+from agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
-from workers.agent.tools import facts, scheduling
-from workers.agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
 
 REGISTRY: tuple[Tool, ...] = (
     scheduling.BOOK_APPOINTMENT,

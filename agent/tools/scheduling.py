@@ -15,16 +15,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, select
 
-from storage.db import is_postgres
-from storage.models import (
-    Appointment,
-    HoursException,
-    OpeningHours,
-    Professional,
-    Service,
-    Tenant,
-)
-from workers.agent.tools.base import (
+from agent.tools.base import (
     NAME_CHARS,
     Tool,
     ToolContext,
@@ -34,13 +25,22 @@ from workers.agent.tools.base import (
     echo,
     some_codes,
 )
-from workers.agent.tools.slots import (
+from agent.tools.slots import (
     Slot,
     compute_slots,
     on_grid,
     opening_interval,
     overlaps,
     too_soon,
+)
+from storage.db import is_postgres
+from storage.models import (
+    Appointment,
+    HoursException,
+    OpeningHours,
+    Professional,
+    Service,
+    Tenant,
 )
 
 MAX_SLOTS_LISTED = 24

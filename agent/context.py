@@ -1,7 +1,7 @@
 """The request builder: tools, system (instructions + context block), messages, breakpoints.
 
 The one place a turn's request is made, whole, every round of the tool loop. Order matters for
-prompt caching (DESIGN.md): tools (stable, sorted) → system[0] tenant instructions with a
+prompt caching (ARCHITECTURE.md): tools (stable, sorted) → system[0] tenant instructions with a
 breakpoint → system[1] the context block (facts + summary, fenced as data) → the window's
 messages with a breakpoint on the last block (`place_breakpoints`). Nothing here reads a clock:
 the received time lives in each user message. Pure: no I/O.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workers.agent.tools.base import Tool
+from agent.tools.base import Tool
 
 INSTRUCTIONS_TTL = "1h"  # tools + instructions are shared by every conversation of a tenant
 # The tail's TTL was chosen by measurement: customers answer minutes to hours apart, and on
@@ -69,7 +69,7 @@ _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines spl
 
 def data_text(value: str, *, keep_lines: bool = False) -> str:
     """`value` made safe to interpolate in the context block: it can never produce the fence's
-    tags, nor start a line that looks like a tag (DESIGN.md: the block is data, never
+    tags, nor start a line that looks like a tag (ARCHITECTURE.md: the block is data, never
     instructions). Every value put in the block goes through here: the profile name, facts,
     the summary (and any later section).
 
@@ -156,7 +156,7 @@ def build_request(*, tenant: TenantPrompt, tools: Sequence[Tool], context: str,
 
 def place_breakpoints(request: dict[str, Any]) -> None:
     """Put the request's cache breakpoints in place (two of the four the API allows,
-    reference/anthropic.md §2): system[0], the tenant instructions, caching the tools with it
+    Sources: Anthropic §2): system[0], the tenant instructions, caching the tools with it
     (INSTRUCTIONS_TTL); the very last block of the messages (TAIL_TTL), so each round reads the
     previous round's prefix and writes its own. Mutates `request` (its own copies).
     """
@@ -167,5 +167,5 @@ def place_breakpoints(request: dict[str, Any]) -> None:
 
 
 def opaque_user_id(tenant_id: int, contact_id: int) -> str:
-    """`metadata.user_id` for the API: a hash, never a phone number (anthropic.md §1.2)."""
+    """`metadata.user_id` for the API: a hash, never a phone number (Sources: Anthropic §1.2)."""
     return hashlib.sha256(f"wagent:{tenant_id}:{contact_id}".encode()).hexdigest()[:32]

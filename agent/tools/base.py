@@ -26,7 +26,7 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class ToolContext:
     """Authority of a tool call: tenant and contact come from the conversation, never from the
-    model's input (DESIGN.md, Authority and safety).
+    model's input (ARCHITECTURE.md, Authority and safety).
     """
 
     engine: Engine
@@ -46,7 +46,7 @@ Handler = Callable[[Session, "ToolContext", dict[str, Any]], str]
 class Tool:
     """One tool the model can call: its definition and its handler, together.
 
-    `input_schema` is the JSON schema of the input (reference/anthropic.md §1.2, `tools`).
+    `input_schema` is the JSON schema of the input (Sources: Anthropic §1.2, `tools`).
     `handler(session, ctx, tool_input)` runs in the transaction of the call's ToolCall record
     and returns the result text, or raises ToolError (see `registry.execute_tool`).
     `fact_key_property` names the input property that takes one of the tenant's fact keys: its
