@@ -181,8 +181,8 @@ def test_the_jobs_timeout_is_not_swallowed_by_the_tool_loop() -> None:
         def on_tool_results(self, content: Any) -> None: ...
 
     with pytest.raises(_JobTimeout):
-        run_tool_loop(create, request={}, messages=[{"role": "user", "content": [
-            {"type": "text", "text": "x"}]}],
+        run_tool_loop(create, request_for=lambda messages: {"messages": messages},
+                      messages=[{"role": "user", "content": [{"type": "text", "text": "x"}]}],
                       execute=slow_tool, hooks=Hooks(), max_rounds=3, fatal=(_JobTimeout,))
 
 

@@ -11,7 +11,8 @@ from sqlalchemy import Engine
 from sqlmodel import select
 
 from agent.tools.base import MAX_RESULT_CHARS, ToolContext
-from agent.tools.scheduling import SERVICES_CHARS, execute_tool
+from agent.tools.registry import execute_tool
+from agent.tools.scheduling import SERVICES_CHARS
 from agent.tools.slots import compute_slots, opening_interval
 from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation

@@ -243,7 +243,7 @@ def test_a_retried_turn_replays_stored_tool_results_without_a_second_booking() -
         with session_scope(env.engine) as session:
             call = session.exec(select(ToolCall)).one()
         from agent.tools.base import ToolContext
-        from agent.tools.scheduling import execute_tool
+        from agent.tools.registry import execute_tool
         ctx = ToolContext(engine=env.engine, tenant_id=1, contact_id=1, conversation_id=1,
                           timezone=__import__("zoneinfo").ZoneInfo("America/Sao_Paulo"),
                           now=env.clock.now(), tool_use_id=call.tool_use_id)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.context import TenantPrompt, build_request, context_block
-from agent.tools.scheduling import TOOLS
+from agent.tools.registry import REGISTRY
 from agent.window import (
     Stored,
     first_safe_start,
@@ -65,7 +65,7 @@ def _at(number: int, role: str, content: list[dict[str, Any]]) -> Stored:
 
 
 def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return build_request(tenant=TENANT, tools=TOOLS,
+    return build_request(tenant=TENANT, tools=REGISTRY,
                          context=context_block(["preferred_name: Ana"], "Ana booked a haircut."),
                          messages=messages, max_tokens=512, metadata_user_id="x")
 
@@ -150,7 +150,8 @@ def test_request_layout_keeps_the_prefix_stable() -> None:
         {"type": "text", "text": "Olá"}]}, {"role": "user", "content": [
             {"type": "text", "text": "[Mon] corte"}]}])
     assert first["system"] == second["system"] and first["tools"] == second["tools"]
-    assert [t["name"] for t in first["tools"]] == sorted(t["name"] for t in TOOLS)
+    assert [t["name"] for t in first["tools"]] == sorted(
+        t.name for t in REGISTRY if t.name != "remember_fact"), "no fact keys: no remember_fact"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert second["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral",
                                                                        "ttl": "1h"}

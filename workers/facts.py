@@ -1,4 +1,5 @@
-"""Fact extraction at session end, the remember_fact tool, and forgetting one fact.
+"""Fact extraction at session end, recording a proposal (extraction's and the remember_fact
+tool's, `workers/agent/tools/facts.py`), and forgetting one fact.
 
 `extract_facts` (RQ job, at most one queued per conversation, can run again later) asks the
 tenant's smaller model for candidates with structured output whose schema enumerates the
@@ -21,8 +22,6 @@ from agent.loop import dump_content
 from agent.tools.facts import (  # noqa: F401  (the names callers know here)
     catalogue_of,
     forgotten_marker,
-    remember_fact,
-    remember_fact_tool,
     store_proposal,
 )
 from agent.tools.facts_rules import (

@@ -1,5 +1,5 @@
-"""The remember_fact tool: its definition, its handler, and the validation every fact proposal
-goes through (the tool's and extraction's alike: `workers.facts`)."""
+"""The remember_fact tool (`REMEMBER_FACT`, one `Tool` of the registry): its handler, and the
+validation every fact proposal goes through (the tool's and extraction's alike: `workers.facts`)."""
 
 import hashlib
 from typing import Any
@@ -7,7 +7,7 @@ from typing import Any
 import structlog
 from sqlmodel import Session, select
 
-from agent.tools.base import ToolContext, ToolError
+from agent.tools.base import Tool, ToolContext, ToolError
 from agent.tools.facts_rules import (
     Catalogue,
     Proposal,
@@ -79,17 +79,17 @@ def remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
     return f"Recorded {fact.key} = {fact.value}{note}."
 
 
-def remember_fact_tool(keys: list[str]) -> dict[str, Any]:
-    """The tool definition; its key enumerates the tenant's keys (stable per tenant)."""
-    return {"name": "remember_fact",
-            "description": "Record a fact about this customer that they just stated or "
-                           "confirmed, for future conversations. One of the allowed keys; a "
-                           "short value. Never ids, card numbers or anything they did not say.",
-            "input_schema": {"type": "object", "properties": {
-                "key": {"type": "string", "enum": sorted(keys)},
-                "value": {"type": "string"}}, "required": ["key", "value"]}}
-
-
 def forgotten_marker(contact_id: int, key: str, value: str) -> str:
     """The receipt subject that blocks a forgotten value from being recorded again."""
     return hashlib.sha256(f"{contact_id}:{key}:{fold(value)}".encode()).hexdigest()
+
+
+REMEMBER_FACT = Tool(
+    name="remember_fact",
+    description="Record a fact about this customer that they just stated or confirmed, for "
+                "future conversations. One of the allowed keys; a short value. Never ids, "
+                "card numbers or anything they did not say.",
+    input_schema={"type": "object", "properties": {
+        "key": {"type": "string"},  # its enum: the tenant's keys (stable per tenant)
+        "value": {"type": "string"}}, "required": ["key", "value"]},
+    handler=remember_fact, fact_key_property="key")
