@@ -1,7 +1,7 @@
 """Micro-benchmark: the CPU a webhook process spends storing and enqueueing a group commit,
 without HTTP, and what PostgreSQL spends on it.
 
-Calls `bot.webhook.store_posts` (the group thread's work: parse, `ingest.store_group`, the
+Calls `intake.posts.store_posts` (the group thread's work: parse, `ingest.store_group`, the
 group's turn enqueue) on groups of `--group` POSTs, each one new contact's text message, as in
 the web process (JSON logs at INFO, the debounce on). Prints CPU milliseconds per POST of this
 process, of every PostgreSQL process (from /proc, so other PostgreSQL work counts too), and
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import redis
 
-    import bot.webhook as webhook
+    import intake.posts as webhook
     from bot.app import create_app
     from core.logs import configure_logging
     from core.settings import Settings

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, event, inspect, text
 from sqlmodel import select
 
-from bot import ingest
+from intake import ingest
 from storage import dead_letters, messages
 from storage.db import session_scope
 from storage.models import DeadLetter, DeadLetterRef, Tenant

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from bot.inbound import DELETED, InboundMessage, parse_update
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
-from bot.webhook import store_posts
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
+from intake.posts import store_posts
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Conversation, Message
 from tests.conftest import START, WHATSAPP
 from tests.factories import BRUNO, TENANT, text_body
+from whatsapp.inbound import DELETED, InboundMessage, parse_update
 
 ORIGINAL = "Oi! Vocês abrem no sábado? 😊"  # message_text.json, the message both fixtures name
 EDITED = "na verdade prefiro quinta de manhã"  # message_edit_text.json

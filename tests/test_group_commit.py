@@ -1,4 +1,4 @@
-"""Group commit (bot/ingest.py `store_group`, bot/webhook.py `GroupCommit`): concurrent POSTs
+"""Group commit (intake/ingest.py `store_group`, bot/webhook.py `GroupCommit`): concurrent POSTs
 stored in one transaction must end exactly as if each had been stored alone, in order.
 
 Each case builds a list of webhook bodies (bursts, redeliveries inside and across groups, a
@@ -22,18 +22,18 @@ from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, text
 from sqlmodel import select
 
-from bot import ingest
 from bot.app import create_app
-from bot.inbound import parse_update
-from bot.signature import sign
 from core import clock
 from core.settings import Settings
+from intake import ingest
 from storage.db import session_scope
 from storage.messages import wamid_hash
 from storage.models import Contact, Conversation, DeadLetter, Message, WamidTombstone
 from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import PHONE_NUMBER_ID, TENANT
+from whatsapp.inbound import parse_update
+from whatsapp.signature import sign
 
 SECRET = "group_commit_secret_0123456789"
 
@@ -310,8 +310,8 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     or its token keeps changing): the POST answers 503 so Meta redelivers, but the facts of
     the session it closed are enqueued first, because the close is committed and the
     redelivery, a duplicate, would not report it again."""
-    from bot import webhook
-    from bot.errors import StoreUnavailable
+    from intake import posts
+    from intake.errors import StoreUnavailable
     from storage.jobs import token_key
 
     with session_scope(engine) as session:
@@ -327,13 +327,13 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
 
-    monkeypatch.setattr(webhook, "enqueue_turns", contended)
-    monkeypatch.setattr(webhook, "enqueue_turn", refused)
+    monkeypatch.setattr(posts, "enqueue_turns", contended)
+    monkeypatch.setattr(posts, "enqueue_turn", refused)
     posts = [(body("wamid.new", "voltei", **caio), later)]
     if grouped:
         posts.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
                       later))
-    outcomes = webhook.store_posts(app, posts)
+    outcomes = posts.store_posts(app, posts)
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:

@@ -19,12 +19,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlmodel import func, select
 
-from bot import webhook
 from bot.app import create_app
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.webhook import GroupCommit
 from core.clock import FrozenClock, set_clock
 from core.settings import SMALL_BODY_BYTES, Settings, SettingsError
+from intake import posts
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from storage import inbox
 from storage.db import session_scope
 from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
@@ -169,7 +169,7 @@ async def test_a_spill_without_redis_answers_503_and_is_reconciled(
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
 
-    monkeypatch.setattr(webhook, "enqueue_drain", refused)
+    monkeypatch.setattr(posts, "enqueue_drain", refused)
     raw = body("wamid.R1", "oi", wa_id="5511900000001", user_id=None)
     assert await _post(client, raw) == 503
     monkeypatch.undo()
@@ -200,9 +200,9 @@ def test_a_failed_drain_keeps_its_entries(
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
 
-    monkeypatch.setattr(webhook, "enqueue_turns", refused)
-    monkeypatch.setattr(webhook, "enqueue_turn", refused)
-    with pytest.raises(webhook.StoreUnavailable):
+    monkeypatch.setattr(posts, "enqueue_turns", refused)
+    monkeypatch.setattr(posts, "enqueue_turn", refused)
+    with pytest.raises(posts.StoreUnavailable):
         drainer.drain_batch(rt)
     assert count(engine, InboxEntry) == 3
     assert job_ids(redis_client, "turn") == []
@@ -223,14 +223,14 @@ def test_an_entry_that_breaks_storing_is_dead_lettered_whole(
     inbox.add_many(engine, [(body("wamid.B1", "oi", wa_id="5511900000001", user_id=None), START),
                             (broken, START),
                             (body("wamid.B2", "oi", wa_id="5511900000002", user_id=None), START)])
-    real = webhook.ingest_body
+    real = posts.ingest_body
 
     def buggy(engine_: Engine, raw: bytes, *, now: Any) -> Any:
         if raw == broken:
             raise KeyError("a bug")
         return real(engine_, raw, now=now)
 
-    monkeypatch.setattr(webhook, "ingest_body", buggy)
+    monkeypatch.setattr(posts, "ingest_body", buggy)
     assert drainer.drain_batch(runtime(engine, redis_client)) == 3
     assert count(engine, InboxEntry) == 0
     assert count(engine, Message) == 2
@@ -341,7 +341,7 @@ def test_erasing_a_contact_reaches_the_inbox(
     ana = {"wa_id": "5511900000001", "user_id": "BR.A1"}
     bia = {"wa_id": "5511900000002", "user_id": "BR.B2"}
     rt = runtime(engine, redis_client)
-    webhook.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+    posts.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
                         [(body("wamid.E0", "oi", **ana), START)])
     inbox.add_many(engine, [(body("wamid.E1", "segredo", **ana), START),
                             (two_messages(body("wamid.E2", "segredo", **ana),
@@ -380,12 +380,12 @@ def test_a_failed_drain_gives_its_token_back_without_personal_data(
     monkeypatch.setattr(drainer, "get_current_job", lambda: Job)
     monkeypatch.setattr(drainer, "get_runtime", lambda: rt)
     monkeypatch.setattr(inbox, "claim", failing_claim)
-    with pytest.raises(webhook.StoreUnavailable):
+    with pytest.raises(posts.StoreUnavailable):
         drainer.drain_inbox()
     assert redis_client.get(token_key("t", "inbox", INBOX_KEY)) == job_id.encode()
     assert enqueue_drain(rt.queue, "t") is None  # one drain at a time
     Job.retries_left = 0  # the last attempt
-    with pytest.raises(webhook.StoreUnavailable) as failure:
+    with pytest.raises(posts.StoreUnavailable) as failure:
         drainer.drain_inbox()
     assert failure.value.__cause__ is None and failure.value.__suppress_context__
     assert "5511912345678" not in str(failure.value)
@@ -422,7 +422,7 @@ def test_the_sweeper_leaves_open_a_session_with_a_message_waiting_in_the_inbox(
     ana = {"wa_id": "5511900000001", "user_id": None}
     rt = runtime(engine, redis_client)
     stores = {ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue}
-    webhook.store_posts(stores, [(body("wamid.S1", "oi", **ana), START)])
+    posts.store_posts(stores, [(body("wamid.S1", "oi", **ana), START)])
     with session_scope(engine) as session:
         first = session.exec(select(Conversation)).one()
     assert first.due_at is not None
@@ -477,7 +477,7 @@ def test_forgetting_survives_an_inbox_body_too_deep_to_parse(
         upsert_tenant(session, TENANT, now=START)
     ana = {"wa_id": "5511900000001", "user_id": None}
     rt = runtime(engine, redis_client)
-    webhook.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+    posts.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
                         [(body("wamid.D0", "oi", **ana), START)])
     deep = (b'{"a":' * 100_000 + b'"' + PHONE_NUMBER_ID.encode() + b" " + ana["wa_id"].encode()
             + b'"' + b"}" * 100_000)

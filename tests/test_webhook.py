@@ -1,7 +1,7 @@
 """The HTTP edge through `create_app` with a real client: handshake, signature, body limit,
 storage of every update, turn enqueueing, statuses, identity, and 503 when a store is down.
 
-Rules: DESIGN.md Data flow 1 and Identity; reference/whatsapp.md §1-4;
+Rules: ARCHITECTURE.md Data flow 1 and Identity; Sources: WhatsApp §1-4;
 tests/fixtures/whatsapp/README.md (constants, wire bytes, handshake cases).
 """
 
@@ -23,17 +23,17 @@ from sqlalchemy import Engine, func
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
-from bot import ingest
 from bot.app import create_app
-from bot.signature import sign
 from core import clock
 from core.settings import Settings
+from intake import ingest
 from storage import contacts, messages
 from storage import facts as fact_repo
 from storage.db import make_engine, session_scope
 from storage.models import Contact, ContactFact, Conversation, DeadLetter, Message, Outbound
 from storage.tenants import upsert_tenant
 from tests.conftest import START, WHATSAPP
+from whatsapp.signature import sign
 
 SECRET = "fake_app_secret_0123456789abcdef"
 VERIFY_TOKEN = "fake-verify-token-123"

@@ -17,8 +17,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlmodel import Session, select
 
-from bot.errors import StoreUnavailable
-from bot.inbound import (
+from intake.errors import StoreUnavailable
+from storage import contacts, conversations, dead_letters, lookups, memory, messages, tenants
+from storage.db import session_scope
+from storage.models import Contact, Conversation, Message, Outbound, Tenant
+from whatsapp.inbound import (
     DELETED,
     FOLLOW_UPS,
     BadItem,
@@ -31,9 +34,6 @@ from bot.inbound import (
     is_envelope,
     parse_update,
 )
-from storage import contacts, conversations, dead_letters, memory, messages, tenants
-from storage.db import session_scope
-from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +71,7 @@ def ingest_body(engine: Engine, body: bytes, *, now: datetime) -> IngestResult:
     block the event loop, and deep nesting meets a fresh stack).
 
     A body that is not JSON, or JSON that is not a webhook envelope, is kept whole, byte for
-    byte, in the dead letters (DESIGN.md Data flow 1). Raises StoreUnavailable when the
+    byte, in the dead letters (ARCHITECTURE.md Data flow 1). Raises StoreUnavailable when the
     database is down.
     """
     try:
@@ -329,7 +329,7 @@ def _contact(session: Session, msg: InboundMessage, tenant_id: int, profile_name
     """The contact of `msg` and what is known of it: (id, row) for an existing contact (the row
     carries its open conversation), (id, None) for one created here with every value already
     set. The common cases take one or two statements; merges, a number that changed hands and
-    races go through `contacts.find_or_create` (DESIGN.md Identity).
+    races go through `contacts.find_or_create` (ARCHITECTURE.md Identity).
     """
     rows = contacts.lookup_for_inbound(session, tenant_id=tenant_id, wa_id=msg.wa_id,
                                        user_id=msg.user_id)
@@ -380,7 +380,7 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     """Prefix the received time in the tenant's timezone, e.g. "[Mon 2026-06-01 10:00] oi".
 
     The time lives in the message itself so `system` stays byte-identical between turns and the
-    cached prefix survives (DESIGN.md: time without cache misses). A message delivered more
+    cached prefix survives (ARCHITECTURE.md: time without cache misses). A message delivered more
     than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
     ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
     (", sent Sun 2025-11-30 10:00"). The console (`STAMP`) and `customer_text_length` strip
@@ -410,7 +410,7 @@ def _zone(name: str) -> ZoneInfo:
 
 def customer_sent_at(meta_timestamp: datetime | None, now: datetime) -> datetime:
     """When the customer sent it: Meta's timestamp, never in the future. It starts the 24-hour
-    customer service window (reference/whatsapp.md §6), not our receipt time.
+    customer service window (Sources: WhatsApp §6), not our receipt time.
     """
     return min(meta_timestamp, now) if meta_timestamp is not None else now
 
@@ -498,7 +498,7 @@ def _dump(raw: object) -> bytes:
 
 def describe(exc: DBAPIError) -> str:
     """The driver's error without SQLAlchemy's statement and parameters: those carry phone
-    numbers and message text, which reach the logs only at DEBUG (DESIGN.md Authority)."""
+    numbers and message text, which reach the logs only at DEBUG (ARCHITECTURE.md Authority)."""
     orig = exc.orig or exc
     first_line = (str(orig).splitlines() or [""])[0]
     return f"{type(orig).__name__}: {first_line}"[:300]
@@ -597,7 +597,7 @@ def store_group(engine: Engine, group: list[Pending]) -> None:
     NOTHING`), and one executemany each for the conversations and contacts touched. A message
     that pass cannot take is stored alone afterwards, in the POSTs' order, in the same
     transaction: an edit or a deletion and the messages it names (`_follow_up`), an identity
-    that needs a merge or a re-key (`_contact`, DESIGN.md Identity), ids that disagree inside
+    that needs a merge or a re-key (`_contact`, ARCHITECTURE.md Identity), ids that disagree inside
     the group, a row another transaction created meanwhile, and the later copies of those.
     A message of an unknown number, or naming no customer, goes to the dead letters.
 
@@ -616,7 +616,7 @@ def store_group(engine: Engine, group: list[Pending]) -> None:
 
 
 def _store_set_based(session: Session, items: list[_Item]) -> None:
-    stored, tombstoned, tenants_by_number, known = messages.lookup_group(
+    stored, tombstoned, tenants_by_number, known = lookups.lookup_group(
         session, wamids=list({i.msg.wamid for i in items}),
         phone_number_ids=list({i.msg.phone_number_id for i in items}),
         user_ids=list({i.msg.user_id for i in items if i.msg.user_id}),
