@@ -329,11 +329,11 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
 
     monkeypatch.setattr(posts, "enqueue_turns", contended)
     monkeypatch.setattr(posts, "enqueue_turn", refused)
-    posts = [(body("wamid.new", "voltei", **caio), later)]
+    bodies = [(body("wamid.new", "voltei", **caio), later)]
     if grouped:
-        posts.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
-                      later))
-    outcomes = posts.store_posts(app, posts)
+        bodies.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
+                       later))
+    outcomes = posts.store_posts(app, bodies)
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:
