@@ -3,7 +3,11 @@
 import asyncio
 import hmac
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -11,11 +15,11 @@ from aiohttp import web
 from bot.bodies import closing, read_body
 from bot.metrics import SPILLED, record_updates
 from core import clock
-from core.settings import MAX_GROUP_POSTS
+from core.settings import MAX_GROUP_POSTS, SMALL_BODY_BYTES
 from intake.errors import StoreUnavailable
 from intake.ingest import IngestResult
 from intake.keys import SETTINGS
-from intake.posts import spill_posts, store_posts
+from intake.posts import Stores, spill_posts, store_posts
 from whatsapp.signature import is_well_formed, verify_signature
 
 log = structlog.get_logger(__name__)
@@ -75,8 +79,11 @@ class GroupCommit:
     POSTs that waited then go together: their customer messages are stored with a few
     set-based statements and one commit (`ingest.store_group`), their turns enqueued, and only
     then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
-    anything but customer messages (statuses, identity changes, bad items), takes the one-POST
-    path (`_store_and_enqueue`), and so does one the group could not take.
+    anything but customer messages (statuses, identity changes, bad items), is stored by
+    itself (`_store_and_enqueue`: its messages a group of one), and so is one the group could
+    not take. A big POST (`store_posts`) goes to the inbox at once; a body over
+    SMALL_BODY_BYTES never joins a group: it is handled on threads of its own, beside the
+    groups, so that the small POSTs never wait behind it (bench/head_of_line.py).
 
     Under load a group goes to the inbox instead (`spill`): its raw bodies in one INSERT, a
     drain job enqueued, each POST answered 200 once that is committed; a worker parses and
@@ -95,14 +102,22 @@ class GroupCommit:
         self.app = app
         self.waiting: list[tuple[bytes, datetime, asyncio.Future[IngestResult]]] = []
         self.running: set[asyncio.Task[None]] = set()
+        self.beside: set[asyncio.Task[None]] = set()  # large bodies, each on its own
         self.spill_at = app[SETTINGS].webhook_spill_at
         self.spill_until = 0.0  # event-loop time until which every group is spilled
 
     async def submit(self, body: bytes, now: datetime) -> IngestResult:
         """Store and enqueue one POST; StoreUnavailable becomes a 503."""
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        self.waiting.append((body, now, future))
-        self._start()
+        if len(body) > SMALL_BODY_BYTES:
+            # beside the groups, on threads of its own: a POST that holds thousands of
+            # updates (or a slow 3 MB parse) never makes the small POSTs wait
+            task = asyncio.create_task(self._store([(body, now, future)], pool=_LARGE_BODIES))
+            self.beside.add(task)
+            task.add_done_callback(self.beside.discard)
+        else:
+            self.waiting.append((body, now, future))
+            self._start()
         try:
             return await future
         except StoreUnavailable as exc:
@@ -134,12 +149,13 @@ class GroupCommit:
 
     async def _store(self, group: list[tuple[bytes, datetime,
                                              "asyncio.Future[IngestResult]"]], *,
-                     spill: bool = False) -> None:
+                     spill: bool = False, pool: Executor | None = None) -> None:
         outcomes: list[IngestResult | BaseException]
+        store: Callable[[Stores, list[tuple[bytes, datetime]]], list[Any]] = \
+            spill_posts if spill else store_posts
         try:
-            outcomes = await asyncio.to_thread(
-                spill_posts if spill else store_posts, self.app,
-                [(body, now) for body, now, _ in group])
+            outcomes = await asyncio.get_running_loop().run_in_executor(pool, partial(
+                store, self.app, [(body, now) for body, now, _ in group]))
         except BaseException as exc:  # the answer must never hang
             outcomes = [exc] * len(group)
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
@@ -152,6 +168,10 @@ class GroupCommit:
 
 
 _GROUPS: "weakref.WeakKeyDictionary[web.Application, GroupCommit]" = weakref.WeakKeyDictionary()
+
+# the threads that parse and store bodies over SMALL_BODY_BYTES, apart from the groups' (the
+# event loop's default executor), so that they never take all of those
+_LARGE_BODIES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="webhook-large-body")
 
 
 def _group_commit(app: web.Application) -> GroupCommit:

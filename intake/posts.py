@@ -15,11 +15,13 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from core import clock
-from core.settings import Settings
+from core.settings import SMALL_BODY_BYTES, Settings
 from intake.errors import StoreUnavailable
 from intake.ingest import (
+    UPDATES_PER_TRANSACTION,
     IngestResult,
     Pending,
+    count_updates,
     describe,
     inbound_only,
     ingest_body,
@@ -42,6 +44,7 @@ log = structlog.get_logger(__name__)
 
 # what storing needs: the web app, or `workers.inbox`'s mapping of the same keys
 Stores = Mapping[Any, Any]
+
 
 def spill_posts(app: Stores, posts: list[tuple[bytes, datetime]]) -> list[IngestResult]:
     """Put a group of signed POSTs in the inbox (in a thread) and enqueue the drain job.
@@ -67,65 +70,88 @@ def spill_posts(app: Stores, posts: list[tuple[bytes, datetime]]) -> list[Ingest
     return [IngestResult(grouped=True, spilled=True) for _ in posts]
 
 
-def store_posts(app: Stores,
-                posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
-    """Store and enqueue a group of POSTs (in a thread; `workers.inbox` calls it too): those
-    made only of customer messages in one transaction when there are two or more, the others
-    one by one after it. Returns each POST's result, or the exception that is its answer
-    (StoreUnavailable: 503)."""
-    pendings = [Pending(found, now) if len(posts) > 1 and (found := _inbound_only(body))
-                else None for body, now in posts]  # a lone POST is parsed once, by ingest
-    group = [p for p in pendings if p is not None]
-    if len(group) < 2:
-        group = []
-    failed: BaseException | None = None
-    started = time.perf_counter()
-    if group:
+def store_posts(app: Stores, posts: list[tuple[bytes, datetime]], *,
+                spill_updates: int | None = None) -> list[IngestResult | BaseException]:
+    """Store and enqueue POSTs (in a thread; `workers.inbox` calls it too). A big POST, of
+    more than `spill_updates` updates or a body over SMALL_BODY_BYTES, goes to the inbox at
+    once (`spill_posts`; `spill_updates` defaults to WEBHOOK_SPILL_UPDATES; 0: never, as the
+    drain passes). Those made only of customer messages share one transaction when there
+    are two or more (`ingest.store_group`); the others are stored one by one after it
+    (`ingest.store_updates`, where a lone POST's messages are a group of one). Returns each
+    POST's result, or the exception that is its answer (StoreUnavailable: 503)."""
+    limit = app[SETTINGS].webhook_spill_updates if spill_updates is None else spill_updates
+    # a body over SMALL_BODY_BYTES is not even parsed here (3 MB of JSON: 50 ms of the GIL)
+    big = [k for k, (body, _) in enumerate(posts) if limit and (
+        len(body) > SMALL_BODY_BYTES or count_updates(body) > limit)]
+    outcomes: dict[int, IngestResult | BaseException] = {}
+    if big:
         try:
-            store_group(app[ENGINE], group)
-        except (OperationalError, DBAPIError) as exc:
-            if not is_disconnect(exc) or _retryable(exc):
-                log.warning("webhook_group_retried_alone", posts=len(group),
-                            error=type(exc).__name__)
-                group = []
-            else:  # the database is down: each POST gets its 503 at once
-                failed = StoreUnavailable(describe(exc))
-        except Exception as exc:  # store each POST alone: nothing of the group was kept
-            log.warning("webhook_group_retried_alone", posts=len(group),
-                        error=type(exc).__name__)
-            group = []
-    in_group = {id(p) for p in group}
-    grouped = {id(p) for p in group if not p.alone}
+            outcomes.update(zip(big, spill_posts(app, [posts[k] for k in big]), strict=True))
+        except StoreUnavailable as exc:
+            outcomes.update(dict.fromkeys(big, exc))
+    rest = [k for k in range(len(posts)) if k not in outcomes]
+    found = {k: msgs for k in rest if len(rest) > 1 and (msgs := _inbound_only(posts[k][0]))
+             and len(msgs) <= UPDATES_PER_TRANSACTION}  # a lone POST is parsed once, by ingest
+    group = {k: Pending(msgs, posts[k][1]) for k, msgs in found.items()} if len(found) > 1 \
+        else {}
+    started = time.perf_counter()
+    failed = _store_group(app, list(group.values()))
+    if isinstance(failed, StoreUnavailable):  # the database is down: each its 503 at once
+        outcomes.update(dict.fromkeys(group, failed))
+    elif failed is not None:
+        group = {}  # nothing of the group was kept: each POST alone
     stored_at = time.perf_counter()
     turns_failed = _enqueue_turns(app, sorted({
-        c for p in group if id(p) in grouped for c in p.result.turn_conversation_ids}))
+        c for k, p in group.items() if k not in outcomes for c in p.result.turn_conversation_ids}))
     facts: dict[tuple[str, int], StoreUnavailable | None] = {}
-    outcomes: list[IngestResult | BaseException] = []
-    for (body, now), pending in zip(posts, pendings, strict=True):
-        if failed is not None and id(pending) in in_group:
-            outcomes.append(failed)
+    for k in rest:
+        if k in outcomes:
             continue
+        body, now = posts[k]
         try:
-            if pending is None or id(pending) not in grouped:
-                outcomes.append(_store_and_enqueue(app, body, now))
+            if k not in group:
+                outcomes[k] = _store_and_enqueue(app, body, now)
                 continue
+            pending = group[k]
             # the closed sessions' facts first: the close is committed, and a redelivery
             # would not report it again
             for conversation_id in pending.result.closed_conversation_ids:
                 _enqueue_once(app, conversation_id, "facts", facts)
+            for conversation_id in pending.result.rederive_conversation_ids:
+                _enqueue_once(app, conversation_id, "rederive", facts)
             if turns_failed is not None and pending.result.turn_conversation_ids:
-                outcomes.append(turns_failed)  # its 503: Meta redelivers, the turn comes then
+                outcomes[k] = turns_failed  # its 503: Meta redelivers, the turn comes then
                 continue
             pending.result.grouped = True
-            outcomes.append(pending.result)
+            outcomes[k] = pending.result
         except Exception as exc:  # this POST's answer only (StoreUnavailable: its 503)
-            outcomes.append(exc)
-    if grouped:
-        log.info("webhook_group_stored", posts=len(posts), grouped=len(grouped),
-                 messages=sum(p.result.counts.get("message", 0) for p in group),
+            outcomes[k] = exc
+    if group and failed is None:
+        log.info("webhook_group_stored", posts=len(posts), grouped=len(group),
+                 messages=sum(p.result.counts.get("message", 0) for p in group.values()),
                  store_ms=round((stored_at - started) * 1000, 1),
                  total_ms=round((time.perf_counter() - started) * 1000, 1))
-    return outcomes
+    return [outcomes[k] for k in range(len(posts))]
+
+
+def _store_group(app: Stores, group: list[Pending]) -> BaseException | None:
+    """`ingest.store_group` on the POSTs of a group (none: nothing to do). None when stored;
+    StoreUnavailable when the database is down; another error when the group must be stored
+    POST by POST instead (a deadlock, a race, a value the database refused: nothing of the
+    group was kept)."""
+    if not group:
+        return None
+    try:
+        store_group(app[ENGINE], group)
+    except (OperationalError, DBAPIError) as exc:
+        if is_disconnect(exc) and not _retryable(exc):
+            return StoreUnavailable(describe(exc))
+        log.warning("webhook_group_retried_alone", posts=len(group), error=type(exc).__name__)
+        return exc
+    except Exception as exc:
+        log.warning("webhook_group_retried_alone", posts=len(group), error=type(exc).__name__)
+        return exc
+    return None
 
 
 def _inbound_only(body: bytes) -> list[InboundMessage] | None:

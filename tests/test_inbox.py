@@ -6,6 +6,8 @@ lost when the database, Redis or the code fails on the way.
 """
 
 import asyncio
+import json
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +22,7 @@ from sqlmodel import func, select
 from bot.app import create_app
 from bot.webhook import GroupCommit
 from core.clock import FrozenClock, set_clock
-from core.settings import Settings, SettingsError
+from core.settings import SMALL_BODY_BYTES, Settings, SettingsError
 from intake import posts
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from storage import inbox
@@ -505,3 +507,77 @@ async def test_unreadable_bodies_spilled_under_load_reach_the_dead_letters_whole
         stored = [m.wamid for m in session.exec(select(Message))]
     assert letters == sorted(unreadable)
     assert stored == ["wamid.V1"]
+
+
+# --- big POSTs: to the inbox at once, never in front of the small ones -------------------------
+
+
+def statuses_body(count_: int) -> bytes:
+    """One POST of `count_` statuses of sends never made (each changes nothing)."""
+    raw = json.loads(status_body("wamid.OUT0"))
+    value = raw["entry"][0]["changes"][0]["value"]
+    value["statuses"] = [{**value["statuses"][0], "id": f"wamid.OUT{n}"} for n in range(count_)]
+    return json.dumps(raw).encode()
+
+
+async def test_a_big_post_goes_to_the_inbox_at_once_and_the_drain_stores_it(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    """More than WEBHOOK_SPILL_UPDATES updates: answered once the raw body is in the inbox,
+    whatever the load; at the threshold, stored before the answer."""
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
+    limit = Settings().webhook_spill_updates
+    assert await _post(client, statuses_body(limit)) == 200
+    assert count(engine, InboxEntry) == 0
+    big = two_messages(body("wamid.BIG1", "oi", wa_id="5511900000001", user_id=None),
+                       statuses_body(limit))
+    assert await _post(client, big) == 200
+    assert count(engine, InboxEntry) == 1 and count(engine, Message) == 0
+    assert len(job_ids(redis_client, "inbox")) == 1
+    assert drainer.drain(runtime(engine, redis_client), job_id=None, linger=0) == 1
+    assert count(engine, InboxEntry) == 0 and count(engine, Message) == 1
+    assert len(job_ids(redis_client, "turn")) == 1
+
+
+async def test_a_body_over_the_small_size_goes_to_the_inbox_unparsed(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
+    long_text = "tem horário amanhã? " * (SMALL_BODY_BYTES // 20)
+    raw = body("wamid.LONG1", long_text, wa_id="5511900000001", user_id=None)
+    assert len(raw) > SMALL_BODY_BYTES
+    assert await _post(client, raw) == 200
+    assert count(engine, InboxEntry) == 1 and count(engine, Message) == 0
+    drainer.drain(runtime(engine, redis_client), job_id=None, linger=0)
+    with session_scope(engine) as session:
+        (stored,) = session.exec(select(Message)).all()
+    assert long_text.strip() in stored.content[0]["text"]
+
+
+async def test_a_small_post_is_answered_while_a_large_body_is_still_being_stored(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large body is handled beside the groups: while its INSERT into the inbox is held,
+    a small POST is stored and answered (no head-of-line blocking; bench/head_of_line.py)."""
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
+    held, release = threading.Event(), threading.Event()
+    real_add = inbox.add_many
+
+    def slow_add(engine_: Engine, posts: list[Any]) -> None:
+        held.set()
+        assert release.wait(10)
+        real_add(engine_, posts)
+
+    monkeypatch.setattr(inbox, "add_many", slow_add)
+    large = asyncio.create_task(_post(client, body(
+        "wamid.LONG2", "x" * (SMALL_BODY_BYTES + 1), wa_id="5511900000001", user_id=None)))
+    assert await asyncio.to_thread(held.wait, 10)
+    small = body("wamid.SMALL1", "oi", wa_id="5511900000002", user_id=None)
+    assert await _post(client, small) == 200
+    assert not large.done() and count(engine, Message) == 1
+    release.set()
+    assert await large == 200
+    assert count(engine, InboxEntry) == 1
+
+
+def test_a_negative_big_post_threshold_is_refused() -> None:
+    with pytest.raises(SettingsError, match="WEBHOOK_SPILL_UPDATES"):
+        Settings.from_env({"WEBHOOK_SPILL_UPDATES": "-1"}, require=False)

@@ -78,8 +78,9 @@ class Webhook:
         self.engine, self.redis = engine, redis_client
         self.queue = Queue(QUEUE, connection=redis_client)
         self.logs: list[dict[str, Any]] = []
+        # every POST stored before its answer, however big (the inbox: tests/test_inbox.py)
         settings = Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token="fz-token",
-                            redis_prefix=PREFIX, queue_name=QUEUE)
+                            redis_prefix=PREFIX, queue_name=QUEUE, webhook_spill_updates=0)
         app = create_app(settings, engine=engine, redis_client=redis_client)
         self.loop = asyncio.new_event_loop()
         self.client = self.loop.run_until_complete(self._start(app))

@@ -113,7 +113,8 @@ def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
     with inbox.claim(runtime.engine, limit) as entries:
         if not entries:
             return 0
-        outcomes = store_posts(stores, [(e.body, e.received_at) for e in entries])
+        outcomes = store_posts(stores, [(e.body, e.received_at) for e in entries],
+                               spill_updates=0)  # already in the inbox
         for outcome in outcomes:
             if isinstance(outcome, StoreUnavailable):
                 raise outcome  # the entries stay: the retry stores what this one did not
