@@ -100,8 +100,8 @@ class Web:
                 self.proc.wait(timeout=5)
 
 
-GLIBC_DEFAULT_WEB = ("import bot.bodies, bot.cli; bot.bodies.return_large_buffers_to_os = "
-                     "lambda: False; raise SystemExit(bot.cli.main(['web']))")
+GLIBC_DEFAULT_WEB = ("import bot.bodies, cli.main; bot.bodies.return_large_buffers_to_os = "
+                     "lambda: False; raise SystemExit(cli.main.main(['web']))")
 
 
 def start_web(tmp: str, redis_url: str, *, glibc_default: bool = False,
@@ -256,7 +256,7 @@ async def trickle(port: int, *, every: float = 1.0, limit: float = 240.0) -> dic
 async def slow_meta_body(port: int, size: int, rate: int) -> dict[str, Any]:
     """A correctly signed body of `size` bytes sent at `rate` bytes a second (in tenths of a
     second), as Meta would on a slow link: its status and duration."""
-    from bot.signature import sign
+    from whatsapp.signature import sign
 
     body = b'{"object":"whatsapp_business_account","entry":[]}' + b" " * (size - 51)
     reader, writer = await asyncio.open_connection(HOST, port)
@@ -280,7 +280,7 @@ async def slow_meta_body(port: int, size: int, rate: int) -> dict[str, Any]:
 
 
 def small_update(url: str) -> int:
-    from bot.signature import sign
+    from whatsapp.signature import sign
 
     body = b'{"object":"whatsapp_business_account","entry":[]}' + b" " * 2000
     request = urllib.request.Request(f"{url}/webhook", data=body, method="POST", headers={

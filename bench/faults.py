@@ -309,7 +309,7 @@ class Cluster:
     def spawn(self, role: str) -> Child:
         self._started += 1
         name = f"{role}{self._started}"
-        return Child(name, [sys.executable, "-m", "bot.cli", role], env=self.env,
+        return Child(name, [sys.executable, "-m", "cli.main", role], env=self.env,
                      cwd=str(self.source), log_path=self.workdir / f"{name}.log")
 
     def start(self, redis_client: Any) -> None:
@@ -481,8 +481,8 @@ class Traffic:
             self._stop.wait(max(0.0, started + tick * TICK_S - time.monotonic()))
 
     def _deliver(self, contact: int, seq: int, *, duplicate: bool) -> Sent:
-        from bot.signature import sign
         from tests.factories import text_body
+        from whatsapp.signature import sign
 
         token = f"L{contact:06d}.{seq}"
         sent = self.sent.setdefault(token, Sent(token, time.time()))

@@ -78,7 +78,7 @@ TEXTS = ("oi, tem horário amanhã à tarde pra corte?", "pode ser depois das 15
 PRELOADED_WORKER = (  # `wagent worker` whose parent imports the job modules and the PostgreSQL
     # driver (which SQLAlchemy imports only when an engine is made) before RQ forks
     "import sys; import psycopg, workers.turns, workers.compaction, workers.facts, "
-    "workers.sweeper, workers.maintenance; from bot.cli import main; sys.exit(main(['worker']))")
+    "workers.sweeper, workers.maintenance; from cli.main import main; sys.exit(main(['worker']))")
 RUN_KEY = "wagent-bench-load:running"  # one run at a time: each flushes db 10
 MAX_ATTEMPTS = 3  # a delivery answered with an error is sent again, as Meta redelivers
 PACED_SHARE = 0.25  # the paced phase's rate: this share of the bare handler's (the target)
@@ -245,8 +245,8 @@ def build_workload(conversations: int, warmup: int, serial: int, seed: int) -> W
     back, so they arrive together); 20% of messages delivered twice at once (the copy right
     behind the original), 10% once more at the end of the phase; 10% of all of them again as
     late redeliveries once everything is answered."""
-    from bot.signature import sign
     from tests.factories import text_body
+    from whatsapp.signature import sign
 
     rng = random.Random(seed)
     now = datetime.now(UTC)
@@ -1163,7 +1163,7 @@ BUCKETS = (
     ("SQLAlchemy ORM/Core", ("sqlalchemy/", "sqlmodel/")),
     ("Redis / RQ enqueue", ("redis/", "rq/")),
     ("logging (structlog, json)", ("structlog/", "logging/", "core/logs.py")),
-    ("JSON decode / parse", ("json/", "bot/inbound.py")),
+    ("JSON decode / parse", ("json/", "whatsapp/inbound.py")),
     ("aiohttp server", ("aiohttp/",)),
     ("asyncio / threads", ("asyncio/", "concurrent/", "threading.py")),
     ("product code (bot/, storage/)", ("bot/", "storage/", "core/")),

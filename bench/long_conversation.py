@@ -33,6 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlmodel import col, select  # noqa: E402
 
+from agent import context  # noqa: E402
+from agent.context import TenantPrompt, build_request  # noqa: E402
+from agent.tools.registry import REGISTRY  # noqa: E402
+from agent.window import Stored, to_api_messages  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from replay.environment import ReplayEnvironment  # noqa: E402
@@ -41,12 +45,8 @@ from storage.db import create_schema, make_engine, session_scope  # noqa: E402
 from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
-from workers.agent import context  # noqa: E402
-from workers.agent.context import TenantPrompt, build_request  # noqa: E402
-from workers.agent.tools.scheduling import tools_for  # noqa: E402
-from workers.agent.window import Stored, to_api_messages  # noqa: E402
-from workers.report import Call, render_svg, summarize_calls  # noqa: E402
-from workers.turns import TurnState, prepare_window, request_arguments  # noqa: E402
+from usage.report import Call, render_svg, summarize_calls  # noqa: E402
+from workers.turns import TurnState, prepare_window, turn_request  # noqa: E402
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # Monday 09:00 in São Paulo
 TZ = ZoneInfo("America/Sao_Paulo")
@@ -178,8 +178,7 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
         now["t"] = at
         chosen = history[: point + 1] if last_n is None else history[max(0, point + 1 - last_n):
                                                                      point + 1]
-        request = build_request(tenant=prompt, tools=tools_for(sorted(resolve_keys(
-            Tenant.model_fields["fact_keys"].default_factory()))), context="",
+        request = build_request(tenant=prompt, tools=REGISTRY, context="",
                                 messages=to_api_messages(chosen), max_tokens=1024,
                                 metadata_user_id="bench")
         if validate_request(request) is not None:
@@ -231,8 +230,8 @@ def _build_once(engine: Any, state: TurnState) -> float:
     runtime = SimpleNamespace(settings=Settings(), engine=engine)
     began = time.perf_counter()
     window = prepare_window(runtime, state)  # type: ignore[arg-type]
-    request = request_arguments(runtime, state, window.context_block)  # type: ignore[arg-type]
-    request["messages"] = to_api_messages(window.messages)
+    turn_request(runtime, state, window.context_block)(  # type: ignore[arg-type]
+        to_api_messages(window.messages))
     return (time.perf_counter() - began) * 1000
 
 
@@ -272,7 +271,8 @@ def main() -> None:
     product, history, calls = run_product(args.turns, TENANT)
     prompt = TenantPrompt(name=TENANT["name"], timezone=TENANT["timezone"], language="pt-BR",
                           instructions=INSTRUCTIONS, model=Tenant.model_fields[
-                              "agent_model"].default)
+                              "agent_model"].default, fact_keys=tuple(sorted(resolve_keys(
+                                  Tenant.model_fields["fact_keys"].default_factory()))))
     times = [c.at for c in calls if c.purpose == "turn"]
     points = call_points(history)
     full = price_baseline(history, times, last_n=None, prompt=prompt)

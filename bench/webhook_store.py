@@ -1,7 +1,7 @@
 """Micro-benchmark: the CPU a webhook process spends storing and enqueueing a group commit,
 without HTTP, and what PostgreSQL spends on it.
 
-Calls `bot.webhook.store_posts` (the group thread's work: parse, `ingest.store_group`, the
+Calls `intake.posts.store_posts` (the group thread's work: parse, `ingest.store_group`, the
 group's turn enqueue) on groups of `--group` POSTs, each one new contact's text message, as in
 the web process (JSON logs at INFO, the debounce on). Prints CPU milliseconds per POST of this
 process, of every PostgreSQL process (from /proc, so other PostgreSQL work counts too), and
@@ -46,6 +46,32 @@ def postgres_cpu_seconds() -> float:
                if comm.startswith("postgres"))
 
 
+def fresh_schema(prefix: str) -> tuple[str, Any, str]:
+    """A new PostgreSQL schema `<prefix>_<random>` at POSTGRES_URL: (its name, an engine on
+    the database, to drop it after, and the URL whose connections use it)."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from storage.db import make_engine
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = make_engine(POSTGRES_URL)
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = make_url(POSTGRES_URL).update_query_dict(
+        {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    return schema, admin, url
+
+
+def drop_schema(admin: Any, schema: str) -> None:
+    """Drop what `fresh_schema` made, and dispose of its engine."""
+    from sqlalchemy import text
+
+    with admin.begin() as connection:
+        connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    admin.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", type=int, default=12, help="POSTs a group (default 12)")
@@ -57,10 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("out of bounds: group 1-200, groups 1-10000")
 
     import redis
-    from sqlalchemy import text
-    from sqlalchemy.engine import make_url
 
-    import bot.webhook as webhook
+    import intake.posts as webhook
     from bot.app import create_app
     from core.logs import configure_logging
     from core.settings import Settings
@@ -68,12 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from storage.tenants import upsert_tenant
     from tests.factories import TENANT, text_body
 
-    schema = f"wagent_ws_{uuid.uuid4().hex[:8]}"
-    admin = make_engine(POSTGRES_URL)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = make_url(POSTGRES_URL).update_query_dict(
-        {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    schema, admin, url = fresh_schema("wagent_ws")
     engine = make_engine(url)
     client = redis.Redis.from_url(REDIS_URL)
     client.flushdb()
@@ -149,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sys.stdout = sys.__stdout__
         engine.dispose()
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+        drop_schema(admin, schema)
         client.flushdb()
         client.close()
     return 0

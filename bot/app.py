@@ -14,10 +14,10 @@ from sqlalchemy import Engine, text
 from bot.admin.api import setup_admin
 from bot.bodies import BODY_BUDGET, LINGER_SECONDS, BodyBudget
 from bot.console.app import setup_console
-from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from bot.metrics import setup_metrics
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
+from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from storage.db import connect_redis, make_engine
 
 log = structlog.get_logger(__name__)

@@ -28,8 +28,8 @@ import structlog
 from aiohttp import web
 from multidict import MultiDict
 
-from bot.keys import SETTINGS
 from core.settings import LARGE_BODY_SHARE, SMALL_BODY_BYTES
+from intake.keys import SETTINGS
 
 log = structlog.get_logger(__name__)
 LINGER_SECONDS = 2.0  # aiohttp's `lingering_time` (its default, 10 s, is a trickle's gift)

@@ -15,9 +15,9 @@ from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address
 
 from aiohttp import web
 
-from bot.keys import REDIS, SETTINGS
 from core.credentials import tenant_named
 from core.settings import Settings, trusted_networks
+from intake.keys import REDIS, SETTINGS
 from storage.throttle import Scope, record_failure, retry_after
 
 

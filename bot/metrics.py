@@ -15,8 +15,8 @@ from prometheus_client.registry import Collector
 from rq import Queue
 from sqlalchemy import Engine
 
-from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock, metrics
+from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from storage import inbox
 from storage.messages import undelivered_open_conversations
 from storage.scheduled import overdue_seconds

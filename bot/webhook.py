@@ -1,43 +1,26 @@
-"""The WhatsApp webhook: GET handshake and POST updates (DESIGN.md, Data flow 1)."""
+"""The WhatsApp webhook: GET handshake and POST updates (ARCHITECTURE.md, Data flow 1)."""
 
 import asyncio
 import hmac
-import time
 import weakref
-from collections.abc import Mapping
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 import structlog
 from aiohttp import web
-from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from bot.bodies import closing, read_body
-from bot.errors import StoreUnavailable
-from bot.inbound import InboundMessage
-from bot.ingest import (
-    IngestResult,
-    Pending,
-    describe,
-    inbound_only,
-    ingest_body,
-    is_disconnect,
-    store_group,
-)
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.metrics import SPILLED, record_updates
-from bot.signature import is_well_formed, verify_signature
 from core import clock
-from core.settings import MAX_GROUP_POSTS, Settings
-from storage import inbox
-from storage.jobs import (
-    enqueue_drain,
-    enqueue_facts,
-    enqueue_rederive,
-    enqueue_turn,
-    enqueue_turns,
-)
+from core.settings import MAX_GROUP_POSTS, SMALL_BODY_BYTES
+from intake.errors import StoreUnavailable
+from intake.ingest import IngestResult
+from intake.keys import SETTINGS
+from intake.posts import Stores, spill_posts, store_posts
+from whatsapp.signature import is_well_formed, verify_signature
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +28,7 @@ log = structlog.get_logger(__name__)
 async def verify_challenge(request: web.Request) -> web.Response:
     """Meta's handshake: echo `hub.challenge` as plain text when the verify token matches.
 
-    400 when a parameter is missing, 403 on a wrong token or mode (reference/whatsapp.md §1).
+    400 when a parameter is missing, 403 on a wrong token or mode (Sources: WhatsApp §1).
     No signature check: a GET has no body. The token is compared in constant time as UTF-8
     bytes (`compare_digest` raises on non-ASCII str, which would be a 500).
     """
@@ -96,8 +79,11 @@ class GroupCommit:
     POSTs that waited then go together: their customer messages are stored with a few
     set-based statements and one commit (`ingest.store_group`), their turns enqueued, and only
     then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
-    anything but customer messages (statuses, identity changes, bad items), takes the one-POST
-    path (`_store_and_enqueue`), and so does one the group could not take.
+    anything but customer messages (statuses, identity changes, bad items), is stored by
+    itself (`_store_and_enqueue`: its messages a group of one), and so is one the group could
+    not take. A big POST (`store_posts`) goes to the inbox at once; a body over
+    SMALL_BODY_BYTES never joins a group: it is handled on threads of its own, beside the
+    groups, so that the small POSTs never wait behind it (bench/head_of_line.py).
 
     Under load a group goes to the inbox instead (`spill`): its raw bodies in one INSERT, a
     drain job enqueued, each POST answered 200 once that is committed; a worker parses and
@@ -116,14 +102,22 @@ class GroupCommit:
         self.app = app
         self.waiting: list[tuple[bytes, datetime, asyncio.Future[IngestResult]]] = []
         self.running: set[asyncio.Task[None]] = set()
+        self.beside: set[asyncio.Task[None]] = set()  # large bodies, each on its own
         self.spill_at = app[SETTINGS].webhook_spill_at
         self.spill_until = 0.0  # event-loop time until which every group is spilled
 
     async def submit(self, body: bytes, now: datetime) -> IngestResult:
         """Store and enqueue one POST; StoreUnavailable becomes a 503."""
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        self.waiting.append((body, now, future))
-        self._start()
+        if len(body) > SMALL_BODY_BYTES:
+            # beside the groups, on threads of its own: a POST that holds thousands of
+            # updates (or a slow 3 MB parse) never makes the small POSTs wait
+            task = asyncio.create_task(self._store([(body, now, future)], pool=_LARGE_BODIES))
+            self.beside.add(task)
+            task.add_done_callback(self.beside.discard)
+        else:
+            self.waiting.append((body, now, future))
+            self._start()
         try:
             return await future
         except StoreUnavailable as exc:
@@ -155,12 +149,13 @@ class GroupCommit:
 
     async def _store(self, group: list[tuple[bytes, datetime,
                                              "asyncio.Future[IngestResult]"]], *,
-                     spill: bool = False) -> None:
+                     spill: bool = False, pool: Executor | None = None) -> None:
         outcomes: list[IngestResult | BaseException]
+        store: Callable[[Stores, list[tuple[bytes, datetime]]], list[Any]] = \
+            spill_posts if spill else store_posts
         try:
-            outcomes = await asyncio.to_thread(
-                spill_posts if spill else store_posts, self.app,
-                [(body, now) for body, now, _ in group])
+            outcomes = await asyncio.get_running_loop().run_in_executor(pool, partial(
+                store, self.app, [(body, now) for body, now, _ in group]))
         except BaseException as exc:  # the answer must never hang
             outcomes = [exc] * len(group)
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
@@ -172,10 +167,11 @@ class GroupCommit:
                 future.set_result(outcome)
 
 
-# what storing needs: the web app, or `workers.inbox`'s mapping of the same keys
-Stores = Mapping[Any, Any]
-
 _GROUPS: "weakref.WeakKeyDictionary[web.Application, GroupCommit]" = weakref.WeakKeyDictionary()
+
+# the threads that parse and store bodies over SMALL_BODY_BYTES, apart from the groups' (the
+# event loop's default executor), so that they never take all of those
+_LARGE_BODIES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="webhook-large-body")
 
 
 def _group_commit(app: web.Application) -> GroupCommit:
@@ -183,175 +179,3 @@ def _group_commit(app: web.Application) -> GroupCommit:
     if group is None:
         group = _GROUPS[app] = GroupCommit(app)
     return group
-
-
-def spill_posts(app: Stores, posts: list[tuple[bytes, datetime]]) -> list[IngestResult]:
-    """Put a group of signed POSTs in the inbox (in a thread) and enqueue the drain job.
-
-    Raises StoreUnavailable (every POST's 503, so Meta redelivers) when the INSERT fails, and
-    when the drain cannot be enqueued (Redis down), as the one-POST path does when a turn
-    cannot be: the entries then stay, the periodic reconcile (`workers.maintenance`) enqueues a
-    drain once they are a minute old, and the redelivered copies are stored as duplicates.
-    """
-    settings = app[SETTINGS]
-    started = time.perf_counter()
-    try:
-        inbox.add_many(app[ENGINE], posts)
-    except (OperationalError, DBAPIError) as exc:
-        raise StoreUnavailable(describe(exc)) from exc
-    try:
-        enqueue_drain(app[TURN_QUEUE], settings.redis_prefix)
-    except (RedisError, RuntimeError) as exc:
-        log.warning("inbox_drain_not_enqueued", posts=len(posts), error=type(exc).__name__)
-        raise StoreUnavailable(f"cannot enqueue the inbox drain: {exc}") from exc
-    log.info("webhook_group_spilled", posts=len(posts),
-             total_ms=round((time.perf_counter() - started) * 1000, 1))
-    return [IngestResult(grouped=True, spilled=True) for _ in posts]
-
-
-def store_posts(app: Stores,
-                posts: list[tuple[bytes, datetime]]) -> list[IngestResult | BaseException]:
-    """Store and enqueue a group of POSTs (in a thread; `workers.inbox` calls it too): those
-    made only of customer messages in one transaction when there are two or more, the others
-    one by one after it. Returns each POST's result, or the exception that is its answer
-    (StoreUnavailable: 503)."""
-    pendings = [Pending(found, now) if len(posts) > 1 and (found := _inbound_only(body))
-                else None for body, now in posts]  # a lone POST is parsed once, by ingest
-    group = [p for p in pendings if p is not None]
-    if len(group) < 2:
-        group = []
-    failed: BaseException | None = None
-    started = time.perf_counter()
-    if group:
-        try:
-            store_group(app[ENGINE], group)
-        except (OperationalError, DBAPIError) as exc:
-            if not is_disconnect(exc) or _retryable(exc):
-                log.warning("webhook_group_retried_alone", posts=len(group),
-                            error=type(exc).__name__)
-                group = []
-            else:  # the database is down: each POST gets its 503 at once
-                failed = StoreUnavailable(describe(exc))
-        except Exception as exc:  # store each POST alone: nothing of the group was kept
-            log.warning("webhook_group_retried_alone", posts=len(group),
-                        error=type(exc).__name__)
-            group = []
-    in_group = {id(p) for p in group}
-    grouped = {id(p) for p in group if not p.alone}
-    stored_at = time.perf_counter()
-    turns_failed = _enqueue_turns(app, sorted({
-        c for p in group if id(p) in grouped for c in p.result.turn_conversation_ids}))
-    facts: dict[tuple[str, int], StoreUnavailable | None] = {}
-    outcomes: list[IngestResult | BaseException] = []
-    for (body, now), pending in zip(posts, pendings, strict=True):
-        if failed is not None and id(pending) in in_group:
-            outcomes.append(failed)
-            continue
-        try:
-            if pending is None or id(pending) not in grouped:
-                outcomes.append(_store_and_enqueue(app, body, now))
-                continue
-            # the closed sessions' facts first: the close is committed, and a redelivery
-            # would not report it again
-            for conversation_id in pending.result.closed_conversation_ids:
-                _enqueue_once(app, conversation_id, "facts", facts)
-            if turns_failed is not None and pending.result.turn_conversation_ids:
-                outcomes.append(turns_failed)  # its 503: Meta redelivers, the turn comes then
-                continue
-            pending.result.grouped = True
-            outcomes.append(pending.result)
-        except Exception as exc:  # this POST's answer only (StoreUnavailable: its 503)
-            outcomes.append(exc)
-    if grouped:
-        log.info("webhook_group_stored", posts=len(posts), grouped=len(grouped),
-                 messages=sum(p.result.counts.get("message", 0) for p in group),
-                 store_ms=round((stored_at - started) * 1000, 1),
-                 total_ms=round((time.perf_counter() - started) * 1000, 1))
-    return outcomes
-
-
-def _inbound_only(body: bytes) -> list[InboundMessage] | None:
-    """`ingest.inbound_only`; a body it cannot take goes the one-POST way, which dead-letters
-    what it cannot read."""
-    try:
-        return inbound_only(body)
-    except Exception:
-        return None
-
-
-def _enqueue_turns(app: Stores, conversation_ids: list[int]) -> StoreUnavailable | None:
-    """Enqueue the group's turns in one Redis transaction (storage.jobs.enqueue_turns: a
-    conversation whose turn is queued and has not read the database yet gets none, since it
-    will see our committed messages). None when done; the error every POST that needs a turn
-    answers with (503) when Redis failed, in which case nothing was enqueued."""
-    if not conversation_ids:
-        return None
-    settings = app[SETTINGS]
-    try:
-        enqueue_turns(app[TURN_QUEUE], settings.redis_prefix, conversation_ids,
-                      job_timeout=settings.turn_job_timeout, at=_turn_at(settings))
-    except (RedisError, RuntimeError) as exc:
-        return StoreUnavailable(f"cannot enqueue turns: {exc}")
-    return None
-
-
-def _turn_at(settings: Settings) -> datetime | None:
-    """When a turn enqueued now runs: after the debounce, which lets a burst of messages
-    settle into one turn; None (at once) when the debounce is 0."""
-    if settings.turn_debounce_seconds <= 0:
-        return None
-    return clock.now() + timedelta(seconds=settings.turn_debounce_seconds)
-
-
-def _retryable(exc: DBAPIError) -> bool:
-    """A deadlock or serialization failure: the group rolled back, each POST can go alone."""
-    return str(getattr(exc.orig, "sqlstate", "") or "").startswith("40")
-
-
-def _enqueue_once(app: Stores, conversation_id: int, kind: str,
-                  done: dict[tuple[str, int], StoreUnavailable | None]) -> None:
-    """Enqueue once per group (coalesced in Redis anyway); a failure fails every POST that
-    needs it."""
-    key = (kind, conversation_id)
-    if key in done:
-        if done[key] is not None:
-            raise done[key]  # type: ignore[misc]
-        return
-    try:
-        _enqueue(app, conversation_id, kind=kind)
-    except StoreUnavailable as exc:
-        done[key] = exc
-        raise
-    done[key] = None
-
-
-def _store_and_enqueue(app: Stores, body: bytes, now: datetime) -> IngestResult:
-    """Store the body, then enqueue its turns and fact extractions: one trip to a thread."""
-    result = ingest_body(app[ENGINE], body, now=now)
-    failed: StoreUnavailable | None = None
-    # every enqueue is tried before a failure answers 503: the redelivery brings the turn back
-    # (its message is still unanswered), but not the close of a stale session
-    for conversation_id, kind in [*((c, "facts") for c in result.closed_conversation_ids),
-                                  *((c, "rederive") for c in result.rederive_conversation_ids),
-                                  *((c, "turn") for c in result.turn_conversation_ids)]:
-        try:
-            _enqueue(app, conversation_id, kind=kind)
-        except StoreUnavailable as exc:
-            failed = failed or exc
-    if failed is not None:
-        raise failed
-    return result
-
-
-def _enqueue(app: Stores, conversation_id: int, kind: str = "turn") -> None:
-    settings = app[SETTINGS]
-    try:
-        if kind == "facts":
-            enqueue_facts(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
-        elif kind == "rederive":
-            enqueue_rederive(app[TURN_QUEUE], settings.redis_prefix, conversation_id)
-        else:
-            enqueue_turn(app[TURN_QUEUE], settings.redis_prefix, conversation_id,
-                         job_timeout=settings.turn_job_timeout, at=_turn_at(settings))
-    except (RedisError, RuntimeError) as exc:
-        raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc

@@ -61,6 +61,9 @@ class Settings:
     # POSTs waiting in one web process that switch it to the inbox (store the raw body, answer,
     # let a worker parse and store it: bot.webhook.GroupCommit); 0 never does
     webhook_spill_at: int = 16
+    # a POST of more updates than this (messages, statuses, errors) goes to the inbox at once,
+    # whatever the load, for a worker to store (bot.webhook.store_posts); 0 never does
+    webhook_spill_updates: int = 25
     turn_max_rounds: int = 8
     turn_max_attempts: int = 4
     # the per-conversation lock's TTL, renewed every third of it while a job runs: a dead work
@@ -111,6 +114,8 @@ class Settings:
                 0 <= spill_at <= MAX_GROUP_POSTS):
             problems.append(f"WEBHOOK_SPILL_AT must be 0 (never) to {MAX_GROUP_POSTS} (the "
                             f"most POSTs a group takes)")
+        if isinstance(spill := values.get("webhook_spill_updates"), int) and spill < 0:
+            problems.append("WEBHOOK_SPILL_UPDATES must be 0 (never) or more")
         problems += _edge_problems(values)
         if 0 < len(str(values.get("admin_token", ""))) < MIN_ADMIN_TOKEN_LENGTH:
             problems.append(f"ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} characters "

@@ -23,7 +23,6 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
 from bot.app import create_app
-from bot.signature import sign
 from core import clock
 from core.settings import Settings
 from replay.graph_api import GraphDouble
@@ -32,6 +31,7 @@ from storage.db import create_schema, make_engine, session_scope
 from storage.jobs import enqueue_facts
 from storage.scheduled import enqueue_due
 from storage.tenants import upsert_tenant
+from whatsapp.signature import sign
 from workers.runtime import build_runtime, set_runtime
 from workers.sweeper import close_due, sweep_horizon
 

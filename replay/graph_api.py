@@ -1,6 +1,6 @@
 """Graph API double: a loopback aiohttp server speaking the WhatsApp Cloud API send wire format.
 
-It answers `POST /{version}/{phone_number_id}/messages` as Meta does (reference/whatsapp.md §5),
+It answers `POST /{version}/{phone_number_id}/messages` as Meta does (Sources: WhatsApp §5),
 records every send in `sends` and every mark-as-read / typing indicator in `reads`, and can be told
 to fail the next sends with a given Graph error code (`fail`), to refuse connections until told
 otherwise (`go_down` / `go_up`: nothing reaches it), or to take the next sends and hang up without
@@ -21,7 +21,7 @@ from aiohttp import web
 MAX_TEXT_CHARS = 4096
 ROUTE = r"/{version:v\d+\.\d+}/{phone_number_id}/messages"
 
-# Titles Graph puts in "(#code) title" (Meta error-code page, reference/whatsapp.md §5.4).
+# Titles Graph puts in "(#code) title" (Meta error-code page, Sources: WhatsApp §5.4).
 TITLES = {
     130429: "Rate limit hit",
     131056: "(Business Account, Consumer Account) pair rate limit hit",

@@ -6,7 +6,7 @@ The real `anthropic` SDK (2.x) talks to it unchanged::
     base_url = await double.start()
     client = anthropic.Anthropic(api_key="test", base_url=base_url, max_retries=0)
 
-What it does (DESIGN.md, "Testing against the real wire"):
+What it does (ARCHITECTURE.md, "Testing against the real wire"):
 
 * ``POST /v1/messages`` checks auth (``Authorization: Bearer`` or ``x-api-key``) and the
   ``anthropic-version`` header, then validates the body the way the real API does (tool pairing on
@@ -348,7 +348,7 @@ def _check_conversation(turns: list[tuple[str, list[dict[str, Any]]]]) -> None:
 
 def _is_server_tool_continuation(blocks: list[dict[str, Any]]) -> bool:
     """A `pause_turn` resend: the paused assistant turn ends in a server tool call, which the
-    API itself continues (reference/anthropic.md §1.3); it is not a prefill.
+    API itself continues (Sources: Anthropic §1.3); it is not a prefill.
     """
     return bool(blocks) and blocks[-1].get("type") == "server_tool_use"
 

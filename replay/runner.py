@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import col, select
 
-from bot.inbound import InboundMessage, edit_text, parse_update
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
@@ -28,6 +27,7 @@ from storage.models import (
     ToolCall,
 )
 from storage.tenants import TenantConfigError, validate_config
+from whatsapp.inbound import InboundMessage, edit_text, parse_update
 
 DEFAULT_TENANT: dict[str, Any] = {
     "phone_number_id": "109876543210987", "name": "Salão Exemplo",
@@ -35,6 +35,9 @@ DEFAULT_TENANT: dict[str, Any] = {
 }
 USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
               "output_tokens")
+
+
+Cli = Callable[[list[str]], int]  # the `wagent` command: argv -> exit status
 
 
 class ScenarioError(ValueError):
@@ -67,9 +70,10 @@ class ScenarioResult:
 
 
 def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = None,
-                      database_url: str | None = None,
-                      redis_url: str | None = None) -> ScenarioResult:
-    """Load and run one scenario file. `echo` receives transcript lines as they happen."""
+                      database_url: str | None = None, redis_url: str | None = None,
+                      cli: Cli | None = None) -> ScenarioResult:
+    """Load and run one scenario file. `echo` receives transcript lines as they happen; `cli`
+    runs the scenario's `wagent` steps (`cli.main.main`; see `run_scenario`)."""
     path = Path(path)
     try:
         scenario = json.loads(path.read_text(encoding="utf-8"))
@@ -78,7 +82,7 @@ def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = 
         result.fail(f"cannot read scenario: {exc}")
         return result
     return run_scenario(scenario, base=path.parent, echo=echo, database_url=database_url,
-                        redis_url=redis_url)
+                        redis_url=redis_url, cli=cli)
 
 
 SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
@@ -226,10 +230,13 @@ def _creates_tenant(scenario: dict[str, Any]) -> bool:
 
 def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                  echo: Callable[[str], None] | None = None, database_url: str | None = None,
-                 redis_url: str | None = None) -> ScenarioResult:
+                 redis_url: str | None = None, cli: Cli | None = None) -> ScenarioResult:
     """Run a scenario dict; the environment comes from DATABASE_URL / REDIS_URL when set.
 
-    A malformed scenario fails before anything runs, with every problem listed.
+    A malformed scenario fails before anything runs, with every problem listed. `cli` is the
+    `wagent` command's `main(argv) -> exit status`, which the scenario's `wagent` steps run; the
+    CLI passes its own (the CLI stands above the replay: ARCHITECTURE.md, "Packages"), and
+    a scenario with such a step fails without it.
     """
     result = ScenarioResult(name=str(scenario.get("name", "scenario"))
                             if isinstance(scenario, dict) else "scenario")
@@ -248,7 +255,7 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
     env = ReplayEnvironment(start=start, database_url=database_url or None,
                             redis_url=redis_url or None)
     runner = _Runner(env, result, base, echo or (lambda _line: None),
-                     ZoneInfo(_tenant(scenario)["timezone"]))
+                     ZoneInfo(_tenant(scenario)["timezone"]), cli)
     try:
         local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
@@ -283,8 +290,9 @@ def _tenant(scenario: dict[str, Any]) -> dict[str, Any]:
 
 class _Runner:
     def __init__(self, env: ReplayEnvironment, result: ScenarioResult, base: Path,
-                 echo: Callable[[str], None], timezone: ZoneInfo) -> None:
+                 echo: Callable[[str], None], timezone: ZoneInfo, cli: Cli | None) -> None:
         self.env, self.result, self.base, self.echo = env, result, base, echo
+        self.cli = cli
         self.timezone = timezone
         self.sent_mark = 0  # sends seen by the previous expect
         self.tool_mark = 0  # ToolCall id seen by the previous expect
@@ -362,8 +370,9 @@ class _Runner:
         import contextlib
         import io
 
-        from bot.cli import main
-
+        main = self.cli
+        if main is None:
+            raise ScenarioError(f"{where}: a wagent step needs the CLI (run_scenario(..., cli=))")
         args = [str(self.base / a) if (self.base / a).is_file() else a
                 for a in step["wagent"]]
         environ = {name.upper(): str(value) for name, value in self.env.settings.__dict__.items()
@@ -423,8 +432,7 @@ class _Runner:
                 self.shown_tools = call.id or self.shown_tools
         for send in self.env.graph_api.sends[self.shown_sends:]:
             if send.wamid:
-                text = ((send.body.get("text") or {}).get("body")) or send.body.get("type")
-                self.say(f"agent    ◂ {text}")
+                self.say(f"agent    ◂ {_sent_text(send.body)}")
             else:
                 self.say(f"   [send refused by WhatsApp: code {send.error_code}]")
         self.shown_sends = len(self.env.graph_api.sends)
@@ -617,3 +625,18 @@ def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
 
 def _sorted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(items, key=lambda item: (str(item.get("start", "")), str(item.get("status", ""))))
+
+
+def _sent_text(body: dict[str, Any]) -> str:
+    """What a send put on the customer's phone, as a transcript line: the text, or for a
+    template its name, language and body parameters (the Graph API's `template` object: README,
+    Sessions, the 24-hour window), or the message type."""
+    if body.get("type") == "template":
+        template = body.get("template") or {}
+        language = (template.get("language") or {}).get("code", "")
+        parameters = [str(p.get("text", "")) for c in template.get("components") or []
+                      if c.get("type") == "body" for p in c.get("parameters") or []]
+        shown = f" ({', '.join(parameters)})" if parameters else ""
+        return f"[template {template.get('name')} {language}]{shown}"
+    return str(((body.get("text") or {}).get("body")) or body.get("type"))
+

@@ -8,12 +8,13 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select, update
 
 from storage.facts import dedupe_after_merge
+from storage.messages import insert_rows, one_of, prepared, row_values, upsert
 from storage.models import Appointment, Contact, ContactFact, Conversation
 
 
 def find_or_create(session: Session, *, tenant_id: int, wa_id: str | None, user_id: str | None,
                    profile_name: str | None, now: datetime) -> Contact:
-    """The contact for these identifiers, creating or merging as needed (DESIGN.md Identity).
+    """The contact for these identifiers, creating or merging as needed (ARCHITECTURE.md Identity).
 
     Both ids known on two different rows → the rows merge into the older one. A known `wa_id`
     whose row carries another `user_id` means the number now belongs to someone else: the
@@ -54,8 +55,6 @@ def lookup_for_inbound(session: Session, *, tenant_id: int, wa_id: str | None,
     `last_inbound_at`, and `conversation_id`, `last_activity_at`,
     `conversation_last_inbound_at` (None without an open conversation).
     """
-    from storage.messages import prepared
-
     keys = ("user_id",) * bool(user_id) + ("wa_id",) * bool(wa_id)
     if not keys:
         return []
@@ -81,8 +80,6 @@ def insert_new(session: Session, *, tenant_id: int, wa_id: str | None, user_id: 
                last_inbound_at: datetime | None) -> int | None:
     """Create a contact in one round trip (`INSERT … ON CONFLICT DO NOTHING RETURNING id`);
     None when another transaction created one with either id first."""
-    from storage.messages import prepared, row_values, upsert
-
     table = Contact.__table__  # type: ignore[attr-defined]
     connection, statement = prepared(
         session, "insert_contact",
@@ -95,8 +92,6 @@ def insert_new(session: Session, *, tenant_id: int, wa_id: str | None, user_id: 
 
 def set_fields(session: Session, contact_id: int, values: dict[str, Any]) -> None:
     """One UPDATE of the given columns of a contact (nothing when `values` is empty)."""
-    from storage.messages import prepared
-
     if not values:
         return
     table = Contact.__table__  # type: ignore[attr-defined]
@@ -109,8 +104,6 @@ def lookup_many(session: Session, *, tenant_ids: list[int], user_ids: list[str],
                 wa_ids: list[str]) -> list[Any]:
     """Every contact of these tenants known by one of these ids, each with its open
     conversation (the fields of `lookup_for_inbound`, and `tenant_id`), in one round trip."""
-    from storage.messages import one_of, prepared
-
     c = Contact.__table__  # type: ignore[attr-defined]
     v = Conversation.__table__  # type: ignore[attr-defined]
     connection, statement = prepared(session, "contacts_lookup_many", lambda dialect: sa_select(
@@ -128,8 +121,6 @@ def insert_many(session: Session, rows: list[dict[str, Any]]) -> list[Any]:
     """Insert contacts (each the values of every column but the id) in one statement (`ON
     CONFLICT DO NOTHING`); returns (`id`, `tenant_id`, `user_id`, `wa_id`) of the rows
     inserted (one that collided is missing)."""
-    from storage.messages import insert_rows
-
     return insert_rows(session, Contact.__table__,  # type: ignore[attr-defined]
                        rows, returning=("id", "tenant_id", "user_id", "wa_id"))
 
@@ -137,8 +128,6 @@ def insert_many(session: Session, rows: list[dict[str, Any]]) -> list[Any]:
 def update_many(session: Session, values: list[dict[str, Any]]) -> None:
     """Set `user_id`, `wa_id`, `profile_name` and `last_inbound_at` of many contacts (each
     dict names its contact as `_id`), in one executemany."""
-    from storage.messages import prepared
-
     if not values:
         return
     table = Contact.__table__  # type: ignore[attr-defined]
@@ -154,7 +143,7 @@ def rekey(session: Session, *, tenant_id: int, kind: str, old_wa_id: str | None,
 
     The contact found by the old ids takes the new ones; a contact already known by a new id
     (its message came before the system message: Meta orders nothing) merges into it. A number
-    change regenerates the business-scoped user id (reference/whatsapp.md §3.3): without a new
+    change regenerates the business-scoped user id (Sources: WhatsApp §3.3): without a new
     one in the message, the old one is dropped, so the next message (new number, new user id)
     lands on this contact. Returns the re-keyed contact, or None when no contact is known by the
     old ids.

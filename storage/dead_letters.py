@@ -19,7 +19,7 @@ from sqlmodel import Session, col, delete, select
 from storage.db import session_scope
 from storage.models import Contact, DeadLetter, DeadLetterRef, Tenant
 
-# the fields of a webhook body that name a number or a person (reference/whatsapp.md §3):
+# the fields of a webhook body that name a number or a person (Sources: WhatsApp §3):
 # metadata.phone_number_id; messages[].from / from_user_id; contacts[].wa_id / user_id;
 # system.wa_id / user_id; statuses[].recipient_id / recipient_user_id
 REF_NAMES = {"phone_number_id": "phone_number_id", "from": "wa_id", "wa_id": "wa_id",

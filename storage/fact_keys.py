@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("preference", "agreement", "restriction", "registration", "occurrence")
-# what a value of the key must look like (workers/agent/facts_rules.py): a person's name, one
+# what a value of the key must look like (agent/tools/facts_rules.py): a person's name, one
 # of a few period or weekday words, a code of the tenant's catalogue; "text" is free text,
 # which never enters as confirmed (a person reviews it)
 SHAPES = ("text", "name", "period", "weekday", "service", "professional")

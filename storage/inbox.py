@@ -2,7 +2,7 @@
 
 Under load the web process does not parse a POST: it stores the raw body with one INSERT
 for a whole group, answers 200 once that is committed, and `workers.inbox.drain_inbox` stores
-the updates later (DESIGN.md Data flow 1; reference/whatsapp.md "Answer fast": verify the
+the updates later (ARCHITECTURE.md Data flow 1; Sources: WhatsApp "Answer fast": verify the
 signature, enqueue, return 200, process). A row lives from the 200 until its updates are stored.
 """
 

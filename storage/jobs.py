@@ -4,7 +4,7 @@ A token `<prefix>:<kind>:queued:<conversation_id>` exists while a job of that ki
 and has not yet read the database: a producer that finds it knows its (already committed) change
 will be seen, so it enqueues nothing. The job deletes the token before reading; from then on a
 new trigger enqueues exactly one follow-up, which waits for the running job's lock
-(reference/rq_sqlmodel_structlog.md §1). RQ's `unique=True` is not used: it blocks an id for a
+(Sources: RQ §1). RQ's `unique=True` is not used: it blocks an id for a
 year after a failure, and `enqueue_in` ignores it.
 
 Jobs enqueued for later (`at`: the debounce, retries) wait in RQ's ScheduledJobRegistry; the

@@ -35,7 +35,7 @@ class Tenant(SQLModel, table=True):
     agent_model: str = Field(default="claude-sonnet-5-5", max_length=64)
     summary_model: str = Field(default="claude-haiku-4-5", max_length=64)
     slot_granularity_minutes: int = 30
-    # booking limits (workers/agent/tools/scheduling.py): how far ahead, how soon, how many
+    # booking limits (agent/tools/scheduling.py): how far ahead, how soon, how many
     booking_horizon_days: int = 90
     booking_notice_minutes: int = 60
     max_upcoming_bookings: int = 5  # per contact
@@ -45,7 +45,7 @@ class Tenant(SQLModel, table=True):
     sending_paused_reason: str = Field(default="", max_length=500)
     followup_template_language: str = Field(default="pt_BR", max_length=16)
     # names of default keys or objects {"name", "kind", "validity_days", "review_days", "risk",
-    # "sensitive", "shape"}: storage/fact_keys.py, workers/agent/facts_rules.py
+    # "sensitive", "shape"}: storage/fact_keys.py, agent/tools/facts_rules.py
     fact_keys: list[Any] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
 
@@ -370,7 +370,7 @@ class DeadLetterRef(SQLModel, table=True):
 
 
 class InboxEntry(SQLModel, table=True):
-    """A signed webhook POST accepted under load and not yet processed (DESIGN.md Data flow 1:
+    """A signed webhook POST accepted under load and not yet processed (ARCHITECTURE.md Data flow 1:
     the web process stores the raw body in one INSERT and answers 200; `workers.inbox` parses
     and stores its updates, then deletes the row). Kept only until it is processed."""
 

@@ -227,12 +227,23 @@ class TenantConfig(TenantSettings):
         return {k: v for k, v in super().settings().items() if k in TENANT_FIELDS}
 
 
+# What a pattern means, said to the owner instead of the regular expression itself
+_PATTERN_MEANS = {
+    _INTERVAL: "use HH:MM-HH:MM, times from 00:00 to 23:59 (e.g. 09:00-18:00)",
+    _CODE: "use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+}
+
+
 def problems_of(exc: ValidationError) -> list[str]:
-    """Readable "where: what" lines of a pydantic error (for API details and the CLI)."""
+    """Readable "where: what" lines of a pydantic error (for API details and the CLI); a
+    pattern the value missed is said in words (`_PATTERN_MEANS`), the value echoed."""
     lines = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "body"
         message = str(error["msg"]).removeprefix("Value error, ")
+        pattern = (error.get("ctx") or {}).get("pattern")
+        if error["type"] == "string_pattern_mismatch" and pattern in _PATTERN_MEANS:
+            message = f"{str(error['input'])[:40]!r}: {_PATTERN_MEANS[pattern]}"
         lines.append(f"{where}: {message}")
     return lines
 

@@ -17,7 +17,9 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
+from replay.environment import ReplayEnvironment
 from storage.db import create_schema, make_engine
+from tests.factories import TENANT
 
 REQUIRE = os.environ.get("WAGENT_REQUIRE_SERVICES") == "1"
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -108,6 +110,16 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
     if request.param == "postgres":
         return require_postgres()
     return None
+
+
+@pytest.fixture
+def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
+    """The whole product on loopback with tests.factories.TENANT, at START, on both databases
+    (a test module may define its own `env`, which then wins)."""
+    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
+    environment.add_tenant(TENANT)
+    yield environment
+    environment.close()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from sqlmodel import select
 
-from bot.admin import service
+from operations import service
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import ContactFact, Conversation, Tenant

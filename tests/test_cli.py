@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from cli.main import main
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from bot.cli import _parser, main
+from cli.main import _parser, main
 from replay.runner import run_scenario_file
 from storage.db import make_engine, session_scope
 from storage.models import Appointment, Contact, ContactFact, Conversation, Message, Service
@@ -86,6 +86,8 @@ def test_tenant_create_names_every_problem_of_a_bad_file(database: str, tmp_path
 
 def test_catalogue_commands(database: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "tenant", "create", str(YAML_TENANT))[0] == 0
+    assert run(capsys, "facts", "review", PNID) == (0, "no facts waiting for review", ""), \
+        "an empty review queue says so instead of printing nothing"
     assert run(capsys, "catalog", "service", PNID, "retorno", "--name", "Retorno",
                "--duration", "20")[0] == 0
     status, _, err = run(capsys, "catalog", "professional", PNID, "dr_rui", "--services",
@@ -96,6 +98,12 @@ def test_catalogue_commands(database: str, capsys: pytest.CaptureFixture[str]) -
     assert run(capsys, "catalog", "hours", PNID, "tue=14:00-18:00",
                "wed=08:00-12:00,13:00-17:00")[0] == 0
     assert run(capsys, "catalog", "hours", PNID, "wed=17:00-08:00")[0] == 2
+    status, _, err = run(capsys, "catalog", "hours", PNID, "mon=09:00-25:00")
+    assert status == 2 and "'09:00-25:00': use HH:MM-HH:MM" in err and "[01]" not in err, \
+        "the owner reads what the hours must look like, not a regular expression"
+    status, _, err = run(capsys, "catalog", "service", PNID, "corte feminino", "--name", "Corte",
+                         "--duration", "30")
+    assert status == 2 and "starting with a letter or digit" in err and "^[" not in err
     status, _, err = run(capsys, "catalog", "hours", PNID, "mon=09:00-12:00", "mon=13:00-18:00")
     assert status == 2 and "twice" in err
     assert run(capsys, "catalog", "professional", PNID, "dr_rui", "--name", "Dr. Rui Lima")[0] == 0
@@ -169,7 +177,7 @@ def test_conversations_appointments_and_fact_edit(database: str,
 def test_the_cli_scenario_books_in_its_hours_and_the_new_timeout_closes_the_session(
         database_url: str | None, redis_url: str | None) -> None:
     result = run_scenario_file(SCENARIO, database_url=database_url or "",
-                               redis_url=redis_url or "")
+                               redis_url=redis_url or "", cli=main)
     assert result.passed, result.failures
     assert result.tool_errors == 1, "the booking outside the file's hours was refused"
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
+from agent.window import Stored
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction
@@ -19,7 +20,6 @@ from storage.models import Conversation, Message
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import compaction
-from workers.agent.window import Stored
 from workers.compaction import pick_compactable, should_compact
 
 SUMMARY = "The customer Ana asked about haircuts; nothing booked yet (record)."

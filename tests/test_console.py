@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from bot.cli import main
+from cli.main import main
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, ContactFact, Conversation, Service, Tenant
@@ -260,7 +260,7 @@ def test_a_long_conversation_shows_its_latest_messages(env: ReplayEnvironment, s
 def test_a_fact_whose_key_the_tenant_dropped_is_refused_by_every_door(
         env: ReplayEnvironment, seeded: Seeded, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """CLI, API and console approve through one operation (bot.admin.service.approve_fact),
+    """CLI, API and console approve through one operation (operations.service.approve_fact),
     so the same refusal comes out of each, and the fact stays in review."""
     with session_scope(env.engine) as session:
         fact = session.get(ContactFact, seeded.salon_fact_id)

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlmodel import select
 
+from agent.context import LEFT_ANGLES, RIGHT_ANGLES, context_block, data_text
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Conversation
 from tests.conftest import START
 from tests.factories import TENANT, text_body
-from workers.agent.context import LEFT_ANGLES, RIGHT_ANGLES, context_block, data_text
 
 TAGS = ("customer_context", "facts", "summary_of_earlier_conversation")
 STRUCTURE = {f"<{slash}{tag}>" for tag in TAGS for slash in ("", "/")}

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, event, inspect, text
 from sqlmodel import select
 
-from bot import ingest
+from intake import ingest
 from storage import dead_letters, messages
 from storage.db import session_scope
 from storage.models import DeadLetter, DeadLetterRef, Tenant
@@ -66,14 +66,14 @@ def _ana_dead_letters(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     no_id = _message(SECRET, 1)
     del _item(no_id)["id"]
     _ingest(engine, no_id)
-    real_insert = messages.insert_inbound
+    real_insert = messages.insert_inbound_many
 
-    def failing(session: Any, message: Any) -> Any:
-        if message.wamid.endswith("000002"):
+    def failing(session: Any, rows: list[dict[str, Any]]) -> Any:
+        if any(row["wamid"].endswith("000002") for row in rows):
             raise RuntimeError("a bug while storing")
-        return real_insert(session, message)
+        return real_insert(session, rows)
 
-    monkeypatch.setattr(messages, "insert_inbound", failing)
+    monkeypatch.setattr(messages, "insert_inbound_many", failing)
     _ingest(engine, _message(SECRET, 2))
     monkeypatch.undo()
     _ingest(engine, _message(SECRET, 3, phone_number_id=NOT_ONBOARDED))

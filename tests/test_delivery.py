@@ -19,7 +19,7 @@ import pytest
 from rq.registry import ScheduledJobRegistry
 from sqlmodel import col, select
 
-from bot.admin import service
+from operations import service
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.jobs import FLUSH_JOB, TURN_JOB
@@ -30,9 +30,9 @@ from tests.console_helpers import GARAGE
 from tests.factories import TENANT, text_body
 from tests.test_console import Browser
 from tests.test_graph import emoji_heavy, non_space
+from usage.report import conversation_report
 from workers.maintenance import STALE_SENDING, reconcile_pending, settle_stale_sends
 from workers.outbox import MAX_SEND_ATTEMPTS
-from workers.report import conversation_report
 
 
 @pytest.fixture
@@ -537,3 +537,14 @@ def test_replies_queued_during_an_outage_do_not_use_up_the_waiting_parts_tries(
     env.clock.advance(timedelta(minutes=10))
     env.drain()
     assert _sent_texts(env) == [f"REPLY-{i}" for i in range(9)], "all of them, in order"
+
+
+def test_a_template_in_a_replay_transcript_names_the_template_and_its_parameters() -> None:
+    from replay.runner import _sent_text
+
+    template = {"messaging_product": "whatsapp", "type": "template", "template": {
+        "name": "retorno_atendimento", "language": {"code": "pt_BR"},
+        "components": [{"type": "body", "parameters": [{"type": "text", "text": "Ana"}]}]}}
+    assert _sent_text(template) == "[template retorno_atendimento pt_BR] (Ana)"
+    assert _sent_text({"type": "text", "text": {"body": "Oi!"}}) == "Oi!"
+    assert _sent_text({"type": "interactive", "interactive": {}}) == "interactive"

@@ -24,11 +24,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue
 
-from bot import cli
 from bot import metrics as web_metrics
-from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from cli import main as cli
 from core import clock, metrics
 from core.settings import Settings
+from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from storage import inbox
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +221,7 @@ def test_the_units_run_the_procfile_processes_with_commands_the_cli_has() -> Non
         args = cli._parser().parse_args(argv)  # argparse exits on an unknown command or flag
         assert getattr(args, "run", None) is not None, name
         run[argv[0]] = argv
-        # `wagent` reads the .env of the directory it runs in (bot/cli.py main)
+        # `wagent` reads the .env of the directory it runs in (cli/main.py main)
         assert sections["Service"]["WorkingDirectory"] == [INSTALL_DIR], name
     assert {argv[1] for argv in procfile.values()} == set(run)
 
@@ -247,7 +247,7 @@ def test_the_units_do_not_restart_on_the_clis_configuration_error(
     for name in Settings.REQUIRED_IN_PRODUCTION:
         monkeypatch.delenv(name.upper(), raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli._settings()
+        cli.settings_or_exit()
     for name, sections in services().items():
         assert sections["Service"]["RestartPreventExitStatus"] == [str(exit_info.value.code)], \
             name

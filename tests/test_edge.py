@@ -22,15 +22,15 @@ from aiohttp.test_utils import TestClient
 from sqlalchemy import Engine
 
 from bot import bodies
-from bot.admin import service
 from bot.app import create_app
 from bot.bodies import BODY_BUDGET, lag_allowed
-from bot.signature import sign
 from core.settings import Settings
+from operations import service
 from storage.db import session_scope
 from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import TENANT, text_body
+from whatsapp.signature import sign
 
 SECRET = "edge-app-secret-0123456789"
 OPERATOR = "edge-operator-token-0123456789abcdef"

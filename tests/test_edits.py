@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from bot.inbound import DELETED, InboundMessage, parse_update
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
-from bot.webhook import store_posts
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
+from intake.posts import store_posts
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Conversation, Message
 from tests.conftest import START, WHATSAPP
 from tests.factories import BRUNO, TENANT, text_body
+from whatsapp.inbound import DELETED, InboundMessage, parse_update
 
 ORIGINAL = "Oi! Vocês abrem no sábado? 😊"  # message_text.json, the message both fixtures name
 EDITED = "na verdade prefiro quinta de manhã"  # message_edit_text.json
@@ -226,13 +226,13 @@ def test_an_edit_of_a_deleted_message_is_deleted_and_starts_no_turn(
 def test_a_group_commit_stores_a_late_original_as_the_one_post_path_does(
         env: ReplayEnvironment) -> None:
     """Concurrent POSTs of customer messages share a transaction (store_group); an edit or a
-    deletion among them goes the one-POST way, and an original that arrives in a group after
-    its deletion is a redelivery there too."""
+    deletion among them is stored alone after the set-based pass, and an original that
+    arrives in a group after its deletion is a redelivery there too."""
     app = {ENGINE: env.engine, SETTINGS: env.settings, TURN_QUEUE: env.queue}  # workers.inbox's
     now = env.clock.now()
     bruno = json.dumps(text_body("oi", 1, who=BRUNO)).encode()
     first = store_posts(app, [(fixture("message_revoke.json"), now), (bruno, now)])
-    assert [r.grouped for r in first] == [False, False]  # a revoke: not a group's
+    assert [r.grouped for r in first] == [True, True]
     second = store_posts(app, [(fixture("message_text.json"), now),
                                (json.dumps(text_body("tudo bem?", 2, who=BRUNO)).encode(),
                                 now)])
@@ -242,6 +242,21 @@ def test_a_group_commit_stores_a_late_original_as_the_one_post_path_does(
     assert all("abrem no sábado" not in r for r in requests_text(env))
     claimed = next(m for m in inbound(env) if m.wamid == ORIGINAL_WAMID)
     assert claimed.deleted_at is not None and not claimed.starts_turn
+
+
+def test_a_deletion_and_its_original_in_one_group_keep_their_order(
+        env: ReplayEnvironment) -> None:
+    """Meta orders nothing: in one group, a deletion POSTed before its original claims it, so
+    the original is a redelivery (never stored nor answered), as when POSTed one by one."""
+    app = {ENGINE: env.engine, SETTINGS: env.settings, TURN_QUEUE: env.queue}
+    now = env.clock.now()
+    results = store_posts(app, [(fixture("message_revoke.json"), now),
+                                (fixture("message_text.json"), now)])
+    assert [r.grouped for r in results] == [True, True]
+    assert results[1].counts == {"duplicate": 1} and results[1].turn_conversation_ids == []
+    claimed = next(m for m in inbound(env) if m.wamid == ORIGINAL_WAMID)
+    assert claimed.deleted_at is not None and not claimed.starts_turn
+    assert all("abrem no sábado" not in texts(m.content) for m in inbound(env))
 
 
 def test_the_stamp_keeps_its_time_when_the_text_is_deleted(env: ReplayEnvironment) -> None:

@@ -12,14 +12,7 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlmodel import select
 
-from replay.environment import ReplayEnvironment
-from replay.runner import run_scenario_file
-from storage.db import session_scope
-from storage.models import ContactFact, Conversation, ErasureReceipt
-from storage.rights import export_contact, find_contact, forget_contact
-from tests.conftest import START
-from tests.factories import TENANT, text_body
-from workers.agent.facts_rules import (
+from agent.tools.facts_rules import (
     DEFAULT_KEYS,
     Catalogue,
     FactKey,
@@ -33,6 +26,13 @@ from workers.agent.facts_rules import (
     render_fact_lines,
     validate,
 )
+from replay.environment import ReplayEnvironment
+from replay.runner import run_scenario_file
+from storage.db import session_scope
+from storage.models import ContactFact, Conversation, ErasureReceipt
+from storage.rights import export_contact, find_contact, forget_contact
+from tests.conftest import START
+from tests.factories import TENANT, text_body
 from workers.facts import forget_fact
 
 BUNDLED = Path(__file__).parent.parent / "replay" / "scenarios"

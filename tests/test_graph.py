@@ -16,7 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from replay.graph_api import GraphDouble
-from workers.whatsapp import (
+from whatsapp.graph import (
     GraphAuthError,
     GraphClient,
     GraphError,

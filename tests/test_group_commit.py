@@ -1,11 +1,12 @@
-"""Group commit (bot/ingest.py `store_group`, bot/webhook.py `GroupCommit`): concurrent POSTs
+"""Group commit (intake/ingest.py `store_group`, bot/webhook.py `GroupCommit`): concurrent POSTs
 stored in one transaction must end exactly as if each had been stored alone, in order.
 
 Each case builds a list of webhook bodies (bursts, redeliveries inside and across groups, a
 known contact, a stale session, a re-assigned number, a merge, an unknown number, a tombstone,
-a status in the middle), stores them once one by one (`store_updates`) and once as groups
-(`store_group`, then the POSTs it hands back one by one, as the webhook does), and compares the
-two databases, ids aside. Then the HTTP edge: many concurrent POSTs through `create_app`.
+a status in the middle), stores them once one by one (`ingest_body`: each POST's messages a
+group of one) and once as groups (`store_group` on the POSTs made only of customer messages,
+the others one by one after it, as the webhook does), and compares the two databases, ids
+aside. Then the HTTP edge: many concurrent POSTs through `create_app`.
 """
 
 import asyncio
@@ -21,18 +22,18 @@ from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, text
 from sqlmodel import select
 
-from bot import ingest
 from bot.app import create_app
-from bot.inbound import parse_update
-from bot.signature import sign
 from core import clock
 from core.settings import Settings
+from intake import ingest
 from storage.db import session_scope
 from storage.messages import wamid_hash
 from storage.models import Contact, Conversation, DeadLetter, Message, WamidTombstone
 from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import PHONE_NUMBER_ID, TENANT
+from whatsapp.inbound import parse_update
+from whatsapp.signature import sign
 
 SECRET = "group_commit_secret_0123456789"
 
@@ -139,18 +140,17 @@ def _one_by_one(engine: Engine) -> list[ingest.IngestResult]:
     return results
 
 
-def _grouped(engine: Engine, alone: list[list[str]]) -> list[ingest.IngestResult]:
-    """Each group through `store_group`, then what it hands back one by one (their first
-    wamids appended to `alone`, one list per group)."""
+def _grouped(engine: Engine) -> list[ingest.IngestResult]:
+    """Each group's POSTs of customer messages through one `store_group`, then the others (a
+    status) one by one."""
     results = []
     for g, group in enumerate(GROUPS):
         now = START + timedelta(minutes=g + 1)
         pendings = [ingest.Pending(found, now) if (found := ingest.inbound_only(raw)) else None
                     for raw in group]
-        handed_back = ingest.store_group(engine, [p for p in pendings if p is not None])
-        alone.append([p.messages[0].wamid for p in handed_back])
+        ingest.store_group(engine, [p for p in pendings if p is not None])
         for raw, pending in zip(group, pendings, strict=True):
-            if pending is None or pending.alone:
+            if pending is None:
                 results.append(ingest.ingest_body(engine, raw, now=now))
             else:
                 results.append(pending.result)
@@ -210,9 +210,7 @@ def test_a_group_ends_as_one_by_one(engine: Engine) -> None:
     expected, expected_turns = _state(engine), _turns(engine, alone)
     _wipe(engine)
     _setup(engine)
-    handed_back: list[list[str]] = []
-    grouped = _grouped(engine, handed_back)
-    assert handed_back == [["wamid.U1"], ["wamid.F1", "wamid.G1", "wamid.H1", "wamid.H2"]]
+    grouped = _grouped(engine)
     assert _state(engine) == expected
     assert _turns(engine, grouped) == expected_turns
     assert [r.counts for r in grouped] == [r.counts for r in alone]
@@ -312,8 +310,8 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     or its token keeps changing): the POST answers 503 so Meta redelivers, but the facts of
     the session it closed are enqueued first, because the close is committed and the
     redelivery, a duplicate, would not report it again."""
-    from bot import webhook
-    from bot.errors import StoreUnavailable
+    from intake import posts
+    from intake.errors import StoreUnavailable
     from storage.jobs import token_key
 
     with session_scope(engine) as session:
@@ -329,16 +327,45 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
 
-    monkeypatch.setattr(webhook, "enqueue_turns", contended)
-    monkeypatch.setattr(webhook, "enqueue_turn", refused)
-    posts = [(body("wamid.new", "voltei", **caio), later)]
+    monkeypatch.setattr(posts, "enqueue_turns", contended)
+    monkeypatch.setattr(posts, "enqueue_turn", refused)
+    bodies = [(body("wamid.new", "voltei", **caio), later)]
     if grouped:
-        posts.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
-                      later))
-    outcomes = webhook.store_posts(app, posts)
+        bodies.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
+                       later))
+    outcomes = posts.store_posts(app, bodies)
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:
         closed = session.exec(select(Conversation).where(
             Conversation.status == "closed")).one()
     assert redis_client.get(token_key("t", "facts", int(closed.id or 0))) is not None
+
+
+def test_a_big_post_is_stored_in_chunks_and_a_bad_message_loses_nothing_else(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A POST's messages go UPDATES_PER_TRANSACTION to a transaction (here 2): a redelivery
+    across chunks is a duplicate, and a message the database refuses is dead-lettered alone
+    while the rest of its chunk lands."""
+    with session_scope(engine) as session:
+        upsert_tenant(session, TENANT, now=START)
+    monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 2)
+    real_insert = ingest.messages.insert_inbound_many
+
+    def refusing(session: Any, rows: list[dict[str, Any]]) -> Any:
+        if any(row["wamid"] == "wamid.K3" for row in rows):
+            raise RuntimeError("a value the database refuses")
+        return real_insert(session, rows)
+
+    monkeypatch.setattr(ingest.messages, "insert_inbound_many", refusing)
+    raw = body("wamid.K0", "m0", **ANA)
+    for wamid in ("wamid.K1", "wamid.K2", "wamid.K3", "wamid.K0", "wamid.K4"):
+        raw = two_messages(raw, body(wamid, wamid[-2:], **ANA))
+    result = ingest.ingest_body(engine, raw, now=START)
+    assert result.counts == {"message": 4, "duplicate": 1, "dead_letter": 1}
+    assert len(result.turn_conversation_ids) == 1
+    with session_scope(engine) as session:
+        stored = sorted(str(m.wamid) for m in session.exec(select(Message)))
+        (letter,) = session.exec(select(DeadLetter)).all()
+    assert stored == ["wamid.K0", "wamid.K1", "wamid.K2", "wamid.K4"]
+    assert b"wamid.K3" in letter.body

@@ -1,7 +1,7 @@
-"""The pure webhook parser (bot/inbound.py) against the shared fixtures and hand-built shapes.
+"""The pure webhook parser (whatsapp/inbound.py) against the shared fixtures and hand-built shapes.
 
-Rules: reference/whatsapp.md §3 (envelope, per-type bodies, statuses, system messages) and
-DESIGN.md Data flow 1 (each update isolated, one bad item losing nothing else).
+Rules: Sources: WhatsApp §3 (envelope, per-type bodies, statuses, system messages) and
+ARCHITECTURE.md Data flow 1 (each update isolated, one bad item losing nothing else).
 """
 
 import copy
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from bot.inbound import (
+from tests.conftest import WHATSAPP
+from whatsapp.inbound import (
     BadItem,
     ErrorNotice,
     IdentityChange,
@@ -19,7 +20,6 @@ from bot.inbound import (
     StatusUpdate,
     parse_update,
 )
-from tests.conftest import WHATSAPP
 
 PHONE_NUMBER_ID = "109876543210987"
 ANA_WA, ANA_USER = "5511999990001", "BR.9000000000000000001"

@@ -6,6 +6,8 @@ lost when the database, Redis or the code fails on the way.
 """
 
 import asyncio
+import json
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -17,12 +19,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 from sqlmodel import func, select
 
-from bot import webhook
 from bot.app import create_app
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from bot.webhook import GroupCommit
 from core.clock import FrozenClock, set_clock
-from core.settings import Settings, SettingsError
+from core.settings import SMALL_BODY_BYTES, Settings, SettingsError
+from intake import posts
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from storage import inbox
 from storage.db import session_scope
 from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
@@ -167,7 +169,7 @@ async def test_a_spill_without_redis_answers_503_and_is_reconciled(
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
 
-    monkeypatch.setattr(webhook, "enqueue_drain", refused)
+    monkeypatch.setattr(posts, "enqueue_drain", refused)
     raw = body("wamid.R1", "oi", wa_id="5511900000001", user_id=None)
     assert await _post(client, raw) == 503
     monkeypatch.undo()
@@ -198,9 +200,9 @@ def test_a_failed_drain_keeps_its_entries(
     def refused(*_: Any, **__: Any) -> Any:
         raise redis.exceptions.ConnectionError("refused")
 
-    monkeypatch.setattr(webhook, "enqueue_turns", refused)
-    monkeypatch.setattr(webhook, "enqueue_turn", refused)
-    with pytest.raises(webhook.StoreUnavailable):
+    monkeypatch.setattr(posts, "enqueue_turns", refused)
+    monkeypatch.setattr(posts, "enqueue_turn", refused)
+    with pytest.raises(posts.StoreUnavailable):
         drainer.drain_batch(rt)
     assert count(engine, InboxEntry) == 3
     assert job_ids(redis_client, "turn") == []
@@ -221,14 +223,14 @@ def test_an_entry_that_breaks_storing_is_dead_lettered_whole(
     inbox.add_many(engine, [(body("wamid.B1", "oi", wa_id="5511900000001", user_id=None), START),
                             (broken, START),
                             (body("wamid.B2", "oi", wa_id="5511900000002", user_id=None), START)])
-    real = webhook.ingest_body
+    real = posts.ingest_body
 
     def buggy(engine_: Engine, raw: bytes, *, now: Any) -> Any:
         if raw == broken:
             raise KeyError("a bug")
         return real(engine_, raw, now=now)
 
-    monkeypatch.setattr(webhook, "ingest_body", buggy)
+    monkeypatch.setattr(posts, "ingest_body", buggy)
     assert drainer.drain_batch(runtime(engine, redis_client)) == 3
     assert count(engine, InboxEntry) == 0
     assert count(engine, Message) == 2
@@ -339,7 +341,7 @@ def test_erasing_a_contact_reaches_the_inbox(
     ana = {"wa_id": "5511900000001", "user_id": "BR.A1"}
     bia = {"wa_id": "5511900000002", "user_id": "BR.B2"}
     rt = runtime(engine, redis_client)
-    webhook.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+    posts.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
                         [(body("wamid.E0", "oi", **ana), START)])
     inbox.add_many(engine, [(body("wamid.E1", "segredo", **ana), START),
                             (two_messages(body("wamid.E2", "segredo", **ana),
@@ -378,12 +380,12 @@ def test_a_failed_drain_gives_its_token_back_without_personal_data(
     monkeypatch.setattr(drainer, "get_current_job", lambda: Job)
     monkeypatch.setattr(drainer, "get_runtime", lambda: rt)
     monkeypatch.setattr(inbox, "claim", failing_claim)
-    with pytest.raises(webhook.StoreUnavailable):
+    with pytest.raises(posts.StoreUnavailable):
         drainer.drain_inbox()
     assert redis_client.get(token_key("t", "inbox", INBOX_KEY)) == job_id.encode()
     assert enqueue_drain(rt.queue, "t") is None  # one drain at a time
     Job.retries_left = 0  # the last attempt
-    with pytest.raises(webhook.StoreUnavailable) as failure:
+    with pytest.raises(posts.StoreUnavailable) as failure:
         drainer.drain_inbox()
     assert failure.value.__cause__ is None and failure.value.__suppress_context__
     assert "5511912345678" not in str(failure.value)
@@ -420,7 +422,7 @@ def test_the_sweeper_leaves_open_a_session_with_a_message_waiting_in_the_inbox(
     ana = {"wa_id": "5511900000001", "user_id": None}
     rt = runtime(engine, redis_client)
     stores = {ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue}
-    webhook.store_posts(stores, [(body("wamid.S1", "oi", **ana), START)])
+    posts.store_posts(stores, [(body("wamid.S1", "oi", **ana), START)])
     with session_scope(engine) as session:
         first = session.exec(select(Conversation)).one()
     assert first.due_at is not None
@@ -475,7 +477,7 @@ def test_forgetting_survives_an_inbox_body_too_deep_to_parse(
         upsert_tenant(session, TENANT, now=START)
     ana = {"wa_id": "5511900000001", "user_id": None}
     rt = runtime(engine, redis_client)
-    webhook.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+    posts.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
                         [(body("wamid.D0", "oi", **ana), START)])
     deep = (b'{"a":' * 100_000 + b'"' + PHONE_NUMBER_ID.encode() + b" " + ana["wa_id"].encode()
             + b'"' + b"}" * 100_000)
@@ -505,3 +507,77 @@ async def test_unreadable_bodies_spilled_under_load_reach_the_dead_letters_whole
         stored = [m.wamid for m in session.exec(select(Message))]
     assert letters == sorted(unreadable)
     assert stored == ["wamid.V1"]
+
+
+# --- big POSTs: to the inbox at once, never in front of the small ones -------------------------
+
+
+def statuses_body(count_: int) -> bytes:
+    """One POST of `count_` statuses of sends never made (each changes nothing)."""
+    raw = json.loads(status_body("wamid.OUT0"))
+    value = raw["entry"][0]["changes"][0]["value"]
+    value["statuses"] = [{**value["statuses"][0], "id": f"wamid.OUT{n}"} for n in range(count_)]
+    return json.dumps(raw).encode()
+
+
+async def test_a_big_post_goes_to_the_inbox_at_once_and_the_drain_stores_it(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    """More than WEBHOOK_SPILL_UPDATES updates: answered once the raw body is in the inbox,
+    whatever the load; at the threshold, stored before the answer."""
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
+    limit = Settings().webhook_spill_updates
+    assert await _post(client, statuses_body(limit)) == 200
+    assert count(engine, InboxEntry) == 0
+    big = two_messages(body("wamid.BIG1", "oi", wa_id="5511900000001", user_id=None),
+                       statuses_body(limit))
+    assert await _post(client, big) == 200
+    assert count(engine, InboxEntry) == 1 and count(engine, Message) == 0
+    assert len(job_ids(redis_client, "inbox")) == 1
+    assert drainer.drain(runtime(engine, redis_client), job_id=None, linger=0) == 1
+    assert count(engine, InboxEntry) == 0 and count(engine, Message) == 1
+    assert len(job_ids(redis_client, "turn")) == 1
+
+
+async def test_a_body_over_the_small_size_goes_to_the_inbox_unparsed(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
+    long_text = "tem horário amanhã? " * (SMALL_BODY_BYTES // 20)
+    raw = body("wamid.LONG1", long_text, wa_id="5511900000001", user_id=None)
+    assert len(raw) > SMALL_BODY_BYTES
+    assert await _post(client, raw) == 200
+    assert count(engine, InboxEntry) == 1 and count(engine, Message) == 0
+    drainer.drain(runtime(engine, redis_client), job_id=None, linger=0)
+    with session_scope(engine) as session:
+        (stored,) = session.exec(select(Message)).all()
+    assert long_text.strip() in stored.content[0]["text"]
+
+
+async def test_a_small_post_is_answered_while_a_large_body_is_still_being_stored(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large body is handled beside the groups: while its INSERT into the inbox is held,
+    a small POST is stored and answered (no head-of-line blocking; bench/head_of_line.py)."""
+    client = await tenant_client(aiohttp_client, engine, redis_client, 16)
+    held, release = threading.Event(), threading.Event()
+    real_add = inbox.add_many
+
+    def slow_add(engine_: Engine, posts: list[Any]) -> None:
+        held.set()
+        assert release.wait(10)
+        real_add(engine_, posts)
+
+    monkeypatch.setattr(inbox, "add_many", slow_add)
+    large = asyncio.create_task(_post(client, body(
+        "wamid.LONG2", "x" * (SMALL_BODY_BYTES + 1), wa_id="5511900000001", user_id=None)))
+    assert await asyncio.to_thread(held.wait, 10)
+    small = body("wamid.SMALL1", "oi", wa_id="5511900000002", user_id=None)
+    assert await _post(client, small) == 200
+    assert not large.done() and count(engine, Message) == 1
+    release.set()
+    assert await large == 200
+    assert count(engine, InboxEntry) == 1
+
+
+def test_a_negative_big_post_threshold_is_refused() -> None:
+    with pytest.raises(SettingsError, match="WEBHOOK_SPILL_UPDATES"):
+        Settings.from_env({"WEBHOOK_SPILL_UPDATES": "-1"}, require=False)

@@ -11,13 +11,13 @@ import pytest
 from rq import SimpleWorker
 from sqlmodel import select
 
+from agent.loop import run_tool_loop
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, Message, Outbound
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import turns
-from workers.agent.loop import run_tool_loop
 from workers.maintenance import reconcile_pending
 
 
@@ -181,8 +181,8 @@ def test_the_jobs_timeout_is_not_swallowed_by_the_tool_loop() -> None:
         def on_tool_results(self, content: Any) -> None: ...
 
     with pytest.raises(_JobTimeout):
-        run_tool_loop(create, request={}, messages=[{"role": "user", "content": [
-            {"type": "text", "text": "x"}]}],
+        run_tool_loop(create, request_for=lambda messages: {"messages": messages},
+                      messages=[{"role": "user", "content": [{"type": "text", "text": "x"}]}],
                       execute=slow_tool, hooks=Hooks(), max_rounds=3, fatal=(_JobTimeout,))
 
 

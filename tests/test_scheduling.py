@@ -10,13 +10,14 @@ import pytest
 from sqlalchemy import Engine
 from sqlmodel import select
 
+from agent.tools.base import MAX_RESULT_CHARS, ToolContext
+from agent.tools.registry import execute_tool
+from agent.tools.scheduling import SERVICES_CHARS
+from agent.tools.slots import compute_slots, opening_interval
 from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
-from workers.agent.tools.base import MAX_RESULT_CHARS, ToolContext
-from workers.agent.tools.scheduling import SERVICES_CHARS, execute_tool
-from workers.agent.tools.slots import compute_slots, opening_interval
 
 SP = ZoneInfo("America/Sao_Paulo")
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo

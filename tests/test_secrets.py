@@ -26,15 +26,14 @@ from rq.registry import FailedJobRegistry
 from sqlalchemy import Engine, text
 from sqlmodel import select
 
-import bot.admin.service
 import bot.console.app
 import bot.webhook
-from bot.admin import service
+import operations.service
 from bot.app import create_app
 from bot.console.app import COOKIE
-from bot.signature import sign
 from core.logs import configure_logging
 from core.settings import Settings
+from operations import service
 from replay import environment as replay
 from replay.environment import ReplayEnvironment
 from storage.db import make_engine, session_scope
@@ -42,6 +41,7 @@ from storage.models import ContactFact, Conversation, Tenant
 from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import ANA, TENANT, text_body
+from whatsapp.signature import sign
 
 APP_SECRET = "sec-app-secret-7f3a9c1e5b2d4f6a8c0e"
 VERIFY_TOKEN = "sec-verify-token-2b4d6f8a0c1e3a5c"
@@ -236,7 +236,7 @@ async def test_errors_on_every_path_holding_a_secret_log_tracebacks_without_it(
     sid, csrf = await sign_in(client, token)
     webhook = json.dumps(text_body(CUSTOMER_TEXT, 1, sent_at=START)).encode()
     with monkeypatch.context() as patch:  # a bug under each path
-        patch.setattr(bot.admin.service, "counts", broken)  # console home, admin GET tenant
+        patch.setattr(operations.service, "counts", broken)  # console home, admin GET tenant
         patch.setattr(bot.console.app, "_token_row", broken)  # console sign-in
         patch.setattr(bot.webhook, "store_posts", broken)  # a signed webhook POST
         assert (await client.get("/console/")).status == 500

@@ -12,7 +12,7 @@ import pytest
 from sqlmodel import select
 
 from bot.console.app import STAMP
-from bot.ingest import stamp
+from intake.ingest import stamp
 from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario
 from storage.db import session_scope

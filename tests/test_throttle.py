@@ -14,13 +14,13 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from sqlalchemy import Engine
 
-from bot import cli
-from bot.admin import service
 from bot.app import create_app
 from bot.guard import client_address
-from bot.keys import SETTINGS
+from cli import main as cli
 from core.credentials import TENANT_TOKEN, tenant_named
 from core.settings import Settings, SettingsError
+from intake.keys import SETTINGS
+from operations import service
 from storage.db import session_scope
 from storage.keys import auth_failures_key
 from storage.tenants import upsert_tenant

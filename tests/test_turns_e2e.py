@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from cli.main import main
 from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario, run_scenario_file
 from storage.db import session_scope
@@ -32,7 +33,8 @@ def test_bundled_demo_books_moves_and_cancels(database_url: str | None,
     paths = sorted(BUNDLED.glob("*.json"))
     assert {p.name for p in paths} >= {"salon_book_move_cancel.json", "clinic_cli_setup.json"}
     for path in paths:
-        result = run_scenario_file(path, database_url=database_url, redis_url=redis_url)
+        result = run_scenario_file(path, database_url=database_url, redis_url=redis_url,
+                                   cli=main)
         assert result.passed, (path.name, result.failures)
         assert result.api_errors == 0 and result.unscripted_calls == 0
         if path.name == "salon_book_move_cancel.json":
@@ -51,7 +53,7 @@ def test_what_the_business_sees_is_what_reached_the_customer(database_url: str |
     """Issue 17 from the outside: Graph unreachable, rate-limited, refusing and hanging up;
     what `wagent conversations show` reports each time (tests/scenarios/delivery_truth.json)."""
     result = run_scenario_file(TESTS / "delivery_truth.json", database_url=database_url,
-                               redis_url=redis_url)
+                               redis_url=redis_url, cli=main)
     assert result.passed, result.failures
     assert [s["text"] for s in result.sent if s["type"] == "text"] == [
         "Olá, Ana! Em que posso ajudar?", "Tenho amanhã às 14h e às 16h com a Júlia.",
@@ -240,8 +242,8 @@ def test_a_retried_turn_replays_stored_tool_results_without_a_second_booking() -
         env.drain()
         with session_scope(env.engine) as session:
             call = session.exec(select(ToolCall)).one()
-        from workers.agent.tools.base import ToolContext
-        from workers.agent.tools.scheduling import execute_tool
+        from agent.tools.base import ToolContext
+        from agent.tools.registry import execute_tool
         ctx = ToolContext(engine=env.engine, tenant_id=1, contact_id=1, conversation_id=1,
                           timezone=__import__("zoneinfo").ZoneInfo("America/Sao_Paulo"),
                           now=env.clock.now(), tool_use_id=call.tool_use_id)
@@ -318,5 +320,5 @@ def test_graph_fail_and_wagent_output_options_are_checked(redis_url: str | None)
     assert any("output_contains takes a list" in f for f in bad.failures)
     missing = run_scenario(scenario([{"wagent": ["tenant", "list"],
                                       "output_contains": ["Salão Exemplo", "Oficina"]}]),
-                           redis_url=redis_url)
+                           redis_url=redis_url, cli=main)
     assert missing.failures == ["step 0: wagent tenant list printed no 'Oficina'"]

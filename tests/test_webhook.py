@@ -1,7 +1,7 @@
 """The HTTP edge through `create_app` with a real client: handshake, signature, body limit,
 storage of every update, turn enqueueing, statuses, identity, and 503 when a store is down.
 
-Rules: DESIGN.md Data flow 1 and Identity; reference/whatsapp.md §1-4;
+Rules: ARCHITECTURE.md Data flow 1 and Identity; Sources: WhatsApp §1-4;
 tests/fixtures/whatsapp/README.md (constants, wire bytes, handshake cases).
 """
 
@@ -23,17 +23,17 @@ from sqlalchemy import Engine, func
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
-from bot import ingest
 from bot.app import create_app
-from bot.signature import sign
 from core import clock
 from core.settings import Settings
+from intake import ingest
 from storage import contacts, messages
 from storage import facts as fact_repo
 from storage.db import make_engine, session_scope
 from storage.models import Contact, ContactFact, Conversation, DeadLetter, Message, Outbound
 from storage.tenants import upsert_tenant
 from tests.conftest import START, WHATSAPP
+from whatsapp.signature import sign
 
 SECRET = "fake_app_secret_0123456789abcdef"
 VERIFY_TOKEN = "fake-verify-token-123"
@@ -54,8 +54,9 @@ Client = TestClient  # type: ignore[type-arg]
 
 
 def make_settings(**overrides: Any) -> Settings:
+    # every POST stored before its answer, as big as it is (the inbox: tests/test_inbox.py)
     return Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token=VERIFY_TOKEN,
-                    redis_prefix="t", queue_name="t", **overrides)
+                    redis_prefix="t", queue_name="t", **{"webhook_spill_updates": 0, **overrides})
 
 
 @pytest.fixture(autouse=True)
@@ -849,7 +850,9 @@ async def test_database_lost_midway_through_a_batch(
         client: Client, engine: Engine, redis_client: redis.Redis,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The first update landed, the second could not: 503; the redelivery stores the second
-    and queues both turns (the first message is still unanswered)."""
+    and queues both turns (the first message is still unanswered). A POST's messages share a
+    transaction up to UPDATES_PER_TRANSACTION; here one each, as in a big POST's chunks."""
+    monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 1)
     real_scope, calls = ingest.session_scope, iter(range(100))
 
     def flaky(eng: Engine) -> Any:
@@ -862,7 +865,7 @@ async def test_database_lost_midway_through_a_batch(
     assert (await post(client, raw))[0] == 503
     assert count(engine, Message) == 1
     assert turn_jobs(redis_client) == 0
-    monkeypatch.undo()
+    monkeypatch.setattr(ingest, "session_scope", real_scope)
     assert (await post(client, raw))[0] == 200
     assert count(engine, Message) == 2
     assert turn_jobs(redis_client) == 2
@@ -875,7 +878,7 @@ async def test_store_failure_logs_carry_no_message_text_or_phone(
                                {"content": "Oi! Vocês abrem", "wa_id": ANA_WA},
                                Exception("server closed the connection unexpectedly"))
 
-    monkeypatch.setattr(messages, "insert_inbound", lost)
+    monkeypatch.setattr(messages, "insert_inbound_many", lost)
     with structlog.testing.capture_logs() as logs:
         assert (await post(client, fixture_bytes("message_text.json")))[0] == 503
     loud = [e for e in logs if e["log_level"] not in ("debug",)]

@@ -1,4 +1,4 @@
-"""Property tests of the webhook over generated and mutated payloads (DESIGN.md Data flow 1).
+"""Property tests of the webhook over generated and mutated payloads (ARCHITECTURE.md Data flow 1).
 
 Once the signature is valid the answer is 200 whatever the body: never a 5xx. Every message that
 is still well-formed is stored once (unique on its wamid) and, when it starts a turn, its turn is
@@ -33,7 +33,6 @@ from sqlalchemy import Engine, event, func
 from sqlmodel import SQLModel, select
 
 from bot.app import create_app
-from bot.signature import sign
 from core import clock
 from core.settings import Settings
 from storage.db import create_schema, make_engine, session_scope
@@ -50,6 +49,7 @@ from storage.models import (
 )
 from storage.tenants import upsert_tenant
 from tests.conftest import START, WHATSAPP
+from whatsapp.signature import sign
 
 SECRET = "fake_app_secret_0123456789abcdef"
 PREFIX = QUEUE = "fz"
@@ -78,8 +78,9 @@ class Webhook:
         self.engine, self.redis = engine, redis_client
         self.queue = Queue(QUEUE, connection=redis_client)
         self.logs: list[dict[str, Any]] = []
+        # every POST stored before its answer, however big (the inbox: tests/test_inbox.py)
         settings = Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token="fz-token",
-                            redis_prefix=PREFIX, queue_name=QUEUE)
+                            redis_prefix=PREFIX, queue_name=QUEUE, webhook_spill_updates=0)
         app = create_app(settings, engine=engine, redis_client=redis_client)
         self.loop = asyncio.new_event_loop()
         self.client = self.loop.run_until_complete(self._start(app))
@@ -213,7 +214,7 @@ def any_db_webhook(engine: Engine, redis_client: redis.Redis) -> Iterator[Webhoo
 
 def clean(text: str) -> str:
     """A string as the product stores it: NUL dropped, a lone surrogate replaced (PostgreSQL
-    refuses both; bot/inbound.py `_str`)."""
+    refuses both; whatsapp/inbound.py `_str`)."""
     return _SURROGATE.sub("\ufffd", text.replace("\x00", ""))
 
 
@@ -255,7 +256,7 @@ def nonempty(value: Any) -> bool:
 def well_formed_wamid(phone_number_id: Any, item: Any) -> str | None:
     """The stored wamid of a message that must be stored: a string id, a `from` or
     `from_user_id`, a `text` object with a string `body`, under the tenant's phone_number_id.
-    A `system` item is an identity change, not a message (DESIGN.md Identity)."""
+    A `system` item is an identity change, not a message (ARCHITECTURE.md Identity)."""
     if phone_number_id != PHONE_NUMBER_ID or not isinstance(item, dict):
         return None
     if not nonempty(item.get("id")):
@@ -331,7 +332,7 @@ TEXT_CHARS = st.one_of(ANY_CHAR, CONTROL_CHARS, SURROGATES, SPECIAL_CHARS)  # fo
 WAMID_TAIL = st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-.",
                      max_size=16)
 # "-62135596800" (0001-01-01T00:00Z) once lost a message: `stamp` overflowed converting it to
-# a timezone behind UTC. Timestamps outside 2009..2100 now count as missing (bot/inbound.py).
+# a timezone behind UTC. Timestamps outside 2009..2100 now count as missing (whatsapp/inbound.py).
 TIMESTAMPS = st.one_of(
     st.integers(1_700_000_000, 1_900_000_000).map(str),
     st.integers(-(2**40), 2**40),
@@ -496,7 +497,7 @@ ENCODINGS = st.sampled_from(["ascii", "meta", "utf8", "pretty"])
 
 
 def claims(items: Iterable[dict[str, Any]]) -> set[str]:
-    """The wamids that edits and deletions among `items` name (bot/ingest.py `_follow_up`
+    """The wamids that edits and deletions among `items` name (intake/ingest.py `_follow_up`
     stores a row under each one not stored yet)."""
     named = set()
     for item in items:

@@ -8,10 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.messages_api import validate_request
-from workers.agent.context import TenantPrompt, build_request, context_block
-from workers.agent.tools.scheduling import TOOLS
-from workers.agent.window import (
+from agent.context import TenantPrompt, build_request, context_block
+from agent.tools.registry import REGISTRY
+from agent.window import (
     Stored,
     first_safe_start,
     last_safe_start,
@@ -21,6 +20,7 @@ from workers.agent.window import (
     select_window,
     to_api_messages,
 )
+from replay.messages_api import validate_request
 from workers.compaction import pick_compactable
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
@@ -65,7 +65,7 @@ def _at(number: int, role: str, content: list[dict[str, Any]]) -> Stored:
 
 
 def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return build_request(tenant=TENANT, tools=TOOLS,
+    return build_request(tenant=TENANT, tools=REGISTRY,
                          context=context_block(["preferred_name: Ana"], "Ana booked a haircut."),
                          messages=messages, max_tokens=512, metadata_user_id="x")
 
@@ -150,7 +150,8 @@ def test_request_layout_keeps_the_prefix_stable() -> None:
         {"type": "text", "text": "Olá"}]}, {"role": "user", "content": [
             {"type": "text", "text": "[Mon] corte"}]}])
     assert first["system"] == second["system"] and first["tools"] == second["tools"]
-    assert [t["name"] for t in first["tools"]] == sorted(t["name"] for t in TOOLS)
+    assert [t["name"] for t in first["tools"]] == sorted(
+        t.name for t in REGISTRY if t.name != "remember_fact"), "no fact keys: no remember_fact"
     assert first["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert second["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral",
                                                                        "ttl": "1h"}
@@ -279,7 +280,7 @@ def test_the_hard_cap_sends_a_long_pending_burst_whole() -> None:
 
 def test_a_message_with_nothing_to_send_neither_starts_nor_joins_a_burst() -> None:
     """An edit that arrives before its original claims the original's wamid with an empty row
-    (bot/ingest.py `_follow_up`); that row is placed in the history but sends nothing, so the
+    (intake/ingest.py `_follow_up`); that row is placed in the history but sends nothing, so the
     edit right after it is still the start of its turn, and the window is never empty."""
     history = _conversation((["oi"], "Olá!")) + [
         _at(3, "user", []),

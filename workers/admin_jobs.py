@@ -11,7 +11,7 @@ log = structlog.get_logger(__name__)
 
 
 def reject_fact(fact_id: int, reason: str | None = None, by: str | None = None) -> str:
-    """Finish a review rejection (`bot.admin.service.reject_fact`, from the API, the console
+    """Finish a review rejection (`operations.service.reject_fact`, from the API, the console
     or `wagent facts reject`): every summary of the contact is re-derived without the value,
     the open session closes, a receipt blocks the value (workers/facts.py `forget_fact`).
     Raises on a failed model call, so RQ's Retry runs again; the rejection itself was already

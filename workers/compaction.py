@@ -16,19 +16,19 @@ from typing import Any
 import anthropic
 import structlog
 
-from core import clock, metrics
-from storage import memory
-from storage.db import session_scope
-from storage.jobs import enqueue_compaction, enqueue_rederive
-from storage.models import Conversation, Tenant
-from workers.agent.loop import dump_content
-from workers.agent.window import (
+from agent.loop import dump_content
+from agent.window import (
     Stored,
     estimate_tokens,
     first_safe_start,
     prune_boundary,
     safe_start,
 )
+from core import clock, metrics
+from storage import memory
+from storage.db import session_scope
+from storage.jobs import enqueue_compaction, enqueue_rederive
+from storage.models import Conversation, Tenant
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.runtime import Runtime
 
@@ -201,7 +201,7 @@ def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exce
 
 def rederive_summary(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: rewrite an open conversation's summary from the messages it covers, after the
-    customer deleted one of them (bot/ingest.py `_follow_up`): the old summary may repeat the
+    customer deleted one of them (intake/ingest.py `_follow_up`): the old summary may repeat the
     deleted text, the messages no longer hold it. Runs under the compaction's lock. Returns
     what happened."""
     return run_coalesced(
@@ -250,7 +250,7 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
 
 
 def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
-    """After a turn: enqueue a compaction when it pays for itself (DESIGN.md)."""
+    """After a turn: enqueue a compaction when it pays for itself (ARCHITECTURE.md)."""
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
         tenant = session.get(Tenant, conversation.tenant_id) if conversation else None

@@ -1,4 +1,5 @@
-"""Fact extraction at session end, the remember_fact tool, and forgetting one fact.
+"""Fact extraction at session end, recording a proposal (extraction's and the remember_fact
+tool's, `workers/agent/tools/facts.py`), and forgetting one fact.
 
 `extract_facts` (RQ job, at most one queued per conversation, can run again later) asks the
 tenant's smaller model for candidates with structured output whose schema enumerates the
@@ -7,7 +8,6 @@ through `facts_rules.validate` and is logged with its outcome. `forget_fact` rem
 re-derives the summaries that may repeat it.
 """
 
-import hashlib
 import json
 from contextlib import ExitStack
 from datetime import timedelta
@@ -17,27 +17,24 @@ import anthropic
 import structlog
 from sqlmodel import Session, col, select
 
+from agent.context import context_block
+from agent.loop import dump_content
+from agent.tools.facts import (  # noqa: F401  (the names callers know here)
+    catalogue_of,
+    forgotten_marker,
+    store_proposal,
+)
+from agent.tools.facts_rules import (
+    Proposal,
+    describe_shape,
+    render_fact_lines,
+)
 from core import clock
 from storage import facts as fact_repo
 from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
 from storage.jobs import enqueue_facts
 from storage.models import Contact, ContactFact, Conversation, ErasureReceipt, Message, Tenant
-from storage.tenants import catalogue_names
-from workers.agent.context import context_block
-from workers.agent.facts_rules import (
-    Catalogue,
-    Proposal,
-    SourceMessage,
-    describe_shape,
-    fold,
-    initial_state,
-    render_fact_lines,
-    validate,
-    validity,
-)
-from workers.agent.loop import dump_content
-from workers.agent.tools.base import ToolContext, ToolError
 from workers.jobs import (
     call_model,
     connection_cause,
@@ -95,70 +92,6 @@ def parse_proposals(text: str) -> list[Proposal]:
     return proposals
 
 
-def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, contact_id: int,
-                   conversation_id: int, origin: str) -> tuple[ContactFact | None, str]:
-    """Validate and record one proposal; returns (fact, outcome) where outcome is recorded,
-    superseded, duplicate or "rejected: <reason>". Logged either way (value only at DEBUG).
-    """
-    keys = resolve_keys(tenant.fact_keys)
-    message = session.get(Message, proposal.source_message_id) \
-        if proposal.source_message_id else None
-    source = SourceMessage(message.id or 0, message.conversation_id, message.role,
-                           message.direction) if message else None
-    verdict = validate(proposal, keys=keys, catalogue=catalogue_of(session, tenant),
-                       conversation_id=conversation_id, source=source)
-    reason = verdict.reason
-    if reason is None and session.exec(select(ErasureReceipt).where(
-            ErasureReceipt.subject == forgotten_marker(contact_id, proposal.key,
-                                                       verdict.value))).first():
-        reason = "this value was forgotten at the customer's request"
-    if reason is not None:
-        log.info("fact_proposal", key=proposal.key[:64], origin=origin, outcome="rejected",
-                 reason=reason)
-        log.debug("fact_proposal_value", text=proposal.value)
-        return None, f"rejected: {reason}"
-    key, now = keys[proposal.key], clock.now()
-    valid_until, review_at = validity(key, now)
-    fact, outcome = fact_repo.record(session, ContactFact(
-        tenant_id=tenant.id or 0, contact_id=contact_id, conversation_id=conversation_id,
-        key=key.name, value=verdict.value, state=initial_state(proposal, key),
-        origin=origin, source_message_id=proposal.source_message_id, valid_from=now,
-        valid_until=valid_until, review_at=review_at, created_at=now), now=now)
-    log.info("fact_proposal", key=key.name, origin=origin, outcome=outcome, state=fact.state)
-    return fact, outcome
-
-
-def catalogue_of(session: Session, tenant: Tenant) -> Catalogue:
-    """What the tenant's service and professional facts may name, now."""
-    return Catalogue(*catalogue_names(session, tenant.id or 0))
-
-
-def remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    """The remember_fact tool: record what the customer just confirmed, traced to the turn's
-    latest customer message, through the same validation as extraction."""
-    tenant = session.get(Tenant, ctx.tenant_id)
-    assert tenant is not None
-    proposal = Proposal(key=str(args.get("key", "")), value=str(args.get("value", "")),
-                        source_message_id=ctx.source_message_id, stated=True)
-    fact, outcome = store_proposal(session, proposal, tenant=tenant, contact_id=ctx.contact_id,
-                                   conversation_id=ctx.conversation_id, origin="tool")
-    if fact is None:
-        raise ToolError(f"not recorded: {outcome.removeprefix('rejected: ')}")
-    note = " (a person will review it first)" if fact.state == "pending_review" else ""
-    return f"Recorded {fact.key} = {fact.value}{note}."
-
-
-def remember_fact_tool(keys: list[str]) -> dict[str, Any]:
-    """The tool definition; its key enumerates the tenant's keys (stable per tenant)."""
-    return {"name": "remember_fact",
-            "description": "Record a fact about this customer that they just stated or "
-                           "confirmed, for future conversations. One of the allowed keys; a "
-                           "short value. Never ids, card numbers or anything they did not say.",
-            "input_schema": {"type": "object", "properties": {
-                "key": {"type": "string", "enum": sorted(keys)},
-                "value": {"type": "string"}}, "required": ["key", "value"]}}
-
-
 def facts_block_lines(session: Session, contact_id: int,
                       keys: dict[str, FactKey] | None = None) -> list[str]:
     """The context block's fact lines for a contact, now: only keys the tenant still allows."""
@@ -174,7 +107,7 @@ def facts_block_lines(session: Session, contact_id: int,
 
 def render_context_block(session: Session, contact_id: int, summary: str,
                          keys: dict[str, FactKey] | None = None) -> str:
-    """system[1] for a contact now (DESIGN.md, Context block): the WhatsApp profile name (what
+    """system[1] for a contact now (ARCHITECTURE.md, Context block): the WhatsApp profile name (what
     the customer chose to be shown, not a fact), the facts in context and the summary, each
     rendered by `context.data_text`. The one place the block is built from stored data."""
     contact = session.get(Contact, contact_id)
@@ -288,11 +221,6 @@ SCRUB_INSTRUCTIONS = """\
 You edit the record of a customer's conversation. Rewrite the record below so that it no longer
 mentions the information listed under <forget>, directly or indirectly. Change nothing else; keep
 the third-person record style. Output only the record."""
-
-
-def forgotten_marker(contact_id: int, key: str, value: str) -> str:
-    """The receipt subject that blocks a forgotten value from being recorded again."""
-    return hashlib.sha256(f"{contact_id}:{key}:{fold(value)}".encode()).hexdigest()
 
 
 def forget_fact(runtime: Runtime, fact_id: int, *, reason: str, by: str = "operator",

@@ -19,17 +19,17 @@ from redis.exceptions import RedisError
 from rq import get_current_job
 from sqlalchemy.exc import DBAPIError
 
-from bot.errors import StoreUnavailable
-from bot.ingest import describe, store_unparsable
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
-from bot.webhook import store_posts
 from core import clock, metrics
+from intake.errors import StoreUnavailable
+from intake.ingest import describe, store_unparsable
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
+from intake.posts import store_posts
 from storage import inbox
 from storage.jobs import INBOX_KEY, TOKEN_TTL_SECONDS, consume_token, enqueue_drain, token_key
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
-BATCH = 200  # POSTs stored per transaction of `bot.ingest.store_group`
+BATCH = 200  # POSTs stored per transaction of `intake.ingest.store_group`
 LINGER_SECONDS = 0.5  # an empty inbox is polled this long before the job ends
 POLL_SECONDS = 0.05
 MAX_SECONDS = 30.0  # then a fresh drain, queued behind the turns waiting meanwhile, takes over
@@ -113,7 +113,8 @@ def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
     with inbox.claim(runtime.engine, limit) as entries:
         if not entries:
             return 0
-        outcomes = store_posts(stores, [(e.body, e.received_at) for e in entries])
+        outcomes = store_posts(stores, [(e.body, e.received_at) for e in entries],
+                               spill_updates=0)  # already in the inbox
         for outcome in outcomes:
             if isinstance(outcome, StoreUnavailable):
                 raise outcome  # the entries stay: the retry stores what this one did not

@@ -42,7 +42,7 @@ from storage.fences import unfenced
 from storage.jobs import enqueue_flush
 from storage.models import Contact, Conversation, Outbound, Tenant
 from storage.tenants import pause_sending
-from workers.errors import (
+from whatsapp.errors import (
     GraphAuthError,
     GraphError,
     GraphNoAnswer,

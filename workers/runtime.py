@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from core.settings import Settings
 from storage.db import connect_redis, make_engine
-from workers.whatsapp import GraphClient
+from whatsapp.graph import GraphClient
 
 
 @dataclass
@@ -32,7 +32,7 @@ _runtime: Runtime | None = None
 def build_runtime(settings: Settings, *, engine: Engine | None = None,
                   redis_client: redis.Redis | None = None) -> Runtime:
     """Make every client from `settings`. The SDK does not retry (`max_retries=0`): the turn
-    job is the one retry layer (reference/anthropic.md §5.2), on the product's clock.
+    job is the one retry layer (Sources: Anthropic §5.2), on the product's clock.
     """
     connection = redis_client or connect_redis(settings.redis_url)
     return Runtime(

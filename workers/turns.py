@@ -18,6 +18,11 @@ import structlog
 from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
+from agent.context import TenantPrompt, build_request, opaque_user_id
+from agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
+from agent.tools.base import ToolContext
+from agent.tools.registry import REGISTRY, execute_tool
+from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
@@ -29,17 +34,12 @@ from storage.fact_keys import resolve_keys
 from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
+from whatsapp.graph import split_text
 from workers import texts
-from workers.agent.context import TenantPrompt, build_request, opaque_user_id
-from workers.agent.loop import ContextWindowExceeded, LoopOutcome, run_tool_loop
-from workers.agent.tools.base import ToolContext
-from workers.agent.tools.scheduling import execute_tool, tools_for
-from workers.agent.window import Stored, find_dangling, prune, select_window, to_api_messages
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime
-from workers.whatsapp import split_text
 
 log = structlog.get_logger(__name__)
 
@@ -147,9 +147,9 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
               hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
     messages = to_api_messages(window.messages)
-    request = request_arguments(runtime, state, window.context_block)
     create = functools.partial(_create, runtime)
-    return run_tool_loop(create, request=request, messages=messages,
+    return run_tool_loop(create, request_for=turn_request(runtime, state, window.context_block),
+                         messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
@@ -193,15 +193,17 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
     return Window(prune(window, pruned_until=pruned), context_block, hard_cap)
 
 
-def request_arguments(runtime: Runtime, state: TurnState, context_block: str) -> dict[str, Any]:
-    """Every argument of `messages.create` but `messages`."""
-    request = build_request(
-        tenant=_prompt(state.tenant), tools=tools_for(sorted(resolve_keys(
-            state.tenant.fact_keys))), context=context_block, messages=[],
-        max_tokens=runtime.settings.max_output_tokens,
-        metadata_user_id=opaque_user_id(_id(state.tenant), _id(state.contact)))
-    del request["messages"]
-    return request
+def turn_request(runtime: Runtime, state: TurnState, context_block: str) -> RequestBuilder:
+    """The turn's request builder: `context.build_request` with this turn's tenant, the tool
+    registry and `context_block`, applied to each round's messages."""
+    tenant, max_tokens = _prompt(state.tenant), runtime.settings.max_output_tokens
+    user_id = opaque_user_id(_id(state.tenant), _id(state.contact))
+
+    def request_for(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return build_request(tenant=tenant, tools=REGISTRY, context=context_block,
+                             messages=messages, max_tokens=max_tokens,
+                             metadata_user_id=user_id)
+    return request_for
 
 
 def repair_dangling_tool_use(runtime: Runtime, state: TurnState) -> int:
@@ -239,7 +241,8 @@ def _execute(runtime: Runtime, state: TurnState, block: dict[str, Any]) -> tuple
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
                       tool_use_id=str(block["id"]),
                       source_message_id=_latest_customer_message(runtime, state))
-    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"))
+    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
+                                  tools=REGISTRY)
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
 
@@ -254,7 +257,7 @@ def _latest_customer_message(runtime: Runtime, state: TurnState) -> int | None:
 
 def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
     """At the session's first turn, render system[1] from the contact's facts (a new session
-    has no summary). From then on it changes only at compaction (DESIGN.md, Context block)."""
+    has no summary). From then on it changes only at compaction (ARCHITECTURE.md, Context block)."""
     from workers.facts import render_context_block
 
     with session_scope(runtime.engine) as session:
@@ -414,7 +417,8 @@ def _window_closed(contact: Contact, now: datetime) -> bool:
 
 def _prompt(tenant: Tenant) -> TenantPrompt:
     return TenantPrompt(name=tenant.name, timezone=tenant.timezone, language=tenant.language,
-                        instructions=tenant.instructions, model=tenant.agent_model)
+                        instructions=tenant.instructions, model=tenant.agent_model,
+                        fact_keys=tuple(sorted(resolve_keys(tenant.fact_keys))))
 
 
 def _id(row: Any) -> int:

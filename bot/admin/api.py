@@ -10,7 +10,7 @@ are limited per client address and per tenant (bot/guard.py): 429 with Retry-Aft
 Errors are JSON: {"error": {"code", "message", "problems": ["where: what", ...]}} with 400
 (unreadable JSON), 401, 403, 404, 408 (a body slower than the minimum rate), 409 (conflict
 with the state), 413 (a body over 1 MiB), 422 (validation), 429 or 503 (database or Redis
-unavailable). Operations are in bot/admin/service.py, shared with the CLI.
+unavailable). Operations are in operations/service.py, shared with the CLI.
 """
 
 import asyncio
@@ -30,11 +30,12 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import Session, col, select
 
 from bot import guard
-from bot.admin import service
-from bot.admin.service import AdminError, Invalid, NotFound, validated
+from bot.admin.openapi import openapi_document
 from bot.bodies import ADMIN_BODY_BYTES, read_body
-from bot.keys import ENGINE, SETTINGS, TURN_QUEUE
 from core import clock
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
+from operations import service
+from operations.service import AdminError, Invalid, NotFound, validated
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
@@ -661,8 +662,6 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
 
 def setup_admin(app: web.Application) -> None:
     """Add the /admin routes and the OpenAPI document to `app`, and the admin thread pool."""
-    from bot.admin.openapi import openapi_document
-
     app[ADMIN_EXECUTOR] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="admin")
 
     async def close_executor(app: web.Application) -> None:

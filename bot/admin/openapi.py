@@ -2,15 +2,39 @@
 models that validate each body and query (so the document and the checks are the same rules).
 """
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from storage import delivery
 
-if TYPE_CHECKING:
-    from bot.admin.api import Route
+
+class Route(Protocol):
+    """What the document reads of a route (`bot.admin.api.Route`, whose table it describes)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def handler(self) -> Callable[..., Any]: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def tag(self) -> str: ...
+    @property
+    def body(self) -> type[BaseModel] | None: ...
+    @property
+    def query(self) -> type[BaseModel] | None: ...
+    @property
+    def ok(self) -> int: ...
+    @property
+    def path_types(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def returns(self) -> str | None: ...
+
 
 REF = "#/components/schemas/{model}"
 CODE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -81,7 +105,7 @@ ERRORS = {
 }
 
 
-def openapi_document(routes: "tuple[Route, ...]") -> dict[str, Any]:
+def openapi_document(routes: tuple[Route, ...]) -> dict[str, Any]:
     models = sorted({m for r in routes for m in (r.body,) if m is not None},
                     key=lambda m: m.__name__)
     _, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
@@ -120,7 +144,7 @@ def openapi_document(routes: "tuple[Route, ...]") -> dict[str, Any]:
     }
 
 
-def _path_parameters(route: "Route") -> list[dict[str, Any]]:
+def _path_parameters(route: Route) -> list[dict[str, Any]]:
     parameters = []
     for name, kind in route.path_types:
         schema: dict[str, Any]
@@ -146,7 +170,7 @@ def _query_parameters(model: type[BaseModel] | None) -> list[dict[str, Any]]:
             for name, prop in schema.get("properties", {}).items()]
 
 
-def _responses(route: "Route") -> dict[str, Any]:
+def _responses(route: Route) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     if route.ok == 204:
         responses["204"] = {"description": "Done"}

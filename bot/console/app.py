@@ -7,7 +7,7 @@ double-submit cookie. Failed sign-ins are limited per client address and per ten
 (bot/guard.py: 429 with Retry-After). Pages act only on the session's tenant: an id of
 another tenant's conversation, fact or appointment is "not found". Forms are read within
 bounds (bot/bodies.py), after the session is checked. While Redis or the database is down a
-page answers 503 with a readable page. The work is done by bot/admin/service.py, as for the
+page answers 503 with a readable page. The work is done by operations/service.py, as for the
 API.
 """
 
@@ -29,14 +29,14 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
 from bot import guard
-from bot.admin import service
 from bot.admin.api import clean_text, lock_tenant, run_admin
-from bot.admin.service import AdminError
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
-from bot.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
+from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from operations import service
+from operations.service import AdminError
 from storage import delivery
 from storage.db import session_scope
 from storage.keys import console_session_key
@@ -449,7 +449,7 @@ def _field_errors(problems: list[str]) -> dict[str, str]:
 
 
 def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
-    from workers.agent.context import TenantPrompt, context_block, instructions_text
+    from agent.context import TenantPrompt, context_block, instructions_text
 
     prompt = TenantPrompt(name=tenant.name, timezone=tenant.timezone,
                           language=str(form.get("language") or tenant.language),
@@ -574,7 +574,7 @@ def conversations_page(p: Page) -> PageResult:
 
 
 def conversation_page(p: Page) -> PageResult:
-    from workers.report import render_svg
+    from usage.report import render_svg
 
     raw = p.request.match_info["conversation_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
@@ -611,7 +611,7 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
-            if kind == "customer":  # the received-time stamp is for the model (bot/ingest.py)
+            if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = STAMP.sub("", text)
             items.append({"kind": kind, "text": text, "at": m["received_at"],
                           "delivery": m.get("delivery")})

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cli.environment import settings_or_exit
+
 BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
 
 
@@ -35,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from bot.cli_admin import (
+    from cli.admin import (
         add_catalog_commands,
         add_conversation_commands,
         add_facts_commands,
@@ -47,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         "the database and tenants, review facts, exercise data rights, replay scenarios.")
     sub = parser.add_subparsers(title="commands")
 
-    replay = sub.add_parser("replay", help="run replay scenario files (docs/REPLAY.md)")
+    replay = sub.add_parser("replay", help="run replay scenario files (REPLAY.md)")
     replay.add_argument("files", nargs="+", type=Path)
     replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
     replay.add_argument("--quiet", action="store_true", help="no transcript, only the verdicts")
@@ -152,7 +154,7 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
         echo = None if (as_json or quiet) else print
         if echo:
             print(f"== {path.name}")
-        result = run_scenario_file(path, echo=echo)
+        result = run_scenario_file(path, echo=echo, cli=main)
         failed += not result.passed
         if as_json:
             print(json.dumps(result.to_json(), ensure_ascii=False))
@@ -179,20 +181,10 @@ def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
     print()
 
 
-def _settings(require: bool = True):  # type: ignore[no-untyped-def]
-    from core.settings import Settings, SettingsError
-
-    try:
-        return Settings.from_env(require=require)
-    except SettingsError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
-
-
 def _db_upgrade(args: argparse.Namespace) -> int:
     from storage.migrate import upgrade
 
-    settings = _settings(require=False)
+    settings = settings_or_exit(require=False)
     upgrade(settings.database_url)
     print(f"schema at head on {settings.database_url.split('@')[-1]}")
     return 0
@@ -200,9 +192,9 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from storage.db import make_engine
-    from workers.report import conversation_report, render_svg
+    from usage.report import conversation_report, render_svg
 
-    settings = _settings(require=False)
+    settings = settings_or_exit(require=False)
     try:
         report = conversation_report(make_engine(settings.database_url), args.conversation_id)
     except LookupError as exc:
@@ -254,7 +246,7 @@ def _contact_export(args: argparse.Namespace) -> int:
     from storage.db import make_engine, session_scope
     from storage.rights import export_contact
 
-    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+    with session_scope(make_engine(settings_or_exit(require=False).database_url)) as session:
         contact = _contact_lookup(args, session)
         if contact is None:
             return 2
@@ -267,7 +259,7 @@ def _contact_forget(args: argparse.Namespace) -> int:
     from storage.db import make_engine, session_scope
     from storage.rights import forget_contact
 
-    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+    with session_scope(make_engine(settings_or_exit(require=False).database_url)) as session:
         contact = _contact_lookup(args, session)
         if contact is None:
             return 2
@@ -277,42 +269,45 @@ def _contact_forget(args: argparse.Namespace) -> int:
 
 
 def _facts_review(args: argparse.Namespace) -> int:
-    from bot.admin import service
+    from operations import service
     from storage.db import make_engine, session_scope
     from storage.tenants import get_by_phone_number_id
 
-    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+    with session_scope(make_engine(settings_or_exit(require=False).database_url)) as session:
         tenant = get_by_phone_number_id(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2
-        for fact in service.review_queue(session, tenant):
+        queue = service.review_queue(session, tenant)
+        for fact in queue:
             print(f"#{fact['id']} contact {fact['contact_id']} {fact['key']} = "
                   f"{fact['value']!r} [{fact['state']}, {fact['origin']}, source message "
                   f"{fact['source_message_id']}]")
+        if not queue:
+            print("no facts waiting for review")
     return 0
 
 
 def _facts_approve(args: argparse.Namespace) -> int:
-    """`bot.admin.service.approve_fact`, the operation (and checks) of the API and console."""
-    from bot.admin import service
-    from bot.cli_admin import run_for_fact
+    """`operations.service.approve_fact`, the operation (and checks) of the API and console."""
+    from cli.admin import run_for_fact
+    from operations import service
 
     return run_for_fact(lambda session, tenant, now: service.approve_fact(
         session, tenant, args.fact_id, by="cli", reason=args.reason, now=now))(args)
 
 
 def _facts_reject(args: argparse.Namespace) -> int:
-    """`bot.admin.service.reject_fact` then its job (`workers.admin_jobs.reject_fact`, which
+    """`operations.service.reject_fact` then its job (`workers.admin_jobs.reject_fact`, which
     re-derives the summaries), as the API and console do: a worker runs it. Redis is checked
     first, so a rejection is never recorded without the job that finishes it."""
     from rq import Queue
 
-    from bot.admin import service
-    from bot.cli_admin import run_for_fact
+    from cli.admin import run_for_fact
+    from operations import service
     from storage.db import connect_redis
 
-    settings = _settings(require=False)  # the database and Redis; the worker calls Claude
+    settings = settings_or_exit(require=False)  # the database and Redis; the worker calls Claude
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     try:
         queue.connection.ping()
@@ -332,7 +327,7 @@ def _facts_forget(args: argparse.Namespace) -> int:
     from workers.facts import forget_fact
     from workers.runtime import build_runtime
 
-    counts = forget_fact(build_runtime(_settings()), args.fact_id, reason=args.reason,
+    counts = forget_fact(build_runtime(settings_or_exit()), args.fact_id, reason=args.reason,
                          by="cli")
     if counts is None:
         print(f"no fact #{args.fact_id}", file=sys.stderr)
@@ -347,7 +342,7 @@ def _facts_extract(args: argparse.Namespace) -> int:
     from storage.db import connect_redis
     from storage.jobs import enqueue_facts
 
-    settings = _settings(require=False)  # needs the database and Redis only
+    settings = settings_or_exit(require=False)  # needs the database and Redis only
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     job_id = enqueue_facts(queue, settings.redis_prefix, args.conversation_id)
     print(f"enqueued {job_id}" if job_id else "already queued")
@@ -361,7 +356,7 @@ def _tenant_resume(args: argparse.Namespace) -> int:
     from storage.jobs import enqueue_flush
     from storage.tenants import get_by_phone_number_id, resume_sending
 
-    settings = _settings(require=False)  # needs the database and Redis only
+    settings = settings_or_exit(require=False)  # needs the database and Redis only
     with session_scope(make_engine(settings.database_url)) as session:
         tenant = get_by_phone_number_id(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
@@ -376,12 +371,12 @@ def _tenant_resume(args: argparse.Namespace) -> int:
 
 
 def _tenant_create(args: argparse.Namespace) -> int:
-    from bot.cli_admin import read_document
+    from cli.admin import read_document
     from core import clock
     from storage.db import make_engine, session_scope
     from storage.tenants import CatalogueConflict, TenantConfigError, upsert_tenant
 
-    settings = _settings(require=False)
+    settings = settings_or_exit(require=False)
     try:
         config = read_document(args.file)
         with session_scope(make_engine(settings.database_url)) as session:
@@ -401,7 +396,7 @@ def _web(args: argparse.Namespace) -> int:
     from bot.bodies import return_large_buffers_to_os
     from core.logs import configure_logging
 
-    settings = _settings()
+    settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     return_large_buffers_to_os()
@@ -463,7 +458,7 @@ def _fork_servers(processes: int, serve: Callable[[], None]) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from core.logs import configure_logging
 
-    settings = _settings()
+    settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     _lower_cpu_priority(settings.worker_cpu)
@@ -506,7 +501,7 @@ def _cron(args: argparse.Namespace) -> int:
     from workers.processes import run_cron
     from workers.sweeper import sweep_inactive
 
-    settings = _settings()
+    settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.

@@ -1,7 +1,7 @@
 """Outbound WhatsApp Cloud API client for the workers: sends, mark-as-read, typed Graph errors.
 
 Synchronous on purpose (RQ jobs are sync). It never retries: it raises a typed `GraphError` and
-the job decides (DESIGN.md: one retry layer). Wire format: reference/whatsapp.md §5.
+the job decides (ARCHITECTURE.md: one retry layer). Wire format: Sources: WhatsApp §5.
 """
 
 import unicodedata
@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 
 from core.network import network_cause
-from workers.errors import (
+from whatsapp.errors import (
     GraphAuthError,
     GraphError,
     GraphNoAnswer,
@@ -35,8 +35,8 @@ __all__ = [
     "utf16_len",
 ]
 
-# Meta: text.body at most 4096 characters, without saying how it counts them (reference/
-# whatsapp.md §5.2, §9). Counted here in UTF-16 code units (U+1F600 is 1 code point, 2 units),
+# Meta: text.body at most 4096 characters, without saying how it counts them (Sources:
+# WhatsApp §5.2, §9). Counted here in UTF-16 code units (U+1F600 is 1 code point, 2 units),
 # at least as strict as counting code points or grapheme clusters: never an error 100.
 MAX_TEXT_CHARS = 4096
 SPLIT_MARGIN = 96  # and parts stay below the limit by this many units
@@ -49,7 +49,7 @@ SPLIT_MARGIN = 96  # and parts stay below the limit by this many units
 NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout, httpx2.ProxyError,
             httpx2.UnsupportedProtocol)
 
-# Graph error.code → class (Meta error-code page, reference/whatsapp.md §5.4 [S16][S17][S24]).
+# Graph error.code → class (Meta error-code page, Sources: WhatsApp §5.4 [S16][S17][S24]).
 _CLASS_BY_CODE: dict[int, type[GraphError]] = {
     **dict.fromkeys((4, 80007, 130429, 131056), GraphRateLimited),
     131047: GraphWindowClosed,
@@ -112,7 +112,7 @@ class GraphClient:
 
     `timeout` is in seconds, for each of connect, read, write and pool. Pass `http_client` to
     share a connection pool; it is then not closed by `close()`. Every method raises a
-    `GraphError` subclass (see workers/errors.py) on a refusal, `GraphUnreachable` when no
+    `GraphError` subclass (see whatsapp/errors.py) on a refusal, `GraphUnreachable` when no
     connection was made (nothing reached Meta), `GraphNoAnswer` when the request may have been
     written but no usable answer came, and `ValueError` on arguments Meta would refuse anyway.
     """
@@ -266,7 +266,7 @@ def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
     units (`utf16_len`, so "👍" counts 2).
 
     The margin is 96 (a quarter of `limit` when that is smaller): Meta caps text.body at 4096
-    characters without saying how it counts them (reference/whatsapp.md §5.2, §9). Cuts go at
+    characters without saying how it counts them (Sources: WhatsApp §5.2, §9). Cuts go at
     the last paragraph break ("\\n\\n") that fits, else line break, else sentence end (". ",
     "! ", "? "), else whitespace, else anywhere between two grapheme clusters; a cluster
     (combining marks, variation selectors, skin tones, ZWJ sequences, flags, surrogate pairs)

@@ -17,7 +17,7 @@ from storage import messages as message_repo
 from storage.db import session_scope
 from storage.models import Conversation, Message, Usage
 
-# Anthropic list prices, USD per million tokens (input, output) — reference/anthropic.md §6.
+# Anthropic list prices, USD per million tokens (input, output) — Sources: Anthropic §6.
 PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
 CACHE_READ, WRITE_5M, WRITE_1H = 0.1, 1.25, 2.0
 

@@ -1,6 +1,6 @@
 """The Claude tool-calling loop: call, run tools, feed results back, until a final answer.
 
-Handles every `stop_reason` of the Messages API (reference/anthropic.md §1.3): `tool_use`,
+Handles every `stop_reason` of the Messages API (Sources: Anthropic §1.3): `tool_use`,
 `end_turn`/`stop_sequence`, `max_tokens` (a truncated tool call is never executed), `refusal`,
 `pause_turn` (the assistant content is sent back as is) and `model_context_window_exceeded`.
 It stores nothing itself: `hooks` persist each intermediate message as it happens; the final
@@ -10,8 +10,6 @@ assistant content is returned for the caller to store together with its side eff
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-from workers.agent.context import with_tail_breakpoint
 
 Block = dict[str, Any]
 MAX_PAUSE_CONTINUATIONS = 5
@@ -37,6 +35,8 @@ class LoopHooks(Protocol):
 
 
 ToolExecutor = Callable[[Block], tuple[str, bool]]
+# messages -> every argument of `messages.create` for that round (context.build_request, bound)
+RequestBuilder = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 
 @dataclass
@@ -60,12 +60,13 @@ class LoopOutcome:
                            if b.get("type") == "text" and b["text"].strip())
 
 
-def run_tool_loop(create: Callable[..., Any], *, request: dict[str, Any],
+def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
                   messages: list[dict[str, Any]], execute: ToolExecutor, hooks: LoopHooks,
                   max_rounds: int,
                   fatal: tuple[type[BaseException], ...] = ()) -> LoopOutcome:
     """Run the loop. `create` is `client.messages.create` (with the purpose header bound);
-    `request` holds every argument but `messages`, which grows here (the caller's list).
+    each round sends `request_for(messages)`, the whole request as the builder makes it, its
+    breakpoints included; `messages` grows here (the caller's list).
     A tool that raises becomes an `is_error` result, except for the `fatal` exceptions (the
     job's timeout), which propagate.
 
@@ -74,7 +75,7 @@ def run_tool_loop(create: Callable[..., Any], *, request: dict[str, Any],
     outcome = LoopOutcome(kind="max_rounds", final_content=[], stop_reason=None, rounds=0)
     pauses = 0
     while outcome.rounds < max_rounds:
-        response = create(**request, messages=with_tail_breakpoint(messages))
+        response = create(**request_for(messages))
         outcome.rounds += 1
         outcome.stop_reason = response.stop_reason
         hooks.on_response(response)

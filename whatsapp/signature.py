@@ -11,7 +11,7 @@ def verify_signature(body: bytes, header: str | None, app_secret: str) -> bool:
     """True when `header` is `sha256=<hex>` of HMAC-SHA256(app_secret, body).
 
     Meta signs the exact bytes it sends (escaped unicode, `\\/`): hash the raw body, never a
-    re-serialisation (reference/whatsapp.md §2). A missing prefix or a wrong digest is False,
+    re-serialisation (Sources: WhatsApp §2). A missing prefix or a wrong digest is False,
     so is a header with non-ASCII characters (compared as bytes: `compare_digest` raises on
     non-ASCII str).
     """

@@ -1,7 +1,7 @@
 """Parse a WhatsApp webhook payload into independent updates, one bad item losing nothing else.
 
 Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[]`; routes on which arrays
-are present, not on `field` (reference/whatsapp.md §3.1). Every field is optional unless Meta
+are present, not on `field` (Sources: WhatsApp §3.1). Every field is optional unless Meta
 guarantees it. Pure: no I/O.
 """
 
@@ -168,7 +168,7 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
     )
 
 
-FOLLOW_UPS = ("edit", "revoke")  # types that change an earlier message (reference/whatsapp.md)
+FOLLOW_UPS = ("edit", "revoke")  # types that change an earlier message (Sources: WhatsApp)
 DELETED = "[the customer deleted a message]"
 
 
@@ -190,7 +190,7 @@ def edit_text(new_text: str, original_sent: str | None) -> str:
 
 def _match_contact(contacts: list[dict[str, Any]], wa_id: str | None,
                    user_id: str | None) -> dict[str, Any]:
-    """The contact entry of this sender, by id, never by position (reference/whatsapp.md §3.2)."""
+    """The contact entry of this sender, by id, never by position (Sources: WhatsApp §3.2)."""
     for contact in contacts:
         if user_id and _str(contact.get("user_id")) == user_id:
             return contact

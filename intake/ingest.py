@@ -1,4 +1,6 @@
-"""Store parsed webhook updates: one transaction per update, each isolated from the others.
+"""Store parsed webhook updates: customer messages through one group store (`store_group`,
+for one POST or many), every other update in a transaction of its own; one failing update
+loses nothing else.
 
 Synchronous (SQLModel sessions); the web handler runs it in a thread.
 """
@@ -15,8 +17,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlmodel import Session, select
 
-from bot.errors import StoreUnavailable
-from bot.inbound import (
+from intake.errors import StoreUnavailable
+from storage import contacts, conversations, dead_letters, lookups, memory, messages, tenants
+from storage.db import session_scope
+from storage.models import Contact, Conversation, Message, Outbound, Tenant
+from whatsapp.inbound import (
     DELETED,
     FOLLOW_UPS,
     BadItem,
@@ -29,9 +34,6 @@ from bot.inbound import (
     is_envelope,
     parse_update,
 )
-from storage import contacts, conversations, dead_letters, memory, messages, tenants
-from storage.db import session_scope
-from storage.models import Contact, Conversation, Message, Outbound, Tenant
 
 log = structlog.get_logger(__name__)
 
@@ -48,11 +50,20 @@ class IngestResult:
     # open sessions whose summary covers a message the customer deleted: summary re-derived
     rederive_conversation_ids: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
-    grouped: bool = False  # stored by a group commit (store_group), or spilled
+    grouped: bool = False  # stored in a group of POSTs (store_group), or spilled
     spilled: bool = False  # put in the inbox for a worker to store (counts then empty)
 
-    def count(self, outcome: str) -> None:
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+    def count(self, outcome: str, amount: int = 1) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + amount
+
+    def merge(self, other: "IngestResult") -> None:
+        """Add what `other` (a part of the same POST) did."""
+        for outcome, amount in other.counts.items():
+            self.count(outcome, amount)
+        for mine, theirs in ((self.turn_conversation_ids, other.turn_conversation_ids),
+                             (self.closed_conversation_ids, other.closed_conversation_ids),
+                             (self.rederive_conversation_ids, other.rederive_conversation_ids)):
+            mine.extend(c for c in theirs if c not in mine)
 
 
 def ingest_body(engine: Engine, body: bytes, *, now: datetime) -> IngestResult:
@@ -60,7 +71,7 @@ def ingest_body(engine: Engine, body: bytes, *, now: datetime) -> IngestResult:
     block the event loop, and deep nesting meets a fresh stack).
 
     A body that is not JSON, or JSON that is not a webhook envelope, is kept whole, byte for
-    byte, in the dead letters (DESIGN.md Data flow 1). Raises StoreUnavailable when the
+    byte, in the dead letters (ARCHITECTURE.md Data flow 1). Raises StoreUnavailable when the
     database is down.
     """
     try:
@@ -79,43 +90,119 @@ def ingest_body(engine: Engine, body: bytes, *, now: datetime) -> IngestResult:
 
 
 def store_updates(engine: Engine, updates: list[Update], *, now: datetime) -> IngestResult:
-    """Store every update; a failing one goes to the dead letters, the others still land.
+    """Store every update in the POST's order; a failing one goes to the dead letters, the
+    others still land. Each run of consecutive customer messages is a group of one POST
+    (`store_messages`); each run of statuses shares a transaction too, UPDATES_PER_TRANSACTION
+    at a time (`_store_statuses`); an identity change, an error notice or a bad item is stored
+    in a transaction of its own.
 
     Raises StoreUnavailable when the database itself is down (the POST must get a 503).
     """
     result = IngestResult()
     index = 0  # the customer messages' order in the POST (received_at's microseconds)
-    for update in updates:
-        try:
-            outcome, conversation_id = _store_retrying(engine, update, now, result, index)
-        except (OperationalError, DBAPIError) as exc:
-            if is_disconnect(exc):
-                raise StoreUnavailable(describe(exc)) from exc
-            outcome, conversation_id = _dead_letter(engine, update, exc, now), None
-        except StoreUnavailable:
-            raise
-        except Exception as exc:  # one bad update must lose nothing else
-            outcome, conversation_id = _dead_letter(engine, update, exc, now), None
-        index += isinstance(update, InboundMessage)
-        result.count(outcome)
-        if conversation_id is not None and conversation_id not in result.turn_conversation_ids:
-            result.turn_conversation_ids.append(conversation_id)
+    for run in _runs(updates):
+        if isinstance(run[0], InboundMessage):
+            store_messages(engine, run, now=now, result=result,  # type: ignore[arg-type]
+                           offset=index)
+            index += len(run)
+        elif isinstance(run[0], StatusUpdate):
+            for start in range(0, len(run), UPDATES_PER_TRANSACTION):
+                _store_statuses(engine, run[start:start + UPDATES_PER_TRANSACTION],  # type: ignore[arg-type]
+                                now, result)
+        else:
+            result.count(_store_isolated_update(engine, run[0], now))
     return result
 
 
-def _store_retrying(engine: Engine, update: Update, now: datetime,
-                    result: IngestResult, index: int = 0) -> tuple[str, int | None]:
-    """Store one update; once more when a unique index refused it.
-
-    Another web process can insert the same contact, conversation or message between our read
-    and our insert (Meta redelivers and batches concurrently). The refused transaction rolled
-    back whole; the retry reads the other process's committed row instead of losing the update.
-    """
+def _store_isolated_update(engine: Engine, update: Update, now: datetime) -> str:
+    """Store one update that is not a customer message in a transaction of its own; returns
+    its outcome ("dead_letter" when it failed: kept whole). Raises StoreUnavailable when the
+    database is down."""
     try:
-        return _store_one(engine, update, now, result, index)
+        return _store_retrying(engine, update, now)
+    except (OperationalError, DBAPIError) as exc:
+        if is_disconnect(exc):
+            raise StoreUnavailable(describe(exc)) from exc
+        return _dead_letter(engine, update, exc, now)
+    except StoreUnavailable:
+        raise
+    except Exception as exc:  # one bad update must lose nothing else
+        return _dead_letter(engine, update, exc, now)
+
+
+def _runs(updates: list[Update]) -> list[list[Update]]:
+    """The updates cut into runs, in the POST's order: consecutive customer messages together,
+    consecutive statuses together, any other update alone."""
+    runs: list[list[Update]] = []
+    for update in updates:
+        if isinstance(update, InboundMessage | StatusUpdate) and runs and \
+                type(runs[-1][0]) is type(update):
+            runs[-1].append(update)
+        else:
+            runs.append([update])
+    return runs
+
+
+# a big POST's messages (and statuses) are stored in transactions of at most this many: none
+# holds a contact's, conversation's or send's row lock for long
+UPDATES_PER_TRANSACTION = 500
+
+
+def store_messages(engine: Engine, msgs: list[InboundMessage], *, now: datetime,
+                   result: IngestResult, offset: int = 0) -> None:
+    """Store customer messages of one POST received at `now` as groups of at most
+    UPDATES_PER_TRANSACTION (`store_group`: one transaction each), adding to `result`.
+    `offset`: the place of the first among its POST's messages (`arrival`).
+
+    A chunk the database refuses (a value a column cannot take, a bug) is stored again one
+    message at a time, and the message that still fails goes to the dead letters: one bad
+    message loses nothing else. Raises StoreUnavailable when the database is down.
+    """
+    for start in range(0, len(msgs), UPDATES_PER_TRANSACTION):
+        chunk = msgs[start:start + UPDATES_PER_TRANSACTION]
+        pending = Pending(chunk, now, offset=offset + start)
+        if _store_isolated(engine, [pending]) is None:
+            result.merge(pending.result)
+            continue
+        for k, msg in enumerate(chunk):
+            one = Pending([msg], now, offset=offset + start + k)
+            failure = _store_isolated(engine, [one])
+            if failure is None:
+                result.merge(one.result)
+            else:
+                result.count(_dead_letter(engine, msg, failure, now))
+
+
+def _store_isolated(engine: Engine, group: list["Pending"]) -> Exception | None:
+    """`store_group`, once more when a unique index refused it (another web process or a drain
+    inserted the same contact, conversation or message between our read and our write: the
+    retry reads its committed row). Returns the error that refused the group (nothing of it
+    stored), or None; raises StoreUnavailable when the database is down."""
+    try:
+        try:
+            store_group(engine, group)
+        except IntegrityError as exc:
+            log.info("webhook_update_retried", kind="InboundMessage", error=type(exc).__name__)
+            store_group(engine, group)
+    except (OperationalError, DBAPIError) as exc:
+        if is_disconnect(exc):
+            raise StoreUnavailable(describe(exc)) from exc
+        return exc
+    except StoreUnavailable:
+        raise
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _store_retrying(engine: Engine, update: Update, now: datetime) -> str:
+    """Store one update that is not a customer message; once more when a unique index refused
+    it (the refused transaction rolled back whole; the retry reads the other's row)."""
+    try:
+        return _store_one(engine, update, now)
     except IntegrityError as exc:
         log.info("webhook_update_retried", kind=type(update).__name__, error=type(exc).__name__)
-        return _store_one(engine, update, now, result, index)
+        return _store_one(engine, update, now)
 
 
 def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime,
@@ -137,98 +224,21 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime,
         log.error("dead_letter_refused", error=type(exc).__name__, size=len(body))
 
 
-def _store_one(engine: Engine, update: Update, now: datetime,
-               result: IngestResult, index: int = 0) -> tuple[str, int | None]:
-    if isinstance(update, InboundMessage):
-        return _store_message(engine, update, now, result, index)
+def _store_one(engine: Engine, update: Update, now: datetime) -> str:
     if isinstance(update, StatusUpdate):
-        return _store_status(engine, update, now), None
+        with session_scope(engine) as session:
+            return _apply_status(session, update, now)
     if isinstance(update, IdentityChange):
-        return _store_identity_change(engine, update, now), None
+        return _store_identity_change(engine, update, now)
     if isinstance(update, ErrorNotice):
         log.warning("webhook_error_notice", code=update.code, title=update.title,
                     phone_number_id=update.phone_number_id)
-        return "error_notice", None
+        return "error_notice"
     assert isinstance(update, BadItem)
     store_unparsable(engine, _dump(update.raw), f"{update.where}: {update.reason}", now=now,
                      phone_number_id=update.phone_number_id)
     log.warning("webhook_bad_item", where=update.where, reason=update.reason)
-    return "dead_letter", None
-
-
-def _store_message(engine: Engine, msg: InboundMessage, now: datetime,
-                   result: IngestResult, index: int = 0) -> tuple[str, int | None]:
-    """Store one customer message: 5 statements for a known contact (lookup, contact and open
-    conversation, insert, two updates), 5 for a new one (lookup, contact, three inserts), 1
-    for a redelivery. Inserts use `ON CONFLICT DO NOTHING`, so a concurrent delivery of the same
-    contact or wamid waits for the other transaction instead of failing and redoing this one.
-    """
-    with session_scope(engine) as session:
-        head = messages.inbound_lookup(session, wamid=msg.wamid,
-                                       phone_number_id=msg.phone_number_id)
-        if head.tombstoned:  # an erased contact's redelivery
-            log.info("inbound_erased_redelivery")
-            return "duplicate", None
-        if head.message_id is not None:
-            log.info("inbound_duplicate", conversation_id=head.conversation_id)
-            pending = head.starts_turn and head.answered_at is None
-            return "duplicate", head.conversation_id if pending else None
-        if head.tenant_id is None:  # kept for inspection: a number being onboarded loses nothing
-            log.warning("unknown_phone_number_id", phone_number_id=msg.phone_number_id)
-            dead_letters.add_dead_letter(
-                session, body=json.dumps(msg.raw, default=str).encode(),
-                reason=f"unknown phone_number_id {msg.phone_number_id}", now=now,
-                phone_number_id=msg.phone_number_id)
-            return "unknown_tenant", None
-        tenant_id: int = head.tenant_id
-        timeout = timedelta(minutes=head.inactivity_timeout_minutes)
-        sent_at = customer_sent_at(msg.timestamp, now)
-        profile_name = _fit(msg.profile_name, PROFILE_NAME_CHARS)
-        contact_id, seen = _contact(session, msg, tenant_id, profile_name, now, sent_at)
-        conversation_id, conversation_seen, opened_here = None, None, False
-        if seen is not None and seen.conversation_id is not None:
-            if now - seen.last_activity_at <= timeout:
-                conversation_id = seen.conversation_id
-                conversation_seen = seen.conversation_last_inbound_at
-            elif conversations.close_if_open(session, seen.conversation_id, now=now):
-                # a stale session ended: extract its facts
-                result.closed_conversation_ids.append(seen.conversation_id)
-        if conversation_id is None:
-            conversation_id = conversations.open_new(
-                session, tenant_id=tenant_id, contact_id=contact_id, now=now,
-                inactivity_timeout=timeout, last_inbound_at=sent_at)
-            opened_here = conversation_id is not None
-            if conversation_id is None:  # another delivery opened it first
-                found = conversations.get_open(session, contact_id)
-                assert found is not None and found.id is not None
-                conversation_id, conversation_seen = found.id, found.last_inbound_at
-        stored = Message(
-            tenant_id=tenant_id, conversation_id=conversation_id, role="user",
-            direction="inbound", content=[{"type": "text", "text": stamp(
-                msg.text, now, head.timezone, sent_at=sent_at)}],
-            wamid=msg.wamid, wa_type=_fit(msg.wa_type, WA_TYPE_CHARS),
-            meta_timestamp=msg.timestamp, received_at=arrival(now, index),
-            starts_turn=msg.starts_turn, refers_to_wamid=msg.refers_to)
-        if msg.wa_type in FOLLOW_UPS and (rederive := _follow_up(
-                session, msg, stored, contact_id=contact_id, timezone=head.timezone, now=now,
-                sent_at=sent_at)) is not None:
-            result.rederive_conversation_ids.append(rederive)
-        stored.answered_at = None if stored.starts_turn else now
-        row_id = messages.insert_inbound(session, stored)
-        if row_id is None:  # a concurrent delivery of the same wamid stored it
-            log.info("inbound_duplicate", conversation_id=conversation_id)
-            return "duplicate", None
-        if not opened_here:  # a conversation opened here already carries these values
-            conversations.record_inbound(
-                session, conversation_id, now=now, inactivity_timeout=timeout,
-                last_inbound_at=_latest(conversation_seen, sent_at))
-        if seen is not None:  # a contact we created already carries these values
-            contacts.set_fields(session, contact_id, _contact_changes(
-                seen, msg, profile_name, sent_at))
-        log.info("inbound_stored", tenant_id=tenant_id, conversation_id=conversation_id,
-                 wa_type=msg.wa_type, message_id=row_id)
-        log.debug("inbound_text", text=msg.text, wa_id=msg.wa_id)
-        return "message", conversation_id if stored.starts_turn else None
+    return "dead_letter"
 
 
 def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact_id: int,
@@ -319,7 +329,7 @@ def _contact(session: Session, msg: InboundMessage, tenant_id: int, profile_name
     """The contact of `msg` and what is known of it: (id, row) for an existing contact (the row
     carries its open conversation), (id, None) for one created here with every value already
     set. The common cases take one or two statements; merges, a number that changed hands and
-    races go through `contacts.find_or_create` (DESIGN.md Identity).
+    races go through `contacts.find_or_create` (ARCHITECTURE.md Identity).
     """
     rows = contacts.lookup_for_inbound(session, tenant_id=tenant_id, wa_id=msg.wa_id,
                                        user_id=msg.user_id)
@@ -346,20 +356,6 @@ def _same_person(row: Any, msg: InboundMessage) -> bool:
         not msg.wa_id or row.wa_id in (None, msg.wa_id))
 
 
-def _contact_changes(row: Any, msg: InboundMessage, profile_name: str | None,
-                     sent_at: datetime) -> dict[str, Any]:
-    """The columns of a known contact this message changes (new ids win, DESIGN.md
-    Identity)."""
-    changes: dict[str, Any] = {}
-    for key, value in (("user_id", msg.user_id), ("wa_id", msg.wa_id),
-                       ("profile_name", profile_name)):
-        if value and getattr(row, key) != value:
-            changes[key] = value
-    latest = _latest(row.last_inbound_at, sent_at)
-    if latest != row.last_inbound_at:
-        changes["last_inbound_at"] = latest
-    return changes
-
 
 def arrival(received_at: datetime, index: int) -> datetime:
     """A customer message's `received_at`: the POST's receipt time plus one microsecond per
@@ -384,7 +380,7 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     """Prefix the received time in the tenant's timezone, e.g. "[Mon 2026-06-01 10:00] oi".
 
     The time lives in the message itself so `system` stays byte-identical between turns and the
-    cached prefix survives (DESIGN.md: time without cache misses). A message delivered more
+    cached prefix survives (ARCHITECTURE.md: time without cache misses). A message delivered more
     than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
     ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
     (", sent Sun 2025-11-30 10:00"). The console (`STAMP`) and `customer_text_length` strip
@@ -414,7 +410,7 @@ def _zone(name: str) -> ZoneInfo:
 
 def customer_sent_at(meta_timestamp: datetime | None, now: datetime) -> datetime:
     """When the customer sent it: Meta's timestamp, never in the future. It starts the 24-hour
-    customer service window (reference/whatsapp.md §6), not our receipt time.
+    customer service window (Sources: WhatsApp §6), not our receipt time.
     """
     return min(meta_timestamp, now) if meta_timestamp is not None else now
 
@@ -423,14 +419,34 @@ def _latest(current: datetime | None, candidate: datetime) -> datetime:
     return candidate if current is None or candidate > current else current
 
 
-def _store_status(engine: Engine, status: StatusUpdate, now: datetime) -> str:
+def _store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
+                    result: IngestResult) -> None:
+    """Store a run of statuses of one POST in one transaction (a status costs a few indexed
+    statements; a commit of its own cost more than those); when that transaction is refused
+    for anything but a lost database, each again in a transaction of its own, so that one bad
+    status loses nothing else. Raises StoreUnavailable when the database is down."""
+    try:
+        with session_scope(engine) as session:
+            outcomes = [_apply_status(session, status, now) for status in statuses]
+    except (OperationalError, DBAPIError) as exc:
+        if is_disconnect(exc):
+            raise StoreUnavailable(describe(exc)) from exc
+    except Exception:
+        pass
+    else:
+        for outcome in outcomes:
+            result.count(outcome)
+        return
+    for status in statuses:
+        result.count(_store_isolated_update(engine, status, now))
+
+
+def _apply_status(session: Session, status: StatusUpdate, now: datetime) -> str:
     """Advance the delivery state of our send, only under the tenant that sent it (the status
     names its `phone_number_id`); an unknown wamid or number changes nothing."""
-    with session_scope(engine) as session:
-        tenant = tenants.get_by_phone_number_id(session, status.phone_number_id)
-        if tenant is None or not _sent_by(session, tenant, status.wamid):
-            log.info("status_unknown_wamid", status=status.status)
-            return "status_unknown"
+    tenant = tenants.get_by_phone_number_id(session, status.phone_number_id)
+    row = None
+    if tenant is not None and _sent_by(session, tenant, status.wamid):
         row = messages.apply_status(session, wamid=status.wamid, status=status.status,
                                     error_code=status.error_code,
                                     error_reason=status.error_reason, now=now)
@@ -482,7 +498,7 @@ def _dump(raw: object) -> bytes:
 
 def describe(exc: DBAPIError) -> str:
     """The driver's error without SQLAlchemy's statement and parameters: those carry phone
-    numbers and message text, which reach the logs only at DEBUG (DESIGN.md Authority)."""
+    numbers and message text, which reach the logs only at DEBUG (ARCHITECTURE.md Authority)."""
     orig = exc.orig or exc
     first_line = (str(orig).splitlines() or [""])[0]
     return f"{type(orig).__name__}: {first_line}"[:300]
@@ -492,23 +508,24 @@ def is_disconnect(exc: DBAPIError) -> bool:
     return bool(getattr(exc, "connection_invalidated", False)) or isinstance(exc, OperationalError)
 
 
-# -- group commit ------------------------------------------------------------------------------
+# -- storing customer messages: one implementation, for one POST or many ------------------------
 
 
 @dataclass
 class Pending:
-    """One signed POST whose updates are all customer messages, waiting for a group commit."""
+    """The customer messages of one signed POST (or of a run of it), to be stored in a group
+    with others (`store_group` fills `result`). `offset`: the first message's place among its
+    POST's messages (`arrival`)."""
 
     messages: list[InboundMessage]
     now: datetime
     result: IngestResult = field(default_factory=IngestResult)
-    alone: bool = False  # to be stored by itself (store_updates) after the group commits
+    offset: int = 0
 
 
 def inbound_only(body: bytes) -> list[InboundMessage] | None:
     """The body's updates when it parses and every one is a customer message (the case a group
-    commit takes), else None. An edit or a deletion goes the one-POST way: it changes the
-    message it names (`_follow_up`), which a group does not."""
+    of POSTs takes), else None."""
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
@@ -516,91 +533,218 @@ def inbound_only(body: bytes) -> list[InboundMessage] | None:
     if not is_envelope(payload):
         return None
     updates = parse_update(payload)
-    if updates and all(isinstance(u, InboundMessage) and u.wa_type not in FOLLOW_UPS
-                       for u in updates):
+    if updates and all(isinstance(u, InboundMessage) for u in updates):
         return updates  # type: ignore[return-value]
     return None
+
+
+def count_updates(body: bytes) -> int:
+    """How many messages, statuses and errors the webhook body carries (0 when it is not a
+    webhook envelope): what decides that a POST is big (WEBHOOK_SPILL_UPDATES). Reads the
+    envelope only; nothing is parsed into updates."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return 0
+    if not is_envelope(payload):
+        return 0
+    total = 0
+    for entry in _list(payload["entry"]):
+        for change in _list(entry.get("changes") if isinstance(entry, dict) else None):
+            value = change.get("value") if isinstance(change, dict) else None
+            if isinstance(value, dict):
+                total += sum(len(_list(value.get(key)))
+                             for key in ("messages", "statuses", "errors"))
+    return total
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class _Tenant:
+    id: int
+    timezone: str
+    inactivity_timeout_minutes: int
 
 
 @dataclass
 class _Item:
     pending: Pending
     msg: InboundMessage
-    tenant: Any = None
-    contact_key: tuple[Any, ...] = ()
-    conversation_id: int | None = None
-    first: "_Item | None" = None  # the earlier delivery of the same wamid in this group
-    seen: Any = None  # the known contact's row (with its open conversation)
-    opened_here: bool = False  # its conversation was opened by this group
     index: int = 0  # its place among its POST's messages
+    tenant: Any = None  # `id`, `timezone`, `inactivity_timeout_minutes`
+    contact_key: tuple[Any, ...] = ()
+    seen: Any = None  # the known contact's row (with its open conversation)
+    conversation_id: int | None = None
+    conversation_seen: datetime | None = None  # its open conversation's last inbound time
+    opened_here: bool = False  # its conversation was opened by this group
+    first: "_Item | None" = None  # the earlier delivery of the same wamid in this group
+    alone: bool = False  # stored by itself, in order, after the set-based pass
+    # "inbound_stored" at INFO: one POST's messages; a group of POSTs is summed up by the
+    # web process's own line (bot.webhook: webhook_group_stored)
+    logged: bool = False
 
 
-def store_group(engine: Engine, group: list[Pending]) -> list[Pending]:
-    """Store the customer messages of many POSTs in one transaction with a few set-based
-    statements (a group commit): one lookup (four SELECTs in one round trip on PostgreSQL),
-    then one INSERT each for the new contacts, conversations and messages (`ON CONFLICT DO
-    NOTHING`), and one executemany each for the conversations and contacts touched. Fills each
-    Pending's result.
+def store_group(engine: Engine, group: list[Pending]) -> None:
+    """Store the customer messages of one POST or many in one transaction, and fill each
+    Pending's result (anew): the one way a customer message is stored (README, How a message
+    is answered).
 
-    Returns the POSTs to store alone (`store_updates`) after this commit: an unknown tenant,
-    an identity that needs a merge or re-key, ids that disagree inside the group, or a row
-    another transaction created meanwhile. Those may have been stored in part here: alone,
-    the stored part is a redelivery. Raises on any database error; nothing is then stored.
+    First a set-based pass: one lookup (four SELECTs in one round trip on PostgreSQL), then
+    one INSERT each for the new contacts, conversations and messages (`ON CONFLICT DO
+    NOTHING`), and one executemany each for the conversations and contacts touched. A message
+    that pass cannot take is stored alone afterwards, in the POSTs' order, in the same
+    transaction: an edit or a deletion and the messages it names (`_follow_up`), an identity
+    that needs a merge or a re-key (`_contact`, ARCHITECTURE.md Identity), ids that disagree inside
+    the group, a row another transaction created meanwhile, and the later copies of those.
+    A message of an unknown number, or naming no customer, goes to the dead letters.
+
+    Raises on any database error (IntegrityError: a race the caller retries once,
+    `_store_isolated`); nothing is then stored.
     """
-    items = [_Item(p, m, index=k) for p in group for k, m in enumerate(p.messages)]
+    for pending in group:
+        pending.result = IngestResult()
+    items = [_Item(p, m, index=p.offset + k, logged=len(group) == 1)
+             for p in group for k, m in enumerate(p.messages)]
     with session_scope(engine) as session:
-        stored, tombstoned, tenants_by_number, known = messages.lookup_group(
-            session, wamids=list({i.msg.wamid for i in items}),
-            phone_number_ids=list({i.msg.phone_number_id for i in items}),
-            user_ids=list({i.msg.user_id for i in items if i.msg.user_id}),
-            wa_ids=list({i.msg.wa_id for i in items if i.msg.wa_id}))
-        new: list[_Item] = []
-        firsts: dict[str, _Item] = {}
+        _store_set_based(session, items)
         for item in items:
-            msg, result = item.msg, item.pending.result
-            if msg.wamid in tombstoned:  # an erased contact's redelivery
-                log.info("inbound_erased_redelivery")
-                result.count("duplicate")
-            elif (row := stored.get(msg.wamid)) is not None:
-                log.debug("inbound_duplicate", conversation_id=row.conversation_id)
-                result.count("duplicate")
-                if row.starts_turn and row.answered_at is None:
-                    _add_turn(result, row.conversation_id)
-            elif msg.wamid in firsts:
-                item.first = firsts[msg.wamid]
-            elif (tenant := tenants_by_number.get(msg.phone_number_id)) is None \
-                    or not (msg.wa_id or msg.user_id):
-                item.pending.alone = True  # dead letter: kept by the single path
-            else:
-                item.tenant = tenant
-                firsts[msg.wamid] = item
+            if item.alone:
+                _store_alone(session, item)
+
+
+def _store_set_based(session: Session, items: list[_Item]) -> None:
+    stored, tombstoned, tenants_by_number, known = lookups.lookup_group(
+        session, wamids=list({i.msg.wamid for i in items}),
+        phone_number_ids=list({i.msg.phone_number_id for i in items}),
+        user_ids=list({i.msg.user_id for i in items if i.msg.user_id}),
+        wa_ids=list({i.msg.wa_id for i in items if i.msg.wa_id}))
+    # an edit or a deletion, and a message it names, go in order: Meta orders nothing
+    named = {i.msg.refers_to for i in items if i.msg.wa_type in FOLLOW_UPS}
+    new: list[_Item] = []
+    firsts: dict[str, _Item] = {}
+    for item in items:
+        msg, result = item.msg, item.pending.result
+        if msg.wamid in tombstoned or (row := stored.get(msg.wamid)) is not None:
+            _redelivered(result, None if msg.wamid in tombstoned else row)
+        elif msg.wamid in firsts:
+            item.first = firsts[msg.wamid]
+        elif (tenant := tenants_by_number.get(msg.phone_number_id)) is None:
+            _unknown_number(session, msg, result, item.pending.now)
+        elif not (msg.wa_id or msg.user_id):
+            _no_customer(session, msg, result, item.pending.now)
+        else:
+            item.tenant = tenant
+            firsts[msg.wamid] = item
+            item.alone = msg.wa_type in FOLLOW_UPS or msg.wamid in named
+            if not item.alone:
                 new.append(item)
-        _group_contacts(session, new, known)
-        _group_conversations(session, [i for i in new if not i.pending.alone])
-        inserting = [i for i in new if not i.pending.alone]
-        # inserted in wamid order: two groups that share a redelivery lock it in one order
-        ids = messages.insert_inbound_many(session, [_message_row(i) for i in sorted(
-            inserting, key=lambda i: i.msg.wamid)])
-        for item in items:
-            if item.pending.alone or item.tenant is None and item.first is None:
-                continue
-            first = item.first or item
-            created = item.first is None and item.msg.wamid in ids
-            if not created:  # a redelivery inside the group, or stored meanwhile by another
-                log.debug("inbound_duplicate", conversation_id=first.conversation_id)
-                item.pending.result.count("duplicate")
-                if item.first is not None and first.msg.wamid in ids and first.msg.starts_turn:
-                    _add_turn(item.pending.result, first.conversation_id)
-                continue
-            log.debug("inbound_stored", tenant_id=item.tenant.id,
-                     conversation_id=item.conversation_id, wa_type=item.msg.wa_type,
-                     message_id=ids[item.msg.wamid])
-            log.debug("inbound_text", text=item.msg.text, wa_id=item.msg.wa_id)
-            item.pending.result.count("message")
-            if item.msg.starts_turn:
-                _add_turn(item.pending.result, item.conversation_id)
-        _group_touch(session, [i for i in inserting if i.msg.wamid in ids])
-    return [p for p in group if p.alone]
+    _group_contacts(session, new, known)
+    _group_conversations(session, [i for i in new if not i.alone])
+    inserting = [i for i in new if not i.alone]
+    # inserted in wamid order: two groups that share a redelivery lock it in one order
+    ids = messages.insert_inbound_many(session, [_message_row(i) for i in sorted(
+        inserting, key=lambda i: i.msg.wamid)])
+    for item in items:
+        if item.first is not None and item.first.alone:
+            item.alone = True  # after its first copy, where it is a redelivery
+        if item.alone or item.tenant is None and item.first is None:
+            continue
+        first = item.first or item
+        if item.first is not None or item.msg.wamid not in ids:
+            # a redelivery inside the group, or stored meanwhile by another transaction
+            log.debug("inbound_duplicate", conversation_id=first.conversation_id)
+            item.pending.result.count("duplicate")
+            if item.first is not None and first.msg.wamid in ids and first.msg.starts_turn:
+                _add_turn(item.pending.result, first.conversation_id)
+            continue
+        _stored(item, ids[item.msg.wamid], item.msg.starts_turn)
+    _group_touch(session, [i for i in inserting if i.msg.wamid in ids])
+
+
+def _store_alone(session: Session, item: _Item) -> None:
+    """Store one message the set-based pass left, as a group of one, in the same transaction:
+    looked up again (it sees what the group and the other transactions committed), its
+    contact found, created or merged by `_contact`, its edit or deletion applied."""
+    msg, result, now = item.msg, item.pending.result, item.pending.now
+    head = messages.inbound_lookup(session, wamid=msg.wamid,
+                                   phone_number_id=msg.phone_number_id)
+    if head.tombstoned or head.message_id is not None:
+        _redelivered(result, None if head.tombstoned else head)
+        return
+    if head.tenant_id is None:
+        _unknown_number(session, msg, result, item.pending.now)
+        return
+    item.tenant = _Tenant(head.tenant_id, head.timezone, head.inactivity_timeout_minutes)
+    sent_at = customer_sent_at(msg.timestamp, now)
+    contact_id, item.seen = _contact(session, msg, head.tenant_id,
+                                     _fit(msg.profile_name, PROFILE_NAME_CHARS), now, sent_at)
+    item.contact_key = ("known" if item.seen is not None else "made", contact_id)
+    _group_conversations(session, [item], alone=True)
+    row = _message_row(item)
+    if msg.wa_type in FOLLOW_UPS:
+        stored = Message(**row)
+        rederive = _follow_up(session, msg, stored, contact_id=contact_id,
+                              timezone=head.timezone, now=now, sent_at=sent_at)
+        if rederive is not None:
+            result.rederive_conversation_ids.append(rederive)
+        stored.answered_at = None if stored.starts_turn else now
+        row = messages.row_values(stored)
+    ids = messages.insert_inbound_many(session, [row])
+    if msg.wamid not in ids:  # a concurrent delivery of the same wamid stored it
+        log.info("inbound_duplicate", conversation_id=item.conversation_id)
+        result.count("duplicate")
+        return
+    _stored(item, ids[msg.wamid], row["starts_turn"])
+    _group_touch(session, [item])
+
+
+def _redelivered(result: IngestResult, row: Any) -> None:
+    """A wamid stored before (`row`: its `conversation_id`, `starts_turn`, `answered_at`), or
+    tombstoned (`row` None: an erased contact's redelivery): counted, and its turn asked for
+    again while it waits for an answer."""
+    if row is None:
+        log.info("inbound_erased_redelivery")
+    else:
+        log.debug("inbound_duplicate", conversation_id=row.conversation_id)
+        if row.starts_turn and row.answered_at is None:
+            _add_turn(result, row.conversation_id)
+    result.count("duplicate")
+
+
+def _stored(item: _Item, message_id: int, starts_turn: bool) -> None:
+    (log.info if item.logged else log.debug)(
+        "inbound_stored", tenant_id=item.tenant.id, conversation_id=item.conversation_id,
+        wa_type=item.msg.wa_type, message_id=message_id)
+    log.debug("inbound_text", text=item.msg.text, wa_id=item.msg.wa_id)
+    item.pending.result.count("message")
+    if starts_turn:
+        _add_turn(item.pending.result, item.conversation_id)
+
+
+def _unknown_number(session: Session, msg: InboundMessage, result: IngestResult,
+                    now: datetime) -> None:
+    """Kept for inspection: a number being onboarded loses nothing."""
+    log.warning("unknown_phone_number_id", phone_number_id=msg.phone_number_id)
+    dead_letters.add_dead_letter(
+        session, body=json.dumps(msg.raw, default=str).encode(),
+        reason=f"unknown phone_number_id {msg.phone_number_id}", now=now,
+        phone_number_id=msg.phone_number_id)
+    result.count("unknown_tenant")
+
+
+NO_CUSTOMER = "InboundMessage: ValueError: a contact needs a wa_id or a user_id"
+
+
+def _no_customer(session: Session, msg: InboundMessage, result: IngestResult,
+                 now: datetime) -> None:
+    """A message naming neither a `wa_id` nor a `user_id` has no contact: kept whole."""
+    log.error("webhook_update_failed", kind="InboundMessage", error="ValueError")
+    dead_letters.add_dead_letter(session, body=_dump(msg.raw), reason=NO_CUSTOMER, now=now,
+                                 phone_number_id=msg.phone_number_id)
+    result.count("dead_letter")
 
 
 def _message_row(item: _Item) -> dict[str, Any]:
@@ -613,9 +757,8 @@ def _message_row(item: _Item) -> dict[str, Any]:
                 sent_at=customer_sent_at(msg.timestamp, now))}],
             "wamid": msg.wamid, "wa_type": _fit(msg.wa_type, WA_TYPE_CHARS),
             "meta_timestamp": msg.timestamp, "received_at": arrival(now, item.index),
-            "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now}
-
-
+            "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now,
+            "refers_to_wamid": msg.refers_to}
 _MESSAGE_DEFAULTS = messages.row_values(Message(
     tenant_id=0, conversation_id=0, role="user", direction="inbound", content=[],
     received_at=datetime.min))
@@ -654,7 +797,7 @@ def _group_contacts(session: Session, items: list[_Item], rows: list[Any]) -> No
         elif len(found) == 1 and _same_person(row := next(iter(found.values())), msg):
             item.contact_key, item.seen = ("known", row.id), row
         else:
-            item.pending.alone = True
+            item.alone = True
             continue
         for kind in ("user_id", "wa_id"):  # one id value must name one contact in the group
             if getattr(msg, kind):
@@ -666,7 +809,7 @@ def _group_contacts(session: Session, items: list[_Item], rows: list[Any]) -> No
                                   set()).add((getattr(msg, kind),))
     contested = {k for k, v in claims.items() if len(v) > 1}
     for item in items:
-        if item.pending.alone:
+        if item.alone:
             continue
         msg = item.msg
         keys = [(item.tenant.id, kind, getattr(msg, kind)) for kind in ("user_id", "wa_id")
@@ -675,10 +818,10 @@ def _group_contacts(session: Session, items: list[_Item], rows: list[Any]) -> No
             keys += [(item.tenant.id, f"fill-{k}", str(item.contact_key[1]))
                      for k in ("user_id", "wa_id")]
         if any(k in contested for k in keys):
-            item.pending.alone = True
+            item.alone = True
     fresh: dict[tuple[Any, ...], list[_Item]] = {}
     for item in items:
-        if not item.pending.alone and item.contact_key[0] == "new":
+        if not item.alone and item.contact_key[0] == "new":
             fresh.setdefault(item.contact_key, []).append(item)
     made = contacts.insert_many(session, [{
         **_CONTACT_DEFAULTS, "tenant_id": key[1], "user_id": key[2], "wa_id": key[3],
@@ -692,7 +835,7 @@ def _group_contacts(session: Session, items: list[_Item], rows: list[Any]) -> No
             if key in made_ids:
                 item.contact_key = ("made", made_ids[key])
             else:  # another transaction created it meanwhile
-                item.pending.alone = True
+                item.alone = True
 
 
 def _last_name(items: list[_Item]) -> str | None:
@@ -700,9 +843,10 @@ def _last_name(items: list[_Item]) -> str | None:
     return next((n for n in reversed(names) if n), None)
 
 
-def _group_conversations(session: Session, items: list[_Item]) -> None:
+def _group_conversations(session: Session, items: list[_Item], *, alone: bool = False) -> None:
     """Set every item's conversation: the contact's open one, or a new one when there is none
-    or it is stale (closed here; its facts are extracted)."""
+    or it is stale (closed here; its facts are extracted). One another transaction opened
+    meanwhile is taken as the open one when storing `alone`; else the item is stored alone."""
     if not items:
         return
     by_contact: dict[int, list[_Item]] = {}
@@ -717,6 +861,7 @@ def _group_conversations(session: Session, items: list[_Item]) -> None:
             if group[0].pending.now - seen.last_activity_at <= timeout:
                 for item in group:
                     item.conversation_id = seen.conversation_id
+                    item.conversation_seen = seen.conversation_last_inbound_at
                 continue
             stale[seen.conversation_id] = contact_id
         to_open[contact_id] = group
@@ -734,12 +879,18 @@ def _group_conversations(session: Session, items: list[_Item]) -> None:
                                for i in group)}
         for contact_id, group in sorted(to_open.items())])
     for contact_id, group in to_open.items():
+        found = None
+        if contact_id not in opened and alone:  # another transaction opened it first
+            found = conversations.get_open(session, contact_id)
+            assert found is not None and found.id is not None
         for item in group:
             if contact_id in opened:
                 item.conversation_id = opened[contact_id]
                 item.opened_here = True
+            elif found is not None:
+                item.conversation_id, item.conversation_seen = found.id, found.last_inbound_at
             else:  # another transaction opened one meanwhile
-                item.pending.alone = True
+                item.alone = True
 
 
 def _latest_now(items: list[_Item]) -> datetime:
@@ -760,14 +911,12 @@ def _group_touch(session: Session, stored: list[_Item]) -> None:
             by_contact.setdefault(item.contact_key[1], []).append(item)
     updates = []
     for conversation_id, group in sorted(by_conversation.items()):
-        seen = group[0].seen
         latest = max(customer_sent_at(i.msg.timestamp, i.pending.now) for i in group)
         now = _latest_now(group)
         updates.append({
             "_id": conversation_id, "last_activity_at": now,
             "due_at": now + timedelta(minutes=group[0].tenant.inactivity_timeout_minutes),
-            "last_inbound_at": _latest(seen.conversation_last_inbound_at
-                                       if seen is not None else None, latest)})
+            "last_inbound_at": _latest(group[0].conversation_seen, latest)})
     conversations.record_inbound_many(session, updates)
     changes = []
     for contact_id, group in sorted(by_contact.items()):

@@ -1,5 +1,5 @@
 """`wagent tenant|catalog|facts|conversations|appointments ...`: the admin API's operations
-from a shell, for scripts and first set-up (bot/admin/service.py does the work for both).
+from a shell, for scripts and first set-up (operations/service.py does the work for both).
 
 Tenants are named by their phone_number_id. Results print as JSON on stdout; errors print on
 stderr and exit with status 2. Files may be JSON or YAML.
@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from cli.environment import settings_or_exit
 
 TenantAction = Callable[[argparse.Namespace, Any, Any, datetime], Any]
 
@@ -70,7 +72,7 @@ def run_for_tenant(action: TenantAction) -> Callable[[argparse.Namespace], int]:
     """Wrap `action(args, session, tenant, now)` in one transaction on the tenant named by
     `args.phone_number_id`; print its result; map errors to a message and exit status 2."""
     def run(args: argparse.Namespace) -> int:
-        from bot.admin.service import NotFound
+        from operations.service import NotFound
         from storage.tenants import get_by_phone_number_id
 
         def act(session: Any, now: datetime) -> Any:
@@ -87,10 +89,10 @@ def run_for_fact(action: Callable[[Any, Any, datetime], Any], *,
                  ) -> Callable[[argparse.Namespace], int]:
     """`run_for_tenant` for a command that names only a fact (`args.fact_id`): the operator's
     shell sees every tenant, so the tenant is the fact's. `action(session, tenant, now)` is a
-    `bot.admin.service` operation, the one the API and the console call; `after` runs once it
+    `operations.service` operation, the one the API and the console call; `after` runs once it
     is committed (a job to enqueue)."""
     def run(args: argparse.Namespace) -> int:
-        from bot.admin.service import NotFound
+        from operations.service import NotFound
         from storage.models import ContactFact, Tenant
 
         def act(session: Any, now: datetime) -> Any:
@@ -107,14 +109,13 @@ def _in_transaction(act: Callable[[Any, datetime], Any], *,
                     after: Callable[[], object] | None = None) -> int:
     """Run `act(session, now)` in one transaction, print its result, then `after`; errors
     print on stderr with exit status 2."""
-    from bot.admin.service import AdminError
-    from bot.cli import _settings
     from core import clock
+    from operations.service import AdminError
     from storage.db import make_engine, session_scope
     from storage.tenants import CatalogueConflict, TenantConfigError
 
     try:
-        with session_scope(make_engine(_settings(require=False).database_url)) as session:
+        with session_scope(make_engine(settings_or_exit(require=False).database_url)) as session:
             result = act(session, clock.now())
     except AdminError as exc:
         if len(exc.problems) > 1:
@@ -141,12 +142,12 @@ def _in_transaction(act: Callable[[Any, datetime], Any], *,
 # -- actions ---------------------------------------------------------------------------------
 
 def _show(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     return {**service.tenant_view(tenant), "counts": service.counts(session, tenant)}
 
 
 def _update(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     changes = read_document(args.file) if args.file else {}
     if not isinstance(changes, dict):
         raise ValueError("the file must hold an object of settings")
@@ -162,28 +163,28 @@ def _update(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 
 def _token(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     return service.create_token(session, tenant, label=args.label, now=now)
 
 
 def _revoke(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     service.revoke_token(session, tenant, args.token_id, now=now)
     return {"revoked": args.token_id}
 
 
 def _catalog_show(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     return service.catalogue_view(session, tenant)
 
 
 def _catalog_set(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     return service.replace_catalogue(session, tenant, read_document(args.file), now=now)
 
 
 def _service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     from storage.tenants import change_service
     row = change_service(session, tenant.id, args.code, name=args.name,
                          duration_minutes=args.duration)[0]
@@ -197,7 +198,7 @@ def _remove_service(args: argparse.Namespace, session: Any, tenant: Any, now: da
 
 
 def _professional(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     from storage.tenants import change_professional
     services = None if args.services is None else [
         s.strip() for s in args.services.split(",") if s.strip()]
@@ -228,7 +229,7 @@ def _hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
 
 
 def _exception(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     from storage.tenants import HoursExceptionSpec, put_hours_exception
     hours = [i.strip() for value in args.hours or [] for i in value.split(",") if i.strip()]
     spec = service.validated(HoursExceptionSpec, {"day": args.day, "hours": hours,
@@ -246,7 +247,7 @@ def _reopen(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 
 def _conversations(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     query = service.validated(service.ConversationQuery, {
         k: v for k, v in (("contact", args.contact), ("state", args.state),
                           ("limit", args.limit)) if v is not None})
@@ -254,12 +255,12 @@ def _conversations(args: argparse.Namespace, session: Any, tenant: Any, now: dat
 
 
 def _conversation(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     return service.conversation_view(session, tenant, args.conversation_id, now=now)
 
 
 def _appointments(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     query = service.validated(service.AppointmentQuery, {
         k: v for k, v in (("from", args.date_from), ("to", args.date_to),
                           ("status", args.status), ("contact", args.contact)) if v})
@@ -267,12 +268,12 @@ def _appointments(args: argparse.Namespace, session: Any, tenant: Any, now: date
 
 
 def _cancel(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     return service.cancel_appointment(session, tenant, args.appointment_id, now=now)
 
 
 def _fact_edit(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    from bot.admin import service
+    from operations import service
     edit = service.validated(service.FactEdit, {"value": args.value, "reason": args.reason})
     return service.edit_fact(session, tenant, args.fact_id, edit, by="cli", now=now)
 
@@ -414,12 +415,11 @@ def add_conversation_commands(sub: Any) -> None:
 def _list_tenants(args: argparse.Namespace) -> int:
     from sqlmodel import col, select
 
-    from bot.admin import service
-    from bot.cli import _settings
+    from operations import service
     from storage.db import make_engine, session_scope
     from storage.models import Tenant
 
-    with session_scope(make_engine(_settings(require=False).database_url)) as session:
+    with session_scope(make_engine(settings_or_exit(require=False).database_url)) as session:
         tenants = session.exec(select(Tenant).order_by(col(Tenant.id))).all()
         _print([{k: v for k, v in service.tenant_view(t).items()
                  if k in ("id", "phone_number_id", "name", "timezone",

@@ -1,6 +1,6 @@
 """The history window: which stored messages go into a request, and how they become API messages.
 
-Rules (DESIGN.md, "The request sent to Claude"): the first message sent is a user message made
+Rules (ARCHITECTURE.md, "The request sent to Claude"): the first message sent is a user message made
 only of text and the first of its run of consecutive user messages (a burst is one turn: never
 split between summary and window); a start point moves forward, never back; every tool_use has
 its tool_result in the next message, results first; empty text blocks are never sent;
@@ -50,7 +50,7 @@ def is_turn_start(message: Stored) -> bool:
 def starts_run(messages: Sequence[Stored], index: int) -> bool:
     """True when `index` is the first of a run of consecutive user messages: they merge into
     one API message (`to_api_messages`), so a burst the customer sent is one turn and no cut
-    may fall inside it (DESIGN.md, Safe start). A message with nothing to send (no content, or
+    may fall inside it (ARCHITECTURE.md, Safe start). A message with nothing to send (no content, or
     only empty text: the claim an edit makes for an original not yet arrived) is dropped by
     `to_api_messages`, so it neither starts nor joins a run."""
     before = _previous_sent(messages, index)

@@ -1,7 +1,7 @@
 """Contact facts: the closed key catalogue and the validation every proposal goes through.
 
 Pure: no I/O. A fact is short, closed-key and checked in code before anything is written
-(DESIGN.md, Memory lifecycle): allowed key; short single-line value; a source that is one of
+(ARCHITECTURE.md, Memory lifecycle): allowed key; short single-line value; a source that is one of
 this conversation's customer messages; no national id (CPF with check digits) or card number
 (Luhn), digits read after every separator is removed and number words are read as digits; no
 health, religion or political data unless the key is meant for it; nothing that reads as an
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from agent.tools.base import echo, some_codes
 from storage.fact_keys import DEFAULT_KEYS, KINDS, SHAPES, FactKey, resolve_keys  # noqa: F401
-from workers.agent.tools.base import echo, some_codes
 
 MAX_VALUE_CHARS = 80
 MAX_FACTS_IN_CONTEXT = 20

@@ -1,21 +1,39 @@
 """The scheduling tools: list_services, find_available_slots, book_appointment,
-list_my_appointments, cancel_appointment, reschedule_appointment.
+list_my_appointments, cancel_appointment, reschedule_appointment (each a `Tool` beside its
+handler; `registry.REGISTRY` lists them).
 
-Each runs in one transaction together with its ToolCall record, so a retried turn that replays a
-`tool_use` id gets the stored result and no second effect. Two appointments of one professional
-never overlap: the check and the insert share a transaction that cannot interleave (the
-professional's row is locked FOR UPDATE on PostgreSQL; SQLite transactions are BEGIN IMMEDIATE).
+Each runs in one transaction together with its ToolCall record (`registry.execute_tool`), so a
+retried turn that replays a `tool_use` id gets the stored result and no second effect. Two
+appointments of one professional never overlap: the check and the insert share a transaction
+that cannot interleave (the professional's row is locked FOR UPDATE on PostgreSQL; SQLite
+transactions are BEGIN IMMEDIATE).
 """
 
-from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select
 
-from storage.db import is_postgres, session_scope
+from agent.tools.base import (
+    NAME_CHARS,
+    Tool,
+    ToolContext,
+    ToolError,
+    bounded,
+    clip,
+    echo,
+    some_codes,
+)
+from agent.tools.slots import (
+    Slot,
+    compute_slots,
+    on_grid,
+    opening_interval,
+    overlaps,
+    too_soon,
+)
+from storage.db import is_postgres
 from storage.models import (
     Appointment,
     HoursException,
@@ -23,25 +41,6 @@ from storage.models import (
     Professional,
     Service,
     Tenant,
-    ToolCall,
-)
-from workers.agent.tools.base import (
-    NAME_CHARS,
-    ToolContext,
-    ToolError,
-    backstop,
-    bounded,
-    clip,
-    echo,
-    some_codes,
-)
-from workers.agent.tools.slots import (
-    Slot,
-    compute_slots,
-    on_grid,
-    opening_interval,
-    overlaps,
-    too_soon,
 )
 
 MAX_SLOTS_LISTED = 24
@@ -55,91 +54,6 @@ MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be q
 
 _LOCAL_TIME = {"type": "string",
                "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
-
-TOOLS: list[dict[str, Any]] = sorted([
-    {"name": "book_appointment",
-     "description": "Book an appointment for this customer at a start time that "
-                    "find_available_slots returned. Only after the customer chose.",
-     "input_schema": {"type": "object", "properties": {
-         "service": {"type": "string", "description": "Service code"},
-         "start": _LOCAL_TIME,
-         "professional": {"type": "string", "description": "Professional code (optional)"}},
-         "required": ["service", "start"]}},
-    {"name": "cancel_appointment",
-     "description": "Cancel one of this customer's upcoming appointments.",
-     "input_schema": {"type": "object", "properties": {
-         "appointment_id": {"type": "integer"}}, "required": ["appointment_id"]}},
-    {"name": "find_available_slots",
-     "description": "Free start times for a service on a date or a date range (at most 14 "
-                    "days), optionally with one professional. Only times the business takes: "
-                    "never past, too soon or too far ahead.",
-     "input_schema": {"type": "object", "properties": {
-         "service": {"type": "string", "description": "Service code"},
-         "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
-         "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
-         "professional": {"type": "string", "description": "Professional code (optional)"}},
-         "required": ["service"]}},
-    {"name": "list_my_appointments",
-     "description": "This customer's upcoming booked appointments.",
-     "input_schema": {"type": "object", "properties": {}}},
-    {"name": "list_services",
-     "description": "The services offered, their codes, durations and professionals. A long "
-                    "catalogue is listed in part: search it with query.",
-     "input_schema": {"type": "object", "properties": {
-         "query": {"type": "string",
-                   "description": "Part of a service's name or code (optional: all)"}}}},
-    {"name": "reschedule_appointment",
-     "description": "Move one of this customer's upcoming appointments to a new free start "
-                    "time (same service).",
-     "input_schema": {"type": "object", "properties": {
-         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
-         "professional": {"type": "string", "description": "Professional code (optional)"}},
-         "required": ["appointment_id", "start"]}},
-], key=lambda tool: str(tool["name"]))
-
-Handler = Callable[[Session, ToolContext, dict[str, Any]], str]
-
-
-def execute_tool(ctx: ToolContext, name: str, tool_input: Any) -> tuple[str, bool]:
-    """Run tool `name` once per `ctx.tool_use_id`; returns (result text, is_error).
-
-    A replayed id returns the stored result without running anything.
-    """
-    with session_scope(ctx.engine) as session:
-        done = session.exec(select(ToolCall).where(ToolCall.tool_use_id == ctx.tool_use_id)).first()
-        if done is not None:
-            return done.result, done.is_error
-    try:
-        with session_scope(ctx.engine) as session:
-            text = backstop(_dispatch(session, ctx, name, tool_input))
-            _record(session, ctx, name, tool_input, text, is_error=False)
-            return text, False
-    except ToolError as exc:
-        with session_scope(ctx.engine) as session:
-            text = backstop(str(exc))
-            _record(session, ctx, name, tool_input, text, is_error=True)
-        return text, True
-    except IntegrityError:  # the same tool_use id ran concurrently: its record wins
-        with session_scope(ctx.engine) as session:
-            done = session.exec(select(ToolCall).where(
-                ToolCall.tool_use_id == ctx.tool_use_id)).one()
-            return done.result, done.is_error
-
-
-def _record(session: Session, ctx: ToolContext, name: str, tool_input: Any, text: str, *,
-            is_error: bool) -> None:
-    session.add(ToolCall(conversation_id=ctx.conversation_id, tool_use_id=ctx.tool_use_id,
-                         name=name[:64], input=tool_input if isinstance(tool_input, dict) else {},
-                         result=text, is_error=is_error, created_at=ctx.now))
-
-
-def _dispatch(session: Session, ctx: ToolContext, name: str, tool_input: Any) -> str:
-    handler = HANDLERS.get(name)
-    if handler is None:
-        raise ToolError(f"unknown tool {echo(name)}; available: {', '.join(HANDLERS)}")
-    if not isinstance(tool_input, dict):
-        raise ToolError("tool input must be a JSON object")
-    return handler(session, ctx, tool_input)
 
 
 def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -159,6 +73,16 @@ def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
              f"{_who(s, pros)})" for s in services]
     return bounded("Services:", lines, max_chars=SERVICES_CHARS,
                    left_out="call list_services with a query to search them by name")
+
+
+LIST_SERVICES = Tool(
+    name="list_services",
+    description="The services offered, their codes, durations and professionals. A long "
+                "catalogue is listed in part: search it with query.",
+    input_schema={"type": "object", "properties": {
+        "query": {"type": "string",
+                  "description": "Part of a service's name or code (optional: all)"}}},
+    handler=list_services)
 
 
 def _who(service: Service, pros: list[Professional]) -> str:
@@ -188,11 +112,37 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
     return _format_slots(slots, {p.id: p for p in pros}, ctx.timezone, service)
 
 
+FIND_AVAILABLE_SLOTS = Tool(
+    name="find_available_slots",
+    description="Free start times for a service on a date or a date range (at most 14 "
+                "days), optionally with one professional. Only times the business takes: "
+                "never past, too soon or too far ahead.",
+    input_schema={"type": "object", "properties": {
+        "service": {"type": "string", "description": "Service code"},
+        "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
+        "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
+        "professional": {"type": "string", "description": "Professional code (optional)"}},
+        "required": ["service"]},
+    handler=find_available_slots)
+
+
 def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     service = _service(session, ctx.tenant_id, args.get("service"))
     start = _parse_local(args.get("start"), ctx.timezone)
     appointment = _place(session, ctx, service, start, args.get("professional"))
     return "Booked. " + _describe(session, appointment, ctx.timezone)
+
+
+BOOK_APPOINTMENT = Tool(
+    name="book_appointment",
+    description="Book an appointment for this customer at a start time that "
+                "find_available_slots returned. Only after the customer chose.",
+    input_schema={"type": "object", "properties": {
+        "service": {"type": "string", "description": "Service code"},
+        "start": _LOCAL_TIME,
+        "professional": {"type": "string", "description": "Professional code (optional)"}},
+        "required": ["service", "start"]},
+    handler=book_appointment)
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
@@ -209,11 +159,26 @@ def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) 
     return "\n".join(lines)
 
 
+LIST_MY_APPOINTMENTS = Tool(
+    name="list_my_appointments",
+    description="This customer's upcoming booked appointments.",
+    input_schema={"type": "object", "properties": {}},
+    handler=list_my_appointments)
+
+
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
     appointment.status, appointment.cancelled_at = "cancelled", ctx.now
     session.add(appointment)
     return "Cancelled. " + _describe(session, appointment, ctx.timezone)
+
+
+CANCEL_APPOINTMENT = Tool(
+    name="cancel_appointment",
+    description="Cancel one of this customer's upcoming appointments.",
+    input_schema={"type": "object", "properties": {
+        "appointment_id": {"type": "integer"}}, "required": ["appointment_id"]},
+    handler=cancel_appointment)
 
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -230,28 +195,15 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
             + _describe(session, new, ctx.timezone))
 
 
-def _remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    from workers.facts import remember_fact
-
-    return remember_fact(session, ctx, args)
-
-
-HANDLERS: dict[str, Handler] = {
-    "book_appointment": book_appointment, "cancel_appointment": cancel_appointment,
-    "find_available_slots": find_available_slots, "list_my_appointments": list_my_appointments,
-    "list_services": list_services, "remember_fact": _remember_fact,
-    "reschedule_appointment": reschedule_appointment,
-}
-
-
-def tools_for(fact_keys: list[str]) -> list[dict[str, Any]]:
-    """The tenant's tool list: the scheduling tools and remember_fact (its keys enumerated),
-    sorted by name, the same every call for a tenant (a stable cached prefix)."""
-    from workers.facts import remember_fact_tool
-
-    if not fact_keys:
-        return TOOLS
-    return sorted([*TOOLS, remember_fact_tool(fact_keys)], key=lambda t: str(t["name"]))
+RESCHEDULE_APPOINTMENT = Tool(
+    name="reschedule_appointment",
+    description="Move one of this customer's upcoming appointments to a new free start "
+                "time (same service).",
+    input_schema={"type": "object", "properties": {
+        "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
+        "professional": {"type": "string", "description": "Professional code (optional)"}},
+        "required": ["appointment_id", "start"]},
+    handler=reschedule_appointment)
 
 
 def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,

@@ -1,9 +1,10 @@
 """The request builder: tools, system (instructions + context block), messages, breakpoints.
 
-Order matters for prompt caching (DESIGN.md): tools (stable, sorted) → system[0] tenant
-instructions with a breakpoint → system[1] the context block (facts + summary, fenced as data)
-→ the window's messages with a breakpoint on the last block. Nothing here reads a clock: the
-received time lives in each user message. Pure: no I/O.
+The one place a turn's request is made, whole, every round of the tool loop. Order matters for
+prompt caching (ARCHITECTURE.md): tools (stable, sorted) → system[0] tenant instructions with a
+breakpoint → system[1] the context block (facts + summary, fenced as data) → the window's
+messages with a breakpoint on the last block (`place_breakpoints`). Nothing here reads a clock:
+the received time lives in each user message. Pure: no I/O.
 """
 
 import copy
@@ -12,6 +13,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from agent.tools.base import Tool
 
 INSTRUCTIONS_TTL = "1h"  # tools + instructions are shared by every conversation of a tenant
 # The tail's TTL was chosen by measurement: customers answer minutes to hours apart, and on
@@ -29,6 +32,7 @@ class TenantPrompt:
     language: str
     instructions: str
     model: str
+    fact_keys: tuple[str, ...] = ()  # the keys remember_fact takes; none: it is not offered
 
 
 PRODUCT_RULES = """\
@@ -65,7 +69,7 @@ _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines spl
 
 def data_text(value: str, *, keep_lines: bool = False) -> str:
     """`value` made safe to interpolate in the context block: it can never produce the fence's
-    tags, nor start a line that looks like a tag (DESIGN.md: the block is data, never
+    tags, nor start a line that looks like a tag (ARCHITECTURE.md: the block is data, never
     instructions). Every value put in the block goes through here: the profile name, facts,
     the summary (and any later section).
 
@@ -124,39 +128,44 @@ def _section(tag: str, rendered: list[str]) -> list[str]:
     return [f"<{tag}>", *rendered, f"</{tag}>"]
 
 
-def build_request(*, tenant: TenantPrompt, tools: list[dict[str, Any]], context: str,
+def build_request(*, tenant: TenantPrompt, tools: Sequence[Tool], context: str,
                   messages: list[dict[str, Any]], max_tokens: int,
                   metadata_user_id: str) -> dict[str, Any]:
-    """The keyword arguments of `client.messages.create` for one call.
+    """The keyword arguments of `client.messages.create` for one call (one round of the loop).
 
-    `messages` are API messages (see window.to_api_messages); they are copied, never mutated.
-    `context` is the stored context block (see `context_block`). Breakpoints: system[0] and
-    the last message block, both 1h: two of the four allowed.
+    `tools` is the registry (tools/registry.py): those offered to `tenant` are listed, sorted
+    by name. `messages` are API messages (see window.to_api_messages); they are copied, never
+    mutated. `context` is the stored context block (see `context_block`). Breakpoints: see
+    `place_breakpoints`.
     """
-    system: list[dict[str, Any]] = [{
-        "type": "text", "text": instructions_text(tenant),
-        "cache_control": {"type": "ephemeral", "ttl": INSTRUCTIONS_TTL},
-    }]
+    system: list[dict[str, Any]] = [{"type": "text", "text": instructions_text(tenant)}]
     if context.strip():
         system.append({"type": "text", "text": context})
-    return {
+    offered = (tool.definition(tenant.fact_keys) for tool in tools)
+    request = {
         "model": tenant.model,
         "max_tokens": max_tokens,
         "system": system,
-        "tools": tools,
-        "messages": with_tail_breakpoint(messages),
+        "tools": sorted((d for d in offered if d is not None), key=lambda d: str(d["name"])),
+        "messages": copy.deepcopy(messages),
         "metadata": {"user_id": metadata_user_id},
     }
+    place_breakpoints(request)
+    return request
 
 
-def with_tail_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A deep copy of `messages` with a cache breakpoint on the very last block."""
-    copied = copy.deepcopy(messages)
-    if copied and copied[-1]["content"]:
-        copied[-1]["content"][-1]["cache_control"] = {"type": "ephemeral", "ttl": TAIL_TTL}
-    return copied
+def place_breakpoints(request: dict[str, Any]) -> None:
+    """Put the request's cache breakpoints in place (two of the four the API allows,
+    Sources: Anthropic §2): system[0], the tenant instructions, caching the tools with it
+    (INSTRUCTIONS_TTL); the very last block of the messages (TAIL_TTL), so each round reads the
+    previous round's prefix and writes its own. Mutates `request` (its own copies).
+    """
+    request["system"][0]["cache_control"] = {"type": "ephemeral", "ttl": INSTRUCTIONS_TTL}
+    messages = request["messages"]
+    if messages and messages[-1]["content"]:
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral", "ttl": TAIL_TTL}
 
 
 def opaque_user_id(tenant_id: int, contact_id: int) -> str:
-    """`metadata.user_id` for the API: a hash, never a phone number (anthropic.md §1.2)."""
+    """`metadata.user_id` for the API: a hash, never a phone number (Sources: Anthropic §1.2)."""
     return hashlib.sha256(f"wagent:{tenant_id}:{contact_id}".encode()).hexdigest()[:32]

@@ -16,7 +16,7 @@
 `cause` names what went wrong without an answer (core/network.py: dns, refused, tls, timeout,
 ...; `no_wamid`), None when Meta answered with an error.
 
-Codes and advice: Meta's error-code page (reference/whatsapp.md §5.4, [S16][S17][S24]). Codes not
+Codes and advice: Meta's error-code page (Sources: WhatsApp §5.4, [S16][S17][S24]). Codes not
 listed (100 bad parameter, 131026 undeliverable, ...) are a plain `GraphError` with
 `retryable=False` unless Graph itself marks them `is_transient`.
 """

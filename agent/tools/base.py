@@ -1,16 +1,20 @@
-"""What every tool gets and may raise, and the bounds of what it returns.
+"""What a tool is, what every tool gets and may raise, and the bounds of what it returns.
 
-Every tool result stays in the history until pruned, so each is bounded (README, Scheduling
-tools): a tool states its own bound and says in the result what it left out; values the model
-sent are echoed cut short; `MAX_RESULT_CHARS` is the backstop for any result.
+A tool is one `Tool`: its name, description and input schema (what the model sees) and its
+handler (what runs), kept together; `registry.REGISTRY` lists them. Every tool result stays in
+the history until pruned, so each is bounded (README, Scheduling tools): a tool states its own
+bound and says in the result what it left out; values the model sent are echoed cut short;
+`MAX_RESULT_CHARS` is the backstop for any result.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine
+from sqlmodel import Session
 
 
 class ToolError(Exception):
@@ -22,7 +26,7 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class ToolContext:
     """Authority of a tool call: tenant and contact come from the conversation, never from the
-    model's input (DESIGN.md, Authority and safety).
+    model's input (ARCHITECTURE.md, Authority and safety).
     """
 
     engine: Engine
@@ -33,6 +37,41 @@ class ToolContext:
     now: datetime
     tool_use_id: str
     source_message_id: int | None = None  # the turn's latest customer message
+
+
+Handler = Callable[[Session, "ToolContext", dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool the model can call: its definition and its handler, together.
+
+    `input_schema` is the JSON schema of the input (Sources: Anthropic §1.2, `tools`).
+    `handler(session, ctx, tool_input)` runs in the transaction of the call's ToolCall record
+    and returns the result text, or raises ToolError (see `registry.execute_tool`).
+    `fact_key_property` names the input property that takes one of the tenant's fact keys: its
+    schema gets those keys as its `enum`, and a tenant with no fact keys is not offered the tool.
+    """
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    handler: Handler
+    fact_key_property: str | None = None
+
+    def definition(self, fact_keys: Sequence[str]) -> dict[str, Any] | None:
+        """The tool as the request lists it, for a tenant with `fact_keys`, or None
+        when it is not offered. The same bytes every call for a tenant (a stable cached
+        prefix): the schema is shared, never copied, except the property that gets the keys.
+        """
+        schema = self.input_schema
+        if self.fact_key_property is not None:
+            if not fact_keys:
+                return None
+            properties = schema["properties"]
+            keyed = {**properties[self.fact_key_property], "enum": sorted(fact_keys)}
+            schema = {**schema, "properties": {**properties, self.fact_key_property: keyed}}
+        return {"name": self.name, "description": self.description, "input_schema": schema}
 
 
 MAX_RESULT_CHARS = 4000  # any tool result, errors included (about 1,000 tokens)

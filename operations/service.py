@@ -50,7 +50,7 @@ from storage.tenants import (
     upsert_tenant,
     weekly_hours,
 )
-from workers.report import call_of, summarize_calls
+from usage.report import call_of, summarize_calls
 
 MAX_PAGE = 500
 
@@ -417,7 +417,7 @@ def edit_fact(session: Session, tenant: Tenant, fact_id: int, edit: FactEdit, *,
               now: datetime) -> dict[str, Any]:
     """A person corrects a fact: the new value is confirmed (origin admin) and supersedes the
     old one, whose history stays. The value passes the same content rules as the model's."""
-    from workers.agent.facts_rules import Catalogue, check_value
+    from agent.tools.facts_rules import Catalogue, check_value
 
     fact = _fact(session, tenant, fact_id)
     if fact.state in ("superseded", "rejected", "archived"):

@@ -1,0 +1,74 @@
+"""The tool registry: every tool the model may call, and running one by its name.
+
+A new tool is a `Tool` in its own module (or its family's) and one line in REGISTRY; the
+request builder lists what REGISTRY holds (context.build_request, sorted by name) and
+`execute_tool` runs what it holds, so a tool cannot be offered and not run, nor the reverse.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from agent.tools import facts, scheduling
+from agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
+from storage.db import session_scope
+from storage.models import ToolCall
+
+REGISTRY: tuple[Tool, ...] = (
+    scheduling.BOOK_APPOINTMENT,
+    scheduling.CANCEL_APPOINTMENT,
+    scheduling.FIND_AVAILABLE_SLOTS,
+    scheduling.LIST_MY_APPOINTMENTS,
+    scheduling.LIST_SERVICES,
+    facts.REMEMBER_FACT,
+    scheduling.RESCHEDULE_APPOINTMENT,
+)
+
+
+def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
+                 tools: Sequence[Tool] = REGISTRY) -> tuple[str, bool]:
+    """Run tool `name` of `tools` once per `ctx.tool_use_id`; returns (result text, is_error).
+
+    The handler runs in one transaction with the call's ToolCall record; a ToolError (an
+    unknown name, an input that is not an object, or the handler's) is recorded as an error
+    result. A replayed id returns the stored result without running anything.
+    """
+    with session_scope(ctx.engine) as session:
+        done = session.exec(select(ToolCall).where(ToolCall.tool_use_id == ctx.tool_use_id)).first()
+        if done is not None:
+            return done.result, done.is_error
+    try:
+        with session_scope(ctx.engine) as session:
+            text = backstop(_dispatch(session, ctx, tools, name, tool_input))
+            _record(session, ctx, name, tool_input, text, is_error=False)
+            return text, False
+    except ToolError as exc:
+        with session_scope(ctx.engine) as session:
+            text = backstop(str(exc))
+            _record(session, ctx, name, tool_input, text, is_error=True)
+        return text, True
+    except IntegrityError:  # the same tool_use id ran concurrently: its record wins
+        with session_scope(ctx.engine) as session:
+            done = session.exec(select(ToolCall).where(
+                ToolCall.tool_use_id == ctx.tool_use_id)).one()
+            return done.result, done.is_error
+
+
+def _record(session: Session, ctx: ToolContext, name: str, tool_input: Any, text: str, *,
+            is_error: bool) -> None:
+    session.add(ToolCall(conversation_id=ctx.conversation_id, tool_use_id=ctx.tool_use_id,
+                         name=name[:64], input=tool_input if isinstance(tool_input, dict) else {},
+                         result=text, is_error=is_error, created_at=ctx.now))
+
+
+def _dispatch(session: Session, ctx: ToolContext, tools: Sequence[Tool], name: str,
+              tool_input: Any) -> str:
+    tool = next((t for t in tools if t.name == name), None)
+    if tool is None:
+        raise ToolError(f"unknown tool {echo(name)}; available: "
+                        f"{', '.join(t.name for t in tools)}")
+    if not isinstance(tool_input, dict):
+        raise ToolError("tool input must be a JSON object")
+    return tool.handler(session, ctx, tool_input)
