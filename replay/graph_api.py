@@ -86,6 +86,7 @@ class GraphDouble:
         self.reads: list[dict[str, Any]] = []
         self._pending_failures: list[int] = []
         self._pending_drops = 0
+        self._pending_gateway: list[int] = []
         self._wamid_seq = 0
         self._trace_seq = 0
         self._runner: web.AppRunner | None = None
@@ -110,6 +111,12 @@ class GraphDouble:
         customer gets them) and close the connection without answering: the sender sees a
         dropped connection and cannot know the message went out."""
         self._pending_drops += times
+
+    def gateway_error(self, status: int = 504, times: int = 1) -> None:
+        """Take the next `times` valid message sends as Meta would (recorded, with a wamid: the
+        customer gets them) and answer each with HTTP `status` and a gateway's HTML page, not
+        Meta's JSON error: what a proxy in front of Graph answers when Meta was slow."""
+        self._pending_gateway.extend([status] * times)
 
     @property
     def down(self) -> bool:
@@ -180,6 +187,10 @@ class GraphDouble:
                 self._pending_drops -= 1
                 if request.transport is not None:
                     request.transport.close()  # taken, and no answer
+            if self._pending_gateway:
+                status = self._pending_gateway.pop(0)
+                return web.Response(status=status, content_type="text/html",
+                                    text=f"<html><body>{status} Gateway error</body></html>")
             return web.json_response(answer)
         except GraphRefusal as refusal:
             if not _is_read(body):

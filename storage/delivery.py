@@ -37,6 +37,21 @@ def progress(status: str) -> int:
     return _PROGRESS.get(state_of(status) or "", -1)
 
 
+# Meta's status webhooks by what they prove, for statuses that arrive in any order (Meta orders
+# nothing): failed outranks only sent, since a message the customer's phone acknowledged
+# (delivered, read) did arrive, whatever a failed status says before or after it
+_STATUS_RANK = {"pending": 0, "sending": 0, "sent": 1, "failed": 2, "delivered": 3, "read": 4,
+                "played": 4}
+
+
+def supersedes(status: str, current: str) -> bool:
+    """Whether Meta's status webhook `status` replaces the outbox status `current` of a send
+    Meta took: sent < failed < delivered < read (played counts as read). The order of arrival
+    does not matter (the final state of any set of statuses is the same in every order), so
+    the statuses' timestamps are not needed. Statuses outside this list change nothing."""
+    return _STATUS_RANK.get(status, -1) > _STATUS_RANK.get(current, 5)
+
+
 def fold(statuses: Iterable[str]) -> str:
     """One state for a reply sent in parts: failed when any part failed (the customer did not
     get it whole), else unknown when any part's fate is unknown, else the least advanced part
@@ -164,6 +179,8 @@ TEXTS: dict[str, dict[str, Any]] = {
             "previous_part": "not sent: an earlier part of this reply failed",
             "crashed": "the worker stopped during the send",
             "no_wamid": "WhatsApp answered without the message's id",
+            "gateway": "a gateway in front of WhatsApp answered with an error page (HTTP 5xx), "
+                       "not WhatsApp's own error",
             "dns": "WhatsApp's address did not resolve (DNS)",
             "refused": "the connection to WhatsApp was refused",
             "tls": "the secure connection to WhatsApp failed (TLS)",
@@ -225,6 +242,8 @@ TEXTS: dict[str, dict[str, Any]] = {
             "previous_part": "não enviada: uma parte anterior desta resposta falhou",
             "crashed": "o processo parou durante o envio",
             "no_wamid": "o WhatsApp respondeu sem o identificador da mensagem",
+            "gateway": "um gateway na frente do WhatsApp respondeu com uma página de erro "
+                       "(HTTP 5xx), não com um erro do próprio WhatsApp",
             "dns": "o endereço do WhatsApp não foi encontrado (DNS)",
             "refused": "a conexão com o WhatsApp foi recusada",
             "tls": "a conexão segura com o WhatsApp falhou (TLS)",

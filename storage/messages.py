@@ -10,12 +10,10 @@ from sqlalchemy import Engine, any_, bindparam, literal
 from sqlalchemy import select as sa_select
 from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session, col, func, select, update
+from sqlmodel import Session, col, func, or_, select, update
 
 from storage import delivery
 from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
-
-TERMINAL = {"failed", "refused"}
 
 
 def wamid_hash(wamid: str) -> str:
@@ -289,19 +287,15 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
     """Queue the parts of a reply in the outbox (one row per part, unique per message); the
     reply becomes `queued`. `kind` "template": each part is an approved template's name.
 
-    A part of this conversation still waiting for a retry (`retry_at`) is brought forward to
-    `now`: the new reply goes out behind it, in order, and the customer who just wrote should
-    not wait for the old part's back-off (README "How a message is answered").
+    The new parts have no `retry_at`: behind a part still waiting for a retry they make the
+    next flush try that part at once, out of its schedule (workers/outbox.flush_outbox), so the
+    customer who just wrote gets both replies in order (README "How a message is answered").
     """
     assert message.id is not None
     rows = [Outbound(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
                      message_id=message.id, part=i, kind=kind, to=to, recipient=recipient,
                      body=body, created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
-    session.exec(update(Outbound).where(
-        col(Outbound.conversation_id) == message.conversation_id,
-        col(Outbound.status) == "pending", col(Outbound.retry_at) > now,
-    ).values(retry_at=now).execution_options(synchronize_session=False))
     session.flush()
     refresh_delivery(session, message.id)
     return rows
@@ -312,6 +306,17 @@ def unsent_outbound(session: Session, conversation_id: int) -> list[Outbound]:
     return list(session.exec(select(Outbound).where(
         Outbound.conversation_id == conversation_id, Outbound.status == "pending",
     ).order_by(col(Outbound.id))).all())
+
+
+def wait_behind(session: Session, row: Outbound, retry_at: datetime) -> int:
+    """The conversation's pending parts queued after `row` wait for its next try (`retry_at`)
+    too: a later part never overtakes one that waits. Returns how many rows changed."""
+    result = session.exec(update(Outbound).where(
+        col(Outbound.conversation_id) == row.conversation_id, col(Outbound.id) > row.id,
+        col(Outbound.status) == "pending",
+        or_(col(Outbound.retry_at).is_(None), col(Outbound.retry_at) < retry_at),
+    ).values(retry_at=retry_at).execution_options(synchronize_session=False))
+    return int(result.rowcount or 0)
 
 
 def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
@@ -325,11 +330,12 @@ def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
     return int(result.rowcount or 0)
 
 
-def claim_outbound(session: Session, outbound_id: int) -> bool:
-    """pending → sending, atomically; False when someone else claimed it (never send twice)."""
+def claim_outbound(session: Session, outbound_id: int, *, now: datetime) -> bool:
+    """pending → sending, atomically, stamping `claimed_at`; False when someone else claimed it
+    (never send twice)."""
     claimed = session.exec(update(Outbound).where(
         col(Outbound.id) == outbound_id, col(Outbound.status) == "pending",
-    ).values(status="sending").returning(col(Outbound.message_id))).first()
+    ).values(status="sending", claimed_at=now).returning(col(Outbound.message_id))).first()
     if claimed is None:
         return False
     refresh_delivery(session, int(claimed[0]))
@@ -339,11 +345,26 @@ def claim_outbound(session: Session, outbound_id: int) -> bool:
 def mark_outbound(session: Session, outbound_id: int, *, status: str, now: datetime,
                   wamid: str | None = None, code: int | None = None, cause: str | None = None,
                   reason: str | None = None, attempts: int | None = None,
-                  retry_at: datetime | None = None) -> Outbound:
+                  retry_at: datetime | None = None,
+                  claimed_before: datetime | None = None) -> Outbound | None:
     """Record what became of one part (the outbox's only writer of a part's outcome) and the
     reply's new aggregate. `code`, `cause`, `reason` and `retry_at` replace the previous ones;
-    `wamid` also stamps `sent_at`."""
-    row = session.get(Outbound, outbound_id)
+    `wamid` also stamps `sent_at`.
+
+    `claimed_before`: a compare-and-set for the reconciler, which settles a send a crash left
+    claimed: it writes only while the part is still `sending` under a claim made before that
+    time (a claim older than the column counts by `created_at`), and returns None when not (the
+    send finished meanwhile, or the part was claimed again). The outbox's own outcome is
+    written unconditionally: its Graph call is the truth, so `sent` wins over a settlement.
+    """
+    if claimed_before is not None:
+        settled = session.exec(update(Outbound).where(
+            col(Outbound.id) == outbound_id, col(Outbound.status) == "sending",
+            func.coalesce(Outbound.claimed_at, Outbound.created_at) <= claimed_before,
+        ).values(status=status).execution_options(synchronize_session=False))
+        if not settled.rowcount:
+            return None
+    row = session.get(Outbound, outbound_id, populate_existing=True)
     assert row is not None
     row.status, row.error_code, row.error_cause = status, code, cause
     row.error_reason, row.retry_at = reason, retry_at
@@ -430,20 +451,21 @@ def undelivered_open_conversations(engine: Engine) -> dict[str, int]:
 
 def apply_status(session: Session, *, wamid: str, status: str, error_code: int | None,
                  error_reason: str | None, now: datetime) -> Outbound | None:
-    """Advance the delivery state of our send `wamid`: monotonic (sent < delivered < read),
-    failed is terminal. Returns the row, or None for an unknown wamid.
+    """Advance the delivery state of our send `wamid` by what Meta's status proves, in any
+    order of arrival (`delivery.supersedes`: sent < failed < delivered < read): a failed status
+    never undoes delivered or read, and a delivered or read one replaces failed and clears its
+    error. Returns the row, or None for an unknown wamid.
     """
     row = session.exec(select(Outbound).where(Outbound.wamid == wamid)).first()
     if row is None:
         return None
-    if row.status in TERMINAL:
+    if not delivery.supersedes(status, row.status):
         return row
     if status == "failed":
         row.status, row.error_code, row.error_reason = "failed", error_code, error_reason
-    elif delivery.progress(status) > delivery.progress(row.status):
-        row.status = "read" if status == "played" else status
     else:
-        return row
+        row.status = "read" if status == "played" else status
+        row.error_code = row.error_reason = None
     row.status_at = now
     session.add(row)
     session.flush()

@@ -215,7 +215,8 @@ class Outbound(SQLModel, table=True):
     `status`: pending → sending → sent → delivered → read, or failed / refused (terminal), or
     unknown (a crash or a lost answer after the request was written: it may or may not have
     gone out, and is never sent again). A pending row with `retry_at` waits for that time (a
-    rate limit or an unreachable Graph API); `attempts` counts the Graph calls made for it.
+    rate limit or an unreachable Graph API); `attempts` counts the Graph calls made for it on
+    its schedule (a try brought forward by a newer reply that fails is not counted).
     `error_code` is Meta's; `error_cause` names a failure without one (core/network.py's
     words, or window_closed, previous_part, crashed, no_wamid: storage/delivery.py);
     `error_reason` is the English detail for engineers.
@@ -240,6 +241,7 @@ class Outbound(SQLModel, table=True):
     error_reason: str | None = Field(default=None, sa_type=Text)
     retry_at: datetime | None = None
     created_at: datetime
+    claimed_at: datetime | None = None  # the last pending → sending (None: never claimed)
     sent_at: datetime | None = None
     status_at: datetime | None = None
 

@@ -23,6 +23,7 @@ from operations import service
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.jobs import FLUSH_JOB, TURN_JOB
+from storage.messages import mark_outbound
 from storage.models import Message, Outbound, Tenant
 from tests.conftest import START
 from tests.console_helpers import GARAGE
@@ -30,7 +31,7 @@ from tests.factories import TENANT, text_body
 from tests.test_console import Browser
 from tests.test_graph import emoji_heavy, non_space
 from usage.report import conversation_report
-from workers.maintenance import reconcile_pending
+from workers.maintenance import STALE_SENDING, reconcile_pending, settle_stale_sends
 from workers.outbox import MAX_SEND_ATTEMPTS
 
 
@@ -131,6 +132,91 @@ def test_a_send_whose_answer_was_lost_stays_unknown_and_is_never_resent(
     assert (row.status, row.error_cause) == ("unknown", "closed")
     delivery = _deliveries(env)[0]
     assert delivery["state"] == "unknown" and "may or may not" in delivery["meaning"]
+
+
+@pytest.mark.parametrize("status", [500, 502, 504])
+def test_a_gateway_error_page_after_meta_took_the_send_is_unknown_and_never_resent(
+        env: ReplayEnvironment, status: int) -> None:
+    env.graph_api.gateway_error(status)
+    _answer(env, "oi", 1, "Olá!")
+    env.clock.advance(timedelta(hours=3))
+    env.drain()
+    assert _sent_texts(env) == ["Olá!"], "WhatsApp took it once: the customer has it once"
+    (row,) = _rows(env)
+    assert (row.status, row.error_cause) == ("unknown", "gateway")
+    delivery = _deliveries(env)[0]
+    assert delivery["state"] == "unknown" and "gateway" in delivery["reason"]
+    assert _scrape(env, "wagent_graph_errors_total") == {(("code", f"http_{status}"),): 1.0}
+
+
+def test_metas_own_coded_transient_error_is_still_retried(
+        env: ReplayEnvironment) -> None:
+    env.graph_api.fail(131000)  # Meta's JSON error body: it did not take the send
+    _answer(env, "oi", 1, "Olá!")
+    (row,) = _rows(env)
+    assert (row.status, row.attempts, row.error_code) == ("pending", 1, 131000)
+    env.clock.advance(timedelta(seconds=30))
+    env.drain()
+    assert _sent_texts(env) == ["Olá!"]
+
+
+def _reconcile_during_the_graph_call(env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
+                                     ahead: timedelta) -> list[tuple[int, str]]:
+    """Meta takes the send and, before its answer is back, the reconciler settles stale sends
+    at the product's time + `ahead`; returns (how many it settled, the part's status then)."""
+    seen: list[tuple[int, str]] = []
+    take = env.graph_api._send
+
+    def take_then_reconcile(*args: Any) -> dict[str, Any]:
+        answer = take(*args)
+        seen.append((settle_stale_sends(env.engine, now=env.clock.now() + ahead),
+                     _rows(env)[0].status))
+        return answer
+
+    monkeypatch.setattr(env.graph_api, "_send", take_then_reconcile)
+    return seen
+
+
+def _retried_after_eleven_minutes(env: ReplayEnvironment) -> None:
+    env.graph_unreachable(True)
+    _answer(env, "oi", 1, "Olá!")
+    env.graph_unreachable(False)
+    env.clock.advance(timedelta(minutes=11))  # the row is older than STALE_SENDING
+
+
+def test_the_reconciler_leaves_a_send_in_its_graph_call_alone_however_old_its_row(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    _retried_after_eleven_minutes(env)
+    seen = _reconcile_during_the_graph_call(env, monkeypatch, timedelta(0))
+    with caplog.at_level(logging.ERROR):
+        env.drain()
+    assert seen == [(0, "sending")], "claimed a moment ago: stale by its claim, not its row"
+    assert "send_outcome_unknown_after_crash" not in caplog.text
+    assert [(r.status, r.error_cause) for r in _rows(env)] == [("sent", None)]
+
+
+def test_a_send_that_succeeds_after_the_reconciler_settled_it_ends_sent(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    _retried_after_eleven_minutes(env)
+    seen = _reconcile_during_the_graph_call(env, monkeypatch, STALE_SENDING)
+    env.drain()
+    assert seen == [(1, "unknown")], "a claim that old looks like a crash"
+    (row,) = _rows(env)
+    assert (row.status, row.error_cause, row.wamid) == ("sent", None, "wamid.OUT000001"), \
+        "the Graph call did succeed: its outcome wins"
+    assert _deliveries(env)[0]["state"] == "sent" and _sent_texts(env) == ["Olá!"]
+
+
+def test_settling_a_stale_send_is_a_compare_and_set_on_its_claim(env: ReplayEnvironment) -> None:
+    _answer(env, "oi", 1, "Olá!")
+    (row,) = _rows(env)
+    assert row.id is not None and row.status == "sent"
+    later = env.clock.now() + timedelta(hours=1)
+    with session_scope(env.engine) as session:
+        assert mark_outbound(session, row.id, status="unknown", now=later, cause="crashed",
+                             claimed_before=later) is None
+    assert [(r.status, r.wamid) for r in _rows(env)] == [("sent", row.wamid)]
 
 
 # -- item 3: a rate-limited reply retries on its own job; the next message is answered now ----
@@ -241,13 +327,43 @@ def test_every_part_counts_a_reply_is_delivered_only_when_all_parts_are(
     assert _replies(env)[0].delivery_status == "delivered"
 
 
-def _status(env: ReplayEnvironment, wamid: str | None, status: str) -> None:
+def _status(env: ReplayEnvironment, wamid: str | None, status: str, *, code: int | None = None,
+            after: timedelta = timedelta(0)) -> None:
+    item: dict[str, Any] = {"id": wamid, "status": status, "recipient_id": "5511999990001",
+                            "timestamp": str(int((env.clock.now() + after).timestamp()))}
+    if code is not None:
+        item["errors"] = [{"code": code, "title": "Message undeliverable",
+                           "error_data": {"details": "Message Undeliverable."}}]
     body = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [
         {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
-            "phone_number_id": TENANT["phone_number_id"]}, "statuses": [{
-                "id": wamid, "status": status, "timestamp": str(int(env.clock.now().timestamp())),
-                "recipient_id": "5511999990001"}]}}]}]}
+            "phone_number_id": TENANT["phone_number_id"]}, "statuses": [item]}}]}]}
     assert env.post_webhook(json.dumps(body).encode()) == 200
+
+
+# Meta orders nothing: whatever order its statuses arrive in, a reply the customer's phone
+# acknowledged (delivered, read) reached the customer; a failed status outranks only sent
+@pytest.mark.parametrize(("statuses", "final"), [
+    ([("read", 20, None), ("failed", 10, 131026)], "read"),
+    ([("failed", 10, 131026), ("read", 20, None)], "read"),
+    ([("delivered", 5, None), ("failed", 10, 131026)], "delivered"),
+    ([("failed", 10, 131026), ("sent", 5, None)], "failed"),
+    ([("sent", 5, None), ("failed", 10, 131026), ("delivered", 2, None)], "delivered"),
+])
+def test_a_failed_status_never_undoes_delivered_or_read_in_any_order(
+        env: ReplayEnvironment, statuses: list[tuple[str, int, int | None]], final: str) -> None:
+    _answer(env, "oi", 1, "Olá!")
+    wamid = env.graph_api.accepted[0].wamid
+    for status, seconds, code in statuses:
+        _status(env, wamid, status, code=code, after=timedelta(seconds=seconds))
+    (row,) = _rows(env)
+    delivery = _deliveries(env)[0]
+    assert (row.status, delivery["state"]) == (final, final)
+    if final == "failed":
+        assert delivery["error_code"] == 131026
+    else:
+        assert (delivery["error_code"], delivery["reason"]) == (None, "")
+        assert _scrape_undelivered(env) == {"failed": 0.0, "unknown": 0.0}, \
+            "not counted as a reply that did not reach the customer"
 
 
 # -- item 1: every view shows the real state --------------------------------------------------
@@ -402,6 +518,25 @@ def test_logs_name_the_network_cause_of_graph_and_claude_failures(
     for secret in ("5511999990001", "BR.9000000000000000001", "meu texto secreto",
                    "Segredo da resposta", "outro texto secreto"):
         assert secret not in out, secret
+
+
+def test_replies_queued_during_an_outage_do_not_use_up_the_waiting_parts_tries(
+        env: ReplayEnvironment) -> None:
+    env.graph_unreachable(True)
+    _answer(env, "mensagem 0", 1, "REPLY-0")
+    for i in range(1, 9):  # the customer writes every 5 s: each reply tries REPLY-0 early
+        env.clock.advance(timedelta(seconds=5))
+        _answer(env, f"mensagem {i}", i + 1, f"REPLY-{i}")
+    first = _rows(env)[0]
+    assert (first.status, first.attempts) == ("pending", 2), \
+        "40 s hold two scheduled tries (at 0 and 30 s); the 7 brought forward are extra"
+    assert first.retry_at == START + timedelta(seconds=30) + timedelta(minutes=2), \
+        "its schedule stays: the next try 2 min after the one at 30 s"
+    assert len(env.graph_api.sends) == 0
+    env.graph_unreachable(False)
+    env.clock.advance(timedelta(minutes=10))
+    env.drain()
+    assert _sent_texts(env) == [f"REPLY-{i}" for i in range(9)], "all of them, in order"
 
 
 def test_a_template_in_a_replay_transcript_names_the_template_and_its_parameters() -> None:

@@ -185,6 +185,21 @@ def test_booking_limits_refuse_with_a_reason_the_model_can_explain(
                                 {"service": "corte", "start": edge})[1]
 
 
+@pytest.mark.parametrize("start", [
+    "2026-06-02T09:00:30", "2026-06-02T09:00:00.000001", "2026-06-02T12:00-03:00:30"])
+def test_a_start_with_seconds_is_refused_naming_the_format_not_the_slot(
+        engine: Engine, start: str) -> None:
+    (a, ca), _ = _setup(engine)
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                                  {"service": "corte", "start": start})
+    assert is_error and "YYYY-MM-DDTHH:MM local time, without seconds" in text, text
+    assert "is not a start time" not in text
+    for exact in ("2026-06-02T09:00", "2026-06-02T11:00:00", "2026-06-02T13:00-03:00"):
+        text, is_error = execute_tool(_ctx(engine, a, ca, exact), "book_appointment",
+                                      {"service": "corte", "start": exact})
+        assert not is_error, text
+
+
 def test_one_response_cannot_fill_the_agenda(engine: Engine) -> None:
     """26 bookings in one model response (the attack run): the customer gets the tenant's
     limit of upcoming bookings, the rest are refused; a move does not count twice."""

@@ -591,8 +591,8 @@ async def test_failed_status_sets_code_and_reason(client: Client, engine: Engine
     assert row.error_reason and "24 hours" in row.error_reason
     assert message.delivery_status == "failed"
     assert (await post(client, fixture_bytes("status_failed_131047_outside_window.json")))[0] == 200
-    assert (await post(client, status_body(FAILED_WAMID, "read")))[0] == 200
-    assert outbound(engine, outbound_id)[0].status == "failed"  # terminal
+    assert (await post(client, status_body(FAILED_WAMID, "sent")))[0] == 200
+    assert outbound(engine, outbound_id)[0].status == "failed", "a late sent changes nothing"
 
 
 async def test_status_for_unknown_wamid_changes_nothing(

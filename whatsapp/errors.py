@@ -4,12 +4,13 @@
     ├── GraphRateLimited    130429 throughput, 131056 pair, 4 app, 80007 WABA rate limit: back off
     ├── GraphWindowClosed   131047 re-engagement: the 24 h service window is closed, send a template
     ├── GraphAuthError      190 token expired, 0 auth failed: rotate the token, page someone
-    ├── GraphTransient      1, 2, 131000, 131016, 131057, HTTP 5xx without a code: Meta-side
-    │   │                   trouble, answered; retry with backoff
+    ├── GraphTransient      1, 2, 131000, 131016, 131057: Meta-side trouble, answered with
+    │   │                   Meta's error body; retry with backoff
     │   └── GraphUnreachable  no connection was made (DNS, refused, TLS handshake, connect
     │                         timeout, no route): nothing reached Meta, a resend cannot double it
     └── GraphNoAnswer       the request was written but no usable answer came back (read
-                            timeout, connection dropped, a 200 without a wamid): Meta may have
+                            timeout, connection dropped, a 200 without a wamid, an HTTP 5xx
+                            without Meta's error body: a gateway's page): Meta may have
                             accepted it, so a send is never repeated
 
 `cause` names what went wrong without an answer (core/network.py: dns, refused, tls, timeout,
@@ -93,7 +94,9 @@ class GraphUnreachable(GraphTransient):
 
 class GraphNoAnswer(GraphError):
     """The request was (or may have been) written and no usable answer came back: a read or
-    write timeout, a dropped connection, or a 200 without a wamid. Meta may have accepted the
-    message, so a send is never repeated (it could reach the customer twice)."""
+    write timeout, a dropped connection, a 200 without a wamid, or a 5xx without Meta's error
+    body (cause `gateway`: a proxy's 502/504 page says nothing of whether Meta took it). Meta
+    may have accepted the message, so a send is never repeated (it could reach the customer
+    twice)."""
 
     default_retryable = False

@@ -88,20 +88,28 @@ STALE_SENDING = timedelta(minutes=10)
 def settle_stale_sends(engine: Engine, *, now: datetime) -> int:
     """Sends claimed long ago and never finished (the worker died around the Graph call): they
     may or may not have gone out, so they are not sent again (never twice) but marked
-    `unknown`, with an error log for the on-call engineer. Returns how many.
+    `unknown`, with an error log for the on-call engineer. Stale by the claim (`claimed_at`,
+    STALE_SENDING ago: far past the Graph call's timeout), not by the row's age (a part retried
+    for hours is old and in a live call); each written by a compare-and-set, so a send that
+    finished meanwhile keeps its outcome. Returns how many.
     """
+    cutoff = now - STALE_SENDING
+    settled = 0
     with session_scope(engine) as session:
         rows = session.exec(select(Outbound).where(
-            Outbound.status == "sending", col(Outbound.created_at) <= now - STALE_SENDING,
+            Outbound.status == "sending",
+            func.coalesce(Outbound.claimed_at, Outbound.created_at) <= cutoff,
         ).limit(BATCH)).all()
         for row in rows:
             assert row.id is not None
-            mark_outbound(session, row.id, status="unknown", now=now, cause="crashed",
-                          reason="the worker stopped during the send; it may not have gone out",
-                          attempts=row.attempts + 1)
+            if mark_outbound(session, row.id, status="unknown", now=now, cause="crashed",
+                             reason="the worker stopped during the send; it may not have gone "
+                             "out", attempts=row.attempts + 1, claimed_before=cutoff) is None:
+                continue
+            settled += 1
             log.error("send_outcome_unknown_after_crash", outbound_id=row.id,
                       conversation_id=row.conversation_id)
-    return len(rows)
+    return settled
 
 
 def find_stranded_sends(engine: Engine, *, now: datetime,

@@ -15,9 +15,12 @@ The delivery rules (README "How a message is answered"):
   wamid: `GraphNoAnswer`) leaves the part `unknown`: never resent, since it may have arrived.
 - **Retries.** A part Meta may take later (rate limit, transient error, unreachable) waits for
   `retry_at` (`retry_delay`: 30 s, 2 min, 8 min, 32 min, then hourly) and is retried by a flush
-  job of its own (`run_flush`), on the same row, at most `MAX_SEND_ATTEMPTS` Graph calls in
-  all; then it fails. A new reply queued behind it brings it forward (storage.messages.
-  add_outbound), so the customer who writes again gets both, in order, at once.
+  job of its own (`run_flush`), on the same row, at most `MAX_SEND_ATTEMPTS` scheduled Graph
+  calls; then it fails. The parts queued behind it wait with it (`storage.messages.
+  wait_behind`); a new reply queued since its last try brings the try forward (`flush_outbox`),
+  so the customer who writes again gets both, in order, at once. Such an early try is extra:
+  when it fails the part keeps its schedule and its count of tries, so a burst of customer
+  messages during an outage cannot use up the tries in seconds.
 - **Order.** Parts go out oldest first and a later part never overtakes one that waits; every
   flush runs under the conversation's turn lock (a turn job, or a flush job that takes it).
 - **Refusals.** Outside the 24-hour customer service window a text is not sent: the part is
@@ -74,7 +77,9 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
     """Send the conversation's due pending parts, oldest first; returns how many were sent.
 
     The caller holds the conversation's turn lock. Stops at the first part that waits for its
-    `retry_at` (and makes sure a flush job runs then), or whose send must be retried.
+    `retry_at` (and makes sure a flush job runs then), or whose send must be retried. A part
+    queued since the waiting one's last try (no `retry_at` yet: a newer reply) brings that try
+    forward to now; such an early try is not one of the scheduled ones (README "Retries").
     """
     with session_scope(runtime.engine) as session:
         rows = message_repo.unsent_outbound(session, conversation_id)
@@ -88,11 +93,13 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
         log.warning("send_paused_for_tenant", tenant_id=tenant.id, waiting=len(rows))
         return 0
     sent = 0
-    for row in rows:
-        if row.retry_at is not None and row.retry_at > clock.now():
+    for index, row in enumerate(rows):
+        early = row.retry_at is not None and row.retry_at > clock.now()
+        if early and not any(r.retry_at is None for r in rows[index + 1:]):
+            assert row.retry_at is not None
             _schedule_flush(runtime, conversation_id, row.retry_at)
             break
-        outcome = _send_one(runtime, tenant, contact, row)
+        outcome = _send_one(runtime, tenant, contact, row, early=early)
         if outcome == "sent":
             sent += 1
         elif outcome in ("retry", "stop"):
@@ -100,10 +107,11 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
     return sent
 
 
-def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound) -> str:
+def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound, *,
+              early: bool = False) -> str:
     assert row.id is not None
     with session_scope(runtime.engine) as session:
-        if not message_repo.claim_outbound(session, row.id):
+        if not message_repo.claim_outbound(session, row.id, now=clock.now()):
             return "skipped"
     now = clock.now()
     window_closed = contact.last_inbound_at is None or \
@@ -124,7 +132,7 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
     except GraphError as exc:
         _record(runtime, metrics.inc("wagent_graph_errors_total", {"code": error_code(exc)}))
         with unfenced():  # the call was made: its outcome is recorded by a stale turn too
-            return _on_error(runtime, row, exc)
+            return _on_error(runtime, row, exc, early=early)
     _record(runtime, metrics.inc("wagent_graph_sends_total", {"kind": row.kind}))
     crash_point("after_send_before_mark")
     with unfenced():  # it went out: recorded even by a turn that lost its lock meanwhile
@@ -134,12 +142,13 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound)
     return "sent"
 
 
-def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
-    """What a failed Graph call makes of the part (the rules in the module docstring)."""
+def _on_error(runtime: Runtime, row: Outbound, exc: GraphError, *, early: bool = False) -> str:
+    """What a failed Graph call makes of the part (the rules in the module docstring).
+    `early`: a try brought forward by a newer reply, before the part's `retry_at`."""
     assert row.id is not None
     tries = row.attempts + 1
     log.warning("send_failed", outbound_id=row.id, code=exc.code, http_status=exc.http_status,
-                cause=exc.cause, error=type(exc).__name__, tries=tries)
+                cause=exc.cause, error=type(exc).__name__, tries=tries, early=early)
     fields: dict[str, Any] = {"code": exc.code, "cause": exc.cause, "reason": str(exc),
                               "attempts": tries}
     if isinstance(exc, GraphNoAnswer):  # it may have reached Meta: never sent twice
@@ -147,13 +156,19 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError) -> str:
         log.error("send_outcome_unknown", outbound_id=row.id, cause=exc.cause)
         return "unknown"
     if exc.retryable:  # Meta did not take it (an answer said so, or nothing reached it)
-        if tries >= MAX_SEND_ATTEMPTS:
+        if early:  # not a scheduled try: it keeps its schedule and its count
+            assert row.retry_at is not None
+            retry_at, fields["attempts"] = row.retry_at, row.attempts
+        elif tries >= MAX_SEND_ATTEMPTS:
             _fail(runtime, row, **{**fields, "reason": f"gave up after {tries} tries: {exc}"})
             log.error("send_gave_up", outbound_id=row.id, tries=tries, code=exc.code,
                       cause=exc.cause)
             return "failed"
-        retry_at = clock.now() + retry_delay(tries)
+        else:
+            retry_at = clock.now() + retry_delay(tries)
         _mark(runtime, row, status="pending", retry_at=retry_at, **fields)
+        with session_scope(runtime.engine) as session:
+            message_repo.wait_behind(session, row, retry_at)
         _schedule_flush(runtime, row.conversation_id, retry_at)
         return "retry"
     if isinstance(exc, GraphAuthError):  # not this message's fault: keep it, stop the tenant

@@ -436,12 +436,20 @@ def _parse_date(value: Any, key: str) -> date:
 
 
 def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
-    """A local "YYYY-MM-DDTHH:MM" in the tenant's timezone → aware UTC; ToolError otherwise."""
+    """A local "YYYY-MM-DDTHH:MM" in the tenant's timezone → aware UTC; ToolError otherwise.
+
+    Seconds are refused unless zero (":00"), in the time or in an offset: "09:00:30" is not
+    the 09:00 slot, and an error naming the format is what a model corrects best (a grid
+    error would name 09:00, a time it believes it sent)."""
     try:
         parsed = datetime.fromisoformat(str(value).strip().replace(" ", "T"))
     except ValueError:
         raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, got {echo(value)}") \
             from None
+    offset = parsed.utcoffset()
+    if parsed.second or parsed.microsecond or (offset and offset % timedelta(minutes=1)):
+        raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, without seconds, got "
+                        f"{echo(value)}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=tz)
     return parsed.astimezone(ZoneInfo("UTC"))
