@@ -15,8 +15,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from rq import Retry
 from sqlmodel import Session, col, func, select
 
+from agent.tools.facts_rules import Catalogue, check_value
 from core.credentials import mint_tenant_token
 from storage import delivery
 from storage import facts as fact_repo
@@ -400,8 +402,6 @@ def enqueue_rejection(queue: Any, fact_id: int) -> None:
     """The job gets the fact's id only: its reason and who decided are read from the fact
     (RQ keeps a job's arguments, and logs them when it fails; a reason may describe the
     customer)."""
-    from rq import Retry
-
     queue.enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id,
                   job_timeout=600, retry=Retry(max=5, interval=[10, 60, 300]),
                   result_ttl=3600, failure_ttl=7 * 86400)
@@ -417,8 +417,6 @@ def edit_fact(session: Session, tenant: Tenant, fact_id: int, edit: FactEdit, *,
               now: datetime) -> dict[str, Any]:
     """A person corrects a fact: the new value is confirmed (origin admin) and supersedes the
     old one, whose history stays. The value passes the same content rules as the model's."""
-    from agent.tools.facts_rules import Catalogue, check_value
-
     fact = _fact(session, tenant, fact_id)
     if fact.state in ("superseded", "rejected", "archived"):
         raise Conflict(f"fact #{fact_id} is {fact.state}; edit the current one")

@@ -36,7 +36,7 @@ from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
 from operations.service import AdminError, Invalid, NotFound, validated
-from storage.db import session_scope
+from storage.db import is_postgres, session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
 from storage.tenants import (
@@ -599,8 +599,6 @@ def _tenant_of_token(app: web.Application, token: str) -> int | None:
 def lock_tenant(session: Session, tenant_id: int) -> None:
     """Serialise the changes of one tenant (PostgreSQL row lock; SQLite writes are already
     serial): two concurrent PUTs of the hours end as one of them, never both merged."""
-    from storage.db import is_postgres
-
     if is_postgres(session.get_bind()):  # type: ignore[arg-type]
         session.exec(select(Tenant).where(Tenant.id == tenant_id).with_for_update()).first()
 
