@@ -16,10 +16,9 @@ from typing import Any
 
 import yaml
 
-from bot.admin.api import clean_text
 from cli.environment import settings_or_exit
 from core import clock
-from operations.service import AdminError, NotFound
+from operations.service import AdminError, NotFound, clean_text
 from storage.db import make_engine, session_scope
 from storage.models import ContactFact, Tenant
 from storage.tenants import CatalogueConflict, TenantConfigError, get_by_phone_number_id

@@ -16,8 +16,6 @@ from operations import service
 from storage.db import connect_redis, make_engine, session_scope
 from storage.jobs import enqueue_facts
 from storage.tenants import get_by_phone_number_id
-from workers.facts import forget_fact
-from workers.runtime import build_runtime
 
 
 def review(args: argparse.Namespace) -> int:
@@ -63,6 +61,10 @@ def reject(args: argparse.Namespace) -> int:
 
 
 def forget(args: argparse.Namespace) -> int:
+    # anthropic (seconds to import) only for the one facts command that needs Claude's client:
+    from workers.facts import forget_fact  # lazy: the other facts commands start without it
+    from workers.runtime import build_runtime  # lazy: as above
+
     counts = forget_fact(build_runtime(settings_or_exit()), args.fact_id, reason=args.reason,
                          by="cli")
     if counts is None:

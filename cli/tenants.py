@@ -9,11 +9,11 @@ from typing import Any
 from rq import Queue
 from sqlmodel import col, select
 
-from bot.admin.api import clean_text
 from cli.admin import parse_assignments, print_json, read_document, run_for_tenant
 from cli.environment import settings_or_exit
 from core import clock
 from operations import service
+from operations.service import clean_text
 from storage.db import connect_redis, make_engine, session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Tenant

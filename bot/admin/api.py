@@ -35,7 +35,7 @@ from bot.bodies import ADMIN_BODY_BYTES, read_body
 from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError, Invalid, NotFound, validated
+from operations.service import AdminError, Invalid, NotFound, clean_text, validated
 from storage.db import is_postgres, session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
@@ -436,34 +436,6 @@ def _authenticate(request: web.Request) -> tuple[bool, str] | None:
     is_operator = bool(operator_token) and hmac.compare_digest(
         token.encode("utf-8", "surrogatepass"), operator_token.encode())
     return is_operator, token
-
-
-MAX_DEPTH = 16
-
-
-def clean_text(value: Any, where: str = "body") -> list[str]:
-    """What PostgreSQL cannot store or a person would not send: NUL characters, lone
-    surrogates, JSON nested deeper than MAX_DEPTH. Iterative: a deep body cannot overflow."""
-    problems: list[str] = []
-    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
-    while stack and len(problems) < 20:
-        item, at, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return [f"{where}: nested deeper than {MAX_DEPTH} levels"]
-        if isinstance(item, str):
-            if "\x00" in item:
-                problems.append(f"{at}: NUL characters are not allowed")
-            elif not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    problems.append(f"{at}: invalid Unicode (lone surrogate)")
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                stack += [(key, at, depth + 1), (child, f"{at}.{key}", depth + 1)]
-        elif isinstance(item, list):
-            stack += [(child, f"{at}.{i}", depth + 1) for i, child in enumerate(item)]
-    return problems
 
 
 def _path_params(request: web.Request, route: Route) -> dict[str, Any]:

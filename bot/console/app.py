@@ -30,14 +30,14 @@ from sqlmodel import Session, col, select
 
 from agent.context import TenantPrompt, context_block, instructions_text
 from bot import guard
-from bot.admin.api import clean_text, lock_tenant, run_admin
+from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError
+from operations.service import AdminError, clean_text
 from storage import delivery
 from storage.db import session_scope
 from storage.keys import console_session_key
