@@ -100,7 +100,7 @@ class Web:
                 self.proc.wait(timeout=5)
 
 
-GLIBC_DEFAULT_WEB = ("import bot.bodies, cli.main; bot.bodies.return_large_buffers_to_os = "
+GLIBC_DEFAULT_WEB = ("import cli.main, cli.web; cli.web.return_large_buffers_to_os = "
                      "lambda: False; raise SystemExit(cli.main.main(['web']))")
 
 

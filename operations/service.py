@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlmodel import Session, col, func, select
 
+from agent.tools.facts_rules import Catalogue, check_value
 from core.credentials import mint_tenant_token
 from storage import delivery
 from storage import facts as fact_repo
@@ -53,6 +54,32 @@ from storage.tenants import (
 from usage.report import call_of, summarize_calls
 
 MAX_PAGE = 500
+MAX_DEPTH = 16
+
+
+def clean_text(value: Any, where: str = "body") -> list[str]:
+    """What PostgreSQL cannot store or a person would not send: NUL characters, lone
+    surrogates, JSON nested deeper than MAX_DEPTH. Iterative: a deep body cannot overflow."""
+    problems: list[str] = []
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack and len(problems) < 20:
+        item, at, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return [f"{where}: nested deeper than {MAX_DEPTH} levels"]
+        if isinstance(item, str):
+            if "\x00" in item:
+                problems.append(f"{at}: NUL characters are not allowed")
+            elif not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    problems.append(f"{at}: invalid Unicode (lone surrogate)")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack += [(key, at, depth + 1), (child, f"{at}.{key}", depth + 1)]
+        elif isinstance(item, list):
+            stack += [(child, f"{at}.{i}", depth + 1) for i, child in enumerate(item)]
+    return problems
 
 
 class AdminError(Exception):
@@ -400,7 +427,7 @@ def enqueue_rejection(queue: Any, fact_id: int) -> None:
     """The job gets the fact's id only: its reason and who decided are read from the fact
     (RQ keeps a job's arguments, and logs them when it fails; a reason may describe the
     customer)."""
-    from rq import Retry
+    from rq import Retry  # rq: the CLI's catalogue and conversation commands start without it
 
     queue.enqueue("workers.admin_jobs.reject_fact", fact_id=fact_id,
                   job_timeout=600, retry=Retry(max=5, interval=[10, 60, 300]),
@@ -417,8 +444,6 @@ def edit_fact(session: Session, tenant: Tenant, fact_id: int, edit: FactEdit, *,
               now: datetime) -> dict[str, Any]:
     """A person corrects a fact: the new value is confirmed (origin admin) and supersedes the
     old one, whose history stays. The value passes the same content rules as the model's."""
-    from agent.tools.facts_rules import Catalogue, check_value
-
     fact = _fact(session, tenant, fact_id)
     if fact.state in ("superseded", "rejected", "archived"):
         raise Conflict(f"fact #{fact_id} is {fact.state}; edit the current one")

@@ -1,5 +1,7 @@
 """Run replay scenarios (REPLAY.md): steps in order, expectations checked, a transcript kept."""
 
+import contextlib
+import io
 import json
 import os
 from collections.abc import Callable
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import redis
 from sqlmodel import col, select
 
 from core.clock import parse_duration
@@ -275,8 +278,6 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
 
 
 def _unreachable(redis_url: str) -> str | None:
-    import redis
-
     try:
         redis.Redis.from_url(redis_url, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
@@ -367,9 +368,6 @@ class _Runner:
     def _wagent(self, where: str, step: dict[str, Any]) -> None:
         """Run the real CLI in this process against the scenario's database and Redis; file
         arguments are relative to the scenario. Fails the scenario on another exit status."""
-        import contextlib
-        import io
-
         main = self.cli
         if main is None:
             raise ScenarioError(f"{where}: a wagent step needs the CLI (run_scenario(..., cli=))")

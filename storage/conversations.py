@@ -7,6 +7,7 @@ from sqlalchemy import bindparam, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from storage.messages import insert_rows, prepared, row_values, upsert
 from storage.models import Conversation
 
 
@@ -40,8 +41,6 @@ def open_new(session: Session, *, tenant_id: int, contact_id: int, now: datetime
     unique index: at most one open per contact). On PostgreSQL a concurrent insert is waited
     for, never turned into an error that would redo the whole update.
     """
-    from storage.messages import prepared, row_values
-
     connection, statement = prepared(session, "open_conversation", _build_open_new)
     new_id = connection.execute(statement, row_values(Conversation(
         tenant_id=tenant_id, contact_id=contact_id, status="open", last_activity_at=now,
@@ -51,8 +50,6 @@ def open_new(session: Session, *, tenant_id: int, contact_id: int, now: datetime
 
 
 def _build_open_new(dialect: str) -> Any:
-    from storage.messages import upsert
-
     table = Conversation.__table__  # type: ignore[attr-defined]
     return upsert(dialect, table).on_conflict_do_nothing().returning(table.c.id)
 
@@ -69,8 +66,6 @@ def record_inbound(session: Session, conversation_id: int, *, now: datetime,
                    inactivity_timeout: timedelta, last_inbound_at: datetime) -> None:
     """A customer message arrived: activity, the sweeper's due time and the last inbound time,
     in one UPDATE."""
-    from storage.messages import prepared
-
     connection, statement = prepared(session, "conversation_by_id", _build_update_by_id)
     connection.execute(statement, {"_id": conversation_id, "last_activity_at": now,
                                    "due_at": now + inactivity_timeout,
@@ -87,8 +82,6 @@ def open_many(session: Session, rows: list[dict[str, Any]]) -> dict[int, int]:
     """Open conversations (each the values of every column but the id) in one statement (`ON
     CONFLICT DO NOTHING`: at most one open per contact); returns contact_id -> new
     conversation id for those opened."""
-    from storage.messages import insert_rows
-
     return {int(r.contact_id): int(r.id) for r in insert_rows(
         session, Conversation.__table__,  # type: ignore[attr-defined]
         rows, returning=("id", "contact_id"))}
@@ -108,8 +101,6 @@ def close_many(session: Session, conversation_ids: list[int], *, now: datetime) 
 def record_inbound_many(session: Session, values: list[dict[str, Any]]) -> None:
     """`record_inbound` for many conversations (each dict: `_id`, `last_activity_at`,
     `due_at`, `last_inbound_at`), in one executemany."""
-    from storage.messages import prepared
-
     if values:
         connection, statement = prepared(session, "conversation_by_id", _build_update_by_id)
         connection.execute(statement, values)

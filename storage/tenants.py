@@ -25,6 +25,7 @@ from storage.models import (
     Conversation,
     HoursException,
     OpeningHours,
+    Outbound,
     Professional,
     Service,
     Tenant,
@@ -521,8 +522,6 @@ def pause_sending(session: Session, tenant_id: int, reason: str) -> None:
 
 def resume_sending(session: Session, tenant_id: int) -> list[int]:
     """Clear the pause; returns the conversations with replies waiting in the outbox."""
-    from storage.models import Outbound
-
     tenant = session.get(Tenant, tenant_id)
     if tenant is not None:
         tenant.sending_paused_reason = ""

@@ -2,6 +2,8 @@
 and the bundled scenario whose tenant is created by the CLI from a YAML file."""
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from cli.main import _parser, main
+from cli.main import _parser, handler, main
 from replay.runner import run_scenario_file
 from storage.db import make_engine, session_scope
 from storage.models import Appointment, Contact, ContactFact, Conversation, Message, Service
@@ -47,6 +49,41 @@ def test_every_admin_command_explains_itself() -> None:
         with pytest.raises(SystemExit) as exit_info:
             parser.parse_args([*path, "--help"])
         assert exit_info.value.code == 0
+
+
+def _commands(parser: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every runnable command of the parser: (its words, its `run` default)."""
+    found = []
+    for action in parser._actions:  # argparse keeps subparsers only here
+        for name, sub in getattr(action, "choices", None).items() \
+                if action.__class__.__name__ == "_SubParsersAction" else ():
+            run = sub.get_default("run")
+            found += [((*path, name), run)] if run is not None else _commands(sub, (*path, name))
+    return found
+
+
+def test_every_command_names_a_handler_that_exists() -> None:
+    parser = _parser()
+    commands = _commands(parser)
+    top = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert {words[0] for words, _ in commands} == set(top.choices)
+    assert {("tenant", "update"), ("catalog", "remove-exception"), ("web",)} <= set(
+        dict(commands))
+    for words, name in commands:
+        assert isinstance(name, str) and ":" in name, words
+        assert callable(handler(name)), words
+
+
+def test_help_imports_no_database_http_or_sdk_code() -> None:
+    """`wagent --help` builds every parser from light modules; the handlers' modules are
+    imported only when their command runs (cli/main.py)."""
+    code = ("import sys; from cli.main import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('aiohttp', 'anthropic', 'rq', 'sqlmodel', 'sqlalchemy', "
+            "'redis', 'pydantic', 'operations', 'storage', 'workers', 'bot') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True, cwd=Path(__file__).parent.parent)
+    assert done.stdout.splitlines()[-1] == "[]"
 
 
 def test_tenant_from_yaml_then_update_show_and_token(database: str,

@@ -295,7 +295,7 @@ def test_facts_reject_from_the_cli_is_the_consoles_rejection_and_its_job(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABASE_URL", env.engine.url.render_as_string(hide_password=False))
     monkeypatch.setenv("QUEUE_NAME", env.settings.queue_name)
-    monkeypatch.setattr("storage.db.connect_redis", lambda url: env.redis)  # real or stand-in
+    monkeypatch.setattr("cli.facts.connect_redis", lambda url: env.redis)  # real or stand-in
     capsys.readouterr()
     assert main(["facts", "reject", str(seeded.salon_fact_id), "--reason", "errado"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -26,6 +26,7 @@ from rq import Queue
 
 from bot import metrics as web_metrics
 from cli import main as cli
+from cli.environment import settings_or_exit
 from core import clock, metrics
 from core.settings import Settings
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
@@ -247,7 +248,7 @@ def test_the_units_do_not_restart_on_the_clis_configuration_error(
     for name in Settings.REQUIRED_IN_PRODUCTION:
         monkeypatch.delenv(name.upper(), raising=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli.settings_or_exit()
+        settings_or_exit()
     for name, sections in services().items():
         assert sections["Service"]["RestartPreventExitStatus"] == [str(exit_info.value.code)], \
             name

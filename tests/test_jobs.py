@@ -1,5 +1,5 @@
 """Enqueueing with coalescing tokens (storage/jobs.py) and the worker process's set-up
-(workers/runtime.prepare_worker_parent, bot/cli._lower_cpu_priority)."""
+(workers/runtime.prepare_worker_parent, cli/worker._lower_cpu_priority)."""
 
 import os
 import subprocess
@@ -155,7 +155,7 @@ def test_worker_cpu_setting_is_checked() -> None:
 @pytest.mark.parametrize(("policy", "expected"), [
     ("idle", "SCHED_IDLE 0"), ("low", "SCHED_OTHER 19"), ("normal", "SCHED_OTHER 0")])
 def test_worker_cpu_priority(policy: str, expected: str) -> None:
-    code = ("import os; from cli.main import _lower_cpu_priority; "
+    code = ("import os; from cli.worker import _lower_cpu_priority; "
             f"_lower_cpu_priority({policy!r}); "
             "names = {os.SCHED_IDLE: 'SCHED_IDLE', os.SCHED_OTHER: 'SCHED_OTHER'}; "
             "print(names[os.sched_getscheduler(0)], os.nice(0))")

@@ -29,6 +29,7 @@ from storage import memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
+from workers.facts import render_context_block
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.runtime import Runtime
 
@@ -166,8 +167,6 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
 
 def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: CompactionPlan,
            summary: str, *, expected: int, old_pruned: int) -> str:
-    from workers.facts import render_context_block
-
     boundary = prune_boundary(plan.kept, keep_user_turns=tenant.prune_after_user_turns)
     with session_scope(runtime.engine) as session:
         pruned_position = max(boundary, memory.position_of(session, old_pruned))
@@ -218,8 +217,6 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
     one compare-and-set update. Only while the session is open: a closed session's summary is
     sent no more, and its history may still hold what a forgotten fact removed from it.
     Changing system[1] breaks the cached prefix once."""
-    from workers.facts import render_context_block
-
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
         tenant = session.get(Tenant, conversation.tenant_id) if conversation else None

@@ -34,7 +34,7 @@ from storage.jobs import (
 )
 from storage.messages import mark_outbound, wamid_hash
 from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
-from workers.runtime import Runtime
+from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
 # A message waiting this long with no turn running and no job that will run is lost: longer than
@@ -245,8 +245,6 @@ def reconcile(recovery: bool = False) -> int:
     """RQ job: re-enqueue forgotten turns. From `wagent cron` every RECONCILE_PERIOD_SECONDS,
     once per period; with `recovery` (a keeper found Redis empty, workers/keeper.py) at once
     and for every waiting message, however recent."""
-    from workers.runtime import get_runtime
-
     runtime = get_runtime()
     if recovery:
         return reconcile_pending(runtime, now=clock.now(), older_than=timedelta(0))
@@ -256,8 +254,6 @@ def reconcile(recovery: bool = False) -> int:
 
 def purge_retention() -> int:
     """RQ job (cron): the retention purge, once per period."""
-    from workers.runtime import get_runtime
-
     runtime = get_runtime()
     return run_once_per_period(runtime, "retention", period_seconds=3600, work=lambda: purge_all(
         runtime.engine, now=clock.now(),

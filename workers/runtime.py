@@ -2,6 +2,7 @@
 queue, the Anthropic client and the Graph API client.
 """
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ import httpx2
 import redis
 from rq import Queue
 from sqlalchemy import Engine
+from sqlalchemy.orm import configure_mappers
 
 from core.settings import Settings
 from storage.db import connect_redis, make_engine
@@ -78,8 +80,6 @@ def prepare_worker_parent(settings: Settings) -> Runtime:
     forked from a horse (which has used it) builds its own.
     """
     global _runtime, _fork_safe
-    from sqlalchemy.orm import configure_mappers
-
     configure_mappers()
     runtime = build_runtime(settings)
     try:  # the dialect checks the server once per engine; a database down now is not fatal
@@ -96,8 +96,6 @@ def prepare_worker_parent(settings: Settings) -> Runtime:
 def _warm_sdk_parsers() -> None:
     """One `messages.create` against an in-process transport: the SDK builds its request
     transforms and pydantic response validators lazily, on the first call of a process."""
-    import json
-
     answer = {"id": "msg_warm", "type": "message", "role": "assistant", "model": "warm",
               "content": [{"type": "text", "text": "ok"},
                           {"type": "tool_use", "id": "toolu_warm", "name": "warm", "input": {}}],

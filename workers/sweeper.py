@@ -22,6 +22,9 @@ from storage import inbox
 from storage.db import session_scope
 from storage.jobs import lock_key
 from storage.models import Conversation
+from workers.facts_hook import after_close
+from workers.maintenance import run_once_per_period
+from workers.runtime import get_runtime
 
 log = structlog.get_logger(__name__)
 BATCH = 500
@@ -84,9 +87,6 @@ def sweep_inactive() -> int:
 
     Guarded per period: a second scheduler's copy of the same period does nothing.
     """
-    from workers.maintenance import run_once_per_period
-    from workers.runtime import get_runtime
-
     runtime = get_runtime()
     prefix = runtime.settings.redis_prefix
 
@@ -94,7 +94,6 @@ def sweep_inactive() -> int:
         return bool(runtime.redis.exists(lock_key(prefix, "turn", conversation_id)))
 
     def closed(conversation_id: int) -> None:
-        from workers.facts_hook import after_close
         after_close(runtime, conversation_id)
 
     def sweep() -> int:

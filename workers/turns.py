@@ -37,6 +37,7 @@ from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
 from workers import texts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
+from workers.facts import render_context_block
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime
@@ -258,8 +259,6 @@ def _latest_customer_message(runtime: Runtime, state: TurnState) -> int | None:
 def ensure_context_block(runtime: Runtime, state: TurnState) -> None:
     """At the session's first turn, render system[1] from the contact's facts (a new session
     has no summary). From then on it changes only at compaction (ARCHITECTURE.md, Context block)."""
-    from workers.facts import render_context_block
-
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None

@@ -35,8 +35,8 @@ from bot.bodies import ADMIN_BODY_BYTES, read_body
 from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError, Invalid, NotFound, validated
-from storage.db import session_scope
+from operations.service import AdminError, Invalid, NotFound, clean_text, validated
+from storage.db import is_postgres, session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
 from storage.tenants import (
@@ -438,34 +438,6 @@ def _authenticate(request: web.Request) -> tuple[bool, str] | None:
     return is_operator, token
 
 
-MAX_DEPTH = 16
-
-
-def clean_text(value: Any, where: str = "body") -> list[str]:
-    """What PostgreSQL cannot store or a person would not send: NUL characters, lone
-    surrogates, JSON nested deeper than MAX_DEPTH. Iterative: a deep body cannot overflow."""
-    problems: list[str] = []
-    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
-    while stack and len(problems) < 20:
-        item, at, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return [f"{where}: nested deeper than {MAX_DEPTH} levels"]
-        if isinstance(item, str):
-            if "\x00" in item:
-                problems.append(f"{at}: NUL characters are not allowed")
-            elif not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    problems.append(f"{at}: invalid Unicode (lone surrogate)")
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                stack += [(key, at, depth + 1), (child, f"{at}.{key}", depth + 1)]
-        elif isinstance(item, list):
-            stack += [(child, f"{at}.{i}", depth + 1) for i, child in enumerate(item)]
-    return problems
-
-
 def _path_params(request: web.Request, route: Route) -> dict[str, Any]:
     """Typed path parameters; an impossible id is simply not found."""
     values: dict[str, Any] = {}
@@ -599,8 +571,6 @@ def _tenant_of_token(app: web.Application, token: str) -> int | None:
 def lock_tenant(session: Session, tenant_id: int) -> None:
     """Serialise the changes of one tenant (PostgreSQL row lock; SQLite writes are already
     serial): two concurrent PUTs of the hours end as one of them, never both merged."""
-    from storage.db import is_postgres
-
     if is_postgres(session.get_bind()):  # type: ignore[arg-type]
         session.exec(select(Tenant).where(Tenant.id == tenant_id).with_for_update()).first()
 

@@ -28,15 +28,16 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
+from agent.context import TenantPrompt, context_block, instructions_text
 from bot import guard
-from bot.admin.api import clean_text, lock_tenant, run_admin
+from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError
+from operations.service import AdminError, clean_text
 from storage import delivery
 from storage.db import session_scope
 from storage.keys import console_session_key
@@ -56,7 +57,9 @@ from storage.tenants import (
     delete_hours_exception,
     put_hours_exception,
     set_hours,
+    update_settings,
 )
+from usage.report import render_svg
 
 log = structlog.get_logger(__name__)
 COOKIE = "wagent_console"
@@ -397,8 +400,6 @@ def settings_page(p: Page) -> PageResult:
                                        for problem in exc.problems]), **errors}
         else:
             if not errors:
-                from storage.tenants import update_settings
-
                 update_settings(p.session, tenant, spec.settings())
                 log.info("console_settings_saved", tenant_id=tenant.id,
                          fields=sorted(spec.settings()))
@@ -449,8 +450,6 @@ def _field_errors(problems: list[str]) -> dict[str, str]:
 
 
 def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
-    from agent.context import TenantPrompt, context_block, instructions_text
-
     prompt = TenantPrompt(name=tenant.name, timezone=tenant.timezone,
                           language=str(form.get("language") or tenant.language),
                           instructions=str(form.get("instructions") or ""),
@@ -574,8 +573,6 @@ def conversations_page(p: Page) -> PageResult:
 
 
 def conversation_page(p: Page) -> PageResult:
-    from usage.report import render_svg
-
     raw = p.request.match_info["conversation_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
         raise service.NotFound("no such conversation")

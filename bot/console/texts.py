@@ -1,5 +1,7 @@
 """The console's words, in Brazilian Portuguese (default) and English."""
 
+import re
+
 LANGUAGES = ("pt-BR", "en")
 
 TEXTS: dict[str, dict[str, str]] = {
@@ -208,8 +210,6 @@ def translate_problem(text: str, language: str) -> str:
     """A validation problem ("where: what") in the console's language."""
     if language == "en":
         return text
-    import re
-
     where, sep, what = text.partition(": ")
     for prefix, part in (("", text), (where + ": " if sep else "", what if sep else "")):
         for pattern, replacement in _PT_BR_PROBLEMS:

@@ -1,0 +1,22 @@
+"""`wagent appointments list|cancel`: a tenant's bookings."""
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from cli.admin import run_for_tenant
+from operations import service
+
+
+@run_for_tenant
+def list_appointments(args: argparse.Namespace, session: Any, tenant: Any,
+                      now: datetime) -> Any:
+    query = service.validated(service.AppointmentQuery, {
+        k: v for k, v in (("from", args.date_from), ("to", args.date_to),
+                          ("status", args.status), ("contact", args.contact)) if v})
+    return service.list_appointments(session, tenant, query)
+
+
+@run_for_tenant
+def cancel(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    return service.cancel_appointment(session, tenant, args.appointment_id, now=now)

@@ -1,0 +1,146 @@
+"""The parsers of `wagent tenant|catalog|facts|conversations|appointments ...` and their
+argument types. Light on purpose (argparse only): `wagent --help` builds every parser; each
+command names its handler ("cli.tenants:show"), which cli/main.py imports when it runs."""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def record_id(text: str) -> int:
+    """An argparse type: a database id (1 … 2^31-1)."""
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**31:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an id")
+    return int(text)
+
+
+def _pnid(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("phone_number_id", help="the business number's phone_number_id")
+
+
+def add_tenant_commands(tenant_sub: Any) -> None:
+    show = tenant_sub.add_parser("show", help="print a tenant's settings and counts as JSON")
+    _pnid(show)
+    show.set_defaults(run="cli.tenants:show")
+    listing = tenant_sub.add_parser("list", help="list every tenant")
+    listing.set_defaults(run="cli.tenants:list_tenants")
+    update = tenant_sub.add_parser(
+        "update", help="change settings; the next turn uses them (a new "
+        "inactivity_timeout_minutes also moves the open conversations' due times)",
+        description="Keys: name, timezone, language, instructions, inactivity_timeout_minutes, "
+        "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
+        "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "
+        "booking_horizon_days, booking_notice_minutes, max_upcoming_bookings, "
+        "retention_days, followup_template, followup_template_language, fact_keys.")
+    _pnid(update)
+    update.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="one setting (repeatable); JSON values are parsed: "
+                             "--set inactivity_timeout_minutes=60")
+    update.add_argument("--file", type=Path, help="a JSON or YAML object of settings")
+    update.set_defaults(run="cli.tenants:update")
+    token = tenant_sub.add_parser("token", help="create an admin API token that sees only "
+                                  "this tenant (printed once)")
+    _pnid(token)
+    token.add_argument("--label", default="", help="who or what uses it")
+    token.set_defaults(run="cli.tenants:token")
+    revoke = tenant_sub.add_parser("revoke-token", help="revoke a tenant's admin API token")
+    _pnid(revoke)
+    revoke.add_argument("token_id", type=record_id)
+    revoke.set_defaults(run="cli.tenants:revoke_token")
+
+
+def add_catalog_commands(sub: Any) -> None:
+    catalog = sub.add_parser("catalog", help="services, professionals, opening hours and "
+                             "holidays of a tenant")
+    catalog_sub = catalog.add_subparsers(title="catalog commands")
+    show = catalog_sub.add_parser("show", help="print the catalogue as JSON")
+    _pnid(show)
+    show.set_defaults(run="cli.catalog:show")
+    replace = catalog_sub.add_parser(
+        "set", help="replace the parts given in a JSON/YAML file: services, professionals, "
+        "hours, hours_exceptions (services and professionals left out are archived)")
+    _pnid(replace)
+    replace.add_argument("file", type=Path)
+    replace.set_defaults(run="cli.catalog:replace")
+    service = catalog_sub.add_parser("service", help="create or change a service")
+    _pnid(service)
+    service.add_argument("code")
+    service.add_argument("--name", default=None, help="shown to customers (kept when left out)")
+    service.add_argument("--duration", type=int, default=None,
+                         help="minutes (required for a new service; kept when left out)")
+    service.set_defaults(run="cli.catalog:service")
+    remove = catalog_sub.add_parser("remove-service", help="archive a service (refused while "
+                                    "it has upcoming appointments)")
+    _pnid(remove)
+    remove.add_argument("code")
+    remove.set_defaults(run="cli.catalog:remove_service")
+    pro = catalog_sub.add_parser("professional", help="create or change a professional")
+    _pnid(pro)
+    pro.add_argument("code")
+    pro.add_argument("--name", default=None, help="kept when left out")
+    pro.add_argument("--services", default=None,
+                     help="service codes, comma-separated (kept when left out)")
+    pro.set_defaults(run="cli.catalog:professional")
+    remove_pro = catalog_sub.add_parser("remove-professional", help="archive a professional "
+                                        "(refused while they have upcoming appointments)")
+    _pnid(remove_pro)
+    remove_pro.add_argument("code")
+    remove_pro.set_defaults(run="cli.catalog:remove_professional")
+    hours = catalog_sub.add_parser("hours", help="replace the weekly hours: "
+                                   "mon=09:00-12:00,13:00-18:00 sat=09:00-13:00 (others closed)")
+    _pnid(hours)
+    hours.add_argument("days", nargs="+", metavar="DAY=INTERVALS")
+    hours.set_defaults(run="cli.catalog:hours")
+    exception = catalog_sub.add_parser("exception", help="one date's hours instead of its "
+                                       "weekday's; without --hours it is closed (a holiday)")
+    _pnid(exception)
+    exception.add_argument("day", help="YYYY-MM-DD, local")
+    exception.add_argument("--hours", action="append", metavar="HH:MM-HH:MM[,...]",
+                           help="open intervals that day (repeatable or comma-separated)")
+    exception.add_argument("--note", default="")
+    exception.set_defaults(run="cli.catalog:exception")
+    reopen = catalog_sub.add_parser("remove-exception", help="the date follows its weekday "
+                                    "again")
+    _pnid(reopen)
+    reopen.add_argument("day")
+    reopen.set_defaults(run="cli.catalog:remove_exception")
+
+
+def add_facts_commands(facts_sub: Any) -> None:
+    edit = facts_sub.add_parser("edit", help="correct a fact's value (confirmed, origin "
+                                "admin; the old value is kept as history)")
+    _pnid(edit)
+    edit.add_argument("fact_id", type=record_id)
+    edit.add_argument("value")
+    edit.add_argument("--reason", required=True, help="why (kept with the decision)")
+    edit.set_defaults(run="cli.facts:edit")
+
+
+def add_conversation_commands(sub: Any) -> None:
+    conversations = sub.add_parser("conversations", help="read conversations")
+    conv_sub = conversations.add_subparsers(title="conversations commands")
+    listing = conv_sub.add_parser("list", help="newest first")
+    _pnid(listing)
+    listing.add_argument("--contact", help="phone number, user id or contact id")
+    listing.add_argument("--state", choices=("open", "closed"))
+    listing.add_argument("--limit", type=int)
+    listing.set_defaults(run="cli.conversations:list_conversations")
+    show = conv_sub.add_parser("show", help="messages, summary, facts in context, usage per "
+                               "call")
+    _pnid(show)
+    show.add_argument("conversation_id", type=record_id)
+    show.set_defaults(run="cli.conversations:show")
+    appointments = sub.add_parser("appointments", help="list and cancel bookings")
+    app_sub = appointments.add_subparsers(title="appointments commands")
+    listing = app_sub.add_parser("list", help="by start time")
+    _pnid(listing)
+    listing.add_argument("--from", dest="date_from", help="first local day YYYY-MM-DD")
+    listing.add_argument("--to", dest="date_to", help="last local day YYYY-MM-DD")
+    listing.add_argument("--status", choices=("booked", "cancelled"))
+    listing.add_argument("--contact")
+    listing.set_defaults(run="cli.appointments:list_appointments")
+    cancel = app_sub.add_parser("cancel", help="cancel a booking (the customer is not "
+                                "messaged)")
+    _pnid(cancel)
+    cancel.add_argument("appointment_id", type=record_id)
+    cancel.set_defaults(run="cli.appointments:cancel")

@@ -1,0 +1,19 @@
+"""`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention), each guarded per
+period, so one cron is enough and a second is harmless; a keeper too."""
+
+import argparse
+
+from cli.environment import settings_or_exit
+from core.logs import configure_logging
+from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, reconcile
+from workers.processes import run_cron
+from workers.sweeper import sweep_inactive
+
+
+def cron(args: argparse.Namespace) -> int:
+    settings = settings_or_exit()
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=settings.secret_values())
+    # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.
+    return run_cron(settings, [(sweep_inactive, 300), (reconcile, RECONCILE_PERIOD_SECONDS),
+                               (purge_retention, 3600)])

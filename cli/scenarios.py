@@ -1,0 +1,57 @@
+"""`wagent replay FILE...` and `wagent demo`: run replay scenarios (docs/REPLAY.md) against
+the doubles, with a transcript or one JSON object per scenario; exit status 1 when one fails."""
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from cli.main import main
+from core.logs import configure_logging
+from replay.runner import run_scenario_file
+
+BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
+
+
+def replay(args: argparse.Namespace) -> int:
+    return _run_scenarios(list(args.files), as_json=args.json, quiet=args.quiet)
+
+
+def demo(args: argparse.Namespace) -> int:
+    files = sorted(BUNDLED_SCENARIOS.glob("*.json"))
+    return _run_scenarios(files, as_json=args.json, quiet=False)
+
+
+def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
+    # LOG_LEVEL is the services' level; a replay prints its transcript and only errors
+    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
+    failed = 0
+    for path in files:
+        echo = None if (as_json or quiet) else print
+        if echo:
+            print(f"== {path.name}")
+        result = run_scenario_file(path, echo=echo, cli=main)
+        failed += not result.passed
+        if as_json:
+            print(json.dumps(result.to_json(), ensure_ascii=False))
+        else:
+            _print_verdict(result)
+    return 1 if failed else 0
+
+
+def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
+    usage = result.usage
+    if not result.requests and not result.passed:
+        print(f"-- {result.name}: FAILED")
+        for failure in result.failures:
+            print(f"   ✗ {failure}")
+        print()
+        return
+    print(f"-- {result.name}: {'PASSED' if result.passed else 'FAILED'} · "
+          f"{result.requests} Claude call(s), {result.api_errors} API error(s), "
+          f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "
+          f"cache write {usage['cache_creation_input_tokens']}, "
+          f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']}")
+    for failure in result.failures:
+        print(f"   ✗ {failure}")
+    print()

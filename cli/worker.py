@@ -1,0 +1,46 @@
+"""`wagent worker [--burst]`: an RQ worker (workers/) and a keeper, the product's scheduler.
+
+The job code is imported here, at the top, before RQ forks a work horse per job: otherwise
+every job re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py).
+`worker` then builds the clients and warms what they build lazily, once, for every horse to
+inherit (I/O-free in this process: workers/runtime.py).
+"""
+
+import argparse
+import os
+
+import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
+
+import workers.compaction  # noqa: F401
+import workers.facts  # noqa: F401
+import workers.inbox  # noqa: F401
+import workers.maintenance  # noqa: F401
+import workers.sweeper  # noqa: F401
+import workers.turns  # noqa: F401
+from cli.environment import settings_or_exit
+from core.logs import configure_logging
+from workers.processes import run_worker
+from workers.runtime import prepare_worker_parent
+
+
+def worker(args: argparse.Namespace) -> int:
+    settings = settings_or_exit()
+    configure_logging(settings.log_level, settings.log_format,
+                      secrets=settings.secret_values())
+    _lower_cpu_priority(settings.worker_cpu)
+    prepare_worker_parent(settings)
+    return run_worker(settings, burst=args.burst)
+
+
+def _lower_cpu_priority(policy: str) -> None:
+    """`WORKER_CPU` (core/settings.py): on cores shared with `wagent web`, a worker takes only
+    the CPU time the webhook leaves (bench/load.py measures the difference). Inherited by the
+    work horses RQ forks. "low" is nice 19, the lowest priority that still guarantees a share;
+    where SCHED_IDLE is missing (not Linux), "idle" falls back to it."""
+    if policy == "low":
+        os.nice(19)
+    elif policy == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            os.nice(19)
