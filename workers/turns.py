@@ -28,7 +28,7 @@ from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import memory
 from storage import messages as message_repo
-from storage.conversations import touch
+from storage.conversations import inactivity_timeout, touch
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
 from storage.fact_keys import resolve_keys
 from storage.fences import TurnFenced
@@ -354,8 +354,8 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
                                   recipient=recipient, now=now)
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
-        touch(conversation, now=now, inactivity_timeout=timedelta(
-            minutes=state.tenant.inactivity_timeout_minutes))
+        touch(conversation, now=now, inactivity_timeout=inactivity_timeout(
+            state.tenant.inactivity_timeout_minutes))
         session.add(conversation)
     return True
 
