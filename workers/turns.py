@@ -35,6 +35,7 @@ from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
+from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import texts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
@@ -43,7 +44,6 @@ from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
-SERVICE_WINDOW = timedelta(hours=24)  # Meta: free-form replies within 24 h of the last inbound
 RETRY_DELAYS = (timedelta(seconds=10), timedelta(seconds=40), timedelta(seconds=120))
 TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
              anthropic.APIConnectionError)
@@ -103,7 +103,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     ensure_context_block(runtime, state)
     with session_scope(runtime.engine) as session:
         last_position = message_repo.assign_positions(session, conversation_id)
-        if _window_closed(state.contact, now):
+        if window_closed(state.contact.last_inbound_at, now):
             outcome = _window_closed_turn(runtime, session, state, last_position, now)
         else:
             outcome = ""
@@ -360,7 +360,7 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
     return True
 
 
-WINDOW_CLOSED_REASON = ("not answered: more than 24 hours since the customer's last message "
+WINDOW_CLOSED_REASON = (f"not answered: {SERVICE_WINDOW_CLOSED} "
                         "(WhatsApp customer service window)")
 
 
@@ -409,10 +409,6 @@ def _load(runtime: Runtime, conversation_id: int) -> TurnState | None:
         contact = session.get(Contact, conversation.contact_id)
         assert tenant is not None and contact is not None
         return TurnState(tenant=tenant, contact=contact, conversation=conversation)
-
-
-def _window_closed(contact: Contact, now: datetime) -> bool:
-    return contact.last_inbound_at is None or now - contact.last_inbound_at > SERVICE_WINDOW
 
 
 def _prompt(tenant: Tenant) -> TenantPrompt:
