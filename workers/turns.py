@@ -9,7 +9,7 @@ one transaction, then send the outbox. A retried job resumes from what was store
 import functools
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -38,15 +38,20 @@ from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import texts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
-from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
+from workers.jobs import (
+    RETRY_POLICIES,
+    call_model,
+    connection_cause,
+    record_call_usage,
+    retry_later,
+    run_coalesced,
+)
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
-RETRY_DELAYS = (timedelta(seconds=10), timedelta(seconds=40), timedelta(seconds=120))
-TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
-             anthropic.APIConnectionError)
+RETRY = RETRY_POLICIES["turn"]
 
 
 @dataclass(frozen=True)
@@ -58,14 +63,19 @@ class TurnState:
 
 def run_turn(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: one turn of `conversation_id`, fenced (storage/fences.py). `attempt` counts the
-    provider's failures (RETRY_DELAYS), `outage` the database or Redis outages
+    provider's failures (workers.jobs.RETRY_POLICIES), `outage` the database or Redis outages
     (workers.jobs.OUTAGE_DELAYS). Returns what happened (for the job result)."""
     return run_coalesced(
         "turn", conversation_id, attempt, outage=outage, fence=True,
         handle=lambda rt, cid, n: measured_turn(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n, out: enqueue_turn(
-            rt.queue, rt.settings.redis_prefix, cid, job_timeout=rt.settings.turn_job_timeout,
-            at=at, attempt=n, outage=out))
+        reenqueue=_reenqueue)
+
+
+def _reenqueue(runtime: Runtime, conversation_id: int, at: datetime, attempt: int,
+               outage: int) -> object:
+    return enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                        job_timeout=runtime.settings.turn_job_timeout, at=at, attempt=attempt,
+                        outage=outage)
 
 
 def measured_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -114,9 +124,10 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     try:
         outcome = _converse(runtime, state, hooks)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
-    except TRANSIENT as exc:
-        if attempt < runtime.settings.turn_max_attempts:
-            return _retry_later(runtime, conversation_id, attempt, exc)
+    except RETRY.transient as exc:
+        if RETRY.may_retry(attempt, runtime):
+            return retry_later(runtime, "turn", conversation_id, attempt=attempt, exc=exc,
+                               reenqueue=_reenqueue, event="turn")
         log.error("turn_provider_failed", attempts=attempt, error=type(exc).__name__,
                   cause=connection_cause(exc))
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
@@ -387,17 +398,6 @@ def _window_closed_turn(runtime: Runtime, session: Any, state: TurnState, last_p
                               recipient=recipient, now=now, kind="template")
     log.warning("turn_window_closed_template_queued")
     return "window_closed_template"
-
-
-def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
-    delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
-    enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                 job_timeout=runtime.settings.turn_job_timeout, at=clock.now() + delay,
-                 attempt=attempt + 1)
-    log.warning("turn_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
-                error=type(exc).__name__, cause=connection_cause(exc),
-                request_id=getattr(exc, "request_id", None))
-    return "retry_scheduled"
 
 
 def _load(runtime: Runtime, conversation_id: int) -> TurnState | None:
