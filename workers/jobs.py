@@ -19,7 +19,8 @@ from core import clock, metrics
 from core.network import network_cause
 from storage import fences
 from storage.db import is_outage, session_scope
-from storage.jobs import consume_token, lock_key
+from storage.jobs import consume_token
+from storage.keys import lock_key
 from storage.models import Usage
 from workers.runtime import Runtime, get_runtime
 
@@ -133,7 +134,7 @@ def _run_fenced(runtime: Runtime, conversation_id: int, work: Callable[[], str])
 @contextmanager
 def held_lock(runtime: Runtime, kind: str, conversation_id: int, *,
               blocking_timeout: float) -> Iterator[bool]:
-    """Hold the conversation's `kind` lock (`storage.jobs.lock_key`) while the body runs;
+    """Hold the conversation's `kind` lock (`storage.keys.lock_key`) while the body runs;
     yields False, holding nothing, when another job still holds it after `blocking_timeout`
     seconds.
 

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select, update
 from core import clock, metrics
 from storage import inbox
 from storage.db import session_scope
-from storage.jobs import lock_key
+from storage.keys import lock_key
 from storage.models import Conversation
 
 log = structlog.get_logger(__name__)
