@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.load import TOKEN_RE, Child, descendants, free_port, reply_for, wait_http  # noqa: E402
+from storage.keys import keeper_lock_key  # noqa: E402
 
 HOST = "127.0.0.1"
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -342,7 +343,7 @@ class Cluster:
         """The pid of the worker that moves due jobs: the keeper's lock holder
         (`worker:host:pid:...`), or, on code before the keeper, the parent of the process
         that holds RQ's scheduler lock."""
-        holder = redis_client.get(f"{self.prefix}:keeper:lock")
+        holder = redis_client.get(keeper_lock_key(self.prefix))
         if holder:
             role, _, pid, _ = holder.decode().split(":")
             return int(pid) if role == "worker" else None

@@ -856,9 +856,10 @@ def _group_conversations(session: Session, items: list[_Item], *, alone: bool = 
     stale: dict[int, int] = {}  # conversation id -> contact id
     for contact_id, group in by_contact.items():
         seen = group[0].seen
-        timeout = timedelta(minutes=group[0].tenant.inactivity_timeout_minutes)
+        timeout = conversations.inactivity_timeout(group[0].tenant.inactivity_timeout_minutes)
         if seen is not None and seen.conversation_id is not None:
-            if group[0].pending.now - seen.last_activity_at <= timeout:
+            if not conversations.is_stale(seen.last_activity_at, now=group[0].pending.now,
+                                          inactivity_timeout=timeout):
                 for item in group:
                     item.conversation_id = seen.conversation_id
                     item.conversation_seen = seen.conversation_last_inbound_at
@@ -873,8 +874,8 @@ def _group_conversations(session: Session, items: list[_Item], *, alone: bool = 
         **_CONVERSATION_DEFAULTS, "tenant_id": group[0].tenant.id, "contact_id": contact_id,
         "status": "open", "last_activity_at": _latest_now(group),
         "opened_at": _latest_now(group),
-        "due_at": _latest_now(group) + timedelta(
-            minutes=group[0].tenant.inactivity_timeout_minutes),
+        "due_at": conversations.due_at(_latest_now(group), conversations.inactivity_timeout(
+            group[0].tenant.inactivity_timeout_minutes)),
         "last_inbound_at": max(customer_sent_at(i.msg.timestamp, i.pending.now)
                                for i in group)}
         for contact_id, group in sorted(to_open.items())])
@@ -915,7 +916,8 @@ def _group_touch(session: Session, stored: list[_Item]) -> None:
         now = _latest_now(group)
         updates.append({
             "_id": conversation_id, "last_activity_at": now,
-            "due_at": now + timedelta(minutes=group[0].tenant.inactivity_timeout_minutes),
+            "due_at": conversations.due_at(now, conversations.inactivity_timeout(
+                group[0].tenant.inactivity_timeout_minutes)),
             "last_inbound_at": _latest(group[0].conversation_seen, latest)})
     conversations.record_inbound_many(session, updates)
     changes = []

@@ -4,34 +4,29 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, update
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from storage.messages import insert_rows, prepared, row_values, upsert
 from storage.models import Conversation
 
 
-def open_or_get(session: Session, *, tenant_id: int, contact_id: int, now: datetime,
-                inactivity_timeout: timedelta) -> Conversation:
-    """The contact's open conversation, or a new one when none is open or the open one is idle
-    for longer than `inactivity_timeout` (it is closed here, even before the sweeper runs).
-    """
-    current = get_open(session, contact_id)
-    if current is not None and now - current.last_activity_at <= inactivity_timeout:
-        return current
-    if current is not None:
-        close(session, current, now=now)
-    conversation = Conversation(tenant_id=tenant_id, contact_id=contact_id, status="open",
-                                last_activity_at=now, due_at=now + inactivity_timeout,
-                                opened_at=now)
-    try:
-        with session.begin_nested():
-            session.add(conversation)
-    except IntegrityError:  # another process opened it first (partial unique index)
-        found = get_open(session, contact_id)
-        assert found is not None
-        return found
-    return conversation
+def inactivity_timeout(minutes: int) -> timedelta:
+    """A tenant's `inactivity_timeout_minutes` as the session's inactivity timeout."""
+    return timedelta(minutes=minutes)
+
+
+def due_at(last_activity_at: datetime, inactivity_timeout: timedelta) -> datetime:
+    """When the sweeper closes a conversation last active at `last_activity_at` (its `due_at`
+    column): the tenant's inactivity timeout later (ARCHITECTURE.md, Session end). The one
+    place a due time is computed."""
+    return last_activity_at + inactivity_timeout
+
+
+def is_stale(last_activity_at: datetime, *, now: datetime, inactivity_timeout: timedelta) -> bool:
+    """True when a conversation last active at `last_activity_at` has been idle for longer than
+    the inactivity timeout at `now`: the contact's next message opens a new one (it is closed
+    then, even before the sweeper runs). The one place staleness is decided."""
+    return now - last_activity_at > inactivity_timeout
 
 
 def open_new(session: Session, *, tenant_id: int, contact_id: int, now: datetime,
@@ -44,7 +39,7 @@ def open_new(session: Session, *, tenant_id: int, contact_id: int, now: datetime
     connection, statement = prepared(session, "open_conversation", _build_open_new)
     new_id = connection.execute(statement, row_values(Conversation(
         tenant_id=tenant_id, contact_id=contact_id, status="open", last_activity_at=now,
-        due_at=now + inactivity_timeout, opened_at=now, last_inbound_at=last_inbound_at,
+        due_at=due_at(now, inactivity_timeout), opened_at=now, last_inbound_at=last_inbound_at,
     ))).scalar()
     return None if new_id is None else int(new_id)
 
@@ -68,7 +63,7 @@ def record_inbound(session: Session, conversation_id: int, *, now: datetime,
     in one UPDATE."""
     connection, statement = prepared(session, "conversation_by_id", _build_update_by_id)
     connection.execute(statement, {"_id": conversation_id, "last_activity_at": now,
-                                   "due_at": now + inactivity_timeout,
+                                   "due_at": due_at(now, inactivity_timeout),
                                    "last_inbound_at": last_inbound_at})
 
 
@@ -109,7 +104,7 @@ def record_inbound_many(session: Session, values: list[dict[str, Any]]) -> None:
 def touch(conversation: Conversation, *, now: datetime, inactivity_timeout: timedelta) -> None:
     """Record activity (either side): the sweeper's due time moves with it."""
     conversation.last_activity_at = now
-    conversation.due_at = now + inactivity_timeout
+    conversation.due_at = due_at(now, inactivity_timeout)
 
 
 def get_open(session: Session, contact_id: int) -> Conversation | None:

@@ -1,6 +1,6 @@
 """Fencing tokens: a turn that lost its conversation's lock can neither write nor send.
 
-The per-conversation Redis lock (`storage.jobs.lock_key`) is short and refreshed while a turn
+The per-conversation Redis lock (`storage.keys.lock_key`) is short and refreshed while a turn
 runs (`workers.jobs.held_lock`), so a dead work horse frees it within seconds. A horse that is
 alive but starved of CPU (`WORKER_CPU=idle` next to a busy web process) or paused outlives its
 lock too, and meanwhile a second turn takes it. Redis cannot stop the first turn's writes; the

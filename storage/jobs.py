@@ -5,11 +5,12 @@ and has not yet read the database: a producer that finds it knows its (already c
 will be seen, so it enqueues nothing. The job deletes the token before reading; from then on a
 new trigger enqueues exactly one follow-up, which waits for the running job's lock
 (Sources: RQ §1). RQ's `unique=True` is not used: it blocks an id for a
-year after a failure, and `enqueue_in` ignores it.
+year after a failure, and `enqueue_in` ignores it. Keys are named in storage/keys.py.
 
 Jobs enqueued for later (`at`: the debounce, retries) wait in RQ's ScheduledJobRegistry; the
 product moves them to the queue itself (`enqueue_due`, run by `workers.keeper` in every worker
-and in cron), not RQ's scheduler. A running job holds its conversation's lock (`lock_key`).
+and in cron), not RQ's scheduler. A running job holds its conversation's lock
+(`storage.keys.lock_key`).
 """
 
 import uuid
@@ -22,6 +23,8 @@ from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
+from storage.keys import lock_key, token_key
+
 TURN_JOB = "workers.turns.run_turn"
 FLUSH_JOB = "workers.outbox.run_flush"
 COMPACTION_JOB = "workers.compaction.compact_conversation"
@@ -32,20 +35,6 @@ INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conv
 TOKEN_TTL_SECONDS = 6 * 3600
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
         "else return 0 end")
-
-
-def token_key(prefix: str, kind: str, conversation_id: int) -> str:
-    return f"{prefix}:{kind}:queued:{conversation_id}"
-
-
-def turn_token_key(prefix: str, conversation_id: int) -> str:
-    return token_key(prefix, "turn", conversation_id)
-
-
-def lock_key(prefix: str, kind: str, conversation_id: int) -> str:
-    """The lock a running `kind` job holds on its conversation (`workers.jobs.held_lock`); while
-    it exists that job is running (the sweeper and the reconciler leave the conversation be)."""
-    return f"{prefix}:{kind}:lock:{conversation_id}"
 
 
 def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversation_id: int, *,

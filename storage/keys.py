@@ -1,12 +1,51 @@
-"""Names of the product's own Redis keys for the web edge: console sessions and the counters
-of failed credential attempts. (Job tokens are named in storage/jobs.py, metrics in
-core/metrics.py.)
+"""Names of the product's own Redis keys, every one built here: the jobs' coalescing tokens and
+per-conversation locks, the periodic jobs' guards, the keeper's lock and markers, console
+sessions and the counters of failed credential attempts. The one exception is the metrics
+hash (`core.metrics.metrics_key`): core sits below storage and cannot import it. RQ names its
+own keys (`rq:…`).
 
-A key never holds a secret: a console session is keyed by the SHA-256 of its id, so
-Redis's keyspace, SLOWLOG and MONITOR show no usable session.
+Every key starts with the settings' `redis_prefix`. A key never holds a secret: a console
+session is keyed by the SHA-256 of its id, so Redis's keyspace, SLOWLOG and MONITOR show no
+usable session.
 """
 
 import hashlib
+
+
+def token_key(prefix: str, kind: str, conversation_id: int) -> str:
+    """The coalescing token of a queued `kind` job of one conversation (storage/jobs.py)."""
+    return f"{prefix}:{kind}:queued:{conversation_id}"
+
+
+def turn_token_key(prefix: str, conversation_id: int) -> str:
+    return token_key(prefix, "turn", conversation_id)
+
+
+def lock_key(prefix: str, kind: str, conversation_id: int) -> str:
+    """The lock a running `kind` job holds on its conversation (`workers.jobs.held_lock`); while
+    it exists that job is running (the sweeper and the reconciler leave the conversation be)."""
+    return f"{prefix}:{kind}:lock:{conversation_id}"
+
+
+def period_key(prefix: str, name: str, period: int) -> str:
+    """The guard of periodic job `name` for one period
+    (`workers.maintenance.run_once_per_period`)."""
+    return f"{prefix}:{name}:period:{period}"
+
+
+def keeper_lock_key(prefix: str) -> str:
+    """The lock of the one keeper that moves due jobs (workers/keeper.py)."""
+    return f"{prefix}:keeper:lock"
+
+
+def alive_key(prefix: str) -> str:
+    """Set once by a keeper; missing means Redis restarted empty (workers/keeper.py)."""
+    return f"{prefix}:alive"
+
+
+def recovery_key(prefix: str) -> str:
+    """The guard of one recovery reconcile per Redis loss (workers/keeper.py)."""
+    return f"{prefix}:recovery"
 
 
 def console_session_key(prefix: str, session_id: str) -> str:

@@ -3,7 +3,7 @@ services and professionals (archived, never deleted: appointments name them), we
 hours and their exceptions (holidays). Used by the admin API, the CLI and replays alike.
 """
 
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -19,6 +19,7 @@ from pydantic import (
 )
 from sqlmodel import Session, col, delete, select
 
+from storage import conversations
 from storage.fact_keys import resolve_keys
 from storage.models import (
     Appointment,
@@ -262,10 +263,10 @@ def validate_config(config: Any) -> TenantConfig:
 
 def _reschedule_open(session: Session, tenant: Tenant) -> None:
     """A new inactivity timeout applies to the tenant's open conversations too (their due_at)."""
-    timeout = timedelta(minutes=tenant.inactivity_timeout_minutes)
+    timeout = conversations.inactivity_timeout(tenant.inactivity_timeout_minutes)
     for conversation in session.exec(select(Conversation).where(
             Conversation.tenant_id == tenant.id, Conversation.status == "open")):
-        conversation.due_at = conversation.last_activity_at + timeout
+        conversation.due_at = conversations.due_at(conversation.last_activity_at, timeout)
         session.add(conversation)
     session.flush()
 

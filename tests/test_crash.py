@@ -21,7 +21,7 @@ from sqlmodel import select
 
 from replay.environment import ACCESS_TOKEN, API_KEY, APP_SECRET, ReplayEnvironment
 from storage.db import session_scope
-from storage.jobs import lock_key
+from storage.keys import lock_key
 from storage.models import Appointment, Message
 from tests.conftest import REDIS_UP, REDIS_URL, START
 from tests.factories import TENANT, text_body

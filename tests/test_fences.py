@@ -19,7 +19,8 @@ from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from storage import fences
 from storage.db import session_scope
-from storage.jobs import enqueue_turn, lock_key
+from storage.jobs import enqueue_turn
+from storage.keys import lock_key
 from storage.models import Appointment, Contact, Conversation, Message, Outbound, Tenant, Usage
 from tests.conftest import START
 from tests.factories import TENANT, text_body

@@ -312,7 +312,7 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     redelivery, a duplicate, would not report it again."""
     from intake import posts
     from intake.errors import StoreUnavailable
-    from storage.jobs import token_key
+    from storage.keys import token_key
 
     with session_scope(engine) as session:
         upsert_tenant(session, TENANT, now=START)

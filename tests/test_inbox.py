@@ -27,7 +27,8 @@ from intake import posts
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from storage import inbox
 from storage.db import session_scope
-from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn, token_key
+from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn
+from storage.keys import token_key
 from storage.messages import assign_positions
 from storage.models import Contact, Conversation, DeadLetter, InboxEntry, Message
 from storage.rights import find_contact, forget_contact

@@ -21,8 +21,8 @@ from storage.jobs import (
     enqueue_flush,
     enqueue_turn,
     enqueue_turns,
-    turn_token_key,
 )
+from storage.keys import turn_token_key
 
 PREFIX = "jobs-test"
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,11 +17,12 @@ from core import clock
 from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from storage.jobs import enqueue_turn, enqueue_turns
+from storage.keys import keeper_lock_key
 from storage.scheduled import enqueue_due, overdue_seconds
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from tests.test_metrics import scrape, value
-from workers.keeper import KEEPER_LOCK_TTL, Keeper, keeper_lock_key
+from workers.keeper import KEEPER_LOCK_TTL, Keeper
 
 PREFIX = "keeper-test"
 

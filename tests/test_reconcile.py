@@ -12,7 +12,8 @@ from rq.job import Job, JobStatus
 from structlog.testing import capture_logs
 
 from replay.environment import ReplayEnvironment
-from storage.jobs import enqueue_turn, lock_key, turn_token_key
+from storage.jobs import enqueue_turn
+from storage.keys import lock_key, turn_token_key
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import maintenance

@@ -36,7 +36,7 @@ from bot.app import create_app
 from core import clock
 from core.settings import Settings
 from storage.db import create_schema, make_engine, session_scope
-from storage.jobs import turn_token_key
+from storage.keys import turn_token_key
 from storage.models import (
     Contact,
     Conversation,

@@ -8,9 +8,8 @@ summary call changes nothing and is retried on the product's clock.
 """
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 from typing import Any
 
 import anthropic
@@ -24,22 +23,24 @@ from agent.window import (
     prune_boundary,
     safe_start,
 )
-from core import clock, metrics
+from core import metrics
 from storage import memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
 from workers.facts import render_context_block
-from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
+from workers.jobs import (
+    RETRY_POLICIES,
+    call_model,
+    record_call_usage,
+    retry_later,
+    run_coalesced,
+)
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
-RETRY_DELAYS = (timedelta(seconds=30), timedelta(minutes=2), timedelta(minutes=10))
-MAX_ATTEMPTS = 4
 RESULT_CHARS = 600  # tool output kept per result in the summariser's input
-TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
-             anthropic.APIConnectionError)
 
 SUMMARY_INSTRUCTIONS = """\
 You keep the record of one customer's WhatsApp conversation with {business}, a business that
@@ -109,8 +110,19 @@ def compact_conversation(conversation_id: int, attempt: int = 1, outage: int = 0
     return run_coalesced(
         "compact", conversation_id, attempt, outage=outage,
         handle=lambda rt, cid, n: _counted(rt, handle_compaction(rt, cid, attempt=n)),
-        reenqueue=lambda rt, cid, at, n, out: enqueue_compaction(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out))
+        reenqueue=_reenqueue_compaction)
+
+
+def _reenqueue_compaction(runtime: Runtime, conversation_id: int, at: datetime, attempt: int,
+                          outage: int) -> object:
+    return enqueue_compaction(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                              at=at, attempt=attempt, outage=outage)
+
+
+def _reenqueue_rederive(runtime: Runtime, conversation_id: int, at: datetime, attempt: int,
+                        outage: int) -> object:
+    return enqueue_rederive(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                            at=at, attempt=attempt, outage=outage)
 
 
 def _counted(runtime: Runtime, outcome: str) -> str:
@@ -136,8 +148,9 @@ def handle_compaction(runtime: Runtime, conversation_id: int, *, attempt: int = 
         return "nothing"
     try:
         summary = _summarize(runtime, tenant, conversation_id, previous, plan.covered)
-    except TRANSIENT as exc:
-        return _retry_later(runtime, conversation_id, attempt, exc)
+    except RETRY_POLICIES["compact"].transient as exc:
+        return retry_later(runtime, "compact", conversation_id, attempt=attempt, exc=exc,
+                           reenqueue=_reenqueue_compaction, event="compaction")
     except anthropic.APIStatusError as exc:
         log.error("compaction_request_rejected", status=exc.status_code,
                   request_id=exc.request_id)
@@ -184,20 +197,6 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
     return "compacted"
 
 
-def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception, *,
-                 enqueue: Callable[..., object] = enqueue_compaction) -> str:
-    if attempt >= MAX_ATTEMPTS:
-        log.error("compaction_gave_up", attempts=attempt, error=type(exc).__name__,
-                  cause=connection_cause(exc))
-        return "failed"
-    delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
-    enqueue(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-            at=clock.now() + delay, attempt=attempt + 1)
-    log.warning("compaction_retry_scheduled", attempt=attempt, error=type(exc).__name__,
-                cause=connection_cause(exc))
-    return "retry_scheduled"
-
-
 def rederive_summary(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: rewrite an open conversation's summary from the messages it covers, after the
     customer deleted one of them (intake/ingest.py `_follow_up`): the old summary may repeat the
@@ -206,8 +205,7 @@ def rederive_summary(conversation_id: int, attempt: int = 1, outage: int = 0) ->
     return run_coalesced(
         "rederive", conversation_id, attempt,
         handle=lambda rt, cid, n: handle_rederive(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n, out: enqueue_rederive(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out),
+        reenqueue=_reenqueue_rederive,
         lock_kind="compact", outage=outage)
 
 
@@ -229,8 +227,9 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
     covered = [Stored(m.id or 0, m.role, m.content, m.position or 0) for m in rows]
     try:
         summary = _summarize(runtime, tenant, conversation_id, "", covered)
-    except TRANSIENT as exc:
-        return _retry_later(runtime, conversation_id, attempt, exc, enqueue=enqueue_rederive)
+    except RETRY_POLICIES["rederive"].transient as exc:
+        return retry_later(runtime, "rederive", conversation_id, attempt=attempt, exc=exc,
+                           reenqueue=_reenqueue_rederive, event="compaction")
     except anthropic.APIStatusError as exc:
         log.error("summary_rederive_rejected", status=exc.status_code,
                   request_id=exc.request_id)

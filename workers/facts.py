@@ -10,7 +10,7 @@ re-derives the summaries that may repeat it.
 
 import json
 from contextlib import ExitStack
-from datetime import timedelta
+from datetime import datetime
 from typing import Any
 
 import anthropic
@@ -36,19 +36,17 @@ from storage.fact_keys import FactKey, resolve_keys
 from storage.jobs import enqueue_facts
 from storage.models import Contact, ContactFact, Conversation, ErasureReceipt, Message, Tenant
 from workers.jobs import (
+    RETRY_POLICIES,
     call_model,
-    connection_cause,
     held_lock,
     record_call_usage,
+    retry_later,
     run_coalesced,
 )
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
-TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
-             anthropic.APIConnectionError)
-RETRY_DELAYS = (timedelta(seconds=30), timedelta(minutes=2), timedelta(minutes=10))
-MAX_ATTEMPTS = 4
+RETRY = RETRY_POLICIES["facts"]
 
 FACTS_INSTRUCTIONS = """\
 You read one customer's WhatsApp conversation with {business} and list facts about the customer
@@ -120,8 +118,13 @@ def extract_facts(conversation_id: int, attempt: int = 1, outage: int = 0) -> st
     return run_coalesced(
         "facts", conversation_id, attempt, outage=outage,
         handle=lambda rt, cid, n: handle_extraction(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n, out: enqueue_facts(
-            rt.queue, rt.settings.redis_prefix, cid, at=at, attempt=n, outage=out))
+        reenqueue=_reenqueue)
+
+
+def _reenqueue(runtime: Runtime, conversation_id: int, at: datetime, attempt: int,
+               outage: int) -> object:
+    return enqueue_facts(runtime.queue, runtime.settings.redis_prefix, conversation_id, at=at,
+                         attempt=attempt, outage=outage)
 
 
 def handle_extraction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -141,8 +144,9 @@ def handle_extraction(runtime: Runtime, conversation_id: int, *, attempt: int = 
     try:
         text = _ask(runtime, tenant, conversation_id, transcript, keys)
         proposals = parse_proposals(text)
-    except TRANSIENT as exc:
-        return _retry_later(runtime, conversation_id, attempt, exc)
+    except RETRY.transient as exc:
+        return retry_later(runtime, "facts", conversation_id, attempt=attempt, exc=exc,
+                           reenqueue=_reenqueue, event="facts_extraction")
     except (anthropic.APIStatusError, ValueError, RecursionError) as exc:
         log.error("facts_extraction_failed", error=type(exc).__name__, detail=str(exc)[:200])
         return "failed"
@@ -202,19 +206,6 @@ def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str
     if not texts:
         raise ValueError("no text in the extraction response")
     return str(texts[0])
-
-
-def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
-    if attempt >= MAX_ATTEMPTS:
-        log.error("facts_extraction_gave_up", attempts=attempt, error=type(exc).__name__,
-                  cause=connection_cause(exc))
-        return "failed"
-    enqueue_facts(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                  at=clock.now() + RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)],
-                  attempt=attempt + 1)
-    log.warning("facts_extraction_retry_scheduled", attempt=attempt, error=type(exc).__name__,
-                cause=connection_cause(exc))
-    return "retry_scheduled"
 
 
 SCRUB_INSTRUCTIONS = """\

@@ -25,7 +25,8 @@ from intake.ingest import describe, store_unparsable
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from intake.posts import store_posts
 from storage import inbox
-from storage.jobs import INBOX_KEY, TOKEN_TTL_SECONDS, consume_token, enqueue_drain, token_key
+from storage.jobs import INBOX_KEY, TOKEN_TTL_SECONDS, consume_token, enqueue_drain
+from storage.keys import token_key
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)

@@ -5,6 +5,7 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,8 @@ from core import clock, metrics
 from core.network import network_cause
 from storage import fences
 from storage.db import is_outage, session_scope
-from storage.jobs import consume_token, lock_key
+from storage.jobs import consume_token
+from storage.keys import lock_key
 from storage.models import Usage
 from workers.runtime import Runtime, get_runtime
 
@@ -32,6 +34,47 @@ OUTAGE_MAX_RETRIES = 60  # about 15 minutes; past that the reconciler takes over
 
 # reenqueue(runtime, conversation_id, at, attempt, outage): the job's own enqueue function
 Reenqueue = Callable[[Runtime, int, datetime, int, int], object]
+
+# The Messages API failures worth another try: 429, 529 and 5xx, no answer (connection, timeout).
+# Sources: Anthropic §5.2. The SDK does not retry (workers/runtime.py): one retry layer.
+PROVIDER_TRANSIENT: tuple[type[Exception], ...] = (
+    anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a job kind retries the provider's transient failures (`transient`): attempt n
+    (1-based) is followed by `delays[n - 1]` (then the last delay) until `max_attempts`
+    attempts were made; `max_attempts` None means the setting `TURN_MAX_ATTEMPTS`."""
+
+    delays: tuple[timedelta, ...]
+    max_attempts: int | None
+    transient: tuple[type[Exception], ...] = PROVIDER_TRANSIENT
+
+    def delay(self, attempt: int) -> timedelta:
+        return self.delays[min(attempt - 1, len(self.delays) - 1)]
+
+    def may_retry(self, attempt: int, runtime: Runtime) -> bool:
+        """True while attempt `attempt` is not the last one allowed."""
+        limit = runtime.settings.turn_max_attempts if self.max_attempts is None \
+            else self.max_attempts
+        return attempt < limit
+
+
+def _seconds(*delays: int) -> tuple[timedelta, ...]:
+    return tuple(timedelta(seconds=s) for s in delays)
+
+
+# The one table of provider retries per job kind (a database or Redis outage is retried
+# separately, for every kind alike: OUTAGE_DELAYS above, `retry_after_outage`; the outbox's
+# send tries are its own: workers/outbox.py `retry_delay`). A turn retries sooner: a customer
+# waits for it; the background jobs can wait minutes.
+RETRY_POLICIES: dict[str, RetryPolicy] = {
+    "turn": RetryPolicy(delays=_seconds(10, 40, 120), max_attempts=None),
+    "compact": RetryPolicy(delays=_seconds(30, 120, 600), max_attempts=4),
+    "rederive": RetryPolicy(delays=_seconds(30, 120, 600), max_attempts=4),
+    "facts": RetryPolicy(delays=_seconds(30, 120, 600), max_attempts=4),
+}
 
 
 def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
@@ -91,7 +134,7 @@ def _run_fenced(runtime: Runtime, conversation_id: int, work: Callable[[], str])
 @contextmanager
 def held_lock(runtime: Runtime, kind: str, conversation_id: int, *,
               blocking_timeout: float) -> Iterator[bool]:
-    """Hold the conversation's `kind` lock (`storage.jobs.lock_key`) while the body runs;
+    """Hold the conversation's `kind` lock (`storage.keys.lock_key`) while the body runs;
     yields False, holding nothing, when another job still holds it after `blocking_timeout`
     seconds.
 
@@ -158,6 +201,22 @@ def retry_after_outage(runtime: Runtime, kind: str, conversation_id: int, *, att
     log.warning("job_outage_retry_scheduled", kind=kind, retry=outage + 1,
                 delay_s=delay.total_seconds(), error=error)
     return "outage_retry_scheduled"
+
+
+def retry_later(runtime: Runtime, kind: str, conversation_id: int, *, attempt: int,
+                exc: BaseException, reenqueue: Reenqueue, event: str) -> str:
+    """Enqueue attempt `attempt + 1` of the `kind` job after its policy's delay
+    (RETRY_POLICIES) and return "retry_scheduled" (logged `{event}_retry_scheduled`); past the
+    policy's last attempt enqueue nothing and return "failed" (logged `{event}_gave_up`)."""
+    policy, error, cause = RETRY_POLICIES[kind], type(exc).__name__, connection_cause(exc)
+    if not policy.may_retry(attempt, runtime):
+        log.error(f"{event}_gave_up", attempts=attempt, error=error, cause=cause)
+        return "failed"
+    delay = policy.delay(attempt)
+    reenqueue(runtime, conversation_id, clock.now() + delay, attempt + 1, 0)
+    log.warning(f"{event}_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
+                error=error, cause=cause, request_id=getattr(exc, "request_id", None))
+    return "retry_scheduled"
 
 
 def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int | None,

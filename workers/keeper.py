@@ -28,6 +28,7 @@ from rq import Queue, Retry
 from core import clock
 from core.settings import Settings
 from storage.db import connect_redis
+from storage.keys import alive_key, keeper_lock_key, recovery_key
 from storage.scheduled import enqueue_due
 
 log = structlog.get_logger(__name__)
@@ -35,10 +36,6 @@ TICK_SECONDS = 1.0
 KEEPER_LOCK_TTL = 10  # seconds: a dead keeper's successor starts within this and a tick
 RECOVERY_GUARD = 30  # seconds: one recovery reconcile per Redis loss, whoever notices it
 RECONCILE_JOB = "workers.maintenance.reconcile"
-
-
-def keeper_lock_key(prefix: str) -> str:
-    return f"{prefix}:keeper:lock"
 
 
 class Keeper:
@@ -96,7 +93,7 @@ class Keeper:
             return 0
 
     def _watch(self) -> None:
-        lost_data = bool(self.redis.set(f"{self.prefix}:alive", self.token, nx=True))
+        lost_data = bool(self.redis.set(alive_key(self.prefix), self.token, nx=True))
         if self.down_since is not None:
             log.warning("redis_back", keeper=self.token,
                         down_s=round(time.monotonic() - self.down_since, 1))
@@ -108,7 +105,7 @@ class Keeper:
     def request_recovery(self, reason: str) -> bool:
         """Enqueue the recovery reconcile ahead of the queue unless one was in the last
         RECOVERY_GUARD seconds; True when this call enqueued it."""
-        if not self.redis.set(f"{self.prefix}:recovery", self.token, nx=True,
+        if not self.redis.set(recovery_key(self.prefix), self.token, nx=True,
                               ex=RECOVERY_GUARD):
             return False
         self.queue.enqueue(RECONCILE_JOB, kwargs={"recovery": True}, at_front=True,

@@ -30,8 +30,8 @@ from storage.jobs import (
     enqueue_turns,
     held_locks,
     stale_tokens,
-    token_key,
 )
+from storage.keys import period_key, token_key
 from storage.messages import mark_outbound, wamid_hash
 from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
 from workers.runtime import Runtime, get_runtime
@@ -51,7 +51,7 @@ def run_once_per_period(runtime: Runtime, name: str, *, period_seconds: int,
     Redis `SET NX` on the period's key, on the product's clock. None when skipped.
     """
     period = int(clock.now().timestamp()) // period_seconds
-    key = f"{runtime.settings.redis_prefix}:{name}:period:{period}"
+    key = period_key(runtime.settings.redis_prefix, name, period)
     if not runtime.redis.set(key, "1", nx=True, ex=period_seconds * 2):
         log.info("periodic_job_skipped", job=name, period=period)
         return None

@@ -49,16 +49,16 @@ from whatsapp.errors import (
     GraphUnreachable,
     GraphWindowClosed,
 )
+from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers.jobs import run_coalesced
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
-SERVICE_WINDOW = timedelta(hours=24)
 FLUSH_RETRY_DELAY = timedelta(seconds=30)
 MAX_SEND_ATTEMPTS = 8
 WINDOW_CLOSED_CODE = 131047  # what Meta answers a free-form send outside the window
-WINDOW_CLOSED_REASON = "not sent: more than 24 hours since the customer's last message"
+WINDOW_CLOSED_REASON = f"not sent: {SERVICE_WINDOW_CLOSED}"
 FLUSH_LOCK_WAIT_SECONDS = 10  # a turn holding the lock flushes when it ends
 
 
@@ -114,9 +114,8 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
         if not message_repo.claim_outbound(session, row.id, now=clock.now()):
             return "skipped"
     now = clock.now()
-    window_closed = contact.last_inbound_at is None or \
-        now - contact.last_inbound_at > SERVICE_WINDOW
-    if row.kind == "text" and window_closed:  # only templates may go out (Meta: 131047)
+    # only templates may go out (Meta: 131047)
+    if row.kind == "text" and window_closed(contact.last_inbound_at, now):
         _mark(runtime, row, status="refused", code=WINDOW_CLOSED_CODE, cause="window_closed",
               reason=WINDOW_CLOSED_REASON)
         log.warning("send_refused_window_closed", outbound_id=row.id)

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select, update
 from core import clock, metrics
 from storage import inbox
 from storage.db import session_scope
-from storage.jobs import lock_key
+from storage.keys import lock_key
 from storage.models import Conversation
 from workers.facts_hook import after_close
 from workers.maintenance import run_once_per_period

@@ -9,7 +9,7 @@ one transaction, then send the outbox. A retried job resumes from what was store
 import functools
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -28,26 +28,31 @@ from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import memory
 from storage import messages as message_repo
-from storage.conversations import touch
+from storage.conversations import inactivity_timeout, touch
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
 from storage.fact_keys import resolve_keys
 from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
+from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import texts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.facts import render_context_block
-from workers.jobs import call_model, connection_cause, record_call_usage, run_coalesced
+from workers.jobs import (
+    RETRY_POLICIES,
+    call_model,
+    connection_cause,
+    record_call_usage,
+    retry_later,
+    run_coalesced,
+)
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
 
-SERVICE_WINDOW = timedelta(hours=24)  # Meta: free-form replies within 24 h of the last inbound
-RETRY_DELAYS = (timedelta(seconds=10), timedelta(seconds=40), timedelta(seconds=120))
-TRANSIENT = (anthropic.RateLimitError, anthropic.InternalServerError,
-             anthropic.APIConnectionError)
+RETRY = RETRY_POLICIES["turn"]
 
 
 @dataclass(frozen=True)
@@ -59,14 +64,19 @@ class TurnState:
 
 def run_turn(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
     """RQ job: one turn of `conversation_id`, fenced (storage/fences.py). `attempt` counts the
-    provider's failures (RETRY_DELAYS), `outage` the database or Redis outages
+    provider's failures (workers.jobs.RETRY_POLICIES), `outage` the database or Redis outages
     (workers.jobs.OUTAGE_DELAYS). Returns what happened (for the job result)."""
     return run_coalesced(
         "turn", conversation_id, attempt, outage=outage, fence=True,
         handle=lambda rt, cid, n: measured_turn(rt, cid, attempt=n),
-        reenqueue=lambda rt, cid, at, n, out: enqueue_turn(
-            rt.queue, rt.settings.redis_prefix, cid, job_timeout=rt.settings.turn_job_timeout,
-            at=at, attempt=n, outage=out))
+        reenqueue=_reenqueue)
+
+
+def _reenqueue(runtime: Runtime, conversation_id: int, at: datetime, attempt: int,
+               outage: int) -> object:
+    return enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                        job_timeout=runtime.settings.turn_job_timeout, at=at, attempt=attempt,
+                        outage=outage)
 
 
 def measured_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
@@ -104,7 +114,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     ensure_context_block(runtime, state)
     with session_scope(runtime.engine) as session:
         last_position = message_repo.assign_positions(session, conversation_id)
-        if _window_closed(state.contact, now):
+        if window_closed(state.contact.last_inbound_at, now):
             outcome = _window_closed_turn(runtime, session, state, last_position, now)
         else:
             outcome = ""
@@ -115,9 +125,10 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     try:
         outcome = _converse(runtime, state, hooks)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
-    except TRANSIENT as exc:
-        if attempt < runtime.settings.turn_max_attempts:
-            return _retry_later(runtime, conversation_id, attempt, exc)
+    except RETRY.transient as exc:
+        if RETRY.may_retry(attempt, runtime):
+            return retry_later(runtime, "turn", conversation_id, attempt=attempt, exc=exc,
+                               reenqueue=_reenqueue, event="turn")
         log.error("turn_provider_failed", attempts=attempt, error=type(exc).__name__,
                   cause=connection_cause(exc))
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
@@ -353,13 +364,13 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
                                   recipient=recipient, now=now)
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
-        touch(conversation, now=now, inactivity_timeout=timedelta(
-            minutes=state.tenant.inactivity_timeout_minutes))
+        touch(conversation, now=now, inactivity_timeout=inactivity_timeout(
+            state.tenant.inactivity_timeout_minutes))
         session.add(conversation)
     return True
 
 
-WINDOW_CLOSED_REASON = ("not answered: more than 24 hours since the customer's last message "
+WINDOW_CLOSED_REASON = (f"not answered: {SERVICE_WINDOW_CLOSED} "
                         "(WhatsApp customer service window)")
 
 
@@ -388,17 +399,6 @@ def _window_closed_turn(runtime: Runtime, session: Any, state: TurnState, last_p
     return "window_closed_template"
 
 
-def _retry_later(runtime: Runtime, conversation_id: int, attempt: int, exc: Exception) -> str:
-    delay = RETRY_DELAYS[min(attempt - 1, len(RETRY_DELAYS) - 1)]
-    enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                 job_timeout=runtime.settings.turn_job_timeout, at=clock.now() + delay,
-                 attempt=attempt + 1)
-    log.warning("turn_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
-                error=type(exc).__name__, cause=connection_cause(exc),
-                request_id=getattr(exc, "request_id", None))
-    return "retry_scheduled"
-
-
 def _load(runtime: Runtime, conversation_id: int) -> TurnState | None:
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
@@ -408,10 +408,6 @@ def _load(runtime: Runtime, conversation_id: int) -> TurnState | None:
         contact = session.get(Contact, conversation.contact_id)
         assert tenant is not None and contact is not None
         return TurnState(tenant=tenant, contact=contact, conversation=conversation)
-
-
-def _window_closed(contact: Contact, now: datetime) -> bool:
-    return contact.last_inbound_at is None or now - contact.last_inbound_at > SERVICE_WINDOW
 
 
 def _prompt(tenant: Tenant) -> TenantPrompt:
