@@ -13,7 +13,6 @@ API.
 
 import hmac
 import json
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -34,6 +33,7 @@ from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
+from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
 from operations.service import AdminError
@@ -612,7 +612,7 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
-                text = STAMP.sub("", text)
+                text = unstamp(text)
             items.append({"kind": kind, "text": text, "at": m["received_at"],
                           "delivery": m.get("delivery")})
     return items
@@ -620,10 +620,6 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _language(p: Page) -> str:
     return "en" if p.state.get("lang") == "en" else "pt-BR"
-
-
-STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?",
-                   re.MULTILINE)
 
 
 def _result_text(block: dict[str, Any]) -> str:
