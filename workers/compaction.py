@@ -11,7 +11,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import anthropic
 import structlog
@@ -23,6 +22,7 @@ from agent.window import (
     first_safe_start,
     prune_boundary,
     safe_start,
+    tool_result_text,
 )
 from core import clock, metrics
 from storage import memory
@@ -91,16 +91,10 @@ def render_transcript(messages: list[Stored]) -> str:
                 lines.append(f"Agent called {block.get('name')} "
                              f"{json.dumps(block.get('input'), ensure_ascii=False)}")
             elif kind == "tool_result":
-                text = _result_text(block.get("content"))
+                text = tool_result_text(block.get("content"))
                 flag = " (error)" if block.get("is_error") else ""
                 lines.append(f"Tool result{flag}: {text[:RESULT_CHARS]}")
     return "\n".join(lines)
-
-
-def _result_text(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return str(content or "")
 
 
 def compact_conversation(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:

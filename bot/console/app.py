@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
+from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import clean_text, lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
@@ -597,7 +598,8 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
         tools = [b for b in blocks if b.get("type") in ("tool_use", "tool_result")]
         if tools:
             lines = [f"→ {b['name']}({json.dumps(b.get('input', {}), ensure_ascii=False)})"
-                     if b["type"] == "tool_use" else f"← {_result_text(b)}" for b in tools]
+                     if b["type"] == "tool_use"
+                     else f"← {tool_result_text(b.get('content'))[:2000]}" for b in tools]
             names = [str(b["name"]) for b in tools if b["type"] == "tool_use"]
             if items and items[-1]["kind"] == "tools":
                 items[-1]["text"] += "\n" + "\n".join(lines)
@@ -620,13 +622,6 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _language(p: Page) -> str:
     return "en" if p.state.get("lang") == "en" else "pt-BR"
-
-
-def _result_text(block: dict[str, Any]) -> str:
-    content = block.get("content")
-    if isinstance(content, list):
-        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
-    return str(content)[:2000]
 
 
 def appointments_page(p: Page) -> PageResult:
