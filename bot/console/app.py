@@ -451,13 +451,15 @@ def _field_errors(problems: list[str]) -> dict[str, str]:
 
 def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
     from agent.context import TenantPrompt, context_block, instructions_text
+    from agent.tools.facts_rules import render_fact_lines
 
     prompt = TenantPrompt(name=tenant.name, timezone=tenant.timezone,
                           language=str(form.get("language") or tenant.language),
                           instructions=str(form.get("instructions") or ""),
                           model=tenant.agent_model)
-    example = context_block(["preferred_name: Ana (confirmed)",
-                             "preferred_period: tarde (confirmed)"], "")
+    facts = [("preferred_name", "Ana", "confirmed", None),
+             ("preferred_period", "tarde", "suggested", None)]  # invented example
+    example = context_block(render_fact_lines(facts, clock.now()), "")
     return {"preview_instructions": instructions_text(prompt), "preview_context": example}
 
 
