@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlmodel import Session, col, func, select
 
 from core.credentials import mint_tenant_token
-from storage import delivery
+from storage import delivery, rights
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.fact_keys import resolve_keys
@@ -310,12 +310,8 @@ def contact_view(contact: Contact) -> dict[str, Any]:
 
 
 def find_contact(session: Session, tenant: Tenant, ref: str) -> Contact:
-    """A contact of this tenant by phone number (wa_id), user id, or numeric id."""
-    condition = (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref)
-    if ref.isascii() and ref.isdigit() and len(ref) < 10:  # not "²": isdigit() but no int
-        condition = condition | (col(Contact.id) == int(ref))
-    contact = session.exec(select(Contact).where(Contact.tenant_id == tenant.id, condition)
-                           .order_by(col(Contact.id))).first()
+    """A contact of this tenant by `storage.rights.find_contact`'s rule; NotFound if none."""
+    contact = rights.find_contact(session, tenant.id or 0, ref)
     if contact is None:
         raise NotFound(f"no contact {ref!r}")
     return contact
