@@ -105,7 +105,7 @@ def _apply_config(session: Session, body: dict[str, Any], *, now: datetime) -> T
     try:
         return upsert_tenant(session, body, now=now)
     except TenantConfigError as exc:
-        raise Invalid(str(exc), str(exc).split("; ")) from None
+        raise Invalid(str(exc), exc.problems) from None
     except CatalogueConflict as exc:
         raise Conflict(str(exc)) from None
 

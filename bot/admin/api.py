@@ -637,7 +637,7 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
     except AdminError as exc:
         return error(exc.status, exc.code, str(exc), exc.problems)
     except TenantConfigError as exc:
-        return error(422, "invalid", str(exc), str(exc).split("; "))
+        return error(422, "invalid", str(exc), exc.problems)
     except CatalogueConflict as exc:
         return error(409, "conflict", str(exc))
     except LookupError as exc:

@@ -278,7 +278,9 @@ def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
                                              and name not in ("catalog",)):
         return "message.html", {"message": t["not_found"], "status": 404}
     language = "en" if t is texts_for("en") else "pt-BR"
-    message = "; ".join(translate_problem(part, language) for part in str(exc).split("; "))
+    parts = exc.problems if isinstance(exc, (AdminError, TenantConfigError)) and exc.problems \
+        else [str(exc)]
+    message = "; ".join(translate_problem(part, language) for part in parts)
     return Redirect(PAGE_URLS.get(name, "/console/"), message, bad=True)
 
 
