@@ -2,6 +2,7 @@
 
 Every function takes an open session and the tenant it acts on (the caller has checked that the
 caller may see it), returns JSON-ready data, and raises:
+(the tree and its statuses: `operations/errors.py`)
 - `NotFound` (HTTP 404) for an unknown id, or one of another tenant: never its data;
 - `Invalid` (422) with the list of problems, for input that passed the shape checks but not the
   rules (unknown service code, a value the fact rules refuse);
@@ -18,6 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlmodel import Session, col, func, select
 
 from core.credentials import mint_tenant_token
+from operations.errors import (  # noqa: F401  (AdminError: the name callers know here)
+    AdminError,
+    Conflict,
+    Invalid,
+    NotFound,
+    admin_error,
+)
 from storage import delivery, rights
 from storage import facts as fact_repo
 from storage import messages as message_repo
@@ -55,27 +63,6 @@ from usage.report import call_of, summarize_calls
 MAX_PAGE = 500
 
 
-class AdminError(Exception):
-    status = 400
-    code = "bad_request"
-
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.problems = problems or []
-
-
-class NotFound(AdminError):
-    status, code = 404, "not_found"
-
-
-class Invalid(AdminError):
-    status, code = 422, "invalid"
-
-
-class Conflict(AdminError):
-    status, code = 409, "conflict"
-
-
 def validated(model: type[BaseModel], data: Any) -> Any:
     """`model` validated from `data`, or Invalid listing every problem as "where: what"."""
     try:
@@ -104,10 +91,8 @@ def create_tenant(session: Session, body: Any, *, now: datetime) -> Tenant:
 def _apply_config(session: Session, body: dict[str, Any], *, now: datetime) -> Tenant:
     try:
         return upsert_tenant(session, body, now=now)
-    except TenantConfigError as exc:
-        raise Invalid(str(exc), exc.problems) from None
-    except CatalogueConflict as exc:
-        raise Conflict(str(exc)) from None
+    except (TenantConfigError, CatalogueConflict) as exc:
+        raise admin_error(exc) from None
 
 
 def update_tenant(session: Session, tenant: Tenant, body: Any) -> Tenant:

@@ -37,18 +37,16 @@ from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError
+from operations.errors import MAPPED, AdminError, admin_error
 from storage import delivery
 from storage.db import session_scope
 from storage.keys import console_session_key
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
     WEEKDAYS,
-    CatalogueConflict,
     HoursExceptionSpec,
     ProfessionalSpec,
     ServiceSpec,
-    TenantConfigError,
     TenantSettings,
     archive_professional,
     archive_service,
@@ -254,7 +252,7 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
                        form=form, now=clock.now(), after_commit=after)
         try:
             result = handler(current)
-        except (AdminError, TenantConfigError, CatalogueConflict, LookupError) as exc:
+        except MAPPED as exc:
             session.rollback()
             result = _error_result(exc, current.t, name)
         tenant_view = {"name": tenant.name, "id": tenant.id}
@@ -274,13 +272,12 @@ PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
 
 def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
     """Not found: a 404 page. A refused change: back to its page with the reason."""
-    if isinstance(exc, service.NotFound) or (isinstance(exc, LookupError)
-                                             and name not in ("catalog",)):
+    refused = admin_error(exc)
+    if refused.status == 404 and (isinstance(exc, AdminError) or name not in ("catalog",)):
         return "message.html", {"message": t["not_found"], "status": 404}
     language = "en" if t is texts_for("en") else "pt-BR"
-    parts = exc.problems if isinstance(exc, (AdminError, TenantConfigError)) and exc.problems \
-        else [str(exc)]
-    message = "; ".join(translate_problem(part, language) for part in parts)
+    message = "; ".join(translate_problem(part, language)
+                        for part in refused.problems or [str(refused)])
     return Redirect(PAGE_URLS.get(name, "/console/"), message, bad=True)
 
 
