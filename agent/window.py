@@ -145,7 +145,7 @@ def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
 
 
 def _prune_block(block: Block, tool_name: str) -> Block:
-    text = _result_text(block.get("content"))
+    text = tool_result_text(block.get("content"))
     if text.startswith(PRUNED_PREFIX):
         return block  # once pruned, stays as it is
     note = prune_note(tool_name, text)
@@ -164,7 +164,12 @@ def prune_note(tool_name: str, text: str) -> str:
     return f"{PRUNED_PREFIX} {tool_name} returned {lines} line(s)"
 
 
-def _result_text(content: Any) -> str:
+def tool_result_text(content: Any) -> str:
+    """The text of a tool_result's `content`: a string as it is; a list of content blocks as
+    their texts, one per line (what the Messages API accepts; our tools store a string,
+    `agent/loop.py`); anything else "". Pruning, the summariser's transcript and the console
+    read results through this one function.
+    """
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                                               "receipt")):
         command = contact_sub.add_parser(name, help=text)
         command.add_argument("phone_number_id", help="the business number's phone_number_id")
-        command.add_argument("contact", help="the contact's phone number (wa_id) or user id")
+        command.add_argument("contact",
+                             help="the contact's phone number (wa_id), user id or contact id")
         command.set_defaults(run=run)
 
     facts = sub.add_parser("facts", help="contact facts: review, decide, forget, extract")

@@ -7,6 +7,7 @@ Synchronous (SQLModel sessions); the web handler runs it in a thread.
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -383,8 +384,8 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     cached prefix survives (ARCHITECTURE.md: time without cache misses). A message delivered more
     than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
     ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
-    (", sent Sun 2025-11-30 10:00"). The console (`STAMP`) and `customer_text_length` strip
-    everything up to the first "] ".
+    (", sent Sun 2025-11-30 10:00"). `unstamp` takes it off again (the console, fact
+    extraction's length).
     """
     zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
     local = received_at.astimezone(zone)
@@ -392,6 +393,17 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
         late = f", delivered late: sent {local_when(sent_at, local)}"
     return f"[{local:%a %Y-%m-%d %H:%M}{late}] {text}"
+
+
+STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?", re.MULTILINE)
+
+
+def unstamp(text: str) -> str:
+    """`text` without the stamps `stamp` wrote: one at the start of each line that begins with
+    one (texts of several stored blocks are joined by newlines), text elsewhere untouched.
+    "[Mon 2026-06-01 10:00] oi" -> "oi"; "[nota] oi" stays as it is.
+    """
+    return STAMP.sub("", text)
 
 
 def local_when(moment: datetime, reference: datetime) -> str:

@@ -2,6 +2,7 @@
 
 Every function takes an open session and the tenant it acts on (the caller has checked that the
 caller may see it), returns JSON-ready data, and raises:
+(the tree and its statuses: `operations/errors.py`)
 - `NotFound` (HTTP 404) for an unknown id, or one of another tenant: never its data;
 - `Invalid` (422) with the list of problems, for input that passed the shape checks but not the
   rules (unknown service code, a value the fact rules refuse);
@@ -19,7 +20,14 @@ from sqlmodel import Session, col, func, select
 
 from agent.tools.facts_rules import Catalogue, check_value
 from core.credentials import mint_tenant_token
-from storage import delivery
+from operations.errors import (  # noqa: F401  (AdminError: the name callers know here)
+    AdminError,
+    Conflict,
+    Invalid,
+    NotFound,
+    admin_error,
+)
+from storage import delivery, rights
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.fact_keys import resolve_keys
@@ -82,27 +90,6 @@ def clean_text(value: Any, where: str = "body") -> list[str]:
     return problems
 
 
-class AdminError(Exception):
-    status = 400
-    code = "bad_request"
-
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.problems = problems or []
-
-
-class NotFound(AdminError):
-    status, code = 404, "not_found"
-
-
-class Invalid(AdminError):
-    status, code = 422, "invalid"
-
-
-class Conflict(AdminError):
-    status, code = 409, "conflict"
-
-
 def validated(model: type[BaseModel], data: Any) -> Any:
     """`model` validated from `data`, or Invalid listing every problem as "where: what"."""
     try:
@@ -131,10 +118,8 @@ def create_tenant(session: Session, body: Any, *, now: datetime) -> Tenant:
 def _apply_config(session: Session, body: dict[str, Any], *, now: datetime) -> Tenant:
     try:
         return upsert_tenant(session, body, now=now)
-    except TenantConfigError as exc:
-        raise Invalid(str(exc), str(exc).split("; ")) from None
-    except CatalogueConflict as exc:
-        raise Conflict(str(exc)) from None
+    except (TenantConfigError, CatalogueConflict) as exc:
+        raise admin_error(exc) from None
 
 
 def update_tenant(session: Session, tenant: Tenant, body: Any) -> Tenant:
@@ -337,12 +322,8 @@ def contact_view(contact: Contact) -> dict[str, Any]:
 
 
 def find_contact(session: Session, tenant: Tenant, ref: str) -> Contact:
-    """A contact of this tenant by phone number (wa_id), user id, or numeric id."""
-    condition = (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref)
-    if ref.isascii() and ref.isdigit() and len(ref) < 10:  # not "²": isdigit() but no int
-        condition = condition | (col(Contact.id) == int(ref))
-    contact = session.exec(select(Contact).where(Contact.tenant_id == tenant.id, condition)
-                           .order_by(col(Contact.id))).first()
+    """A contact of this tenant by `storage.rights.find_contact`'s rule; NotFound if none."""
+    contact = rights.find_contact(session, tenant.id or 0, ref)
     if contact is None:
         raise NotFound(f"no contact {ref!r}")
     return contact

@@ -38,10 +38,18 @@ ANONYMOUS = "[erased]"
 
 
 def find_contact(session: Session, tenant_id: int, ref: str) -> Contact | None:
-    """A contact of the tenant by phone number (wa_id) or business-scoped user id."""
-    return session.exec(select(Contact).where(
-        Contact.tenant_id == tenant_id,
-        (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref))).first()
+    """A contact of the tenant by phone number (wa_id), business-scoped user id, or our numeric
+    id; None if none matches. The one contact lookup of the admin API, the console and the CLI.
+
+    `ref` is tried as the id only when it is fewer than 10 ASCII digits (a wa_id is a full
+    international number, country code included, so an id and a phone number do not meet;
+    "²" passes `isdigit()` but is no int). Several matches: the lowest id.
+    """
+    condition = (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref)
+    if ref.isascii() and ref.isdigit() and len(ref) < 10:
+        condition = condition | (col(Contact.id) == int(ref))
+    return session.exec(select(Contact).where(Contact.tenant_id == tenant_id, condition)
+                        .order_by(col(Contact.id))).first()
 
 
 def export_contact(session: Session, contact: Contact) -> dict[str, Any]:

@@ -39,7 +39,13 @@ TENANT_FIELDS = tuple(name for name in Tenant.model_fields
 
 
 class TenantConfigError(ValueError):
-    """A tenant configuration that cannot be applied; the message says which key and why."""
+    """A tenant configuration that cannot be applied. `problems`: each problem as "where: what",
+    in order, the list callers show (the admin API's `problems`, the console's lines); the
+    message is them joined by "; ", for logs and the CLI."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
 
 
 def get_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | None:
@@ -258,7 +264,7 @@ def validate_config(config: Any) -> TenantConfig:
     try:
         return TenantConfig.model_validate(config)
     except ValidationError as exc:
-        raise TenantConfigError("; ".join(problems_of(exc))) from None
+        raise TenantConfigError(*problems_of(exc)) from None
 
 
 def _reschedule_open(session: Session, tenant: Tenant) -> None:
@@ -384,7 +390,7 @@ def _valid(model: Any, data: dict[str, Any]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise TenantConfigError("; ".join(problems_of(exc))) from None
+        raise TenantConfigError(*problems_of(exc)) from None
 
 
 def archive_service(session: Session, tenant_id: int, code: str, *, now: datetime) -> Service:
@@ -459,7 +465,7 @@ def set_hours(session: Session, tenant_id: int, hours: Any) -> dict[str, list[st
     try:
         valid = _WEEKLY_HOURS.validate_python(hours)
     except ValidationError as exc:
-        raise TenantConfigError("; ".join(f"hours.{p}" for p in problems_of(exc))) from None
+        raise TenantConfigError(*(f"hours.{p}" for p in problems_of(exc))) from None
     session.exec(delete(OpeningHours).where(col(OpeningHours.tenant_id) == tenant_id))
     for day, intervals in valid.items():
         for interval in intervals:

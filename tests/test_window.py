@@ -19,9 +19,10 @@ from agent.window import (
     safe_start,
     select_window,
     to_api_messages,
+    tool_result_text,
 )
 from replay.messages_api import validate_request
-from workers.compaction import pick_compactable
+from workers.compaction import pick_compactable, render_transcript
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
                       instructions="Seja breve.", model="claude-sonnet-5-5")
@@ -188,6 +189,24 @@ def test_a_pruned_slot_list_says_what_was_there() -> None:
     pruned = prune(history, pruned_until=3)
     assert pruned[2].content == [{"type": "tool_result", "tool_use_id": "t1",
                                   "content": "result omitted: 3 slots listed"}]
+
+
+def test_a_tool_result_reads_the_same_for_pruning_and_the_summariser() -> None:
+    """One rule for a result's text: a string as it is, a list's texts one per line."""
+    blocks = [{"type": "text", "text": "Tue 09:00 julia"},
+              {"type": "text", "text": "Wed 10:00 ana"}]
+    assert tool_result_text("ok") == "ok"
+    assert tool_result_text(blocks) == "Tue 09:00 julia\nWed 10:00 ana"
+    assert tool_result_text(None) == ""
+    history = [
+        Stored(1, "user", [{"type": "text", "text": "agenda?"}], 1),
+        Stored(2, "assistant", [{"type": "tool_use", "id": "t1", "name": "list_appointments",
+                                 "input": {}}], 2),
+        Stored(3, "user", [{"type": "tool_result", "tool_use_id": "t1", "content": blocks}], 3),
+    ]
+    assert render_transcript(history).endswith("Tool result: Tue 09:00 julia\nWed 10:00 ana")
+    assert prune(history, pruned_until=3)[2].content[0]["content"] == \
+        "result omitted: list_appointments returned 2 line(s)"
 
 
 def test_prune_boundary_keeps_the_last_user_turns_whole() -> None:

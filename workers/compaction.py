@@ -10,7 +10,6 @@ summary call changes nothing and is retried on the product's clock.
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import anthropic
 import structlog
@@ -22,6 +21,7 @@ from agent.window import (
     first_safe_start,
     prune_boundary,
     safe_start,
+    tool_result_text,
 )
 from core import metrics
 from storage import memory
@@ -93,16 +93,10 @@ def render_transcript(messages: list[Stored]) -> str:
                 lines.append(f"Agent called {block.get('name')} "
                              f"{json.dumps(block.get('input'), ensure_ascii=False)}")
             elif kind == "tool_result":
-                text = _result_text(block.get("content"))
+                text = tool_result_text(block.get("content"))
                 flag = " (error)" if block.get("is_error") else ""
                 lines.append(f"Tool result{flag}: {text[:RESULT_CHARS]}")
     return "\n".join(lines)
-
-
-def _result_text(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return str(content or "")
 
 
 def compact_conversation(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:

@@ -30,6 +30,7 @@ from agent.tools.facts_rules import (
     render_fact_lines,
 )
 from core import clock
+from intake.ingest import unstamp
 from storage import facts as fact_repo
 from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
@@ -171,7 +172,7 @@ MIN_CUSTOMER_CHARS = 40  # a greeting-only session holds no fact: no model call 
 def customer_text_length(rows: Any) -> int:
     """Characters the customer wrote in the session, without the received-time stamps (a
     message the customer deleted counts for nothing: its notice is ours)."""
-    return sum(len(str(b.get("text", "")).split("] ", 1)[-1].strip())
+    return sum(len(unstamp(str(b.get("text", ""))).strip())
                for m in rows if m.direction == "inbound" and m.deleted_at is None
                for b in m.content if b.get("type") == "text")
 

@@ -35,18 +35,17 @@ from bot.bodies import ADMIN_BODY_BYTES, read_body
 from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError, Invalid, NotFound, clean_text, validated
+from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
+from operations.service import clean_text, validated
 from storage.db import is_postgres, session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
 from storage.tenants import (
-    CatalogueConflict,
     HoursExceptionSpec,
     Intervals,
     ProfessionalSpec,
     ServiceSpec,
     TenantConfig,
-    TenantConfigError,
     TenantSettings,
     WeeklyHours,
     archive_professional,
@@ -604,14 +603,9 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
             call = Call(request=request, session=session, tenant=tenant, operator=operator,
                         path=path, query=query, body=body, now=clock.now())
             status, payload = route.handler(call)
-    except AdminError as exc:
-        return error(exc.status, exc.code, str(exc), exc.problems)
-    except TenantConfigError as exc:
-        return error(422, "invalid", str(exc), str(exc).split("; "))
-    except CatalogueConflict as exc:
-        return error(409, "conflict", str(exc))
-    except LookupError as exc:
-        return error(404, "not_found", str(exc))
+    except MAPPED as exc:
+        refused = admin_error(exc)
+        return error(refused.status, refused.code, str(refused), refused.problems)
     except IntegrityError:
         log.warning("admin_integrity_conflict", route=route.path)
         return error(409, "conflict", "the change clashes with a concurrent one; try again")

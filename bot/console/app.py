@@ -13,7 +13,6 @@ API.
 
 import hmac
 import json
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -29,26 +28,28 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
 from agent.context import TenantPrompt, context_block, instructions_text
+from agent.tools.facts_rules import render_fact_lines
+from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
+from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.service import AdminError, clean_text
+from operations.errors import MAPPED, AdminError, admin_error
+from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
 from storage.keys import console_session_key
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
     WEEKDAYS,
-    CatalogueConflict,
     HoursExceptionSpec,
     ProfessionalSpec,
     ServiceSpec,
-    TenantConfigError,
     TenantSettings,
     archive_professional,
     archive_service,
@@ -256,7 +257,7 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
                        form=form, now=clock.now(), after_commit=after)
         try:
             result = handler(current)
-        except (AdminError, TenantConfigError, CatalogueConflict, LookupError) as exc:
+        except MAPPED as exc:
             session.rollback()
             result = _error_result(exc, current.t, name)
         tenant_view = {"name": tenant.name, "id": tenant.id}
@@ -276,11 +277,12 @@ PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
 
 def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
     """Not found: a 404 page. A refused change: back to its page with the reason."""
-    if isinstance(exc, service.NotFound) or (isinstance(exc, LookupError)
-                                             and name not in ("catalog",)):
+    refused = admin_error(exc)
+    if refused.status == 404 and (isinstance(exc, AdminError) or name not in ("catalog",)):
         return "message.html", {"message": t["not_found"], "status": 404}
     language = "en" if t is texts_for("en") else "pt-BR"
-    message = "; ".join(translate_problem(part, language) for part in str(exc).split("; "))
+    message = "; ".join(translate_problem(part, language)
+                        for part in refused.problems or [str(refused)])
     return Redirect(PAGE_URLS.get(name, "/console/"), message, bad=True)
 
 
@@ -454,8 +456,9 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
                           language=str(form.get("language") or tenant.language),
                           instructions=str(form.get("instructions") or ""),
                           model=tenant.agent_model)
-    example = context_block(["preferred_name: Ana (confirmed)",
-                             "preferred_period: tarde (confirmed)"], "")
+    facts = [("preferred_name", "Ana", "confirmed", None),
+             ("preferred_period", "tarde", "suggested", None)]  # invented example
+    example = context_block(render_fact_lines(facts, clock.now()), "")
     return {"preview_instructions": instructions_text(prompt), "preview_context": example}
 
 
@@ -594,7 +597,8 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
         tools = [b for b in blocks if b.get("type") in ("tool_use", "tool_result")]
         if tools:
             lines = [f"→ {b['name']}({json.dumps(b.get('input', {}), ensure_ascii=False)})"
-                     if b["type"] == "tool_use" else f"← {_result_text(b)}" for b in tools]
+                     if b["type"] == "tool_use"
+                     else f"← {tool_result_text(b.get('content'))[:2000]}" for b in tools]
             names = [str(b["name"]) for b in tools if b["type"] == "tool_use"]
             if items and items[-1]["kind"] == "tools":
                 items[-1]["text"] += "\n" + "\n".join(lines)
@@ -609,7 +613,7 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
-                text = STAMP.sub("", text)
+                text = unstamp(text)
             items.append({"kind": kind, "text": text, "at": m["received_at"],
                           "delivery": m.get("delivery")})
     return items
@@ -617,17 +621,6 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _language(p: Page) -> str:
     return "en" if p.state.get("lang") == "en" else "pt-BR"
-
-
-STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?",
-                   re.MULTILINE)
-
-
-def _result_text(block: dict[str, Any]) -> str:
-    content = block.get("content")
-    if isinstance(content, list):
-        return " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
-    return str(content)[:2000]
 
 
 def appointments_page(p: Page) -> PageResult:

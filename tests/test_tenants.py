@@ -1,0 +1,33 @@
+"""Tenant configuration problems travel as a list (`TenantConfigError.problems`) from the
+validator to the admin API and the console; nothing splits a joined message back."""
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import Engine
+from sqlmodel import Session
+
+from operations import service
+from storage.tenants import TenantConfigError, upsert_tenant, validate_config
+
+BAD = {"phone_number_id": "100", "name": "Salão", "timezone": "Mars/Base", "keep_messages": -1}
+
+
+def test_every_problem_is_one_item_and_the_message_joins_them() -> None:
+    with pytest.raises(TenantConfigError) as caught:
+        validate_config(BAD)
+    problems = caught.value.problems
+    assert len(problems) == 2
+    assert [p.split(": ", 1)[0] for p in problems] == ["timezone", "keep_messages"]
+    assert str(caught.value) == "; ".join(problems)
+    assert TenantConfigError("a; b").problems == ["a; b"], "a problem is never split"
+
+
+def test_the_admin_service_passes_the_list_on(engine: Engine) -> None:
+    with Session(engine) as session:
+        with pytest.raises(TenantConfigError) as direct:
+            upsert_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
+        with pytest.raises(service.Invalid) as caught:
+            service.create_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
+    assert caught.value.problems == direct.value.problems
+    assert len(caught.value.problems) == 2
