@@ -11,12 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.errors import ContextWindowExceeded
+
 Block = dict[str, Any]
 MAX_PAUSE_CONTINUATIONS = 5
-
-
-class ContextWindowExceeded(Exception):
-    """The model stopped with `model_context_window_exceeded`: retry with a smaller window."""
 
 
 class LoopHooks(Protocol):

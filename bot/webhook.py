@@ -13,6 +13,7 @@ import structlog
 from aiohttp import web
 
 from bot.bodies import closing, read_body
+from bot.errors import http_refusal
 from bot.metrics import SPILLED, record_updates
 from core import clock
 from core.settings import MAX_GROUP_POSTS, SMALL_BODY_BYTES
@@ -122,8 +123,7 @@ class GroupCommit:
             return await future
         except StoreUnavailable as exc:
             log.error("webhook_store_unavailable", error=str(exc)[:300])
-            raise web.HTTPServiceUnavailable(
-                text="temporarily unable to store the update") from exc
+            raise http_refusal(exc, "temporarily unable to store the update") from exc
 
     def _start(self) -> None:
         while self.waiting and (not self.running or len(self.running) < self.IN_FLIGHT

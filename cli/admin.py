@@ -20,8 +20,9 @@ from cli.environment import settings_or_exit
 from core import clock
 from operations.service import AdminError, NotFound, clean_text
 from storage.db import make_engine, session_scope
+from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import ContactFact, Tenant
-from storage.tenants import CatalogueConflict, TenantConfigError, get_by_phone_number_id
+from storage.tenants import get_by_phone_number_id
 
 TenantAction = Callable[[argparse.Namespace, Any, Any, datetime], Any]
 

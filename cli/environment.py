@@ -2,7 +2,8 @@
 
 import sys
 
-from core.settings import Settings, SettingsError
+from core.errors import SettingsError
+from core.settings import Settings
 
 
 def settings_or_exit(require: bool = True) -> Settings:

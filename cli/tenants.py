@@ -15,11 +15,10 @@ from core import clock
 from operations import service
 from operations.service import clean_text
 from storage.db import connect_redis, make_engine, session_scope
+from storage.errors import CatalogueConflict, TenantConfigError
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
 from storage.tenants import (
-    CatalogueConflict,
-    TenantConfigError,
     get_by_phone_number_id,
     resume_sending,
     upsert_tenant,

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field, fields
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from urllib.parse import urlsplit
 
+from core.errors import SettingsError
+
 DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
 # `wagent worker`'s CPU priority on cores it shares with `wagent web`: "idle" (Linux
 # SCHED_IDLE: a worker runs only on CPU time no other process wants), "low" (nice 19: a small
@@ -15,10 +17,6 @@ MIN_ADMIN_TOKEN_LENGTH = 32  # the operator token sees every tenant: not guessab
 # bodies over SMALL_BODY_BYTES may hold only this share of BODY_BUDGET_BYTES (bot/bodies.py)
 SMALL_BODY_BYTES = 64 * 1024
 LARGE_BODY_SHARE = 0.75
-
-
-class SettingsError(ValueError):
-    """A required setting is missing or malformed; the message names every one at once."""
 
 
 @dataclass(frozen=True)

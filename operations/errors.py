@@ -1,37 +1,34 @@
-"""The errors of administration and the one place any of them becomes an HTTP status.
+"""The errors of administration, and the translation of the layers' errors into them.
 
-    AdminError (400 bad_request; `problems`: each problem as "where: what")
-    ├── NotFound (404 not_found): an unknown id, or one of another tenant: never its data
-    ├── Invalid (422 invalid): input that passed the shape checks but not the rules
-    └── Conflict (409 conflict): the change clashes with the state
+    AdminError (`problems`: each problem as "where: what")
+    ├── NotFound: an unknown id, or one of another tenant: never its data
+    ├── Invalid: input that passed the shape checks but not the rules
+    └── Conflict: the change clashes with the state
 
-`admin_error` maps what the layers below raise (`storage.tenants`: TenantConfigError,
-CatalogueConflict; LookupError) to this tree; the admin API answers with its status and code,
-the console shows its not-found page for a 404.
+`admin_error` maps what the layers below raise (storage/errors.py: TenantConfigError,
+CatalogueConflict; LookupError) to this tree. The HTTP status of each is bot/errors.py's: the
+admin API answers with it, the console shows its not-found page for a NotFound.
 """
 
-from storage.tenants import CatalogueConflict, TenantConfigError
+from storage.errors import CatalogueConflict, TenantConfigError
 
 
 class AdminError(Exception):
-    status = 400
-    code = "bad_request"
-
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)
         self.problems = problems or []
 
 
 class NotFound(AdminError):
-    status, code = 404, "not_found"
+    """See the tree above."""
 
 
 class Invalid(AdminError):
-    status, code = 422, "invalid"
+    """See the tree above."""
 
 
 class Conflict(AdminError):
-    status, code = 409, "conflict"
+    """See the tree above."""
 
 
 MAPPED = (AdminError, TenantConfigError, CatalogueConflict, LookupError)  # what admin_error takes

@@ -30,6 +30,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
 from storage import delivery, rights
 from storage import facts as fact_repo
 from storage import messages as message_repo
+from storage.errors import CatalogueConflict, TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import (
     AdminToken,
@@ -46,8 +47,6 @@ from storage.models import (
 )
 from storage.rights import export_contact, forget_contact
 from storage.tenants import (
-    CatalogueConflict,
-    TenantConfigError,
     TenantSettings,
     catalogue_names,
     get_by_phone_number_id,

@@ -14,6 +14,8 @@ from typing import Any, TypeGuard
 
 from aiohttp import web
 
+from replay.errors import GraphRefusal
+
 # Meta: text.body at most 4096 characters. Counted in UTF-16 code units, the strictest count
 # Meta could be using (it does not say), so a reply the product sends is never refused by Meta
 # for a length this double let through. Its own rule, not the product's: the double stands for
@@ -60,20 +62,6 @@ class RecordedSend:
     status: int
     wamid: str | None = None
     error_code: int | None = None
-
-
-class GraphRefusal(Exception):
-    """A request the double refuses; `_error_body` turns it into Meta's error answer."""
-
-    def __init__(self, code: int, message: str, details: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
-
-    @property
-    def http_status(self) -> int:
-        return 401 if self.code == 190 else 400
 
 
 class GraphDouble:

@@ -16,9 +16,11 @@ from sqlmodel import col, select
 
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
+from replay.errors import ScenarioError
 from replay.messages_api import check_item
 from storage import delivery
 from storage.db import session_scope
+from storage.errors import TenantConfigError
 from storage.models import (
     Appointment,
     Contact,
@@ -29,7 +31,7 @@ from storage.models import (
     Tenant,
     ToolCall,
 )
-from storage.tenants import TenantConfigError, validate_config
+from storage.tenants import validate_config
 from whatsapp.inbound import InboundMessage, edit_text, parse_update
 
 DEFAULT_TENANT: dict[str, Any] = {
@@ -41,10 +43,6 @@ USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_t
 
 
 Cli = Callable[[list[str]], int]  # the `wagent` command: argv -> exit status
-
-
-class ScenarioError(ValueError):
-    """The scenario file itself is malformed (unknown step, bad value)."""
 
 
 @dataclass

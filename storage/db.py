@@ -132,7 +132,7 @@ def session_scope(engine: Engine) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any exception.
 
     Inside a running turn (`storage.fences.fenced`) it begins by checking the turn still holds
-    its conversation's fence, and raises storage.fences.TurnFenced when it does not.
+    its conversation's fence, and raises storage.errors.TurnFenced when it does not.
     """
     with Session(engine, expire_on_commit=False) as session:
         try:

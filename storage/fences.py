@@ -19,14 +19,9 @@ from contextvars import ContextVar
 
 from sqlmodel import Session, literal, select
 
+from storage.errors import TurnFenced
 from storage.messages import upsert
 from storage.models import Conversation, TurnFence
-
-
-class TurnFenced(Exception):
-    """The running turn's fence is no longer the conversation's latest: another turn took the
-    conversation's lock. Nothing of the transaction that raised it was written."""
-
 
 _CURRENT: ContextVar[tuple[int, int] | None] = ContextVar("turn_fence", default=None)
 

@@ -20,6 +20,7 @@ from pydantic import (
 from sqlmodel import Session, col, delete, select
 
 from storage import conversations
+from storage.errors import CatalogueConflict, TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import (
     Appointment,
@@ -36,16 +37,6 @@ WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
                       if name not in ("id", "phone_number_id", "created_at",
                                       "sending_paused_reason"))
-
-
-class TenantConfigError(ValueError):
-    """A tenant configuration that cannot be applied. `problems`: each problem as "where: what",
-    in order, the list callers show (the admin API's `problems`, the console's lines); the
-    message is them joined by "; ", for logs and the CLI."""
-
-    def __init__(self, *problems: str) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = list(problems)
 
 
 def get_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | None:
@@ -275,10 +266,6 @@ def _reschedule_open(session: Session, tenant: Tenant) -> None:
         conversation.due_at = conversations.due_at(conversation.last_activity_at, timeout)
         session.add(conversation)
     session.flush()
-
-
-class CatalogueConflict(Exception):
-    """A change that would leave upcoming appointments without their service or professional."""
 
 
 def replace_services(session: Session, tenant_id: int, services: list[ServiceSpec],

@@ -19,6 +19,7 @@ from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from storage import fences
 from storage.db import session_scope
+from storage.errors import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.keys import lock_key
 from storage.models import Appointment, Contact, Conversation, Message, Outbound, Tenant, Usage
@@ -123,7 +124,7 @@ def test_taking_the_fence_waits_for_an_open_transaction_of_the_old_turn_then_ref
     writer.join(10)
     taker.join(10)
     assert taken == [2]
-    with pytest.raises(fences.TurnFenced):
+    with pytest.raises(TurnFenced):
         with fences.fenced(conversation_id, 1), session_scope(engine) as session:
             row = session.get(Conversation, conversation_id)
             assert row is not None

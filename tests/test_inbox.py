@@ -22,7 +22,8 @@ from sqlmodel import func, select
 from bot.app import create_app
 from bot.webhook import GroupCommit
 from core.clock import FrozenClock, set_clock
-from core.settings import SMALL_BODY_BYTES, Settings, SettingsError
+from core.errors import SettingsError
+from core.settings import SMALL_BODY_BYTES, Settings
 from intake import posts
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from storage import inbox

@@ -14,7 +14,8 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from core.settings import Settings, SettingsError
+from core.errors import SettingsError
+from core.settings import Settings
 from storage.jobs import (
     FLUSH_JOB,
     TURN_JOB,

@@ -1,10 +1,11 @@
-"""Administration errors have one tree and one mapping to HTTP (`operations/errors.py`): the
-admin API and the console both answer through `admin_error`."""
+"""Administration errors have one tree (`operations/errors.py`), whose HTTP statuses are
+bot/errors.py's: the admin API and the console both answer through `admin_error`."""
 
 import pytest
 
+from bot.errors import http_status
 from operations.errors import Conflict, Invalid, NotFound, admin_error
-from storage.tenants import CatalogueConflict, TenantConfigError
+from storage.errors import CatalogueConflict, TenantConfigError
 
 
 @pytest.mark.parametrize(("exc", "status", "code", "problems"), [
@@ -18,7 +19,7 @@ from storage.tenants import CatalogueConflict, TenantConfigError
 def test_each_error_has_one_status_and_keeps_its_text(
         exc: Exception, status: int, code: str, problems: list[str]) -> None:
     refused = admin_error(exc)
-    assert (refused.status, refused.code, refused.problems) == (status, code, problems)
+    assert (*http_status(refused), refused.problems) == (status, code, problems)
     assert str(refused) == str(exc)
 
 

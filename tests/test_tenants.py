@@ -8,7 +8,8 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from operations import service
-from storage.tenants import TenantConfigError, upsert_tenant, validate_config
+from storage.errors import TenantConfigError
+from storage.tenants import upsert_tenant, validate_config
 
 BAD = {"phone_number_id": "100", "name": "Salão", "timezone": "Mars/Base", "keep_messages": -1}
 

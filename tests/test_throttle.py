@@ -18,7 +18,8 @@ from bot.app import create_app
 from bot.guard import client_address
 from cli import main as cli
 from core.credentials import TENANT_TOKEN, tenant_named
-from core.settings import Settings, SettingsError
+from core.errors import SettingsError
+from core.settings import Settings
 from intake.keys import SETTINGS
 from operations import service
 from storage.db import session_scope

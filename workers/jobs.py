@@ -19,6 +19,7 @@ from core import clock, metrics
 from core.network import network_cause
 from storage import fences
 from storage.db import is_outage, session_scope
+from storage.errors import TurnFenced
 from storage.jobs import consume_token
 from storage.keys import lock_key
 from storage.models import Usage
@@ -112,7 +113,7 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
                     return _run_fenced(runtime, conversation_id,
                                        lambda: handle(runtime, conversation_id, attempt))
                 return handle(runtime, conversation_id, attempt)
-        except fences.TurnFenced:
+        except TurnFenced:
             log.warning("job_fenced_out", kind=kind)  # the turn that took the lock answers
             return "fenced"
         except Exception as exc:

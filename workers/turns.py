@@ -19,7 +19,8 @@ from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
 from agent.context import TenantPrompt, build_request, opaque_user_id
-from agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
+from agent.errors import ContextWindowExceeded
+from agent.loop import LoopOutcome, RequestBuilder, run_tool_loop
 from agent.tools.base import ToolContext
 from agent.tools.registry import REGISTRY, execute_tool
 from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
@@ -30,8 +31,8 @@ from storage import memory
 from storage import messages as message_repo
 from storage.conversations import inactivity_timeout, touch
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
+from storage.errors import TurnFenced
 from storage.fact_keys import resolve_keys
-from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text

@@ -16,11 +16,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-
-class ToolError(Exception):
-    """The model called a tool wrongly or asked for something not allowed; the message is sent
-    back to the model as a `tool_result` with `is_error`.
-    """
+from agent.errors import ToolError as ToolError  # re-exported for older imports
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from typing import Any
 import structlog
 from sqlmodel import Session, select
 
-from agent.tools.base import Tool, ToolContext, ToolError
+from agent.errors import ToolError
+from agent.tools.base import Tool, ToolContext
 from agent.tools.facts_rules import (
     Catalogue,
     Proposal,

@@ -11,8 +11,9 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
+from agent.errors import ToolError
 from agent.tools import facts, scheduling
-from agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
+from agent.tools.base import Tool, ToolContext, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
 

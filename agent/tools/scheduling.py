@@ -15,11 +15,11 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, select
 
+from agent.errors import ToolError
 from agent.tools.base import (
     NAME_CHARS,
     Tool,
     ToolContext,
-    ToolError,
     bounded,
     clip,
     echo,

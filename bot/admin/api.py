@@ -32,6 +32,7 @@ from sqlmodel import Session, col, select
 from bot import guard
 from bot.admin.openapi import openapi_document
 from bot.bodies import ADMIN_BODY_BYTES, read_body
+from bot.errors import BODY_REFUSALS, http_status
 from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
@@ -502,13 +503,11 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
             return await run_admin(request.app, _run, request, route, auth[0], known, path,
                                    query, body)
         except AdminError as exc:
-            return error(exc.status, exc.code, str(exc), exc.problems)
+            return error(*http_status(exc), str(exc), exc.problems)
 
     handle.__name__ = route.handler.__name__
     return handle
 
-
-BODY_REFUSALS = {408: "too_slow", 413: "too_large", 503: "busy"}
 
 
 def _as_json(refusal: web.HTTPException) -> web.Response:
@@ -530,8 +529,8 @@ async def _checked_token(request: web.Request, operator: bool,
     address = guard.client_address(request)
     try:
         wait = await run_admin(request.app, guard.wait_seconds, request.app, address, token)
-    except RedisError:
-        return error(503, "unavailable", "the attempt limits cannot be checked; try again")
+    except RedisError as exc:
+        return error(*http_status(exc), "the attempt limits cannot be checked; try again")
     if wait:
         log.warning("admin_attempts_refused", retry_after=wait)
         return error(429, "too_many_attempts", f"too many failed attempts; try again in "
@@ -540,8 +539,8 @@ async def _checked_token(request: web.Request, operator: bool,
         return None
     try:
         known = await run_admin(request.app, _tenant_of_token, request.app, token)
-    except OperationalError:
-        return error(503, "unavailable", "the database is unavailable; try again")
+    except OperationalError as exc:
+        return error(*http_status(exc), "the database is unavailable; try again")
     if known is not None:
         return known
     try:
@@ -589,7 +588,7 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
             if "tenant_id" in path:
                 tenant = session.get(Tenant, path["tenant_id"])
                 if tenant is None or (not operator and tenant.id != tenant_token_id):
-                    return error(404, "not_found", f"no tenant #{path['tenant_id']}")
+                    raise NotFound(f"no tenant #{path['tenant_id']}")
                 if route.method != "GET":
                     lock_tenant(session, path["tenant_id"])
                     session.refresh(tenant)
@@ -605,13 +604,13 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
             status, payload = route.handler(call)
     except MAPPED as exc:
         refused = admin_error(exc)
-        return error(refused.status, refused.code, str(refused), refused.problems)
-    except IntegrityError:
+        return error(*http_status(refused), str(refused), refused.problems)
+    except IntegrityError as exc:
         log.warning("admin_integrity_conflict", route=route.path)
-        return error(409, "conflict", "the change clashes with a concurrent one; try again")
+        return error(*http_status(exc), "the change clashes with a concurrent one; try again")
     except OperationalError as exc:
         log.error("admin_database_unavailable", error=str(exc).splitlines()[0][:200])
-        return error(503, "unavailable", "the database is unavailable; try again")
+        return error(*http_status(exc), "the database is unavailable; try again")
     for action in call.after_commit:
         try:
             action()

@@ -34,12 +34,13 @@ from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
+from bot.errors import http_status
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.errors import MAPPED, AdminError, admin_error
+from operations.errors import MAPPED, AdminError, NotFound, admin_error
 from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
@@ -219,7 +220,7 @@ def guarded(handler: Answer) -> Answer:
         except (RedisError, OperationalError) as exc:
             store = "redis" if isinstance(exc, RedisError) else "database"
             log.error("console_store_unavailable", store=store, error=type(exc).__name__)
-            return _message(request, "unavailable", status=503,
+            return _message(request, "unavailable", status=http_status(exc)[0],
                             headers={"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)})
     return answer
 
@@ -278,7 +279,8 @@ PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
 def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
     """Not found: a 404 page. A refused change: back to its page with the reason."""
     refused = admin_error(exc)
-    if refused.status == 404 and (isinstance(exc, AdminError) or name not in ("catalog",)):
+    if isinstance(refused, NotFound) and (isinstance(exc, AdminError)
+                                          or name not in ("catalog",)):
         return "message.html", {"message": t["not_found"], "status": 404}
     language = "en" if t is texts_for("en") else "pt-BR"
     message = "; ".join(translate_problem(part, language)
