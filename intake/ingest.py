@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import structlog
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from intake.errors import StoreUnavailable
 from storage import contacts, conversations, dead_letters, lookups, memory, messages, tenants
@@ -228,7 +228,7 @@ def store_unparsable(engine: Engine, body: bytes, reason: str, *, now: datetime,
 def _store_one(engine: Engine, update: Update, now: datetime) -> str:
     if isinstance(update, StatusUpdate):
         with session_scope(engine) as session:
-            return _apply_status(session, update, now)
+            return _apply_statuses(session, [update], now)[0]
     if isinstance(update, IdentityChange):
         return _store_identity_change(engine, update, now)
     if isinstance(update, ErrorNotice):
@@ -439,7 +439,7 @@ def _store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
     status loses nothing else. Raises StoreUnavailable when the database is down."""
     try:
         with session_scope(engine) as session:
-            outcomes = [_apply_status(session, status, now) for status in statuses]
+            outcomes = _apply_statuses(session, statuses, now)
     except (OperationalError, DBAPIError) as exc:
         if is_disconnect(exc):
             raise StoreUnavailable(describe(exc)) from exc
@@ -453,27 +453,39 @@ def _store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
         result.count(_store_isolated_update(engine, status, now))
 
 
-def _apply_status(session: Session, status: StatusUpdate, now: datetime) -> str:
-    """Advance the delivery state of our send, only under the tenant that sent it (the status
-    names its `phone_number_id`); an unknown wamid or number changes nothing."""
-    tenant = tenants.get_by_phone_number_id(session, status.phone_number_id)
-    row = None
-    if tenant is not None and _sent_by(session, tenant, status.wamid):
-        row = messages.apply_status(session, wamid=status.wamid, status=status.status,
-                                    error_code=status.error_code,
-                                    error_reason=status.error_reason, now=now)
-    if row is None:
-        log.info("status_unknown_wamid", status=status.status)
-        return "status_unknown"
-    if status.status == "failed":
-        log.warning("outbound_failed", conversation_id=row.conversation_id,
-                    error_code=status.error_code)
-    return "status"
+def _apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime) -> list[str]:
+    """Advance the delivery state of our sends by `statuses`, each only under the tenant that
+    sent it (the status names its `phone_number_id`); an unknown wamid or number changes
+    nothing. Returns each status's outcome ("status" or "status_unknown"), in order.
 
-
-def _sent_by(session: Session, tenant: Tenant, wamid: str) -> bool:
-    return session.exec(select(Outbound.id).where(
-        Outbound.wamid == wamid, Outbound.tenant_id == tenant.id)).first() is not None
+    Set-based: one query for the run's tenants and one for which of its wamids are our sends,
+    whatever its length (at most UPDATES_PER_TRANSACTION); only a status of one of our sends
+    costs statements of its own (messages.apply_status). Unknown ones are logged once per run.
+    """
+    numbers = {status.phone_number_id for status in statuses}
+    tenant_of = dict(session.exec(select(Tenant.phone_number_id, Tenant.id).where(
+        col(Tenant.phone_number_id).in_(numbers))).all())
+    wamids = {status.wamid for status in statuses}
+    ours = set(session.exec(select(Outbound.wamid, Outbound.tenant_id).where(
+        col(Outbound.wamid).in_(wamids))).all()) if tenant_of else set()
+    outcomes: list[str] = []
+    for status in statuses:
+        row = None
+        if (status.wamid, tenant_of.get(status.phone_number_id)) in ours:
+            row = messages.apply_status(session, wamid=status.wamid, status=status.status,
+                                        error_code=status.error_code,
+                                        error_reason=status.error_reason, now=now)
+        if row is None:
+            outcomes.append("status_unknown")
+            continue
+        if status.status == "failed":
+            log.warning("outbound_failed", conversation_id=row.conversation_id,
+                        error_code=status.error_code)
+        outcomes.append("status")
+    unknown = outcomes.count("status_unknown")
+    if unknown:
+        log.info("status_unknown_wamid", statuses=unknown)
+    return outcomes
 
 
 def _store_identity_change(engine: Engine, change: IdentityChange, now: datetime) -> str:

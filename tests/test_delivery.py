@@ -548,3 +548,44 @@ def test_a_template_in_a_replay_transcript_names_the_template_and_its_parameters
     assert _sent_text(template) == "[template retorno_atendimento pt_BR] (Ana)"
     assert _sent_text({"type": "text", "text": {"body": "Oi!"}}) == "Oi!"
     assert _sent_text({"type": "interactive", "interactive": {}}) == "interactive"
+
+
+# -- a POST's statuses are looked up set-based (issue 20, item 2) ------------------------------
+
+def _statuses_post(env: ReplayEnvironment, items: list[tuple[str, str]]) -> None:
+    body = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [
+        {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
+            "phone_number_id": TENANT["phone_number_id"]}, "statuses": [
+                {"id": wamid, "status": status, "recipient_id": "5511999990001",
+                 "timestamp": str(int(env.clock.now().timestamp()))}
+                for wamid, status in items]}}]}]}
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+
+
+def _statements_for(env: ReplayEnvironment, post: Any) -> int:
+    from sqlalchemy import event
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(env.engine, "before_cursor_execute", count)
+    try:
+        post()
+    finally:
+        event.remove(env.engine, "before_cursor_execute", count)
+    return len(seen)
+
+
+def test_a_posts_statuses_cost_a_few_queries_whatever_their_number_and_ours_still_advance(
+        env: ReplayEnvironment) -> None:
+    _answer(env, "oi", 1, "Olá!")
+    ours = env.graph_api.accepted[0].wamid
+    few = _statements_for(env, lambda: _statuses_post(
+        env, [(f"wamid.unknown{i}", "delivered") for i in range(3)]))
+    many = _statements_for(env, lambda: _statuses_post(
+        env, [(f"wamid.other{i}", "delivered") for i in range(23)] + [(ours, "read")]))
+    # (a POST of more than WEBHOOK_SPILL_UPDATES goes to the inbox: 24 are stored at once)
+    assert many - few <= 12, (few, many)  # our one status's own statements, not 23 lookups
+    (row,) = _rows(env)
+    assert row.status == "read"
