@@ -11,7 +11,6 @@ import json
 import logging
 import re
 import urllib.request
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -33,14 +32,6 @@ from tests.test_graph import emoji_heavy, non_space
 from usage.report import conversation_report
 from workers.maintenance import STALE_SENDING, reconcile_pending, settle_stale_sends
 from workers.outbox import MAX_SEND_ATTEMPTS
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def _post(env: ReplayEnvironment, text: str, n: int) -> None:

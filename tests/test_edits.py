@@ -4,11 +4,9 @@ on both store paths (one POST, a group commit), SQLite and PostgreSQL.
 """
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from sqlmodel import col, select
 
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
@@ -22,14 +20,6 @@ from whatsapp.inbound import DELETED, InboundMessage, parse_update
 
 ORIGINAL = "Oi! Vocês abrem no sábado? 😊"  # message_text.json, the message both fixtures name
 EDITED = "na verdade prefiro quinta de manhã"  # message_edit_text.json
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def fixture(name: str) -> bytes:

@@ -3,7 +3,6 @@ the context block of the next session, export, and erasure that reaches every la
 """
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,14 +36,6 @@ from workers.facts import forget_fact
 
 BUNDLED = Path(__file__).parent.parent / "replay" / "scenarios"
 ANA_PHONE, ANA_USER = "5511999990001", "BR.9000000000000000001"
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def _post(env: ReplayEnvironment, text_: str, n: int) -> None:

@@ -5,7 +5,6 @@ real Redis when reachable, SQLite and PostgreSQL."""
 import json
 import threading
 import time
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,17 +23,9 @@ from storage.jobs import enqueue_turn
 from storage.keys import lock_key
 from storage.models import Appointment, Contact, Conversation, Message, Outbound, Tenant, Usage
 from tests.conftest import START
-from tests.factories import TENANT, text_body
+from tests.factories import text_body
 from workers import turns
 from workers.jobs import held_lock
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def test_a_turn_whose_lock_another_turn_took_writes_nothing_more_and_sends_nothing(

@@ -3,7 +3,6 @@ product's clock (workers/jobs.retry_after_outage), not retried at once by RQ and
 Real worker, real Redis when reachable, SQLite and PostgreSQL."""
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,16 +17,8 @@ from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import ToolCall
 from tests.conftest import START
-from tests.factories import TENANT, text_body
+from tests.factories import text_body
 from workers import jobs, turns
-
-
-@pytest.fixture
-def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
-    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
-    environment.add_tenant(TENANT)
-    yield environment
-    environment.close()
 
 
 def _outage() -> OperationalError:
