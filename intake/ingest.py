@@ -276,7 +276,8 @@ def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contac
     if wamid is None or messages.is_tombstoned(session, wamid):
         return None
     claim = Message(tenant_id=stored.tenant_id, conversation_id=stored.conversation_id,
-                    role="user", direction="inbound", wamid=wamid, received_at=now,
+                    role="user", direction="inbound", wamid=wamid, wa_type=messages.CLAIM,
+                    received_at=now,
                     content=stamped(DELETED, None) if revoke else [],
                     starts_turn=False, answered_at=now, deleted_at=now if revoke else None)
     if messages.insert_inbound(session, claim) is not None:
@@ -289,7 +290,7 @@ def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contac
         return None
     original = found[0]
     if revoke:
-        rows = [original, *messages.edits_of(session, wamid)]
+        rows = [original, *messages.edits_of(session, wamid, contact_id)]
         deleted = _delete(session, rows, timezone, now)
         log.info("inbound_deleted", message_id=original.id, rows=deleted)
         return memory.open_summary_covering(session, rows)
@@ -651,8 +652,13 @@ def _store_set_based(session: Session, items: list[_Item]) -> None:
     firsts: dict[str, _Item] = {}
     for item in items:
         msg, result = item.msg, item.pending.result
-        if msg.wamid in tombstoned or (row := stored.get(msg.wamid)) is not None:
-            _redelivered(result, None if msg.wamid in tombstoned else row)
+        row = None if msg.wamid in tombstoned else stored.get(msg.wamid)
+        # a claim made by an edit or deletion may be another contact's: stored alone, it is
+        # voided when it is (`_store_alone`), else the original is a redelivery
+        claimed = row is not None and row.wa_type == messages.CLAIM and (
+            msg.wa_type not in FOLLOW_UPS)
+        if msg.wamid in tombstoned or row is not None and not claimed:
+            _redelivered(result, row)
         elif msg.wamid in firsts:
             item.first = firsts[msg.wamid]
         elif (tenant := tenants_by_number.get(msg.phone_number_id)) is None:
@@ -662,7 +668,7 @@ def _store_set_based(session: Session, items: list[_Item]) -> None:
         else:
             item.tenant = tenant
             firsts[msg.wamid] = item
-            item.alone = msg.wa_type in FOLLOW_UPS or msg.wamid in named
+            item.alone = msg.wa_type in FOLLOW_UPS or msg.wamid in named or claimed
             if not item.alone:
                 new.append(item)
     _group_contacts(session, new, known)
@@ -695,7 +701,9 @@ def _store_alone(session: Session, item: _Item) -> None:
     msg, result, now = item.msg, item.pending.result, item.pending.now
     head = messages.inbound_lookup(session, wamid=msg.wamid,
                                    phone_number_id=msg.phone_number_id)
-    if head.tombstoned or head.message_id is not None:
+    claimed = head.message_id is not None and head.wa_type == messages.CLAIM and (
+        msg.wa_type not in FOLLOW_UPS)
+    if head.tombstoned or head.message_id is not None and not claimed:
         _redelivered(result, None if head.tombstoned else head)
         return
     if head.tenant_id is None:
@@ -706,6 +714,11 @@ def _store_alone(session: Session, item: _Item) -> None:
     contact_id, item.seen = _contact(session, msg, head.tenant_id,
                                      _fit(msg.profile_name, PROFILE_NAME_CHARS), now, sent_at)
     item.contact_key = ("known" if item.seen is not None else "made", contact_id)
+    if claimed:
+        if not messages.void_claim(session, msg.wamid, contact_id):
+            _redelivered(result, head)  # its own edit or deletion claimed it first
+            return
+        log.warning("inbound_claim_voided", reason="another contact's edit or deletion")
     _group_conversations(session, [item], alone=True)
     row = _message_row(item)
     if msg.wa_type in FOLLOW_UPS:

@@ -37,7 +37,7 @@ def lookup_group(session: Session, *, wamids: list[str], phone_number_ids: list[
 
 
 _GROUP_LOOKUPS = (  # PostgreSQL, psycopg's placeholders; table names as in storage/models.py
-    "SELECT wamid, id, conversation_id, starts_turn, answered_at FROM message "
+    "SELECT wamid, id, conversation_id, starts_turn, answered_at, wa_type FROM message "
     "WHERE wamid = ANY(%s)",
     "SELECT wamid_hash FROM wamidtombstone WHERE wamid_hash = ANY(%s)",
     "SELECT phone_number_id, id, timezone, inactivity_timeout_minutes FROM tenant "

@@ -29,7 +29,8 @@ def inbound_lookup(session: Session, *, wamid: str, phone_number_id: str) -> Any
     """What storing an inbound message needs to know first, in one round trip: the tenant of
     `phone_number_id` (`tenant_id`, `timezone`, `inactivity_timeout_minutes`; None when
     unknown), whether the wamid is tombstoned (`tombstoned`), and the stored message with this
-    wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`; None when new).
+    wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`, `wa_type`; None when
+    new).
     """
     connection, statement = prepared(session, "inbound_lookup", _build_inbound_lookup)
     return connection.execute(statement, {
@@ -47,6 +48,7 @@ def _build_inbound_lookup(_: str) -> Any:
     return sa_select(
         t.c.id.label("tenant_id"), t.c.timezone, t.c.inactivity_timeout_minutes, tombstoned,
         m.c.id.label("message_id"), m.c.conversation_id, m.c.starts_turn, m.c.answered_at,
+        m.c.wa_type,
     ).select_from(one.outerjoin(t, t.c.phone_number_id == bindparam("phone_number_id"))
                   .outerjoin(m, m.c.wamid == bindparam("wamid")))
 
@@ -54,13 +56,13 @@ def _build_inbound_lookup(_: str) -> Any:
 def lookup_many(session: Session, *, wamids: list[str],
                 phone_number_ids: list[str]) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
     """For a group of inbound messages, in three round trips: the stored messages by wamid
-    (`id`, `conversation_id`, `starts_turn`, `answered_at`), the tombstoned wamids, and the
-    tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`)."""
+    (`id`, `conversation_id`, `starts_turn`, `answered_at`, `wa_type`), the tombstoned wamids,
+    and the tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`)."""
     m = Message.__table__  # type: ignore[attr-defined]
     w = WamidTombstone.__table__  # type: ignore[attr-defined]
     t = Tenant.__table__  # type: ignore[attr-defined]
     connection, stored = prepared(session, "messages_by_wamid", lambda dialect: sa_select(
-        m.c.wamid, m.c.id, m.c.conversation_id, m.c.starts_turn, m.c.answered_at,
+        m.c.wamid, m.c.id, m.c.conversation_id, m.c.starts_turn, m.c.answered_at, m.c.wa_type,
     ).where(one_of(m.c.wamid, "wamids", dialect)))
     _, tombs = prepared(session, "tombstones_by_hash", lambda dialect: sa_select(
         w.c.wamid_hash).where(one_of(w.c.wamid_hash, "hashes", dialect)))
@@ -101,11 +103,31 @@ def inbound_for_update(session: Session, wamid: str) -> tuple[Message, int] | No
     return row, int(contact_id)
 
 
-def edits_of(session: Session, wamid: str) -> list[Message]:
-    """The stored edits of message `wamid`, oldest first, their rows locked."""
-    return list(session.exec(select(Message).where(
+CLAIM = "claim"  # `wa_type` of a row that holds an original's wamid for its edit or deletion
+
+
+def void_claim(session: Session, wamid: str, contact_id: int) -> bool:
+    """Remove the claim (`wa_type` CLAIM) stored under `wamid` when another contact's edit or
+    deletion made it: the original now arriving is `contact_id`'s, so the claim was never its
+    (a follow-up names any wamid it likes). Returns True when it was removed; False when the
+    claim is `contact_id`'s own (the original then is a redelivery: its text never stored) or
+    no claim is stored."""
+    found = inbound_for_update(session, wamid)
+    if found is None or found[0].wa_type != CLAIM or found[1] == contact_id:
+        return False
+    session.delete(found[0])
+    session.flush()
+    return True
+
+
+def edits_of(session: Session, wamid: str, contact_id: int) -> list[Message]:
+    """The stored edits of message `wamid` sent by `contact_id` (another contact's edit naming
+    it changes nothing of theirs), oldest first, their rows locked."""
+    return list(session.exec(select(Message).join(
+        Conversation, col(Conversation.id) == Message.conversation_id).where(
         Message.refers_to_wamid == wamid, Message.wa_type == "edit",
-    ).order_by(col(Message.id)).with_for_update()).all())
+        Conversation.contact_id == contact_id,
+    ).order_by(col(Message.id)).with_for_update(of=Message)).all())
 
 
 def insert_inbound(session: Session, message: Message) -> int | None:

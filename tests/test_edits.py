@@ -7,6 +7,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlmodel import col, select
 
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
@@ -130,7 +131,7 @@ def test_a_deletion_before_its_original_keeps_the_original_from_being_stored_or_
     env.drain()
     assert env.messages_api.calls == [] and env.graph_api.sends == []
     rows = inbound(env)
-    assert {m.wa_type for m in rows} == {"revoke", None}
+    assert {m.wa_type for m in rows} == {"revoke", "claim"}
     claimed = next(m for m in rows if m.wamid == ORIGINAL_WAMID)
     assert claimed.deleted_at is not None and texts(claimed.content).endswith(DELETED)
     assert ORIGINAL not in json.dumps([m.content for m in rows], ensure_ascii=False)
@@ -145,6 +146,49 @@ def test_a_deletion_that_names_another_customers_message_changes_nothing(
     env.drain()
     anas = next(m for m in inbound(env) if m.wamid == ORIGINAL_WAMID)
     assert anas.deleted_at is None and texts(anas.content).endswith(ORIGINAL)
+
+
+@pytest.mark.parametrize("kind", ["revoke", "edit"])
+def test_another_customers_follow_up_arriving_first_cannot_keep_a_message_from_being_answered(
+        env: ReplayEnvironment, kind: str) -> None:
+    """Bruno's edit or deletion names Ana's wamid before Ana's message arrives: its claim is
+    voided when Ana's message comes, which is stored and answered like any other."""
+    env.messages_api.script("turn", [{"text": "Abrimos sim."}, {"text": "Certo."}])
+    post(env, follow_up(kind, "wamid.BRUNO.F1", ORIGINAL_WAMID, who=BRUNO))
+    post(env, fixture("message_text.json"))  # Ana's, late
+    env.drain()
+    anas = next(m for m in inbound(env) if m.wamid == ORIGINAL_WAMID)
+    assert anas.wa_type == "text" and anas.deleted_at is None
+    assert texts(anas.content).endswith(ORIGINAL) and anas.answered_at is not None
+    assert any(ORIGINAL in r for r in requests_text(env))
+    ana = json.loads(fixture("message_text.json"))["entry"][0]["changes"][0]["value"][
+        "messages"][0]["from"]
+    assert [s.body["to"] for s in env.graph_api.accepted].count(ana) == 1  # answered once
+
+
+def test_in_a_group_too_another_customers_claim_is_voided_and_the_message_stored(
+        env: ReplayEnvironment) -> None:
+    app = {ENGINE: env.engine, SETTINGS: env.settings, TURN_QUEUE: env.queue}
+    now = env.clock.now()
+    bruno_revoke = json.dumps(follow_up("revoke", "wamid.BRUNO.R9", ORIGINAL_WAMID,
+                                        who=BRUNO)).encode()
+    store_posts(app, [(bruno_revoke, now), (json.dumps(text_body("oi", 1, who=BRUNO)).encode(),
+                                            now)])
+    second = store_posts(app, [(fixture("message_text.json"), now),
+                               (json.dumps(text_body("tudo bem?", 2, who=BRUNO)).encode(), now)])
+    assert second[0].counts == {"message": 1} and len(second[0].turn_conversation_ids) == 1
+    anas = next(m for m in inbound(env) if m.wamid == ORIGINAL_WAMID)
+    assert texts(anas.content).endswith(ORIGINAL) and anas.starts_turn
+
+
+def test_a_customers_own_follow_up_claim_still_holds_against_the_late_original(
+        env: ReplayEnvironment) -> None:
+    post(env, follow_up("revoke", "wamid.ANA.R1", ORIGINAL_WAMID))
+    post(env, fixture("message_text.json"))
+    env.drain()
+    assert env.messages_api.calls == []
+    claimed = next(m for m in inbound(env) if m.wamid == ORIGINAL_WAMID)
+    assert claimed.wa_type == "claim" and claimed.deleted_at is not None
 
 
 # --- edits -----------------------------------------------------------------------------------
