@@ -19,7 +19,7 @@ stored before its answer (WEBHOOK_SPILL_UPDATES=0): what a POST costs the web pr
 figure that picks WEBHOOK_SPILL_UPDATES.
 
 Usage: .venv/bin/python bench/head_of_line.py [--rate 4] [--statuses 20000] [--messages 10000]
-       [--timeout 600] [--sizes N,N,...]
+       [--ours] [--timeout 600] [--sizes N,N,...]
 Prints one JSON object on stdout; progress goes to stderr.
 """
 
@@ -145,8 +145,9 @@ def small_body(n: int, contacts: int, ts: int) -> bytes:
 
 
 def statuses_body(count: int, ts: int, run: str) -> bytes:
-    """`count` delivery statuses of sends this tenant never made (each a lookup, no change),
-    100 to a change."""
+    """`count` delivery statuses, 100 to a change: of sends this tenant never made (each a
+    lookup, no change), or with `--ours` of its own sends (seeded by `seed_sends`: each
+    advances a send and its reply's delivery state)."""
     changes = []
     for start in range(0, count, 100):
         changes.append(value(statuses=[
@@ -154,6 +155,37 @@ def statuses_body(count: int, ts: int, run: str) -> bytes:
              "recipient_id": customer(n % 1000)[0]}
             for n in range(start, min(count, start + 100))]))
     return envelope(changes)
+
+
+def seed_sends(engine: Any, count: int, run: str) -> None:
+    """`count` sent replies' parts of one conversation, wamids as `statuses_body` names them."""
+    from sqlalchemy import insert
+    from sqlmodel import select
+
+    from storage.db import session_scope
+    from storage.models import Contact, Conversation, Message, Outbound, Tenant
+
+    now = datetime.now(UTC)
+    with session_scope(engine) as session:
+        tenant_id = session.exec(select(Tenant.id)).one()
+        contact = Contact(tenant_id=tenant_id, wa_id=customer(0)[0], created_at=now)
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(tenant_id=tenant_id, contact_id=contact.id,
+                                    last_activity_at=now, due_at=now, opened_at=now)
+        session.add(conversation)
+        session.flush()
+        reply = Message(tenant_id=tenant_id, conversation_id=conversation.id, role="assistant",
+                        direction="outbound", content=[{"type": "text", "text": "ok"}],
+                        received_at=now)
+        session.add(reply)
+        session.flush()
+        for start in range(0, count, 2000):
+            session.execute(insert(Outbound), [
+                {"tenant_id": tenant_id, "conversation_id": conversation.id,
+                 "message_id": reply.id, "part": n, "body": "ok", "status": "sent",
+                 "wamid": f"wamid.HOLO{run}{n:07d}", "created_at": now, "sent_at": now}
+                for n in range(start, min(count, start + 2000))])
 
 
 def messages_body(count: int, ts: int, first_customer: int) -> bytes:
@@ -290,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contacts", type=int, default=20, help="customers of the small POSTs")
     parser.add_argument("--statuses", type=int, default=20_000)
     parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--ours", action="store_true",
+                        help="the statuses are of the tenant's own sends (seeded)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--sizes", default="",
                         help="instead: answer times of lone POSTs of these many statuses and "
@@ -349,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
 
         ts = int(time.time())
         cases = []
+        if args.statuses and args.ours:
+            seed_sends(engine, args.statuses, "a")
         if args.statuses:
             cases.append(("statuses", statuses_body(args.statuses, ts, "a"), inbox_empty))
         if args.messages:
