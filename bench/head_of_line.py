@@ -158,7 +158,8 @@ def statuses_body(count: int, ts: int, run: str) -> bytes:
 
 
 def seed_sends(engine: Any, count: int, run: str) -> None:
-    """`count` sent replies' parts of one conversation, wamids as `statuses_body` names them."""
+    """`count` sent one-part replies of one conversation, their wamids as `statuses_body`
+    names them (a reply of one part: the common case)."""
     from sqlalchemy import insert
     from sqlmodel import select
 
@@ -175,17 +176,18 @@ def seed_sends(engine: Any, count: int, run: str) -> None:
                                     last_activity_at=now, due_at=now, opened_at=now)
         session.add(conversation)
         session.flush()
-        reply = Message(tenant_id=tenant_id, conversation_id=conversation.id, role="assistant",
-                        direction="outbound", content=[{"type": "text", "text": "ok"}],
-                        received_at=now)
-        session.add(reply)
-        session.flush()
         for start in range(0, count, 2000):
+            numbers = range(start, min(count, start + 2000))
+            ids = session.execute(insert(Message).returning(Message.id), [  # type: ignore[arg-type]
+                {"tenant_id": tenant_id, "conversation_id": conversation.id,
+                 "role": "assistant", "direction": "outbound", "received_at": now,
+                 "content": [{"type": "text", "text": "ok"}], "delivery_status": "sent"}
+                for _ in numbers]).scalars().all()
             session.execute(insert(Outbound), [
                 {"tenant_id": tenant_id, "conversation_id": conversation.id,
-                 "message_id": reply.id, "part": n, "body": "ok", "status": "sent",
+                 "message_id": message_id, "part": 0, "body": "ok", "status": "sent",
                  "wamid": f"wamid.HOLO{run}{n:07d}", "created_at": now, "sent_at": now}
-                for n in range(start, min(count, start + 2000))])
+                for n, message_id in zip(numbers, ids, strict=True)])
 
 
 def messages_body(count: int, ts: int, first_customer: int) -> bytes:
