@@ -17,6 +17,7 @@ from sqlmodel import col, select
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
+from replay.relay import Relay
 from storage import delivery
 from storage.db import session_scope
 from storage.models import (
@@ -74,9 +75,10 @@ class ScenarioResult:
 
 def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = None,
                       database_url: str | None = None, redis_url: str | None = None,
-                      cli: Cli | None = None) -> ScenarioResult:
+                      cli: Cli | None = None, live: Relay | None = None) -> ScenarioResult:
     """Load and run one scenario file. `echo` receives transcript lines as they happen; `cli`
-    runs the scenario's `wagent` steps (`cli.main.main`; see `run_scenario`)."""
+    runs the scenario's `wagent` steps (`cli.main.main`; see `run_scenario`); `live` sends
+    the model's calls to a real Messages API instead of the scripted responses."""
     path = Path(path)
     try:
         scenario = json.loads(path.read_text(encoding="utf-8"))
@@ -85,7 +87,7 @@ def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = 
         result.fail(f"cannot read scenario: {exc}")
         return result
     return run_scenario(scenario, base=path.parent, echo=echo, database_url=database_url,
-                        redis_url=redis_url, cli=cli)
+                        redis_url=redis_url, cli=cli, live=live)
 
 
 SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
@@ -233,8 +235,13 @@ def _creates_tenant(scenario: dict[str, Any]) -> bool:
 
 def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                  echo: Callable[[str], None] | None = None, database_url: str | None = None,
-                 redis_url: str | None = None, cli: Cli | None = None) -> ScenarioResult:
+                 redis_url: str | None = None, cli: Cli | None = None,
+                 live: Relay | None = None) -> ScenarioResult:
     """Run a scenario dict; the environment comes from DATABASE_URL / REDIS_URL when set.
+
+    With `live` (`wagent replay --live`), `model` and `model_fail` steps are skipped and every
+    call goes through the double to that Messages API (replay/relay.py); the rest runs and is
+    checked as usual.
 
     A malformed scenario fails before anything runs, with every problem listed. `cli` is the
     `wagent` command's `main(argv) -> exit status`, which the scenario's `wagent` steps run; the
@@ -259,10 +266,13 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                             redis_url=redis_url or None)
     runner = _Runner(env, result, base, echo or (lambda _line: None),
                      ZoneInfo(_tenant(scenario)["timezone"]), cli)
+    if live is not None:
+        env.messages_api.relay, runner.live = live, True
     try:
         local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
+        source = f"live, from {live.base_url}" if live else "scripted"
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
-                   f"{_tenant(scenario)['timezone']}; the model's replies are scripted)")
+                   f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
         if not _creates_tenant(scenario):
             env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
@@ -303,6 +313,7 @@ class _Runner:
         self.shown_facts = 0
         self.last_sender: str | None = None
         self.outbox_seen: dict[int, tuple[str, int]] = {}
+        self.live = False  # `model` steps skipped: the relay answers (run_scenario's `live`)
 
     def say(self, line: str) -> None:
         self.result.transcript.append(line)
@@ -312,6 +323,8 @@ class _Runner:
         if not isinstance(step, dict):
             raise ScenarioError(f"step {index}: not an object")
         where = _named(step, f"step {index}")
+        if self.live and ("model" in step or "model_fail" in step):
+            return
         if "model" in step:
             self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
         elif "model_fail" in step:
