@@ -192,11 +192,11 @@ class ChatSession:
 
     def say(self, text: str) -> list[str]:
         """Send `text` as the customer's WhatsApp message and run the workers."""
-        actions = self._follow_wall_clock()
+        moved = self._follow_wall_clock()
         self.messages_sent += 1
         wamid = f"wamid.CHAT{int(self.start.timestamp())}{self.messages_sent:06d}"
         body = message_body(str(self.tenant["phone_number_id"]), wamid, text, self.env.clock.now())
-        return self._run(actions + [{"webhook": body}, {"drain": True}])
+        return self._run([{"webhook": body}, {"drain": True}], moved=moved)
 
     def wait(self, duration: str) -> list[str]:
         """Move the product clock by `duration` (`25h`) and run the sweeper (then the workers)."""
@@ -205,7 +205,8 @@ class ChatSession:
                 raise ValueError("the clock moves forward only")
         except ValueError as exc:
             raise ChatError(f"/wait takes a duration such as 30m, 25h or 2d: {exc}") from None
-        return self._run(self._follow_wall_clock() + [{"advance": duration}, {"sweep": True}])
+        moved = self._follow_wall_clock()
+        return self._run([{"advance": duration}, {"sweep": True}], moved=moved)
 
     def reset(self) -> list[str]:
         """Start over: a new environment at the current product clock, the script's unused
@@ -227,26 +228,25 @@ class ChatSession:
         return ["(reset: an empty database, the recording starts again)"]
 
     def _follow_wall_clock(self) -> list[dict[str, Any]]:
+        """Move the product clock by the whole seconds the wall clock moved since the last
+        action; the `advance` step that does the same in a replay."""
         elapsed = int(self.wall() - self.last_wall)
         if elapsed < 1:
             return []
         self.last_wall += elapsed
-        return [{"advance": f"{elapsed}s", "quiet": True}]
+        self.env.clock.advance(timedelta(seconds=elapsed))
+        return [{"advance": f"{elapsed}s"}]
 
-    def _run(self, actions: list[dict[str, Any]]) -> list[str]:
-        """Run steps through the replay runner, then record them after the model's responses
-        they used. The runner's transcript lines are returned."""
+    def _run(self, actions: list[dict[str, Any]], *, moved: list[dict[str, Any]]) -> list[str]:
+        """Run steps through the replay runner, then record them (after `moved`, the clock's
+        steps already taken) after the model's responses they used. The runner's transcript
+        lines are returned."""
         del self.lines[:]
         for action in actions:
-            step = {k: v for k, v in action.items() if k != "quiet"}
-            if action.get("quiet"):
-                self.env.clock.advance(parse_duration(step["advance"]))
-            else:
-                self.runner.step(len(self.steps), step)
+            self.runner.step(len(self.steps), action)
         calls = self.env.messages_api.calls[self.calls_seen:]
         self.calls_seen = len(self.env.messages_api.calls)
-        recorded = [{k: v for k, v in a.items() if k != "quiet"} for a in actions]
-        self.steps += model_steps(calls) + recorded
+        self.steps += moved + model_steps(calls) + actions
         out = list(self.lines)
         out += [f"   [the Messages API answered {c.status} ({c.purpose}): {_error_text(c)}]"
                 for c in calls if c.status != 200]

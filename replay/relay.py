@@ -14,7 +14,8 @@ from typing import Any
 
 import aiohttp
 
-FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+# what the product sends, as it sends it in production (workers/jobs.py: the purpose header)
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "x-wagent-purpose")
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 RELAY_TIMEOUT_SECONDS = 120.0
 
@@ -33,7 +34,8 @@ class Relay:
         """POST `body` to `{base_url}/v1/messages`; returns (HTTP status, JSON body). A network
         failure or a non-JSON answer comes back as a 529 / 502 in the API's error shape, so the
         product takes it as an outage (its retry policy applies)."""
-        sent = {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
+        given = {name.lower(): value for name, value in headers.items()}
+        sent = {name: given[name] for name in FORWARDED_HEADERS if name in given}
         sent["content-type"] = "application/json"
         if self.api_key:
             sent["x-api-key"] = self.api_key
