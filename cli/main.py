@@ -18,6 +18,7 @@ from dotenv import find_dotenv, load_dotenv
 from cli.arguments import (
     add_catalog_commands,
     add_conversation_commands,
+    add_conversation_ref,
     add_facts_commands,
     add_tenant_commands,
 )
@@ -93,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="usage of one conversation: context per call "
                             "(the saw-tooth), cache-read share, compactions, cost, and its "
                             "replies by delivery state; writes a plot")
-    report.add_argument("conversation_id", type=int)
+    add_conversation_ref(report)
     report.add_argument("--plot", type=Path, default=None,
                         help="SVG file to write (default: conversation-<id>.svg)")
     report.add_argument("--json", action="store_true")
@@ -142,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--reason", default="", help="why (kept with the decision)")
         command.set_defaults(run=run)
     extract = facts_sub.add_parser("extract", help="enqueue fact extraction for a conversation")
-    extract.add_argument("conversation_id", type=int)
+    add_conversation_ref(extract)
     extract.set_defaults(run="cli.facts:extract")
     add_facts_commands(facts_sub)
 
