@@ -92,7 +92,7 @@ def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = 
 
 SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
-                                                                      "signature"},
+                                                                      "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
                 "expect": set(), "wagent": {"status", "output_contains"}}
 NETWORK_MODES = {"refused", "up", "drop"}
@@ -152,6 +152,9 @@ def _step_problems(step: Any, base: Path) -> list[str]:
             problems.append(str(exc))
     elif action == "webhook" and isinstance(value, str) and not (base / value).is_file():
         problems.append(f"webhook file {value!r} not found next to the scenario ({base})")
+    if action == "webhook" and step.get("timestamp", "clock") != "clock":
+        problems.append('webhook timestamp takes "clock" (Meta\'s timestamps at the product '
+                        "clock) or is left out (the body as it is)")
     elif action == "model":
         for item in value if isinstance(value, list) else [value]:
             try:
@@ -367,6 +370,8 @@ class _Runner:
 
     def _webhook(self, where: str, step: dict[str, Any]) -> None:
         body = load_body(step["webhook"], self.base)
+        if step.get("timestamp") == "clock":
+            body = stamp_at(body, self.env.clock.now())
         expected = int(step.get("status", 200))
         signature = str(step.get("signature", "valid"))
         for attempt in range(int(step.get("repeat", 1))):
@@ -498,6 +503,25 @@ class _Runner:
                              f"\"for\": \"{purposes[0] if purposes else 'turn'}\"")
         if self.result.leftover:
             self.say(f"   (scripted responses left unused: {self.result.leftover})")
+
+
+def stamp_at(body: bytes, now: datetime) -> bytes:
+    """A webhook body whose messages and statuses carry Meta's `timestamp` at `now` (whole
+    seconds): a bundled message is then sent "now" at any scenario clock, inside the 24-hour
+    window (WhatsApp §6). A body that is not JSON is returned as it is."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body
+    at = str(int(now.timestamp()))
+    for entry in document.get("entry") or [] if isinstance(document, dict) else []:
+        for change in (entry.get("changes") or []) if isinstance(entry, dict) else []:
+            value = change.get("value") if isinstance(change, dict) else None
+            for kind in ("messages", "statuses"):
+                for item in (value or {}).get(kind) or [] if isinstance(value, dict) else []:
+                    if isinstance(item, dict) and "timestamp" in item:
+                        item["timestamp"] = at
+    return json.dumps(document, separators=(",", ":")).encode()  # escaped, as Meta sends it
 
 
 def _one_line(text: str, limit: int = 160) -> str:

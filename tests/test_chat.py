@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cli.main import main
 from replay.chat import ChatError, ChatSession, load_script, model_steps, recorded_item
 from replay.messages_api import MessagesDouble, RecordedCall
-from replay.runner import run_scenario_file
+from replay.runner import run_scenario, run_scenario_file
 
 CLOCK = "2026-12-01T13:00:00Z"  # Tue 10:00 in São Paulo
 TENANT: dict[str, Any] = {
@@ -268,3 +269,44 @@ def test_a_wrong_key_is_shown_plainly(files: Path, monkeypatch: pytest.MonkeyPat
 
 def _start() -> datetime:
     return datetime.fromisoformat(CLOCK)
+
+
+BUNDLED = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
+
+
+@pytest.mark.parametrize(("option", "sent"), [({"timestamp": "clock"}, 1), ({}, 0)])
+def test_a_bundled_message_is_sent_at_the_scenario_clock(option: dict[str, str],
+                                                         sent: int) -> None:
+    """ana_01.json is dated June 2026; on 1 December it is a day-old redelivery unless the
+    step stamps it at the clock (the demo's scenarios all do)."""
+    scenario = {"name": "today", "clock": CLOCK, "tenant": TENANT, "steps": [
+        {"model": [{"text": "Oi! Tem sim."}]},
+        {"webhook": "webhooks/ana_01.json", **option},
+        {"drain": True},
+        {"expect": {"sent_count": sent}}]}
+    result = run_scenario(scenario, base=BUNDLED)
+    assert result.passed, result.failures
+    demo = [json.loads(p.read_text(encoding="utf-8")) for p in BUNDLED.glob("*.json")]
+    assert demo and all(s.get("timestamp") == "clock" for d in demo for s in d["steps"]
+                        if "webhook" in s)
+
+
+def test_a_bad_timestamp_option_is_refused_before_the_scenario_runs() -> None:
+    result = run_scenario({"name": "x", "steps": [
+        {"webhook": "webhooks/ana_01.json", "timestamp": "now"}]}, base=BUNDLED)
+    assert not result.passed and 'webhook timestamp takes "clock"' in result.failures[0]
+
+
+def test_the_example_tenant_names_no_template_a_new_business_cannot_have(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    as_yaml = yaml.safe_load((examples / "tenant.yaml").read_text(encoding="utf-8"))
+    as_json = json.loads((examples / "tenant.json").read_text(encoding="utf-8"))
+    for tenant in (as_yaml, as_json):
+        assert "followup_template" not in tenant
+    assert set(as_yaml) - {"hours_exceptions"} == set(as_json)  # twins
+    (files / "one.json").write_text(json.dumps([{"model": [{"text": "Oi! Tudo bem?"}]}]))
+    assert _chat(monkeypatch, "oi\n", "--script", str(files / "one.json")) == 0  # the example
+    out = capsys.readouterr().out
+    assert "chat with Salão Exemplo" in out and "agent    ◂ Oi! Tudo bem?" in out
