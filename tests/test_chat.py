@@ -310,3 +310,11 @@ def test_the_example_tenant_names_no_template_a_new_business_cannot_have(
     assert _chat(monkeypatch, "oi\n", "--script", str(files / "one.json")) == 0  # the example
     out = capsys.readouterr().out
     assert "chat with Salão Exemplo" in out and "agent    ◂ Oi! Tudo bem?" in out
+
+
+def test_the_readmes_first_screen_says_how_to_try_test_and_deploy_in_that_order() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    first_screen = "\n".join(readme.splitlines()[:30])
+    places = [first_screen.find(word) for word in ("wagent chat", "pytest", "docs/DEPLOY.md")]
+    assert -1 not in places and places == sorted(places), places
+    assert "wagent demo" in first_screen
