@@ -248,7 +248,8 @@ class ChatSession:
         self.calls_seen = len(self.env.messages_api.calls)
         self.steps += moved + model_steps(calls) + actions
         out = list(self.lines)
-        out += [f"   [the Messages API answered {c.status} ({c.purpose}): {_error_text(c)}]"
+        out += [f"   [the Messages API answered {c.status} ({c.purpose}): {_error_text(c)}; "
+                f"a retry waits on the product clock: /wait 1m lets it run]"
                 for c in calls if c.status != 200]
         return out
 

@@ -263,7 +263,7 @@ def test_a_wrong_key_is_shown_plainly(files: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.url)
     assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--clock", CLOCK) == 0
     out = capsys.readouterr().out
-    assert "[the Messages API answered 401 (turn): invalid x-api-key]" in out
+    assert "[the Messages API answered 401 (turn): invalid x-api-key; a retry" in out
     assert "sk-wrong" not in out
 
 
