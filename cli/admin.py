@@ -21,7 +21,7 @@ from core import clock
 from operations.service import AdminError, NotFound, clean_text
 from storage.db import make_engine, session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
-from storage.models import ContactFact, Tenant
+from storage.models import ContactFact, Conversation, Tenant
 from storage.tenants import get_by_phone_number_id
 
 TenantAction = Callable[[argparse.Namespace, Any, Any, datetime], Any]
@@ -59,6 +59,33 @@ def parse_assignments(pairs: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             changes[key.strip()] = raw
     return changes
+
+
+def conversation_ref(args: argparse.Namespace, command: str, engine: Any) -> int:
+    """The conversation `PHONE_NUMBER_ID CONVERSATION_ID` names (cli/arguments.py:
+    add_conversation_ref), checked to be that tenant's; the old one-argument form
+    (CONVERSATION_ID alone) is taken with a warning on stderr. ValueError saying what is wrong.
+    """
+    if args.conversation_id is None:
+        print(f"warning: `wagent {command} CONVERSATION_ID` is deprecated; name the tenant too: "
+              f"`wagent {command} PHONE_NUMBER_ID CONVERSATION_ID`", file=sys.stderr)
+        return _conversation_id(args.phone_number_id)
+    conversation_id = _conversation_id(args.conversation_id)
+    with session_scope(engine) as session:
+        tenant = get_by_phone_number_id(session, args.phone_number_id)
+        if tenant is None:
+            raise ValueError(f"no tenant with phone_number_id {args.phone_number_id}")
+        found = session.get(Conversation, conversation_id)
+        if found is None or found.tenant_id != tenant.id:
+            raise ValueError(f"no conversation {conversation_id} of tenant "
+                             f"{args.phone_number_id}")
+    return conversation_id
+
+
+def _conversation_id(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**31:
+        raise ValueError(f"{text!r} is not a conversation id")
+    return int(text)
 
 
 def print_json(result: Any) -> None:

@@ -14,6 +14,16 @@ def record_id(text: str) -> int:
     return int(text)
 
 
+def add_conversation_ref(parser: argparse.ArgumentParser) -> None:
+    """`PHONE_NUMBER_ID CONVERSATION_ID`, as every command naming a conversation takes them;
+    the one-argument form (CONVERSATION_ID alone) still works, with a warning
+    (cli/admin.py: conversation_ref)."""
+    parser.add_argument("phone_number_id", metavar="PHONE_NUMBER_ID",
+                        help="the business number's phone_number_id")
+    parser.add_argument("conversation_id", metavar="CONVERSATION_ID", nargs="?", default=None,
+                        help="the conversation's id")
+
+
 def _pnid(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("phone_number_id", help="the business number's phone_number_id")
 

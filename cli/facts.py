@@ -10,7 +10,7 @@ from typing import Any
 
 from rq import Queue
 
-from cli.admin import run_for_fact, run_for_tenant
+from cli.admin import conversation_ref, run_for_fact, run_for_tenant
 from cli.environment import settings_or_exit
 from operations import service
 from storage.db import connect_redis, make_engine, session_scope
@@ -76,8 +76,14 @@ def forget(args: argparse.Namespace) -> int:
 
 def extract(args: argparse.Namespace) -> int:
     settings = settings_or_exit(require=False)  # needs the database and Redis only
+    try:
+        conversation_id = conversation_ref(args, "facts extract",
+                                           make_engine(settings.database_url))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
-    job_id = enqueue_facts(queue, settings.redis_prefix, args.conversation_id)
+    job_id = enqueue_facts(queue, settings.redis_prefix, conversation_id)
     print(f"enqueued {job_id}" if job_id else "already queued")
     return 0
 

@@ -18,6 +18,7 @@ from dotenv import find_dotenv, load_dotenv
 from cli.arguments import (
     add_catalog_commands,
     add_conversation_commands,
+    add_conversation_ref,
     add_facts_commands,
     add_tenant_commands,
 )
@@ -60,7 +61,26 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("files", nargs="+", type=Path)
     replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
     replay.add_argument("--quiet", action="store_true", help="no transcript, only the verdicts")
+    replay.add_argument("--live", action="store_true",
+                        help="send the customers' messages to the real model again "
+                             "(ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL) instead of the "
+                             "scripted responses; the expectations still apply")
     replay.set_defaults(run="cli.scenarios:replay")
+
+    chat = sub.add_parser(
+        "chat", help="talk to a tenant's agent in the terminal, as a customer, before "
+        "connecting WhatsApp (the whole product on loopback; the real model when "
+        "ANTHROPIC_API_KEY is set, or --script)")
+    chat.add_argument("tenant_file", nargs="?", type=Path, default=None,
+                      help="the tenant, JSON or YAML (default: examples/tenant.yaml)")
+    chat.add_argument("--script", type=Path, default=None, metavar="FILE",
+                      help="answer from a list of `model` steps (docs/REPLAY.md), no key needed")
+    chat.add_argument("--record", type=Path, default=None, metavar="FILE",
+                      help="write the session as a replay scenario, for `wagent replay`")
+    chat.add_argument("--clock", default=None, metavar="ISO",
+                      help="start the product clock here (default: now), for scripts that "
+                           "name dates: 2026-12-01T13:00:00Z")
+    chat.set_defaults(run="cli.chat:chat")
 
     demo = sub.add_parser("demo", help="run the bundled example scenario(s) with a transcript")
     demo.add_argument("--json", action="store_true")
@@ -74,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="usage of one conversation: context per call "
                             "(the saw-tooth), cache-read share, compactions, cost, and its "
                             "replies by delivery state; writes a plot")
-    report.add_argument("conversation_id", type=int)
+    add_conversation_ref(report)
     report.add_argument("--plot", type=Path, default=None,
                         help="SVG file to write (default: conversation-<id>.svg)")
     report.add_argument("--json", action="store_true")
@@ -123,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--reason", default="", help="why (kept with the decision)")
         command.set_defaults(run=run)
     extract = facts_sub.add_parser("extract", help="enqueue fact extraction for a conversation")
-    extract.add_argument("conversation_id", type=int)
+    add_conversation_ref(extract)
     extract.set_defaults(run="cli.facts:extract")
     add_facts_commands(facts_sub)
 

@@ -1,4 +1,4 @@
-"""`wagent report CONVERSATION_ID`: one conversation's usage (context per call, the
+"""`wagent report PHONE_NUMBER_ID CONVERSATION_ID`: one conversation's usage (context per call, the
 saw-tooth), cache-read share, compactions, cost and replies by delivery state; writes a plot."""
 
 import argparse
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli.admin import conversation_ref
 from cli.environment import settings_or_exit
 from storage.db import make_engine
 from usage.report import conversation_report, render_svg
@@ -14,15 +15,17 @@ from usage.report import conversation_report, render_svg
 
 def report(args: argparse.Namespace) -> int:
     settings = settings_or_exit(require=False)
+    engine = make_engine(settings.database_url)
     try:
-        report = conversation_report(make_engine(settings.database_url), args.conversation_id)
-    except LookupError as exc:
+        conversation_id = conversation_ref(args, "report", engine)
+        report = conversation_report(engine, conversation_id)
+    except (LookupError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 2
     calls = report.pop("calls_detail")
-    plot = args.plot or Path(f"conversation-{args.conversation_id}.svg")
+    plot = args.plot or Path(f"conversation-{conversation_id}.svg")
     plot.write_text(render_svg(report["context_per_call"], title=(
-        f"conversation {args.conversation_id}: context tokens per call")), encoding="utf-8")
+        f"conversation {conversation_id}: context tokens per call")), encoding="utf-8")
     if args.json:
         print(json.dumps({**report, "plot": str(plot)}))
         return 0

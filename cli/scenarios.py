@@ -4,17 +4,28 @@ the doubles, with a transcript or one JSON object per scenario; exit status 1 wh
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
+from cli.chat import relay_from_environment
 from cli.main import main
 from core.logs import configure_logging
+from replay.relay import Relay
 from replay.runner import run_scenario_file
 
 BUNDLED_SCENARIOS = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
 
 
 def replay(args: argparse.Namespace) -> int:
-    return _run_scenarios(list(args.files), as_json=args.json, quiet=args.quiet)
+    live = None
+    if getattr(args, "live", False):
+        live = relay_from_environment()
+        if live is None:
+            print("wagent replay --live: no model to talk to. Set ANTHROPIC_API_KEY (or "
+                  "ANTHROPIC_BASE_URL) to send the recorded customer messages to the real "
+                  "model; without --live the scripted responses are replayed.", file=sys.stderr)
+            return 2
+    return _run_scenarios(list(args.files), as_json=args.json, quiet=args.quiet, live=live)
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -22,7 +33,8 @@ def demo(args: argparse.Namespace) -> int:
     return _run_scenarios(files, as_json=args.json, quiet=False)
 
 
-def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
+def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool,
+                   live: Relay | None = None) -> int:
     # LOG_LEVEL is the services' level; a replay prints its transcript and only errors
     configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
     failed = 0
@@ -30,7 +42,7 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool) -> int:
         echo = None if (as_json or quiet) else print
         if echo:
             print(f"== {path.name}")
-        result = run_scenario_file(path, echo=echo, cli=main)
+        result = run_scenario_file(path, echo=echo, cli=main, live=live)
         failed += not result.passed
         if as_json:
             print(json.dumps(result.to_json(), ensure_ascii=False))

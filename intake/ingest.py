@@ -263,8 +263,9 @@ def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contac
     and under a race the unique wamid decides (the claim waits for the original's transaction
     and then finds it). An original of another contact, or erased, is left alone: the edit or
     deletion then stands alone; and a claim made by another contact's follow-up is voided when
-    the original comes (`messages.void_claim`): a follow-up may name any wamid. README, How a message is answered; the shapes: the fixtures
-    message_edit_text.json and message_revoke.json.
+    the original comes (`messages.void_claim`): a follow-up may name any wamid. README, How a
+    message is answered; the shapes: the fixtures message_edit_text.json and
+    message_revoke.json.
     """
     def stamped(text: str, sent: datetime | None = sent_at) -> list[dict[str, Any]]:
         return [{"type": "text", "text": stamp(text, now, timezone, sent_at=sent)}]

@@ -17,6 +17,9 @@ What it does (ARCHITECTURE.md, "Testing against the real wire"):
   ``x-wagent-purpose`` request header (``turn`` when absent; the product also uses ``summary`` and
   ``facts``). An empty queue answers 500 and counts in ``unscripted_calls``; ``fail`` injects
   error statuses. Every error carries ``x-should-retry: false`` so the SDK never retries.
+* With ``relay`` set (replay/relay.py: ``wagent chat`` and ``wagent replay --live`` with a
+  key), a valid call whose purpose has no scripted response goes on to a real Messages API and
+  is recorded with its real answer and usage (not counted in ``unscripted_calls``).
 * ``POST /v1/messages/count_tokens`` answers ``{"input_tokens": N}`` from the same cost model.
 
 Pinned cost model (deterministic, so cache hit ratio and context size can be compared):
@@ -66,6 +69,7 @@ from typing import Any
 from aiohttp import web
 
 import core.clock
+from replay.relay import Relay
 
 PURPOSE_HEADER = "x-wagent-purpose"
 DEFAULT_PURPOSE = "turn"
@@ -688,6 +692,7 @@ class MessagesDouble:
         self._counters = _Counters()
         self._lock = threading.Lock()
         self._runner: web.AppRunner | None = None
+        self.relay: Relay | None = None  # unscripted calls go there when set (replay/relay.py)
 
     # -- scripting -----------------------------------------------------------------------------
 
@@ -761,14 +766,27 @@ class MessagesDouble:
         with self._lock:
             failure = self._take_failure(purpose)
             item = None if failure else self._take_item(purpose)
-            if failure is None and item is None:
+            if failure is None and item is None and self.relay is None:
                 self.unscripted_calls += 1
         if failure is not None:
             message = DEFAULT_ERROR_MESSAGES.get(failure, "Injected failure")
             return self._error(purpose, body, failure, message)
+        if item is None and self.relay is not None:
+            return await self._relayed(purpose, body, request)
         if item is None:
             return self._error(purpose, body, 500, f"unscripted call for purpose {purpose}")
         return self._success(purpose, body, item)
+
+    async def _relayed(self, purpose: str, body: dict[str, Any],
+                       request: web.Request) -> web.Response:
+        """An unscripted call sent on to the real API (`relay`, replay/relay.py); the answer
+        is recorded and returned as it came, its `usage` the real one."""
+        assert self.relay is not None
+        status, answer = await self.relay.send(body, dict(request.headers))
+        usage = answer.get("usage") if status == 200 else None
+        with self._lock:
+            self.calls.append(RecordedCall(purpose, body, status, answer, usage))
+        return self._respond(status, answer)
 
     async def _handle_count_tokens(self, request: web.Request) -> web.Response:
         body, rejection = await self._admit(request, require_max_tokens=False)

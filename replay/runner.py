@@ -18,6 +18,7 @@ from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.errors import ScenarioError
 from replay.messages_api import check_item
+from replay.relay import Relay
 from storage import delivery
 from storage.db import session_scope
 from storage.errors import TenantConfigError
@@ -72,9 +73,10 @@ class ScenarioResult:
 
 def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = None,
                       database_url: str | None = None, redis_url: str | None = None,
-                      cli: Cli | None = None) -> ScenarioResult:
+                      cli: Cli | None = None, live: Relay | None = None) -> ScenarioResult:
     """Load and run one scenario file. `echo` receives transcript lines as they happen; `cli`
-    runs the scenario's `wagent` steps (`cli.main.main`; see `run_scenario`)."""
+    runs the scenario's `wagent` steps (`cli.main.main`; see `run_scenario`); `live` sends
+    the model's calls to a real Messages API instead of the scripted responses."""
     path = Path(path)
     try:
         scenario = json.loads(path.read_text(encoding="utf-8"))
@@ -83,12 +85,12 @@ def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = 
         result.fail(f"cannot read scenario: {exc}")
         return result
     return run_scenario(scenario, base=path.parent, echo=echo, database_url=database_url,
-                        redis_url=redis_url, cli=cli)
+                        redis_url=redis_url, cli=cli, live=live)
 
 
 SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
-                                                                      "signature"},
+                                                                      "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
                 "expect": set(), "wagent": {"status", "output_contains"}}
 NETWORK_MODES = {"refused", "up", "drop"}
@@ -148,6 +150,9 @@ def _step_problems(step: Any, base: Path) -> list[str]:
             problems.append(str(exc))
     elif action == "webhook" and isinstance(value, str) and not (base / value).is_file():
         problems.append(f"webhook file {value!r} not found next to the scenario ({base})")
+    if action == "webhook" and step.get("timestamp", "clock") != "clock":
+        problems.append('webhook timestamp takes "clock" (Meta\'s timestamps at the product '
+                        "clock) or is left out (the body as it is)")
     elif action == "model":
         for item in value if isinstance(value, list) else [value]:
             try:
@@ -231,8 +236,13 @@ def _creates_tenant(scenario: dict[str, Any]) -> bool:
 
 def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                  echo: Callable[[str], None] | None = None, database_url: str | None = None,
-                 redis_url: str | None = None, cli: Cli | None = None) -> ScenarioResult:
+                 redis_url: str | None = None, cli: Cli | None = None,
+                 live: Relay | None = None) -> ScenarioResult:
     """Run a scenario dict; the environment comes from DATABASE_URL / REDIS_URL when set.
+
+    With `live` (`wagent replay --live`), `model` and `model_fail` steps are skipped and every
+    call goes through the double to that Messages API (replay/relay.py); the rest runs and is
+    checked as usual.
 
     A malformed scenario fails before anything runs, with every problem listed. `cli` is the
     `wagent` command's `main(argv) -> exit status`, which the scenario's `wagent` steps run; the
@@ -257,10 +267,13 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                             redis_url=redis_url or None)
     runner = _Runner(env, result, base, echo or (lambda _line: None),
                      ZoneInfo(_tenant(scenario)["timezone"]), cli)
+    if live is not None:
+        env.messages_api.relay, runner.live = live, True
     try:
         local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
+        source = f"live, from {live.base_url}" if live else "scripted"
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
-                   f"{_tenant(scenario)['timezone']}; the model's replies are scripted)")
+                   f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
         if not _creates_tenant(scenario):
             env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
@@ -301,6 +314,7 @@ class _Runner:
         self.shown_facts = 0
         self.last_sender: str | None = None
         self.outbox_seen: dict[int, tuple[str, int]] = {}
+        self.live = False  # `model` steps skipped: the relay answers (run_scenario's `live`)
 
     def say(self, line: str) -> None:
         self.result.transcript.append(line)
@@ -310,6 +324,8 @@ class _Runner:
         if not isinstance(step, dict):
             raise ScenarioError(f"step {index}: not an object")
         where = _named(step, f"step {index}")
+        if self.live and ("model" in step or "model_fail" in step):
+            return
         if "model" in step:
             self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
         elif "model_fail" in step:
@@ -352,6 +368,8 @@ class _Runner:
 
     def _webhook(self, where: str, step: dict[str, Any]) -> None:
         body = load_body(step["webhook"], self.base)
+        if step.get("timestamp") == "clock":
+            body = stamp_at(body, self.env.clock.now())
         expected = int(step.get("status", 200))
         signature = str(step.get("signature", "valid"))
         for attempt in range(int(step.get("repeat", 1))):
@@ -483,6 +501,25 @@ class _Runner:
                              f"\"for\": \"{purposes[0] if purposes else 'turn'}\"")
         if self.result.leftover:
             self.say(f"   (scripted responses left unused: {self.result.leftover})")
+
+
+def stamp_at(body: bytes, now: datetime) -> bytes:
+    """A webhook body whose messages and statuses carry Meta's `timestamp` at `now` (whole
+    seconds): a bundled message is then sent "now" at any scenario clock, inside the 24-hour
+    window (WhatsApp §6). A body that is not JSON is returned as it is."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body
+    at = str(int(now.timestamp()))
+    for entry in document.get("entry") or [] if isinstance(document, dict) else []:
+        for change in (entry.get("changes") or []) if isinstance(entry, dict) else []:
+            value = change.get("value") if isinstance(change, dict) else None
+            for kind in ("messages", "statuses"):
+                for item in (value or {}).get(kind) or [] if isinstance(value, dict) else []:
+                    if isinstance(item, dict) and "timestamp" in item:
+                        item["timestamp"] = at
+    return json.dumps(document, separators=(",", ":")).encode()  # escaped, as Meta sends it
 
 
 def _one_line(text: str, limit: int = 160) -> str:

@@ -89,12 +89,47 @@ def test_report_shows_the_calls_and_writes_a_plot(tmp_path: Path,
                               cache_creation_input_tokens=write, cache_read_input_tokens=read,
                               output_tokens=40, created_at=now))
     plot = tmp_path / "plot.svg"
-    assert main(["report", "1", "--json", "--plot", str(plot)]) == 0
+    assert main(["report", "1", "1", "--json", "--plot", str(plot)]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["context_per_call"] == [3050, 3250, 3400]
     assert report["cache_read_share"] == round(6200 / 9700, 4)
     assert plot.read_text().startswith("<svg") and "polyline" in plot.read_text()
+    assert main(["report", "1", "99"]) == 2
+    assert "no conversation 99 of tenant 1" in capsys.readouterr().err
+    assert main(["report", "2", "1"]) == 2  # another tenant's number: not its conversation
+    assert "no tenant with phone_number_id 2" in capsys.readouterr().err
+    assert main(["facts", "extract", "1", "99"]) == 2
+    assert "no conversation 99 of tenant 1" in capsys.readouterr().err
     assert main(["report", "99"]) == 2
+
+
+def test_the_one_argument_forms_still_work_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import UTC, datetime
+
+    from storage.db import make_engine, session_scope
+    from storage.models import Contact, Conversation
+    from storage.tenants import upsert_tenant
+
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["db", "upgrade"]) == 0
+    now = datetime(2026, 6, 1, 13, tzinfo=UTC)
+    with session_scope(make_engine(url)) as session:
+        tenant = upsert_tenant(session, {"phone_number_id": "1", "name": "X"}, now=now)
+        contact = Contact(tenant_id=tenant.id, wa_id="5511999990001", created_at=now)
+        session.add(contact)
+        session.flush()
+        session.add(Conversation(tenant_id=tenant.id, contact_id=contact.id,
+                                 last_activity_at=now, due_at=now, opened_at=now))
+    assert main(["report", "1", "--json", "--plot", str(tmp_path / "p.svg")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["calls"] == 0
+    assert "warning: `wagent report CONVERSATION_ID` is deprecated" in captured.err
+    assert "wagent report PHONE_NUMBER_ID CONVERSATION_ID" in captured.err
+    assert main(["report", "x1"]) == 2
+    assert "'x1' is not a conversation id" in capsys.readouterr().err
 
 
 def test_report_shows_what_reached_the_customer(tmp_path: Path,
@@ -129,12 +164,12 @@ def test_report_shows_what_reached_the_customer(tmp_path: Path,
                                             to="5511999990001", recipient=None, now=now)
             messages.mark_outbound(session, part.id or 0, status=status, now=now, code=code,
                                    attempts=1, wamid=f"wamid.{text}" if code is None else None)
-    assert main(["report", "1", "--plot", str(tmp_path / "plot.svg")]) == 0
+    assert main(["report", "1", "1", "--plot", str(tmp_path / "plot.svg")]) == 0
     out = capsys.readouterr().out
     assert "replies 2 · sent 1 · failed 1" in out
     assert "failed · 131030 · the customer's number is not in the test number's allowed " \
            "list" in out
-    assert main(["report", "1", "--json", "--plot", str(tmp_path / "plot.svg")]) == 0
+    assert main(["report", "1", "1", "--json", "--plot", str(tmp_path / "plot.svg")]) == 0
     replies = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["replies"]
     assert replies["by_state"]["failed"] == 1 and replies["not_delivered"][0]["error_code"] \
         == 131030

@@ -119,8 +119,10 @@ def reply_report(session: Session, conversation_id: int) -> dict[str, Any]:
     return {"total": sum(by_state.values()), "by_state": by_state, "not_delivered": problems}
 
 
-def render_svg(values: list[int], *, title: str, width: int = 900, height: int = 320) -> str:
-    """A line chart of `values` (context tokens per call) as an SVG document."""
+def render_svg(values: list[int], *, title: str, width: int = 900, height: int = 320,
+               axis_label: str = "call # ({n})") -> str:
+    """A line chart of `values` (context tokens per call) as an SVG document; `axis_label` is
+    the x axis's caption, `{n}` the number of calls (the console passes its language's)."""
     pad, top = 50, 30
     peak = max(values, default=1) or 1
     step = (width - 2 * pad) / max(len(values) - 1, 1)
@@ -134,7 +136,8 @@ def render_svg(values: list[int], *, title: str, width: int = 900, height: int =
         f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
         f'stroke="#999"/><line x1="{pad}" y1="{top}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
         f'<text x="4" y="{top + 4}">{peak}</text><text x="4" y="{height - pad}">0</text>'
-        f'<text x="{width - pad - 80}" y="{height - 20}">call # ({len(values)})</text>'
+        f'<text x="{width - pad - 80}" y="{height - 20}">'
+        f'{_escape(axis_label.format(n=len(values)))}</text>'
         f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{points}"/></svg>')
 
 

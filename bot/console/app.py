@@ -33,7 +33,7 @@ from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
-from bot.console.texts import LANGUAGES, texts_for, translate_problem
+from bot.console.texts import LANGUAGES, texts_for, translate_notes, translate_problem
 from bot.errors import http_status
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
@@ -461,7 +461,11 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
     facts = [("preferred_name", "Ana", "confirmed", None),
              ("preferred_period", "tarde", "suggested", None)]  # invented example
     example = context_block(render_fact_lines(facts, clock.now()), "")
-    return {"preview_instructions": instructions_text(prompt), "preview_context": example}
+    rules = instructions_text(TenantPrompt(name=prompt.name, timezone=prompt.timezone,
+                                           language=prompt.language, instructions="",
+                                           model=prompt.model))
+    return {"preview_rules": rules, "preview_instructions": prompt.instructions.strip(),
+            "preview_context": example}
 
 
 def catalog_page(p: Page) -> PageResult:
@@ -584,14 +588,16 @@ def conversation_page(p: Page) -> PageResult:
     view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now, latest=True,
                                      limit=TRANSCRIPT_MESSAGES, language=_language(p))
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
-    plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}")
-    return "conversation.html", {"c": view, "plot": plot, "transcript": _transcript(view),
+    plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}",
+                      axis_label=p.t["chart_calls"]) if turn_calls else ""  # no calls: no chart
+    return "conversation.html", {"c": view, "plot": plot,
+                                 "transcript": _transcript(view, _language(p)),
                                  "tz": ZoneInfo(p.tenant.timezone)}
 
 
-def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
-    """Customer and agent bubbles (a message the customer deleted says so); tool rounds
-    folded between them."""
+def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str, Any]]:
+    """Customer and agent bubbles (a message the customer deleted says so; the product's notes
+    in the console's language: texts.translate_notes); tool rounds folded between them."""
     items: list[dict[str, Any]] = []
     for m in view["messages"]:
         blocks = [b for b in m["content"] if isinstance(b, dict)]
@@ -616,7 +622,8 @@ def _transcript(view: dict[str, Any]) -> list[dict[str, Any]]:
             kind = "customer" if m["direction"] == "inbound" else "agent"
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
-            items.append({"kind": kind, "text": text, "at": m["received_at"],
+            items.append({"kind": kind, "text": translate_notes(text, language),
+                          "at": m["received_at"],
                           "delivery": m.get("delivery")})
     return items
 

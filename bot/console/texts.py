@@ -1,6 +1,7 @@
 """The console's words, in Brazilian Portuguese (default) and English."""
 
 import re
+from collections.abc import Callable
 
 LANGUAGES = ("pt-BR", "en")
 
@@ -73,6 +74,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "facts_in_context": "Fatos no contexto", "none": "Nenhum.",
         "usage": "Tokens por chamada ao Claude", "cache_read_share": "Leitura de cache",
         "calls": "chamadas", "compactions": "compactações", "peak": "pico",
+        "chart_calls": "chamada nº ({n})",
+        "no_calls": "Nenhuma chamada ao Claude nesta conversa ainda.",
+        "preview_rules": "Regras do produto (o agente as recebe em inglês)",
+        "preview_yours": "Suas instruções",
+        "preview_example": "Bloco de contexto de um cliente (exemplo)",
         "week_of": "Semana de", "previous_week": "← Semana anterior",
         "next_week": "Semana seguinte →", "no_appointments": "Nenhum agendamento.",
         "cancel": "Cancelar", "cancelled": "Agendamento cancelado. O cliente não é avisado "
@@ -156,6 +162,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "facts_in_context": "Facts in the context", "none": "None.",
         "usage": "Tokens per Claude call", "cache_read_share": "Cache reads",
         "calls": "calls", "compactions": "compactions", "peak": "peak",
+        "chart_calls": "call # ({n})",
+        "no_calls": "No Claude calls in this conversation yet.",
+        "preview_rules": "The product's rules",
+        "preview_yours": "Your instructions",
+        "preview_example": "A customer's context block (example)",
         "week_of": "Week of", "previous_week": "← Previous week",
         "next_week": "Next week →", "no_appointments": "No appointments.",
         "cancel": "Cancel", "cancelled": "Appointment cancelled. The customer is not told "
@@ -216,4 +227,51 @@ def translate_problem(text: str, language: str) -> str:
             translated, count = re.subn(rf"^{pattern}$", replacement, part)
             if part and count:
                 return prefix + translated
+    return text
+
+
+# the notes the product writes into a transcript for the model, in English (whatsapp/inbound.py:
+# render_text, edit_text; workers/turns.py: the follow-up template), as a business owner reads
+# them in Portuguese; the stored text is unchanged (every match is replaced)
+_MEDIA_PT_BR = {"voice note": "uma mensagem de voz", "image": "uma imagem", "video": "um vídeo",
+                "audio": "um áudio", "document": "um documento", "sticker": "uma figurinha"}
+_PT_BR_NOTES: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
+    (r"\[the customer deleted a message\]", "[o cliente apagou uma mensagem]"),
+    (r"\[the customer edited their message of (.+?) to:\]",
+     r"[o cliente editou a mensagem de \1 para:]"),
+    (r"\[the customer edited an earlier message to:\]",
+     "[o cliente editou uma mensagem anterior para:]"),
+    (r" \(replying to an earlier message\)", " (respondendo a uma mensagem anterior)"),
+    (r"\[empty text message\]", "[mensagem de texto vazia]"),
+    (r"\[reaction (.+?) to one of our messages\]", r"[reação \1 a uma das nossas mensagens]"),
+    (r"\[reaction removed\]", "[reação removida]"),
+    (r'\[tapped quick reply "(.*?)" \(payload (.*?)\)\]',
+     r'[tocou na resposta rápida "\1" (payload \2)]'),
+    (r'\[tapped button "(.*?)" \(id (.*?)\)\]', r'[tocou no botão "\1" (id \2)]'),
+    (r'\[picked list option "(.*?)"(.*?) \(id (.*?)\)\]',
+     r'[escolheu a opção da lista "\1"\2 (id \3)]'),
+    (r"\[submitted a form: (.*?)\]", r"[enviou um formulário: \1]"),
+    (r"\[shared a location: (.*?)\]", r"[compartilhou uma localização: \1]"),
+    (r"\[shared contact card: no name\]", "[compartilhou um contato sem nome]"),
+    (r"\[shared contact card: (.*?)\]", r"[compartilhou um contato: \1]"),
+    (r"\[sent a catalogue order with (\d+) item\(s\)\]",
+     r"[enviou um pedido do catálogo com \1 item(ns)]"),
+    (r"\[sent a message of a type we cannot read \((.*?)\); ask politely for a text message\]",
+     r"[enviou uma mensagem de um tipo que não conseguimos ler (\1)]"),
+    (r"\[sent an interactive reply we cannot read; ask politely for a text message\]",
+     "[enviou uma resposta interativa que não conseguimos ler]"),
+    (r"\[sent a (voice note|image|video|audio|document|sticker) we cannot open(.*?)\]",
+     lambda m: f"[enviou {_MEDIA_PT_BR[m.group(1)]} que não conseguimos abrir{m.group(2)}]"),
+    (r"\[follow-up template (\S+): the reply window had closed\]",
+     r"[modelo de retorno \1: a janela de 24 horas para responder tinha fechado]"),
+]
+
+
+def translate_notes(text: str, language: str) -> str:
+    """A transcript message's text with the product's bracketed notes in the console's
+    language (the customer's and the agent's own words are left as they are)."""
+    if language == "en" or "[" not in text:
+        return text
+    for pattern, replacement in _PT_BR_NOTES:
+        text = re.sub(pattern, replacement, text)
     return text

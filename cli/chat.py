@@ -1,0 +1,103 @@
+"""`wagent chat [TENANT_FILE] [--script FILE] [--record FILE]`: talk to a tenant's agent in the
+terminal as a customer would, through the whole product on loopback (replay/chat.py); the
+model is the real Messages API when ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) is set, or the
+Messages API double answering from `--script`. Exit status 2 on bad input or no model."""
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from cli.admin import read_document
+from core.logs import configure_logging
+from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
+from replay.relay import DEFAULT_BASE_URL, Relay
+from storage.errors import TenantConfigError
+from storage.tenants import validate_config
+
+EXAMPLE_TENANT = Path(__file__).resolve().parent.parent / "examples" / "tenant.yaml"
+NO_MODEL = ("wagent chat: no model to talk to. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL, "
+            "for a compatible endpoint) to chat with the real model, or give --script FILE "
+            "(a list of `model` steps: docs/REPLAY.md) to chat with scripted replies. "
+            "To see the product work without a key, run `wagent demo`.")
+
+
+def relay_from_environment() -> Relay | None:
+    """The real Messages API the environment names (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL),
+    or None when it names none."""
+    key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
+    base_url = os.environ.get("ANTHROPIC_BASE_URL", "").strip()
+    if not key and not base_url:
+        return None
+    return Relay(base_url=base_url or DEFAULT_BASE_URL, api_key=key)
+
+
+def chat(args: argparse.Namespace) -> int:
+    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
+    path = args.tenant_file or EXAMPLE_TENANT
+    try:
+        tenant = read_document(path)
+        validate_config(tenant)
+        script = load_script(read_document(args.script)) if args.script else None
+        start = _start(args.clock)
+    except (OSError, ValueError, TenantConfigError) as exc:  # ChatError is a ValueError
+        print(f"wagent chat: {exc}", file=sys.stderr)
+        return 2
+    relay = None if script is not None else relay_from_environment()
+    if script is None and relay is None:
+        print(NO_MODEL, file=sys.stderr)
+        return 2
+    session = ChatSession(tenant, script=script, relay=relay, start=start)
+    interactive = sys.stdin.isatty()
+    model = f"scripted ({args.script})" if script is not None else \
+        f"the Messages API at {relay.base_url if relay else ''}"
+    print(f"chat with {tenant.get('name', tenant['phone_number_id'])} ({path}); you are "
+          f"{CHAT_NAME}; model: {model}. Type /help for commands, /quit to end.")
+    try:
+        _loop(session, interactive)
+    except KeyboardInterrupt:
+        print()
+    finally:
+        try:
+            if args.record:
+                scenario = session.scenario(name=args.record.stem)
+                args.record.write_text(json.dumps(scenario, ensure_ascii=False, indent=2) + "\n",
+                                       encoding="utf-8")
+                print(f"recorded {len(scenario['steps'])} step(s) to {args.record}; "
+                      f"`wagent replay {args.record}` replays them")
+        finally:
+            session.close()
+    return 0
+
+
+def _start(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        start = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--clock {text!r} is not an ISO date-time") from None
+    if start.tzinfo is None:
+        raise ValueError(f"--clock {text!r} needs a UTC offset (Z or +00:00)")
+    return start
+
+
+def _loop(session: ChatSession, interactive: bool) -> None:
+    while True:
+        try:
+            line = input("you ▸ " if interactive else "")
+        except EOFError:
+            return
+        if line.strip() in ("/quit", "/exit"):
+            return
+        try:
+            lines = session.handle(line)
+        except ChatError as exc:
+            print(f"   ({exc})")
+            continue
+        for shown in lines:
+            if interactive and shown.startswith("customer ▸"):
+                continue  # what was just typed
+            print(shown)

@@ -1,0 +1,355 @@
+"""`wagent chat`: talk to a tenant's agent as a customer would, before WhatsApp is connected.
+
+A chat is a replay scenario written while it runs: each line the customer types is a signed
+webhook POSTed into the real web app (`{"webhook": {...}}`, Meta's envelope with a `timestamp`
+at the product clock), then the workers run (`{"drain": true}`); the agent's replies are what
+the Graph API double, the customer's phone, received. The model is the Messages API double:
+scripted (`--script`, a list of `model` steps: REPLAY.md) or relaying to a real Messages API
+(replay/relay.py). The product clock starts at the wall clock (whole seconds) and follows it
+between messages (`advance` steps of whole seconds); `/wait 25h` moves it and runs the sweeper
+(`advance` + `sweep`).
+
+`ChatSession.scenario()` is the session as a scenario (`--record`): before each action the
+model's responses it used, per purpose (`turn`, `summary`, `facts`), as `model` steps, then
+the action's steps, and at the end expectations on the appointments and the customer's facts;
+`wagent replay` replays it with the same result without a key (docs/REPLAY.md, "Recording a
+chat").
+"""
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlmodel import col, select
+
+from core.clock import parse_duration
+from replay.environment import ReplayEnvironment
+from replay.messages_api import RecordedCall, check_item
+from replay.relay import Relay
+from replay.runner import (
+    DEFAULT_TENANT,
+    PURPOSES,
+    ScenarioResult,
+    _Runner,
+    validate_scenario,
+)
+from storage.db import session_scope
+from storage.models import Appointment, Contact, ContactFact, Service, Tenant
+
+# the customer of a chat: an invented number and name (never a real person's)
+CHAT_WA_ID = "5511999990099"
+CHAT_NAME = "Cliente Teste"
+WABA_ID = "102030405060708"
+HELP = """commands (everything else is sent to the agent as the customer's message):
+  /wait DURATION   move the product clock (30m, 25h, 2d) and run the inactivity sweeper
+  /appointments    the tenant's appointments now
+  /facts           what is stored about you (the customer)
+  /context         what the model saw on its last call (system, tools, messages)
+  /reset           start over: empty database, a new conversation
+  /help            this list
+  /quit            end the chat (also end of input, Ctrl-D)"""
+
+
+class ChatError(ValueError):
+    """A bad script or command argument; the message says what to fix."""
+
+
+def load_script(document: Any) -> list[dict[str, Any]]:
+    """A `--script` file's steps: a list of `{"model": [...], "for": purpose}` (REPLAY.md's
+    `model` step; `for` defaults to `turn`). ChatError naming every bad step."""
+    if not isinstance(document, list):
+        raise ChatError("a script is a list of model steps: "
+                        '[{"model": [{"text": "Oi! Como posso ajudar?"}]}]')
+    problems = []
+    for index, step in enumerate(document):
+        if not isinstance(step, dict) or "model" not in step or set(step) - {"model", "for",
+                                                                               "label", "comment"}:
+            problems.append(f"step {index}: a script holds only model steps "
+                            '({"model": [...], "for": "turn"})')
+            continue
+        if step.get("for", "turn") not in PURPOSES:
+            problems.append(f"step {index}: for must be one of {sorted(PURPOSES)}")
+        items = step["model"] if isinstance(step["model"], list) else [step["model"]]
+        for item in items:
+            try:
+                check_item(item)
+            except ValueError as exc:
+                problems.append(f"step {index}: model item {item!r}: {exc}")
+    if problems:
+        raise ChatError("; ".join(problems))
+    return [{"model": list(s["model"]) if isinstance(s["model"], list) else [s["model"]],
+             "for": s.get("for", "turn")} for s in document]
+
+
+def recorded_item(response: dict[str, Any]) -> dict[str, Any]:
+    """A response the model gave, as a scripted item that makes the double answer the same:
+    the shorthand (`text`, `tool`/`input`, `tools`) when it says everything, else the content
+    blocks and stop_reason as they came (tool_use ids, thinking blocks kept)."""
+    content = list(response.get("content") or [])
+    texts = [b for b in content if b.get("type") == "text"]
+    uses = [b for b in content if b.get("type") == "tool_use"]
+    plain = (len(texts) + len(uses) == len(content) and len(texts) <= 1
+             and (not texts or content[0] is texts[0]) and (texts or uses)
+             and response.get("stop_reason") == ("tool_use" if uses else "end_turn"))
+    if not plain:
+        return {"content": content, "stop_reason": response.get("stop_reason") or "end_turn"}
+    item: dict[str, Any] = {"text": texts[0]["text"]} if texts else {}
+    if len(uses) == 1:
+        item.update(tool=uses[0]["name"], input=uses[0].get("input") or {})
+    elif uses:
+        item["tools"] = [{"tool": u["name"], "input": u.get("input") or {}} for u in uses]
+    return item
+
+
+def model_steps(calls: list[RecordedCall]) -> list[dict[str, Any]]:
+    """The `model` / `model_fail` steps that script `calls` again, in call order per purpose
+    (consecutive answers of one purpose share a step)."""
+    steps: list[dict[str, Any]] = []
+    for call in calls:
+        if call.status != 200:
+            steps.append({"model_fail": {"status": call.status, "times": 1},
+                          "for": call.purpose})
+            continue
+        item = recorded_item(call.response)
+        last = steps[-1] if steps else None
+        if last is not None and "model" in last and last["for"] == call.purpose:
+            last["model"].append(item)
+        else:
+            steps.append({"model": [item], "for": call.purpose})
+    return steps
+
+
+def message_body(phone_number_id: str, wamid: str, text: str, at: datetime) -> dict[str, Any]:
+    """A customer's text message in Meta's webhook envelope (WhatsApp §3.1, §3.3), sent at
+    `at` (Meta's `timestamp`: whole seconds since the epoch)."""
+    return {"object": "whatsapp_business_account", "entry": [{"id": WABA_ID, "changes": [{
+        "field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "5511999990000",
+                         "phone_number_id": phone_number_id},
+            "contacts": [{"profile": {"name": CHAT_NAME}, "wa_id": CHAT_WA_ID}],
+            "messages": [{"from": CHAT_WA_ID, "id": wamid, "timestamp": str(int(at.timestamp())),
+                          "type": "text", "text": {"body": text}}]}}]}]}
+
+
+class ChatSession:
+    """One chat: a replay environment with the tenant, the script or the relay, and the
+    scenario being recorded. `wall` is the wall clock in seconds (time.monotonic), which the
+    product clock follows between messages. `close()` stops everything."""
+
+    def __init__(self, tenant: dict[str, Any], *, script: list[dict[str, Any]] | None = None,
+                 relay: Relay | None = None, start: datetime | None = None,
+                 wall: Callable[[], float] = time.monotonic) -> None:
+        if (script is None) == (relay is None):
+            raise ChatError("a chat needs either a script or a relay to a Messages API")
+        self.tenant = {**DEFAULT_TENANT, **tenant}
+        self.zone = ZoneInfo(str(self.tenant["timezone"]))
+        self.script, self.relay, self.wall = script, relay, wall
+        self._open((start or datetime.now(UTC)).replace(microsecond=0))
+
+    def _open(self, start: datetime) -> None:
+        self.start = start
+        self.env = ReplayEnvironment(start=start)
+        self.result = ScenarioResult(name="chat")
+        self.lines: list[str] = []
+        self.runner = _Runner(self.env, self.result, Path("."), self.lines.append, self.zone,
+                              None)
+        self.env.add_tenant(self.tenant)
+        if self.relay is not None:
+            self.env.messages_api.relay = self.relay
+        for step in self.script or []:
+            self.env.messages_api.script(step["for"], step["model"])
+        self.steps: list[dict[str, Any]] = []
+        self.calls_seen = 0
+        self.messages_sent = 0
+        self.last_wall = self.wall()
+
+    # -- what the customer and the developer do ----------------------------------------------
+
+    def handle(self, line: str) -> list[str]:
+        """One line typed: a slash command or the customer's message; the lines to print.
+        ChatError for a bad command (nothing ran)."""
+        text = line.strip()
+        if not text:
+            return []
+        if not text.startswith("/"):
+            return self.say(text)
+        command, _, argument = text.partition(" ")
+        if command == "/wait":
+            return self.wait(argument.strip())
+        if command in ("/appointments", "/facts", "/context", "/help"):
+            shown: dict[str, Callable[[], list[str]]] = {
+                "/appointments": self.show_appointments, "/facts": self.show_facts,
+                "/context": self.show_context, "/help": lambda: HELP.splitlines()}
+            return shown[command]()
+        if command == "/reset":
+            return self.reset()
+        raise ChatError(f"unknown command {command}; /help lists them")
+
+    def say(self, text: str) -> list[str]:
+        """Send `text` as the customer's WhatsApp message and run the workers."""
+        moved = self._follow_wall_clock()
+        self.messages_sent += 1
+        wamid = f"wamid.CHAT{int(self.start.timestamp())}{self.messages_sent:06d}"
+        body = message_body(str(self.tenant["phone_number_id"]), wamid, text, self.env.clock.now())
+        return self._run([{"webhook": body}, {"drain": True}], moved=moved)
+
+    def wait(self, duration: str) -> list[str]:
+        """Move the product clock by `duration` (`25h`) and run the sweeper (then the workers)."""
+        try:
+            if parse_duration(duration) <= timedelta(0):
+                raise ValueError("the clock moves forward only")
+        except ValueError as exc:
+            raise ChatError(f"/wait takes a duration such as 30m, 25h or 2d: {exc}") from None
+        moved = self._follow_wall_clock()
+        return self._run([{"advance": duration}, {"sweep": True}], moved=moved)
+
+    def reset(self) -> list[str]:
+        """Start over: a new environment at the current product clock, the script's unused
+        responses kept; the recording starts again too."""
+        now = self.env.clock.now()
+        if self.script is not None:
+            used = {p: sum(1 for c in self.env.messages_api.calls if c.purpose == p
+                           and c.status == 200) for p in PURPOSES}
+            remaining = []
+            for step in self.script:
+                skip = min(used[step["for"]], len(step["model"]))
+                used[step["for"]] -= skip
+                items = step["model"][skip:]
+                if items:
+                    remaining.append({"model": items, "for": step["for"]})
+            self.script = remaining
+        self.env.close()
+        self._open(now)
+        return ["(reset: an empty database, the recording starts again)"]
+
+    def _follow_wall_clock(self) -> list[dict[str, Any]]:
+        """Move the product clock by the whole seconds the wall clock moved since the last
+        action; the `advance` step that does the same in a replay."""
+        elapsed = int(self.wall() - self.last_wall)
+        if elapsed < 1:
+            return []
+        self.last_wall += elapsed
+        self.env.clock.advance(timedelta(seconds=elapsed))
+        return [{"advance": f"{elapsed}s"}]
+
+    def _run(self, actions: list[dict[str, Any]], *, moved: list[dict[str, Any]]) -> list[str]:
+        """Run steps through the replay runner, then record them (after `moved`, the clock's
+        steps already taken) after the model's responses they used. The runner's transcript
+        lines are returned."""
+        del self.lines[:]
+        for action in actions:
+            self.runner.step(len(self.steps), action)
+        calls = self.env.messages_api.calls[self.calls_seen:]
+        self.calls_seen = len(self.env.messages_api.calls)
+        self.steps += moved + model_steps(calls) + actions
+        out = list(self.lines)
+        out += [f"   [the Messages API answered {c.status} ({c.purpose}): {_error_text(c)}; "
+                f"a retry waits on the product clock: /wait 1m lets it run]"
+                for c in calls if c.status != 200]
+        return out
+
+    # -- what the developer looks at ---------------------------------------------------------
+
+    def appointments(self) -> list[dict[str, Any]]:
+        """The tenant's appointments now, as REPLAY.md's `appointments` expectation takes
+        them: `{"service", "start" (local, minutes), "status"}`, by start time."""
+        with session_scope(self.env.engine) as session:
+            rows = session.exec(select(Appointment, Service).join(
+                Service, col(Service.id) == col(Appointment.service_id)).join(
+                Tenant, col(Tenant.id) == col(Appointment.tenant_id)).where(
+                Tenant.phone_number_id == str(self.tenant["phone_number_id"])).order_by(
+                col(Appointment.start_at), col(Appointment.id))).all()
+            return [{"service": service.code, "status": appointment.status,
+                     "start": appointment.start_at.astimezone(self.zone).replace(tzinfo=None)
+                     .isoformat(timespec="minutes")} for appointment, service in rows]
+
+    def facts(self) -> list[dict[str, Any]]:
+        """The chat customer's facts: `{"key", "value", "state"}`, oldest first."""
+        with session_scope(self.env.engine) as session:
+            contact = session.exec(select(Contact).where(Contact.wa_id == CHAT_WA_ID)).first()
+            if contact is None:
+                return []
+            rows = session.exec(select(ContactFact).where(
+                ContactFact.contact_id == contact.id).order_by(col(ContactFact.id))).all()
+            return [{"key": f.key, "value": f.value, "state": f.state} for f in rows]
+
+    def show_appointments(self) -> list[str]:
+        rows = self.appointments()
+        return [f"   {a['start']}  {a['service']}  {a['status']}" for a in rows] or \
+            ["   (no appointments)"]
+
+    def show_facts(self) -> list[str]:
+        rows = self.facts()
+        return [f"   {f['key']} = {f['value']} ({f['state']})" for f in rows] or \
+            ["   (no facts about you yet: they are extracted when the session ends, /wait 25h)"]
+
+    def show_context(self) -> list[str]:
+        """The request of the model's last call: model, tools, system blocks, messages."""
+        calls = self.env.messages_api.calls
+        if not calls:
+            return ["   (the model has not been called yet)"]
+        call = calls[-1]
+        request = call.request
+        tools = ", ".join(t.get("name", "?") for t in request.get("tools") or []) or "(none)"
+        lines = [f"   last call: purpose {call.purpose}, model {request.get('model')}, "
+                 f"answered {call.status}", f"   tools: {tools}"]
+        system = request.get("system") or []
+        for n, block in enumerate([{"text": system}] if isinstance(system, str) else system):
+            lines.append(f"   ── system[{n}]")
+            lines += [f"   {line}" for line in str(block.get("text", "")).splitlines()]
+        for message in request.get("messages") or []:
+            lines.append(f"   ── {message.get('role')}")
+            content = message.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            lines += [f"   {line}" for block in blocks or [] for line in _block_lines(block)]
+        return lines
+
+    # -- the recording -----------------------------------------------------------------------
+
+    def scenario(self, name: str = "chat") -> dict[str, Any]:
+        """The session as a replay scenario (docs/REPLAY.md): the steps run so far, each after
+        the model's responses it used, then an expectation on the appointments and facts now."""
+        expect = {"label": "as at the end of the chat", "appointments": self.appointments(),
+                  "facts": [{**f, "contact": CHAT_WA_ID} for f in self.facts()],
+                  "api_errors": 0}
+        scenario = {"name": name,
+                    "description": "Recorded with `wagent chat --record`; `wagent replay` "
+                                   "replays it with the model's recorded responses, `wagent "
+                                   "replay --live` sends the customer's messages to the model "
+                                   "again.",
+                    "clock": self.start.isoformat().replace("+00:00", "Z"),
+                    "tenant": json.loads(json.dumps(self.tenant, default=str)),
+                    "steps": [*self.steps, {"expect": expect}]}
+        problems = validate_scenario(scenario, Path("."))
+        if problems:  # a recording the runner would refuse is a bug here, not the user's
+            raise RuntimeError(f"the recorded scenario is invalid: {problems[:3]}")
+        return scenario
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _block_lines(block: dict[str, Any]) -> list[str]:
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", "")).splitlines() or [""]
+    if kind == "tool_use":
+        return [f"[tool_use {block.get('name')} "
+                f"{json.dumps(block.get('input'), ensure_ascii=False)}]"]
+    if kind == "tool_result":
+        content = block.get("content")
+        text = content if isinstance(content, str) else " ".join(
+            str(b.get("text", "")) for b in content or [] if isinstance(b, dict))
+        flag = " (error)" if block.get("is_error") else ""
+        return [f"[tool_result{flag}]", *text.splitlines()]
+    return [f"[{kind}]"]
+
+
+def _error_text(call: RecordedCall) -> str:
+    error = call.response.get("error") if isinstance(call.response, dict) else None
+    return str((error or {}).get("message") or call.response)[:200]

@@ -1,0 +1,320 @@
+"""`wagent chat` as a developer runs it: typed lines on standard input, scripted or relayed
+replies, slash commands, and a recording that `wagent replay` replays with the same result."""
+
+import asyncio
+import io
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cli.main import main
+from replay.chat import ChatError, ChatSession, load_script, model_steps, recorded_item
+from replay.messages_api import MessagesDouble, RecordedCall
+from replay.runner import run_scenario, run_scenario_file
+
+CLOCK = "2026-12-01T13:00:00Z"  # Tue 10:00 in São Paulo
+TENANT: dict[str, Any] = {
+    "phone_number_id": "109876543210987", "name": "Salão Exemplo",
+    "timezone": "America/Sao_Paulo",
+    "services": [{"code": "corte", "name": "Corte feminino", "duration_minutes": 60}],
+    "professionals": [{"code": "julia", "name": "Júlia", "services": ["corte"]}],
+    "hours": {"tue": ["09:00-18:00"], "wed": ["09:00-18:00"]},
+    "fact_keys": ["preferred_name", "preferred_period"]}
+SCRIPT: list[dict[str, Any]] = [
+    {"model": [{"tool": "find_available_slots",
+                "input": {"service": "corte", "date": "2026-12-02"}},
+               {"text": "Oi! Amanhã a Júlia tem 14h ou 15h. Qual prefere?"}]},
+    {"model": [{"text": "Perfeito, vou marcar.", "tool": "book_appointment",
+                "input": {"service": "corte", "start": "2026-12-02T14:00"}},
+               {"text": "Prontinho! Corte com a Júlia amanhã, quarta, às 14h."}]},
+    {"model": [{"text": json.dumps({"facts": [{"key": "preferred_period", "value": "tarde",
+                                                "source_message_id": 5, "stated": True}]})}],
+     "for": "facts"},
+]
+TYPED = ("oi, tem horário amanhã pra corte?\n"
+         "pode ser às 14h, de tarde é melhor pra mim sempre\n"
+         "/appointments\n"
+         "/wait 1x\n"
+         "/wait 25h\n"
+         "/facts\n"
+         "/context\n")
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # no .env of the repository's
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "DATABASE_URL", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "tenant.json").write_text(json.dumps(TENANT), encoding="utf-8")
+    (tmp_path / "script.json").write_text(json.dumps(SCRIPT), encoding="utf-8")
+    return tmp_path
+
+
+def _chat(monkeypatch: pytest.MonkeyPatch, typed: str, *args: str) -> int:
+    monkeypatch.setattr("sys.stdin", io.StringIO(typed))
+    return main(["chat", *args])
+
+
+def test_chat_with_a_script_through_standard_input_books_and_records(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = _chat(monkeypatch, TYPED, str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--clock", CLOCK, "--record",
+                 str(files / "trial.json"))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "customer ▸ oi, tem horário amanhã pra corte?" in out
+    assert "agent    ◂ Oi! Amanhã a Júlia tem 14h ou 15h. Qual prefere?" in out
+    assert "agent    ◂ Prontinho! Corte com a Júlia amanhã, quarta, às 14h." in out
+    assert "2026-12-02T14:00  corte  booked" in out  # /appointments
+    assert "/wait takes a duration" in out  # a bad argument: said, nothing ran
+    assert "[sweeper closed 1 conversation(s)]" in out
+    assert "preferred_period = tarde (confirmed)" in out  # /facts after the session ended
+    assert "last call: purpose facts" in out  # /context: the extraction call
+    assert "Customer: [Tue 2026-12-01 10:00] oi, tem horário amanhã pra corte?" in out
+    recorded = json.loads((files / "trial.json").read_text(encoding="utf-8"))
+    assert recorded["clock"] == CLOCK
+    webhooks = [s["webhook"] for s in recorded["steps"] if "webhook" in s]
+    assert len(webhooks) == 2
+    timestamp = webhooks[0]["entry"][0]["changes"][0]["value"]["messages"][0]["timestamp"]
+    assert int(timestamp) == 1796130000  # the scenario's clock: inside the 24-hour window
+    purposes = [s["for"] for s in recorded["steps"] if "model" in s]
+    assert purposes == ["turn", "turn", "facts"]
+    final = recorded["steps"][-1]["expect"]
+    assert final["appointments"] == [{"service": "corte", "status": "booked",
+                                      "start": "2026-12-02T14:00"}]
+    assert {"key": "preferred_period", "value": "tarde", "state": "confirmed",
+            "contact": "5511999990099"} in final["facts"]
+
+    assert main(["replay", str(files / "trial.json")]) == 0  # same result, no key
+    replayed = capsys.readouterr().out
+    assert "PASSED" in replayed
+    assert "agent    ◂ Prontinho! Corte com a Júlia amanhã, quarta, às 14h." in replayed
+    result = run_scenario_file(files / "trial.json")
+    assert result.passed and result.leftover == {} and result.unscripted_calls == 0
+    assert [s["text"] for s in result.sent] == [  # the text beside a tool_use is not sent
+        "Oi! Amanhã a Júlia tem 14h ou 15h. Qual prefere?",
+        "Prontinho! Corte com a Júlia amanhã, quarta, às 14h."]
+
+
+def test_a_recording_whose_product_changed_fails_its_replay(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _chat(monkeypatch, TYPED, str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--clock", CLOCK, "--record",
+                 str(files / "trial.json")) == 0
+    recorded = json.loads((files / "trial.json").read_text(encoding="utf-8"))
+    recorded["tenant"]["hours"] = {"wed": ["09:00-12:00"]}  # 14:00 is closed now
+    (files / "changed.json").write_text(json.dumps(recorded), encoding="utf-8")
+    result = run_scenario_file(files / "changed.json")
+    assert not result.passed
+    assert any("appointments [], expected" in f for f in result.failures)
+
+
+def test_without_a_key_or_a_script_chat_says_so_and_points_at_the_demo(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json")) == 2
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY" in err and "--script" in err and "wagent demo" in err
+    (files / "rec.json").write_text(json.dumps({"name": "x", "steps": []}), encoding="utf-8")
+    assert main(["replay", "--live", str(files / "rec.json")]) == 2
+    assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+def test_bad_input_is_refused_with_a_clear_error(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "bad_script.json").write_text(json.dumps(
+        [{"model": [{"txt": "oi"}]}, {"webhook": "x.json"}]), encoding="utf-8")
+    assert _chat(monkeypatch, "", str(files / "tenant.json"), "--script",
+                 str(files / "bad_script.json")) == 2
+    err = capsys.readouterr().err
+    assert "step 0" in err and "txt" in err and "step 1: a script holds only model steps" in err
+    (files / "bad_tenant.json").write_text(json.dumps({**TENANT, "timezone": "Sao Paulo"}))
+    assert _chat(monkeypatch, "", str(files / "bad_tenant.json"), "--script",
+                 str(files / "script.json")) == 2
+    assert "IANA" in capsys.readouterr().err
+    assert _chat(monkeypatch, "", str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--clock", "tomorrow") == 2
+    assert "--clock" in capsys.readouterr().err
+
+
+def test_unknown_commands_and_reset_keep_the_unused_script(files: Path) -> None:
+    session = ChatSession(TENANT, script=load_script(SCRIPT), start=_start())
+    try:
+        with pytest.raises(ChatError, match="unknown command /book"):
+            session.handle("/book")
+        assert any("Qual prefere" in line for line in session.handle("oi"))
+        assert session.handle("/reset") == [
+            "(reset: an empty database, the recording starts again)"]
+        assert session.appointments() == [] and session.steps == []
+        lines = session.handle("às 14h")  # the second scripted turn answers now
+        assert any("Prontinho" in line for line in lines)
+        assert session.appointments()[0]["start"] == "2026-12-02T14:00"
+        assert session.scenario()["clock"] == CLOCK
+    finally:
+        session.close()
+
+
+def test_the_product_clock_follows_the_wall_clock_between_messages(files: Path) -> None:
+    wall = iter([100.0, 100.2, 190.7, 190.9])
+    session = ChatSession(TENANT, script=load_script(SCRIPT), start=_start(),
+                          wall=lambda: next(wall))
+    try:
+        session.handle("oi")
+        session.handle("às 14h")  # 90 s later
+        advances = [s["advance"] for s in session.steps if "advance" in s]
+        assert advances == ["90s"]
+        body = [s["webhook"] for s in session.steps if "webhook" in s][1]
+        sent_at = body["entry"][0]["changes"][0]["value"]["messages"][0]["timestamp"]
+        assert int(sent_at) == 1796130000 + 90
+    finally:
+        session.close()
+
+
+def test_recorded_responses_use_the_shorthand_only_when_it_says_everything() -> None:
+    tool = {"type": "tool_use", "id": "toolu_01", "name": "list_services", "input": {}}
+    text = {"type": "text", "text": "Vou ver."}
+    assert recorded_item({"content": [text, tool], "stop_reason": "tool_use"}) == {
+        "text": "Vou ver.", "tool": "list_services", "input": {}}
+    assert recorded_item({"content": [text], "stop_reason": "end_turn"}) == {"text": "Vou ver."}
+    assert recorded_item({"content": [tool, dict(tool, id="toolu_02")],
+                          "stop_reason": "tool_use"})["tools"][1]["tool"] == "list_services"
+    odd = {"content": [text, text], "stop_reason": "end_turn"}
+    assert recorded_item(odd) == odd  # two text blocks: kept as they came
+    cut = {"content": [text], "stop_reason": "max_tokens"}
+    assert recorded_item(cut) == cut
+    calls = [RecordedCall("turn", {}, 200, {"content": [text], "stop_reason": "end_turn"}),
+             RecordedCall("turn", {}, 529, {"type": "error"}),
+             RecordedCall("summary", {}, 200, {"content": [text], "stop_reason": "end_turn"})]
+    assert model_steps(calls) == [
+        {"model": [{"text": "Vou ver."}], "for": "turn"},
+        {"model_fail": {"status": 529, "times": 1}, "for": "turn"},
+        {"model": [{"text": "Vou ver."}], "for": "summary"}]
+
+
+class _Upstream:
+    """A second Messages API double standing in for the real API (no network in tests)."""
+
+    def __init__(self) -> None:
+        self.double = MessagesDouble(api_key="sk-test-upstream")
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self.double.start(), self.loop).result(10)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.double.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[_Upstream]:
+    server = _Upstream()
+    yield server
+    server.close()
+
+
+def test_with_a_key_chat_talks_to_the_messages_api_and_replay_live_again(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        upstream: _Upstream) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-upstream")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.url)
+    for step in SCRIPT:
+        upstream.double.script(step.get("for", "turn"), step["model"])
+    code = _chat(monkeypatch, TYPED, str(files / "tenant.json"), "--clock", CLOCK,
+                 "--record", str(files / "live.json"))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "agent    ◂ Prontinho! Corte com a Júlia amanhã, quarta, às 14h." in out
+    assert len(upstream.double.calls) == 5 and upstream.double.api_errors == 0
+    assert [c.status for c in upstream.double.calls] == [200] * 5  # the real key reached it
+    assert "sk-test-upstream" not in (files / "live.json").read_text(encoding="utf-8")
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY")  # the recording replays without a key
+    monkeypatch.delenv("ANTHROPIC_BASE_URL")
+    assert main(["replay", str(files / "live.json")]) == 0
+    assert len(upstream.double.calls) == 5
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-upstream")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.url)
+    for step in SCRIPT:  # the "model" answers the same again: the expectations hold
+        upstream.double.script(step.get("for", "turn"), step["model"])
+    assert main(["replay", "--live", str(files / "live.json")]) == 0
+    assert "replies are live" in capsys.readouterr().out
+    assert len(upstream.double.calls) == 10
+    first, again = upstream.double.calls[0].request, upstream.double.calls[5].request
+    assert first["messages"] == again["messages"]  # the same customer message, re-sent
+
+
+def test_a_wrong_key_is_shown_plainly(files: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str],
+                                      upstream: _Upstream) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-wrong")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.url)
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--clock", CLOCK) == 0
+    out = capsys.readouterr().out
+    assert "[the Messages API answered 401 (turn): invalid x-api-key; a retry" in out
+    assert "sk-wrong" not in out
+
+
+def _start() -> datetime:
+    return datetime.fromisoformat(CLOCK)
+
+
+BUNDLED = Path(__file__).resolve().parent.parent / "replay" / "scenarios"
+
+
+@pytest.mark.parametrize(("option", "sent"), [({"timestamp": "clock"}, 1), ({}, 0)])
+def test_a_bundled_message_is_sent_at_the_scenario_clock(option: dict[str, str],
+                                                         sent: int) -> None:
+    """ana_01.json is dated June 2026; on 1 December it is a day-old redelivery unless the
+    step stamps it at the clock (the demo's scenarios all do)."""
+    scenario = {"name": "today", "clock": CLOCK, "tenant": TENANT, "steps": [
+        {"model": [{"text": "Oi! Tem sim."}]},
+        {"webhook": "webhooks/ana_01.json", **option},
+        {"drain": True},
+        {"expect": {"sent_count": sent}}]}
+    result = run_scenario(scenario, base=BUNDLED)
+    assert result.passed, result.failures
+    demo = [json.loads(p.read_text(encoding="utf-8")) for p in BUNDLED.glob("*.json")]
+    assert demo and all(s.get("timestamp") == "clock" for d in demo for s in d["steps"]
+                        if "webhook" in s)
+
+
+def test_a_bad_timestamp_option_is_refused_before_the_scenario_runs() -> None:
+    result = run_scenario({"name": "x", "steps": [
+        {"webhook": "webhooks/ana_01.json", "timestamp": "now"}]}, base=BUNDLED)
+    assert not result.passed and 'webhook timestamp takes "clock"' in result.failures[0]
+
+
+def test_the_example_tenant_names_no_template_a_new_business_cannot_have(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    as_yaml = yaml.safe_load((examples / "tenant.yaml").read_text(encoding="utf-8"))
+    as_json = json.loads((examples / "tenant.json").read_text(encoding="utf-8"))
+    for tenant in (as_yaml, as_json):
+        assert "followup_template" not in tenant
+    assert set(as_yaml) - {"hours_exceptions"} == set(as_json)  # twins
+    (files / "one.json").write_text(json.dumps([{"model": [{"text": "Oi! Tudo bem?"}]}]))
+    assert _chat(monkeypatch, "oi\n", "--script", str(files / "one.json")) == 0  # the example
+    out = capsys.readouterr().out
+    assert "chat with Salão Exemplo" in out and "agent    ◂ Oi! Tudo bem?" in out
+
+
+def test_the_readmes_first_screen_says_how_to_try_test_and_deploy_in_that_order() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    first_screen = "\n".join(readme.splitlines()[:30])
+    places = [first_screen.find(word) for word in ("wagent chat", "pytest", "docs/DEPLOY.md")]
+    assert -1 not in places and places == sorted(places), places
+    assert "wagent demo" in first_screen
