@@ -95,7 +95,7 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                 "expect": set(), "wagent": {"status", "output_contains"}}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors"}
+               "api_errors", "reads"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals"},
                 "appointments": {"service", "start", "status"},
@@ -296,6 +296,8 @@ class _Runner:
         self.cli = cli
         self.timezone = timezone
         self.sent_mark = 0  # sends seen by the previous expect
+        self.reads_mark = 0  # mark-as-read requests seen by the previous expect
+        self.shown_reads = 0
         self.tool_mark = 0  # ToolCall id seen by the previous expect
         self.shown_sends = 0
         self.shown_tools = 0
@@ -428,6 +430,10 @@ class _Runner:
                 self.say(f"   tool {call.name}({json.dumps(call.input, ensure_ascii=False)})"
                          f"{flag} → {_one_line(call.result)}")
                 self.shown_tools = call.id or self.shown_tools
+        for read in self.env.graph_api.reads[self.shown_reads:]:
+            self.say("   [marked read" + (", typing… shown]" if "typing_indicator" in read
+                                          else "]"))
+        self.shown_reads = len(self.env.graph_api.reads)
         for send in self.env.graph_api.sends[self.shown_sends:]:
             if send.wamid:
                 self.say(f"agent    ◂ {_sent_text(send.body)}")
@@ -516,6 +522,7 @@ class _Expectations:
                 raise ScenarioError(f"{self.where}: unknown expectation {key!r}")
             checker(value, new_sends)
         self.runner.sent_mark = len(sends)
+        self.runner.reads_mark = len(self.env.graph_api.reads)
         with session_scope(self.env.engine) as session:
             last = session.exec(select(ToolCall).order_by(col(ToolCall.id).desc())).first()
             self.runner.tool_mark = last.id if last and last.id else self.runner.tool_mark
@@ -534,6 +541,15 @@ class _Expectations:
                           f"(in order) among {new_sends}")
                 return
             position += 1
+
+    def _check_reads(self, value: int, _: list[dict[str, Any]]) -> None:
+        """Mark-as-read requests since the previous `expect`, each with the typing indicator."""
+        reads = self.env.graph_api.reads[self.runner.reads_mark:]
+        if len(reads) != int(value):
+            self.fail(f"reads {len(reads)}, expected {value}")
+        plain = [r for r in reads if r.get("typing_indicator") != {"type": "text"}]
+        if plain:
+            self.fail(f"{len(plain)} mark-as-read request(s) without the typing indicator")
 
     def _check_tool_errors(self, value: int, _: list[dict[str, Any]]) -> None:
         with session_scope(self.env.engine) as session:

@@ -48,6 +48,7 @@ from workers.jobs import (
     run_coalesced,
 )
 from workers.outbox import flush_outbox
+from workers.receipts import TypingIndicator
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -122,6 +123,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         flush_outbox(runtime, conversation_id)
         return outcome
     hooks = _StoreHooks(runtime, state)
+    hooks.typing.start()  # read receipt + "typing…" (workers/receipts.py), best effort
     try:
         outcome = _converse(runtime, state, hooks)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
@@ -159,7 +161,7 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
               hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
     messages = to_api_messages(window.messages)
-    create = functools.partial(_create, runtime)
+    create = functools.partial(_create, runtime, hooks.typing)
     return run_tool_loop(create, request_for=turn_request(runtime, state, window.context_block),
                          messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
@@ -167,7 +169,8 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
 
 
-def _create(runtime: Runtime, **request: Any) -> Any:
+def _create(runtime: Runtime, typing: TypingIndicator, **request: Any) -> Any:
+    typing.keep_alive()  # again past 20 s: Meta clears it after 25 s
     crash_point("before_model_call")
     return call_model(runtime, "turn", **request)
 
@@ -286,6 +289,7 @@ class _StoreHooks:
 
     def __init__(self, runtime: Runtime, state: TurnState) -> None:
         self.runtime, self.state = runtime, state
+        self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
         self.folded_up_to = 0  # history position of the last customer message folded in
 
     def on_response(self, response: Any) -> None:
