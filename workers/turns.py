@@ -37,6 +37,7 @@ from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import texts
+from workers.choices import reply_parts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.facts import render_context_block
 from workers.jobs import (
@@ -141,7 +142,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     except ContextWindowExceeded:  # even the hard-capped window was too big
         log.error("turn_context_window_exceeded_twice")
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
-    _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to))
+    _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to),
+            offers=kind == "answered")  # an apology offers no choices
     flush_outbox(runtime, conversation_id)
     if maybe_enqueue_compaction(runtime, conversation_id):
         log.info("compaction_enqueued")
@@ -346,9 +348,11 @@ def _reply_text(outcome: LoopOutcome, language: str) -> str:
     return outcome.final_text or texts.text(language, "fallback")
 
 
-def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int) -> bool:
+def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int,
+            offers: bool = False) -> bool:
     """Store the reply, its outbox rows and the answered marks in one transaction.
 
+    `offers`: the reply may carry the choices of this turn's `offer_choices` (workers/choices.py).
     Compare-and-set on the answered marks: if another worker answered these messages meanwhile
     (a lock lost to a Redis flush, then the reconciler), this reply is dropped, never sent as a
     second answer. Returns False then.
@@ -360,12 +364,14 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
                                           up_to_position=up_to_position, now=now):
             log.warning("turn_reply_dropped_already_answered")
             return False
+        kind, parts = reply_parts(session, _id(state.conversation), reply,  # a list, buttons
+                                  state.tenant.language) if offers else ("text", split_text(reply))
         message = message_repo.append(
             session, tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
             role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
             now=now)
-        message_repo.add_outbound(session, message=message, parts=split_text(reply), to=to,
-                                  recipient=recipient, now=now)
+        message_repo.add_outbound(session, message=message, parts=parts, to=to,
+                                  recipient=recipient, now=now, kind=kind)
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
         touch(conversation, now=now, inactivity_timeout=inactivity_timeout(

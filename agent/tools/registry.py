@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from agent.tools import facts, scheduling
+from agent.tools import choices, facts, scheduling
 from agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
@@ -22,6 +22,7 @@ REGISTRY: tuple[Tool, ...] = (
     scheduling.FIND_AVAILABLE_SLOTS,
     scheduling.LIST_MY_APPOINTMENTS,
     scheduling.LIST_SERVICES,
+    choices.OFFER_CHOICES,
     facts.REMEMBER_FACT,
     scheduling.RESCHEDULE_APPOINTMENT,
 )
