@@ -80,36 +80,32 @@ def interactive_problems(interactive: Any) -> list[str]:
     """Every limit of §5.2 a list or buttons `interactive` object breaks ([] when none)."""
     if not isinstance(interactive, dict) or interactive.get("type") not in ("list", "button"):
         return ["interactive.type must be list or button"]
-    action = interactive.get("action") if isinstance(interactive.get("action"), dict) else {}
-    body = (interactive.get("body") or {}).get("text") if isinstance(
-        interactive.get("body"), dict) else None
+    action = _dict(interactive.get("action"))
+    body = _dict(interactive.get("body")).get("text")
     if interactive["type"] == "button":
         problems = _text("body", body, LIMITS.button_body)
-        buttons = action.get("buttons") if isinstance(action.get("buttons"), list) else []
+        buttons = _list(action.get("buttons"))
         if not 1 <= len(buttons) <= LIMITS.buttons:
             problems.append(f"{len(buttons)} buttons: 1 to {LIMITS.buttons}")
-        titles = [((b.get("reply") or {}) if isinstance(b, dict) else {}).get("title")
-                  for b in buttons]
-        for n, b in enumerate(buttons):
-            reply = b.get("reply") if isinstance(b, dict) else None
-            reply = reply if isinstance(reply, dict) else {}
+        replies = [_dict(_dict(b).get("reply")) for b in buttons]
+        for n, reply in enumerate(replies):
             problems += _text(f"button {n} title", reply.get("title"), LIMITS.button_title)
             problems += _text(f"button {n} id", reply.get("id"), LIMITS.button_id)
-        if len(set(map(str, titles))) != len(titles):
+        titles = [str(reply.get("title")) for reply in replies]
+        if len(set(titles)) != len(titles):
             problems.append("button titles must be unique")
         return problems
     problems = _text("body", body, LIMITS.list_body)
     problems += _text("button", action.get("button"), LIMITS.list_button)
-    sections = action.get("sections") if isinstance(action.get("sections"), list) else []
+    sections = [_dict(section) for section in _list(action.get("sections"))]
     if not 1 <= len(sections) <= LIMITS.list_sections:
         problems.append(f"{len(sections)} sections: 1 to {LIMITS.list_sections}")
     rows = 0
-    for s, section in enumerate(s for s in sections if isinstance(s, dict)):
+    for s, section in enumerate(sections):
         if "title" in section:
             problems += _text(f"section {s} title", section.get("title"), LIMITS.section_title)
-        for n, row in enumerate(section.get("rows") or []):
+        for n, row in enumerate(_dict(r) for r in _list(section.get("rows"))):
             rows += 1
-            row = row if isinstance(row, dict) else {}
             problems += _text(f"row {n} title", row.get("title"), LIMITS.row_title)
             problems += _text(f"row {n} id", row.get("id"), LIMITS.row_id)
             if "description" in row:
@@ -125,6 +121,14 @@ def _row(choice: Choice) -> dict[str, Any]:
     if choice.description:
         row["description"] = choice.description
     return row
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _text(what: str, value: Any, limit: int) -> list[str]:
