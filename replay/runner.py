@@ -725,8 +725,8 @@ def _sent_text(body: dict[str, Any]) -> str:
                       if c.get("type") == "body" for p in c.get("parameters") or []]
         shown = f" ({', '.join(parameters)})" if parameters else ""
         return f"[template {template.get('name')} {language}]{shown}"
-    if body.get("type") == "interactive":
-        kind = (body.get("interactive") or {}).get("type")
+    kind = (body.get("interactive") or {}).get("type")
+    if body.get("type") == "interactive" and kind in ("list", "button"):
         titles = " | ".join(title for title, _ in _offered(body))
         return f"{_send_view(body).get('text')} [{kind}: {titles}]"
     return str(((body.get("text") or {}).get("body")) or body.get("type"))
