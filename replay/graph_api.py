@@ -314,13 +314,16 @@ def validate_interactive(interactive: dict[str, Any]) -> None:
     _require(isinstance(body, dict) and _is_text(body.get("text")), "interactive['body']")
     assert isinstance(body, dict)
     _length("Body", body["text"], LIMITS.button_body if kind == "button" else LIMITS.list_body)
-    for part in ("header", "footer"):
-        if part in interactive:
-            value = interactive[part]
+    for part in ("header", "footer"):  # a header may also be an image, video or document
+        value = interactive.get(part)
+        if part in interactive and (part == "footer" or _dict_get(value, "type") == "text"):
             _require(isinstance(value, dict) and _is_text(value.get("text")),
                      f"interactive['{part}']")
+            assert isinstance(value, dict)
             _length(part.capitalize(), value["text"], LIMITS.header if part == "header"
                     else LIMITS.footer)
+        elif part in interactive:
+            _require(isinstance(value, dict), f"interactive['{part}']")
     action = interactive.get("action")
     _require(isinstance(action, dict), "interactive['action']")
     assert isinstance(action, dict)
@@ -376,6 +379,10 @@ def _validate_list(action: dict[str, Any]) -> None:
                 _length("Row description", row["description"], LIMITS.row_description)
             rows += 1
     _count("rows", rows, LIMITS.list_rows)
+
+
+def _dict_get(value: object, key: str) -> object:
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def _length(what: str, value: object, limit: int) -> None:

@@ -119,6 +119,10 @@ async def test_the_double_refuses_a_list_past_the_limits_as_meta_does() -> None:
         error = await refused({"type": "list", "body": {"text": "b"},
                                "action": {"button": "Ver", "sections": [{"rows": long_row}]}})
         assert "Row description length invalid" in error.details
+        error = await refused({"type": "button", "body": {"text": "b"}, "footer": {
+            "text": "f" * 61}, "action": {"buttons": [
+                {"type": "reply", "reply": {"id": "a", "title": "ok"}}]}})
+        assert error.details == "Footer length invalid. Min length: 1, Max length: 60"
         assert double.accepted == []
     finally:
         await double.stop()
