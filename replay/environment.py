@@ -89,7 +89,7 @@ class ReplayEnvironment:
             whatsapp_verify_token=VERIFY_TOKEN, whatsapp_access_token=ACCESS_TOKEN,
             anthropic_api_key=API_KEY, **{"turn_debounce_seconds": 0, **settings})
         self.queue = Queue(self.namespace, connection=self.redis)
-        self.messages_api = MessagesDouble(api_key=API_KEY)
+        self.messages_api = MessagesDouble(api_key=API_KEY, advance=self.clock.advance)
         self.graph_api = GraphDouble(access_token=ACCESS_TOKEN)
         self._loop = _LoopThread()
         self._runner: web.AppRunner | None = None

@@ -15,6 +15,7 @@ from typing import Any, TypeGuard
 from aiohttp import web
 
 from replay.errors import GraphRefusal
+from whatsapp.interactive import LIMITS
 
 # Meta: text.body at most 4096 characters. Counted in UTF-16 code units, the strictest count
 # Meta could be using (it does not say), so a reply the product sends is never refused by Meta
@@ -30,6 +31,7 @@ TITLES = {
     131047: "Re-engagement message",
     131026: "Message undeliverable",
     100: "Invalid parameter",
+    131009: "Parameter value is not valid",
 }
 DETAILS = {
     130429: "Cloud API message throughput has been reached.",
@@ -282,7 +284,105 @@ def validate_send(body: object) -> dict[str, Any]:
                  "context['message_id']")
     if kind == "text":
         validate_text(body["text"])
+    if kind == "interactive":
+        validate_interactive(body["interactive"])
     return body
+
+
+def validate_interactive(interactive: dict[str, Any]) -> None:
+    """Reply buttons and lists ([S19][S20]) within Meta's limits (`whatsapp.interactive.LIMITS`,
+    their one home; this walk is the double's own). A missing or misplaced part is a 100; a
+    broken count or length a 131009 whose details name it, as Meta answers ("Button title
+    length invalid. Min length: 1, Max length: 20"). Lengths in UTF-16 code units."""
+    kind = interactive.get("type")
+    _require(kind in ("button", "list"), "interactive['type']")
+    _reject_unknown(interactive, {"type", "header", "body", "footer", "action"}, "interactive")
+    body = interactive.get("body")
+    _require(isinstance(body, dict) and _is_text(body.get("text")), "interactive['body']")
+    assert isinstance(body, dict)
+    _length("Body", body["text"], LIMITS.button_body if kind == "button" else LIMITS.list_body)
+    for part in ("header", "footer"):  # a header may also be an image, video or document
+        value = interactive.get(part)
+        if part in interactive and (part == "footer" or _dict_get(value, "type") == "text"):
+            _require(isinstance(value, dict) and _is_text(value.get("text")),
+                     f"interactive['{part}']")
+            assert isinstance(value, dict)
+            _length(part.capitalize(), value["text"], LIMITS.header if part == "header"
+                    else LIMITS.footer)
+        elif part in interactive:
+            _require(isinstance(value, dict), f"interactive['{part}']")
+    action = interactive.get("action")
+    _require(isinstance(action, dict), "interactive['action']")
+    assert isinstance(action, dict)
+    if kind == "button":
+        _validate_buttons(action)
+    else:
+        _validate_list(action)
+
+
+def _validate_buttons(action: dict[str, Any]) -> None:
+    buttons = action.get("buttons")
+    _require(isinstance(buttons, list) and bool(buttons), "interactive['action']['buttons']")
+    assert isinstance(buttons, list)
+    _count("buttons", len(buttons), LIMITS.buttons)
+    titles = []
+    for n, button in enumerate(buttons):
+        reply = button.get("reply") if isinstance(button, dict) else None
+        _require(isinstance(reply, dict) and button.get("type") == "reply"
+                 and _is_text(reply.get("id")) and _is_text(reply.get("title")),
+                 f"interactive['action']['buttons'][{n}]")
+        assert isinstance(reply, dict)
+        _length("Button title", reply["title"], LIMITS.button_title)
+        _length("Button id", reply["id"], LIMITS.button_id)
+        titles.append(reply["title"])
+    if len(set(titles)) != len(titles):
+        raise GraphRefusal(131009, f"(#131009) {TITLES[131009]}",
+                           "Button title is not unique.")
+
+
+def _validate_list(action: dict[str, Any]) -> None:
+    _require(_is_text(action.get("button")), "interactive['action']['button']")
+    _length("Button label", action["button"], LIMITS.list_button)
+    sections = action.get("sections")
+    _require(isinstance(sections, list) and bool(sections), "interactive['action']['sections']")
+    assert isinstance(sections, list)
+    _count("sections", len(sections), LIMITS.list_sections)
+    rows = 0
+    for s, section in enumerate(sections):
+        _require(isinstance(section, dict) and isinstance(section.get("rows"), list)
+                 and bool(section["rows"]), f"interactive['action']['sections'][{s}]")
+        if "title" in section:
+            _length("Section title", section["title"], LIMITS.section_title)
+        elif len(sections) > 1:  # Meta: a title on every section of a multi-section list
+            _require(False, f"interactive['action']['sections'][{s}]['title']")
+        for n, row in enumerate(section["rows"]):
+            where = f"interactive['action']['sections'][{s}]['rows'][{n}]"
+            _require(isinstance(row, dict) and _is_text(row.get("id"))
+                     and _is_text(row.get("title")), where)
+            _reject_unknown(row, {"id", "title", "description"}, where)
+            _length("Row title", row["title"], LIMITS.row_title)
+            _length("Row id", row["id"], LIMITS.row_id)
+            if "description" in row:
+                _length("Row description", row["description"], LIMITS.row_description)
+            rows += 1
+    _count("rows", rows, LIMITS.list_rows)
+
+
+def _dict_get(value: object, key: str) -> object:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _length(what: str, value: object, limit: int) -> None:
+    if not isinstance(value, str) or not 1 <= len(value.encode("utf-16-le",
+                                                              "surrogatepass")) // 2 <= limit:
+        raise GraphRefusal(131009, f"(#131009) {TITLES[131009]}",
+                           f"{what} length invalid. Min length: 1, Max length: {limit}")
+
+
+def _count(what: str, count: int, limit: int) -> None:
+    if count > limit:
+        raise GraphRefusal(131009, f"(#131009) {TITLES[131009]}",
+                           f"Too many {what}: {count}. Max {what}: {limit}")
 
 
 def validate_text(text: dict[str, Any]) -> None:

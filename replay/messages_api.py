@@ -20,6 +20,10 @@ What it does (ARCHITECTURE.md, "Testing against the real wire"):
 * With ``relay`` set (replay/relay.py: ``wagent chat`` and ``wagent replay --live`` with a
   key), a valid call whose purpose has no scripted response goes on to a real Messages API and
   is recorded with its real answer and usage (not counted in ``unscripted_calls``).
+* A scripted item may carry ``"delay": "25s"`` (any duration ``core.clock.parse_duration``
+  reads): answering it first moves the product's clock by that much (the ``advance`` callable
+  given at construction; replays pass their ``FrozenClock.advance``), as if the model had taken
+  that long. Nothing sleeps.
 * ``POST /v1/messages/count_tokens`` answers ``{"input_tokens": N}`` from the same cost model.
 
 Pinned cost model (deterministic, so cache hit ratio and context size can be compared):
@@ -612,13 +616,15 @@ def output_tokens(content: list[dict[str, Any]]) -> int:
 # Scripted responses
 # --------------------------------------------------------------------------------------------
 
-_SHORTHAND_KEYS = frozenset({"text", "tool", "input", "tools", "stop_reason"})
+_SHORTHAND_KEYS = frozenset({"text", "tool", "input", "tools", "stop_reason", "delay"})
 
 
 def check_item(item: dict[str, Any]) -> None:
     """Raise ValueError when a scripted item is neither a full response nor a shorthand."""
     if not isinstance(item, dict):
         raise ValueError(f"scripted item must be a dict, got {type(item).__name__}")
+    if "delay" in item:
+        core.clock.parse_duration(str(item["delay"]))  # ValueError names the bad duration
     if "content" in item:
         if not isinstance(item["content"], list):
             raise ValueError("scripted response `content` must be a list of blocks")
@@ -679,8 +685,12 @@ class MessagesDouble:
         clock: Callable[[], datetime] | None = None,
         min_cacheable_tokens: int = 1024,
         api_key: str | None = None,
+        advance: Callable[[timedelta], None] | None = None,
     ) -> None:
         self._clock: Callable[[], datetime] = clock or (lambda: core.clock.now())
+        # moves the clock by a scripted item's `delay` (the call "took" that long); None: the
+        # delay is refused when the item is answered (no clock to move)
+        self._advance = advance
         self._api_key = api_key
         self.cache = PromptCache(self._clock, min_cacheable_tokens)
         self.base_url = ""
@@ -842,6 +852,12 @@ class MessagesDouble:
     # -- responses -----------------------------------------------------------------------------
 
     def _success(self, purpose: str, request: dict[str, Any], item: dict[str, Any]) -> web.Response:
+        if "delay" in item:  # the model "took" this long, on the product's clock: no sleep
+            item = dict(item)
+            delay = core.clock.parse_duration(str(item.pop("delay")))
+            if self._advance is None:
+                raise RuntimeError("a scripted delay needs a clock to advance (advance=)")
+            self._advance(delay)
         with self._lock:
             response = self._build_message(item, request)
             usage = self._usage(request, response["content"])  # the cache moves either way

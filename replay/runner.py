@@ -92,12 +92,12 @@ SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
                                                                       "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
-                "expect": set(), "wagent": {"status", "output_contains"}}
+                "expect": set(), "wagent": {"status", "output_contains"}, "tap": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors"}
+               "api_errors", "reads"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
-MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals"},
+MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
                 "appointments": {"service", "start", "status"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact"}}
@@ -166,6 +166,8 @@ def _step_problems(step: Any, base: Path) -> list[str]:
         problems.append("wagent takes the command's arguments as a list of strings")
     elif action == "graph_fail":
         problems += _graph_fail_problems(value)
+    elif action == "tap" and (not isinstance(value, str) or not value):
+        problems.append("tap takes the title of a list row or button as a string")
     wanted = step.get("output_contains", [])
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         problems.append("output_contains takes a list of strings")
@@ -307,6 +309,8 @@ class _Runner:
         self.cli = cli
         self.timezone = timezone
         self.sent_mark = 0  # sends seen by the previous expect
+        self.reads_mark = 0  # mark-as-read requests seen by the previous expect
+        self.shown_reads = 0
         self.tool_mark = 0  # ToolCall id seen by the previous expect
         self.shown_sends = 0
         self.shown_tools = 0
@@ -315,6 +319,7 @@ class _Runner:
         self.last_sender: str | None = None
         self.outbox_seen: dict[int, tuple[str, int]] = {}
         self.live = False  # `model` steps skipped: the relay answers (run_scenario's `live`)
+        self.taps = 0  # customer taps posted (their wamids)
 
     def say(self, line: str) -> None:
         self.result.transcript.append(line)
@@ -351,6 +356,8 @@ class _Runner:
             _Expectations(self, where).check(step["expect"])
         elif "wagent" in step:
             self._wagent(where, step)
+        elif "tap" in step:
+            self._tap(where, str(step["tap"]))
         else:
             raise ScenarioError(f"{where}: unknown step {sorted(step)}")
 
@@ -380,6 +387,45 @@ class _Runner:
                 self._show_customer(body)
         if int(step.get("repeat", 1)) > 1:
             self.say(f"   (delivered {step['repeat']} times)")
+
+    def _tap(self, where: str, title: str) -> None:
+        """The customer taps `title` on the latest message that offered it: a list row or a
+        reply button (`interactive.list_reply` / `button_reply`) or a template's quick-reply
+        button (`button`, matched on its payload), posted as Meta shapes it (WhatsApp §3.4),
+        quoting that message, stamped with the product's clock."""
+        for send in reversed(self.env.graph_api.accepted):
+            reply = _tap_reply(send.body, title)
+            if reply is not None:
+                break
+        else:
+            raise ScenarioError(f"{where}: no message sent so far offers {title!r}")
+        address = send.body.get("to") or send.body.get("recipient")
+        with session_scope(self.env.engine) as session:
+            contact = session.exec(select(Contact).where(
+                (col(Contact.wa_id) == address) | (col(Contact.user_id) == address))).first()
+            wa_id, user_id = (contact.wa_id, contact.user_id) if contact else (address, None)
+            name = (contact.profile_name if contact else None) or "Cliente"
+        self.taps += 1
+        message = {"context": {"from": "5511999990000", "id": send.wamid},
+                   "id": f"wamid.TAP{self.taps:06d}",
+                   "timestamp": str(int(self.env.clock.now().timestamp())), **reply}
+        if wa_id:
+            message["from"] = wa_id
+        if user_id:
+            message["from_user_id"] = user_id
+        contact_entry: dict[str, Any] = {"profile": {"name": name}}
+        contact_entry.update({k: v for k, v in (("wa_id", wa_id), ("user_id", user_id)) if v})
+        body = json.dumps({"object": "whatsapp_business_account", "entry": [{
+            "id": "102030405060708", "changes": [{"field": "messages", "value": {
+                "messaging_product": "whatsapp",
+                "metadata": {"display_phone_number": "5511999990000",
+                             "phone_number_id": send.phone_number_id},
+                "contacts": [contact_entry], "messages": [message]}}]}]},
+            separators=(",", ":")).encode()
+        status = self.env.post_webhook(body)
+        if status != 200:
+            self.result.fail(f"{where}: webhook answered {status}, expected 200")
+        self._show_customer(body)
 
     def _wagent(self, where: str, step: dict[str, Any]) -> None:
         """Run the real CLI in this process against the scenario's database and Redis; file
@@ -444,6 +490,10 @@ class _Runner:
                 self.say(f"   tool {call.name}({json.dumps(call.input, ensure_ascii=False)})"
                          f"{flag} → {_one_line(call.result)}")
                 self.shown_tools = call.id or self.shown_tools
+        for read in self.env.graph_api.reads[self.shown_reads:]:
+            self.say("   [marked read" + (", typing… shown]" if "typing_indicator" in read
+                                          else "]"))
+        self.shown_reads = len(self.env.graph_api.reads)
         for send in self.env.graph_api.sends[self.shown_sends:]:
             if send.wamid:
                 self.say(f"agent    ◂ {_sent_text(send.body)}")
@@ -531,7 +581,35 @@ def _send_view(body: dict[str, Any]) -> dict[str, Any]:
     view = {"to": body.get("to") or body.get("recipient"), "type": body.get("type")}
     if body.get("type") == "text":
         view["text"] = (body.get("text") or {}).get("body")
+    if body.get("type") == "interactive":  # a list or reply buttons: the body and the titles
+        view["text"] = ((body.get("interactive") or {}).get("body") or {}).get("text")
+        view["options"] = [title for title, _ in _offered(body)]
     return view
+
+
+def _offered(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(title, the customer's reply to it) of every option a sent message offers."""
+    if body.get("type") == "template":
+        return [(str(p.get("payload")), {"type": "button", "button": {
+                    "payload": p.get("payload"), "text": p.get("payload")}})
+                for c in (body.get("template") or {}).get("components") or []
+                if c.get("type") == "button" and c.get("sub_type") == "quick_reply"
+                for p in c.get("parameters") or [] if p.get("type") == "payload"]
+    interactive = body.get("interactive") or {}
+    action = interactive.get("action") or {}
+    if interactive.get("type") == "button":
+        return [(str(b["reply"]["title"]), {"type": "interactive", "interactive": {
+                    "type": "button_reply", "button_reply": dict(b["reply"])}})
+                for b in action.get("buttons") or []]
+    if interactive.get("type") == "list":
+        return [(str(r["title"]), {"type": "interactive", "interactive": {
+                    "type": "list_reply", "list_reply": dict(r)}})
+                for s in action.get("sections") or [] for r in s.get("rows") or []]
+    return []
+
+
+def _tap_reply(body: dict[str, Any], title: str) -> dict[str, Any] | None:
+    return next((reply for offered, reply in _offered(body) if offered == title), None)
 
 
 class _Expectations:
@@ -551,6 +629,7 @@ class _Expectations:
                 raise ScenarioError(f"{self.where}: unknown expectation {key!r}")
             checker(value, new_sends)
         self.runner.sent_mark = len(sends)
+        self.runner.reads_mark = len(self.env.graph_api.reads)
         with session_scope(self.env.engine) as session:
             last = session.exec(select(ToolCall).order_by(col(ToolCall.id).desc())).first()
             self.runner.tool_mark = last.id if last and last.id else self.runner.tool_mark
@@ -569,6 +648,15 @@ class _Expectations:
                           f"(in order) among {new_sends}")
                 return
             position += 1
+
+    def _check_reads(self, value: int, _: list[dict[str, Any]]) -> None:
+        """Mark-as-read requests since the previous `expect`, each with the typing indicator."""
+        reads = self.env.graph_api.reads[self.runner.reads_mark:]
+        if len(reads) != int(value):
+            self.fail(f"reads {len(reads)}, expected {value}")
+        plain = [r for r in reads if r.get("typing_indicator") != {"type": "text"}]
+        if plain:
+            self.fail(f"{len(plain)} mark-as-read request(s) without the typing indicator")
 
     def _check_tool_errors(self, value: int, _: list[dict[str, Any]]) -> None:
         with session_scope(self.env.engine) as session:
@@ -649,7 +737,8 @@ def _matches(send: dict[str, Any], matcher: dict[str, Any]) -> bool:
     return ((matcher.get("to") is None or send.get("to") == matcher["to"])
             and (matcher.get("type") is None or send.get("type") == matcher["type"])
             and (matcher.get("text_contains") is None or matcher["text_contains"] in text)
-            and (matcher.get("text_equals") is None or matcher["text_equals"] == text))
+            and (matcher.get("text_equals") is None or matcher["text_equals"] == text)
+            and (matcher.get("options") is None or matcher["options"] == send.get("options")))
 
 
 def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
@@ -671,5 +760,9 @@ def _sent_text(body: dict[str, Any]) -> str:
                       if c.get("type") == "body" for p in c.get("parameters") or []]
         shown = f" ({', '.join(parameters)})" if parameters else ""
         return f"[template {template.get('name')} {language}]{shown}"
+    kind = (body.get("interactive") or {}).get("type")
+    if body.get("type") == "interactive" and kind in ("list", "button"):
+        titles = " | ".join(title for title, _ in _offered(body))
+        return f"{_send_view(body).get('text')} [{kind}: {titles}]"
     return str(((body.get("text") or {}).get("body")) or body.get("type"))
 

@@ -302,8 +302,8 @@ def test_other_unknown_keys_of_steps_expectations_and_matchers_stay_errors() -> 
         'invalid scenario: step 1 "a list" ([\'not\', \'text\']): comment must be a string',
         "invalid scenario: step 2 \"checks\": unknown expectation 'sent_cuont'",
         'invalid scenario: step 2 "checks": expect label must be a string',
-        "invalid scenario: step 2 \"checks\": sent[0]: unknown key 'txt' (known: text_contains, "
-        "text_equals, to, type)",
+        "invalid scenario: step 2 \"checks\": sent[0]: unknown key 'txt' (known: options, "
+        "text_contains, text_equals, to, type)",
         "invalid scenario: step 2 \"checks\": conversation: unknown key 'state' (known: "
         "contact, count, status, summary_contains)",
     ], "nothing ran: every problem listed"

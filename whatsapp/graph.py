@@ -184,6 +184,26 @@ class GraphClient:
         payload["template"] = template
         return self._send(phone_number_id, payload)
 
+    def send_interactive(
+        self,
+        phone_number_id: str,
+        *,
+        interactive: dict[str, Any],
+        to: str | None = None,
+        recipient: str | None = None,
+    ) -> str:
+        """Send reply buttons or a list and return its wamid. `interactive` is the object as
+        `whatsapp.interactive.list_message` / `buttons_message` build it (they check Meta's
+        limits, Sources: WhatsApp §5.2 [S19][S20]); addressing as `send_text`. Free-form:
+        outside the 24 h window Meta answers 131047 (`GraphWindowClosed`).
+        """
+        if not isinstance(interactive, dict) or interactive.get("type") not in ("list", "button"):
+            raise ValueError("interactive must be a list or button object")
+        payload = _envelope(to, recipient)
+        payload["type"] = "interactive"
+        payload["interactive"] = interactive
+        return self._send(phone_number_id, payload)
+
     def mark_read(self, phone_number_id: str, wamid: str, *, typing: bool = False) -> None:
         """Mark an inbound message (and earlier ones) read; with `typing`, show the typing
         indicator too (Meta: it lasts until the reply or 25 s, so only when a reply follows)."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from whatsapp.choice_ids import describe_choice
+
 MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
                "sticker": "sticker"}
 ITEM_KINDS = ("messages", "statuses", "errors")
@@ -246,19 +248,27 @@ def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
 
 
 def _render_interactive(body: dict[str, Any]) -> str:
+    """A pick of our reply buttons or list; an id this product made (whatsapp/interactive.py)
+    also says what it names: "...: the slot 2026-06-02T14:00 with julia"."""
     kind = _str(body.get("type"))
     if kind == "button_reply":
         reply = _dict(body.get("button_reply"))
-        return f"[tapped button \"{_str(reply.get('title')) or ''}\" (id {_str(reply.get('id'))})]"
+        return (f"[tapped button \"{_str(reply.get('title')) or ''}\" (id "
+                f"{_str(reply.get('id'))}){_names(reply)}]")
     if kind == "list_reply":
         reply = _dict(body.get("list_reply"))
         desc = _str(reply.get("description"))
         return (f"[picked list option \"{_str(reply.get('title')) or ''}\""
-                f"{' - ' + desc if desc else ''} (id {_str(reply.get('id'))})]")
+                f"{' - ' + desc if desc else ''} (id {_str(reply.get('id'))}){_names(reply)}]")
     if kind == "nfm_reply":
         reply = _dict(body.get("nfm_reply"))
         return f"[submitted a form: {_str(reply.get('response_json')) or ''}]"
     return "[sent an interactive reply we cannot read; ask politely for a text message]"
+
+
+def _names(reply: dict[str, Any]) -> str:
+    named = describe_choice(_str(reply.get("id")))
+    return f": {named}" if named else ""
 
 
 def _render_location(body: dict[str, Any]) -> str:

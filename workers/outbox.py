@@ -29,6 +29,7 @@ The delivery rules (README "How a message is answered"):
   aggregate state, which the console, the admin API and the CLI show.
 """
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -114,8 +115,8 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
         if not message_repo.claim_outbound(session, row.id, now=clock.now()):
             return "skipped"
     now = clock.now()
-    # only templates may go out (Meta: 131047)
-    if row.kind == "text" and window_closed(contact.last_inbound_at, now):
+    # only templates may go out (Meta: 131047): texts, lists and buttons are refused
+    if row.kind != "template" and window_closed(contact.last_inbound_at, now):
         _mark(runtime, row, status="refused", code=WINDOW_CLOSED_CODE, cause="window_closed",
               reason=WINDOW_CLOSED_REASON)
         log.warning("send_refused_window_closed", outbound_id=row.id)
@@ -125,6 +126,10 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
             wamid = runtime.graph.send_template(
                 tenant.phone_number_id, name=row.body, language=tenant.followup_template_language,
                 to=row.to, recipient=row.recipient)
+        elif row.kind == "interactive":  # a list or reply buttons (workers/choices.py)
+            wamid = runtime.graph.send_interactive(
+                tenant.phone_number_id, interactive=json.loads(row.body), to=row.to,
+                recipient=row.recipient)
         else:
             wamid = runtime.graph.send_text(tenant.phone_number_id, body=row.body, to=row.to,
                                             recipient=row.recipient)

@@ -38,6 +38,7 @@ from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import texts
+from workers.choices import reply_parts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.facts import render_context_block
 from workers.jobs import (
@@ -49,6 +50,7 @@ from workers.jobs import (
     run_coalesced,
 )
 from workers.outbox import flush_outbox
+from workers.receipts import TypingIndicator
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -123,6 +125,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         flush_outbox(runtime, conversation_id)
         return outcome
     hooks = _StoreHooks(runtime, state)
+    hooks.typing.start()  # read receipt + "typing…" (workers/receipts.py), best effort
     try:
         outcome = _converse(runtime, state, hooks)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
@@ -140,7 +143,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     except ContextWindowExceeded:  # even the hard-capped window was too big
         log.error("turn_context_window_exceeded_twice")
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
-    _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to))
+    _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to),
+            offers=kind == "answered")  # an apology offers no choices
     flush_outbox(runtime, conversation_id)
     if maybe_enqueue_compaction(runtime, conversation_id):
         log.info("compaction_enqueued")
@@ -160,7 +164,7 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
               hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
     messages = to_api_messages(window.messages)
-    create = functools.partial(_create, runtime)
+    create = functools.partial(_create, runtime, hooks.typing)
     return run_tool_loop(create, request_for=turn_request(runtime, state, window.context_block),
                          messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
@@ -168,7 +172,8 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
 
 
-def _create(runtime: Runtime, **request: Any) -> Any:
+def _create(runtime: Runtime, typing: TypingIndicator, **request: Any) -> Any:
+    typing.keep_alive()  # again past 20 s: Meta clears it after 25 s
     crash_point("before_model_call")
     return call_model(runtime, "turn", **request)
 
@@ -287,6 +292,7 @@ class _StoreHooks:
 
     def __init__(self, runtime: Runtime, state: TurnState) -> None:
         self.runtime, self.state = runtime, state
+        self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
         self.folded_up_to = 0  # history position of the last customer message folded in
 
     def on_response(self, response: Any) -> None:
@@ -343,9 +349,11 @@ def _reply_text(outcome: LoopOutcome, language: str) -> str:
     return outcome.final_text or texts.text(language, "fallback")
 
 
-def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int) -> bool:
+def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int,
+            offers: bool = False) -> bool:
     """Store the reply, its outbox rows and the answered marks in one transaction.
 
+    `offers`: the reply may carry the choices of this turn's `offer_choices` (workers/choices.py).
     Compare-and-set on the answered marks: if another worker answered these messages meanwhile
     (a lock lost to a Redis flush, then the reconciler), this reply is dropped, never sent as a
     second answer. Returns False then.
@@ -357,12 +365,14 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
                                           up_to_position=up_to_position, now=now):
             log.warning("turn_reply_dropped_already_answered")
             return False
+        kind, parts = reply_parts(session, _id(state.conversation), reply,  # a list, buttons
+                                  state.tenant.language) if offers else ("text", split_text(reply))
         message = message_repo.append(
             session, tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
             role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
             now=now)
-        message_repo.add_outbound(session, message=message, parts=split_text(reply), to=to,
-                                  recipient=recipient, now=now)
+        message_repo.add_outbound(session, message=message, parts=parts, to=to,
+                                  recipient=recipient, now=now, kind=kind)
         conversation = session.get(Conversation, _id(state.conversation))
         assert conversation is not None
         touch(conversation, now=now, inactivity_timeout=inactivity_timeout(

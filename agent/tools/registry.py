@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from agent.errors import ToolError
-from agent.tools import facts, scheduling
+from agent.tools import choices, facts, scheduling
 from agent.tools.base import Tool, ToolContext, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
@@ -23,6 +23,7 @@ REGISTRY: tuple[Tool, ...] = (
     scheduling.FIND_AVAILABLE_SLOTS,
     scheduling.LIST_MY_APPOINTMENTS,
     scheduling.LIST_SERVICES,
+    choices.OFFER_CHOICES,
     facts.REMEMBER_FACT,
     scheduling.RESCHEDULE_APPOINTMENT,
 )

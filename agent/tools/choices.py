@@ -1,0 +1,148 @@
+"""The `offer_choices` tool: the turn's reply offers options as a WhatsApp list or reply
+buttons (issue 26; the rules in agent/choices.py, Meta's limits in whatsapp/interactive.py).
+
+It sends nothing itself: the reply the model writes next is the list's or buttons' body, and
+goes out through the outbox like any reply (workers/choices.py), at most once. Only inside the
+24-hour customer service window (whatsapp/window.py). Each option names a slot or a service,
+so the customer's pick comes back as that slot or service (whatsapp.interactive ids).
+"""
+
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, select
+
+from agent.choices import Offer, shown
+from agent.tools.base import Tool, ToolContext, ToolError, echo, some_codes
+from storage.models import Contact, Professional, Service
+from whatsapp.choice_ids import service_id, slot_id
+from whatsapp.graph import utf16_len
+from whatsapp.interactive import LIMITS, Choice
+from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
+
+MAX_OPTIONS = 30  # options one call may give (the list shows at most 10 rows)
+CODE_CHARS = 60  # a service or professional code in an id (row ids hold 200)
+
+
+def offer_from_input(args: dict[str, Any]) -> Offer:
+    """The checked offer of an `offer_choices` input; ToolError naming every problem."""
+    style = args.get("style", "list")
+    if style not in ("list", "buttons"):
+        raise ToolError(f"style must be list or buttons, got {echo(style)}")
+    options = args.get("options")
+    if not isinstance(options, list) or not 1 <= len(options) <= MAX_OPTIONS:
+        raise ToolError(f"options must be a list of 1 to {MAX_OPTIONS} objects")
+    title_limit = LIMITS.button_title if style == "buttons" else LIMITS.row_title
+    problems, choices = [], []
+    for n, option in enumerate(options):
+        try:
+            choices.append(_choice(option, title_limit))
+        except ToolError as exc:
+            problems.append(f"options[{n}]: {exc}")
+    button = args.get("button")
+    if button is not None and (not isinstance(button, str) or not button.strip()
+                               or utf16_len(button) > LIMITS.list_button):
+        problems.append(f"button must be a label of at most {LIMITS.list_button} characters")
+    ids = [c.id for c in choices]
+    if len(set(ids)) != len(ids):
+        problems.append("two options name the same slot or service")
+    titles = [c.title for c in choices]
+    if len(set(titles)) != len(titles):
+        problems.append("option titles must differ (the customer picks by title)")
+    if problems:
+        raise ToolError("; ".join(problems))
+    return Offer(style=str(style), choices=tuple(choices),
+                 button=button.strip() if isinstance(button, str) else None)
+
+
+def _choice(option: Any, title_limit: int) -> Choice:
+    if not isinstance(option, dict):
+        raise ToolError("must be an object")
+    title, description = option.get("title"), option.get("description")
+    if not isinstance(title, str) or not title.strip() or utf16_len(title) > title_limit:
+        raise ToolError(f"title must be 1 to {title_limit} characters, got {echo(title)}")
+    if description is not None and (not isinstance(description, str)
+                                    or utf16_len(description) > LIMITS.row_description):
+        raise ToolError(f"description must be at most {LIMITS.row_description} characters")
+    slot, service = option.get("slot"), option.get("service")
+    if (slot is None) == (service is None):
+        raise ToolError("give exactly one of slot or service")
+    if slot is not None:
+        try:
+            datetime.strptime(str(slot), "%Y-%m-%dT%H:%M")
+        except ValueError:
+            raise ToolError(f"slot must be YYYY-MM-DDTHH:MM local time, got {echo(slot)}") \
+                from None
+        professional = option.get("professional")
+        if professional is not None and (not isinstance(professional, str)
+                                         or not 1 <= len(professional) <= CODE_CHARS):
+            raise ToolError(f"professional must be a professional code, got {echo(professional)}")
+        choice_id = slot_id(str(slot), professional)
+    else:
+        if not isinstance(service, str) or not 1 <= len(service) <= CODE_CHARS:
+            raise ToolError(f"service must be a service code, got {echo(service)}")
+        choice_id = service_id(service)
+    return Choice(id=choice_id, title=title.strip(),
+                  description=description.strip() if description else None)
+
+
+def offer_choices(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    contact = session.get(Contact, ctx.contact_id)
+    if contact is None or window_closed(contact.last_inbound_at, ctx.now):
+        raise ToolError(f"cannot offer choices: {SERVICE_WINDOW_CLOSED}")
+    offer = offer_from_input(args)
+    _check_codes(session, ctx.tenant_id, args["options"])
+    choices, more = shown(offer)
+    how = "reply buttons" if offer.style == "buttons" and not more and \
+        len(choices) <= LIMITS.buttons else "a list"
+    lines = [f"Your next reply is sent as {how}; its text is the message body (at most "
+             f"{LIMITS.button_body if how == 'reply buttons' else LIMITS.list_body} "
+             "characters, else it goes as plain text with the options listed). Options shown:"]
+    lines += [f"- {c.title} (id {c.id})" for c in choices]
+    if more:
+        lines.append(f"({len(offer.choices) - len(choices)} more left out: the last row asks "
+                     "the customer for a narrower range)")
+    lines.append("The customer's pick arrives as a message naming the option's id.")
+    return "\n".join(lines)
+
+
+def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]) -> None:
+    services = set(session.exec(select(Service.code).where(Service.tenant_id == tenant_id)))
+    pros = set(session.exec(select(Professional.code).where(
+        Professional.tenant_id == tenant_id)))
+    unknown = sorted({o["service"] for o in options if "service" in o} - services)
+    if unknown:
+        raise ToolError(f"unknown service code(s) {', '.join(map(echo, unknown))}; known: "
+                        f"{some_codes(sorted(services))}")
+    unknown = sorted({o["professional"] for o in options if o.get("professional")} - pros)
+    if unknown:
+        raise ToolError(f"unknown professional code(s) {', '.join(map(echo, unknown))}; "
+                        f"known: {some_codes(sorted(pros))}")
+
+
+_OPTION = {"type": "object", "properties": {
+    "slot": {"type": "string", "description": "A start time find_available_slots returned, "
+             "local YYYY-MM-DDTHH:MM"},
+    "professional": {"type": "string", "description": "Professional code of that slot"},
+    "service": {"type": "string", "description": "A service code (instead of slot)"},
+    "title": {"type": "string", "description": f"What the customer sees: at most "
+              f"{LIMITS.row_title} characters in a list, {LIMITS.button_title} on a button"},
+    "description": {"type": "string", "description": f"A second line in a list, at most "
+                    f"{LIMITS.row_description} characters (optional)"}},
+    "required": ["title"]}
+
+OFFER_CHOICES = Tool(
+    name="offer_choices",
+    description="Make your next reply offer options the customer taps: a list (up to 10 "
+                "rows; with more options the soonest 9 and a row asking for a narrower "
+                "range) or reply buttons (up to 3 short titles). Each option is a slot or a "
+                "service. Then write the question as your reply.",
+    input_schema={"type": "object", "properties": {
+        "style": {"type": "string", "enum": ["list", "buttons"],
+                  "description": "list (default) or buttons"},
+        "button": {"type": "string", "description": f"Label of the button that opens the "
+                   f"list, at most {LIMITS.list_button} characters (optional)"},
+        "options": {"type": "array", "items": _OPTION, "minItems": 1,
+                    "maxItems": MAX_OPTIONS}},
+        "required": ["options"]},
+    handler=offer_choices)
