@@ -13,7 +13,7 @@ import pytest
 from sqlmodel import select
 
 from agent.choices import Wording, interactive_reply, shown, style_used
-from agent.tools.base import ToolError
+from agent.errors import ToolError
 from agent.tools.choices import offer_from_input
 from replay.environment import ReplayEnvironment
 from replay.graph_api import GraphDouble

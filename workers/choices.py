@@ -12,7 +12,7 @@ import json
 from sqlmodel import Session, col, select
 
 from agent.choices import Offer, Wording, interactive_reply, text_reply
-from agent.tools.base import ToolError
+from agent.errors import ToolError
 from agent.tools.choices import OFFER_CHOICES, offer_from_input
 from storage.models import Message, ToolCall
 from whatsapp.graph import split_text

@@ -13,7 +13,8 @@ from typing import Any
 from sqlmodel import Session, select
 
 from agent.choices import Offer, shown
-from agent.tools.base import Tool, ToolContext, ToolError, echo, some_codes
+from agent.errors import ToolError
+from agent.tools.base import Tool, ToolContext, echo, some_codes
 from storage.models import Contact, Professional, Service
 from whatsapp.choice_ids import service_id, slot_id
 from whatsapp.graph import utf16_len
