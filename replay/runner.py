@@ -6,11 +6,12 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import fakeredis
 import redis
 from sqlmodel import col, select
 
@@ -19,6 +20,7 @@ from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
 from storage import delivery
 from storage.db import session_scope
+from storage.jobs import enqueue_flush
 from storage.models import (
     Appointment,
     Contact,
@@ -31,11 +33,15 @@ from storage.models import (
 )
 from storage.tenants import TenantConfigError, validate_config
 from whatsapp.inbound import InboundMessage, edit_text, parse_update
+from workers.maintenance import find_stranded_sends
 
 DEFAULT_TENANT: dict[str, Any] = {
     "phone_number_id": "109876543210987", "name": "Salão Exemplo",
     "timezone": "America/Sao_Paulo",
 }
+# what a `wagent` step sees as REDIS_URL when the replay runs on the in-process Redis: a
+# refused connection, so a command never writes to a real Redis it happens to find
+IN_PROCESS_REDIS = "redis://127.0.0.1:1/0"
 USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
               "output_tokens")
 
@@ -376,6 +382,8 @@ class _Runner:
         environ = {name.upper(): str(value) for name, value in self.env.settings.__dict__.items()
                    if name != "extra"}
         environ["DATABASE_URL"] = self.env.engine.url.render_as_string(hide_password=False)
+        if isinstance(self.env.redis, fakeredis.FakeRedis):  # never a real Redis by default
+            environ["REDIS_URL"] = IN_PROCESS_REDIS
         saved = {name: os.environ.get(name) for name in environ}
         out, err = io.StringIO(), io.StringIO()
         os.environ.update(environ)
@@ -390,6 +398,7 @@ class _Runner:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+        self._reflush_outbox()
         expected = int(step.get("status", 0))
         note = " (as expected)" if status and status == expected else ""
         self.say(f"   $ wagent {' '.join(step['wagent'])}  → exit {status}{note}")
@@ -406,6 +415,13 @@ class _Runner:
             tenant = session.exec(select(Tenant).order_by(col(Tenant.id))).first()
             if tenant is not None:
                 self.timezone = ZoneInfo(tenant.timezone)
+
+    def _reflush_outbox(self) -> None:
+        """A command that queued a send (a staff reply) cannot reach the in-process Redis:
+        enqueue the flush the reconciler would (workers/maintenance.py, stranded sends)."""
+        for conversation_id in find_stranded_sends(self.env.engine, now=self.env.clock.now(),
+                                                   older_than=timedelta(0)):
+            enqueue_flush(self.env.queue, self.env.namespace, conversation_id)
 
     def _show_customer(self, body: bytes) -> None:
         try:

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from agent.tools import facts, scheduling
+from agent.tools import facts, handoff, scheduling
 from agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
@@ -20,6 +20,7 @@ REGISTRY: tuple[Tool, ...] = (
     scheduling.BOOK_APPOINTMENT,
     scheduling.CANCEL_APPOINTMENT,
     scheduling.FIND_AVAILABLE_SLOTS,
+    handoff.HANDOFF_TO_HUMAN,
     scheduling.LIST_MY_APPOINTMENTS,
     scheduling.LIST_SERVICES,
     facts.REMEMBER_FACT,
