@@ -19,6 +19,7 @@ from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
 from storage import delivery
+from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
 from storage.models import (
@@ -101,12 +102,12 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                 "expect": set(), "wagent": {"status", "output_contains"}}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors"}
+               "api_errors", "last_request_contains"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals"},
                 "appointments": {"service", "start", "status"},
                 "facts": {"key", "value", "state", "contact"},
-                "conversation": {"status", "summary_contains", "count", "contact"}}
+                "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts"}
 
 
@@ -551,6 +552,14 @@ class _Expectations:
                 return
             position += 1
 
+    def _check_last_request_contains(self, wanted: list[str], _: list[dict[str, Any]]) -> None:
+        """Each string appears in the messages of the last turn request the double took."""
+        request = self.env.messages_api.last_requests.get("turn") or {}
+        text = json.dumps(request.get("messages", []), ensure_ascii=False)
+        for item in wanted:
+            if str(item) not in text:
+                self.fail(f"the last turn request does not contain {item!r}")
+
     def _check_tool_errors(self, value: int, _: list[dict[str, Any]]) -> None:
         with session_scope(self.env.engine) as session:
             count = len(session.exec(select(ToolCall).where(
@@ -603,6 +612,9 @@ class _Expectations:
         wanted = expected.get("summary_contains")
         if wanted is not None and str(wanted) not in latest.summary:
             self.fail(f"{what}: summary does not contain {wanted!r}")
+        staffed = with_staff(latest, self.env.clock.now())
+        if "with_staff" in expected and staffed != bool(expected["with_staff"]):
+            self.fail(f"{what} with_staff {staffed}, expected {expected['with_staff']}")
 
     def _check_facts(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
         contact_ref = expected[0].get("contact") if expected else None
