@@ -332,3 +332,21 @@ def test_templates_in_the_tenant_configuration_are_validated() -> None:
         validate_config({**base, "echo_pause_minutes": -1})
     assert validate_config({**base, "echo_pause_minutes": 0}).settings()[
         "echo_pause_minutes"] == 0
+
+
+def test_a_handoff_nobody_picks_up_alerts_again_once(env: ReplayEnvironment) -> None:
+    from workers.maintenance import reconcile_pending
+
+    cid = handed_off(env)
+    env.clock.advance(timedelta(minutes=29))
+    reconcile_pending(env.runtime, now=env.clock.now())
+    env.drain()
+    assert len(texts_sent(env)) == 1
+    env.clock.advance(timedelta(minutes=2))
+    for _ in range(2):  # alerted once, however often the reconciler passes
+        reconcile_pending(env.runtime, now=env.clock.now())
+        env.drain()
+    assert texts_sent(env)[1:] == ["Ainda estamos chamando alguém da equipe para te "
+                                   "responder. Obrigado pela paciência!"]
+    assert conversation(env, cid).handoff_alerted_at == env.clock.now()
+    assert with_staff(conversation(env, cid), env.clock.now())
