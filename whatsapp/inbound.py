@@ -2,8 +2,8 @@
 
 Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[] / message_echoes[]`
 (the last: `field` "smb_message_echoes", what the business sent from the WhatsApp Business
-app); routes on which arrays are present, not on `field` (Sources: WhatsApp §3.1). Every field is optional unless Meta
-guarantees it. Pure: no I/O.
+app); routes on which arrays are present, not on `field` (Sources: WhatsApp §3.1). Every
+field is optional unless Meta guarantees it. Pure: no I/O.
 """
 
 import json
