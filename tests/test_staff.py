@@ -350,3 +350,22 @@ def test_a_handoff_nobody_picks_up_alerts_again_once(env: ReplayEnvironment) -> 
                                    "responder. Obrigado pela paciência!"]
     assert conversation(env, cid).handoff_alerted_at == env.clock.now()
     assert with_staff(conversation(env, cid), env.clock.now())
+
+
+def test_when_staff_open_a_conversation_the_next_customer_message_says_what_they_wrote(
+        env: ReplayEnvironment) -> None:
+    post(env, echo("wamid.ECHOFIRST", to=BRUNO))  # the owner writes first, from the phone
+    with session_scope(env.engine) as session:
+        row = session.exec(select(Conversation)).one()
+        row.staff_until = env.clock.now()  # the pause is over (as after echo_pause_minutes)
+        session.add(row)
+    env.messages_api.script("turn", [{"text": "Oi Bruno! Posso ajudar?"}])
+    post(env, text_body("oi, vi sua mensagem", 1, who=BRUNO, name="Bruno Teste",
+                        sent_at=env.clock.now()))
+    assert texts_sent(env) == ["Oi Bruno! Posso ajudar?"]
+    messages = env.messages_api.last_requests["turn"]["messages"]
+    assert [m["role"] for m in messages] == ["user"]
+    assert messages[0]["content"][0]["text"] == (
+        "[before this message, staff wrote: [equipe: WhatsApp Business app] Oi Ana, aqui é a "
+        "Júlia! Consigo te encaixar às 11h, pode ser?]")
+    assert "oi, vi sua mensagem" in messages[0]["content"][1]["text"]

@@ -23,7 +23,14 @@ from agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_t
 from agent.tools.base import ToolContext
 from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
 from agent.tools.registry import REGISTRY, execute_tool
-from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
+from agent.window import (
+    Stored,
+    find_dangling,
+    prune,
+    select_window,
+    staff_lead_in,
+    to_api_messages,
+)
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
@@ -212,6 +219,7 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
         log.warning("turn_hard_cap_window", forced=force_hard_cap)
     stored = [Stored(_id(m), m.role, m.content, m.position or 0) for m in rows]
     window = select_window(stored, summarized_until=start, keep=keep, hard_cap=hard_cap)
+    window = staff_lead_in(stored, window)  # a conversation staff opened
     return Window(prune(window, pruned_until=pruned), context_block, hard_cap)
 
 

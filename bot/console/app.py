@@ -40,7 +40,7 @@ from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
 from operations import staff as staff_ops
-from operations.errors import MAPPED, AdminError, admin_error
+from operations.errors import MAPPED, AdminError, Conflict, Invalid, admin_error
 from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
@@ -648,7 +648,7 @@ def staff_reply(p: Page) -> PageResult:
         body["text"] = str(p.form.get("text") or "").strip() or None
     try:
         staff_ops.reply(p.session, p.tenant, cid, body, author="console", now=p.now)
-    except (service.Invalid, service.Conflict) as exc:
+    except (Invalid, Conflict) as exc:
         message = "; ".join(translate_problem(part, _language(p))
                             for part in exc.problems or [str(exc)])
         return Redirect(back, message, bad=True)
