@@ -127,6 +127,7 @@ def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: in
 
 
 STAFF_LEAD_IN = "[before this message, staff wrote: {text}]"
+STAFF_MARK = "[equipe: "  # how a staff message's text starts (storage/staff.staff_label)
 
 
 def staff_lead_in(messages: Sequence[Stored], window: Sequence[Stored]) -> list[Stored]:
@@ -139,11 +140,12 @@ def staff_lead_in(messages: Sequence[Stored], window: Sequence[Stored]) -> list[
         return list(window)
     first = window[0].position
     before = [m for m in messages if m.position < first]
-    if not before or any(m.role == "user" for m in before):
-        return list(window)
-    texts = [str(b.get("text", "")).strip() for m in before if m.role == "assistant"
-             for b in m.content if b.get("type") == "text" and str(b.get("text", "")).strip()]
-    if not texts:
+    texts = [str(b.get("text", "")).strip() for m in before for b in m.content
+             if b.get("type") == "text" and str(b.get("text", "")).strip()]
+    staff_only = all(m.role == "assistant" and all(
+        b.get("type") == "text" and str(b.get("text", "")).startswith(STAFF_MARK)
+        for b in m.content) for m in before)
+    if not texts or not staff_only:  # e.g. the agent's reply before a compacted window
         return list(window)
     lead = {"type": "text", "text": STAFF_LEAD_IN.format(text=" / ".join(texts))}
     head = window[0]
