@@ -39,7 +39,8 @@ RequestBuilder = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 @dataclass
 class LoopOutcome:
-    """What happened. `kind`: answered, refusal, truncated, max_rounds or empty.
+    """What happened. `kind`: answered, refusal, truncated, max_rounds, empty, or stopped (a
+    tool of `stop_after` succeeded: no further call; the caller sends its own reply).
 
     `final_content` is the last assistant content (text blocks only, possibly empty) still to be
     stored; `rounds` counts API calls; `tool_errors` counts results sent with `is_error`.
@@ -61,12 +62,14 @@ class LoopOutcome:
 def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
                   messages: list[dict[str, Any]], execute: ToolExecutor, hooks: LoopHooks,
                   max_rounds: int,
-                  fatal: tuple[type[BaseException], ...] = ()) -> LoopOutcome:
+                  fatal: tuple[type[BaseException], ...] = (),
+                  stop_after: frozenset[str] = frozenset()) -> LoopOutcome:
     """Run the loop. `create` is `client.messages.create` (with the purpose header bound);
     each round sends `request_for(messages)`, the whole request as the builder makes it, its
     breakpoints included; `messages` grows here (the caller's list).
     A tool that raises becomes an `is_error` result, except for the `fatal` exceptions (the
-    job's timeout), which propagate.
+    job's timeout), which propagate. A round in which a tool named in `stop_after` succeeded
+    ends the loop once its results are stored (`kind` stopped: the handoff).
 
     Raises the SDK's errors unchanged and ContextWindowExceeded.
     """
@@ -91,6 +94,10 @@ def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
             messages.append({"role": "user", "content": results})
             hooks.on_tool_results(results)
             messages[-1]["content"].extend(hooks.fold_new_messages())  # results stay first
+            if stop_after and any(_is_tool_use(b) and b.get("name") in stop_after
+                                  and not _failed(results, b) for b in content):
+                outcome.kind = "stopped"
+                return outcome
             continue
         outcome.final_content = [b for b in content if b.get("type") == "text"]
         outcome.kind = _final_kind(response.stop_reason, outcome.final_content)
@@ -127,6 +134,10 @@ def _run_tool(block: Block, execute: ToolExecutor, outcome: LoopOutcome,
     if is_error:
         result["is_error"] = True
     return result
+
+
+def _failed(results: list[Block], use: Block) -> bool:
+    return any(r["tool_use_id"] == use.get("id") and r.get("is_error") for r in results)
 
 
 def _is_tool_use(block: Block) -> bool:

@@ -126,6 +126,32 @@ def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: in
     return after[start:]
 
 
+STAFF_LEAD_IN = "[before this message, staff wrote: {text}]"
+STAFF_MARK = "[equipe: "  # how a staff message's text starts (storage/staff.staff_label)
+
+
+def staff_lead_in(messages: Sequence[Stored], window: Sequence[Stored]) -> list[Stored]:
+    """The window, its first customer message led by what staff wrote before it when staff
+    opened the conversation (a reply or an echo from the WhatsApp Business app before any
+    customer message: assistant text a safe start never begins with). Only when no customer
+    message precedes the window, so the lead-in is the same bytes every turn until
+    compaction moves the start (storage/staff.py)."""
+    if not window:
+        return list(window)
+    first = window[0].position
+    before = [m for m in messages if m.position < first]
+    texts = [str(b.get("text", "")).strip() for m in before for b in m.content
+             if b.get("type") == "text" and str(b.get("text", "")).strip()]
+    staff_only = all(m.role == "assistant" and all(
+        b.get("type") == "text" and str(b.get("text", "")).startswith(STAFF_MARK)
+        for b in m.content) for m in before)
+    if not texts or not staff_only:  # e.g. the agent's reply before a compacted window
+        return list(window)
+    lead = {"type": "text", "text": STAFF_LEAD_IN.format(text=" / ".join(texts))}
+    head = window[0]
+    return [Stored(head.id, head.role, [lead, *head.content], head.position), *window[1:]]
+
+
 def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
     """Replace the content of tool results at or before position `pruned_until` by a short
     note that keeps the `tool_use_id` and says what was there. Deterministic: the same input

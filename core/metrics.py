@@ -74,6 +74,9 @@ SPECS = {spec.name: spec for spec in (
     Spec("wagent_sweep_closed_total", "counter", "Conversations closed by the sweeper."),
     Spec("wagent_graph_sends_total", "counter", "Graph API sends accepted, by kind (text, "
          "template).", ("kind",)),
+    Spec("wagent_handoffs_unanswered_total", "counter",
+         "Handoffs no staff message answered within the tenant's handoff_alert_minutes "
+         "(alerted once each)."),
     Spec("wagent_graph_errors_total", "counter",
          "Graph API sends refused or failed, by Graph error.code (http_<status> when the "
          "answer had none, unreachable when no connection was made: retried, network when "

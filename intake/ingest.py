@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlmodel import Session, col, select
 
+from intake.echoes import store_echo
 from intake.errors import StoreUnavailable
 from storage import contacts, conversations, dead_letters, lookups, memory, messages, tenants
 from storage.db import session_scope
@@ -29,6 +30,7 @@ from whatsapp.inbound import (
     ErrorNotice,
     IdentityChange,
     InboundMessage,
+    StaffEcho,
     StatusUpdate,
     Update,
     edit_text,
@@ -231,6 +233,8 @@ def _store_one(engine: Engine, update: Update, now: datetime) -> str:
             return _apply_statuses(session, [update], now)[0]
     if isinstance(update, IdentityChange):
         return _store_identity_change(engine, update, now)
+    if isinstance(update, StaffEcho):
+        return store_echo(engine, update, now)
     if isinstance(update, ErrorNotice):
         log.warning("webhook_error_notice", code=update.code, title=update.title,
                     phone_number_id=update.phone_number_id)

@@ -30,6 +30,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
 from storage import delivery, rights
 from storage import facts as fact_repo
 from storage import messages as message_repo
+from storage.conversations import with_staff
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import (
@@ -287,6 +288,10 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                                             if m.direction == "outbound"])
     return {
         **_conversation_head(conversation),
+        "with_staff": with_staff(conversation, now),
+        "staff_until": _iso(conversation.staff_until), "staff_by": conversation.staff_by,
+        "staff_reason": conversation.staff_reason,
+        "handoff_waiting": conversation.handoff_at is not None and with_staff(conversation, now),
         "contact": contact_view(contact) if contact else None,
         "summary": conversation.summary,
         "context_block": conversation.context_block,
@@ -294,6 +299,7 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "facts_in_context": [fact_view(f) for f in facts],
         "messages": [{"id": m.id, "position": m.position, "role": m.role,
                       "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
+                      "author": m.author,
                       "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
                       "delivery_status": delivery.state_of(m.delivery_status),
                       "delivery": delivery_view(parts.get(int(m.id or 0), []), language),

@@ -697,6 +697,7 @@ class MessagesDouble:
         self.calls: list[RecordedCall] = []
         self.api_errors = 0
         self.unscripted_calls = 0
+        self.last_requests: dict[str, dict[str, Any]] = {}  # the last admitted body per purpose
         self._queues: dict[str, deque[dict[str, Any]]] = {}
         self._failures: dict[str, deque[_Failure]] = {}
         self._counters = _Counters()
@@ -774,6 +775,7 @@ class MessagesDouble:
             status, message = rejection
             return self._error(purpose, body, status, message)
         with self._lock:
+            self.last_requests[purpose] = body
             failure = self._take_failure(purpose)
             item = None if failure else self._take_item(purpose)
             if failure is None and item is None and self.relay is None:

@@ -6,11 +6,12 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import fakeredis
 import redis
 from sqlmodel import col, select
 
@@ -20,8 +21,10 @@ from replay.errors import ScenarioError
 from replay.messages_api import check_item
 from replay.relay import Relay
 from storage import delivery
+from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.errors import TenantConfigError
+from storage.jobs import enqueue_flush
 from storage.models import (
     Appointment,
     Contact,
@@ -34,11 +37,15 @@ from storage.models import (
 )
 from storage.tenants import validate_config
 from whatsapp.inbound import InboundMessage, edit_text, parse_update
+from workers.maintenance import find_stranded_sends
 
 DEFAULT_TENANT: dict[str, Any] = {
     "phone_number_id": "109876543210987", "name": "Salão Exemplo",
     "timezone": "America/Sao_Paulo",
 }
+# what a `wagent` step sees as REDIS_URL when the replay runs on the in-process Redis: a
+# refused connection, so a command never writes to a real Redis it happens to find
+IN_PROCESS_REDIS = "redis://127.0.0.1:1/0"
 USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
               "output_tokens")
 
@@ -95,12 +102,12 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                 "expect": set(), "wagent": {"status", "output_contains"}, "tap": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors", "reads"}
+               "api_errors", "reads", "last_request_contains"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
                 "appointments": {"service", "start", "status"},
                 "facts": {"key", "value", "state", "contact"},
-                "conversation": {"status", "summary_contains", "count", "contact"}}
+                "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts"}
 
 
@@ -438,6 +445,8 @@ class _Runner:
         environ = {name.upper(): str(value) for name, value in self.env.settings.__dict__.items()
                    if name != "extra"}
         environ["DATABASE_URL"] = self.env.engine.url.render_as_string(hide_password=False)
+        if isinstance(self.env.redis, fakeredis.FakeRedis):  # never a real Redis by default
+            environ["REDIS_URL"] = IN_PROCESS_REDIS
         saved = {name: os.environ.get(name) for name in environ}
         out, err = io.StringIO(), io.StringIO()
         os.environ.update(environ)
@@ -452,6 +461,7 @@ class _Runner:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+        self._reflush_outbox()
         expected = int(step.get("status", 0))
         note = " (as expected)" if status and status == expected else ""
         self.say(f"   $ wagent {' '.join(step['wagent'])}  → exit {status}{note}")
@@ -468,6 +478,13 @@ class _Runner:
             tenant = session.exec(select(Tenant).order_by(col(Tenant.id))).first()
             if tenant is not None:
                 self.timezone = ZoneInfo(tenant.timezone)
+
+    def _reflush_outbox(self) -> None:
+        """A command that queued a send (a staff reply) cannot reach the in-process Redis:
+        enqueue the flush the reconciler would (workers/maintenance.py, stranded sends)."""
+        for conversation_id in find_stranded_sends(self.env.engine, now=self.env.clock.now(),
+                                                   older_than=timedelta(0)):
+            enqueue_flush(self.env.queue, self.env.namespace, conversation_id)
 
     def _show_customer(self, body: bytes) -> None:
         try:
@@ -657,6 +674,13 @@ class _Expectations:
         plain = [r for r in reads if r.get("typing_indicator") != {"type": "text"}]
         if plain:
             self.fail(f"{len(plain)} mark-as-read request(s) without the typing indicator")
+    def _check_last_request_contains(self, wanted: list[str], _: list[dict[str, Any]]) -> None:
+        """Each string appears in the messages of the last turn request the double took."""
+        request = self.env.messages_api.last_requests.get("turn") or {}
+        text = json.dumps(request.get("messages", []), ensure_ascii=False)
+        for item in wanted:
+            if str(item) not in text:
+                self.fail(f"the last turn request does not contain {item!r}")
 
     def _check_tool_errors(self, value: int, _: list[dict[str, Any]]) -> None:
         with session_scope(self.env.engine) as session:
@@ -710,6 +734,9 @@ class _Expectations:
         wanted = expected.get("summary_contains")
         if wanted is not None and str(wanted) not in latest.summary:
             self.fail(f"{what}: summary does not contain {wanted!r}")
+        staffed = with_staff(latest, self.env.clock.now())
+        if "with_staff" in expected and staffed != bool(expected["with_staff"]):
+            self.fail(f"{what} with_staff {staffed}, expected {expected['with_staff']}")
 
     def _check_facts(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
         contact_ref = expected[0].get("contact") if expected else None

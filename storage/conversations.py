@@ -122,3 +122,11 @@ def close(session: Session, conversation: Conversation, *, now: datetime) -> Non
 def latest_for_contact(session: Session, contact_id: int) -> Conversation | None:
     return session.exec(select(Conversation).where(Conversation.contact_id == contact_id)
                         .order_by(Conversation.id.desc())).first()  # type: ignore[union-attr]
+
+
+def with_staff(conversation: Conversation, now: datetime) -> bool:
+    """True while staff handle `conversation` at `now` (its `staff_until` is later, and it is
+    open): its customer messages are stored and marked handled by staff, no turn answers
+    them and nothing is marked read (storage/staff.py). The one place this is decided."""
+    until = conversation.staff_until
+    return conversation.status == "open" and until is not None and until > now

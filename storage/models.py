@@ -48,6 +48,16 @@ class Tenant(SQLModel, table=True):
     # "sensitive", "shape"}: storage/fact_keys.py, agent/tools/facts_rules.py
     fact_keys: list[Any] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
+    # a person takes over (storage/staff.py): the customer's text when the agent hands off
+    # (empty: the product's, workers/texts.py), how long staff keep a conversation after
+    # their last message, when an unanswered handoff alerts again, how long an echo from the
+    # WhatsApp Business app pauses the agent (0: never), the templates staff may send
+    # outside the 24-hour window [{"name", "language", "parameters", "buttons"}]
+    handoff_text: str = Field(default="", sa_type=Text)
+    staff_timeout_minutes: int = 720
+    handoff_alert_minutes: int = 30
+    echo_pause_minutes: int = 120
+    templates: list[Any] = Field(default_factory=list, sa_type=JSONType)
 
 
 class Service(SQLModel, table=True):
@@ -153,6 +163,14 @@ class Conversation(SQLModel, table=True):
     opened_at: datetime
     closed_at: datetime | None = None
     purged_at: datetime | None = None
+    # staff handle it until `staff_until` (storage/conversations.with_staff; never a value of
+    # `status`): who took it and why; `handoff_at` a handoff no staff message answered yet,
+    # `handoff_alerted_at` when the business was alerted again about it
+    staff_until: datetime | None = None
+    staff_by: str = Field(default="", max_length=100)
+    staff_reason: str = Field(default="", max_length=500)
+    handoff_at: datetime | None = None
+    handoff_alerted_at: datetime | None = None
 
 
 class Message(SQLModel, table=True):
@@ -197,6 +215,8 @@ class Message(SQLModel, table=True):
     status_reason: str | None = Field(default=None, sa_type=Text)
     refers_to_wamid: str | None = Field(default=None, max_length=255)
     deleted_at: datetime | None = None
+    # who wrote an outbound message other than the agent: "staff:NAME" (storage/staff.py)
+    author: str | None = Field(default=None, max_length=120)
 
 
 class TurnFence(SQLModel, table=True):

@@ -125,6 +125,29 @@ class FactKeySpec(_Strict):
     shape: Literal["text", "name", "period", "weekday", "service", "professional"] = "text"
 
 
+class TemplateSpec(_Strict):
+    """An approved WhatsApp template the tenant may send outside the 24-hour window (staff
+    replies now; later capabilities reuse it). `parameters`: the names of its body variables,
+    in order ({{1}}, {{2}}...), each filled in by whoever sends it; `buttons`: its quick-reply
+    buttons' texts. Sources: WhatsApp §5.2 (template messages)."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]{1,512}$")
+    language: str = Field("pt_BR", pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
+    parameters: list[Annotated[str, StringConstraints(min_length=1, max_length=60)]] = Field(
+        default_factory=list, max_length=20)
+    buttons: list[Annotated[str, StringConstraints(min_length=1, max_length=25)]] = Field(
+        default_factory=list, max_length=10)
+
+
+def _unique_templates(value: list[TemplateSpec] | None) -> list[TemplateSpec] | None:
+    if value is not None:
+        seen = [(t.name, t.language) for t in value]
+        doubles = sorted({f"{n} ({lang})" for n, lang in seen if seen.count((n, lang)) > 1})
+        if doubles:
+            raise ValueError(f"declared twice: {', '.join(doubles)}")
+    return value
+
+
 class TenantSettings(_Strict):
     """The fields of a tenant a business may change (all optional: only those given apply)."""
 
@@ -156,6 +179,19 @@ class TenantSettings(_Strict):
     followup_template_language: str | None = Field(None, pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
     fact_keys: list[Annotated[str, StringConstraints(max_length=64)] | FactKeySpec] | None = \
         Field(None, max_length=50, description="names of default keys, or keys of your own")
+    # a person takes over (storage/staff.py)
+    handoff_text: str | None = Field(None, max_length=1000, description="what the customer is "
+                                     "told when the agent hands off; empty: the product's")
+    staff_timeout_minutes: int | None = Field(
+        None, ge=1, le=43_200, description="back to the agent after this long without a "
+                                           "staff message")
+    handoff_alert_minutes: int | None = Field(
+        None, ge=1, le=43_200, description="a handoff nobody answered alerts again after this")
+    echo_pause_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="how long a message sent from the WhatsApp "
+                                           "Business app pauses the agent; 0: never")
+    templates: Annotated[list[TemplateSpec] | None, AfterValidator(_unique_templates)] = Field(
+        None, max_length=100, description="approved templates for outside the 24-hour window")
 
     @field_validator("timezone")
     @classmethod

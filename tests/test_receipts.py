@@ -31,6 +31,15 @@ def test_turn_answers_only_inside_the_service_window() -> None:
     assert not turn_answers(Contact(tenant_id=1), conversation, START)  # never wrote
 
 
+def test_turn_answers_never_while_staff_handle_the_conversation() -> None:
+    contact = Contact(tenant_id=1, last_inbound_at=START)
+    held = Conversation(status="open", staff_until=START + timedelta(hours=2))
+    assert not turn_answers(contact, held, START + timedelta(minutes=5))
+    assert turn_answers(contact, held, START + timedelta(hours=2, seconds=1))  # staff time over
+    closed = Conversation(status="closed", staff_until=START + timedelta(hours=2))
+    assert turn_answers(contact, closed, START + timedelta(minutes=5))  # the sweeper ended it
+
+
 def test_the_scenario_once_per_turn_twice_past_20s_none_when_closed(
         database_url: str | None, redis_url: str | None) -> None:
     result = run_scenario_file(SCENARIOS / "read_typing.json", database_url=database_url,

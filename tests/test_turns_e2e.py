@@ -305,7 +305,7 @@ def test_other_unknown_keys_of_steps_expectations_and_matchers_stay_errors() -> 
         "invalid scenario: step 2 \"checks\": sent[0]: unknown key 'txt' (known: options, "
         "text_contains, text_equals, to, type)",
         "invalid scenario: step 2 \"checks\": conversation: unknown key 'state' (known: "
-        "contact, count, status, summary_contains)",
+        "contact, count, status, summary_contains, with_staff)",
     ], "nothing ran: every problem listed"
 
 

@@ -314,3 +314,18 @@ def test_a_message_with_nothing_to_send_neither_starts_nor_joins_a_burst() -> No
                       _at(4, "user", [{"type": "text", "text": "e amanhã?"}])]
     assert first_safe_start(after_tool_use, 1) == len(after_tool_use), \
         "an empty row between a tool_use and a text hides nothing: no start there"
+
+
+def test_a_staff_lead_in_only_for_staff_messages_before_the_first_customer_message() -> None:
+    from agent.window import Stored, staff_lead_in
+
+    staff_row = Stored(1, "assistant", [{"type": "text", "text": "[equipe: Júlia] Oi!"}], 1)
+    agent_row = Stored(1, "assistant", [{"type": "text", "text": "Olá, posso ajudar?"}], 1)
+    customer = Stored(2, "user", [{"type": "text", "text": "oi"}], 2)
+    led = staff_lead_in([staff_row, customer], [customer])
+    assert led[0].content == [{"type": "text", "text": "[before this message, staff wrote: "
+                                                       "[equipe: Júlia] Oi!]"},
+                              {"type": "text", "text": "oi"}]
+    assert staff_lead_in([agent_row, customer], [customer]) == [customer]  # a compacted start
+    assert staff_lead_in([customer], [customer]) == [customer]
+    assert staff_lead_in([], []) == []

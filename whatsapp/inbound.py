@@ -1,8 +1,9 @@
 """Parse a WhatsApp webhook payload into independent updates, one bad item losing nothing else.
 
-Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[]`; routes on which arrays
-are present, not on `field` (Sources: WhatsApp §3.1). Every field is optional unless Meta
-guarantees it. Pure: no I/O.
+Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[] / message_echoes[]`
+(the last: `field` "smb_message_echoes", what the business sent from the WhatsApp Business
+app); routes on which arrays are present, not on `field` (Sources: WhatsApp §3.1). Every
+field is optional unless Meta guarantees it. Pure: no I/O.
 """
 
 import json
@@ -15,7 +16,7 @@ from whatsapp.choice_ids import describe_choice
 
 MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
                "sticker": "sticker"}
-ITEM_KINDS = ("messages", "statuses", "errors")
+ITEM_KINDS = ("messages", "statuses", "errors", "message_echoes")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -88,7 +89,24 @@ class BadItem:
     phone_number_id: str | None = None  # of the envelope, when the item is inside one
 
 
-Update = InboundMessage | StatusUpdate | IdentityChange | ErrorNotice | BadItem
+@dataclass(frozen=True)
+class StaffEcho:
+    """A message the business sent from the WhatsApp Business app on the same number
+    (coexistence; `smb_message_echoes`). Only the wamid and a recipient are needed: `to`, or
+    `to_user_id` (not always present); `text` is the body, or "[staff sent an image]" and so
+    on for other types."""
+
+    phone_number_id: str
+    wamid: str
+    to: str | None
+    to_user_id: str | None
+    timestamp: datetime | None
+    wa_type: str
+    text: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+
+Update = InboundMessage | StatusUpdate | IdentityChange | ErrorNotice | BadItem | StaffEcho
 
 
 def parse_update(payload: Any) -> list[Update]:
@@ -129,8 +147,8 @@ def _parse_change(change: Any, where: str) -> list[Update]:
     contacts = [c for c in raw_contacts if isinstance(c, dict)] if isinstance(
         raw_contacts, list) else []
     updates: list[Update] = []
-    for kind, parse in zip(ITEM_KINDS, (_parse_message, _parse_status, _parse_error),
-                           strict=True):
+    for kind, parse in zip(ITEM_KINDS, (_parse_message, _parse_status, _parse_error,
+                                        _parse_echo), strict=True):
         items = value.get(kind)
         if items is not None and not isinstance(items, list):
             updates.append(BadItem(f"{where}.{kind}", f"{kind} is not a list", items,
@@ -283,6 +301,29 @@ def _render_media(wa_type: str, body: dict[str, Any]) -> str:
     filename = _str(body.get("filename"))
     detail = f": \"{caption}\"" if caption else (f": {filename}" if filename else "")
     return f"[sent a {label} we cannot open{detail}]"
+
+
+def _parse_echo(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Update:
+    """One `message_echoes[]` item, read defensively: a missing id or recipient is a BadItem."""
+    if not isinstance(item, dict):
+        raise TypeError("echo is not an object")
+    wamid = _str(item.get("id"))
+    to, to_user_id = _str(item.get("to")), _str(item.get("to_user_id"))
+    if not wamid or not (to or to_user_id):
+        raise ValueError("echo without id or recipient (to / to_user_id)")
+    wa_type = _str(item.get("type")) or "unknown"
+    body = _dict(item.get("text")).get("body") if wa_type == "text" else None
+    text = _str(body) if body is not None else None
+    if not text or not text.strip():
+        text = f"[staff sent {ECHO_KINDS.get(wa_type, 'a message of type ' + wa_type)}]"
+    return StaffEcho(phone_number_id, wamid, to, to_user_id, _timestamp(item.get("timestamp")),
+                     wa_type, _LONE_SURROGATE.sub("\ufffd", text), item)
+
+
+ECHO_KINDS = {"image": "an image", "video": "a video", "audio": "an audio",
+              "document": "a document", "sticker": "a sticker", "location": "a location",
+              "contacts": "a contact card", "template": "a template", "text": "an empty text",
+              "interactive": "an interactive message", "reaction": "a reaction"}
 
 
 def _parse_system(item: dict[str, Any], phone_number_id: str, wamid: str) -> Update:

@@ -34,6 +34,7 @@ from storage.jobs import (
 from storage.keys import period_key, token_key
 from storage.messages import mark_outbound, wamid_hash
 from storage.models import Conversation, Message, Outbound, Tenant, ToolCall, WamidTombstone
+from workers.handoffs import alert_unanswered
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
@@ -155,6 +156,7 @@ def reconcile_pending(runtime: Runtime, *, now: datetime,
     reconcile_inbox(runtime, now=now)
     settle_stale_sends(runtime.engine, now=now)
     _reflush_stranded(runtime, now=now)
+    alert_unanswered(runtime, now=now)  # handoffs nobody picked up (workers/handoffs.py)
     enqueued = waiting = 0
     after: Cursor | None = None
     for _ in range(MAX_PAGES):

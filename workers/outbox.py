@@ -122,7 +122,9 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
         log.warning("send_refused_window_closed", outbound_id=row.id)
         return "refused"
     try:
-        if row.kind == "template":
+        if row.kind == "template" and row.body.startswith("{"):  # a declared template
+            wamid = _send_declared_template(runtime, tenant, row)
+        elif row.kind == "template":
             wamid = runtime.graph.send_template(
                 tenant.phone_number_id, name=row.body, language=tenant.followup_template_language,
                 to=row.to, recipient=row.recipient)
@@ -144,6 +146,20 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
     log.info("reply_sent", outbound_id=row.id, part=row.part)
     log.debug("reply_text", text=row.body, to=row.to)
     return "sent"
+
+
+def _send_declared_template(runtime: Runtime, tenant: Tenant, row: Outbound) -> str:
+    """Send a part whose body is one of the tenant's `templates` as JSON ({"name",
+    "language", "parameters"}: operations/staff.py), its parameters as the body's text
+    parameters (Sources: WhatsApp §5.2)."""
+    spec = json.loads(row.body)
+    params = [str(p) for p in spec.get("parameters") or []]
+    components = [{"type": "body", "parameters": [{"type": "text", "text": p}
+                                                  for p in params]}] if params else None
+    return runtime.graph.send_template(
+        tenant.phone_number_id, name=str(spec["name"]),
+        language=str(spec.get("language") or tenant.followup_template_language),
+        to=row.to, recipient=row.recipient, components=components)
 
 
 def _on_error(runtime: Runtime, row: Outbound, exc: GraphError, *, early: bool = False) -> str:

@@ -20,6 +20,7 @@ from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
 from core import clock
+from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.fences import TurnFenced
 from storage.models import Contact, Conversation, Message, Tenant
@@ -38,13 +39,11 @@ def turn_answers(contact: Contact, conversation: Conversation, now: datetime) ->
     """Whether a turn starting at `now` will answer the customer (so "typing…" may show).
 
     False when the 24-hour customer service window has closed (whatsapp/window.py: the turn
-    then sends a template or nothing). The one place this decision is made.
+    then sends a template or nothing) or while staff handle the conversation
+    (storage/conversations.py `with_staff`: the turn stores and holds, never answers). The one
+    place this decision is made.
     """
-    if window_closed(contact.last_inbound_at, now):
-        return False
-    # STAFF HANDOFF (issue 23) PLUGS IN HERE: return False while staff handle `conversation`
-    # (the turn will not answer then). Nothing else needs to change for the indicator.
-    return True
+    return not (window_closed(contact.last_inbound_at, now) or with_staff(conversation, now))
 
 
 @dataclass

@@ -22,14 +22,22 @@ from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, RequestBuilder, run_tool_loop
 from agent.tools.base import ToolContext
+from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
 from agent.tools.registry import REGISTRY, execute_tool
-from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
+from agent.window import (
+    Stored,
+    find_dangling,
+    prune,
+    select_window,
+    staff_lead_in,
+    to_api_messages,
+)
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
-from storage import memory
+from storage import memory, staff
 from storage import messages as message_repo
-from storage.conversations import inactivity_timeout, touch
+from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.fact_keys import resolve_keys
@@ -111,6 +119,11 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     flush_outbox(runtime, conversation_id)
     now = clock.now()
     with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        if conversation is not None and with_staff(conversation, now):
+            held = staff.hold_for_staff(session, conversation_id, now=now)
+            log.info("turn_skipped_with_staff", held=held)
+            return "with_staff"  # staff answer: no model call, nothing sent or marked read
         if not message_repo.pending_inbound(session, conversation_id):
             return "idle"
     repair_dangling_tool_use(runtime, state)  # before new messages take their places
@@ -129,6 +142,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     try:
         outcome = _converse(runtime, state, hooks)
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
+        if outcome.kind == "stopped":  # handed off: the customer gets the handoff text only
+            with session_scope(runtime.engine) as session:
+                reply, kind = handoff_reply(session, state.tenant, clock.now()), "handoff"
     except RETRY.transient as exc:
         if RETRY.may_retry(attempt, runtime):
             return retry_later(runtime, "turn", conversation_id, attempt=attempt, exc=exc,
@@ -169,7 +185,8 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
                          messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
-                         fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
+                         fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
+                         stop_after=STOPS_THE_TURN)
 
 
 def _create(runtime: Runtime, typing: TypingIndicator, **request: Any) -> Any:
@@ -208,6 +225,7 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
         log.warning("turn_hard_cap_window", forced=force_hard_cap)
     stored = [Stored(_id(m), m.role, m.content, m.position or 0) for m in rows]
     window = select_window(stored, summarized_until=start, keep=keep, hard_cap=hard_cap)
+    window = staff_lead_in(stored, window)  # a conversation staff opened
     return Window(prune(window, pruned_until=pruned), context_block, hard_cap)
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from agent.errors import ToolError
-from agent.tools import choices, facts, scheduling
+from agent.tools import choices, facts, handoff, scheduling
 from agent.tools.base import Tool, ToolContext, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
@@ -21,6 +21,7 @@ REGISTRY: tuple[Tool, ...] = (
     scheduling.BOOK_APPOINTMENT,
     scheduling.CANCEL_APPOINTMENT,
     scheduling.FIND_AVAILABLE_SLOTS,
+    handoff.HANDOFF_TO_HUMAN,
     scheduling.LIST_MY_APPOINTMENTS,
     scheduling.LIST_SERVICES,
     choices.OFFER_CHOICES,

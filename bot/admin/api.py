@@ -36,6 +36,7 @@ from bot.errors import BODY_REFUSALS, http_status
 from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
+from operations import staff as staff_ops
 from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
 from operations.service import clean_text, validated
 from storage.db import is_postgres, session_scope
@@ -291,6 +292,26 @@ def get_conversation(call: Call) -> tuple[int, Any]:
                                           after_id=page.after_id, limit=page.limit)
 
 
+def staff_reply(call: Call) -> tuple[int, Any]:
+    """A staff reply (operations/staff.py), sent by the outbox flush after the commit."""
+    conversation_id = call.path["conversation_id"]
+    sent = staff_ops.reply(call.session, call.the_tenant(), conversation_id, call.body,
+                           author="operator" if call.operator else "admin API", now=call.now)
+    app = call.request.app
+    call.after_commit.append(lambda: enqueue_flush(app[TURN_QUEUE], app[SETTINGS].redis_prefix,
+                                                   conversation_id))
+    return 202, sent
+
+
+def hand_back(call: Call) -> tuple[int, Any]:
+    return 200, staff_ops.hand_back(call.session, call.the_tenant(),
+                                    call.path["conversation_id"], now=call.now)
+
+
+def attention(call: Call) -> tuple[int, Any]:
+    return 200, staff_ops.attention(call.session, call.the_tenant(), now=call.now)
+
+
 def list_contacts(call: Call) -> tuple[int, Any]:
     page: Page = call.query
     return 200, service.list_contacts(call.session, call.the_tenant(), limit=page.limit,
@@ -391,6 +412,17 @@ ROUTES: tuple[Route, ...] = (
           "messages (each reply with its delivery), summary, facts in context, usage per call",
           "conversations", query=MessagesPage, path_types=(*TID, ("conversation_id", "integer")),
           returns="Conversation"),
+    Route("POST", TP + "/conversations/{conversation_id}/messages", staff_reply, "A staff "
+          "reply: text inside the 24-hour window, else one of the tenant's templates; staff "
+          "keep the conversation for staff_timeout_minutes", "conversations",
+          body=staff_ops.StaffReply, ok=202,
+          path_types=(*TID, ("conversation_id", "integer"))),
+    Route("POST", TP + "/conversations/{conversation_id}/hand-back", hand_back, "Back to the "
+          "agent now (a no-op when staff did not handle it)", "conversations",
+          path_types=(*TID, ("conversation_id", "integer"))),
+    Route("GET", TP + "/attention", attention, "What needs a person: conversations with "
+          "staff, handoffs waiting, facts to review, failed replies, with counts",
+          "conversations", path_types=TID),
     Route("GET", TP + "/contacts", list_contacts, "Contacts by id", "contacts", query=Page,
           path_types=TID),
     Route("GET", TP + "/contacts/{contact}/export", export_contact, "Everything stored about "

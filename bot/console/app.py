@@ -40,10 +40,12 @@ from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
-from operations.errors import MAPPED, AdminError, NotFound, admin_error
+from operations import staff as staff_ops
+from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
+from storage.jobs import enqueue_flush
 from storage.keys import console_session_key
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
@@ -261,7 +263,8 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
         except MAPPED as exc:
             session.rollback()
             result = _error_result(exc, current.t, name)
-        tenant_view = {"name": tenant.name, "id": tenant.id}
+        tenant_view = {"name": tenant.name, "id": tenant.id,
+                       "attention": staff_ops.counts(session, tenant, now=current.now)}
     for action in after:
         try:
             action()
@@ -273,7 +276,7 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
 PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
              "catalog": "/console/catalog", "review": "/console/review",
              "conversations": "/console/conversations",
-             "appointments": "/console/appointments"}
+             "appointments": "/console/appointments", "attention": "/console/attention"}
 
 
 def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
@@ -592,7 +595,8 @@ def conversation_page(p: Page) -> PageResult:
                       axis_label=p.t["chart_calls"]) if turn_calls else ""  # no calls: no chart
     return "conversation.html", {"c": view, "plot": plot,
                                  "transcript": _transcript(view, _language(p)),
-                                 "tz": ZoneInfo(p.tenant.timezone)}
+                                 "tz": ZoneInfo(p.tenant.timezone),
+                                 "templates": p.tenant.templates or []}
 
 
 def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str, Any]]:
@@ -620,12 +624,58 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
             continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
+            if m.get("author"):  # a staff message: shown without its "[equipe: NAME]" mark
+                kind, text = "staff", text.split("] ", 1)[-1]
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
             items.append({"kind": kind, "text": translate_notes(text, language),
                           "at": m["received_at"],
                           "delivery": m.get("delivery")})
     return items
+
+
+def _conversation_id(p: Page) -> int:
+    raw = p.request.match_info["conversation_id"]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
+        raise service.NotFound("no such conversation")
+    return int(raw)
+
+
+def staff_reply(p: Page) -> PageResult:
+    """The reply box: free text, or one of the tenant's templates with its parameters (one
+    per line); refused replies come back to the conversation with the reason."""
+    cid = _conversation_id(p)
+    back = f"/console/conversations/{cid}"
+    template = str(p.form.get("template") or "").strip()
+    author = str(p.form.get("author") or "").strip() or "console"
+    body: dict[str, Any] = {"author": author[:100]}
+    if template:
+        params = [line.strip() for line in str(p.form.get("parameters") or "").splitlines()
+                  if line.strip()]
+        body["template"] = {"name": template, "parameters": params}
+    else:
+        body["text"] = str(p.form.get("text") or "").strip() or None
+    try:
+        staff_ops.reply(p.session, p.tenant, cid, body, author="console", now=p.now)
+    except (Invalid, Conflict) as exc:
+        message = "; ".join(translate_problem(part, _language(p))
+                            for part in exc.problems or [str(exc)])
+        return Redirect(back, message, bad=True)
+    queue, prefix = p.request.app[TURN_QUEUE], p.request.app[SETTINGS].redis_prefix
+    p.after_commit.append(lambda: enqueue_flush(queue, prefix, cid))
+    return Redirect(back, p.t["reply_queued"])
+
+
+def hand_back(p: Page) -> PageResult:
+    cid = _conversation_id(p)
+    staff_ops.hand_back(p.session, p.tenant, cid, now=p.now)
+    return Redirect(f"/console/conversations/{cid}", p.t["handed_back"])
+
+
+def attention_page(p: Page) -> PageResult:
+    """What needs a person ("Atendimento"), newest first."""
+    return "attention.html", {"a": staff_ops.attention(p.session, p.tenant, now=p.now),
+                              "tz": ZoneInfo(p.tenant.timezone)}
 
 
 def _language(p: Page) -> str:
@@ -691,6 +741,11 @@ def setup_console(app: web.Application) -> None:
         ("POST", "/console/review/{fact_id}/edit", "review", edit),
         ("GET", "/console/conversations", "conversations", conversations_page),
         ("GET", "/console/conversations/{conversation_id}", "conversations", conversation_page),
+        ("POST", "/console/conversations/{conversation_id}/reply", "conversations",
+         staff_reply),
+        ("POST", "/console/conversations/{conversation_id}/hand-back", "conversations",
+         hand_back),
+        ("GET", "/console/attention", "attention", attention_page),
         ("GET", "/console/appointments", "appointments", appointments_page),
         ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
     ]

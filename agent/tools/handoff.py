@@ -1,0 +1,122 @@
+"""The handoff_to_human tool (`HANDOFF_TO_HUMAN`, one `Tool` of the registry) and the text the
+customer gets when the agent hands off.
+
+The tool puts the conversation in the staff state (storage/staff.py); the tool loop ends after
+it (`STOPS_THE_TURN`, agent/loop.py `stop_after`) and the turn sends `handoff_reply` instead of
+another model answer, so the customer gets the handoff text and nothing else.
+"""
+
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlmodel import Session
+
+from agent.tools.base import Tool, ToolContext, ToolError
+from agent.tools.slots import opening_intervals
+from storage import staff
+from storage.models import Conversation, Tenant
+from storage.tenants import list_hours, list_hours_exceptions
+
+MAX_REASON = 200
+MAX_SUMMARY = 300
+LOOK_AHEAD_DAYS = 14  # how far the next opening is looked for
+
+# the customer-facing texts of a handoff (Brazilian Portuguese by default; the tenant's language)
+TEXTS: dict[str, dict[str, str]] = {
+    "pt-BR": {
+        "handoff": "Vou passar sua conversa para alguém da nossa equipe, que responde por aqui.",
+        "closed": "Estamos fora do horário de atendimento agora; alguém da equipe responde a "
+                  "partir de {when}.",
+        "waiting": "Ainda estamos chamando alguém da equipe para te responder. Obrigado pela "
+                   "paciência!",
+        "weekdays": "segunda,terça,quarta,quinta,sexta,sábado,domingo",
+        "today": "hoje às {hhmm}",
+        "day": "{weekday} às {hhmm}",
+    },
+    "en": {
+        "handoff": "I'm passing your conversation to someone on our team, who will answer here.",
+        "closed": "We're closed right now; someone from the team will answer from {when}.",
+        "waiting": "We're still getting someone from the team to answer you. Thanks for your "
+                   "patience!",
+        "weekdays": "Monday,Tuesday,Wednesday,Thursday,Friday,Saturday,Sunday",
+        "today": "today at {hhmm}",
+        "day": "{weekday} at {hhmm}",
+    },
+}
+
+
+def text(language: str, key: str) -> str:
+    table = TEXTS.get(language, TEXTS.get(language.split("-")[0], TEXTS["pt-BR"]))
+    return table.get(key, TEXTS["pt-BR"][key])
+
+
+def next_opening(session: Session, tenant: Tenant, now: datetime) -> datetime | None:
+    """None while the business is open at `now`; else the next local opening time (within
+    LOOK_AHEAD_DAYS; None too when there is none, so nothing false is promised)."""
+    tz = ZoneInfo(tenant.timezone)
+    assert tenant.id is not None
+    hours: dict[int, list[tuple[str, str]]] = {}
+    for row in list_hours(session, tenant.id):
+        hours.setdefault(row.weekday, []).append((row.opens, row.closes))
+    exceptions = {row.day: [(i[:5], i[6:]) for i in row.hours]
+                  for row in list_hours_exceptions(session, tenant.id)}
+    local = now.astimezone(tz)
+    for offset in range(LOOK_AHEAD_DAYS + 1):
+        day: date = local.date() + timedelta(days=offset)
+        for opens, closes in sorted(opening_intervals(day, hours, exceptions)):
+            start = datetime.combine(day, datetime.strptime(opens, "%H:%M").time(), tzinfo=tz)
+            end = datetime.combine(day, datetime.strptime(closes, "%H:%M").time(), tzinfo=tz)
+            if start <= local < end:
+                return None
+            if start > local:
+                return start
+    return None
+
+
+def handoff_reply(session: Session, tenant: Tenant, now: datetime) -> str:
+    """What the customer gets when the agent hands off: the tenant's `handoff_text` (or the
+    product's), and outside opening hours when someone will answer."""
+    reply = tenant.handoff_text.strip() or text(tenant.language, "handoff")
+    opening = next_opening(session, tenant, now)
+    if opening is None:
+        return reply
+    local_now = now.astimezone(opening.tzinfo)
+    hhmm = opening.strftime("%H:%M")
+    if opening.date() == local_now.date():
+        when = text(tenant.language, "today").format(hhmm=hhmm)
+    else:
+        weekday = text(tenant.language, "weekdays").split(",")[opening.weekday()]
+        when = text(tenant.language, "day").format(weekday=weekday, hhmm=hhmm)
+    return f"{reply} {text(tenant.language, 'closed').format(when=when)}"
+
+
+def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    """The handoff_to_human tool: staff take the conversation (a no-op when they already do)."""
+    reason, summary = str(args.get("reason", "")).strip(), str(args.get("summary", "")).strip()
+    if not reason:
+        raise ToolError("reason is required: why a person should answer")
+    conversation = session.get(Conversation, ctx.conversation_id)
+    tenant = session.get(Tenant, ctx.tenant_id)
+    assert conversation is not None and tenant is not None
+    started = staff.start_handoff(session, conversation, tenant, reason=reason[:MAX_REASON],
+                                  summary=summary[:MAX_SUMMARY], now=ctx.now)
+    if not started:
+        return "Staff already handle this conversation; nothing changed."
+    return "Handed off: staff will answer; the customer is told. Say nothing more."
+
+
+HANDOFF_TO_HUMAN = Tool(
+    name="handoff_to_human",
+    description="Pass the conversation to a person on the business's staff. Use it when you "
+                "cannot answer a question with your tools or instructions, when the customer "
+                "complains, or when they ask for a person. The customer is told a person will "
+                "answer; you stop answering until staff hand the conversation back.",
+    input_schema={"type": "object", "properties": {
+        "reason": {"type": "string", "description": "why a person should answer"},
+        "summary": {"type": "string",
+                    "description": "one line for staff: what the customer needs"}},
+        "required": ["reason", "summary"]},
+    handler=handoff_to_human)
+
+STOPS_THE_TURN = frozenset({HANDOFF_TO_HUMAN.name})
