@@ -15,6 +15,7 @@ from sqlmodel import Session
 from hooks.client import check_url
 from hooks.errors import DeliveryRefused
 from operations.errors import Invalid, NotFound
+from operations.service import validated
 from storage import webhooks
 from storage.models import Tenant, WebhookDelivery, WebhookEndpoint
 
@@ -35,6 +36,11 @@ class SecretRotation(BaseModel):
     model_config = ConfigDict(extra="forbid")
     grace_hours: float = Field(24, ge=0, le=webhooks.MAX_GRACE.total_seconds() / 3600,
                                description="hours the old secret keeps signing beside the new")
+
+
+def validated_create(data: dict[str, Any]) -> EndpointCreate:
+    """`EndpointCreate` from plain data (the CLI's arguments); Invalid names each problem."""
+    return validated(EndpointCreate, data)  # type: ignore[no-any-return]
 
 
 def endpoint_view(endpoint: WebhookEndpoint, *, now: datetime) -> dict[str, Any]:
