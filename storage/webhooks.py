@@ -163,7 +163,7 @@ def get_endpoint(session: Session, tenant_id: int, endpoint_id: int) -> WebhookE
 
 def remove_endpoint(session: Session, endpoint: WebhookEndpoint) -> None:
     """Delete the endpoint and (cascade) its deliveries: their jobs then find nothing."""
-    session.exec(delete(WebhookDelivery).where(  # type: ignore[call-overload]
+    session.exec(delete(WebhookDelivery).where(
         col(WebhookDelivery.endpoint_id) == endpoint.id))
     session.delete(endpoint)
     session.flush()
@@ -191,7 +191,7 @@ def enable_endpoint(session: Session, endpoint: WebhookEndpoint, *, now: datetim
     session.add(endpoint)
     waiting = list(session.exec(select(WebhookDelivery.id).where(
         WebhookDelivery.endpoint_id == endpoint.id, WebhookDelivery.status == "pending")).all())
-    session.exec(update(WebhookDelivery).where(  # type: ignore[call-overload]
+    session.exec(update(WebhookDelivery).where(
         col(WebhookDelivery.id).in_(waiting)).values(next_attempt_at=now))
     session.flush()
     return [int(i) for i in waiting if i is not None]
@@ -223,7 +223,7 @@ def body(session: Session, event_row: WebhookEvent) -> bytes:
 def claim(session: Session, delivery_id: int, *, now: datetime) -> WebhookDelivery | None:
     """pending and due → sending, atomically; None when not (delivered, claimed by another
     job, not due yet, gone): a second job for one delivery sends nothing."""
-    claimed = session.exec(update(WebhookDelivery).where(  # type: ignore[call-overload]
+    claimed = session.exec(update(WebhookDelivery).where(
         col(WebhookDelivery.id) == delivery_id, col(WebhookDelivery.status) == "pending",
         col(WebhookDelivery.next_attempt_at) <= now,
     ).values(status="sending", claimed_at=now))
@@ -288,7 +288,7 @@ def lost_deliveries(session: Session, *, now: datetime, limit: int = 500) -> lis
     than SENDING_STALE_AFTER ago (the job died mid-call: they become pending and due, so the
     event may arrive twice, never not at all). Enabled endpoints only. Returns their ids."""
     enabled = select(WebhookEndpoint.id).where(col(WebhookEndpoint.disabled_at).is_(None))
-    session.exec(update(WebhookDelivery).where(  # type: ignore[call-overload]
+    session.exec(update(WebhookDelivery).where(
         col(WebhookDelivery.status) == "sending",
         col(WebhookDelivery.claimed_at) <= now - SENDING_STALE_AFTER,
     ).values(status="pending", next_attempt_at=now - LOST_AFTER))

@@ -547,7 +547,8 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
                     if problems:
                         raise Invalid(problems[0], problems)
                 if route.body is not None and not isinstance(body, dict) and not (
-                        body is None and route.body in (Decision, TokenCreate, hook_ops.SecretRotation)):
+                        body is None and route.body in (Decision, TokenCreate,
+                                                        hook_ops.SecretRotation)):
                     raise Invalid("the body must be a JSON object",
                                   ["body: must be a JSON object"])
             return await run_admin(request.app, _run, request, route, auth[0], known, path,
