@@ -148,3 +148,58 @@ def test_the_cli_adds_lists_rotates_and_removes(env: ReplayEnvironment,
     assert main(["webhooks", "add", number, "ftp://x.example/", "--events",
                  "message.failed"]) == 2
     assert main(["webhooks", "add", number, receiver.url, "--events", "nope"]) == 2
+
+
+def test_the_console_adds_shows_the_secret_once_and_says_when_disabled(
+        env: ReplayEnvironment, receiver: WebhookReceiver) -> None:
+    from sqlmodel import select
+
+    from storage.db import session_scope
+    from storage.models import WebhookEndpoint
+    from tests.test_console import Browser
+    salon, garage = ids(env)
+    browser = Browser(env.web_url)
+    browser.sign_in(token_for(env, salon))
+    status, page, _ = browser.request("/console/webhooks")
+    assert status == 200 and "Nenhum endereço cadastrado" in page
+    status, page, _ = browser.request("/console/webhooks", {
+        "csrf": browser.csrf, "url": receiver.url,
+        "events": ["appointment.booked", "message.failed"]})
+    assert status == 200 and "não será mostrado de novo" in page
+    with session_scope(env.engine) as session:
+        endpoint = session.exec(select(WebhookEndpoint)).one()
+        secret, endpoint_id = endpoint.secret, endpoint.id
+    assert secret in page
+    status, page, _ = browser.request("/console/webhooks")
+    assert secret not in page and receiver.url.replace("&", "&amp;") in page and "ativo" in page
+    with session_scope(env.engine) as session:
+        endpoint = session.get(WebhookEndpoint, endpoint_id)
+        endpoint.disabled_at, endpoint.disabled_reason = env.clock.now(), "failing"
+        session.add(endpoint)
+    status, page, _ = browser.request("/console/webhooks")
+    assert "Desativado: as entregas falharam por 24 horas" in page
+    status, page, _ = browser.request(f"/console/webhooks/{endpoint_id}")
+    assert status == 200 and "Nenhuma entrega ainda" in page and secret not in page
+    status, _, headers = browser.request(f"/console/webhooks/{endpoint_id}/enable",
+                                         {"csrf": browser.csrf})
+    assert status == 303
+    status, page, _ = browser.request(f"/console/webhooks/{endpoint_id}/rotate",
+                                      {"csrf": browser.csrf})
+    with session_scope(env.engine) as session:
+        rotated = session.get(WebhookEndpoint, endpoint_id)
+        assert rotated.disabled_at is None and rotated.previous_secret == secret
+        new_secret = rotated.secret
+    assert new_secret in page and secret not in page
+    status, page, _ = browser.request("/console/webhooks", {
+        "csrf": browser.csrf, "url": "ftp://x.example/", "events": ["message.failed"]})
+    assert status == 303, "refused with the reason"
+    theirs = call(env, "POST", f"/admin/tenants/{garage}/webhooks",
+                  {"url": receiver.url, "events": ["message.failed"]})[1]
+    status, page, _ = browser.request(f"/console/webhooks/{theirs['id']}")
+    assert status == 404 and theirs["secret"] not in page
+    status, _, _ = browser.request(f"/console/webhooks/{theirs['id']}/remove",
+                                   {"csrf": browser.csrf})
+    assert status == 404
+    status, _, _ = browser.request(f"/console/webhooks/{endpoint_id}/remove",
+                                   {"csrf": browser.csrf})
+    assert status == 303
