@@ -38,7 +38,7 @@ EVENT_TYPES = (
     "appointment.booked",  # agent/tools/scheduling.py book_appointment
     "appointment.rescheduled",  # agent/tools/scheduling.py reschedule_appointment
     "appointment.cancelled",  # the cancel tool, and operations/service.py cancel_appointment
-    "handoff.requested",  # the handoff tool (issue 23): a person is asked to take over
+    "handoff.requested",  # the handoff tool (issue 23): data {"conversation_id", "contact_id"}
     "fact.review_needed",  # storage/facts.py record: a fact waits in pending_review
     "message.failed",  # storage/messages.py refresh_delivery: a reply ended failed
 )
