@@ -6,9 +6,9 @@ import argparse
 from cli.environment import settings_or_exit
 from core.logs import configure_logging
 from storage.webhooks import SWEEP_PERIOD_SECONDS
+from workers import webhooks
 from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, reconcile
 from workers.processes import run_cron
-from workers import webhooks
 from workers.sweeper import sweep_inactive
 
 
