@@ -18,7 +18,9 @@ from bot.metrics import setup_metrics
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from storage import webhooks
 from storage.db import connect_redis, make_engine
+from storage.jobs import enqueue_webhooks
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +47,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     app[ENGINE] = engine or make_engine(settings.database_url)
     app[REDIS] = redis_client or connect_redis(settings.redis_url)
     app[TURN_QUEUE] = Queue(settings.queue_name, connection=app[REDIS])
+    queue = app[TURN_QUEUE]  # events emitted here (statuses, admin) are enqueued on commit
+    webhooks.install_enqueuer(app[ENGINE], lambda ids: enqueue_webhooks(queue, ids))
     app.router.add_get("/webhook", verify_challenge)
     app.router.add_post("/webhook", receive_update)
     app.router.add_get("/health", health)

@@ -1,10 +1,12 @@
-"""`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention), each guarded per
-period, so one cron is enough and a second is harmless; a keeper too."""
+"""`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention, the webhooks'
+sweep), each guarded per period, so one cron is enough and a second is harmless; a keeper too."""
 
 import argparse
 
 from cli.environment import settings_or_exit
 from core.logs import configure_logging
+from storage.webhooks import SWEEP_PERIOD_SECONDS
+from workers import webhooks
 from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, reconcile
 from workers.processes import run_cron
 from workers.sweeper import sweep_inactive
@@ -16,4 +18,5 @@ def cron(args: argparse.Namespace) -> int:
                       secrets=settings.secret_values())
     # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.
     return run_cron(settings, [(sweep_inactive, 300), (reconcile, RECONCILE_PERIOD_SECONDS),
-                               (purge_retention, 3600)])
+                               (purge_retention, 3600),
+                               (webhooks.sweep, SWEEP_PERIOD_SECONDS)])

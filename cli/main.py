@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from dotenv import find_dotenv, load_dotenv
 
@@ -147,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     extract.set_defaults(run="cli.facts:extract")
     add_facts_commands(facts_sub)
 
+    add_webhook_commands(sub)
+
     for name, run, text in (("web", "cli.web:web", "run the webhook web process"),
                             ("worker", "cli.worker:worker", "run an RQ worker (and a "
                                                             "keeper: the product's scheduler)"),
@@ -161,6 +164,33 @@ def _parser() -> argparse.ArgumentParser:
                                  help="serve from N processes sharing the port (SO_REUSEPORT; "
                                       "default 1)")
     return parser
+
+
+def add_webhook_commands(sub: Any) -> None:
+    """`wagent webhooks add|list|remove|rotate-secret` (cli/webhooks.py)."""
+    hooks = sub.add_parser("webhooks", help="signed webhooks to the business's own systems")
+    hooks_sub = hooks.add_subparsers(title="webhooks commands")
+    add = hooks_sub.add_parser("add", help="add an endpoint; prints its secret once")
+    add.add_argument("phone_number_id")
+    add.add_argument("url", help="https://... (http only to WEBHOOK_ALLOWED_NETWORKS)")
+    add.add_argument("--events", required=True, help="comma-separated: appointment.booked, "
+                     "appointment.rescheduled, appointment.cancelled, handoff.requested, "
+                     "fact.review_needed, message.failed")
+    add.add_argument("--description", default="")
+    add.set_defaults(run="cli.webhooks:add")
+    listing = hooks_sub.add_parser("list", help="the tenant's endpoints (no secrets)")
+    listing.add_argument("phone_number_id")
+    listing.set_defaults(run="cli.webhooks:list_")
+    for name, run, text in (("remove", "cli.webhooks:remove", "remove an endpoint"),
+                            ("rotate-secret", "cli.webhooks:rotate_secret",
+                             "a new secret, printed once; the old one signs beside it for "
+                             "--grace-hours")):
+        command = hooks_sub.add_parser(name, help=text)
+        command.add_argument("phone_number_id")
+        command.add_argument("id", type=int, help="the endpoint's id (from list)")
+        if name == "rotate-secret":
+            command.add_argument("--grace-hours", type=float, default=24.0)
+        command.set_defaults(run=run)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class Settings:
     # comma-separated addresses or networks of the reverse proxies whose X-Forwarded-For
     # names the client; empty: the peer's address is the client's
     trusted_proxies: str = ""
+    # comma-separated networks outbound webhooks may reach although they are not public
+    # (loopback, private), over http too; empty: only https to public addresses (hooks/client.py)
+    webhook_allowed_networks: str = ""
     turn_job_timeout: int = 300
     turn_debounce_seconds: float = 2.0
     # POSTs waiting in one web process that switch it to the inbox (store the raw body, answer,
@@ -123,6 +126,10 @@ class Settings:
             trusted_networks(str(values.get("trusted_proxies", "")))
         except ValueError as exc:
             problems.append(f"TRUSTED_PROXIES: {exc}")
+        try:
+            trusted_networks(str(values.get("webhook_allowed_networks", "")))
+        except ValueError as exc:
+            problems.append(f"WEBHOOK_ALLOWED_NETWORKS: {exc}")
         if require:
             problems += [
                 f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION

@@ -27,7 +27,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import delivery, rights
+from storage import delivery, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.conversations import with_staff
@@ -522,6 +522,8 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
     appointment.status, appointment.cancelled_at = "cancelled", now
     session.add(appointment)
     session.flush()
+    webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
+                  webhooks.appointment_data(session, appointment, by="business"), now=now)
     return appointment_view(session, appointment, ZoneInfo(tenant.timezone))
 
 

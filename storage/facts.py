@@ -5,6 +5,7 @@ from datetime import datetime
 
 from sqlmodel import Session, col, select
 
+from storage import webhooks
 from storage.models import ContactFact
 
 CURRENT = ("confirmed", "suggested", "pending_review", "contested")
@@ -58,11 +59,22 @@ def record(session: Session, fact: ContactFact, *, now: datetime) -> tuple[Conta
             fact.state = "contested"
         session.add(fact)
         session.flush()
+        _review_needed(session, fact, now)
         return fact, "contested"
     session.add(fact)
     session.flush()
     supersede_others(session, fact, now=now)
+    _review_needed(session, fact, now)
     return fact, "superseded" if existing else "recorded"
+
+
+def _review_needed(session: Session, fact: ContactFact, now: datetime) -> None:
+    """A fact that went to pending_review emits `fact.review_needed` (its value is not in the
+    event: it may be sensitive; the review queue shows it)."""
+    if fact.state == "pending_review":
+        webhooks.emit(session, fact.tenant_id, "fact.review_needed",
+                      {"fact_id": fact.id, "contact_id": fact.contact_id, "key": fact.key,
+                       "origin": fact.origin}, now=now)
 
 
 def supersede_others(session: Session, fact: ContactFact, *, now: datetime) -> None:

@@ -31,6 +31,8 @@ COMPACTION_JOB = "workers.compaction.compact_conversation"
 REDERIVE_JOB = "workers.compaction.rederive_summary"
 FACTS_JOB = "workers.facts.extract_facts"
 INBOX_JOB = "workers.inbox.drain_inbox"
+WEBHOOK_JOB = "workers.webhooks.deliver"
+WEBHOOK_JOB_TIMEOUT = 30  # seconds: one HTTP call of at most 5 s (hooks/client.py) and its rows
 INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conversation" id
 TOKEN_TTL_SECONDS = 6 * 3600
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
@@ -234,6 +236,26 @@ def enqueue_drain(queue: Queue, prefix: str, *, at_front: bool = True) -> str | 
         return None
     return enqueue_coalesced(queue, prefix, "inbox", INBOX_JOB, INBOX_KEY, job_timeout=600,
                              at_front=at_front)
+
+
+def enqueue_webhooks(queue: Queue, delivery_ids: list[int], *,
+                     at: datetime | None = None) -> list[str]:
+    """Enqueue `workers.webhooks.deliver(delivery_id=...)` for each webhook delivery, at once
+    or (`at`, aware: a retry on the product's clock) in the scheduled registry. Not coalesced:
+    a second job for one delivery finds it claimed or not due and does nothing
+    (storage/webhooks.claim). Returns the job ids. Raises RedisError."""
+    ids = []
+    for delivery_id in delivery_ids:
+        job_id = f"webhook-{delivery_id}-{uuid.uuid4().hex[:12]}"
+        options: dict[str, Any] = {"kwargs": {"delivery_id": delivery_id}, "job_id": job_id,
+                                   "job_timeout": WEBHOOK_JOB_TIMEOUT, "result_ttl": 600,
+                                   "failure_ttl": 7 * 86400}
+        if at is None:
+            queue.enqueue(WEBHOOK_JOB, **options)
+        else:
+            queue.enqueue_at(at, WEBHOOK_JOB, **options)
+        ids.append(job_id)
+    return ids
 
 
 def consume_token(redis: Redis, prefix: str, kind: str, conversation_id: int,

@@ -12,7 +12,8 @@ from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, or_, select, update
 
-from storage import delivery
+from core import clock
+from storage import delivery, webhooks
 from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
 
 
@@ -413,7 +414,20 @@ def refresh_delivery(session: Session, message_id: int) -> str | None:
         message.delivery_status = state
         session.add(message)
         session.flush()
+        if state == "failed":  # the one place a reply ends failed (outbox or Meta's status)
+            _emit_failed(session, message)
     return state
+
+
+def _emit_failed(session: Session, message: Message) -> None:
+    """`message.failed`: ids and Meta's error code, never the text."""
+    parts = session.exec(select(Outbound).where(Outbound.message_id == message.id)).all()
+    failed = next((p for p in parts if delivery.state_of(p.status) == "failed"), None)
+    webhooks.emit(session, message.tenant_id, "message.failed",
+                  {"message_id": message.id, "conversation_id": message.conversation_id,
+                   "error_code": failed.error_code if failed else None,
+                   "error_cause": failed.error_cause if failed else None},
+                  now=clock.now())
 
 
 def parts_of(session: Session, message_ids: list[int]) -> dict[int, list[Outbound]]:

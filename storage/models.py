@@ -399,3 +399,66 @@ class InboxEntry(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     received_at: datetime
     body: bytes = Field(sa_type=LargeBinary)
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A URL of the business's own systems that hears about its events (storage/webhooks.py).
+
+    `secret` signs every delivery (hooks/signature.py); it is shown once, when made or
+    rotated. After a rotation `previous_secret` signs too until `previous_until`. `events`:
+    the event types wanted (storage/webhooks.EVENT_TYPES). `failing_since`: the first failed
+    attempt since the last success; 24 h of failures set `disabled_at` (nothing is sent
+    until it is enabled again).
+    """
+
+    __tablename__ = "webhook_endpoint"
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    url: str = Field(max_length=2000)
+    secret: str = Field(max_length=128)
+    previous_secret: str | None = Field(default=None, max_length=128)
+    previous_until: datetime | None = None
+    events: list[str] = Field(default_factory=list, sa_type=JSONType)
+    description: str = Field(default="", max_length=200)
+    failing_since: datetime | None = None
+    disabled_at: datetime | None = None
+    disabled_reason: str = Field(default="", max_length=200)
+    created_at: datetime
+
+
+class WebhookEvent(SQLModel, table=True):
+    """One event of a tenant, written in the transaction of the change it reports
+    (storage/webhooks.emit). `id` is the event id receivers deduplicate on ("evt_…")."""
+
+    __tablename__ = "webhook_event"
+    id: str = Field(primary_key=True, max_length=40)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    type: str = Field(max_length=40)
+    data: dict[str, Any] = Field(default_factory=dict, sa_type=JSONType)
+    created_at: datetime
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event to one endpoint. `status`: pending (`next_attempt_at`: when it is due),
+    sending (claimed by a job at `claimed_at`), delivered, or failed (gave up after the
+    retry policy's attempts: workers/jobs.py RETRY_POLICIES["webhook"])."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (
+        UniqueConstraint("endpoint_id", "event_id", name="uq_webhook_delivery_endpoint_event"),
+        Index("ix_webhook_delivery_status_due", "status", "next_attempt_at"),
+        Index("ix_webhook_delivery_endpoint_id", "endpoint_id", "id"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    endpoint_id: int = Field(foreign_key="webhook_endpoint.id", ondelete="CASCADE")
+    event_id: str = Field(foreign_key="webhook_event.id", ondelete="CASCADE", max_length=40)
+    status: str = Field(default="pending", max_length=16)
+    attempts: int = 0
+    next_attempt_at: datetime | None = None
+    claimed_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    last_status_code: int | None = None  # the endpoint's HTTP status; its body is never kept
+    last_error: str | None = Field(default=None, max_length=32)  # one word: hooks/errors.py
+    delivered_at: datetime | None = None
+    created_at: datetime

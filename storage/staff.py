@@ -18,6 +18,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from storage import messages as message_repo
+from storage import webhooks
 from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.models import Conversation, Message, Tenant
 
@@ -48,8 +49,9 @@ def hold_for_staff(session: Session, conversation_id: int, *, now: datetime) -> 
 
 def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, *, reason: str,
                   summary: str, now: datetime) -> bool:
-    """The agent hands the conversation to staff for `staff_timeout_minutes`; False (a no-op)
-    when staff already handle it."""
+    """The agent hands the conversation to staff for `staff_timeout_minutes`, and emits
+    `handoff.requested` to the tenant's webhooks (storage/webhooks.py) in the same
+    transaction; False (a no-op, nothing emitted) when staff already handle it."""
     if with_staff(conversation, now):
         return False
     conversation.staff_until = now + timedelta(minutes=tenant.staff_timeout_minutes)
@@ -59,6 +61,9 @@ def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, 
     conversation.handoff_alerted_at = None
     session.add(conversation)
     session.flush()
+    webhooks.emit(session, conversation.tenant_id, "handoff.requested",
+                  {"conversation_id": conversation.id, "contact_id": conversation.contact_id},
+                  now=now)  # ids only: the reason and summary are the customer's words
     return True
 
 

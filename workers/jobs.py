@@ -17,6 +17,7 @@ from rq import get_current_job
 
 from core import clock, metrics
 from core.network import network_cause
+from hooks.errors import DeliveryError
 from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
@@ -75,6 +76,10 @@ RETRY_POLICIES: dict[str, RetryPolicy] = {
     "compact": RetryPolicy(delays=_seconds(30, 120, 600), max_attempts=4),
     "rederive": RetryPolicy(delays=_seconds(30, 120, 600), max_attempts=4),
     "facts": RetryPolicy(delays=_seconds(30, 120, 600), max_attempts=4),
+    # outbound webhooks (workers/webhooks.py): the endpoint's failures (hooks/errors.py), not
+    # the provider's; backoff up to 8 h, the 12th and last attempt about 23.8 h after the first
+    "webhook": RetryPolicy(delays=_seconds(30, 60, 120, 300, 600, 1800, 3600, 7200, 14400,
+                                           28800), max_attempts=12, transient=(DeliveryError,)),
 }
 
 

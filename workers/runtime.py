@@ -14,7 +14,9 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import configure_mappers
 
 from core.settings import Settings
+from storage import webhooks
 from storage.db import connect_redis, make_engine
+from storage.jobs import enqueue_webhooks
 from whatsapp.graph import GraphClient
 
 
@@ -37,7 +39,7 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None,
     job is the one retry layer (Sources: Anthropic §5.2), on the product's clock.
     """
     connection = redis_client or connect_redis(settings.redis_url)
-    return Runtime(
+    runtime = Runtime(
         settings=settings,
         engine=engine or make_engine(settings.database_url),
         redis=connection,
@@ -49,6 +51,10 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None,
                           api_version=settings.graph_api_version,
                           access_token=settings.whatsapp_access_token),
     )
+    # the webhook deliveries an event emitted in this process are enqueued on commit
+    webhooks.install_enqueuer(runtime.engine,
+                              lambda ids: enqueue_webhooks(runtime.queue, ids))
+    return runtime
 
 
 def get_runtime() -> Runtime:

@@ -33,6 +33,7 @@ from agent.tools.slots import (
     overlaps,
     too_soon,
 )
+from storage import webhooks
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -130,6 +131,8 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     service = _service(session, ctx.tenant_id, args.get("service"))
     start = _parse_local(args.get("start"), ctx.timezone)
     appointment = _place(session, ctx, service, start, args.get("professional"))
+    webhooks.emit(session, ctx.tenant_id, "appointment.booked",
+                  webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
     return "Booked. " + _describe(session, appointment, ctx.timezone)
 
 
@@ -170,6 +173,8 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
     appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
     appointment.status, appointment.cancelled_at = "cancelled", ctx.now
     session.add(appointment)
+    webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
+                  webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
     return "Cancelled. " + _describe(session, appointment, ctx.timezone)
 
 
@@ -191,6 +196,10 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     session.flush()
     pro_code = args.get("professional") or _pro_code(session, old.professional_id)
     new = _place(session, ctx, service, start, pro_code)
+    webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
+                  {**webhooks.appointment_data(session, new, by="customer"),
+                   "previous_appointment_id": old.id,
+                   "previous_start_at": old.start_at.isoformat()}, now=ctx.now)
     return (f"Moved appointment #{old.id} to a new booking. "
             + _describe(session, new, ctx.timezone))
 

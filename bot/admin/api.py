@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
@@ -37,10 +37,11 @@ from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from operations import service
 from operations import staff as staff_ops
+from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
 from operations.service import clean_text, validated
 from storage.db import is_postgres, session_scope
-from storage.jobs import enqueue_flush
+from storage.jobs import enqueue_flush, enqueue_webhooks
 from storage.models import Tenant
 from storage.tenants import (
     HoursExceptionSpec,
@@ -364,7 +365,43 @@ def cancel_appointment(call: Call) -> tuple[int, Any]:
                                            call.path["appointment_id"], now=call.now)
 
 
+def list_webhooks(call: Call) -> tuple[int, Any]:
+    return 200, hook_ops.list_endpoints(call.session, call.the_tenant(), now=call.now)
+
+
+def add_webhook(call: Call) -> tuple[int, Any]:
+    body: hook_ops.EndpointCreate = validated(hook_ops.EndpointCreate, call.body)
+    return 201, hook_ops.add_endpoint(call.session, call.the_tenant(), body, now=call.now)
+
+
+def remove_webhook(call: Call) -> tuple[int, Any]:
+    hook_ops.remove_endpoint(call.session, call.the_tenant(), call.path["endpoint_id"])
+    return 204, None
+
+
+def rotate_webhook_secret(call: Call) -> tuple[int, Any]:
+    body: hook_ops.SecretRotation = validated(hook_ops.SecretRotation, call.body or {})
+    return 200, hook_ops.rotate_secret(call.session, call.the_tenant(),
+                                       call.path["endpoint_id"],
+                                       grace=timedelta(hours=body.grace_hours), now=call.now)
+
+
+def enable_webhook(call: Call) -> tuple[int, Any]:
+    view, due = hook_ops.enable_endpoint(call.session, call.the_tenant(),
+                                         call.path["endpoint_id"], now=call.now)
+    queue = call.request.app[TURN_QUEUE]
+    call.after_commit.append(lambda: enqueue_webhooks(queue, due))
+    return 200, view
+
+
+def webhook_deliveries(call: Call) -> tuple[int, Any]:
+    return 200, hook_ops.delivery_log(call.session, call.the_tenant(), call.path["endpoint_id"],
+                                      now=call.now)
+
+
 TP = "/admin/tenants/{tenant_id}"
+WH = TP + "/webhooks/{endpoint_id}"
+WID = (("tenant_id", "integer"), ("endpoint_id", "integer"))
 TID = (("tenant_id", "integer"),)
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/admin/tenants", list_tenants, "List tenants (a tenant token: its own)",
@@ -445,6 +482,20 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", TP + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
           "booking (the slot becomes free)", "appointments", body=Decision,
           path_types=(*TID, ("appointment_id", "integer"))),
+    Route("GET", TP + "/webhooks", list_webhooks, "Webhook endpoints (no secrets)", "webhooks",
+          path_types=TID),
+    Route("POST", TP + "/webhooks", add_webhook, "Add a webhook endpoint; its secret is in "
+          "this answer only", "webhooks", body=hook_ops.EndpointCreate, ok=201,
+          path_types=TID, returns="WebhookEndpoint"),
+    Route("DELETE", WH, remove_webhook, "Remove a webhook endpoint and its deliveries",
+          "webhooks", ok=204, path_types=WID),
+    Route("POST", WH + "/rotate-secret", rotate_webhook_secret, "A new secret (in this answer "
+          "only); the old one signs beside it for the grace period", "webhooks",
+          body=hook_ops.SecretRotation, path_types=WID, returns="WebhookEndpoint"),
+    Route("POST", WH + "/enable", enable_webhook, "Enable a disabled endpoint; its waiting "
+          "deliveries are sent", "webhooks", path_types=WID, returns="WebhookEndpoint"),
+    Route("GET", WH + "/deliveries", webhook_deliveries, "The delivery log: latest attempts, "
+          "status, next try", "webhooks", path_types=WID, returns="WebhookDeliveryLog"),
 )
 
 
@@ -529,7 +580,8 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
                     if problems:
                         raise Invalid(problems[0], problems)
                 if route.body is not None and not isinstance(body, dict) and not (
-                        body is None and route.body in (Decision, TokenCreate)):
+                        body is None and route.body in (Decision, TokenCreate,
+                                                        hook_ops.SecretRotation)):
                     raise Invalid("the body must be a JSON object",
                                   ["body: must be a JSON object"])
             return await run_admin(request.app, _run, request, route, auth[0], known, path,

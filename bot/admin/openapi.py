@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from storage import delivery
+from storage.webhooks import EVENT_TYPES
 
 
 class Route(Protocol):
@@ -89,6 +90,23 @@ RESPONSE_SCHEMAS = {
             "delivery_status": {"type": ["string", "null"], "enum": [*delivery.STATES, None]},
             "delivery": {"oneOf": [{"type": "null"},
                                    {"$ref": REF.format(model="Delivery")}]}}}}}},
+    # outbound webhooks (operations/webhooks.py): `secret` only in the answers that make one
+    "WebhookEndpoint": {"type": "object", "required": ["id", "url", "events", "state"],
+                        "properties": {
+        "id": {"type": "integer"}, "url": {"type": "string"},
+        "events": {"type": "array", "items": {"type": "string", "enum": list(EVENT_TYPES)}},
+        "state": {"type": "string", "enum": ["enabled", "disabled"],
+                  "description": "disabled after 24 h of failed deliveries"},
+        "disabled_reason": _NULLABLE_TEXT, "rotating_until": _NULLABLE_TEXT,
+        "secret": {"type": "string", "description": "shown once: on creation and rotation"}}},
+    "WebhookDeliveryLog": {"type": "object", "required": ["endpoint", "deliveries"],
+                           "properties": {
+        "endpoint": {"$ref": REF.format(model="WebhookEndpoint")},
+        "deliveries": {"type": "array", "items": {"type": "object", "properties": {
+            "event_id": {"type": "string"}, "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["pending", "sending", "delivered", "failed"]},
+            "attempts": {"type": "integer"}, "last_status_code": {"type": ["integer", "null"]},
+            "last_error": _NULLABLE_TEXT, "next_attempt_at": _NULLABLE_TEXT}}}}},
 }
 ERRORS = {
     "400": "The body is not valid JSON",

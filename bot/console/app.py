@@ -41,11 +41,12 @@ from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from operations import service
 from operations import staff as staff_ops
+from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
-from storage.jobs import enqueue_flush
+from storage.jobs import enqueue_flush, enqueue_webhooks
 from storage.keys import console_session_key
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
@@ -63,6 +64,7 @@ from storage.tenants import (
     set_hours,
     update_settings,
 )
+from storage.webhooks import DEFAULT_GRACE, EVENT_TYPES
 from usage.report import render_svg
 
 log = structlog.get_logger(__name__)
@@ -177,7 +179,7 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
         form: dict[str, Any] = {}
         if request.method == "POST":
             posted = await read_form(request, FORM_BODY_BYTES)
-            form = {k: (posted.getall(k) if k == "services" else posted.get(k))
+            form = {k: (posted.getall(k) if k in ("services", "events") else posted.get(k))
                     for k in posted}
             if not _csrf_ok(state.get("csrf", ""), form):
                 t = texts_for(state.get("lang", "pt-BR"))
@@ -276,7 +278,8 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
 PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
              "catalog": "/console/catalog", "review": "/console/review",
              "conversations": "/console/conversations",
-             "appointments": "/console/appointments", "attention": "/console/attention"}
+             "appointments": "/console/appointments", "attention": "/console/attention",
+             "webhooks": "/console/webhooks"}
 
 
 def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
@@ -715,6 +718,54 @@ def cancel(p: Page) -> PageResult:
                     p.t["cancelled"])
 
 
+def webhooks_page(p: Page, *, new_secret: str = "") -> PageResult:
+    """The tenant's webhook endpoints (a disabled one says so) and the form to add one; a
+    secret just made is shown here once, never stored in the console session."""
+    return "webhooks.html", {"endpoints": hook_ops.list_endpoints(p.session, p.tenant,
+                                                                  now=p.now),
+                             "event_types": EVENT_TYPES, "new_secret": new_secret,
+                             "tz": ZoneInfo(p.tenant.timezone), "log": None}
+
+
+def webhook_log(p: Page) -> PageResult:
+    log_view = hook_ops.delivery_log(p.session, p.tenant, _endpoint_id(p), now=p.now)
+    return "webhooks.html", {"endpoints": [], "event_types": EVENT_TYPES, "new_secret": "",
+                             "tz": ZoneInfo(p.tenant.timezone), "log": log_view}
+
+
+def _endpoint_id(p: Page) -> int:
+    raw = p.request.match_info["endpoint_id"]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
+        raise service.NotFound("no such webhook endpoint")
+    return int(raw)
+
+
+def add_webhook(p: Page) -> PageResult:
+    events = p.form.get("events") or []
+    body = hook_ops.validated_create({"url": (p.form.get("url") or "").strip(),
+                                      "events": list(events)})
+    made = hook_ops.add_endpoint(p.session, p.tenant, body, now=p.now)
+    return webhooks_page(p, new_secret=made["secret"])
+
+
+def rotate_webhook(p: Page) -> PageResult:
+    made = hook_ops.rotate_secret(p.session, p.tenant, _endpoint_id(p),
+                                  grace=DEFAULT_GRACE, now=p.now)
+    return webhooks_page(p, new_secret=made["secret"])
+
+
+def remove_webhook(p: Page) -> PageResult:
+    hook_ops.remove_endpoint(p.session, p.tenant, _endpoint_id(p))
+    return Redirect("/console/webhooks", p.t["webhook_removed"])
+
+
+def enable_webhook(p: Page) -> PageResult:
+    _, due = hook_ops.enable_endpoint(p.session, p.tenant, _endpoint_id(p), now=p.now)
+    queue = p.request.app[TURN_QUEUE]
+    p.after_commit.append(lambda: enqueue_webhooks(queue, due))
+    return Redirect("/console/webhooks", p.t["webhook_enabled_again"])
+
+
 def setup_console(app: web.Application) -> None:
     """Add the /console pages to `app`."""
     app[CONSOLE_ENV] = _environment()
@@ -748,6 +799,12 @@ def setup_console(app: web.Application) -> None:
         ("GET", "/console/attention", "attention", attention_page),
         ("GET", "/console/appointments", "appointments", appointments_page),
         ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
+        ("GET", "/console/webhooks", "webhooks", webhooks_page),
+        ("POST", "/console/webhooks", "webhooks", add_webhook),
+        ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),
+        ("POST", "/console/webhooks/{endpoint_id}/rotate", "webhooks", rotate_webhook),
+        ("POST", "/console/webhooks/{endpoint_id}/remove", "webhooks", remove_webhook),
+        ("POST", "/console/webhooks/{endpoint_id}/enable", "webhooks", enable_webhook),
     ]
     for method, path, name, handler in pages:
         app.router.add_route(method, path, page(name, handler))

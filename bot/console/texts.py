@@ -113,6 +113,23 @@ TEXTS: dict[str, dict[str, str]] = {
                        "alguns minutos.",
         "too_many_attempts": "Muitas tentativas com chave errada. Tente de novo em "
                              "{minutes} min.",
+        "webhooks": "Webhooks",
+        "webhooks_help": "Avise os seus sistemas (CRM, planilhas, n8n) quando algo acontece: "
+                         "cada aviso é assinado com o segredo do endereço.",
+        "webhook_secret_once": "Guarde este segredo agora: ele não será mostrado de novo.",
+        "webhook_none": "Nenhum endereço cadastrado.", "webhook_events": "Eventos",
+        "webhook_enabled": "ativo",
+        "webhook_disabled": "Desativado: as entregas falharam por 24 horas. Corrija o "
+                            "endereço e reative.",
+        "webhook_enable": "Reativar", "webhook_rotate": "Trocar segredo",
+        "webhook_remove": "Remover", "webhook_add": "Adicionar endereço",
+        "webhook_removed": "Endereço removido.",
+        "webhook_enabled_again": "Endereço reativado; as entregas pendentes serão enviadas.",
+        "webhook_no_deliveries": "Nenhuma entrega ainda.", "webhook_event": "Evento",
+        "webhook_attempts": "Tentativas", "webhook_last_attempt": "Última tentativa",
+        "webhook_next_try": "Próxima tentativa",
+        "webhook_status_pending": "aguardando", "webhook_status_sending": "enviando",
+        "webhook_status_delivered": "entregue", "webhook_status_failed": "falhou",
     },
     "en": {
         "title": "Agent console",
@@ -218,6 +235,23 @@ TEXTS: dict[str, dict[str, str]] = {
         "next_try": "next try at",
         "unavailable": "The console is down for a moment. Try again in a few minutes.",
         "too_many_attempts": "Too many attempts with a wrong key. Try again in {minutes} min.",
+        "webhooks": "Webhooks",
+        "webhooks_help": "Tell your own systems (CRM, spreadsheets, n8n) when something "
+                         "happens: every call is signed with the endpoint's secret.",
+        "webhook_secret_once": "Keep this secret now: it will not be shown again.",
+        "webhook_none": "No endpoints yet.", "webhook_events": "Events",
+        "webhook_enabled": "enabled",
+        "webhook_disabled": "Disabled: deliveries failed for 24 hours. Fix the endpoint and "
+                            "enable it again.",
+        "webhook_enable": "Enable again", "webhook_rotate": "Rotate secret",
+        "webhook_remove": "Remove", "webhook_add": "Add endpoint",
+        "webhook_removed": "Endpoint removed.",
+        "webhook_enabled_again": "Endpoint enabled; waiting deliveries will be sent.",
+        "webhook_no_deliveries": "No deliveries yet.", "webhook_event": "Event",
+        "webhook_attempts": "Attempts", "webhook_last_attempt": "Last attempt",
+        "webhook_next_try": "Next try",
+        "webhook_status_pending": "waiting", "webhook_status_sending": "sending",
+        "webhook_status_delivered": "delivered", "webhook_status_failed": "failed",
     },
 }
 

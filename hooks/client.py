@@ -1,0 +1,139 @@
+"""The one HTTP call of a delivery: POST the signed body, answer the status, keep nothing else.
+
+Guarded against server-side request forgery where it matters, at connect time: the URL's name
+is resolved here, every address it gives is checked, and the socket connects to a checked
+address itself (TLS then verifies the certificate against the name). A name that resolved to a
+public address when the endpoint was registered and to 127.0.0.1 now (DNS rebinding) is
+refused now. Only `https` to public addresses is allowed, unless the operator lists networks
+in WEBHOOK_ALLOWED_NETWORKS (core/settings.py): an address in one of them may be reached, over
+http too (the tests use loopback this way). Sources: OWASP SSRF Prevention Cheat Sheet.
+
+The whole call (resolve aside) has TIMEOUT_SECONDS: a hung endpoint costs a job 5 s, never a
+turn (deliveries are their own jobs). Redirects are not followed (a 3xx is a failure, so a
+public URL cannot redirect to a private one); the answer's body is never read or stored.
+"""
+
+import http.client
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Sequence
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from urllib.parse import urlsplit
+
+from core.network import network_cause
+from hooks.errors import DeliveryError, DeliveryRefused
+
+TIMEOUT_SECONDS = 5.0
+Networks = Sequence[IPv4Network | IPv6Network]
+_TLS = ssl.create_default_context()
+
+
+def check_url(url: str) -> None:
+    """The shape of an endpoint's URL (registration): http or https, a host, no user or
+    password in it (they would show in the console). Raises DeliveryRefused("url"). Whether
+    the address may be reached is decided at connect time (`post`), not here."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:
+        raise DeliveryRefused("url") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.username \
+            or parts.password or len(url) > 2000:
+        raise DeliveryRefused("url")
+
+
+def is_public(address: IPv4Address | IPv6Address) -> bool:
+    """A globally routable unicast address (not loopback, private, link-local, CGNAT,
+    multicast, reserved or unspecified); an IPv4-mapped IPv6 address counts as its IPv4."""
+    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+def allowed_addresses(scheme: str, infos: list[tuple[str, int]],
+                      allowed: Networks) -> list[tuple[str, int]]:
+    """The resolved (address, port) pairs a delivery may connect to, in resolver order; raises
+    DeliveryRefused("private_address" | "scheme") when none."""
+    usable, reason = [], "private_address"
+    for host, port in infos:
+        address = ip_address(host.split("%", 1)[0])
+        listed = any(address in network for network in allowed)
+        if not listed and not is_public(address):
+            continue
+        if scheme != "https" and not listed:
+            reason = "scheme"
+            continue
+        usable.append((host, port))
+    if not usable:
+        raise DeliveryRefused(reason)
+    return usable
+
+
+def post(url: str, body: bytes, headers: dict[str, str], *, allowed: Networks = (),
+         timeout: float = TIMEOUT_SECONDS) -> int:
+    """POST `body` to `url`; returns the 2xx status. Raises DeliveryRefused (not connected:
+    url, scheme, private_address) or DeliveryError (`cause`: a core/network.py word, or
+    http_<status> for any other answer, `status_code` set)."""
+    check_url(url)
+    parts = urlsplit(url)
+    host, scheme = str(parts.hostname), parts.scheme
+    port = parts.port or (443 if scheme == "https" else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    deadline = time.monotonic() + timeout
+    try:
+        infos = [(str(i[4][0]), int(i[4][1])) for i in
+                 socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    except OSError as exc:
+        raise DeliveryError(network_cause(exc)) from None
+    targets = allowed_addresses(scheme, infos, allowed)
+    fired = threading.Event()
+    sock = _connect(targets, deadline)
+    try:
+        if scheme == "https":
+            sock = _TLS.wrap_socket(sock, server_hostname=host)
+        watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, (sock, fired))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            connection = http.client.HTTPConnection(host, port)
+            connection.sock = sock  # already connected to the checked address: no new lookup
+            connection.request("POST", path, body=body, headers=headers)
+            status = connection.getresponse().status  # the body is never read
+        finally:
+            watchdog.cancel()
+    except DeliveryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (named in one word; never the text: it may hold the host)
+        raise DeliveryError("timeout" if fired.is_set() else network_cause(exc)) from None
+    finally:
+        sock.close()
+    if not 200 <= status < 300:
+        raise DeliveryError(f"http_{status}", status)
+    return status
+
+
+def _connect(targets: list[tuple[str, int]], deadline: float) -> socket.socket:
+    cause = "refused"
+    for host, port in targets:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeliveryError("timeout")
+        try:
+            sock = socket.create_connection((host, port), timeout=remaining)
+        except OSError as exc:
+            cause = network_cause(exc)
+            continue
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        return sock
+    raise DeliveryError(cause)
+
+
+def _cut(sock: socket.socket, fired: threading.Event) -> None:
+    """The deadline passed mid-call (an endpoint trickling its answer): end the socket."""
+    fired.set()
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
