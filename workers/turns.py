@@ -20,6 +20,7 @@ from sqlmodel import col, select
 
 from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
+from agent.media import inline, stored_media_ids
 from agent.tools.base import ToolContext
 from agent.tools.registry import REGISTRY, execute_tool
 from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
@@ -33,6 +34,7 @@ from storage.db import OUTAGE_ERRORS, is_outage, session_scope
 from storage.fact_keys import resolve_keys
 from storage.fences import TurnFenced
 from storage.jobs import enqueue_turn
+from storage.media import load_files
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
@@ -47,6 +49,7 @@ from workers.jobs import (
     retry_later,
     run_coalesced,
 )
+from workers.media import resolve_media
 from workers.outbox import flush_outbox
 from workers.runtime import Runtime
 
@@ -110,6 +113,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     with session_scope(runtime.engine) as session:
         if not message_repo.pending_inbound(session, conversation_id):
             return "idle"
+    resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
     repair_dangling_tool_use(runtime, state)  # before new messages take their places
     ensure_context_block(runtime, state)
     with session_scope(runtime.engine) as session:
@@ -158,13 +162,25 @@ def _converse(runtime: Runtime, state: TurnState, hooks: "_StoreHooks") -> LoopO
 def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
               hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
-    messages = to_api_messages(window.messages)
+    messages = inline_media(runtime, to_api_messages(window.messages))
     create = functools.partial(_create, runtime)
     return run_tool_loop(create, request_for=turn_request(runtime, state, window.context_block),
                          messages=messages,
                          execute=functools.partial(_execute, runtime, state), hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS))
+
+
+def inline_media(runtime: Runtime, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The window's stored photos and PDFs as base64 blocks, read in one query (agent/media.py);
+    one whose bytes are gone becomes a note."""
+    ids = [i for m in messages if isinstance(m["content"], list)
+           for i in stored_media_ids(m["content"])]
+    if not ids:
+        return messages
+    with session_scope(runtime.engine) as session:
+        files = load_files(session, ids)
+    return inline(messages, files.get)
 
 
 def _create(runtime: Runtime, **request: Any) -> Any:
