@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from replay.environment import ReplayEnvironment
 from replay.media_steps import block_types_problem, png_bytes
 from replay.messages_api import count_tokens
 from storage.db import session_scope
-from storage.models import MediaFile, Message
+from storage import media as media_repo
+from storage.models import Contact, ContactFact, MediaFile, Message
+from storage.rights import forget_contact
 from tests.conftest import START
-from tests.factories import TENANT
+from tests.factories import TENANT, text_body
 from whatsapp.inbound import media_descriptor
 from whatsapp.media import MediaClient, MediaError, sha256_matches
 from workers.media import VOICE_MARK
@@ -310,3 +313,65 @@ def test_block_types_expectation() -> None:
     problem = block_types_problem(bodies[:1], ["image"])
     assert problem is not None and "text" in problem
     assert block_types_problem([], ["image"]) is not None
+
+
+def test_a_fact_stated_only_in_a_voice_note_is_suggested(media_env: ReplayEnvironment) -> None:
+    env = media_env
+    sha = env.graph_api.add_media(AUDIO_ID, b"OggS" + b"\x05" * 500, "audio/ogg")
+    env.transcription_api.script(["pode anotar que eu sempre quero com a Júlia"])
+    env.messages_api.script("turn", [
+        {"tool": "remember_fact", "input": {"key": "preferred_professional", "value": "Júlia"}},
+        {"text": "Anotado!"}])
+    _post(env, audio_body(sha))
+    with session_scope(env.engine) as session:
+        (fact,) = session.exec(select(ContactFact)).all()
+        assert (fact.key, fact.state) == ("preferred_professional", "suggested")
+
+
+def _photo_turn(env: ReplayEnvironment) -> None:
+    sha = env.graph_api.add_media(IMAGE_ID, png_bytes(64, 48), "image/jpeg")
+    env.messages_api.script("turn", [{"text": REPLY}])
+    _post(env, image_body(sha))
+
+
+def _files(env: ReplayEnvironment) -> int:
+    with session_scope(env.engine) as session:
+        return len(session.exec(select(MediaFile)).all())
+
+
+def test_bytes_go_when_the_prune_boundary_passes_and_the_block_becomes_a_note(
+        media_env: ReplayEnvironment) -> None:
+    env = media_env
+    _photo_turn(env)
+    stored = _stored(env)
+    with session_scope(env.engine) as session:
+        assert media_repo.delete_pruned(session, stored.conversation_id,
+                                        up_to_position=(stored.position or 0) - 1) == 0
+        assert media_repo.delete_pruned(session, stored.conversation_id,
+                                        up_to_position=stored.position or 0) == 1
+    env.messages_api.script("turn", [{"text": "Combinado."}])
+    _post(env, text_body("pode ser amanhã", 1))
+    blocks = _user_blocks(env)
+    assert rules.omitted_note({"type": "image", "source": stored.content[1]["source"]}) in blocks
+    assert env.messages_api.api_errors == 0 and _files(env) == 0
+
+
+def test_erasure_and_retention_delete_the_bytes(media_env: ReplayEnvironment) -> None:
+    env = media_env
+    _photo_turn(env)
+    with session_scope(env.engine) as session:
+        tenant_id = _stored(env).tenant_id
+        assert media_repo.delete_older_than(session, tenant_id, START) == 0
+    assert _files(env) == 1
+    with session_scope(env.engine) as session:
+        contact = session.exec(select(Contact)).one()
+        counts = forget_contact(session, contact, now=env.clock.now())
+    assert counts["media_files"] == 1 and _files(env) == 0
+    _photo_turn_again = image_body(env.graph_api.add_media(IMAGE_ID, png_bytes(5, 5),
+                                                           "image/png"), n=20)
+    env.messages_api.script("turn", [{"text": REPLY}])
+    _post(env, _photo_turn_again)
+    assert _files(env) == 1
+    with session_scope(env.engine) as session:
+        assert media_repo.delete_older_than(session, tenant_id,
+                                            env.clock.now() + timedelta(seconds=1)) == 1
