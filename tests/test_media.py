@@ -20,12 +20,13 @@ from agent.tools.facts import from_voice_note
 from replay.environment import ReplayEnvironment
 from replay.media_steps import block_types_problem, png_bytes
 from replay.messages_api import count_tokens
+from replay.runner import run_scenario, run_scenario_file
 from storage.db import session_scope
 from storage import media as media_repo
 from storage.models import Contact, ContactFact, MediaFile, Message
 from storage.rights import forget_contact
 from tests.conftest import START
-from tests.factories import TENANT, text_body
+from tests.factories import TENANT, scenario, text_body
 from whatsapp.inbound import media_descriptor
 from whatsapp.media import MediaClient, MediaError, sha256_matches
 from workers.media import VOICE_MARK
@@ -375,3 +376,25 @@ def test_erasure_and_retention_delete_the_bytes(media_env: ReplayEnvironment) ->
     with session_scope(env.engine) as session:
         assert media_repo.delete_older_than(session, tenant_id,
                                             env.clock.now() + timedelta(seconds=1)) == 1
+
+
+def test_the_media_scenario_passes(database_url: str | None, redis_url: str | None) -> None:
+    """tests/scenarios/media_photo_and_voice.json: the photo opens the conversation and reaches
+    the request as an image block; the voice note's transcript reaches the agent."""
+    result = run_scenario_file(LOCAL.parent / "media_photo_and_voice.json",
+                               database_url=database_url, redis_url=redis_url)
+    assert result.passed, result.failures
+    assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover
+
+
+def test_block_types_fails_when_no_call_carries_them(database_url: str | None,
+                                                    redis_url: str | None) -> None:
+    result = run_scenario(scenario([
+        {"model": [{"text": "Oi!"}]}, {"webhook": text_body("oi", 1)}, {"drain": True},
+        {"expect": {"requests": {"block_types": ["image"]}}}]),
+        database_url=database_url, redis_url=redis_url)
+    assert not result.passed and "block types ['image']" in result.failures[0]
+    bad = run_scenario(scenario([{"expect": {"requests": {"block_typez": []}}},
+                                 {"transcripts": "not a list"},
+                                 {"media": {"id": "x", "png": [1, 1], "fault": "meh"}}]))
+    assert len([f for f in bad.failures if "invalid scenario" in f]) == 4
