@@ -3,10 +3,10 @@ counted, pruned and inlined into a request. The one home of these rules (ARCHITE
 "Where each rule lives"); the Messages double (replay/messages_api.py) enforces the same
 bounds and counts by the same token rules. Pure: no I/O.
 
-Bounds (Anthropic's published limits for the Messages API, Sources: Anthropic §1, vision and
-PDF support): an image at most 5 MB (decoded) and 8,000 px a side, of JPEG, PNG, GIF or WebP;
-a PDF at most 32 MB and 100 pages. A voice note at most 25 MB (the upload limit OpenAI
-documents for `POST /v1/audio/transcriptions`).
+Bounds (Anthropic's published limits for the Messages API, Sources: Anthropic §7): an image at
+most 5 MB (decoded) and 8,000 px a side, of JPEG, PNG, GIF or WebP; a PDF at most 32 MB and 100
+pages. A voice note at most 25 MB (the upload limit OpenAI
+documents for `POST /v1/audio/transcriptions`, Sources: OpenAI §1).
 
 Token rules (the product's estimate and the double's model; not Anthropic's bill):
 - an image: ceil(width × height / 750), capped at 1,600 (Anthropic's published approximation;
