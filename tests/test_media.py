@@ -21,8 +21,8 @@ from replay.environment import ReplayEnvironment
 from replay.media_steps import block_types_problem, png_bytes
 from replay.messages_api import count_tokens
 from replay.runner import run_scenario, run_scenario_file
-from storage.db import session_scope
 from storage import media as media_repo
+from storage.db import session_scope
 from storage.models import Contact, ContactFact, MediaFile, Message
 from storage.rights import forget_contact
 from tests.conftest import START
@@ -31,15 +31,14 @@ from whatsapp.inbound import media_descriptor
 from whatsapp.media import MediaClient, MediaError, sha256_matches
 from workers.media import VOICE_MARK
 
-FIXTURES = Path("/work/shared/fixtures/whatsapp")
+FIXTURES = Path(__file__).parent / "fixtures" / "whatsapp"
 LOCAL = Path(__file__).parent / "scenarios" / "media"
 IMAGE_ID, AUDIO_ID = "1029384756102938", "1122334455667788"
 REPLY = "Que lindo corte! Posso marcar para amanhã às 14h?"
 
 
 def _fixture(name: str) -> dict[str, Any]:
-    path = FIXTURES / name if (FIXTURES / name).exists() else LOCAL / name
-    return json.loads(path.read_text())
+    return json.loads((FIXTURES / name).read_text())
 
 
 def image_body(sha: str, *, n: int = 8, kind: str = "image", mime: str = "image/jpeg",
@@ -398,3 +397,17 @@ def test_block_types_fails_when_no_call_carries_them(database_url: str | None,
                                  {"transcripts": "not a list"},
                                  {"media": {"id": "x", "png": [1, 1], "fault": "meh"}}]))
     assert len([f for f in bad.failures if "invalid scenario" in f]) == 4
+
+
+def test_the_graph_double_answers_a_media_id_as_meta_does(media_env: ReplayEnvironment) -> None:
+    """Same keys as graph_api/media_url_response.json; the URL on the double's own host."""
+    env = media_env
+    env.graph_api.add_media(IMAGE_ID, b"abc", "image/png")
+    with httpx2.Client() as client:
+        answer = client.get(f"{env.graph_api.base_url}/v25.0/{IMAGE_ID}",
+                            headers={"Authorization": "Bearer replay-access-token"}).json()
+        refused = client.get(f"{env.graph_api.base_url}/v25.0/{IMAGE_ID}")
+    assert set(answer) == set(_fixture("graph_api/media_url_response.json"))
+    assert answer["url"].startswith(env.graph_api.base_url) and answer["file_size"] == 3
+    assert answer["sha256"] == hashlib.sha256(b"abc").hexdigest()
+    assert refused.status_code == 401
