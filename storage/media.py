@@ -36,7 +36,7 @@ def delete_pruned(session: Session, conversation_id: int, *, up_to_position: int
     messages = select(Message.id).where(Message.conversation_id == conversation_id,
                                         col(Message.position).is_not(None),
                                         col(Message.position) <= up_to_position)
-    result = session.exec(delete(MediaFile).where(  # type: ignore[call-overload]
+    result = session.exec(delete(MediaFile).where(
         col(MediaFile.message_id).in_(messages)))
     return int(result.rowcount or 0)
 
@@ -45,7 +45,7 @@ def delete_for_conversations(session: Session, conversation_ids: list[int]) -> i
     """Delete every file of these conversations (retention, erasure). Returns how many."""
     if not conversation_ids:
         return 0
-    result = session.exec(delete(MediaFile).where(  # type: ignore[call-overload]
+    result = session.exec(delete(MediaFile).where(
         col(MediaFile.conversation_id).in_(conversation_ids)))
     return int(result.rowcount or 0)
 
@@ -53,6 +53,6 @@ def delete_for_conversations(session: Session, conversation_ids: list[int]) -> i
 def delete_older_than(session: Session, tenant_id: int, cutoff: datetime) -> int:
     """Delete the tenant's files stored before `cutoff` (its retention), whatever the state of
     their conversation: bytes never outlive the tenant's retention. Returns how many."""
-    result = session.exec(delete(MediaFile).where(  # type: ignore[call-overload]
-        MediaFile.tenant_id == tenant_id, col(MediaFile.created_at) < cutoff))
+    result = session.exec(delete(MediaFile).where(
+        col(MediaFile.tenant_id) == tenant_id, col(MediaFile.created_at) < cutoff))
     return int(result.rowcount or 0)
