@@ -29,6 +29,7 @@ from tests.conftest import START
 from tests.factories import TENANT, scenario, text_body
 from whatsapp.inbound import media_descriptor
 from whatsapp.media import MediaClient, MediaError, sha256_matches
+from workers import turns
 from workers.media import VOICE_MARK
 
 FIXTURES = Path(__file__).parent / "fixtures" / "whatsapp"
@@ -411,3 +412,24 @@ def test_the_graph_double_answers_a_media_id_as_meta_does(media_env: ReplayEnvir
     assert answer["url"].startswith(env.graph_api.base_url) and answer["file_size"] == 3
     assert answer["sha256"] == hashlib.sha256(b"abc").hexdigest()
     assert refused.status_code == 401
+
+
+def test_a_photo_arriving_mid_turn_is_folded_in_as_an_image(
+        media_env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = media_env
+    sha = env.graph_api.add_media(IMAGE_ID, png_bytes(20, 20), "image/png")
+    env.messages_api.script("turn", [{"tool": "list_services", "input": {}},
+                                     {"text": "Temos corte, e esse fica lindo."}])
+    real_execute = turns._execute
+    posted = iter([True])
+
+    def execute_while_customer_sends_a_photo(*args: Any) -> tuple[str, bool]:
+        if next(posted, False):
+            assert env.post_webhook(json.dumps(image_body(sha)).encode()) == 200
+        return real_execute(*args)
+
+    monkeypatch.setattr(turns, "_execute", execute_while_customer_sends_a_photo)
+    _post(env, text_body("quais serviços vocês têm?", 1))
+    second = env.messages_api.calls[1].request["messages"][-1]["content"]
+    assert [b["type"] for b in second] == ["tool_result", "text", "image"]
+    assert env.messages_api.api_errors == 0 and len(env.messages_api.calls) == 2

@@ -8,7 +8,7 @@ agent, and the turn goes on (workers/media.py). The key is sent as a bearer toke
 logged; a transcript is customer data (logged only at DEBUG, by the caller, if at all).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx2
 
@@ -27,7 +27,7 @@ class TranscriptionFailed(Exception):
 @dataclass(frozen=True)
 class Transcriber:
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)
     model: str
     timeout: float = 30.0
     http: httpx2.Client | None = None

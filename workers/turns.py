@@ -20,7 +20,7 @@ from sqlmodel import col, select
 
 from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.loop import ContextWindowExceeded, LoopOutcome, RequestBuilder, run_tool_loop
-from agent.media import inline, stored_media_ids
+from agent.media import inline, is_media, stored_media_ids
 from agent.tools.base import ToolContext
 from agent.tools.registry import REGISTRY, execute_tool
 from agent.window import Stored, find_dangling, prune, select_window, to_api_messages
@@ -316,6 +316,7 @@ class _StoreHooks:
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
         conversation_id = _id(self.state.conversation)
+        resolve_media(self.runtime, conversation_id, language=self.state.tenant.language)
         with session_scope(self.runtime.engine) as session:
             before = memory.max_position(session, conversation_id)
             top = message_repo.assign_positions(session, conversation_id)
@@ -324,7 +325,9 @@ class _StoreHooks:
             rows = memory.window_rows(session, conversation_id, after_position=before)
         self.folded_up_to = top
         log.info("turn_folded_new_messages", count=len(rows))
-        return [b for m in rows for b in m.content if b.get("type") == "text"]
+        blocks = [b for m in rows for b in m.content
+                  if b.get("type") == "text" or is_media(b)]  # a photo sent mid-turn too
+        return inline_media(self.runtime, [{"role": "user", "content": blocks}])[0]["content"]
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
         with session_scope(self.runtime.engine) as session:
