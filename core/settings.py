@@ -48,7 +48,7 @@ class Settings:
     media_deadline: float = 60.0
     # voice notes: an OpenAI-compatible `POST {base}/v1/audio/transcriptions` (README "Voice
     # notes"); an empty base URL turns transcription off. Language: ISO-639-1, empty = the
-    # tenant's language ("pt-BR" -> "pt")
+    # tenant's language ("pt-BR" -> "pt"), "auto" = left to the provider
     transcription_base_url: str = ""
     transcription_api_key: str = field(default="", repr=False)
     transcription_model: str = "whisper-1"

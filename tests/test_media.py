@@ -433,3 +433,31 @@ def test_a_photo_arriving_mid_turn_is_folded_in_as_an_image(
     second = env.messages_api.calls[1].request["messages"][-1]["content"]
     assert [b["type"] for b in second] == ["tool_result", "text", "image"]
     assert env.messages_api.api_errors == 0 and len(env.messages_api.calls) == 2
+
+
+def test_language_auto_leaves_it_to_the_provider(
+        database_url: str | None, redis_url: str | None) -> None:
+    env = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url,
+                            transcription_language="auto")
+    try:
+        env.add_tenant(TENANT)
+        sha = env.graph_api.add_media(AUDIO_ID, b"OggS" + b"\x06" * 500, "audio/ogg")
+        env.transcription_api.script(["quiero un corte"])
+        env.messages_api.script("turn", [{"text": "¡Claro!"}])
+        _post(env, audio_body(sha))
+        assert [r.language for r in env.transcription_api.requests] == [None]
+    finally:
+        env.close()
+
+
+def test_a_document_that_is_not_a_pdf_is_refused_before_its_download(
+        media_env: ReplayEnvironment) -> None:
+    env = media_env
+    data = b"PK\x03\x04 a word file"
+    sha = env.graph_api.add_media(IMAGE_ID, data, "application/vnd.openxmlformats-"
+                                  "officedocument.wordprocessingml.document")
+    env.messages_api.script("turn", [{"text": "Consegue mandar em PDF?"}])
+    _post(env, image_body(sha, kind="document", mime="application/msword", caption=None))
+    assert "we cannot open" in _texts(env)
+    assert env.graph_api.media_requests == [f"/v25.0/{IMAGE_ID}"], "no download"
+    assert _stored(env).media["state"] == "failed:unsupported_type"  # type: ignore[index]

@@ -68,6 +68,10 @@ class Transcriber:
 
 
 def language_of(setting: str, tenant_language: str) -> str:
-    """The `language` to send: the setting, else the tenant's primary subtag ("pt-BR" -> "pt")."""
+    """The `language` to send: the setting, else the tenant's primary subtag ("pt-BR" -> "pt");
+    "" for the setting `auto` (the field is left out and the provider detects the language,
+    better for customers who speak another one, less accurate on short notes)."""
+    if setting.strip().lower() == "auto":
+        return ""
     chosen = setting or tenant_language
     return chosen.split("-")[0].split("_")[0].lower()
