@@ -11,12 +11,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx2
 import pytest
 from sqlmodel import select
 
 from agent import media as rules
 from agent.tools.facts import from_voice_note
+from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from replay.media_steps import block_types_problem, png_bytes
 from replay.messages_api import count_tokens
@@ -277,8 +279,6 @@ def test_the_webhook_url_is_not_kept_and_sha256_reads_both_encodings() -> None:
 
 
 def test_the_messages_double_refuses_media_out_of_bounds(media_env: ReplayEnvironment) -> None:
-    import anthropic
-
     client = anthropic.Anthropic(api_key="replay-api-key",
                                  base_url=media_env.messages_api.base_url, max_retries=0)
     media_env.messages_api.script("turn", [{"text": "ok"}])
@@ -461,3 +461,12 @@ def test_a_document_that_is_not_a_pdf_is_refused_before_its_download(
     assert "we cannot open" in _texts(env)
     assert env.graph_api.media_requests == [f"/v25.0/{IMAGE_ID}"], "no download"
     assert _stored(env).media["state"] == "failed:unsupported_type"  # type: ignore[index]
+
+
+def test_the_transcription_key_is_a_secret() -> None:
+    settings = Settings.from_env({"TRANSCRIPTION_API_KEY": "sk-transcribe-123",
+                                  "TRANSCRIPTION_BASE_URL": "https://api.groq.com/openai"},
+                                 require=False)
+    assert "sk-transcribe-123" in settings.secret_values()
+    assert "sk-transcribe-123" not in repr(settings)
+    assert settings.transcription_base_url == "https://api.groq.com/openai"
