@@ -1,9 +1,10 @@
 """The history window: which stored messages go into a request, and how they become API messages.
 
 Rules (ARCHITECTURE.md, "The request sent to Claude"): the first message sent is a user message made
-only of text and the first of its run of consecutive user messages (a burst is one turn: never
-split between summary and window); a start point moves forward, never back; every tool_use has
-its tool_result in the next message, results first; empty text blocks are never sent;
+only of text, image and document blocks (never a tool_result) and the first of its run of
+consecutive user messages (a burst is one turn: never split between summary and window); a
+start point moves forward, never back; every tool_use has its tool_result in the next message,
+results first; empty text blocks are never sent;
 consecutive stored user messages merge into one API message. Between compactions the window is
 everything after the summary's end; only compaction (or the hard cap) moves its start. Old tool
 results are pruned to a short note up to a boundary that also moves only at compaction, so the
@@ -17,6 +18,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from agent import media
 
 Block = dict[str, Any]
 _SLOT = re.compile(r"\b\d{2}:\d{2}\b")
@@ -41,10 +44,14 @@ def has_tool_use(message: Stored) -> bool:
     return any(b.get("type") == "tool_use" for b in message.content)
 
 
+TURN_START_BLOCKS = ("text", *media.MEDIA_BLOCK_TYPES)
+
+
 def is_turn_start(message: Stored) -> bool:
-    """A user message made only of text: a turn the person began."""
+    """A user message made only of text, image and document blocks (a customer's message,
+    with its photo or PDF): a turn the person began. Never one with a tool_result."""
     return message.role == "user" and bool(message.content) and all(
-        b.get("type") == "text" for b in message.content)
+        b.get("type") in TURN_START_BLOCKS for b in message.content)
 
 
 def starts_run(messages: Sequence[Stored], index: int) -> bool:
@@ -68,7 +75,7 @@ def _previous_sent(messages: Sequence[Stored], index: int) -> Stored | None:
 
 def is_safe_start(messages: Sequence[Stored], index: int) -> bool:
     """True when the window may begin at `index`: the first message of a run of consecutive
-    user messages (never one inside a burst), made only of text, whose run carries no
+    user messages (never one inside a burst), made only of text and media, whose run carries no
     tool_result (it would be orphaned), and which does not follow a tool_use (its results
     would be cut from it).
     """
@@ -155,17 +162,22 @@ def staff_lead_in(messages: Sequence[Stored], window: Sequence[Stored]) -> list[
 def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
     """Replace the content of tool results at or before position `pruned_until` by a short
     note that keeps the `tool_use_id` and says what was there. Deterministic: the same input
-    gives the same bytes, so a pruned prefix stays cacheable.
+    gives the same bytes, so a pruned prefix stays cacheable. Media blocks (a photo, a PDF) up
+    to the same boundary become a short note too (`agent.media.omitted_note`); compaction
+    deletes their bytes when it moves the boundary (storage/media.py).
     """
     names = {b["id"]: str(b.get("name")) for m in messages if m.role == "assistant"
              for b in m.content if b.get("type") == "tool_use"}
     pruned: list[Stored] = []
     for message in messages:
-        if message.position > pruned_until or not has_tool_result(message):
+        if message.position > pruned_until or not (
+                has_tool_result(message) or any(media.is_media(b) for b in message.content)):
             pruned.append(message)
             continue
         content = [_prune_block(b, names.get(b.get("tool_use_id", ""), "tool"))
-                   if b.get("type") == "tool_result" else b for b in message.content]
+                   if b.get("type") == "tool_result"
+                   else media.omitted_note(b) if media.is_media(b) else b
+                   for b in message.content]
         pruned.append(Stored(message.id, message.role, content, message.position))
     return pruned
 
@@ -238,9 +250,17 @@ def find_dangling(messages: Sequence[Stored]) -> list[tuple[int, list[Block]]]:
 
 
 def estimate_tokens(messages: Sequence[Stored]) -> int:
-    """Rough context size of stored messages: UTF-8 bytes of the serialized blocks / 4."""
-    return sum(math.ceil(len(json.dumps(b, ensure_ascii=False, separators=(",", ":"))
-                             .encode()) / 4) for m in messages for b in m.content)
+    """Rough context size of stored messages: UTF-8 bytes of the serialized blocks / 4; a
+    photo or a PDF by the token rules of `agent.media` (never its bytes / 4)."""
+    return sum(_block_estimate(b) for m in messages for b in m.content)
+
+
+def _block_estimate(block: Block) -> int:
+    counted = media.block_tokens(block)
+    if counted is not None:
+        return counted
+    return math.ceil(len(json.dumps(block, ensure_ascii=False, separators=(",", ":"))
+                         .encode()) / 4)
 
 
 def to_api_messages(messages: Sequence[Stored]) -> list[dict[str, Any]]:

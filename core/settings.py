@@ -40,6 +40,18 @@ class Settings:
     anthropic_base_url: str = "https://api.anthropic.com"
     anthropic_timeout: float = 60.0
     admin_token: str = field(default="", repr=False)
+    # media a customer sends (whatsapp/media.py): seconds a read may stall, seconds a whole
+    # download may take
+    media_timeout: float = 10.0
+    media_deadline: float = 60.0
+    # voice notes: an OpenAI-compatible `POST {base}/v1/audio/transcriptions` (README "Voice
+    # notes"); an empty base URL turns transcription off. Language: ISO-639-1, empty = the
+    # tenant's language ("pt-BR" -> "pt"), "auto" = left to the provider
+    transcription_base_url: str = ""
+    transcription_api_key: str = field(default="", repr=False)
+    transcription_model: str = "whisper-1"
+    transcription_language: str = ""
+    transcription_timeout: float = 30.0
     max_body_bytes: int = 3 * 1024 * 1024
     # request bodies of one web process (bot/bodies.py): what bodies being read may hold in
     # all, the slowest rate a body may arrive at, and the seconds it may lag before that
@@ -143,7 +155,8 @@ class Settings:
         """Every configured secret (and the passwords in the database and Redis URLs): the
         values the log renderer blanks (core/logs.py)."""
         values = [self.whatsapp_app_secret, self.whatsapp_verify_token,
-                  self.whatsapp_access_token, self.anthropic_api_key, self.admin_token]
+                  self.whatsapp_access_token, self.anthropic_api_key, self.admin_token,
+                  self.transcription_api_key]
         for url in (self.database_url, self.redis_url):
             try:
                 values.append(urlsplit(url).password or "")

@@ -801,7 +801,8 @@ def _message_row(item: _Item) -> dict[str, Any]:
             "wamid": msg.wamid, "wa_type": _fit(msg.wa_type, WA_TYPE_CHARS),
             "meta_timestamp": msg.timestamp, "received_at": arrival(now, item.index),
             "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now,
-            "refers_to_wamid": msg.refers_to}
+            "refers_to_wamid": msg.refers_to,
+            "media": {**msg.media, "state": "pending"} if msg.media else None}
 _MESSAGE_DEFAULTS = messages.row_values(Message(
     tenant_id=0, conversation_id=0, role="user", direction="inbound", content=[],
     received_at=datetime.min))

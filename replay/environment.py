@@ -27,6 +27,7 @@ from core import clock
 from core.settings import Settings
 from replay.graph_api import GraphDouble
 from replay.messages_api import MessagesDouble
+from replay.transcription_api import TranscriptionDouble
 from storage.db import create_schema, make_engine, session_scope
 from storage.jobs import enqueue_facts
 from storage.scheduled import enqueue_due
@@ -40,6 +41,7 @@ APP_SECRET = "replay-app-secret"
 VERIFY_TOKEN = "replay-verify-token"
 ACCESS_TOKEN = "replay-access-token"
 API_KEY = "replay-api-key"
+TRANSCRIPTION_KEY = "replay-transcription-key"
 MAX_DRAIN_ROUNDS = 200
 
 
@@ -91,12 +93,17 @@ class ReplayEnvironment:
         self.queue = Queue(self.namespace, connection=self.redis)
         self.messages_api = MessagesDouble(api_key=API_KEY, advance=self.clock.advance)
         self.graph_api = GraphDouble(access_token=ACCESS_TOKEN)
+        self.transcription_api = TranscriptionDouble(api_key=TRANSCRIPTION_KEY)
         self._loop = _LoopThread()
         self._runner: web.AppRunner | None = None
         self.web_url = self._loop.run(self._start_servers())
         self.settings = Settings(**{**self.settings.__dict__,
                                     "anthropic_base_url": self.messages_api.base_url,
-                                    "graph_api_base_url": self.graph_api.base_url})
+                                    "graph_api_base_url": self.graph_api.base_url,
+                                    "transcription_base_url": settings.get(
+                                        "transcription_base_url",
+                                        self.transcription_api.base_url),
+                                    "transcription_api_key": TRANSCRIPTION_KEY})
         self.runtime = build_runtime(self.settings, engine=self.engine, redis_client=self.redis)
         set_runtime(self.runtime)
 
@@ -117,6 +124,7 @@ class ReplayEnvironment:
     async def _start_servers(self) -> str:
         await self.messages_api.start()
         await self.graph_api.start()
+        await self.transcription_api.start()
         app = create_app(self.settings, engine=self.engine, redis_client=self.redis)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -183,6 +191,7 @@ class ReplayEnvironment:
             self._loop.run(self._runner.cleanup())
         self._loop.run(self.messages_api.stop())
         self._loop.run(self.graph_api.stop())
+        self._loop.run(self.transcription_api.stop())
         self._loop.close()
         set_runtime(None)
         clock.set_clock(self._previous_clock)

@@ -6,8 +6,19 @@ to fail the next sends with a given Graph error code (`fail`), to refuse connect
 otherwise (`go_down` / `go_up`: nothing reaches it), or to take the next sends and hang up without
 answering (`drop`: the message went out, the sender cannot know). Product code: the demo, the
 replay runner and the tests use it.
+
+Media (Sources: WhatsApp §3.3; fixture graph_api/media_url_response.json): `add_media` puts a
+file under a media id; `GET /{version}/{media-id}` answers its URL (on this double's own host),
+mime type, sha256 (hex) and size, and `GET /media-download/{media-id}` serves the bytes, both
+behind the bearer token. Faults per file (`fault=`): `not_found` (the id answers 404 and Graph's
+error 100), `stall` (the download sends its first bytes, then nothing), `oversize` (the answer
+declares 100 MB), `oversize_stream` (no size declared, and more bytes than any limit streamed),
+`corrupt` (bytes other than those hashed). `media_requests` records the paths asked for.
 """
 
+import asyncio
+import base64
+import hashlib
 import socket
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -23,6 +34,11 @@ from whatsapp.interactive import LIMITS
 # Meta, and sharing the product's counting would hide a bug in it.
 MAX_TEXT_CHARS = 4096
 ROUTE = r"/{version:v\d+\.\d+}/{phone_number_id}/messages"
+MEDIA_ROUTE = r"/{version:v\d+\.\d+}/{media_id:\d+}"
+DOWNLOAD_ROUTE = r"/media-download/{media_id:\d+}"
+MEDIA_FAULTS = ("not_found", "stall", "oversize", "oversize_stream", "corrupt")
+OVERSIZE_BYTES = 100 * 1024 * 1024  # a 100 MB video, as declared by `oversize`
+STREAM_CHUNK = 256 * 1024
 
 # Titles Graph puts in "(#code) title" (Meta error-code page, Sources: WhatsApp §5.4).
 TITLES = {
@@ -56,6 +72,13 @@ MESSAGE_TYPES = frozenset(
 
 
 @dataclass
+class MediaItem:
+    data: bytes
+    mime_type: str
+    fault: str | None = None
+
+
+@dataclass
 class RecordedSend:
     """One send request as the double saw it; `wamid` None and `error_code` set when refused."""
 
@@ -82,6 +105,19 @@ class GraphDouble:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._hold: socket.socket | None = None  # keeps the port while down (refusing)
+        self.media: dict[str, MediaItem] = {}
+        self.media_requests: list[str] = []
+        self.stall_seconds = 30.0  # how long a stalled download waits (until `stop` at most)
+        self._released: asyncio.Event | None = None
+
+    def add_media(self, media_id: str, data: bytes, mime_type: str,
+                  fault: str | None = None) -> str:
+        """Serve `data` under `media_id` (digits); returns its sha256 as base64, as a webhook
+        carries it. `fault`: one of MEDIA_FAULTS."""
+        if not media_id.isdigit() or (fault is not None and fault not in MEDIA_FAULTS):
+            raise ValueError(f"media id must be digits and fault one of {MEDIA_FAULTS}")
+        self.media[media_id] = MediaItem(data, mime_type, fault)
+        return base64.b64encode(hashlib.sha256(data).digest()).decode()
 
     @property
     def accepted(self) -> list[RecordedSend]:
@@ -144,11 +180,74 @@ class GraphDouble:
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post(ROUTE, self._handle)
+        app.router.add_get(MEDIA_ROUTE, self._media_url)
+        app.router.add_get(DOWNLOAD_ROUTE, self._media_download)
         return app
+
+    async def _media_url(self, request: web.Request) -> web.Response:
+        media_id = request.match_info["media_id"]
+        self.media_requests.append(request.path)
+        try:
+            self._check_token(request)
+        except GraphRefusal as refusal:
+            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+        item = self.media.get(media_id)
+        if item is None or item.fault == "not_found":
+            refusal = GraphRefusal(100, f"Unsupported get request. Object with ID '{media_id}' "
+                                   "does not exist, cannot be loaded due to missing "
+                                   "permissions, or does not support this operation.")
+            return web.json_response(self._error_body(refusal), status=404)
+        answer: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "url": f"{self.base_url}/media-download/{media_id}?ext=1780319000&hash=ATfake",
+            "mime_type": item.mime_type, "sha256": hashlib.sha256(item.data).hexdigest(),
+            "file_size": len(item.data), "id": media_id}
+        if item.fault == "oversize":
+            answer["file_size"] = OVERSIZE_BYTES
+        if item.fault == "oversize_stream":
+            del answer["file_size"]
+        return web.json_response(answer)
+
+    async def _media_download(self, request: web.Request) -> web.StreamResponse:
+        media_id = request.match_info["media_id"]
+        self.media_requests.append(request.path)
+        try:
+            self._check_token(request)
+        except GraphRefusal as refusal:
+            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+        item = self.media.get(media_id)
+        if item is None:
+            return web.Response(status=404)
+        data = item.data
+        if item.fault == "corrupt":
+            data = bytes([data[0] ^ 0xFF]) + data[1:] if data else b"x"
+        response = web.StreamResponse(headers={"Content-Type": item.mime_type})
+        if item.fault not in ("stall", "oversize_stream"):
+            response.content_length = len(data)
+        await response.prepare(request)
+        if item.fault == "stall":
+            await response.write(data[:16])
+            if self._released is not None:
+                try:
+                    await asyncio.wait_for(self._released.wait(), self.stall_seconds)
+                except TimeoutError:
+                    pass
+            return response
+        if item.fault == "oversize_stream":
+            for _ in range(OVERSIZE_BYTES // STREAM_CHUNK):
+                try:
+                    await response.write(b"\0" * STREAM_CHUNK)
+                except (ConnectionResetError, RuntimeError):
+                    return response  # the client gave up, as it should
+            return response
+        await response.write(data)
+        await response.write_eof()
+        return response
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on `host:port` (0: a free port); returns and sets `base_url`."""
-        self._runner = web.AppRunner(self.make_app())
+        self._released = asyncio.Event()
+        self._runner = web.AppRunner(self.make_app(), shutdown_timeout=2.0)
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, host, port, reuse_port=True)
         await self._site.start()
@@ -158,6 +257,8 @@ class GraphDouble:
 
     async def stop(self) -> None:
         """Close the server; `sends` and `reads` stay for inspection."""
+        if self._released is not None:
+            self._released.set()  # a stalled download ends now
         if self._hold is not None:
             self._hold.close()
             self._hold = None

@@ -34,7 +34,9 @@ Pinned cost model (deterministic, so cache hit ratio and context size can be com
    does not change the block sequence.
 2. A block's tokens: drop its ``cache_control`` (also on blocks nested in its ``content`` list),
    serialize with ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, and
-   take ``ceil(utf8_bytes / 4)``.
+   take ``ceil(utf8_bytes / 4)``. An image or document block instead counts by the product's
+   stated rules (agent/media.py: an image width × height / 750, capped at 1,600; a PDF 2,000 a
+   page), measured from its decoded bytes: never its base64 / 4.
 3. Prefix key at position i: a running sha256 over the model name and, for every block up to i,
    its section (``tools``, ``system``, ``user``, ``assistant``) and serialization. Caches are thus
    model-scoped and a block under a different role is not a prefix match.
@@ -58,6 +60,7 @@ counter measures requests the product got wrong).
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import itertools
@@ -73,11 +76,13 @@ from typing import Any
 from aiohttp import web
 
 import core.clock
+from agent import media
 from replay.relay import Relay
 
 PURPOSE_HEADER = "x-wagent-purpose"
 DEFAULT_PURPOSE = "turn"
 MAX_BREAKPOINTS = 4
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # the Messages API's request size limit (a PDF is 32 MB)
 LOOKBACK_BLOCKS = 20
 TTLS: dict[str, timedelta] = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1)}
 
@@ -292,6 +297,37 @@ def _check_block(where: str, role: str, block: Any) -> None:
         _check_tool_use(where, role, block)
     elif kind == "tool_result":
         _check_tool_result(where, role, block)
+    elif kind in media.MEDIA_BLOCK_TYPES:
+        _check_media(where, role, block)
+
+
+def _check_media(where: str, role: str, block: dict[str, Any]) -> None:
+    """An image or document block within the bounds of agent/media.py (the product states them
+    once, the double enforces them): base64 source, a supported media type, size, pixels,
+    pages. Only user messages carry them."""
+    kind = block["type"]
+    if role != "user":
+        raise _Invalid(f"{where}: `{kind}` blocks can only appear in user messages")
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        raise _Invalid(f"{where}.source: Input tag does not match any of the expected tags: "
+                       "'base64', 'url'")
+    allowed = media.IMAGE_TYPES if kind == "image" else media.DOCUMENT_TYPES
+    if source.get("media_type") not in allowed:
+        raise _Invalid(f"{where}.source.media_type: Input should be "
+                       + " or ".join(repr(t) for t in allowed))
+    try:
+        data = base64.b64decode(str(source.get("data", "")), validate=True)
+    except ValueError as exc:
+        raise _Invalid(f"{where}.source.data: invalid base64 data") from exc
+    try:
+        fields = media.check_file(data, str(source["media_type"]))
+    except media.MediaRejected as exc:
+        raise _Invalid(f"{where}.source.{kind}: {exc}") from exc
+    if kind == "image" and fields["media_type"] != source["media_type"]:
+        raise _Invalid(f"{where}.source.base64: The image was specified using the "
+                       f"{source['media_type']} media type, but the image appears to be a "
+                       f"{fields['media_type']} image")
 
 
 def _check_tool_use(where: str, role: str, block: dict[str, Any]) -> None:
@@ -465,7 +501,9 @@ def _tokens_of_text(text: str) -> int:
 
 def count_tokens(block: dict[str, Any]) -> int:
     """Tokens of one prompt block under the pinned cost model (cache_control does not count)."""
-    return _tokens_of_text(_serialize(_strip_cache_control(block)))
+    counted = media.block_tokens(block)
+    return counted if counted is not None else _tokens_of_text(
+        _serialize(_strip_cache_control(block)))
 
 
 def _breakpoint_ttl(block: dict[str, Any]) -> str | None:
@@ -506,7 +544,9 @@ def flatten_request(body: dict[str, Any]) -> list[PromptBlock]:
 
 def _prompt_block(section: str, block: dict[str, Any]) -> PromptBlock:
     serialized = _serialize(_strip_cache_control(block))
-    return PromptBlock(section, serialized, _tokens_of_text(serialized), _breakpoint_ttl(block))
+    counted = media.block_tokens(block)
+    tokens = counted if counted is not None else _tokens_of_text(serialized)
+    return PromptBlock(section, serialized, tokens, _breakpoint_ttl(block))
 
 
 def _prefix_keys(model: str, blocks: list[PromptBlock]) -> list[str]:
@@ -744,7 +784,7 @@ class MessagesDouble:
     # -- serving -------------------------------------------------------------------------------
 
     def make_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
         return app

@@ -18,6 +18,12 @@ from sqlmodel import col, select
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment, load_body
 from replay.errors import ScenarioError
+from replay.media_steps import (
+    add_media,
+    block_types_problem,
+    media_step_problems,
+    transcripts_step_problems,
+)
 from replay.messages_api import check_item
 from replay.relay import Relay
 from storage import delivery
@@ -99,10 +105,12 @@ SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
                                                                       "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
-                "expect": set(), "wagent": {"status", "output_contains"}, "tap": set()}
+                "expect": set(), "wagent": {"status", "output_contains"}, "tap": set(),
+                "media": set(), "transcripts": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors", "reads", "last_request_contains"}
+               "api_errors", "reads", "last_request_contains", "requests"}
+REQUEST_KEYS = {"purpose", "block_types"}  # issue 27; issue 21 adds the others
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
                 "appointments": {"service", "start", "status"},
@@ -175,6 +183,10 @@ def _step_problems(step: Any, base: Path) -> list[str]:
         problems += _graph_fail_problems(value)
     elif action == "tap" and (not isinstance(value, str) or not value):
         problems.append("tap takes the title of a list row or button as a string")
+    elif action == "media":
+        problems += media_step_problems(value, base)
+    elif action == "transcripts":
+        problems += transcripts_step_problems(value)
     wanted = step.get("output_contains", [])
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         problems.append("output_contains takes a list of strings")
@@ -188,6 +200,9 @@ def _expect_problems(expect: Any) -> list[str]:
     problems = [f"unknown expectation {key!r}" for key in expect
                 if key not in EXPECT_KEYS | NOTE_KEYS]
     problems += _note_problems(expect, "expect ")
+    if isinstance(expect.get("requests"), dict):
+        problems += [f"requests: unknown key {k!r}" for k in expect["requests"]
+                     if k not in REQUEST_KEYS | NOTE_KEYS]
     for key, known in MATCHER_KEYS.items():
         value = expect.get(key)
         items = [value] if key == "conversation" else value
@@ -359,6 +374,10 @@ class _Runner:
             self._show_activity()
         elif "graph_fail" in step:
             self._graph_fail(step["graph_fail"])
+        elif "media" in step:
+            add_media(self.env.graph_api, step["media"], self.base)
+        elif "transcripts" in step:
+            self.env.transcription_api.script(list(step["transcripts"]))
         elif "expect" in step:
             _Expectations(self, where).check(step["expect"])
         elif "wagent" in step:
@@ -650,6 +669,16 @@ class _Expectations:
         with session_scope(self.env.engine) as session:
             last = session.exec(select(ToolCall).order_by(col(ToolCall.id).desc())).first()
             self.runner.tool_mark = last.id if last and last.id else self.runner.tool_mark
+
+    def _check_requests(self, value: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        """`block_types`: types that must all appear in the messages of one call of `purpose`
+        (default turn) so far (replay/media_steps.py)."""
+        purpose = str(value.get("purpose", "turn"))
+        bodies = [c.request for c in self.env.messages_api.calls
+                  if c.purpose == purpose and c.status == 200]
+        problem = block_types_problem(bodies, list(value.get("block_types") or []))
+        if problem:
+            self.fail(f"requests: {problem}")
 
     def _check_sent_count(self, value: int, new_sends: list[dict[str, Any]]) -> None:
         if len(new_sends) != int(value):

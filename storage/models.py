@@ -217,6 +217,9 @@ class Message(SQLModel, table=True):
     deleted_at: datetime | None = None
     # who wrote an outbound message other than the agent: "staff:NAME" (storage/staff.py)
     author: str | None = Field(default=None, max_length=120)
+    # a photo, PDF, voice note... as the webhook described it ({kind, id, mime_type, sha256,
+    # caption?, filename?, voice?}) and, once a turn fetched it, its `state` (workers/media.py)
+    media: dict[str, Any] | None = Field(default=None, sa_type=JSONType)
 
 
 class TurnFence(SQLModel, table=True):
@@ -462,3 +465,20 @@ class WebhookDelivery(SQLModel, table=True):
     last_error: str | None = Field(default=None, max_length=32)  # one word: hooks/errors.py
     delivered_at: datetime | None = None
     created_at: datetime
+class MediaFile(SQLModel, table=True):
+    """The bytes of a photo or PDF a customer sent, for the image/document block of `message_id`
+    (agent/media.py). Kept until the prune boundary passes the message (then deleted, and the
+    block becomes a note), never past the tenant's retention; erasure deletes it
+    (storage/media.py). `sha256` is hex."""
+
+    __tablename__ = "media_file"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    conversation_id: int = Field(foreign_key="conversation.id", ondelete="CASCADE", index=True)
+    message_id: int = Field(foreign_key="message.id", ondelete="CASCADE", index=True)
+    media_type: str = Field(max_length=64)
+    size_bytes: int
+    sha256: str = Field(max_length=64)
+    created_at: datetime
+    data: bytes = Field(sa_type=LargeBinary)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlmodel import Session, col, delete, select
 
-from storage import dead_letters
+from storage import dead_letters, media
 from storage.messages import wamid_hash
 from storage.models import (
     Appointment,
@@ -92,6 +92,7 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
         "outbound": _delete(session, Outbound, col(Outbound.conversation_id).in_(ids)),
         "usage": _delete(session, Usage, col(Usage.conversation_id).in_(ids)),
         "facts": _delete(session, ContactFact, col(ContactFact.contact_id) == contact.id),
+        "media_files": media.delete_for_conversations(session, ids),
         "messages": _delete(session, Message, col(Message.conversation_id).in_(ids)),
     }
     counts["dead_letters"] = dead_letters.forget_contact(session, contact)

@@ -21,8 +21,9 @@ from replay.runner import run_scenario_file
 from storage import staff
 from storage.conversations import close_if_open, with_staff
 from storage.db import session_scope
+from storage.errors import TenantConfigError
 from storage.models import Contact, Conversation, DeadLetter, Message, Tenant
-from storage.tenants import TenantConfigError, validate_config
+from storage.tenants import validate_config
 from tests.conftest import START
 from tests.factories import BRUNO, TENANT, text_body
 from tests.test_admin_api import OPERATOR, OTHER, call, ids

@@ -8,11 +8,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent import media
 from agent.context import TenantPrompt, build_request, context_block
 from agent.tools.registry import REGISTRY
 from agent.window import (
     Stored,
+    estimate_tokens,
     first_safe_start,
+    is_turn_start,
     last_safe_start,
     prune,
     prune_boundary,
@@ -21,6 +24,7 @@ from agent.window import (
     to_api_messages,
     tool_result_text,
 )
+from replay.media_steps import png_bytes
 from replay.messages_api import validate_request
 from workers.compaction import pick_compactable, render_transcript
 
@@ -40,7 +44,8 @@ def histories(draw: Any) -> list[Stored]:
     for _ in range(draw(st.integers(1, 8))):
         for _ in range(draw(st.integers(1, 3))):  # a burst
             text = draw(st.sampled_from(["oi", "[reaction 👍 to one of our messages]", "pode ser"]))
-            messages.append(_at(next(next_id), "user", [{"type": "text", "text": text}]))
+            photo = draw(st.sampled_from([[], [], [PHOTO], [PDF]]))  # a photo or PDF with it
+            messages.append(_at(next(next_id), "user", [{"type": "text", "text": text}, *photo]))
         for _ in range(draw(st.integers(0, 3))):  # tool rounds
             uses = [{"type": "tool_use", "id": f"toolu_{next(tool_ids)}", "name": "list_services",
                      "input": {}} for _ in range(draw(st.integers(1, 3)))]
@@ -61,14 +66,26 @@ def histories(draw: Any) -> list[Stored]:
     return messages
 
 
+PHOTO_BYTES = png_bytes(40, 30)
+PDF_BYTES = b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n%%EOF"
+PHOTO = media.stored_block(1, media.check_file(PHOTO_BYTES, "image/png"))
+PDF = media.stored_block(2, media.check_file(PDF_BYTES, "application/pdf"))
+
+
+def _load(media_file_id: int) -> bytes:
+    return PHOTO_BYTES if media_file_id == 1 else PDF_BYTES
+
+
 def _at(number: int, role: str, content: list[dict[str, Any]]) -> Stored:
     return Stored(number, role, content, position=number)
 
 
 def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The request, stored photos and PDFs inlined as a turn does (workers/turns.inline_media)."""
     return build_request(tenant=TENANT, tools=REGISTRY,
                          context=context_block(["preferred_name: Ana"], "Ana booked a haircut."),
-                         messages=messages, max_tokens=512, metadata_user_id="x")
+                         messages=media.inline(messages, _load), max_tokens=512,
+                         metadata_user_id="x")
 
 
 @settings(max_examples=2000, deadline=None)
@@ -87,7 +104,7 @@ def test_every_window_is_a_valid_request_after_the_summary(
     assert messages, "the pending user messages always remain"
     assert all(m.position > summarized for m in window)
     assert messages[0]["role"] == "user"
-    assert all(b["type"] == "text" for b in messages[0]["content"])
+    assert all(b["type"] in ("text", "image", "document") for b in messages[0]["content"])
     assert validate_request(_request(messages)) is None
     if hard_cap:
         after = [m for m in history if m.position > summarized]
@@ -103,7 +120,7 @@ def test_every_safe_window_is_a_valid_request(history: list[Stored], keep: int) 
     messages = to_api_messages(window)
     assert messages, "the pending user messages always remain"
     assert messages[0]["role"] == "user"
-    assert all(b["type"] == "text" for b in messages[0]["content"])
+    assert all(b["type"] in ("text", "image", "document") for b in messages[0]["content"])
     assert validate_request(_request(messages)) is None
 
 
@@ -175,6 +192,9 @@ def test_pruning_is_deterministic_and_keeps_pairs(history: list[Stored], a: int,
         assert ids == [x.get("tool_use_id") for x in after.content]
         if before.position > high:
             assert before == after
+        else:  # a photo or PDF at or before the boundary is a note: never sent again
+            assert not any(media.is_media(x) for x in after.content)
+            assert len(before.content) == len(after.content)
     assert validate_request(_request(to_api_messages(once))) is None
 
 
@@ -329,3 +349,26 @@ def test_a_staff_lead_in_only_for_staff_messages_before_the_first_customer_messa
     assert staff_lead_in([agent_row, customer], [customer]) == [customer]  # a compacted start
     assert staff_lead_in([customer], [customer]) == [customer]
     assert staff_lead_in([], []) == []
+def test_a_customer_message_with_a_photo_is_a_turn_start_and_a_tool_result_never() -> None:
+    photo = _at(1, "user", [{"type": "text", "text": "[Mon] quero esse corte"}, PHOTO])
+    alone = _at(1, "user", [PHOTO])
+    result = _at(1, "user", [{"type": "tool_result", "tool_use_id": "t", "content": "x"},
+                             PHOTO])
+    assert is_turn_start(photo) and is_turn_start(alone) and not is_turn_start(result)
+    history = [photo, _at(2, "assistant", [{"type": "text", "text": "Lindo!"}])]
+    assert first_safe_start(history) == 0
+    assert to_api_messages(select_window(history, summarized_until=0, keep=4,
+                                         hard_cap=False))[0]["content"][1] == PHOTO
+
+
+def test_a_photo_counts_by_its_pixels_and_is_pruned_to_a_note() -> None:
+    history = [_at(1, "user", [{"type": "text", "text": "oi"}, PHOTO]),
+               _at(2, "assistant", [{"type": "text", "text": "Lindo!"}]),
+               _at(3, "user", [{"type": "text", "text": "e amanhã?"}])]
+    assert estimate_tokens(history[:1]) == 7 + media.image_tokens(40, 30)  # 2 for 40x30 px
+    pruned = prune(history, pruned_until=1)
+    note = pruned[0].content[1]
+    assert note["type"] == "text" and note["text"].startswith(media.OMITTED_PREFIX)
+    assert "40x30" in note["text"] and pruned[1:] == history[1:]
+    assert media.inline(to_api_messages(history), lambda _: None)[0]["content"][1] == \
+        media.omitted_note(PHOTO), "bytes gone: the note, never a broken block"

@@ -27,7 +27,8 @@ class InboundMessage:
     `starts_turn` is False for reactions and deletions: stored, never answered. `refers_to`:
     for an edit or a deletion (`type` edit / revoke), the wamid of the earlier message it
     changes (`edit.original_message_id`, `revoke.original_message_id`); `text` is then the
-    edit's new text, or DELETED.
+    edit's new text, or DELETED. `media`: for a photo, document, voice note... the webhook's
+    description of the file (`media_descriptor`); the turn fetches it (workers/media.py).
     """
 
     phone_number_id: str
@@ -41,6 +42,7 @@ class InboundMessage:
     starts_turn: bool
     raw: dict[str, Any] = field(repr=False, compare=False)
     refers_to: str | None = None
+    media: dict[str, Any] | None = None  # `media_descriptor`: what a turn downloads
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,33 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
         profile_name=_str(profile.get("name")), timestamp=_timestamp(item.get("timestamp")),
         wa_type=wa_type, text=text, starts_turn=starts_turn, raw=item,
         refers_to=_refers_to(item, wa_type, wamid),
+        media=media_descriptor(item, wa_type),
     )
+
+
+MEDIA_FIELDS = ("id", "mime_type", "sha256", "caption", "filename")
+
+
+def media_descriptor(item: dict[str, Any], wa_type: str) -> dict[str, Any] | None:
+    """`{"kind", "id", "mime_type", "sha256", "caption"?, "filename"?, "voice"?}` of a media
+    message (Sources: WhatsApp §3.3: `image`/`video`/`document`/`audio`/`sticker` carry `id`,
+    `mime_type`, `sha256`, `caption?`; `document.filename`; `audio.voice`), None for other
+    types or without a media id. The webhook's `url` is left out on purpose: it is never
+    followed (whatsapp/media.py fetches the URL from `GET /{media-id}`)."""
+    if wa_type not in MEDIA_TYPES:
+        return None
+    body = _dict(item.get(wa_type))
+    media_id = _str(body.get("id"))
+    if not media_id:
+        return None
+    described: dict[str, Any] = {"kind": wa_type}
+    for name in MEDIA_FIELDS:
+        value = _str(body.get(name))
+        if value:
+            described[name] = value[:1024]
+    if wa_type == "audio" and body.get("voice") is True:
+        described["voice"] = True
+    return described
 
 
 FOLLOW_UPS = ("edit", "revoke")  # types that change an earlier message (Sources: WhatsApp)

@@ -14,6 +14,7 @@ from datetime import datetime
 import anthropic
 import structlog
 
+from agent import media as agent_media
 from agent.loop import dump_content
 from agent.window import (
     Stored,
@@ -24,7 +25,7 @@ from agent.window import (
     tool_result_text,
 )
 from core import metrics
-from storage import memory
+from storage import media, memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
@@ -96,6 +97,8 @@ def render_transcript(messages: list[Stored]) -> str:
                 text = tool_result_text(block.get("content"))
                 flag = " (error)" if block.get("is_error") else ""
                 lines.append(f"Tool result{flag}: {text[:RESULT_CHARS]}")
+            elif agent_media.is_media(block):
+                lines.append(f"Customer sent {agent_media.describe(block)}")
     return "\n".join(lines)
 
 
@@ -184,6 +187,9 @@ def _apply(runtime: Runtime, tenant: Tenant, conversation_id: int, plan: Compact
             summarized_until_id=plan.covered[-1].id,
             pruned_until_id=memory.id_at_position(session, conversation_id, pruned_position),
             context_block=render_context_block(session, conversation.contact_id, summary))
+        if applied:  # photos and PDFs no longer sent as such: their bytes go (agent/media.py)
+            media.delete_pruned(session, conversation_id, up_to_position=max(
+                pruned_position, plan.covered[-1].position))
     if not applied:
         log.warning("compaction_superseded")
         return "superseded"

@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from sqlmodel import and_, col, delete, func, or_, select, update
 
 from core import clock
-from storage import dead_letters, inbox
+from storage import dead_letters, inbox, media
 from storage.db import session_scope
 from storage.jobs import (
     INBOX_KEY,
@@ -213,6 +213,8 @@ def purge_expired(engine: Engine, *, now: datetime) -> int:
     with session_scope(engine) as session:
         tenants = session.exec(select(Tenant.id, Tenant.retention_days)).all()
     for tenant_id, days in tenants:
+        with session_scope(engine) as session:  # bytes never outlive retention, open or not
+            media.delete_older_than(session, tenant_id, now - timedelta(days=days))
         while True:
             with session_scope(engine) as session:
                 ids = [int(i) for i in session.exec(select(Conversation.id).where(
@@ -238,6 +240,7 @@ def _purge(session, ids: list[int], now: datetime) -> None:  # type: ignore[no-u
         if session.get(WamidTombstone, wamid_hash(wamid)) is None:
             session.add(WamidTombstone(wamid_hash=wamid_hash(wamid), created_at=now))
     session.exec(delete(ToolCall).where(col(ToolCall.conversation_id).in_(ids)))
+    media.delete_for_conversations(session, ids)
     session.exec(delete(Message).where(col(Message.conversation_id).in_(ids)))
     session.exec(update(Conversation).where(col(Conversation.id).in_(ids)).values(
         summary="", context_block="", purged_at=now))

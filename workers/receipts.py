@@ -22,7 +22,7 @@ from sqlmodel import col, select
 from core import clock
 from storage.conversations import with_staff
 from storage.db import session_scope
-from storage.fences import TurnFenced
+from storage.errors import TurnFenced
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.errors import GraphError
 from whatsapp.window import window_closed

@@ -21,6 +21,7 @@ from sqlmodel import col, select
 from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, RequestBuilder, run_tool_loop
+from agent.media import inline, is_media, stored_media_ids
 from agent.tools.base import ToolContext
 from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
 from agent.tools.registry import REGISTRY, execute_tool
@@ -42,6 +43,7 @@ from storage.db import OUTAGE_ERRORS, is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.fact_keys import resolve_keys
 from storage.jobs import enqueue_turn
+from storage.media import load_files
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
@@ -57,6 +59,7 @@ from workers.jobs import (
     retry_later,
     run_coalesced,
 )
+from workers.media import resolve_media
 from workers.outbox import flush_outbox
 from workers.receipts import TypingIndicator
 from workers.runtime import Runtime
@@ -126,6 +129,7 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
             return "with_staff"  # staff answer: no model call, nothing sent or marked read
         if not message_repo.pending_inbound(session, conversation_id):
             return "idle"
+    resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
     repair_dangling_tool_use(runtime, state)  # before new messages take their places
     ensure_context_block(runtime, state)
     with session_scope(runtime.engine) as session:
@@ -179,7 +183,7 @@ def _converse(runtime: Runtime, state: TurnState, hooks: "_StoreHooks") -> LoopO
 def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
               hard_cap: bool) -> LoopOutcome:
     window = prepare_window(runtime, state, force_hard_cap=hard_cap)
-    messages = to_api_messages(window.messages)
+    messages = inline_media(runtime, to_api_messages(window.messages))
     create = functools.partial(_create, runtime, hooks.typing)
     return run_tool_loop(create, request_for=turn_request(runtime, state, window.context_block),
                          messages=messages,
@@ -187,6 +191,18 @@ def _run_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks", *,
                          max_rounds=runtime.settings.turn_max_rounds,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
                          stop_after=STOPS_THE_TURN)
+
+
+def inline_media(runtime: Runtime, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The window's stored photos and PDFs as base64 blocks, read in one query (agent/media.py);
+    one whose bytes are gone becomes a note."""
+    ids = [i for m in messages if isinstance(m["content"], list)
+           for i in stored_media_ids(m["content"])]
+    if not ids:
+        return messages
+    with session_scope(runtime.engine) as session:
+        files = load_files(session, ids)
+    return inline(messages, files.get)
 
 
 def _create(runtime: Runtime, typing: TypingIndicator, **request: Any) -> Any:
@@ -325,6 +341,7 @@ class _StoreHooks:
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
         conversation_id = _id(self.state.conversation)
+        resolve_media(self.runtime, conversation_id, language=self.state.tenant.language)
         with session_scope(self.runtime.engine) as session:
             before = memory.max_position(session, conversation_id)
             top = message_repo.assign_positions(session, conversation_id)
@@ -333,7 +350,9 @@ class _StoreHooks:
             rows = memory.window_rows(session, conversation_id, after_position=before)
         self.folded_up_to = top
         log.info("turn_folded_new_messages", count=len(rows))
-        return [b for m in rows for b in m.content if b.get("type") == "text"]
+        blocks = [b for m in rows for b in m.content
+                  if b.get("type") == "text" or is_media(b)]  # a photo sent mid-turn too
+        return inline_media(self.runtime, [{"role": "user", "content": blocks}])[0]["content"]
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
         with session_scope(self.runtime.engine) as session:

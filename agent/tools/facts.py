@@ -1,6 +1,7 @@
 """The remember_fact tool (`REMEMBER_FACT`, one `Tool` of the registry): its handler, and the
 validation every fact proposal goes through (the tool's and extraction's alike: `workers.facts`)."""
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -37,6 +38,8 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
         if proposal.source_message_id else None
     source = SourceMessage(message.id or 0, message.conversation_id, message.role,
                            message.direction) if message else None
+    if from_voice_note(message):  # a transcript may mishear: never confirmed on its word alone
+        proposal = dataclasses.replace(proposal, stated=False)
     verdict = validate(proposal, keys=keys, catalogue=catalogue_of(session, tenant),
                        conversation_id=conversation_id, source=source)
     reason = verdict.reason
@@ -58,6 +61,13 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
         valid_until=valid_until, review_at=review_at, created_at=now), now=now)
     log.info("fact_proposal", key=key.name, origin=origin, outcome=outcome, state=fact.state)
     return fact, outcome
+
+
+def from_voice_note(message: Message | None) -> bool:
+    """True when the fact's source message is a voice note (or any audio) the customer sent:
+    its facts enter as `suggested`, never `confirmed` (workers/media.py transcribes it)."""
+    media = message.media if message is not None else None
+    return isinstance(media, dict) and media.get("kind") == "audio"
 
 
 def catalogue_of(session: Session, tenant: Tenant) -> Catalogue:

@@ -12,7 +12,8 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session
 
-from agent.tools.base import Tool, ToolContext, ToolError
+from agent.errors import ToolError
+from agent.tools.base import Tool, ToolContext
 from agent.tools.slots import opening_intervals
 from storage import staff
 from storage.models import Conversation, Tenant
