@@ -15,6 +15,7 @@ import redis
 from sqlmodel import col, select
 
 from core.clock import parse_duration
+from replay import seen
 from replay.environment import ReplayEnvironment, load_body
 from replay.messages_api import check_item
 from storage import delivery
@@ -95,7 +96,7 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                 "expect": set(), "wagent": {"status", "output_contains"}}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors"}
+               "api_errors", "requests"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals"},
                 "appointments": {"service", "start", "status"},
@@ -176,6 +177,8 @@ def _expect_problems(expect: Any) -> list[str]:
     problems = [f"unknown expectation {key!r}" for key in expect
                 if key not in EXPECT_KEYS | NOTE_KEYS]
     problems += _note_problems(expect, "expect ")
+    if "requests" in expect:
+        problems += seen.problems(expect["requests"], notes=NOTE_KEYS)
     for key, known in MATCHER_KEYS.items():
         value = expect.get(key)
         items = [value] if key == "conversation" else value
@@ -297,6 +300,7 @@ class _Runner:
         self.timezone = timezone
         self.sent_mark = 0  # sends seen by the previous expect
         self.tool_mark = 0  # ToolCall id seen by the previous expect
+        self.call_mark = 0  # Messages API calls seen by the previous expect
         self.shown_sends = 0
         self.shown_tools = 0
         self.shown_summaries = 0
@@ -516,6 +520,7 @@ class _Expectations:
                 raise ScenarioError(f"{self.where}: unknown expectation {key!r}")
             checker(value, new_sends)
         self.runner.sent_mark = len(sends)
+        self.runner.call_mark = len(self.env.messages_api.calls)
         with session_scope(self.env.engine) as session:
             last = session.exec(select(ToolCall).order_by(col(ToolCall.id).desc())).first()
             self.runner.tool_mark = last.id if last and last.id else self.runner.tool_mark
@@ -600,6 +605,14 @@ class _Expectations:
             if not any(_subset(wanted, a) for a in actual):
                 self.fail(f"no fact matching {_named(fact, f'facts[{n}]')} {wanted} "
                           f"among {actual}")
+
+    def _check_requests(self, spec: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        """What the model saw since the previous expect (replay/seen.py, REPLAY.md)."""
+        purpose = spec.get("purpose", "turn")
+        bodies = [call.request for call in self.env.messages_api.calls[self.runner.call_mark:]
+                  if call.purpose == purpose]
+        for failure in seen.failures(_criteria(spec), bodies):
+            self.fail(f"{_named(spec, '')} {failure}".strip())
 
     def _contact(self, session: Any, ref: str | None) -> Contact | None:
         ref = ref or self.runner.last_sender

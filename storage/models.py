@@ -48,6 +48,10 @@ class Tenant(SQLModel, table=True):
     # "sensitive", "shape"}: storage/fact_keys.py, agent/tools/facts_rules.py
     fact_keys: list[Any] = Field(default_factory=lambda: list(DEFAULT_FACT_KEYS), sa_type=JSONType)
     created_at: datetime
+    # ISO 4217 code of the services' prices (Service.price_cents); issue 21
+    currency: str = Field(default="BRL", max_length=3)
+    # appointment notes may hold health content (an allergy) only when True (agent/tools/notes.py)
+    appointment_notes_sensitive: bool = False
 
 
 class Service(SQLModel, table=True):
@@ -57,6 +61,10 @@ class Service(SQLModel, table=True):
     code: str = Field(max_length=64)
     name: str = Field(max_length=200)
     duration_minutes: int
+    # the price in cents of the tenant's currency (None: not stated); price_from: "a partir de"
+    price_cents: int | None = None
+    price_from: bool = False
+    description: str = Field(default="", max_length=300)
     # False once removed from the catalogue: kept for the appointments that name it
     active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
 
@@ -292,6 +300,8 @@ class Appointment(SQLModel, table=True):
     tool_use_id: str | None = Field(default=None, max_length=128, unique=True)
     created_at: datetime
     cancelled_at: datetime | None = None
+    # the customer's request for this visit ("coloração sem amônia"): agent/tools/notes.py
+    note: str = Field(default="", max_length=200)
 
 
 class ContactFact(SQLModel, table=True):
