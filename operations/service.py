@@ -191,7 +191,8 @@ def replace_catalogue(session: Session, tenant: Tenant, body: Any, *,
 
 def service_view(service: Service) -> dict[str, Any]:
     return {"code": service.code, "name": service.name,
-            "duration_minutes": service.duration_minutes}
+            "duration_minutes": service.duration_minutes, "price_cents": service.price_cents,
+            "price_from": service.price_from, "description": service.description}
 
 
 def professional_view(pro: Professional) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from agent.tools.slots import (
     too_soon,
 )
 from storage.db import is_postgres
+from storage.tenants import price_text
 from storage.models import (
     Appointment,
     HoursException,
@@ -69,16 +70,21 @@ def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
         if not services:
             return f"No service matches {echo(query)}; call list_services without a query."
     pros = _professionals(session, ctx.tenant_id)
-    lines = [f"- {s.code}: {clip(s.name, NAME_CHARS)}, {s.duration_minutes} min (with "
-             f"{_who(s, pros)})" for s in services]
+    tenant = _tenant(session, ctx.tenant_id)
+    lines = [f"- {s.code}: {clip(s.name, NAME_CHARS)}, {s.duration_minutes} min"
+             + (f", {price}" if (price := price_text(s.price_cents, tenant.currency,
+                                                      minimum=s.price_from,
+                                                      language=tenant.language)) else "")
+             + f" (with {_who(s, pros)})" for s in services]
     return bounded("Services:", lines, max_chars=SERVICES_CHARS,
                    left_out="call list_services with a query to search them by name")
 
 
 LIST_SERVICES = Tool(
     name="list_services",
-    description="The services offered, their codes, durations and professionals. A long "
-                "catalogue is listed in part: search it with query.",
+    description="The services offered, their codes, durations, prices and professionals "
+                "(with their codes). A long catalogue is listed in part: search it with "
+                "query.",
     input_schema={"type": "object", "properties": {
         "query": {"type": "string",
                   "description": "Part of a service's name or code (optional: all)"}}},
@@ -86,7 +92,8 @@ LIST_SERVICES = Tool(
 
 
 def _who(service: Service, pros: list[Professional]) -> str:
-    names = [clip(p.name, NAME_CHARS) for p in pros if service.code in p.service_codes]
+    names = [f"{p.code} ({clip(p.name, NAME_CHARS)})" for p in pros
+             if service.code in p.service_codes]
     extra = len(names) - PROFESSIONALS_NAMED
     return (", ".join(names[:PROFESSIONALS_NAMED]) or "nobody") + (
         f" and {extra} more" if extra > 0 else "")

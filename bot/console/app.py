@@ -56,6 +56,8 @@ from storage.tenants import (
     change_professional,
     change_service,
     delete_hours_exception,
+    parse_price,
+    price_text,
     put_hours_exception,
     set_hours,
     update_settings,
@@ -134,6 +136,7 @@ def _environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(["html"]),
                              undefined=jinja2.StrictUndefined)
     env.filters["localtime"] = _localtime
+    env.globals["price_text"] = price_text  # the one rendering of a price: storage/tenants.py
     env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
     env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
     return env
@@ -464,7 +467,8 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
 
 def catalog_page(p: Page) -> PageResult:
     return "catalog.html", {"catalogue": service.catalogue_view(p.session, p.tenant),
-                            "weekdays": WEEKDAYS, "error": ""}
+                            "weekdays": WEEKDAYS, "error": "",
+                            "currency": p.tenant.currency}
 
 
 def _tenant_id(p: Page) -> int:
@@ -478,8 +482,14 @@ def add_service(p: Page) -> PageResult:
     if raw and not raw.isdigit():
         raise service.Invalid(f"{p.t['duration']}: {raw[:20]}")
     service.validated(ServiceSpec, {"code": code, "duration_minutes": 5})
+    fields: dict[str, Any] = {}
+    price = parse_price(str(p.form.get("price", "")))  # left empty: the price is kept
+    if price is not None:
+        fields["price_cents"], fields["price_from"] = price, bool(p.form.get("price_from"))
+    if str(p.form.get("description", "")).strip():
+        fields["description"] = str(p.form.get("description"))
     row, _ = change_service(p.session, _tenant_id(p), code, name=name,
-                            duration_minutes=int(raw) if raw else None)
+                            duration_minutes=int(raw) if raw else None, **fields)
     return Redirect("/console/catalog", f"{row.name} ✓")
 
 
