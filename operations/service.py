@@ -501,7 +501,7 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             "start": a.start_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "end": a.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "start_at": _iso(a.start_at), "status": a.status,
-            "cancelled_at": _iso(a.cancelled_at)}
+            "cancelled_at": _iso(a.cancelled_at), "note": a.note}
 
 
 def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,

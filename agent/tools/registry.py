@@ -11,12 +11,13 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from agent.tools import facts, scheduling
+from agent.tools import facts, notes, scheduling
 from agent.tools.base import Tool, ToolContext, ToolError, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
 
 REGISTRY: tuple[Tool, ...] = (
+    notes.ADD_APPOINTMENT_NOTE,
     scheduling.BOOK_APPOINTMENT,
     scheduling.CANCEL_APPOINTMENT,
     scheduling.FIND_AVAILABLE_SLOTS,
