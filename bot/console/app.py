@@ -28,7 +28,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
 from agent.context import TenantPrompt, context_block, instructions_text
-from agent.tools.facts_rules import render_fact_lines
+from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
 from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
@@ -459,9 +459,10 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
                           language=str(form.get("language") or tenant.language),
                           instructions=str(form.get("instructions") or ""),
                           model=tenant.agent_model)
-    facts = [("preferred_name", "Ana", "confirmed", None),
-             ("preferred_period", "tarde", "suggested", None)]  # invented example
-    example = context_block(render_fact_lines(facts, clock.now()), "")
+    facts = [("preferred_name", "Ana", "confirmed", None)]  # invented example
+    waiting = [("preferred_period", "tarde", f"{clock.now():%Y-%m-%d}")]  # suggested: apart
+    example = context_block(render_fact_lines(facts, clock.now()), "",
+                            awaiting=render_awaiting_lines(waiting))
     return {"preview_instructions": instructions_text(prompt), "preview_context": example}
 
 
