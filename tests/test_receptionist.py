@@ -27,7 +27,8 @@ from replay.messages_api import validate_request
 from replay.runner import run_scenario_file
 from storage import facts as fact_repo
 from storage.db import session_scope
-from storage.models import Appointment, ContactFact, Conversation, Tenant
+from storage.models import Appointment, Contact, ContactFact, Conversation, Tenant
+from storage.rights import export_contact, forget_contact
 from tests.conftest import START
 from tests.console_helpers import seed
 from tests.factories import TENANT, text_body
@@ -211,6 +212,23 @@ def test_notes_on_book_reschedule_and_add_and_only_for_this_customer(
     text, is_error = execute_tool(_ctx(env, "n4"), "add_appointment_note",
                                   {"appointment_id": 2, "note": "alérgica a amônia"})
     assert not is_error, "the tenant keeps health details in notes"
+
+
+def test_forgetting_the_contact_erases_its_notes_and_export_shows_them(
+        env: ReplayEnvironment) -> None:
+    _converse(env, "oi", 1, [{"text": "Oi!"}])
+    text, is_error = execute_tool(_ctx(env, "b1"), "book_appointment", {
+        "service": "corte", "start": "2026-06-02T14:00", "note": "coloração sem amônia"})
+    assert not is_error, text
+    with session_scope(env.engine) as session:
+        contact = session.get(Contact, 1)
+        assert contact is not None
+        exported = export_contact(session, contact)
+        assert [a["note"] for a in exported["appointments"]] == ["coloração sem amônia"]
+        forget_contact(session, contact, now=env.clock.now())
+    with session_scope(env.engine) as session:
+        assert [(a.status, a.note) for a in session.exec(select(Appointment))] == \
+            [("booked", "")], "the booking is kept for the business, the words are not"
 
 
 def test_the_console_agenda_and_the_admin_views_show_the_note(
