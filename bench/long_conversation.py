@@ -264,14 +264,18 @@ def time_request_building(sizes: tuple[int, ...], *, summarized: bool,
     return {str(n): round(statistics.median(values), 3) for n, values in timings.items()}
 
 
-def catalogue_text_of(tenant: dict[str, Any]) -> str:
+RENDER_CATALOGUE = catalogue.catalogue_text  # kept: --no-catalogue replaces the product's
+
+
+def catalogue_text_of(tenant: dict[str, Any], render: Any = None) -> str:
     """The catalogue the product renders for `tenant` (as workers/turns.py does), on a fresh
     database ("" under --no-catalogue)."""
     engine = make_engine("sqlite://")
     create_schema(engine)
     with session_scope(engine) as session:
         row = upsert_tenant(session, tenant, now=START)
-        return catalogue.catalogue_text(catalogue.load(session, row, START.astimezone(TZ).date()))
+        data = catalogue.load(session, row, START.astimezone(TZ).date())
+        return str((render or catalogue.catalogue_text)(data))
 
 
 def saved_round_estimate(prompt: TenantPrompt) -> dict[str, Any]:
@@ -284,7 +288,8 @@ def saved_round_estimate(prompt: TenantPrompt) -> dict[str, Any]:
     request = build_request(tenant=prompt, tools=REGISTRY, context="", messages=[],
                             max_tokens=1, metadata_user_id="u")
     prefix = sum(count_tokens(block) for block in [*request["tools"], *request["system"]])
-    lines = [line for line in catalogue_text_of(TENANT).splitlines() if line.startswith("- ")]
+    lines = [line for line in catalogue_text_of(TENANT, RENDER_CATALOGUE).splitlines()
+             if line.startswith("- ")]
     result = "Services:\n" + "\n".join(lines)
     round_tokens = count_tokens({"type": "text", "text": result}) + 40  # + the tool_use block
     later_calls = 2 * 4  # the rest of a short session: four customer turns, two calls each
