@@ -168,6 +168,9 @@ def test_the_admin_api_sets_and_shows_prices_and_documents_them(
         == 8000, "a field left out keeps its value"
     status, body = call(env, "PUT", base + "/services/corte", {"price_cents": -3})
     assert status == 422 and any("price_cents" in p for p in body["error"]["problems"])
+    kept = call(env, "PUT", base + "/services/corte", {"price_from": None,
+                                                        "description": None})[1]
+    assert (kept["price_from"], kept["description"]) == (True, "com lavagem"), "null keeps"
     cleared = call(env, "PUT", base + "/services/corte", {"price_cents": None})[1]
     assert (cleared["price_cents"], cleared["price_from"]) == (None, False)
     schemas = openapi_document(ROUTES)["components"]["schemas"]

@@ -242,11 +242,13 @@ def put_catalogue(call: Call) -> tuple[int, Any]:
 def put_service_route(call: Call) -> tuple[int, Any]:
     body: ServiceBody = validated(ServiceBody, call.body)
     validated(ServiceSpec, {"code": call.path["code"], "duration_minutes": 5})
+    given = body.model_dump(include={"price_cents", "price_from", "description"},
+                            exclude_unset=True)
+    # a null price clears it; a null flag or description keeps its value
+    fields = {k: v for k, v in given.items() if v is not None or k == "price_cents"}
     row, created = change_service(call.session, call.the_tenant().id or 0, call.path["code"],
                                   name=body.name, duration_minutes=body.duration_minutes,
-                                  **body.model_dump(include={"price_cents", "price_from",
-                                                             "description"},
-                                                    exclude_unset=True))
+                                  **fields)
     return (201 if created else 200), service.service_view(row)
 
 
