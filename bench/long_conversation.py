@@ -33,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlmodel import col, select  # noqa: E402
 
-from agent import context  # noqa: E402
+from agent import catalogue, context  # noqa: E402
 from agent.context import TenantPrompt, build_request  # noqa: E402
 from agent.tools.registry import REGISTRY  # noqa: E402
 from agent.window import Stored, to_api_messages  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from replay.environment import ReplayEnvironment  # noqa: E402
-from replay.messages_api import PromptCache, validate_request  # noqa: E402
+from replay.messages_api import PromptCache, count_tokens, validate_request  # noqa: E402
 from storage.db import create_schema, make_engine, session_scope  # noqa: E402
 from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
@@ -82,8 +82,19 @@ INSTRUCTIONS = "\n".join([
 TENANT = {
     "phone_number_id": "109876543210987", "name": "Salão Exemplo", "timezone": str(TZ),
     "instructions": INSTRUCTIONS,
-    "services": [{"code": "corte", "name": "Corte feminino", "duration_minutes": 60}],
-    "professionals": [{"code": "julia", "name": "Júlia", "services": ["corte"]}],
+    # the catalogue the instructions describe, with its prices: since issue 21 it is rendered
+    # into the cached system[0] (agent/catalogue.py); --no-catalogue measures the prefix without
+    "services": [
+        {"code": "corte", "name": "Corte feminino", "duration_minutes": 60, "price_cents": 9000},
+        {"code": "corte_masculino", "name": "Corte masculino", "duration_minutes": 30,
+         "price_cents": 5000},
+        {"code": "escova", "name": "Escova", "duration_minutes": 45, "price_cents": 6000},
+        {"code": "coloracao", "name": "Coloração", "duration_minutes": 120,
+         "price_cents": 18000, "price_from": True, "description": "inclui lavagem"}],
+    "professionals": [
+        {"code": "julia", "name": "Júlia", "services": ["corte", "escova"]},
+        {"code": "marcos", "name": "Marcos", "services": ["corte", "corte_masculino"]},
+        {"code": "ana", "name": "Ana", "services": ["coloracao", "escova"]}],
     "hours": {day: ["09:00-19:30"] for day in ("mon", "tue", "wed", "thu", "fri", "sat", "sun")},
 }
 SUMMARY = ("The customer Ana has been asking about haircut slots with Júlia over several "
@@ -253,6 +264,43 @@ def time_request_building(sizes: tuple[int, ...], *, summarized: bool,
     return {str(n): round(statistics.median(values), 3) for n, values in timings.items()}
 
 
+RENDER_CATALOGUE = catalogue.catalogue_text  # kept: --no-catalogue replaces the product's
+
+
+def catalogue_text_of(tenant: dict[str, Any], render: Any = None) -> str:
+    """The catalogue the product renders for `tenant` (as workers/turns.py does), on a fresh
+    database ("" under --no-catalogue)."""
+    engine = make_engine("sqlite://")
+    create_schema(engine)
+    with session_scope(engine) as session:
+        row = upsert_tenant(session, tenant, now=START)
+        data = catalogue.load(session, row, START.astimezone(TZ).date())
+        return str((render or catalogue.catalogue_text)(data))
+
+
+def saved_round_estimate(prompt: TenantPrompt) -> dict[str, Any]:
+    """What one `list_services` round at a session's start costs, in billed-equivalent input
+    tokens (usage/report.py's weights), i.e. what the catalogue in system[0] gives back each
+    time it spares one: the extra call reads the cached prefix (tools + system[0], 0.1 each),
+    writes the round's tool_use and tool_result at the 1 h price (2.0; each later call of the
+    session reads them again at 0.1, `later_calls` of them), and its ~30 output tokens cost 5
+    input tokens each (Sonnet: $3 in, $15 out per million)."""
+    request = build_request(tenant=prompt, tools=REGISTRY, context="", messages=[],
+                            max_tokens=1, metadata_user_id="u")
+    prefix = sum(count_tokens(block) for block in [*request["tools"], *request["system"]])
+    lines = [line for line in catalogue_text_of(TENANT, RENDER_CATALOGUE).splitlines()
+             if line.startswith("- ")]
+    result = "Services:\n" + "\n".join(lines)
+    round_tokens = count_tokens({"type": "text", "text": result}) + 40  # + the tool_use block
+    later_calls = 2 * 4  # the rest of a short session: four customer turns, two calls each
+    output = 30
+    billed = prefix * 0.1 + round_tokens * 2.0 + round_tokens * 0.1 * later_calls + output * 5
+    return {"prefix_tokens": prefix, "round_tokens": round_tokens,
+            "later_calls_assumed": later_calls,
+            "billed_equivalent_input_saved_per_session": round(billed),
+            "model_calls_saved_per_session": 1}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
@@ -262,7 +310,11 @@ def main() -> None:
                         help="override a tenant memory setting (integers), e.g. keep_messages=8")
     parser.add_argument("--tail-ttl", choices=("5m", "1h"), default=None,
                         help="TTL of the breakpoint on the last message (default: the product's)")
+    parser.add_argument("--no-catalogue", action="store_true",
+                        help="leave the catalogue out of system[0] (the prefix before issue 21)")
     args = parser.parse_args()
+    if args.no_catalogue:
+        catalogue.catalogue_text = lambda data: ""  # what workers/turns.py renders
     if args.tail_ttl:
         context.TAIL_TTL = args.tail_ttl
     overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
@@ -272,7 +324,8 @@ def main() -> None:
     prompt = TenantPrompt(name=TENANT["name"], timezone=TENANT["timezone"], language="pt-BR",
                           instructions=INSTRUCTIONS, model=Tenant.model_fields[
                               "agent_model"].default, fact_keys=tuple(sorted(resolve_keys(
-                                  Tenant.model_fields["fact_keys"].default_factory()))))
+                                  Tenant.model_fields["fact_keys"].default_factory()))),
+                          catalogue=catalogue_text_of(TENANT))
     times = [c.at for c in calls if c.purpose == "turn"]
     points = call_points(history)
     full = price_baseline(history, times, last_n=None, prompt=prompt)
@@ -297,6 +350,10 @@ def main() -> None:
                                                / full["billed_equivalent_input"], 4)},
         "request_build_ms": building,
         "tail_ttl": context.TAIL_TTL,
+        "catalogue": {"in_system_0": not args.no_catalogue,
+                      "chars": len(prompt.catalogue),
+                      "tokens": count_tokens({"type": "text", "text": prompt.catalogue})},
+        "saved_list_services_round": saved_round_estimate(prompt),
     }
     if args.plot:
         args.plot.write_text(render_svg([c.context_tokens for c in calls if c.purpose == "turn"],

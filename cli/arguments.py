@@ -78,6 +78,13 @@ def add_catalog_commands(sub: Any) -> None:
     service.add_argument("--name", default=None, help="shown to customers (kept when left out)")
     service.add_argument("--duration", type=int, default=None,
                          help="minutes (required for a new service; kept when left out)")
+    service.add_argument("--price", default=None,
+                         help='in the tenant\'s currency: 80 or 80,00; "" clears it '
+                              "(kept when left out)")
+    service.add_argument("--price-from", default=None, action=argparse.BooleanOptionalAction,
+                         help='the price is a minimum ("a partir de")')
+    service.add_argument("--description", default=None,
+                         help="one line the agent may quote (kept when left out)")
     service.set_defaults(run="cli.catalog:service")
     remove = catalog_sub.add_parser("remove-service", help="archive a service (refused while "
                                     "it has upcoming appointments)")

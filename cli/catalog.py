@@ -14,6 +14,7 @@ from storage.tenants import (
     change_professional,
     change_service,
     delete_hours_exception,
+    parse_price,
     put_hours_exception,
     set_hours,
 )
@@ -31,8 +32,15 @@ def replace(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 @run_for_tenant
 def service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    fields: dict[str, Any] = {}
+    if args.price is not None:
+        fields["price_cents"] = parse_price(args.price)
+    if args.price_from is not None:
+        fields["price_from"] = args.price_from
+    if args.description is not None:
+        fields["description"] = args.description
     row = change_service(session, tenant.id, args.code, name=args.name,
-                         duration_minutes=args.duration)[0]
+                         duration_minutes=args.duration, **fields)[0]
     return operations.service_view(row)
 
 

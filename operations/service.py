@@ -191,7 +191,8 @@ def replace_catalogue(session: Session, tenant: Tenant, body: Any, *,
 
 def service_view(service: Service) -> dict[str, Any]:
     return {"code": service.code, "name": service.name,
-            "duration_minutes": service.duration_minutes}
+            "duration_minutes": service.duration_minutes, "price_cents": service.price_cents,
+            "price_from": service.price_from, "description": service.description}
 
 
 def professional_view(pro: Professional) -> dict[str, Any]:
@@ -505,7 +506,7 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             "start": a.start_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "end": a.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "start_at": _iso(a.start_at), "status": a.status,
-            "cancelled_at": _iso(a.cancelled_at)}
+            "cancelled_at": _iso(a.cancelled_at), "note": a.note}
 
 
 def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,

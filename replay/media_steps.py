@@ -7,7 +7,7 @@
 - `{"transcripts": ["quero marcar corte amanhã", {"status": 500}, {"garbage": true}]}` queues
   the transcription double's next answers.
 - the request expectation's `block_types` (`{"requests": {"block_types": ["image"]}}`): block
-  types that must all appear in the messages of at least one call (`block_types_problem`).
+  types that must all appear in the messages of at least one call (replay/seen.py).
 """
 
 import struct
@@ -65,22 +65,3 @@ def add_media(graph: GraphDouble, spec: dict[str, Any], base: Path) -> str:
                            str(spec.get("mime_type", "image/jpeg")), spec.get("fault"))
 
 
-def block_types(body: dict[str, Any]) -> set[str]:
-    """Block types in a request's messages (a string content counts as text)."""
-    found: set[str] = set()
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, str):
-            found.add("text")
-        elif isinstance(content, list):
-            found |= {str(b.get("type")) for b in content if isinstance(b, dict)}
-    return found
-
-
-def block_types_problem(bodies: list[dict[str, Any]], wanted: list[str]) -> str | None:
-    """None when one of the request `bodies` carries every type in `wanted` in its messages;
-    otherwise what was seen, for the failure message."""
-    if any(set(wanted) <= block_types(body) for body in bodies):
-        return None
-    seen = sorted(set().union(*(block_types(b) for b in bodies))) if bodies else []
-    return f"no call's messages held block types {sorted(wanted)} (seen: {seen or 'no calls'})"

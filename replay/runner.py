@@ -16,11 +16,11 @@ import redis
 from sqlmodel import col, select
 
 from core.clock import parse_duration
+from replay import seen
 from replay.environment import ReplayEnvironment, load_body
 from replay.errors import ScenarioError
 from replay.media_steps import (
     add_media,
-    block_types_problem,
     media_step_problems,
     transcripts_step_problems,
 )
@@ -110,7 +110,6 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors", "reads", "last_request_contains", "requests"}
-REQUEST_KEYS = {"purpose", "block_types"}  # issue 27; issue 21 adds the others
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
                 "appointments": {"service", "start", "status"},
@@ -200,9 +199,8 @@ def _expect_problems(expect: Any) -> list[str]:
     problems = [f"unknown expectation {key!r}" for key in expect
                 if key not in EXPECT_KEYS | NOTE_KEYS]
     problems += _note_problems(expect, "expect ")
-    if isinstance(expect.get("requests"), dict):
-        problems += [f"requests: unknown key {k!r}" for k in expect["requests"]
-                     if k not in REQUEST_KEYS | NOTE_KEYS]
+    if "requests" in expect:
+        problems += seen.problems(expect["requests"], notes=NOTE_KEYS)
     for key, known in MATCHER_KEYS.items():
         value = expect.get(key)
         items = [value] if key == "conversation" else value
@@ -334,6 +332,7 @@ class _Runner:
         self.reads_mark = 0  # mark-as-read requests seen by the previous expect
         self.shown_reads = 0
         self.tool_mark = 0  # ToolCall id seen by the previous expect
+        self.call_mark = 0  # Messages API calls seen by the previous expect
         self.shown_sends = 0
         self.shown_tools = 0
         self.shown_summaries = 0
@@ -666,19 +665,10 @@ class _Expectations:
             checker(value, new_sends)
         self.runner.sent_mark = len(sends)
         self.runner.reads_mark = len(self.env.graph_api.reads)
+        self.runner.call_mark = len(self.env.messages_api.calls)
         with session_scope(self.env.engine) as session:
             last = session.exec(select(ToolCall).order_by(col(ToolCall.id).desc())).first()
             self.runner.tool_mark = last.id if last and last.id else self.runner.tool_mark
-
-    def _check_requests(self, value: dict[str, Any], _: list[dict[str, Any]]) -> None:
-        """`block_types`: types that must all appear in the messages of one call of `purpose`
-        (default turn) so far (replay/media_steps.py)."""
-        purpose = str(value.get("purpose", "turn"))
-        bodies = [c.request for c in self.env.messages_api.calls
-                  if c.purpose == purpose and c.status == 200]
-        problem = block_types_problem(bodies, list(value.get("block_types") or []))
-        if problem:
-            self.fail(f"requests: {problem}")
 
     def _check_sent_count(self, value: int, new_sends: list[dict[str, Any]]) -> None:
         if len(new_sends) != int(value):
@@ -779,6 +769,14 @@ class _Expectations:
             if not any(_subset(wanted, a) for a in actual):
                 self.fail(f"no fact matching {_named(fact, f'facts[{n}]')} {wanted} "
                           f"among {actual}")
+
+    def _check_requests(self, spec: dict[str, Any], _: list[dict[str, Any]]) -> None:
+        """What the model saw since the previous expect (replay/seen.py, REPLAY.md)."""
+        purpose = spec.get("purpose", "turn")
+        bodies = [call.request for call in self.env.messages_api.calls[self.runner.call_mark:]
+                  if call.purpose == purpose]
+        for failure in seen.failures(_criteria(spec), bodies):
+            self.fail(f"{_named(spec, '')} {failure}".strip())
 
     def _contact(self, session: Any, ref: str | None) -> Contact | None:
         ref = ref or self.runner.last_sender

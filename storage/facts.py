@@ -33,6 +33,19 @@ def for_context(session: Session, contact_id: int, now: datetime,
             and (keys is None or f.key in keys)]
 
 
+AWAITING = ("suggested", "pending_review")  # shown to the agent labelled as not verified
+
+
+def awaiting_review(session: Session, contact_id: int, now: datetime,
+                    allowed_keys: Iterable[str] | None = None) -> list[ContactFact]:
+    """Valid suggested and pending_review facts of keys the tenant still allows (issue 21:
+    shown labelled, never as verified); rejected and expired ones never."""
+    keys = set(allowed_keys) if allowed_keys is not None else None
+    return [f for f in current(session, contact_id) if f.state in AWAITING
+            and (f.valid_until is None or f.valid_until > now)
+            and (keys is None or f.key in keys)]
+
+
 def record(session: Session, fact: ContactFact, *, now: datetime) -> tuple[ContactFact, str]:
     """Write `fact`; nothing is silently overwritten. Returns (fact, outcome):
 

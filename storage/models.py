@@ -58,6 +58,10 @@ class Tenant(SQLModel, table=True):
     handoff_alert_minutes: int = 30
     echo_pause_minutes: int = 120
     templates: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    # ISO 4217 code of the services' prices (Service.price_cents); issue 21
+    currency: str = Field(default="BRL", max_length=3)
+    # appointment notes may hold health content (an allergy) only when True (agent/tools/notes.py)
+    appointment_notes_sensitive: bool = False
 
 
 class Service(SQLModel, table=True):
@@ -67,6 +71,10 @@ class Service(SQLModel, table=True):
     code: str = Field(max_length=64)
     name: str = Field(max_length=200)
     duration_minutes: int
+    # the price in cents of the tenant's currency (None: not stated); price_from: "a partir de"
+    price_cents: int | None = None
+    price_from: bool = False
+    description: str = Field(default="", max_length=300)
     # False once removed from the catalogue: kept for the appointments that name it
     active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
 
@@ -315,6 +323,8 @@ class Appointment(SQLModel, table=True):
     tool_use_id: str | None = Field(default=None, max_length=128, unique=True)
     created_at: datetime
     cancelled_at: datetime | None = None
+    # the customer's request for this visit ("coloração sem amônia"): agent/tools/notes.py
+    note: str = Field(default="", max_length=200)
 
 
 class ContactFact(SQLModel, table=True):

@@ -104,6 +104,7 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
     kept = session.exec(select(Appointment).where(Appointment.contact_id == contact.id)).all()
     for appointment in kept:
         appointment.contact_id = anonymous.id or 0
+        appointment.note = ""  # the customer's own words (issue 21): erased with the rest
         session.add(appointment)
     counts["appointments_kept_anonymised"] = len(kept)
     counts["conversations"] = _delete(session, Conversation, col(Conversation.id).in_(ids))

@@ -63,7 +63,9 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     assert tenant.id is not None
     if spec.services is not None or spec.professionals is not None:
         services = spec.services if spec.services is not None else [
-            ServiceSpec(code=s.code, name=s.name, duration_minutes=s.duration_minutes)
+            ServiceSpec(code=s.code, name=s.name, duration_minutes=s.duration_minutes,
+                        price_cents=s.price_cents, price_from=s.price_from,
+                        description=s.description)
             for s in list_services(session, tenant.id)]
         professionals = spec.professionals if spec.professionals is not None else [
             ProfessionalSpec(code=p.code, name=p.name, services=p.service_codes)
@@ -192,6 +194,11 @@ class TenantSettings(_Strict):
                                            "Business app pauses the agent; 0: never")
     templates: Annotated[list[TemplateSpec] | None, AfterValidator(_unique_templates)] = Field(
         None, max_length=100, description="approved templates for outside the 24-hour window")
+    currency: str | None = Field(None, pattern=r"^[A-Z]{3}$",
+                                 description="ISO 4217 code of the services' prices (BRL)")
+    appointment_notes_sensitive: bool | None = Field(
+        None, description="appointment notes may hold health details (an allergy); "
+                          "default false")
 
     @field_validator("timezone")
     @classmethod
@@ -220,10 +227,68 @@ class TenantSettings(_Strict):
         return self.model_dump(exclude_unset=True, exclude_none=True)
 
 
+MAX_PRICE_CENTS = 100_000_000  # one million in the tenant's currency
+
+
+def parse_price(text: str) -> int | None:
+    """A price as an owner types it → cents: "80", "80,00", "80.5", "R$ 1.200,00" (Brazilian
+    thousands dots), "1200.00"; "" → None (no price). Raises TenantConfigError when it is not
+    an amount (at most two decimals, not negative, at most MAX_PRICE_CENTS)."""
+    raw = text.strip().removeprefix("R$").strip().replace(" ", "")
+    if not raw:
+        return None
+    if "," in raw:  # Brazilian: dots group thousands, the comma is the decimal mark
+        raw = raw.replace(".", "").replace(",", ".")
+    whole, _, cents = raw.partition(".")
+    if not whole.isdigit() or not (cents == "" or (cents.isdigit() and len(cents) <= 2)):
+        raise TenantConfigError(f"price: {text[:40]!r} is not an amount (e.g. 80 or 80,00)")
+    value = int(whole) * 100 + int(cents.ljust(2, "0") or 0)
+    if value > MAX_PRICE_CENTS:
+        raise TenantConfigError(f"price: at most {MAX_PRICE_CENTS // 100}")
+    return value
+
+
+CURRENCY_SIGNS = {"BRL": "R$", "USD": "US$", "EUR": "€"}  # others: the ISO code
+
+
+def price_text(cents: int | None, currency: str = "BRL", *, minimum: bool = False,
+               language: str = "pt-BR") -> str:
+    """A price as people read it: "R$ 1.200,00", "a partir de R$ 80,00" (pt-BR), "from
+    R$ 80.00" (en); "" when there is none. The one rendering of a price (console, prompt)."""
+    if cents is None:
+        return ""
+    whole, rest = divmod(cents, 100)
+    if language == "pt-BR":
+        amount = f"{whole:,}".replace(",", ".") + f",{rest:02d}"
+    else:
+        amount = f"{whole:,}.{rest:02d}"
+    text = f"{CURRENCY_SIGNS.get(currency, currency)} {amount}"
+    if minimum:
+        text = ("a partir de " if language == "pt-BR" else "from ") + text
+    return text
+
+
 class ServiceSpec(_Strict):
     code: str = Field(pattern=_CODE)
     name: str = Field("", max_length=200)
     duration_minutes: int = Field(ge=5, le=1440)
+    price_cents: int | None = Field(None, ge=0, le=MAX_PRICE_CENTS,
+                                    description="price in cents of the tenant's currency "
+                                                "(e.g. 8000 = R$ 80,00); none: not stated")
+    price_from: bool = Field(False, description="the price is a minimum (\"a partir de\")")
+    description: str = Field("", max_length=300, description="one line the model may quote")
+
+    @field_validator("price_from")
+    @classmethod
+    def _from_needs_price(cls, value: bool, info: Any) -> bool:
+        if value and info.data.get("price_cents") is None:
+            raise ValueError("price_from needs price_cents")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return " ".join(value.split())
 
 
 class ProfessionalSpec(_Strict):
@@ -338,6 +403,7 @@ def replace_services(session: Session, tenant_id: int, services: list[ServiceSpe
                                                  duration_minutes=spec.duration_minutes)
         row.name, row.duration_minutes, row.active = (spec.name or spec.code,
                                                       spec.duration_minutes, True)
+        _set_price(row, spec)
         session.add(row)
     session.flush()
     for pro_spec in professionals:
@@ -373,25 +439,39 @@ def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Se
         service = Service(tenant_id=tenant_id, code=spec.code, name=spec.name or spec.code,
                           duration_minutes=spec.duration_minutes)
     service.name, service.duration_minutes = spec.name or spec.code, spec.duration_minutes
+    _set_price(service, spec)
     service.active = True
     session.add(service)
     session.flush()
     return service, created
 
 
+def _set_price(row: Service, spec: ServiceSpec) -> None:
+    row.price_cents, row.price_from = spec.price_cents, spec.price_from
+    row.description = spec.description
+
+
 def change_service(session: Session, tenant_id: int, code: str, *, name: str | None = None,
-                   duration_minutes: int | None = None) -> tuple[Service, bool]:
-    """Create a service, or change only the fields given (None keeps the current value).
-    A new service needs a duration. Raises TenantConfigError naming the problem."""
+                   duration_minutes: int | None = None,
+                   **fields: Any) -> tuple[Service, bool]:
+    """Create a service, or change only the fields given (None keeps the current value; in
+    `fields`, price_cents, price_from and description: a key given applies, price_cents None
+    clears the price). A new service needs a duration. Raises TenantConfigError naming the
+    problem."""
     current = session.exec(select(Service).where(Service.tenant_id == tenant_id,
                                                  Service.code == code)).first()
     if current is None and duration_minutes is None:
         raise TenantConfigError("duration_minutes: required for a new service")
+    kept = {"price_cents": current.price_cents, "price_from": current.price_from,
+            "description": current.description} if current else {}
+    if fields.get("price_cents", 0) is None:
+        kept["price_from"] = False  # no price, no minimum
     spec = _valid(ServiceSpec, {
         "code": code,
         "name": name if name is not None else (current.name if current else ""),
         "duration_minutes": duration_minutes if duration_minutes is not None
-        else (current.duration_minutes if current else 0)})
+        else (current.duration_minutes if current else 0),
+        **kept, **fields})
     return put_service(session, tenant_id, spec)
 
 

@@ -148,8 +148,20 @@ def test_catalogue_commands(database: str, capsys: pytest.CaptureFixture[str]) -
     assert {"code": "dr_rui", "name": "Dr. Rui Lima", "services": ["retorno"]} in \
         pros["professionals"], "--name alone keeps the services"
     assert run(capsys, "catalog", "service", PNID, "retorno", "--duration", "25")[0] == 0
-    assert {"code": "retorno", "name": "Retorno", "duration_minutes": 25} in \
+    assert {"code": "retorno", "name": "Retorno", "duration_minutes": 25, "price_cents": None,
+            "price_from": False, "description": ""} in \
         run(capsys, "catalog", "show", PNID)[1]["services"], "--duration alone keeps the name"
+    assert run(capsys, "catalog", "service", PNID, "retorno", "--price", "R$ 1.200,50",
+               "--price-from", "--description", "Revisão  do tratamento")[0] == 0
+    assert run(capsys, "catalog", "service", PNID, "retorno", "--duration", "30")[0] == 0
+    assert {"code": "retorno", "name": "Retorno", "duration_minutes": 30, "price_cents": 120050,
+            "price_from": True, "description": "Revisão do tratamento"} in \
+        run(capsys, "catalog", "show", PNID)[1]["services"], "the price is kept when left out"
+    status, _, err = run(capsys, "catalog", "service", PNID, "retorno", "--price", "80,5x")
+    assert status == 2 and "is not an amount" in err
+    assert run(capsys, "catalog", "service", PNID, "retorno", "--price", "")[0] == 0
+    assert [(s["price_cents"], s["price_from"]) for s in run(capsys, "catalog", "show", PNID)[1]
+            ["services"] if s["code"] == "retorno"] == [(None, False)], "cleared, no minimum"
     status, _, err = run(capsys, "catalog", "service", PNID, "novo", "--name", "Novo")
     assert status == 2 and "duration_minutes" in err
     assert run(capsys, "catalog", "exception", PNID, "2026-06-04", "--note", "feriado")[0] == 0

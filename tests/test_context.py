@@ -175,10 +175,11 @@ def test_a_hostile_profile_name_and_summary_stay_fenced_at_session_start_and_com
 
 def test_the_console_preview_shows_facts_as_the_block_renders_them() -> None:
     """The settings page's example block goes through the one builder and the fact rule
-    (`render_fact_lines`): no label the model never sees."""
+    (`render_fact_lines`, `render_awaiting_lines`): no label the model never sees."""
     tenant = Tenant(name="Salão", phone_number_id="1", timezone="America/Sao_Paulo")
     example = _preview(tenant, {})["preview_context"]
     assert "- preferred_name: Ana\n" in example
-    assert "- preferred_period: tarde (to confirm with the customer)\n" in example
+    assert "- preferred_period: tarde (stated by the customer on " in example
+    assert "awaiting staff review: not verified)\n</facts_awaiting_review>" in example
     assert "(confirmed)" not in example
     assert example.startswith("<customer_context>") and example.endswith("</customer_context>")

@@ -157,7 +157,10 @@ def test_extraction_stores_only_valid_candidates_and_the_next_session_carries_th
     request = env.messages_api.calls[-1].request
     block = request["system"][1]["text"]
     assert "preferred_name: Aninha" in block and "preferred_period: manhã" in block
-    assert "amônia" not in block, "a high-risk fact stays out until approved"
+    facts, awaiting = block.split("<facts_awaiting_review>")
+    assert "amônia" not in facts, "a high-risk fact is not among the facts until approved"
+    assert "- allergies: amônia (stated by the customer on 2026-06-02, awaiting staff review: " \
+        "not verified)" in awaiting, "issue 21: shown apart, labelled as not verified"
     assert "summary" not in block
     assert len(request["messages"]) == 1
 

@@ -20,9 +20,10 @@ from agent import media as rules
 from agent.tools.facts import from_voice_note
 from core.settings import Settings
 from replay.environment import ReplayEnvironment
-from replay.media_steps import block_types_problem, png_bytes
+from replay.media_steps import png_bytes
 from replay.messages_api import count_tokens
 from replay.runner import run_scenario, run_scenario_file
+from replay.seen import block_types_problem
 from storage import media as media_repo
 from storage.db import session_scope
 from storage.models import Contact, ContactFact, MediaFile, Message

@@ -5,9 +5,11 @@
 import json
 from types import SimpleNamespace
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlmodel import select
 
+from agent import catalogue
 from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.loop import run_tool_loop
 from agent.tools.registry import REGISTRY
@@ -15,6 +17,7 @@ from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.fact_keys import resolve_keys
 from storage.models import Conversation, Tenant
+from tests.conftest import START
 from tests.factories import text_body
 
 TAIL = {"type": "ephemeral", "ttl": "1h"}
@@ -50,8 +53,12 @@ def test_every_round_sends_the_builders_request_with_the_tail_breakpoint_moving(
         prompt = TenantPrompt(name=tenant.name, timezone=tenant.timezone,
                               language=tenant.language, instructions=tenant.instructions,
                               model=tenant.agent_model,
-                              fact_keys=tuple(sorted(resolve_keys(tenant.fact_keys))))
+                              fact_keys=tuple(sorted(resolve_keys(tenant.fact_keys))),
+                              catalogue=catalogue.catalogue_text(catalogue.load(
+                                  session, tenant, START.astimezone(ZoneInfo(tenant.timezone))
+                                  .date())))
         context = conversation.context_block
+        assert "- julia: Júlia; does corte" in prompt.catalogue
     for request in rounds:
         expected = build_request(tenant=prompt, tools=REGISTRY, context=context,
                                  messages=_without_cache_control(request["messages"]),

@@ -12,11 +12,13 @@ import json
 from contextlib import ExitStack
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import anthropic
 import structlog
 from sqlmodel import Session, col, select
 
+from agent import history
 from agent.context import context_block
 from agent.loop import dump_content
 from agent.tools.facts import (  # noqa: F401  (the names callers know here)
@@ -27,6 +29,7 @@ from agent.tools.facts import (  # noqa: F401  (the names callers know here)
 from agent.tools.facts_rules import (
     Proposal,
     describe_shape,
+    render_awaiting_lines,
     render_fact_lines,
 )
 from core import clock
@@ -93,25 +96,47 @@ def parse_proposals(text: str) -> list[Proposal]:
 
 def facts_block_lines(session: Session, contact_id: int,
                       keys: dict[str, FactKey] | None = None) -> list[str]:
-    """The context block's fact lines for a contact, now: only keys the tenant still allows."""
+    """The context block's fact lines for a contact, now: only keys the tenant still allows;
+    suggested ones are in `awaiting_lines` instead."""
     now = clock.now()
     if keys is None:
-        contact_tenant = session.exec(select(Tenant).join(
-            Conversation, col(Conversation.tenant_id) == col(Tenant.id)).where(
-            Conversation.contact_id == contact_id)).first()
-        keys = resolve_keys(contact_tenant.fact_keys) if contact_tenant else {}
+        keys = _tenant_keys(session, contact_id)
     return render_fact_lines(((f.key, f.value, f.state, f.review_at) for f in
-                              fact_repo.for_context(session, contact_id, now, keys)), now)
+                              fact_repo.for_context(session, contact_id, now, keys)
+                              if f.state not in fact_repo.AWAITING), now)
+
+
+def _tenant_keys(session: Session, contact_id: int) -> dict[str, FactKey]:
+    contact = session.get(Contact, contact_id)
+    tenant = session.get(Tenant, contact.tenant_id) if contact else None
+    return resolve_keys(tenant.fact_keys) if tenant else {}
+
+
+def awaiting_lines(session: Session, contact_id: int, keys: dict[str, FactKey],
+                   tz: ZoneInfo) -> list[str]:
+    """The facts awaiting a person, labelled with the local date they were stated."""
+    return render_awaiting_lines(
+        (f.key, f.value, f"{f.created_at.astimezone(tz):%Y-%m-%d}")
+        for f in fact_repo.awaiting_review(session, contact_id, clock.now(), keys))
 
 
 def render_context_block(session: Session, contact_id: int, summary: str,
                          keys: dict[str, FactKey] | None = None) -> str:
     """system[1] for a contact now (ARCHITECTURE.md, Context block): the WhatsApp profile name (what
-    the customer chose to be shown, not a fact), the facts in context and the summary, each
-    rendered by `context.data_text`. The one place the block is built from stored data."""
+    the customer chose to be shown, not a fact), the facts in context, those awaiting review
+    (labelled), the booking history with its "usual" line (agent/history.py) and the summary,
+    each rendered by `context.data_text`. The one place the block is built from stored data."""
     contact = session.get(Contact, contact_id)
+    tenant = session.get(Tenant, contact.tenant_id) if contact else None
+    if keys is None:
+        keys = resolve_keys(tenant.fact_keys) if tenant else {}
+    tz = ZoneInfo(tenant.timezone if tenant else "UTC")
+    upcoming, past, usual = history.history_lines(history.load(
+        session, contact.tenant_id if contact else 0, contact_id, clock.now(), tz))
     return context_block(facts_block_lines(session, contact_id, keys), summary,
-                         profile_name=contact.profile_name if contact else None)
+                         profile_name=contact.profile_name if contact else None,
+                         awaiting=awaiting_lines(session, contact_id, keys, tz),
+                         upcoming=upcoming, past=past, usual=usual)
 
 
 def extract_facts(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:

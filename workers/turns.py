@@ -8,7 +8,7 @@ one transaction, then send the outbox. A retried job resumes from what was store
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -18,6 +18,7 @@ import structlog
 from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
+from agent import catalogue
 from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, RequestBuilder, run_tool_loop
@@ -249,6 +250,10 @@ def turn_request(runtime: Runtime, state: TurnState, context_block: str) -> Requ
     """The turn's request builder: `context.build_request` with this turn's tenant, the tool
     registry and `context_block`, applied to each round's messages."""
     tenant, max_tokens = _prompt(state.tenant), runtime.settings.max_output_tokens
+    with session_scope(runtime.engine) as session:  # the daily rebuild: agent/catalogue.py
+        today = clock.now().astimezone(ZoneInfo(state.tenant.timezone)).date()
+        tenant = replace(tenant, catalogue=catalogue.catalogue_text(
+            catalogue.load(session, state.tenant, today)))
     user_id = opaque_user_id(_id(state.tenant), _id(state.contact))
 
     def request_for(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -86,8 +86,11 @@ def remember_fact(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
                                    conversation_id=ctx.conversation_id, origin="tool")
     if fact is None:
         raise ToolError(f"not recorded: {outcome.removeprefix('rejected: ')}")
-    note = " (a person will review it first)" if fact.state == "pending_review" else ""
-    return f"Recorded {fact.key} = {fact.value}{note}."
+    if fact.state in fact_repo.AWAITING or fact.state == "contested":
+        return (f"Recorded {fact.key} = {fact.value}, awaiting staff review: not verified. "
+                "Tell the customer it was noted for the team; neither deny it nor rely on it "
+                "as confirmed.")
+    return f"Recorded {fact.key} = {fact.value}."
 
 
 def forgotten_marker(contact_id: int, key: str, value: str) -> str:

@@ -318,3 +318,41 @@ def render_fact_lines(facts: Iterable[tuple[str, str, str, datetime | None]],
         unsure = state == "suggested" or (review_at is not None and review_at <= now)
         lines.append(f"{key}: {value}" + (" (to confirm with the customer)" if unsure else ""))
     return lines
+
+
+AWAITING_LABEL = "stated by the customer on {day}, awaiting staff review: not verified"
+
+
+def render_awaiting_lines(facts: Iterable[tuple[str, str, str]]) -> list[str]:
+    """Context-block lines for facts awaiting a person (key, value, local date stated as
+    YYYY-MM-DD): suggested and pending_review ones, labelled so the agent neither denies nor
+    relies on them (issue 21). Stable order (by key), bounded like the facts."""
+    return [f"{key}: {value} ({AWAITING_LABEL.format(day=day)})"
+            for key, value, day in sorted(facts)[:MAX_FACTS_IN_CONTEXT]]
+
+
+MAX_NOTE_CHARS = 200  # an appointment's note (issue 21)
+
+
+def note_problem(note: str, *, health_allowed: bool) -> str | None:
+    """Why an appointment note (one line, already whitespace-collapsed) may not be stored, as
+    the instruction to the model; None when it may. The fact value checks above: no CPF or card
+    number, no mixed alphabets, nothing that reads as an instruction; health content only when
+    the tenant allows it (`appointment_notes_sensitive`), religion and politics never."""
+    if len(note) > MAX_NOTE_CHARS:
+        return f"at most {MAX_NOTE_CHARS} characters; write the request shorter"
+    if any(unicodedata.category(c) in ("Cs", "Cc") for c in note) or mixed_scripts(note):
+        return "it mixes alphabets or holds invalid characters"
+    if has_cpf(note) or has_card_number(note):
+        return ("it looks like a CPF or a card number; record the request without any "
+                "document or card number")
+    topic = sensitive_topic(note)
+    if topic == "health" and not health_allowed:
+        return ("this business does not keep health details in appointment notes; record the "
+                "request without the health detail (e.g. \"coloração sem amônia\")")
+    if topic is not None and topic != "health":
+        return f"{topic} data is not kept in appointment notes; record the request without it"
+    if reads_as_instruction(note):
+        return ("it reads as an instruction to the agent; record only what the customer asks "
+                "for the visit")
+    return None

@@ -12,12 +12,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from agent.errors import ToolError
-from agent.tools import choices, facts, handoff, scheduling
+from agent.tools import choices, facts, handoff, notes, scheduling
 from agent.tools.base import Tool, ToolContext, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
 
 REGISTRY: tuple[Tool, ...] = (
+    notes.ADD_APPOINTMENT_NOTE,
     scheduling.BOOK_APPOINTMENT,
     scheduling.CANCEL_APPOINTMENT,
     scheduling.FIND_AVAILABLE_SLOTS,

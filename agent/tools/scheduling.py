@@ -25,6 +25,7 @@ from agent.tools.base import (
     echo,
     some_codes,
 )
+from agent.tools.facts_rules import note_problem
 from agent.tools.slots import (
     Slot,
     compute_slots,
@@ -43,6 +44,7 @@ from storage.models import (
     Service,
     Tenant,
 )
+from storage.tenants import price_text
 
 MAX_SLOTS_LISTED = 24
 MAX_RANGE_DAYS = 14
@@ -53,6 +55,9 @@ PROFESSIONALS_NAMED = 3  # names of who does a service in a list_services line
 APPOINTMENTS_LISTED = 10  # list_my_appointments
 MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
+NOTE_PROPERTY = {"type": "string",
+                 "description": "Optional: the customer's request for this visit, in their "
+                                "words, at most 200 characters (e.g. \"coloração sem amônia\")"}
 _LOCAL_TIME = {"type": "string",
                "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
 
@@ -70,16 +75,21 @@ def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
         if not services:
             return f"No service matches {echo(query)}; call list_services without a query."
     pros = _professionals(session, ctx.tenant_id)
-    lines = [f"- {s.code}: {clip(s.name, NAME_CHARS)}, {s.duration_minutes} min (with "
-             f"{_who(s, pros)})" for s in services]
+    tenant = _tenant(session, ctx.tenant_id)
+    lines = [f"- {s.code}: {clip(s.name, NAME_CHARS)}, {s.duration_minutes} min"
+             + (f", {price}" if (price := price_text(s.price_cents, tenant.currency,
+                                                      minimum=s.price_from,
+                                                      language=tenant.language)) else "")
+             + f" (with {_who(s, pros)})" for s in services]
     return bounded("Services:", lines, max_chars=SERVICES_CHARS,
                    left_out="call list_services with a query to search them by name")
 
 
 LIST_SERVICES = Tool(
     name="list_services",
-    description="The services offered, their codes, durations and professionals. A long "
-                "catalogue is listed in part: search it with query.",
+    description="The services offered, their codes, durations, prices and professionals "
+                "(with their codes). A long catalogue is listed in part: search it with "
+                "query.",
     input_schema={"type": "object", "properties": {
         "query": {"type": "string",
                   "description": "Part of a service's name or code (optional: all)"}}},
@@ -87,7 +97,8 @@ LIST_SERVICES = Tool(
 
 
 def _who(service: Service, pros: list[Professional]) -> str:
-    names = [clip(p.name, NAME_CHARS) for p in pros if service.code in p.service_codes]
+    names = [f"{p.code} ({clip(p.name, NAME_CHARS)})" for p in pros
+             if service.code in p.service_codes]
     extra = len(names) - PROFESSIONALS_NAMED
     return (", ".join(names[:PROFESSIONALS_NAMED]) or "nobody") + (
         f" and {extra} more" if extra > 0 else "")
@@ -130,7 +141,10 @@ FIND_AVAILABLE_SLOTS = Tool(
 def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     service = _service(session, ctx.tenant_id, args.get("service"))
     start = _parse_local(args.get("start"), ctx.timezone)
+    note = checked_note(session, ctx, args.get("note"))
     appointment = _place(session, ctx, service, start, args.get("professional"))
+    appointment.note = note
+    session.add(appointment)
     webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                   webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
     return "Booked. " + _describe(session, appointment, ctx.timezone)
@@ -143,7 +157,8 @@ BOOK_APPOINTMENT = Tool(
     input_schema={"type": "object", "properties": {
         "service": {"type": "string", "description": "Service code"},
         "start": _LOCAL_TIME,
-        "professional": {"type": "string", "description": "Professional code (optional)"}},
+        "professional": {"type": "string", "description": "Professional code (optional)"},
+        "note": NOTE_PROPERTY},
         "required": ["service", "start"]},
     handler=book_appointment)
 
@@ -191,11 +206,15 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     service = session.get(Service, old.service_id)
     assert service is not None
     start = _parse_local(args.get("start"), ctx.timezone)
+    note = checked_note(session, ctx, args.get("note")) if args.get("note") is not None \
+        else old.note  # the request follows the visit unless a new one is given
     old.status, old.cancelled_at = "cancelled", ctx.now  # frees its own slot for the check
     session.add(old)
     session.flush()
     pro_code = args.get("professional") or _pro_code(session, old.professional_id)
     new = _place(session, ctx, service, start, pro_code)
+    new.note = note
+    session.add(new)
     webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
                   {**webhooks.appointment_data(session, new, by="customer"),
                    "previous_appointment_id": old.id,
@@ -210,7 +229,9 @@ RESCHEDULE_APPOINTMENT = Tool(
                 "time (same service).",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
-        "professional": {"type": "string", "description": "Professional code (optional)"}},
+        "professional": {"type": "string", "description": "Professional code (optional)"},
+        "note": {**NOTE_PROPERTY, "description": "Optional: a new request for the visit "
+                                                 "(default: the old booking's note)"}},
         "required": ["appointment_id", "start"]},
     handler=reschedule_appointment)
 
@@ -354,6 +375,21 @@ def _format_slots(slots: list[Slot], pros: dict[int | None, Professional], tz: Z
     return "\n".join(lines)
 
 
+def checked_note(session: Session, ctx: ToolContext, value: Any) -> str:
+    """An appointment note as the model sent it → the note to store ("" for none); ToolError
+    naming why it may not be stored (facts_rules.note_problem) and how to say it instead."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ToolError("note must be a string")
+    note = " ".join(value.split())
+    tenant = _tenant(session, ctx.tenant_id)
+    problem = note_problem(note, health_allowed=tenant.appointment_notes_sensitive)
+    if problem is not None:
+        raise ToolError(f"note not recorded, nothing was changed: {problem}")
+    return note
+
+
 def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Appointment:
     if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
             or not 0 < appointment_id <= MAX_ID:
@@ -377,7 +413,12 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     who = clip(pro.name, NAME_CHARS) if pro else "?"
     return (f"Appointment #{appointment.id}: {what} with {who} on {local:%a %Y-%m-%d} "
             f"{local:%H:%M}-{end:%H:%M} "
-            f"({appointment.status})")
+            f"({appointment.status})" + (f"; note: {appointment.note}" if appointment.note
+                                         else ""))
+
+
+own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)
+describe = _describe  # an appointment as results show it (notes.py)
 
 
 def _service(session: Session, tenant_id: int, code: Any) -> Service:

@@ -44,6 +44,7 @@ from storage.db import is_postgres, session_scope
 from storage.jobs import enqueue_flush, enqueue_webhooks
 from storage.models import Tenant
 from storage.tenants import (
+    MAX_PRICE_CENTS,
     HoursExceptionSpec,
     Intervals,
     ProfessionalSpec,
@@ -95,6 +96,11 @@ class ServiceBody(_Body):
 
     name: str | None = Field(None, max_length=200)
     duration_minutes: int | None = Field(None, ge=5, le=1440)
+    price_cents: int | None = Field(None, ge=0, le=MAX_PRICE_CENTS,
+                                    description="price in cents of the tenant's currency "
+                                                "(8000 = R$ 80,00); null clears it")
+    price_from: bool | None = Field(None, description='the price is a minimum ("a partir de")')
+    description: str | None = Field(None, max_length=300)
 
 
 class ProfessionalBody(_Body):
@@ -239,8 +245,13 @@ def put_catalogue(call: Call) -> tuple[int, Any]:
 def put_service_route(call: Call) -> tuple[int, Any]:
     body: ServiceBody = validated(ServiceBody, call.body)
     validated(ServiceSpec, {"code": call.path["code"], "duration_minutes": 5})
+    given = body.model_dump(include={"price_cents", "price_from", "description"},
+                            exclude_unset=True)
+    # a null price clears it; a null flag or description keeps its value
+    fields = {k: v for k, v in given.items() if v is not None or k == "price_cents"}
     row, created = change_service(call.session, call.the_tenant().id or 0, call.path["code"],
-                                  name=body.name, duration_minutes=body.duration_minutes)
+                                  name=body.name, duration_minutes=body.duration_minutes,
+                                  **fields)
     return (201 if created else 200), service.service_view(row)
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
 from agent.context import TenantPrompt, context_block, instructions_text
-from agent.tools.facts_rules import render_fact_lines
+from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
 from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
@@ -60,6 +60,8 @@ from storage.tenants import (
     change_professional,
     change_service,
     delete_hours_exception,
+    parse_price,
+    price_text,
     put_hours_exception,
     set_hours,
     update_settings,
@@ -139,6 +141,7 @@ def _environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(["html"]),
                              undefined=jinja2.StrictUndefined)
     env.filters["localtime"] = _localtime
+    env.globals["price_text"] = price_text  # the one rendering of a price: storage/tenants.py
     env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
     env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
     return env
@@ -464,9 +467,10 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
                           language=str(form.get("language") or tenant.language),
                           instructions=str(form.get("instructions") or ""),
                           model=tenant.agent_model)
-    facts = [("preferred_name", "Ana", "confirmed", None),
-             ("preferred_period", "tarde", "suggested", None)]  # invented example
-    example = context_block(render_fact_lines(facts, clock.now()), "")
+    facts = [("preferred_name", "Ana", "confirmed", None)]  # invented example
+    waiting = [("preferred_period", "tarde", f"{clock.now():%Y-%m-%d}")]  # suggested: apart
+    example = context_block(render_fact_lines(facts, clock.now()), "",
+                            awaiting=render_awaiting_lines(waiting))
     rules = instructions_text(TenantPrompt(name=prompt.name, timezone=prompt.timezone,
                                            language=prompt.language, instructions="",
                                            model=prompt.model))
@@ -476,7 +480,8 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
 
 def catalog_page(p: Page) -> PageResult:
     return "catalog.html", {"catalogue": service.catalogue_view(p.session, p.tenant),
-                            "weekdays": WEEKDAYS, "error": ""}
+                            "weekdays": WEEKDAYS, "error": "",
+                            "currency": p.tenant.currency}
 
 
 def _tenant_id(p: Page) -> int:
@@ -490,8 +495,14 @@ def add_service(p: Page) -> PageResult:
     if raw and not raw.isdigit():
         raise service.Invalid(f"{p.t['duration']}: {raw[:20]}")
     service.validated(ServiceSpec, {"code": code, "duration_minutes": 5})
+    fields: dict[str, Any] = {}
+    price = parse_price(str(p.form.get("price", "")))  # left empty: the price is kept
+    if price is not None:
+        fields["price_cents"], fields["price_from"] = price, bool(p.form.get("price_from"))
+    if str(p.form.get("description", "")).strip():
+        fields["description"] = str(p.form.get("description"))
     row, _ = change_service(p.session, _tenant_id(p), code, name=name,
-                            duration_minutes=int(raw) if raw else None)
+                            duration_minutes=int(raw) if raw else None, **fields)
     return Redirect("/console/catalog", f"{row.name} ✓")
 
 

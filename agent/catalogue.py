@@ -1,0 +1,126 @@
+"""The catalogue in the cached prompt (issue 21; ARCHITECTURE.md, The request layout): the
+tenant's services (code, name, duration, price, description), professionals (code, name,
+what they do), weekly hours and the coming dated exceptions, as the text that ends system[0].
+
+It is tenant-wide and cached with the tools and the instructions, so it must not change
+between calls: it changes when the tenant's configuration is written (a service, a price, the
+hours, an exception), and once a day at the tenant's local midnight, when the exceptions that
+are past drop out (the one daily rebuild: `today` is the only input that moves with the
+calendar, and it moves once a day). Nothing else of the clock enters it.
+
+Bounds: at most EXCEPTIONS_SHOWN exceptions, none beyond the booking horizon; the whole text
+at most CATALOGUE_CHARS characters (about 2,000 tokens): services and professionals past it
+are left out with a line saying how many and that `list_services` finds them.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from sqlmodel import Session
+
+from agent.context import data_text
+from storage.models import HoursException, Professional, Service, Tenant
+from storage.tenants import (
+    WEEKDAYS,
+    list_hours_exceptions,
+    list_professionals,
+    list_services,
+    price_text,
+    weekly_hours,
+)
+
+CATALOGUE_CHARS = 8000  # the rendered catalogue, at most (about 2,000 tokens)
+EXCEPTIONS_SHOWN = 30  # coming dated exceptions (holidays), at most
+NAME_CHARS = 60
+DESCRIPTION_CHARS = 160
+SERVICES_NAMED = 12  # service codes in a professional's line
+
+
+@dataclass(frozen=True)
+class CatalogueData:
+    """What the catalogue text is made of (plain values: `catalogue_text` is pure)."""
+
+    services: Sequence[Service]
+    professionals: Sequence[Professional]
+    hours: Mapping[str, list[str]]  # "mon" -> ["09:00-18:00"]
+    exceptions: Sequence[HoursException]
+    currency: str = "BRL"
+    language: str = "pt-BR"
+
+
+def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
+    """The tenant's active catalogue now, with the exceptions from `today` (the tenant's local
+    date) to the end of the booking horizon."""
+    tenant_id = tenant.id or 0
+    last = today + timedelta(days=tenant.booking_horizon_days)
+    exceptions = [e for e in list_hours_exceptions(session, tenant_id) if today <= e.day <= last]
+    return CatalogueData(list_services(session, tenant_id), list_professionals(session, tenant_id),
+                         weekly_hours(session, tenant_id), exceptions[:EXCEPTIONS_SHOWN],
+                         tenant.currency, tenant.language)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = data_text(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def service_line(service: Service, currency: str, language: str) -> str:
+    price = price_text(service.price_cents, currency, minimum=service.price_from,
+                       language=language)
+    parts = [f"- {service.code}: {_clip(service.name, NAME_CHARS)}",
+             f"{service.duration_minutes} min", price or "price not stated"]
+    line = ", ".join(parts)
+    if service.description.strip():
+        line += f" ({_clip(service.description, DESCRIPTION_CHARS)})"
+    return line
+
+
+def professional_line(pro: Professional) -> str:
+    codes = list(pro.service_codes)
+    named = ", ".join(codes[:SERVICES_NAMED]) or "no service at the moment"
+    extra = len(codes) - SERVICES_NAMED
+    return (f"- {pro.code}: {_clip(pro.name, NAME_CHARS)}; does {named}"
+            + (f" and {extra} more" if extra > 0 else ""))
+
+
+def catalogue_text(data: CatalogueData) -> str:
+    """The catalogue as it ends system[0]; "" for a tenant with no service. At most
+    CATALOGUE_CHARS characters (module docstring). Deterministic: ordered by code and date."""
+    if not data.services:
+        return ""
+    head = ["Catalogue of the business (configured by the business; the codes are what the "
+            "tools take):", "Services (code: name, duration, price):"]
+    services = [service_line(s, data.currency, data.language) for s in data.services]
+    pros = [professional_line(p) for p in data.professionals]
+    tail = ["Weekly opening hours: " + "; ".join(
+        f"{day} {', '.join(data.hours[day])}" if data.hours.get(day) else f"{day} closed"
+        for day in WEEKDAYS)]
+    if data.exceptions:
+        tail.append("Dates with other hours: " + "; ".join(
+            f"{e.day.isoformat()} {', '.join(e.hours) if e.hours else 'closed'}"
+            + (f" ({_clip(e.note, NAME_CHARS)})" if e.note.strip() else "")
+            for e in data.exceptions))
+    budget = CATALOGUE_CHARS - sum(len(line) + 1 for line in head + tail) - 200
+    kept_services, budget = _fit(services, budget)
+    kept_pros, _ = _fit(pros, budget)
+    lines = [*head, *kept_services]
+    if len(kept_services) < len(services):
+        lines.append(f"({len(services) - len(kept_services)} more services left out: "
+                     "list_services with a query finds them)")
+    lines.append("Professionals (code: name; services they do):")
+    lines += kept_pros or ["- none"]
+    if len(kept_pros) < len(pros):
+        lines.append(f"({len(pros) - len(kept_pros)} more professionals left out: "
+                     "list_services names them)")
+    return "\n".join(lines + tail)
+
+
+def _fit(lines: list[str], budget: int) -> tuple[list[str], int]:
+    kept = []
+    for line in lines:
+        if len(line) + 1 > budget:
+            break
+        kept.append(line)
+        budget -= len(line) + 1
+    return kept, budget
