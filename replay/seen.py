@@ -4,8 +4,8 @@
 "messages_contain": [...], "tools_include": [...], "block_types": ["image"]}}` looks at the
 Messages API calls of one purpose (default `turn`) that the double received since the previous
 `expect`: `calls` is their number; each string of a `*_contains` / `*_include` list must be
-found in at least one of them, each string of `system_excludes` in none; `block_types` (issue 27) must all appear in the
-messages of one of them. Every key is optional. Pure: no I/O.
+found in at least one of them, each string of `system_excludes` in none; `block_types` must
+all appear in the messages of one of them. Every key is optional. Pure: no I/O.
 
 The texts compared, per request body:
 - system: the text of every system block, joined by newlines (a plain string system as is);
