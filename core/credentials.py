@@ -14,9 +14,10 @@ import secrets
 TENANT_TOKEN = "wat_"  # the admin API's and the console's key of one tenant
 SESSION_ID = "wcs_"  # a console session, in its cookie
 CSRF_TOKEN = "wcf_"  # a console form's token (and the sign-in form's double-submit cookie)
+WEBHOOK_SECRET = "whsec_"  # an outbound webhook endpoint's signing secret (storage/webhooks.py)
 
 # what the renderer blanks: a prefix above and at least 16 URL-safe characters
-MINTED = re.compile(r"w(?:at|cs|cf)_[A-Za-z0-9_-]{16,}")
+MINTED = re.compile(r"(?:w(?:at|cs|cf)|whsec)_[A-Za-z0-9_-]{16,}")
 _RANDOM_CHARS = 43  # secrets.token_urlsafe(32)
 _TENANT_TOKEN = re.compile(rf"wat_([1-9][0-9]{{0,9}})_[A-Za-z0-9_-]{{{_RANDOM_CHARS}}}")
 

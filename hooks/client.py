@@ -19,7 +19,7 @@ import ssl
 import threading
 import time
 from collections.abc import Sequence
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from urllib.parse import urlsplit
 
 from core.network import network_cause
@@ -46,10 +46,42 @@ def check_url(url: str) -> None:
 
 def is_public(address: IPv4Address | IPv6Address) -> bool:
     """A globally routable unicast address (not loopback, private, link-local, CGNAT,
-    multicast, reserved or unspecified); an IPv4-mapped IPv6 address counts as its IPv4."""
-    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    multicast, reserved or unspecified). An IPv6 address that carries an IPv4 one counts as
+    that IPv4 address, and must be public as well: IPv4-mapped (::ffff:a.b.c.d), IPv4-
+    translated (::ffff:0:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96 and the
+    local 64:ff9b:1::/48, RFC 6052 and 8215: a DNS64 host reaches private IPv4 through them),
+    6to4 (2002::/16) and Teredo (2001::/32); deprecated site-local fec0::/10 never is."""
+    if isinstance(address, IPv6Address):
+        if address in _SITE_LOCAL:
+            return False
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return is_public(embedded) and (address.ipv4_mapped is not None
+                                            or address in _NAT64 or address.is_global)
     return address.is_global and not address.is_multicast
+
+
+_NAT64 = ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ip_network("64:ff9b:1::/48")
+_IPV4_TRANSLATED = ip_network("::ffff:0:0:0/96")
+_IPV4_COMPATIBLE = ip_network("::/96")
+_SITE_LOCAL = ip_network("fec0::/10")
+
+
+def _embedded_ipv4(address: IPv6Address) -> IPv4Address | None:
+    """The IPv4 address an IPv6 one carries, by the forms above; None for a plain one."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    low = IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _NAT64 or address in _IPV4_TRANSLATED or address in _IPV4_COMPATIBLE:
+        return low
+    if address in _NAT64_LOCAL:
+        return low  # RFC 8215 leaves the layout to the operator: the low 32 bits, strictest
+    return None
 
 
 def allowed_addresses(scheme: str, infos: list[tuple[str, int]],

@@ -20,7 +20,16 @@ from sqlmodel import Session, col, select
 
 from intake.echoes import store_echo
 from intake.errors import StoreUnavailable
-from storage import contacts, conversations, dead_letters, lookups, memory, messages, tenants
+from storage import (
+    contacts,
+    conversations,
+    dead_letters,
+    lookups,
+    memory,
+    messages,
+    staff,
+    tenants,
+)
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Message, Outbound, Tenant
 from whatsapp.inbound import (
@@ -392,14 +401,15 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
     ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
     (", sent Sun 2025-11-30 10:00"). `unstamp` takes it off again (the console, fact
-    extraction's length).
+    extraction's length). The customer's text is disarmed (storage/staff.py `disarm`): it can
+    never carry the staff mark `[equipe: NAME]`.
     """
     zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
     local = received_at.astimezone(zone)
     late = ""
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
         late = f", delivered late: sent {local_when(sent_at, local)}"
-    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {text}"
+    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {staff.disarm(text)}"
 
 
 STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?", re.MULTILINE)

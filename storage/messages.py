@@ -305,6 +305,29 @@ def mark_answered(session: Session, conversation_id: int, *, up_to_position: int
     return int(result.rowcount or 0)
 
 
+def mark_held(session: Session, conversation_id: int, *, up_to_position: int,
+              reason: str) -> int:
+    """Give unanswered inbound messages placed at or before `up_to_position` the
+    `status_reason` `reason`, leaving them unanswered (storage/staff.py: waiting for staff);
+    returns how many."""
+    result = session.exec(update(Message).where(
+        col(Message.conversation_id) == conversation_id, col(Message.direction) == "inbound",
+        col(Message.position) <= up_to_position, col(Message.answered_at).is_(None),
+    ).values(status_reason=reason))
+    return int(result.rowcount or 0)
+
+
+def mark_received_answered(session: Session, conversation_id: int, *, up_to: datetime,
+                           reason: str) -> int:
+    """Mark unanswered inbound messages received at or before `up_to` handled, placed in the
+    history or not (`reason` says by what); returns how many."""
+    result = session.exec(update(Message).where(
+        col(Message.conversation_id) == conversation_id, col(Message.direction) == "inbound",
+        col(Message.received_at) <= up_to, col(Message.answered_at).is_(None),
+    ).values(answered_at=up_to, status_reason=reason))
+    return int(result.rowcount or 0)
+
+
 def add_outbound(session: Session, *, message: Message, parts: list[str], to: str | None,
                  recipient: str | None, now: datetime, kind: str = "text") -> list[Outbound]:
     """Queue the parts of a reply in the outbox (one row per part, unique per message); the

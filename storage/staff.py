@@ -3,15 +3,20 @@
 The staff state is a conversation's own field (`staff_until`, with `staff_by` and
 `staff_reason`), never a value of `status`, so the one-open-conversation rule, the sweeper and
 identity merges are unchanged; `storage.conversations.with_staff` is the one predicate. While
-staff handle a conversation its customer messages are placed in the history and marked handled
-by staff (`hold_for_staff`: neither the reconciler nor a later turn answers them). A staff
-message (a reply from the console, the admin API or the CLI, or an echo of what the owner sent
-from the WhatsApp Business app) is stored as assistant-side text led by `[equipe: NAME]`, with
+staff handle a conversation its customer messages wait for staff (`hold_for_staff`, in the turn
+job under the conversation's lock: placed in the history, `status_reason` STAFF_HELD, still
+unanswered; the reconciler leaves them while staff handle it); a staff message marks every
+message before it handled by staff (`answered_by_staff`). When the staff state ends without
+one (a hand-back, the timeout), the agent answers what still waits. A staff message (a reply
+from the console, the admin API or the CLI, or an echo of what the owner sent from the
+WhatsApp Business app) is stored as assistant-side text led by `[equipe: NAME]`, with
 its `author`, so later turns see who wrote it (never a `system` message: the Messages API takes
 none mid-conversation). The staff state ends after the tenant's `staff_timeout_minutes` without
 a staff message, by a hand-back, or when the conversation closes.
 """
 
+import re
+import unicodedata
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +28,7 @@ from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.models import Conversation, Message, Tenant
 
 STAFF_HANDLED = "handled by staff"  # the status_reason of a customer message staff handled
+STAFF_HELD = "waiting for staff"  # ... of one that waits for staff (unanswered until they write)
 AGENT = "agent"  # staff_by of a handoff the agent asked for
 ECHO_AUTHOR = "WhatsApp Business app"  # the author of an echo (smb_message_echoes)
 MAX_STAFF_TEXT = 4096  # characters of one staff message (WhatsApp's text body limit)
@@ -40,11 +46,40 @@ def staff_content(author: str, text: str) -> list[dict[str, Any]]:
 
 
 def hold_for_staff(session: Session, conversation_id: int, *, now: datetime) -> int:
-    """Place the waiting customer messages in the history and mark them handled by staff;
-    returns how many. Callers hold the conversation's turn lock or are its staff path."""
+    """Place the waiting customer messages in the history and mark them waiting for staff
+    (STAFF_HELD; still unanswered: the agent answers them if the staff state ends before a
+    staff message does); returns how many. Callers hold the conversation's turn lock (the
+    turn job): placing outside it could land between a turn's tool_use and its tool_result."""
     top = message_repo.assign_positions(session, conversation_id)
-    return message_repo.mark_answered(session, conversation_id, up_to_position=top, now=now,
-                                      reason=STAFF_HANDLED)
+    return message_repo.mark_held(session, conversation_id, up_to_position=top,
+                                  reason=STAFF_HELD)
+
+
+def answered_by_staff(session: Session, conversation_id: int, *, now: datetime) -> int:
+    """Mark every customer message received up to `now` and not answered handled by staff (a
+    staff message answers them), placed in the history or not: placing is the turn's, under
+    its lock. Returns how many."""
+    return message_repo.mark_received_answered(session, conversation_id, up_to=now,
+                                               reason=STAFF_HANDLED)
+
+
+def clean_author(author: str) -> str:
+    """A staff author's name as it may appear in `[equipe: NAME]` and the console: control and
+    format characters (newlines, bidi overrides, escapes) and brackets removed, spaces
+    collapsed, at most MAX_AUTHOR characters; "staff" when nothing is left."""
+    spaced = "".join(" " if ch.isspace() else ch for ch in author)
+    kept = "".join(ch for ch in spaced if unicodedata.category(ch)[0] != "C" and ch not in "[]")
+    return " ".join(kept.split())[:MAX_AUTHOR].strip() or "staff"
+
+
+_MARK = re.compile(r"\[(\s*equipe\s*:)", re.IGNORECASE)
+
+
+def disarm(text: str) -> str:
+    """Customer text with every `[equipe:` made `(equipe:`: only a staff message (assistant
+    side, storage) may carry the staff mark the agent's instructions name; a customer who
+    types it cannot pass for staff."""
+    return _MARK.sub(r"(\1", text)
 
 
 def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, *, reason: str,
@@ -70,22 +105,27 @@ def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, 
 def record_staff_message(session: Session, conversation: Conversation, tenant: Tenant, *,
                          author: str, text: str, now: datetime, pause: timedelta | None,
                          wamid: str | None = None) -> Message:
-    """Store one staff message at the end of the history (the customer messages it follows are
-    marked handled by staff first) and keep staff on the conversation for `pause` from now
-    (None: the tenant's `staff_timeout_minutes`; zero: no pause, as an echo with
-    `echo_pause_minutes` 0). The handoff waiting, if any, is answered."""
+    """Store one staff message, to be placed at the end of the history by the next turn (the
+    customer messages it follows are marked handled by staff first), and keep staff on the
+    conversation for `pause` from now (None: the tenant's `staff_timeout_minutes`; zero: no
+    pause, as an echo with `echo_pause_minutes` 0: the agent answers what the customer writes
+    next). The handoff waiting, if any, is answered. `author` is cleaned (`clean_author`)."""
     assert conversation.id is not None
-    hold_for_staff(session, conversation.id, now=now)
-    author = author.strip()[:MAX_AUTHOR] or "staff"
-    message = message_repo.append(session, tenant_id=conversation.tenant_id,
-                                  conversation_id=conversation.id, role="assistant",
-                                  direction="outbound", content=staff_content(author, text),
-                                  now=now)
-    message.author = f"staff:{author}"
-    message.wamid = wamid
-    session.add(message)
     if pause is None:
         pause = timedelta(minutes=tenant.staff_timeout_minutes)
+    # what came before it is answered (the owner replied to it), even by an echo that pauses
+    # nothing: the agent then answers only what the customer writes after it
+    answered_by_staff(session, conversation.id, now=now)
+    author = clean_author(author)
+    # placed in the history by the next turn (message_repo.assign_positions, under the
+    # conversation's lock), never now: a turn may be between its tool_use and tool_result
+    message = Message(tenant_id=conversation.tenant_id, conversation_id=conversation.id,
+                      role="assistant", direction="outbound",
+                      content=staff_content(author, text), received_at=now,
+                      starts_turn=False, answered_at=now, position=None,
+                      author=f"staff:{author}", wamid=wamid)
+    session.add(message)
+    session.flush()
     if pause > timedelta(0):
         until = now + pause
         if conversation.staff_until is None or conversation.staff_until < until \

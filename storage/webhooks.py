@@ -13,7 +13,6 @@ never logged, listed or put in a job.
 """
 
 import json
-import secrets
 import uuid
 import weakref
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 from sqlmodel import Session, col, delete, select, update
 
+from core.credentials import WEBHOOK_SECRET, mint
 from storage.models import (
     Appointment,
     Professional,
@@ -56,7 +56,7 @@ _enqueuers: "weakref.WeakKeyDictionary[Engine, Enqueuer]" = weakref.WeakKeyDicti
 
 
 def new_secret() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
+    return mint(WEBHOOK_SECRET)  # core/credentials.py: the log scrubber knows the prefix
 
 
 def emit(session: Session, tenant_id: int, type: str, data: dict[str, Any], *,

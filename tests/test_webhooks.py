@@ -373,10 +373,29 @@ def test_http_to_a_public_address_is_refused(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1",
                                      "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1",
-                                     "fe80::1", "fd00::1", "::ffff:127.0.0.1", "224.0.0.1"])
+                                     "fe80::1", "fd00::1", "::ffff:127.0.0.1", "224.0.0.1",
+                                     # IPv4 inside IPv6: NAT64 of the metadata address and of
+                                     # 10/8, 6to4, IPv4-compatible, IPv4-translated, Teredo
+                                     "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1",
+                                     "64:ff9b:1::a00:1", "2002:a9fe:a9fe::", "::127.0.0.1",
+                                     "::ffff:0:7f00:1", "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+                                     "fec0::1"])
 def test_non_public_addresses(address: str) -> None:
     with pytest.raises(DeliveryRefused):
         client.allowed_addresses("https", [(address, 443)], ())
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "2606:4700:4700::1111",
+                                     "64:ff9b::808:808"])
+def test_public_addresses_pass_also_through_nat64(address: str) -> None:
+    assert client.allowed_addresses("https", [(address, 443)], ()) == [(address, 443)]
+
+
+def test_a_webhook_secret_is_scrubbed_from_logs() -> None:
+    from core.logs import ScrubSecrets
+    secret = webhooks.new_secret()
+    line = ScrubSecrets()(None, "error", f'{{"event": "boom", "error": "{secret}"}}')
+    assert secret not in line and "[redacted]" in line
 
 
 def test_a_name_that_does_not_resolve_is_a_dns_failure() -> None:

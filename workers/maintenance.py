@@ -68,11 +68,17 @@ def find_pending(engine: Engine, *, now: datetime, older_than: timedelta = RECON
     longest waiting first: (received_at of its oldest waiting message, conversation_id), at
     most `limit`, after the cursor `after` (the last pair of the previous page), so one run
     pages through them all and a page whose turns keep failing cannot hide the rest. Reads
-    the partial index of unanswered messages (ix_message_unanswered)."""
+    the partial index of unanswered messages (ix_message_unanswered). A conversation staff
+    handle is left out (storage/staff.py: its messages wait for them); once the staff state
+    ends, what still waits is found here and answered by the agent."""
     oldest = func.min(Message.received_at)
+    with_staff = select(Conversation.id).where(  # their messages wait for staff
+        col(Conversation.id) == col(Message.conversation_id), Conversation.status == "open",
+        col(Conversation.staff_until) > now).exists()
     statement = select(oldest, Message.conversation_id).where(
         col(Message.answered_at).is_(None), Message.direction == "inbound",
         col(Message.starts_turn).is_(True), col(Message.received_at) <= now - older_than,
+        ~with_staff,
     ).group_by(col(Message.conversation_id))
     if after is not None:
         statement = statement.having(or_(oldest > after[0], and_(

@@ -26,6 +26,7 @@ from agent import media as rules
 from core import clock
 from intake.ingest import STAMP
 from storage import media as media_repo
+from storage import staff
 from storage.db import session_scope
 from storage.models import Message
 from whatsapp.media import MediaClient, MediaError
@@ -95,8 +96,9 @@ def _resolve_one(runtime: Runtime, message_id: int, content: list[dict[str, Any]
         if message is None or not isinstance(message.media, dict) \
                 or message.media.get("state") != "pending":
             return
-        new_content = [{"type": "text", "text": prefix + text}] if text is not None \
-            else list(message.content)
+        # the caption and the transcript are the customer's words: disarmed as intake's are
+        new_content = [{"type": "text", "text": prefix + staff.disarm(text)}] \
+            if text is not None else list(message.content)
         if data is not None and fields is not None:
             file_id = media_repo.add_file(session, message=message, data=data,
                                           media_type=str(fields["media_type"]), sha256=sha,

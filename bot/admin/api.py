@@ -41,7 +41,7 @@ from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
 from operations.service import clean_text, validated
 from storage.db import is_postgres, session_scope
-from storage.jobs import enqueue_flush, enqueue_webhooks
+from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.models import Tenant
 from storage.tenants import (
     MAX_PRICE_CENTS,
@@ -316,8 +316,16 @@ def staff_reply(call: Call) -> tuple[int, Any]:
 
 
 def hand_back(call: Call) -> tuple[int, Any]:
-    return 200, staff_ops.hand_back(call.session, call.the_tenant(),
-                                    call.path["conversation_id"], now=call.now)
+    """Back to the agent; a turn is enqueued after the commit for what still waits (the
+    reconciler would find it within a minute otherwise)."""
+    conversation_id = call.path["conversation_id"]
+    back = staff_ops.hand_back(call.session, call.the_tenant(), conversation_id, now=call.now)
+    app = call.request.app
+    if back["changed"]:
+        call.after_commit.append(lambda: enqueue_turn(app[TURN_QUEUE],
+                                                      app[SETTINGS].redis_prefix,
+                                                      conversation_id))
+    return 200, back
 
 
 def attention(call: Call) -> tuple[int, Any]:

@@ -46,7 +46,7 @@ from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, a
 from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
-from storage.jobs import enqueue_flush, enqueue_webhooks
+from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.keys import console_session_key
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
@@ -682,7 +682,9 @@ def staff_reply(p: Page) -> PageResult:
 
 def hand_back(p: Page) -> PageResult:
     cid = _conversation_id(p)
-    staff_ops.hand_back(p.session, p.tenant, cid, now=p.now)
+    if staff_ops.hand_back(p.session, p.tenant, cid, now=p.now)["changed"]:
+        queue, prefix = p.request.app[TURN_QUEUE], p.request.app[SETTINGS].redis_prefix
+        p.after_commit.append(lambda: enqueue_turn(queue, prefix, cid))  # what still waits
     return Redirect(f"/console/conversations/{cid}", p.t["handed_back"])
 
 
