@@ -471,3 +471,24 @@ def test_the_transcription_key_is_a_secret() -> None:
     assert "sk-transcribe-123" in settings.secret_values()
     assert "sk-transcribe-123" not in repr(settings)
     assert settings.transcription_base_url == "https://api.groq.com/openai"
+
+
+@pytest.mark.parametrize(("transcript", "stored"), [
+    ("quero marcar\x00 amanhã", "quero marcar amanhã"),
+    ("quero \ud800 marcar", "quero \ufffd marcar"),
+])
+def test_a_transcript_is_cleaned_as_inbound_text_is(
+        media_env: ReplayEnvironment, transcript: str, stored: str) -> None:
+    """A NUL made every attempt a DataError on PostgreSQL (paid transcriptions, never
+    answered); a lone surrogate crashed the SDK's JSON on SQLite. Cleaned by the inbound
+    path's own rule (whatsapp.inbound.storable_text), both databases."""
+    env = media_env
+    sha = env.graph_api.add_media(AUDIO_ID, b"OggS" + b"\x05" * 500, "audio/ogg")
+    env.transcription_api.script([transcript] * 3)
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    _post(env, audio_body(sha))
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == ["Claro!"]
+    assert f"{VOICE_MARK} {stored}" in _texts(env)
+    assert len(env.transcription_api.requests) == 1, "transcribed once"
+    row = _stored(env)
+    assert row.answered_at is not None and row.media["state"] == "ok"  # type: ignore[index]
