@@ -492,3 +492,56 @@ def test_a_transcript_is_cleaned_as_inbound_text_is(
     assert len(env.transcription_api.requests) == 1, "transcribed once"
     row = _stored(env)
     assert row.answered_at is not None and row.media["state"] == "ok"  # type: ignore[index]
+
+
+def test_the_download_deadline_bounds_a_drip() -> None:
+    """One byte every 50 ms never trips the read timeout (1 s); the deadline (0.5 s) is a
+    bound on the whole download, checked after every read (whatsapp/media.py): the client
+    gives up long before the 40 bytes (2 s) are through, not after a 64 KB chunk or the end."""
+    written: list[int] = []
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Drip(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.startswith("/v25.0/"):
+                body = json.dumps({"url": f"http://127.0.0.1:{port}/dl",
+                                   "mime_type": "image/png"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            try:
+                for _ in range(40):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    written.append(1)
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the client gave up: what the test wants
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    port = server.server_port
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = MediaClient(base_url=f"http://127.0.0.1:{port}", api_version="v25.0",
+                         access_token="t", timeout=1.0, deadline=0.5)
+    try:
+        with pytest.raises(MediaError) as caught:
+            client.fetch("123", max_bytes=10**6, accept=("image/",), expected_sha256=None)
+        assert caught.value.reason == "stalled"
+    finally:
+        client.close()
+        time.sleep(0.2)  # the server's next write meets the closed socket
+        server.shutdown()
+        server.server_close()
+    assert len(written) < 30, f"the drip ran to {len(written)} of 40 bytes"
