@@ -545,3 +545,124 @@ def test_the_download_deadline_bounds_a_drip() -> None:
         server.shutdown()
         server.server_close()
     assert len(written) < 30, f"the drip ran to {len(written)} of 40 bytes"
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    out, index = [], 8
+    while index < len(data):
+        length = int.from_bytes(data[index:index + 4], "big")
+        out.append((data[index + 4:index + 8], data[index + 8:index + 8 + length]))
+        index += 12 + length
+    return out
+
+
+def _png_of(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    import zlib
+    return b"\x89PNG\r\n\x1a\n" + b"".join(
+        len(body).to_bytes(4, "big") + kind + body
+        + (zlib.crc32(kind + body) & 0xFFFFFFFF).to_bytes(4, "big") for kind, body in chunks)
+
+
+JPEG_OK = (b"\xff\xd8" + b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+           + b"\xff\xc0\x00\x0b\x08\x00\x10\x00\x18\x01\x01\x11\x00"
+           + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x12\x34\x56" + b"\xff\xd9")
+GIF_OK = (b"GIF89a\x02\x00\x02\x00\x80\x00\x00" + b"\x00\x00\x00\xff\xff\xff"
+          + b"\x2c\x00\x00\x00\x00\x02\x00\x02\x00\x00" + b"\x02\x02\x44\x01\x00" + b"\x3b")
+
+
+def _webp(kind: bytes, payload: bytes) -> bytes:
+    chunk = kind + len(payload).to_bytes(4, "little") + payload + b"\x00" * (len(payload) & 1)
+    return b"RIFF" + (4 + len(chunk)).to_bytes(4, "little") + b"WEBP" + chunk
+
+
+WEBP_OK = _webp(b"VP8L", b"\x2f" + (3 | (2 << 14)).to_bytes(4, "little") + b"\x00" * 8)
+
+
+def test_an_image_is_checked_beyond_its_header() -> None:
+    """The header alone let a PNG of garbage through, and the real API then refused every turn
+    that carried it ("Could not process image"). Chunks, CRCs, markers and blocks are walked."""
+    good = png_bytes(8, 6)
+    chunks = _png_chunks(good)
+    bad_crc = bytearray(good)
+    bad_crc[-20] ^= 0xFF  # inside IDAT
+    garbage = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + (800).to_bytes(4, "big")
+               + (600).to_bytes(4, "big") + b"\x08\x00\x00\x00\x00" + b"garbage-not-zlib" * 20)
+    for data, kind in ((good, "image/png"), (JPEG_OK, "image/jpeg"), (GIF_OK, "image/gif"),
+                       (WEBP_OK, "image/webp")):
+        assert rules.check_file(data, kind)["media_type"] == kind
+    refused = {
+        "garbage after IHDR": (garbage, "image/png"),
+        "a bad CRC": (bytes(bad_crc), "image/png"),
+        "no IEND": (_png_of(chunks[:-1]), "image/png"),
+        "no IDAT": (_png_of([chunks[0], chunks[-1]]), "image/png"),
+        "a JPEG frame header only": (b"\xff\xd8\xff\xc0\x00\x11\x08\x00\x10\x00\x10"
+                                     + b"\x00" * 20, "image/jpeg"),
+        "a JPEG without EOI": (JPEG_OK[:-2], "image/jpeg"),
+        "a GIF without trailer": (GIF_OK[:-1], "image/gif"),
+        "a GIF without image": (GIF_OK[:19] + b"\x3b", "image/gif"),
+        "a WebP cut short": (WEBP_OK[:-4], "image/webp"),
+        "a VP8 without start code": (_webp(b"VP8 ", b"\x00" * 6 + (4).to_bytes(2, "little")
+                                           + (4).to_bytes(2, "little")), "image/webp"),
+    }
+    for name, (data, kind) in refused.items():
+        with pytest.raises(rules.MediaRejected) as caught:
+            rules.check_file(data, kind)
+        assert caught.value.reason == "corrupt", name
+
+
+def _pdf_with_object_stream(objects: bytes, head: bytes = b"") -> bytes:
+    import zlib
+    packed = zlib.compress(objects)
+    return (b"%PDF-1.5\n" + head + b"9 0 obj << /Type /ObjStm /N 2 /First 8 /Filter "
+            b"/FlateDecode /Length " + str(len(packed)).encode() + b" >>\nstream\n" + packed
+            + b"\nendstream endobj\n%%EOF")
+
+
+def test_pdf_pages_are_counted_in_object_streams_too() -> None:
+    """PDF 1.5 object streams (pdfTeX's default) hold the page objects and often the page
+    tree's root: they are inflated (bounded) and the most of the counts is taken."""
+    modern = _pdf_with_object_stream(
+        b"<< /Type /Page /Parent 2 0 R >> << /Type /Page /Parent 2 0 R >>",
+        b"1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
+        b"2 0 obj << /Type /Pages /Count 2 /Kids [3 0 R 4 0 R] >> endobj\n")
+    assert rules.check_file(modern, "application/pdf")["pages"] == 2
+    root_inside = _pdf_with_object_stream(b"<< /Type /Pages /Kids [3 0 R] /Count 3 >> "
+                                          b"<< /Type /Page /Parent 2 0 R >>")
+    assert rules.pdf_pages(root_inside) == 3
+    hidden = _pdf_with_object_stream(b"<< /Type /Page >>" * 5000,
+                                     b"2 0 obj << /Type /Page >> endobj\n")
+    assert rules.pdf_pages(hidden) == 5001
+    with pytest.raises(rules.MediaRejected) as caught:
+        rules.check_file(hidden, "application/pdf")
+    assert caught.value.reason == "too_many_pages"
+    lying = b"%PDF-1.4\n1 0 obj << /Type /Pages /Count 5000 >> endobj\n" \
+            b"2 0 obj << /Type /Page >> endobj\n%%EOF"
+    assert rules.pdf_pages(lying) == 5000  # the tree's count wins over one literal page
+    bomb = _pdf_with_object_stream(b" " * (rules.MAX_PDF_INFLATED + 1))
+    for unsupported in (bomb, b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\n%%EOF"):
+        with pytest.raises(rules.MediaRejected) as caught:
+            rules.check_file(unsupported, "application/pdf")
+        assert caught.value.reason == "unsupported_type"
+    with pytest.raises(rules.MediaRejected) as caught:
+        rules.check_file(b"%PDX-1.7 ...", "application/pdf")
+    assert caught.value.reason == "corrupt"
+
+
+def test_a_photo_of_garbage_after_its_header_gets_the_cannot_open_note(
+        media_env: ReplayEnvironment) -> None:
+    """The breaker's repro: the photo is refused by the product's own check, the customer gets
+    the agent's reply (not the apology) and the next turn carries no image."""
+    env = media_env
+    garbage = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + (800).to_bytes(4, "big")
+               + (600).to_bytes(4, "big") + b"\x08\x00\x00\x00\x00" + b"garbage-not-zlib" * 20)
+    sha = env.graph_api.add_media(IMAGE_ID, garbage, "image/png")
+    env.messages_api.script("turn", [{"text": "Não consegui abrir a imagem, pode mandar de novo?"}])
+    _post(env, image_body(sha))
+    assert "cannot open" in _texts(env)
+    assert _stored(env).media["state"] == "failed:corrupt"  # type: ignore[index]
+    env.clock.advance(timedelta(minutes=2))
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    _post(env, text_body("quero marcar um corte amanhã", 2, sent_at=env.clock.now()))
+    assert "image" not in [b["type"] for b in _user_blocks(env)]
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [
+        "Não consegui abrir a imagem, pode mandar de novo?", "Claro!"]
