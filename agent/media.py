@@ -396,6 +396,24 @@ def _inline_block(block: Block, load: Callable[[int], bytes | None]) -> Block:
     return inlined
 
 
+_REFUSED_AT = re.compile(r"messages\.(\d+)\.content\.(\d+)")
+_REFUSED_KIND = (("image", re.compile(r"\bimage\b", re.I)),
+                 ("document", re.compile(r"\b(pdf|document)\b", re.I)))
+
+
+def refused_media(message: str) -> tuple[str, tuple[int, int] | None] | None:
+    """What a Messages API 400 (`invalid_request_error`) refused, when it names an image or a
+    document: (kind, (message index, block index) or None when the text names no position).
+    The real API says "Could not process image" (no position) and
+    "messages.N.content.M.pdf.source.base64.data: The PDF specified was not valid."
+    (anthropics/claude-code issues #1747, #5174). None for any other 400."""
+    for kind, pattern in _REFUSED_KIND:
+        if pattern.search(message):
+            at = _REFUSED_AT.search(message)
+            return kind, (int(at.group(1)), int(at.group(2))) if at else None
+    return None
+
+
 def stored_media_ids(content: list[Block]) -> list[int]:
     """The media_file ids a stored message's blocks refer to."""
     return [int(b["source"]["media_file_id"]) for b in content if _is_stored(b)]

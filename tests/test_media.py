@@ -666,3 +666,81 @@ def test_a_photo_of_garbage_after_its_header_gets_the_cannot_open_note(
     assert "image" not in [b["type"] for b in _user_blocks(env)]
     assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [
         "Não consegui abrir a imagem, pode mandar de novo?", "Claro!"]
+
+
+def _undecodable_png(width: int = 40, height: int = 30) -> bytes:
+    """Whole chunks with good CRCs (the product's check passes) whose image data inflates to
+    far fewer bytes than IHDR's size asks for: the double (like the real API) cannot decode it."""
+    import zlib
+    chunks = _png_chunks(png_bytes(width, height))
+    return _png_of([chunks[0], (b"IDAT", zlib.compress(b"\x00\x80" * 3)), chunks[-1]])
+
+
+def test_the_messages_double_refuses_an_image_that_does_not_decode(
+        media_env: ReplayEnvironment) -> None:
+    data = _undecodable_png()
+    assert rules.check_file(data, "image/png")["width"] == 40  # the product's check passes
+    client = anthropic.Anthropic(api_key="replay-api-key",
+                                 base_url=media_env.messages_api.base_url, max_retries=0)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(data).decode()}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=10, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "oi"}, image]}])
+    client.close()
+    assert caught.value.body["error"]["message"] == "Could not process image"  # type: ignore[index]
+    assert media_env.messages_api.media_refused == 1 and media_env.messages_api.api_errors == 0
+
+
+def test_a_photo_the_api_cannot_open_is_dropped_and_the_turn_retried_once(
+        media_env: ReplayEnvironment) -> None:
+    """The API's 400 ("Could not process image", no position): the turn's photo is marked
+    failed, its block becomes the note, its bytes go, and the turn is retried without it; the
+    customer gets the agent's reply, not the apology, and later turns carry no image."""
+    env = media_env
+    sha = env.graph_api.add_media(IMAGE_ID, _undecodable_png(), "image/png")
+    asked = "Não consegui abrir a imagem, pode mandar de novo?"
+    env.messages_api.script("turn", [{"text": asked}])
+    _post(env, image_body(sha))
+    assert env.messages_api.media_refused == 1 and env.messages_api.api_errors == 0
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [asked]
+    assert [b["type"] for b in _user_blocks(env)] == ["text"]
+    assert "could not be opened" in _texts(env) and "Foto do produto com defeito" in _texts(env)
+    stored = _stored(env)
+    assert stored.media["state"] == "failed:model_refused"  # type: ignore[index]
+    assert stored.answered_at is not None and _files(env) == 0
+    env.clock.advance(timedelta(minutes=2))
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    _post(env, text_body("quero marcar um corte amanhã", 2, sent_at=env.clock.now()))
+    assert "image" not in [b["type"] for b in _user_blocks(env)]
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted][-1] == "Claro!"
+    assert env.messages_api.media_refused == 1, "the broken block is never sent again"
+
+
+def test_a_refusal_that_names_a_position_drops_that_file_only(
+        media_env: ReplayEnvironment) -> None:
+    """A 400 that names messages.N.content.M drops the file sent there (found by its sha256),
+    here an earlier photo, not the new one of this turn; a 400 naming no media is not retried."""
+    env = media_env
+    _photo_turn(env)  # an answered photo: messages.0.content.1 of the next request
+    newer = png_bytes(12, 12)
+    env.graph_api.add_media("5566778899001122", newer, "image/png")
+    env.messages_api.fail("turn", 400, message=(
+        "messages.0.content.1.image.source.base64.data: Could not process image"))
+    env.messages_api.script("turn", [{"text": "Recebi a nova foto."}])
+    env.clock.advance(timedelta(minutes=2))
+    body = image_body(hashlib.sha256(newer).hexdigest(), n=30)
+    body["entry"][0]["changes"][0]["value"]["messages"][0]["image"]["id"] = "5566778899001122"
+    _post(env, body)
+    blocks = _user_blocks(env)
+    assert [b["type"] for b in blocks].count("image") == 1
+    assert base64.b64decode([b for b in blocks if b["type"] == "image"][0]["source"]["data"]) \
+        == newer
+    with session_scope(env.engine) as session:
+        states = [m.media["state"] for m in session.exec(select(Message).where(
+            Message.direction == "inbound").order_by(Message.id)).all()]  # type: ignore[index]
+    assert states == ["failed:model_refused", "ok"] and _files(env) == 1
+    env.messages_api.fail("turn", 400)  # "Injected failure": names no image, no retry
+    _post(env, text_body("oi", 3, sent_at=env.clock.now()))
+    assert len([c for c in env.messages_api.calls if c.purpose == "turn"]) == 4
+    assert _files(env) == 1
