@@ -165,17 +165,29 @@ def _object_streams(data: bytes) -> list[bytes]:
             break
         if b"/FlateDecode" not in data[found.end():start.start()]:
             continue
-        inflater = zlib.decompressobj()
-        try:
-            text = inflater.decompress(data[start.end():], budget + 1)
-        except zlib.error:
+        text = _inflate(memoryview(data)[start.end():], budget)
+        if text is None:
             continue  # a damaged stream: the other ways of counting still apply
-        if len(text) > budget or inflater.unconsumed_tail:
-            raise MediaRejected("unsupported_type",
-                                f"the PDF's object streams inflate past {MAX_PDF_INFLATED} bytes")
         budget -= len(text)
         out.append(text)
     return out
+
+
+def _inflate(view: memoryview, budget: int) -> bytes | None:
+    """One zlib stream from the start of `view`, fed 64 KB at a time (no copy of the rest of
+    the file per stream); None when it is not zlib, MediaRejected past `budget` bytes."""
+    inflater, parts, size, index = zlib.decompressobj(), [], 0, 0
+    try:
+        while not inflater.eof and index < len(view):
+            parts.append(inflater.decompress(view[index:index + 65536], budget - size + 1))
+            size += len(parts[-1])
+            index += 65536
+            if size > budget or inflater.unconsumed_tail:
+                raise MediaRejected("unsupported_type", "the PDF's object streams inflate "
+                                    f"past {MAX_PDF_INFLATED} bytes")
+    except zlib.error:
+        return None
+    return b"".join(parts)
 
 
 def check_structure(kind: str, data: bytes) -> None:
