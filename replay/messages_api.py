@@ -892,9 +892,8 @@ class MessagesDouble:
             if failure is None and item is None and self.relay is None:
                 self.unscripted_calls += 1
         if failure is not None:
-            status, message = failure.status, failure.message
-            return self._error(purpose, body, status,
-                               message or DEFAULT_ERROR_MESSAGES.get(status, "Injected failure"))
+            return self._error(purpose, body, failure.status, failure.message
+                               or DEFAULT_ERROR_MESSAGES.get(failure.status, "Injected failure"))
         if item is None and self.relay is not None:
             return await self._relayed(purpose, body, request)
         if item is None:
