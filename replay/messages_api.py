@@ -67,6 +67,7 @@ import itertools
 import json
 import math
 import threading
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -328,6 +329,72 @@ def _check_media(where: str, role: str, block: dict[str, Any]) -> None:
         raise _Invalid(f"{where}.source.base64: The image was specified using the "
                        f"{source['media_type']} media type, but the image appears to be a "
                        f"{fields['media_type']} image")
+
+
+COULD_NOT_PROCESS_IMAGE = "Could not process image"  # the real API's text: no position
+PDF_NOT_VALID = "{where}.pdf.source.base64.data: The PDF specified was not valid."
+
+
+def undecodable_media(body: dict[str, Any]) -> str | None:
+    """The 400 text for the first image or PDF of a (valid) request whose bytes do not decode,
+    by the double's own check, stricter than the product's (agent/media.py walks structure;
+    this one inflates a PNG's image data and checks its size against IHDR, wants a JPEG's
+    entropy-coded data after its scan header, a PDF's `%%EOF`). The texts are the real API's
+    (as quoted in anthropics/claude-code issues #1747, #5174: "Could not process image", and
+    "messages.N.content.M.pdf.source.base64.data: The PDF specified was not valid.").
+    None when every file decodes."""
+    for index, message in enumerate(body.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        for position, block in enumerate(content if isinstance(content, list) else []):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind not in media.MEDIA_BLOCK_TYPES:
+                continue
+            source = block.get("source") or {}
+            data = base64.b64decode(str(source.get("data", "")))
+            if kind == "document" and b"%%EOF" not in data[-1024:]:
+                return PDF_NOT_VALID.format(where=f"messages.{index}.content.{position}")
+            if kind == "image" and not _decodes(str(source.get("media_type")), data):
+                return COULD_NOT_PROCESS_IMAGE
+    return None
+
+
+def _decodes(media_type: str, data: bytes) -> bool:
+    try:
+        if media_type == "image/png":
+            return _png_decodes(data)
+        if media_type == "image/jpeg":
+            scan = data.find(b"\xff\xda")
+            length = int.from_bytes(data[scan + 2:scan + 4], "big")
+            return scan > 0 and data.rfind(b"\xff\xd9") > scan + 2 + length
+    except (ValueError, IndexError, zlib.error):
+        return False
+    return True
+
+
+def _png_decodes(data: bytes) -> bool:
+    """Inflate the IDAT stream and compare its length with what IHDR's size asks for
+    (non-interlaced; an interlaced image only has to inflate)."""
+    index, idat, header = 8, [], b""
+    while index + 8 <= len(data):
+        length = int.from_bytes(data[index:index + 4], "big")
+        kind, body = data[index + 4:index + 8], data[index + 8:index + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat.append(body)
+        index += 12 + length
+    if len(header) < 13 or not idat:
+        return False
+    width, height = int.from_bytes(header[0:4], "big"), int.from_bytes(header[4:8], "big")
+    depth, colour, interlace = header[8], header[9], header[12]
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour, 0)
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(b"".join(idat), 64 * 1024 * 1024)
+    if not inflater.eof:
+        return False
+    if interlace:
+        return True
+    return channels > 0 and len(raw) == height * (1 + math.ceil(width * channels * depth / 8))
 
 
 def _check_tool_use(where: str, role: str, block: dict[str, Any]) -> None:
@@ -707,6 +774,7 @@ class RecordedCall:
 class _Failure:
     status: int
     times: int
+    message: str | None = None
 
 
 @dataclass
@@ -737,6 +805,7 @@ class MessagesDouble:
         self.calls: list[RecordedCall] = []
         self.api_errors = 0
         self.unscripted_calls = 0
+        self.media_refused = 0  # requests refused for a file that does not decode
         self.last_requests: dict[str, dict[str, Any]] = {}  # the last admitted body per purpose
         self._queues: dict[str, deque[dict[str, Any]]] = {}
         self._failures: dict[str, deque[_Failure]] = {}
@@ -754,12 +823,14 @@ class MessagesDouble:
         with self._lock:
             self._queues.setdefault(purpose, deque()).extend(copy.deepcopy(items))
 
-    def fail(self, purpose: str, status: int, times: int = 1) -> None:
-        """Make the next `times` valid calls of `purpose` fail with HTTP `status`."""
+    def fail(self, purpose: str, status: int, times: int = 1, message: str | None = None) -> None:
+        """Make the next `times` valid calls of `purpose` fail with HTTP `status` (and the
+        error's `message`, e.g. the real API's "Could not process image")."""
         if status < 400 or times < 1:
             raise ValueError("fail needs an error status (>= 400) and times >= 1")
         with self._lock:
-            self._failures.setdefault(purpose, deque()).append(_Failure(status, times))
+            self._failures.setdefault(purpose, deque()).append(
+                _Failure(status, times, message))
 
     def leftover(self) -> dict[str, int]:
         """Scripted responses not used yet, per purpose (purposes with none left are omitted)."""
@@ -821,8 +892,8 @@ class MessagesDouble:
             if failure is None and item is None and self.relay is None:
                 self.unscripted_calls += 1
         if failure is not None:
-            message = DEFAULT_ERROR_MESSAGES.get(failure, "Injected failure")
-            return self._error(purpose, body, failure, message)
+            return self._error(purpose, body, failure.status, failure.message
+                               or DEFAULT_ERROR_MESSAGES.get(failure.status, "Injected failure"))
         if item is None and self.relay is not None:
             return await self._relayed(purpose, body, request)
         if item is None:
@@ -864,6 +935,11 @@ class MessagesDouble:
             with self._lock:
                 self.api_errors += 1
             return body, (400, problem)
+        problem = undecodable_media(body)
+        if problem is not None:  # the customer's file, not the product's request shape
+            with self._lock:
+                self.media_refused += 1
+            return body, (400, problem)
         return body, None
 
     def _check_auth(self, request: web.Request) -> str | None:
@@ -877,7 +953,7 @@ class MessagesDouble:
             return "invalid x-api-key"
         return None
 
-    def _take_failure(self, purpose: str) -> int | None:
+    def _take_failure(self, purpose: str) -> _Failure | None:
         pending = self._failures.get(purpose)
         if not pending:
             return None
@@ -885,7 +961,7 @@ class MessagesDouble:
         failure.times -= 1
         if failure.times <= 0:
             pending.popleft()
-        return failure.status
+        return failure
 
     def _take_item(self, purpose: str) -> dict[str, Any] | None:
         queue = self._queues.get(purpose)

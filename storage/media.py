@@ -30,6 +30,22 @@ def load_files(session: Session, ids: list[int]) -> dict[int, bytes]:
     return {int(i): bytes(d) for i, d in rows if i is not None}
 
 
+def conversation_files(session: Session, conversation_id: int) -> list[MediaFile]:
+    """The conversation's stored files (without loading their bytes' use: callers read
+    id, message_id, media_type, sha256), oldest first."""
+    return list(session.exec(select(MediaFile).where(
+        MediaFile.conversation_id == conversation_id).order_by(col(MediaFile.id))).all())
+
+
+def delete_files(session: Session, ids: list[int]) -> int:
+    """Delete these files (a file the model refused: its block is a note from now on).
+    Returns how many."""
+    if not ids:
+        return 0
+    result = session.exec(delete(MediaFile).where(col(MediaFile.id).in_(ids)))
+    return int(result.rowcount or 0)
+
+
 def delete_pruned(session: Session, conversation_id: int, *, up_to_position: int) -> int:
     """Delete the files of the conversation's messages at or before `up_to_position` (the
     prune boundary: their blocks are sent as a note from now on). Returns how many."""

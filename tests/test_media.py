@@ -471,3 +471,276 @@ def test_the_transcription_key_is_a_secret() -> None:
     assert "sk-transcribe-123" in settings.secret_values()
     assert "sk-transcribe-123" not in repr(settings)
     assert settings.transcription_base_url == "https://api.groq.com/openai"
+
+
+@pytest.mark.parametrize(("transcript", "stored"), [
+    ("quero marcar\x00 amanhã", "quero marcar amanhã"),
+    ("quero \ud800 marcar", "quero \ufffd marcar"),
+])
+def test_a_transcript_is_cleaned_as_inbound_text_is(
+        media_env: ReplayEnvironment, transcript: str, stored: str) -> None:
+    """A NUL made every attempt a DataError on PostgreSQL (paid transcriptions, never
+    answered); a lone surrogate crashed the SDK's JSON on SQLite. Cleaned by the inbound
+    path's own rule (whatsapp.inbound.storable_text), both databases."""
+    env = media_env
+    sha = env.graph_api.add_media(AUDIO_ID, b"OggS" + b"\x05" * 500, "audio/ogg")
+    env.transcription_api.script([transcript] * 3)
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    _post(env, audio_body(sha))
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == ["Claro!"]
+    assert f"{VOICE_MARK} {stored}" in _texts(env)
+    assert len(env.transcription_api.requests) == 1, "transcribed once"
+    row = _stored(env)
+    assert row.answered_at is not None and row.media["state"] == "ok"  # type: ignore[index]
+
+
+def test_the_download_deadline_bounds_a_drip() -> None:
+    """One byte every 50 ms never trips the read timeout (1 s); the deadline (0.5 s) is a
+    bound on the whole download, checked after every read (whatsapp/media.py): the client
+    gives up long before the 40 bytes (2 s) are through, not after a 64 KB chunk or the end."""
+    written: list[int] = []
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Drip(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.startswith("/v25.0/"):
+                body = json.dumps({"url": f"http://127.0.0.1:{port}/dl",
+                                   "mime_type": "image/png"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            try:
+                for _ in range(40):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    written.append(1)
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the client gave up: what the test wants
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    port = server.server_port
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = MediaClient(base_url=f"http://127.0.0.1:{port}", api_version="v25.0",
+                         access_token="t", timeout=1.0, deadline=0.5)
+    try:
+        with pytest.raises(MediaError) as caught:
+            client.fetch("123", max_bytes=10**6, accept=("image/",), expected_sha256=None)
+        assert caught.value.reason == "stalled"
+    finally:
+        client.close()
+        time.sleep(0.2)  # the server's next write meets the closed socket
+        server.shutdown()
+        server.server_close()
+    assert len(written) < 30, f"the drip ran to {len(written)} of 40 bytes"
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    out, index = [], 8
+    while index < len(data):
+        length = int.from_bytes(data[index:index + 4], "big")
+        out.append((data[index + 4:index + 8], data[index + 8:index + 8 + length]))
+        index += 12 + length
+    return out
+
+
+def _png_of(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    import zlib
+    return b"\x89PNG\r\n\x1a\n" + b"".join(
+        len(body).to_bytes(4, "big") + kind + body
+        + (zlib.crc32(kind + body) & 0xFFFFFFFF).to_bytes(4, "big") for kind, body in chunks)
+
+
+JPEG_OK = (b"\xff\xd8" + b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+           + b"\xff\xc0\x00\x0b\x08\x00\x10\x00\x18\x01\x01\x11\x00"
+           + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x12\x34\x56" + b"\xff\xd9")
+GIF_OK = (b"GIF89a\x02\x00\x02\x00\x80\x00\x00" + b"\x00\x00\x00\xff\xff\xff"
+          + b"\x2c\x00\x00\x00\x00\x02\x00\x02\x00\x00" + b"\x02\x02\x44\x01\x00" + b"\x3b")
+
+
+def _webp(kind: bytes, payload: bytes) -> bytes:
+    chunk = kind + len(payload).to_bytes(4, "little") + payload + b"\x00" * (len(payload) & 1)
+    return b"RIFF" + (4 + len(chunk)).to_bytes(4, "little") + b"WEBP" + chunk
+
+
+WEBP_OK = _webp(b"VP8L", b"\x2f" + (3 | (2 << 14)).to_bytes(4, "little") + b"\x00" * 8)
+
+
+def test_an_image_is_checked_beyond_its_header() -> None:
+    """The header alone let a PNG of garbage through, and the real API then refused every turn
+    that carried it ("Could not process image"). Chunks, CRCs, markers and blocks are walked."""
+    good = png_bytes(8, 6)
+    chunks = _png_chunks(good)
+    bad_crc = bytearray(good)
+    bad_crc[-20] ^= 0xFF  # inside IDAT
+    garbage = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + (800).to_bytes(4, "big")
+               + (600).to_bytes(4, "big") + b"\x08\x00\x00\x00\x00" + b"garbage-not-zlib" * 20)
+    for data, kind in ((good, "image/png"), (JPEG_OK, "image/jpeg"), (GIF_OK, "image/gif"),
+                       (WEBP_OK, "image/webp")):
+        assert rules.check_file(data, kind)["media_type"] == kind
+    refused = {
+        "garbage after IHDR": (garbage, "image/png"),
+        "a bad CRC": (bytes(bad_crc), "image/png"),
+        "no IEND": (_png_of(chunks[:-1]), "image/png"),
+        "no IDAT": (_png_of([chunks[0], chunks[-1]]), "image/png"),
+        "a JPEG frame header only": (b"\xff\xd8\xff\xc0\x00\x11\x08\x00\x10\x00\x10"
+                                     + b"\x00" * 20, "image/jpeg"),
+        "a JPEG without EOI": (JPEG_OK[:-2], "image/jpeg"),
+        "a GIF without trailer": (GIF_OK[:-1], "image/gif"),
+        "a GIF without image": (GIF_OK[:19] + b"\x3b", "image/gif"),
+        "a WebP cut short": (WEBP_OK[:-4], "image/webp"),
+        "a VP8 without start code": (_webp(b"VP8 ", b"\x00" * 6 + (4).to_bytes(2, "little")
+                                           + (4).to_bytes(2, "little")), "image/webp"),
+    }
+    for name, (data, kind) in refused.items():
+        with pytest.raises(rules.MediaRejected) as caught:
+            rules.check_file(data, kind)
+        assert caught.value.reason == "corrupt", name
+
+
+def _pdf_with_object_stream(objects: bytes, head: bytes = b"") -> bytes:
+    import zlib
+    packed = zlib.compress(objects)
+    return (b"%PDF-1.5\n" + head + b"9 0 obj << /Type /ObjStm /N 2 /First 8 /Filter "
+            b"/FlateDecode /Length " + str(len(packed)).encode() + b" >>\nstream\n" + packed
+            + b"\nendstream endobj\n%%EOF")
+
+
+def test_pdf_pages_are_counted_in_object_streams_too() -> None:
+    """PDF 1.5 object streams (pdfTeX's default) hold the page objects and often the page
+    tree's root: they are inflated (bounded) and the most of the counts is taken."""
+    modern = _pdf_with_object_stream(
+        b"<< /Type /Page /Parent 2 0 R >> << /Type /Page /Parent 2 0 R >>",
+        b"1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
+        b"2 0 obj << /Type /Pages /Count 2 /Kids [3 0 R 4 0 R] >> endobj\n")
+    assert rules.check_file(modern, "application/pdf")["pages"] == 2
+    root_inside = _pdf_with_object_stream(b"<< /Type /Pages /Kids [3 0 R] /Count 3 >> "
+                                          b"<< /Type /Page /Parent 2 0 R >>")
+    assert rules.pdf_pages(root_inside) == 3
+    hidden = _pdf_with_object_stream(b"<< /Type /Page >>" * 5000,
+                                     b"2 0 obj << /Type /Page >> endobj\n")
+    assert rules.pdf_pages(hidden) == 5001
+    with pytest.raises(rules.MediaRejected) as caught:
+        rules.check_file(hidden, "application/pdf")
+    assert caught.value.reason == "too_many_pages"
+    lying = b"%PDF-1.4\n1 0 obj << /Type /Pages /Count 5000 >> endobj\n" \
+            b"2 0 obj << /Type /Page >> endobj\n%%EOF"
+    assert rules.pdf_pages(lying) == 5000  # the tree's count wins over one literal page
+    bomb = _pdf_with_object_stream(b" " * (rules.MAX_PDF_INFLATED + 1))
+    for unsupported in (bomb, b"%PDF-1.7\n1 0 obj << /Type /Catalog >> endobj\n%%EOF"):
+        with pytest.raises(rules.MediaRejected) as caught:
+            rules.check_file(unsupported, "application/pdf")
+        assert caught.value.reason == "unsupported_type"
+    with pytest.raises(rules.MediaRejected) as caught:
+        rules.check_file(b"%PDX-1.7 ...", "application/pdf")
+    assert caught.value.reason == "corrupt"
+
+
+def test_a_photo_of_garbage_after_its_header_gets_the_cannot_open_note(
+        media_env: ReplayEnvironment) -> None:
+    """The breaker's repro: the photo is refused by the product's own check, the customer gets
+    the agent's reply (not the apology) and the next turn carries no image."""
+    env = media_env
+    garbage = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + (800).to_bytes(4, "big")
+               + (600).to_bytes(4, "big") + b"\x08\x00\x00\x00\x00" + b"garbage-not-zlib" * 20)
+    sha = env.graph_api.add_media(IMAGE_ID, garbage, "image/png")
+    env.messages_api.script("turn", [{"text": "Não consegui abrir a imagem, pode mandar de novo?"}])
+    _post(env, image_body(sha))
+    assert "cannot open" in _texts(env)
+    assert _stored(env).media["state"] == "failed:corrupt"  # type: ignore[index]
+    env.clock.advance(timedelta(minutes=2))
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    _post(env, text_body("quero marcar um corte amanhã", 2, sent_at=env.clock.now()))
+    assert "image" not in [b["type"] for b in _user_blocks(env)]
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [
+        "Não consegui abrir a imagem, pode mandar de novo?", "Claro!"]
+
+
+def _undecodable_png(width: int = 40, height: int = 30) -> bytes:
+    """Whole chunks with good CRCs (the product's check passes) whose image data inflates to
+    far fewer bytes than IHDR's size asks for: the double (like the real API) cannot decode it."""
+    import zlib
+    chunks = _png_chunks(png_bytes(width, height))
+    return _png_of([chunks[0], (b"IDAT", zlib.compress(b"\x00\x80" * 3)), chunks[-1]])
+
+
+def test_the_messages_double_refuses_an_image_that_does_not_decode(
+        media_env: ReplayEnvironment) -> None:
+    data = _undecodable_png()
+    assert rules.check_file(data, "image/png")["width"] == 40  # the product's check passes
+    client = anthropic.Anthropic(api_key="replay-api-key",
+                                 base_url=media_env.messages_api.base_url, max_retries=0)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(data).decode()}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=10, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "oi"}, image]}])
+    client.close()
+    assert caught.value.body["error"]["message"] == "Could not process image"  # type: ignore[index]
+    assert media_env.messages_api.media_refused == 1 and media_env.messages_api.api_errors == 0
+
+
+def test_a_photo_the_api_cannot_open_is_dropped_and_the_turn_retried_once(
+        media_env: ReplayEnvironment) -> None:
+    """The API's 400 ("Could not process image", no position): the turn's photo is marked
+    failed, its block becomes the note, its bytes go, and the turn is retried without it; the
+    customer gets the agent's reply, not the apology, and later turns carry no image."""
+    env = media_env
+    sha = env.graph_api.add_media(IMAGE_ID, _undecodable_png(), "image/png")
+    asked = "Não consegui abrir a imagem, pode mandar de novo?"
+    env.messages_api.script("turn", [{"text": asked}])
+    _post(env, image_body(sha))
+    assert env.messages_api.media_refused == 1 and env.messages_api.api_errors == 0
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [asked]
+    assert [b["type"] for b in _user_blocks(env)] == ["text"]
+    assert "could not be opened" in _texts(env) and "Foto do produto com defeito" in _texts(env)
+    stored = _stored(env)
+    assert stored.media["state"] == "failed:model_refused"  # type: ignore[index]
+    assert stored.answered_at is not None and _files(env) == 0
+    env.clock.advance(timedelta(minutes=2))
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    _post(env, text_body("quero marcar um corte amanhã", 2, sent_at=env.clock.now()))
+    assert "image" not in [b["type"] for b in _user_blocks(env)]
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted][-1] == "Claro!"
+    assert env.messages_api.media_refused == 1, "the broken block is never sent again"
+
+
+def test_a_refusal_that_names_a_position_drops_that_file_only(
+        media_env: ReplayEnvironment) -> None:
+    """A 400 that names messages.N.content.M drops the file sent there (found by its sha256),
+    here an earlier photo, not the new one of this turn; a 400 naming no media is not retried."""
+    env = media_env
+    _photo_turn(env)  # an answered photo: messages.0.content.1 of the next request
+    newer = png_bytes(12, 12)
+    env.graph_api.add_media("5566778899001122", newer, "image/png")
+    env.messages_api.fail("turn", 400, message=(
+        "messages.0.content.1.image.source.base64.data: Could not process image"))
+    env.messages_api.script("turn", [{"text": "Recebi a nova foto."}])
+    env.clock.advance(timedelta(minutes=2))
+    body = image_body(hashlib.sha256(newer).hexdigest(), n=30)
+    body["entry"][0]["changes"][0]["value"]["messages"][0]["image"]["id"] = "5566778899001122"
+    _post(env, body)
+    blocks = _user_blocks(env)
+    assert [b["type"] for b in blocks].count("image") == 1
+    assert base64.b64decode([b for b in blocks if b["type"] == "image"][0]["source"]["data"]) \
+        == newer
+    with session_scope(env.engine) as session:
+        states = [m.media["state"] for m in session.exec(select(Message).where(
+            Message.direction == "inbound").order_by(Message.id)).all()]  # type: ignore[index]
+    assert states == ["failed:model_refused", "ok"] and _files(env) == 1
+    env.messages_api.fail("turn", 400)  # "Injected failure": names no image, no retry
+    _post(env, text_body("oi", 3, sent_at=env.clock.now()))
+    assert len([c for c in env.messages_api.calls if c.purpose == "turn"]) == 4
+    assert _files(env) == 1

@@ -428,3 +428,10 @@ def _str(value: Any) -> str | None:
     else:
         text = json.dumps(value, ensure_ascii=False)
     return _LONE_SURROGATE.sub("\ufffd", text.replace("\x00", ""))
+
+
+def storable_text(text: str) -> str:
+    """`text` cleaned as every inbound string is (`_str`: NUL dropped, a lone surrogate made
+    U+FFFD), for customer text that reaches a message by another path: a voice note's
+    transcript (workers/transcription.py)."""
+    return _str(text) or ""

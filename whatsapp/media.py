@@ -14,7 +14,9 @@ Rules:
 - The file's sha256 is checked against the webhook's (base64, as webhooks send it, or hex, as
   the Graph answer does) and the Graph answer's.
 - A read that stalls longer than `timeout` seconds, or a download longer than `deadline`
-  seconds in all, fails.
+  seconds in all, fails: the deadline is checked after every read, whatever its size (a drip
+  of one byte at a time cannot stretch it), so a download ends within `deadline` plus at most
+  one read's `timeout`.
 Synchronous (RQ jobs are sync); it never retries. Every failure is a `MediaError` with a
 `reason` (not_found, refused, host_not_allowed, too_large, unsupported_type, checksum,
 stalled, unreachable); the token and the URL's query string never appear in its message.
@@ -30,7 +32,6 @@ from urllib.parse import urlsplit
 import httpx2
 
 MEDIA_HOSTS = ("lookaside.fbsbx.com",)  # Meta's media host (Sources: WhatsApp §3.3)
-CHUNK = 64 * 1024
 
 
 class MediaError(Exception):
@@ -153,8 +154,8 @@ class MediaClient:
                 length = response.headers.get("content-length")
                 if length and length.isdigit() and int(length) > max_bytes:
                     raise MediaError("too_large", f"{length} bytes; at most {max_bytes}")
-                for chunk in response.iter_bytes(CHUNK):
-                    received += len(chunk)
+                for chunk in response.iter_bytes():  # each read as it arrives: a drip of
+                    received += len(chunk)           # 1 byte is checked byte by byte
                     if received > max_bytes:
                         raise MediaError("too_large", f"over {max_bytes} bytes")
                     if time.monotonic() - started > self._deadline:

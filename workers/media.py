@@ -11,14 +11,23 @@ fetched (whatsapp/media.py) and made what the agent reads, before the window is 
   unsupported file, no transcription endpoint, a 500 or garbage from it) becomes a note that
   tells the agent what happened and what to ask for; the turn goes on, the message stays
   stored and is answered once. Videos and stickers are never downloaded.
+- A file the product took but the Messages API then refused (a 400 naming an image or a PDF,
+  `drop_refused_media`): its message's media is marked `failed:model_refused`, its block
+  becomes the same kind of note (what to ask the customer for), its bytes are deleted, and
+  the turn is retried once without it (workers/turns.py), so no later turn carries it.
 The message's `media.state` records the outcome (ok, or failed:<reason>, or skipped), so a
 retried turn does not fetch again. Logs carry reasons and sizes, never the file, the
 transcript, the caption or the token.
 """
 
+import base64
+import binascii
+import hashlib
+import json
 import re
 from typing import Any
 
+import anthropic
 import structlog
 from sqlmodel import col, select
 
@@ -109,6 +118,72 @@ def _resolve_one(runtime: Runtime, message_id: int, content: list[dict[str, Any]
         session.add(message)
 
 
+REFUSED_STATE = "failed:model_refused"
+
+
+def drop_refused_media(runtime: Runtime, conversation_id: int,
+                       exc: anthropic.BadRequestError) -> int:
+    """When `exc` (a turn's 400) names an image or a document (agent.media.refused_media),
+    mark the media of the message(s) that carried it failed, make their content the failure
+    note and delete their bytes; returns how many files were dropped (0: not a media 400, or
+    nothing to drop: the caller re-raises). Which file: the one at the position the 400
+    names, found by its sha256 in the request the SDK sent; without a position (the real
+    API's "Could not process image"), the files of that kind of this turn's unanswered
+    messages, else every file of that kind in the conversation."""
+    refused = rules.refused_media(_api_message(exc))
+    if refused is None:
+        return 0
+    kind, position = refused
+    with session_scope(runtime.engine) as session:
+        files = [f for f in media_repo.conversation_files(session, conversation_id)
+                 if (f.media_type in rules.DOCUMENT_TYPES) == (kind == "document")]
+        named = _sha256_at(exc, position) if position is not None else None
+        chosen = [f for f in files if named is not None and f.sha256 == named]
+        if not chosen:
+            pending = {int(i) for i in session.exec(select(Message.id).where(
+                Message.conversation_id == conversation_id, Message.direction == "inbound",
+                col(Message.answered_at).is_(None))).all() if i is not None}
+            chosen = [f for f in files if f.message_id in pending] or files
+        for file in chosen:
+            _mark_refused(session, file.message_id, int(file.id or 0))
+        media_repo.delete_files(session, [int(f.id or 0) for f in chosen])
+    log.warning("media_refused_by_model", kind=kind, files=len(chosen),
+                positioned=position is not None)
+    return len(chosen)
+
+
+def _api_message(exc: anthropic.BadRequestError) -> str:
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if isinstance(message, str) else str(exc)
+
+
+def _sha256_at(exc: anthropic.BadRequestError, position: tuple[int, int]) -> str | None:
+    """The hex sha256 of the base64 block at `position` of the request that got `exc`."""
+    try:
+        body = json.loads(exc.request.content)
+        block = body["messages"][position[0]]["content"][position[1]]
+        data = base64.b64decode(block["source"]["data"], validate=True)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, binascii.Error):
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
+def _mark_refused(session: Any, message_id: int, file_id: int) -> None:
+    message = session.get(Message, message_id)
+    if message is None:
+        return
+    described = message.media if isinstance(message.media, dict) else {}
+    kept = [b for b in message.content if not (
+        rules.is_media(b) and file_id in rules.stored_media_ids([b]))]
+    text = _stamp_of(message.content) + _failure_text(described, "model_refused")
+    message.content = [{"type": "text", "text": text},
+                       *(b for b in kept if b.get("type") != "text")]
+    message.media = {**described, "state": REFUSED_STATE}
+    session.add(message)
+
+
 def _client(runtime: Runtime) -> MediaClient:
     settings = runtime.settings
     return MediaClient(base_url=settings.graph_api_base_url,
@@ -180,6 +255,9 @@ def _failure_text(described: dict[str, Any], reason: str) -> str:
                   "side")
         return (f"[sent a {label}{_caption(described)} too large for us to open ({limits}); "
                 "ask them to send a smaller one or to describe it in text]")
+    if reason == "model_refused":
+        return (f"[sent a {label}{_caption(described)} that could not be opened (the file is "
+                "damaged); ask them to send it again, or to describe it in text]")
     if reason in ("unsupported_type", "corrupt"):
         return (f"[sent a {label}{_caption(described)} we cannot open (a damaged or "
                 "unsupported file); ask them to describe it in text or send it as a JPEG, "

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx2
 
+from whatsapp.inbound import storable_text
+
 PATH = "/v1/audio/transcriptions"
 MAX_TRANSCRIPT_CHARS = 4000
 
@@ -33,7 +35,8 @@ class Transcriber:
     http: httpx2.Client | None = None
 
     def transcribe(self, audio: bytes, *, mime_type: str, language: str) -> str:
-        """The text of `audio` (at most MAX_TRANSCRIPT_CHARS), or TranscriptionFailed."""
+        """The text of `audio` (at most MAX_TRANSCRIPT_CHARS), cleaned as inbound text is
+        (whatsapp.inbound.storable_text: no NUL, no lone surrogate), or TranscriptionFailed."""
         if not self.base_url:
             raise TranscriptionFailed("off", "no TRANSCRIPTION_BASE_URL")
         client = self.http or httpx2.Client()
@@ -62,9 +65,10 @@ class Transcriber:
         text = body.get("text") if isinstance(body, dict) else None
         if not isinstance(text, str):
             raise TranscriptionFailed("garbage", "the answer has no text")
-        if not text.strip():
+        text = storable_text(text).strip()  # stored like the customer's own text
+        if not text:
             raise TranscriptionFailed("empty")
-        return text.strip()[:MAX_TRANSCRIPT_CHARS]
+        return text[:MAX_TRANSCRIPT_CHARS]
 
 
 def language_of(setting: str, tenant_language: str) -> str:

@@ -60,7 +60,7 @@ from workers.jobs import (
     retry_later,
     run_coalesced,
 )
-from workers.media import resolve_media
+from workers.media import drop_refused_media, resolve_media
 from workers.outbox import flush_outbox
 from workers.receipts import TypingIndicator
 from workers.runtime import Runtime
@@ -174,6 +174,16 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
 
 
 def _converse(runtime: Runtime, state: TurnState, hooks: "_StoreHooks") -> LoopOutcome:
+    try:
+        return _sized_loop(runtime, state, hooks)
+    except anthropic.BadRequestError as exc:  # a photo or PDF the API could not open:
+        if not drop_refused_media(runtime, _id(state.conversation), exc):  # workers/media.py
+            raise
+        log.warning("turn_media_refused_retrying_without_it")
+        return _sized_loop(runtime, state, hooks)
+
+
+def _sized_loop(runtime: Runtime, state: TurnState, hooks: "_StoreHooks") -> LoopOutcome:
     try:
         return _run_loop(runtime, state, hooks, hard_cap=False)
     except ContextWindowExceeded:
