@@ -149,10 +149,13 @@ class ChatSession:
         self.tenant = {**DEFAULT_TENANT, **tenant}
         self.zone = ZoneInfo(str(self.tenant["timezone"]))
         self.script, self.relay, self.wall = script, relay, wall
-        self._open((start or datetime.now(UTC)).replace(microsecond=0))
+        self.start = (start or datetime.now(UTC)).replace(microsecond=0)  # the recording's
+        self.steps: list[dict[str, Any]] = []
+        self._section = 0  # where the steps since the last /reset start
+        self.messages_sent = 0
+        self._open(self.start)
 
     def _open(self, start: datetime) -> None:
-        self.start = start
         self.env = ReplayEnvironment(start=start)
         self.result = ScenarioResult(name="chat")
         self.lines: list[str] = []
@@ -163,9 +166,7 @@ class ChatSession:
             self.env.messages_api.relay = self.relay
         for step in self.script or []:
             self.env.messages_api.script(step["for"], step["model"])
-        self.steps: list[dict[str, Any]] = []
         self.calls_seen = 0
-        self.messages_sent = 0
         self.last_wall = self.wall()
 
     # -- what the customer and the developer do ----------------------------------------------
@@ -210,8 +211,15 @@ class ChatSession:
 
     def reset(self) -> list[str]:
         """Start over: a new environment at the current product clock, the script's unused
-        responses kept; the recording starts again too."""
+        responses kept. The recording spans it: an expectation on the appointments and facts
+        as they were, then a `reset` step (docs/REPLAY.md), so nothing recorded is lost."""
         now = self.env.clock.now()
+        if any("webhook" in step or "tap" in step for step in self.steps[self._section:]):
+            self.steps.append({"expect": self._expectation("as at the /reset")})
+            self.steps.append({"reset": True})
+        else:  # nothing happened since the last reset: no section to keep
+            del self.steps[self._section:]
+        self._section = len(self.steps)
         if self.script is not None:
             used = {p: sum(1 for c in self.env.messages_api.calls if c.purpose == p
                            and c.status == 200) for p in PURPOSES}
@@ -225,7 +233,8 @@ class ChatSession:
             self.script = remaining
         self.env.close()
         self._open(now)
-        return ["(reset: an empty database, the recording starts again)"]
+        return ["(reset: an empty database, a new conversation; a recording keeps what came "
+                "before)"]
 
     def _follow_wall_clock(self) -> list[dict[str, Any]]:
         """Move the product clock by the whole seconds the wall clock moved since the last
@@ -314,9 +323,7 @@ class ChatSession:
     def scenario(self, name: str = "chat") -> dict[str, Any]:
         """The session as a replay scenario (docs/REPLAY.md): the steps run so far, each after
         the model's responses it used, then an expectation on the appointments and facts now."""
-        expect = {"label": "as at the end of the chat", "appointments": self.appointments(),
-                  "facts": [{**f, "contact": CHAT_WA_ID} for f in self.facts()],
-                  "api_errors": 0}
+        expect = self._expectation("as at the end of the chat")
         scenario = {"name": name,
                     "description": "Recorded with `wagent chat --record`; `wagent replay` "
                                    "replays it with the model's recorded responses, `wagent "
@@ -329,6 +336,12 @@ class ChatSession:
         if problems:  # a recording the runner would refuse is a bug here, not the user's
             raise RuntimeError(f"the recorded scenario is invalid: {problems[:3]}")
         return scenario
+
+    def _expectation(self, label: str) -> dict[str, Any]:
+        """The `expect` of the appointments and the customer's facts now."""
+        return {"label": label, "appointments": self.appointments(),
+                "facts": [{**f, "contact": CHAT_WA_ID} for f in self.facts()],
+                "api_errors": 0}
 
     def close(self) -> None:
         self.env.close()

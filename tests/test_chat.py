@@ -152,15 +152,51 @@ def test_unknown_commands_and_reset_keep_the_unused_script(files: Path) -> None:
         with pytest.raises(ChatError, match="unknown command /book"):
             session.handle("/book")
         assert any("Qual prefere" in line for line in session.handle("oi"))
-        assert session.handle("/reset") == [
-            "(reset: an empty database, the recording starts again)"]
-        assert session.appointments() == [] and session.steps == []
+        assert session.handle("/reset")[0].startswith("(reset: an empty database")
+        assert session.appointments() == []
+        assert session.steps[-1] == {"reset": True}  # the recording goes on
+        kept = len(session.steps)
+        session.handle("/reset")  # nothing since the last reset: nothing more recorded
+        assert len(session.steps) == kept
         lines = session.handle("às 14h")  # the second scripted turn answers now
         assert any("Prontinho" in line for line in lines)
         assert session.appointments()[0]["start"] == "2026-12-02T14:00"
         assert session.scenario()["clock"] == CLOCK
     finally:
         session.close()
+
+
+def test_a_recording_keeps_what_came_before_a_reset_and_replays_it(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The newcomer trial of issue 28: book, /wait 25h, /reset, /quit kept only an empty
+    expect; the recording now spans the reset and replays PASSED with the booking."""
+    typed = ("oi, tem horário amanhã pra corte?\n"
+             "pode ser às 14h, de tarde é melhor pra mim sempre\n"
+             "/wait 25h\n/reset\n/quit\n")
+    assert _chat(monkeypatch, typed, str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--clock", CLOCK, "--record",
+                 str(files / "trial.json")) == 0
+    capsys.readouterr()
+    recorded = json.loads((files / "trial.json").read_text(encoding="utf-8"))
+    steps = recorded["steps"]
+    reset = steps.index({"reset": True})
+    before = steps[reset - 1]["expect"]
+    assert before["appointments"] == [{"service": "corte", "status": "booked",
+                                       "start": "2026-12-02T14:00"}]
+    assert any(f["key"] == "preferred_period" for f in before["facts"])
+    assert len([s for s in steps if "webhook" in s]) == 2
+    assert steps[-1]["expect"]["appointments"] == []  # after the reset: an empty database
+    assert main(["replay", str(files / "trial.json")]) == 0
+    replayed = capsys.readouterr().out
+    assert "PASSED" in replayed and "[reset: an empty database" in replayed
+    result = run_scenario_file(files / "trial.json")
+    assert result.passed and result.requests == 5 and len(result.sent) == 2
+
+    broken = {**recorded, "steps": [*steps[:reset], {"reset": "yes"}]}
+    (files / "broken.json").write_text(json.dumps(broken), encoding="utf-8")
+    refused = run_scenario_file(files / "broken.json")
+    assert not refused.passed and "reset takes true" in refused.failures[0]
 
 
 def test_the_product_clock_follows_the_wall_clock_between_messages(files: Path) -> None:
