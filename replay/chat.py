@@ -38,12 +38,14 @@ from replay.runner import (
     validate_scenario,
 )
 from storage.db import session_scope
-from storage.models import Appointment, Contact, ContactFact, Service, Tenant
+from storage.models import Appointment, Contact, ContactFact, Professional, Service, Tenant
 
 # the customer of a chat: an invented number and name (never a real person's)
 CHAT_WA_ID = "5511999990099"
 CHAT_NAME = "Cliente Teste"
 WABA_ID = "102030405060708"
+# a local date and time as the console shows it to the tenant (bot/console/app.py _localtime)
+LOCAL_FORMAT = "%d/%m/%Y %H:%M"
 HELP = """commands (everything else is sent to the agent as the customer's message):
   /wait DURATION   move the product clock (30m, 25h, 2d) and run the inactivity sweeper
   /appointments    the tenant's appointments now
@@ -288,9 +290,18 @@ class ChatSession:
             return [{"key": f.key, "value": f.value, "state": f.state} for f in rows]
 
     def show_appointments(self) -> list[str]:
-        rows = self.appointments()
-        return [f"   {a['start']}  {a['service']}  {a['status']}" for a in rows] or \
-            ["   (no appointments)"]
+        """One line per appointment: local date and time as the console shows them, the service
+        and professional as the tenant named them, the status."""
+        with session_scope(self.env.engine) as session:
+            rows = session.exec(select(Appointment, Service, Professional).join(
+                Service, col(Service.id) == col(Appointment.service_id)).join(
+                Professional, col(Professional.id) == col(Appointment.professional_id)).join(
+                Tenant, col(Tenant.id) == col(Appointment.tenant_id)).where(
+                Tenant.phone_number_id == str(self.tenant["phone_number_id"])).order_by(
+                col(Appointment.start_at), col(Appointment.id))).all()
+            lines = [f"   {a.start_at.astimezone(self.zone):{LOCAL_FORMAT}}  {s.name} with {p.name}"
+                     f"  {a.status}" for a, s, p in rows]
+        return lines or ["   (no appointments)"]
 
     def show_facts(self) -> list[str]:
         rows = self.facts()

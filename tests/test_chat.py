@@ -72,7 +72,7 @@ def test_chat_with_a_script_through_standard_input_books_and_records(
     assert "customer ▸ oi, tem horário amanhã pra corte?" in out
     assert "agent    ◂ Oi! Amanhã a Júlia tem 14h ou 15h. Qual prefere?" in out
     assert "agent    ◂ Prontinho! Corte com a Júlia amanhã, quarta, às 14h." in out
-    assert "2026-12-02T14:00  corte  booked" in out  # /appointments
+    assert "02/12/2026 14:00  Corte feminino with Júlia  booked" in out  # /appointments
     assert "/wait takes a duration" in out  # a bad argument: said, nothing ran
     assert "[sweeper closed 1 conversation(s)]" in out
     assert "preferred_period = tarde (confirmed)" in out  # /facts after the session ended
