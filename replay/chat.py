@@ -34,7 +34,9 @@ from replay.runner import (
     DEFAULT_TENANT,
     PURPOSES,
     ScenarioResult,
+    _offered,
     _Runner,
+    _tap_reply,
     validate_scenario,
 )
 from storage.db import session_scope
@@ -47,6 +49,7 @@ WABA_ID = "102030405060708"
 # a local date and time as the console shows it to the tenant (bot/console/app.py _localtime)
 LOCAL_FORMAT = "%d/%m/%Y %H:%M"
 HELP = """commands (everything else is sent to the agent as the customer's message):
+  /tap TITLE       tap a list row or reply button the agent offered (its title as shown)
   /wait DURATION   move the product clock (30m, 25h, 2d) and run the inactivity sweeper
   /appointments    the tenant's appointments now
   /facts           what is stored about you (the customer)
@@ -191,6 +194,8 @@ class ChatSession:
             return shown[command]()
         if command == "/reset":
             return self.reset()
+        if command == "/tap":
+            return self.tap(argument.strip())
         raise ChatError(f"unknown command {command}; /help lists them")
 
     def say(self, text: str) -> list[str]:
@@ -200,6 +205,19 @@ class ChatSession:
         wamid = f"wamid.CHAT{int(self.start.timestamp())}{self.messages_sent:06d}"
         body = message_body(str(self.tenant["phone_number_id"]), wamid, text, self.env.clock.now())
         return self._run([{"webhook": body}, {"drain": True}], moved=moved)
+
+    def tap(self, title: str) -> list[str]:
+        """Tap `title` on the latest message that offered it (a list row or a reply button:
+        the replay runner's `tap` step), then run the workers. ChatError when none did."""
+        if not title:
+            raise ChatError("/tap takes the title of a list row or button, as shown")
+        if not any(_tap_reply(send.body, title) for send in self.env.graph_api.accepted):
+            offered = [t for send in self.env.graph_api.accepted
+                       for t, _ in _offered(send.body)]
+            shown = f"; offered so far: {', '.join(offered)}" if offered else ""
+            raise ChatError(f"no message the agent sent offers {title!r}{shown}")
+        moved = self._follow_wall_clock()
+        return self._run([{"tap": title}, {"drain": True}], moved=moved)
 
     def wait(self, duration: str) -> list[str]:
         """Move the product clock by `duration` (`25h`) and run the sweeper (then the workers)."""

@@ -830,7 +830,9 @@ def _sorted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _sent_text(body: dict[str, Any]) -> str:
     """What a send put on the customer's phone, as a transcript line: the text, or for a
     template its name, language and body parameters (the Graph API's `template` object: README,
-    Sessions, the 24-hour window), or the message type."""
+    Sessions, the 24-hour window), for a list or buttons the body, the list's button label and
+    the titles offered with their descriptions (`Qual prefere? [list "Ver horários": Qua 02/12
+    14:00 (Júlia) | ...]`), or the message type."""
     if body.get("type") == "template":
         template = body.get("template") or {}
         language = (template.get("language") or {}).get("code", "")
@@ -838,9 +840,15 @@ def _sent_text(body: dict[str, Any]) -> str:
                       if c.get("type") == "body" for p in c.get("parameters") or []]
         shown = f" ({', '.join(parameters)})" if parameters else ""
         return f"[template {template.get('name')} {language}]{shown}"
-    kind = (body.get("interactive") or {}).get("type")
+    interactive = body.get("interactive") or {}
+    kind = interactive.get("type")
     if body.get("type") == "interactive" and kind in ("list", "button"):
-        titles = " | ".join(title for title, _ in _offered(body))
-        return f"{_send_view(body).get('text')} [{kind}: {titles}]"
+        options = " | ".join(
+            title + (f" ({reply['interactive']['list_reply']['description']})"
+                     if reply["interactive"].get("list_reply", {}).get("description") else "")
+            for title, reply in _offered(body))
+        label = (interactive.get("action") or {}).get("button")
+        named = f' "{label}"' if kind == "list" and label else ""
+        return f"{_send_view(body).get('text')} [{kind}{named}: {options}]"
     return str(((body.get("text") or {}).get("body")) or body.get("type"))
 

@@ -199,6 +199,41 @@ def test_a_recording_keeps_what_came_before_a_reset_and_replays_it(
     assert not refused.passed and "reset takes true" in refused.failures[0]
 
 
+CHOICES: list[dict[str, Any]] = [
+    {"model": [{"tool": "offer_choices", "input": {"button": "Ver horários", "options": [
+        {"slot": f"2026-12-02T{hour}:00", "professional": "julia",
+         "title": f"Qua 02/12 {hour}:00", "description": "com a Júlia"}
+        for hour in ("14", "15")]}},
+        {"text": "Amanhã tenho estes horários. Qual prefere?"}]},
+    {"model": [{"tool": "book_appointment", "input": {"service": "corte",
+                                                      "start": "2026-12-02T15:00"}},
+               {"text": "Prontinho! Quarta às 15h com a Júlia."}]},
+]
+
+
+def test_the_customer_taps_a_list_row_and_the_recording_replays_it(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "choices.json").write_text(json.dumps(CHOICES), encoding="utf-8")
+    typed = "/help\n/tap Qua 02/12 15:00\noi, tem horário amanhã?\n/tap Sex 04/12 9:00\n" \
+            "/tap Qua 02/12 15:00\n/appointments\n"
+    assert _chat(monkeypatch, typed, str(files / "tenant.json"), "--script",
+                 str(files / "choices.json"), "--clock", CLOCK, "--record",
+                 str(files / "tapped.json")) == 0
+    out = capsys.readouterr().out
+    assert "/tap TITLE" in out  # /help lists it
+    assert "(no message the agent sent offers 'Qua 02/12 15:00')" in out  # before any list
+    assert ('agent    ◂ Amanhã tenho estes horários. Qual prefere? [list "Ver horários": '
+            "Qua 02/12 14:00 (com a Júlia) | Qua 02/12 15:00 (com a Júlia)]") in out
+    assert "offered so far: Qua 02/12 14:00, Qua 02/12 15:00" in out  # a title not offered
+    assert "customer ▸ [picked list option \"Qua 02/12 15:00\"" in out
+    assert "02/12/2026 15:00  Corte feminino with Júlia  booked" in out
+    recorded = json.loads((files / "tapped.json").read_text(encoding="utf-8"))
+    assert [s["tap"] for s in recorded["steps"] if "tap" in s] == ["Qua 02/12 15:00"]
+    result = run_scenario_file(files / "tapped.json")
+    assert result.passed, result.failures
+
+
 def test_the_product_clock_follows_the_wall_clock_between_messages(files: Path) -> None:
     wall = iter([100.0, 100.2, 190.7, 190.9])
     session = ChatSession(TENANT, script=load_script(SCRIPT), start=_start(),
