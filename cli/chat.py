@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cli.admin import read_document
+from core.credentials import ANTHROPIC_KEY, looks_like_anthropic_key
 from core.logs import configure_logging
 from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
 from replay.relay import DEFAULT_BASE_URL, Relay
@@ -24,6 +25,19 @@ NO_MODEL = ("wagent chat: no model to talk to. Set ANTHROPIC_API_KEY (or ANTHROP
             "To see the product work without a key, run `wagent demo`.")
 
 
+def key_problem(relay: Relay) -> str | None:
+    """Why `relay` cannot work before anything is sent: a key for api.anthropic.com that is
+    empty or does not have the form of one (core/credentials.py), such as the placeholder
+    the README's console set-up puts in `.env`. None for a compatible endpoint of your own
+    (ANTHROPIC_BASE_URL elsewhere), which may take any key or none."""
+    if relay.base_url.rstrip("/") != DEFAULT_BASE_URL or looks_like_anthropic_key(relay.api_key):
+        return None
+    what = "is empty" if not relay.api_key.strip() else \
+        f"does not look like an Anthropic API key (those start with {ANTHROPIC_KEY})"
+    return (f"ANTHROPIC_API_KEY (from the environment or .env) {what}: a placeholder, so "
+            f"nothing was sent to {DEFAULT_BASE_URL}. Put your real key there.")
+
+
 def relay_from_environment() -> Relay | None:
     """The real Messages API the environment names (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL),
     or None when it names none."""
@@ -35,7 +49,10 @@ def relay_from_environment() -> Relay | None:
 
 
 def chat(args: argparse.Namespace) -> int:
-    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
+    # the product's log lines never mix with the transcript (stdout): on stderr, and off
+    # unless REPLAY_LOG_LEVEL asks (the transcript shows the model's failures itself)
+    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "CRITICAL"), fmt="console",
+                      stream=sys.stderr)
     path = args.tenant_file or EXAMPLE_TENANT
     try:
         tenant = read_document(path)
@@ -48,6 +65,11 @@ def chat(args: argparse.Namespace) -> int:
     relay = None if script is not None else relay_from_environment()
     if script is None and relay is None:
         print(NO_MODEL, file=sys.stderr)
+        return 2
+    problem = key_problem(relay) if relay is not None else None
+    if problem:
+        print(f"wagent chat: {problem} Or chat with scripted replies (--script FILE: "
+              "docs/REPLAY.md), or run `wagent demo`.", file=sys.stderr)
         return 2
     session = ChatSession(tenant, script=script, relay=relay, start=start)
     interactive = sys.stdin.isatty()

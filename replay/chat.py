@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from rq.job import Job
+from rq.registry import ScheduledJobRegistry
 from sqlmodel import col, select
 
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment
 from replay.messages_api import RecordedCall, check_item
-from replay.relay import Relay
+from replay.relay import Relay, unreachable
 from replay.runner import (
     DEFAULT_TENANT,
     PURPOSES,
@@ -40,6 +42,7 @@ from replay.runner import (
     validate_scenario,
 )
 from storage.db import session_scope
+from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
 from storage.models import Appointment, Contact, ContactFact, Professional, Service, Tenant
 
 # the customer of a chat: an invented number and name (never a real person's)
@@ -48,6 +51,7 @@ CHAT_NAME = "Cliente Teste"
 WABA_ID = "102030405060708"
 # a local date and time as the console shows it to the tenant (bot/console/app.py _localtime)
 LOCAL_FORMAT = "%d/%m/%Y %H:%M"
+RETRIED_JOBS = {TURN_JOB, COMPACTION_JOB, FACTS_JOB}  # the jobs that call the model
 HELP = """commands (everything else is sent to the agent as the customer's message):
   /tap TITLE       tap a list row or reply button the agent offered (its title as shown)
   /wait DURATION   move the product clock (30m, 25h, 2d) and run the inactivity sweeper
@@ -277,10 +281,32 @@ class ChatSession:
         self.calls_seen = len(self.env.messages_api.calls)
         self.steps += moved + model_steps(calls) + actions
         out = list(self.lines)
-        out += [f"   [the Messages API answered {c.status} ({c.purpose}): {_error_text(c)}; "
-                f"a retry waits on the product clock: /wait 1m lets it run]"
-                for c in calls if c.status != 200]
+        for call in calls:
+            if call.status == 200:
+                continue
+            if unreachable(call.response):  # the relay's own 529: no answer came
+                out.append(f"   [{call.purpose} call: {_error_text(call)}]")
+            else:
+                out.append(f"   [the Messages API answered {call.status} ({call.purpose}): "
+                           f"{_error_text(call)}]")
+        retry = self._retry_at() if any(c.status != 200 for c in calls) else None
+        if retry is not None:
+            wait = max(0, int((retry - self.env.clock.now()).total_seconds()))
+            out.append(f"   [a retry is due at {retry.astimezone(self.zone):%H:%M:%S} local "
+                       f"(in {wait} s) on the product clock: /wait {_minutes(wait)}m lets it "
+                       "run]")
         return out
+
+    def _retry_at(self) -> datetime | None:
+        """When the earliest retry of a model-calling job (turn, compaction, facts) waiting in
+        the scheduled registry is due; None when no retry follows."""
+        registry = ScheduledJobRegistry(queue=self.env.queue)
+        due = []
+        for job_id, score in self.env.redis.zrange(registry.key, 0, -1, withscores=True):
+            job = Job.fetch(job_id.decode(), connection=self.env.redis)
+            if job.func_name in RETRIED_JOBS:
+                due.append(datetime.fromtimestamp(score, UTC))
+        return min(due, default=None)
 
     # -- what the developer looks at ---------------------------------------------------------
 
@@ -390,6 +416,10 @@ def _block_lines(block: dict[str, Any]) -> list[str]:
         flag = " (error)" if block.get("is_error") else ""
         return [f"[tool_result{flag}]", *text.splitlines()]
     return [f"[{kind}]"]
+
+
+def _minutes(seconds: int) -> int:
+    return max(1, -(-seconds // 60))
 
 
 def _error_text(call: RecordedCall) -> str:

@@ -4,18 +4,23 @@ replies, slash commands, and a recording that `wagent replay` replays with the s
 import asyncio
 import io
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
+from aiohttp.client_reqrep import ConnectionKey
 
+from cli.chat import key_problem
 from cli.main import main
 from replay.chat import ChatError, ChatSession, load_script, model_steps, recorded_item
 from replay.messages_api import MessagesDouble, RecordedCall
+from replay.relay import DEFAULT_BASE_URL, Relay, unreachable, unreachable_message
 from replay.runner import run_scenario, run_scenario_file
 
 CLOCK = "2026-12-01T13:00:00Z"  # Tue 10:00 in São Paulo
@@ -334,8 +339,70 @@ def test_a_wrong_key_is_shown_plainly(files: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.url)
     assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--clock", CLOCK) == 0
     out = capsys.readouterr().out
-    assert "[the Messages API answered 401 (turn): invalid x-api-key; a retry" in out
+    assert "[the Messages API answered 401 (turn): invalid x-api-key]" in out
+    assert "a retry" not in out and "/wait 1m" not in out  # a 401 is not retried
     assert "sk-wrong" not in out
+
+
+@pytest.mark.parametrize("key", ["", "sk-ant-...", "changeme-123", "sk-test-upstream"])
+def test_a_placeholder_key_for_the_real_api_is_said_plainly_and_nothing_is_sent(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        key: str) -> None:
+    (files / ".env").write_text(f"ANTHROPIC_API_KEY={key}\n"  # the README's console set-up
+                                "ANTHROPIC_BASE_URL=https://api.anthropic.com\n")
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json")) == 2
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY (from the environment or .env)" in err
+    assert "nothing was sent to https://api.anthropic.com" in err and "--script" in err
+    assert not key or key not in err  # the value itself is never printed
+    (files / "rec.json").write_text(json.dumps({"name": "x", "steps": []}), encoding="utf-8")
+    assert main(["replay", "--live", str(files / "rec.json")]) == 2
+    assert "placeholder" in capsys.readouterr().err
+
+
+def test_a_key_of_the_real_form_passes_the_placeholder_check() -> None:
+    assert key_problem(Relay(api_key="sk-ant-api03-" + "a1B2_c3-" * 6)) is None
+    assert key_problem(Relay(api_key="sk-ant-...")) is not None
+    assert key_problem(Relay(base_url="http://127.0.0.1:9", api_key="")) is None  # your own
+
+
+def test_an_unreachable_api_is_named_with_its_cause_and_the_hint_follows_retries_only(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on: refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-upstream")
+    typed = "oi\n/wait 1m\n/wait 1m\n/wait 3m\n"  # TURN_MAX_ATTEMPTS=4: 10 s, 40 s, 120 s
+    assert _chat(monkeypatch, typed, str(files / "tenant.json"), "--clock", CLOCK) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "answered 529" not in out
+    assert out.count("[turn call: could not reach the Messages API at http://127.0.0.1:") == 4
+    assert "the connection was refused (nothing listens there) (ClientConnectorError)]" in out
+    hints = [line for line in out.splitlines() if "a retry is due at" in line]
+    assert len(hints) == 3 and "(in 10 s)" in hints[0] and "(in 120 s)" in hints[2]
+    tail = out.split(hints[-1])[1]
+    assert "agent    ◂" in tail and "a retry" not in tail  # the apology; no retry follows
+    for leaked in ("turn_provider_failed", "[error", "OverloadedError", "retry_scheduled"):
+        assert leaked not in out and leaked not in captured.err  # logs off by default
+
+
+def test_a_dns_failure_is_named_as_one() -> None:
+    key = ConnectionKey("api.anthropic.com", 443, True, True, None, None, None)
+    try:
+        try:
+            raise socket.gaierror(-3, "Temporary failure in name resolution")
+        except socket.gaierror as cause:
+            raise aiohttp.ClientConnectorDNSError(key, cause) from cause
+    except aiohttp.ClientConnectorDNSError as exc:
+        text = unreachable_message(DEFAULT_BASE_URL, exc)
+    assert text == ("could not reach the Messages API at https://api.anthropic.com: the host "
+                    "name did not resolve (DNS: offline, or no name server?) "
+                    "(ClientConnectorDNSError)")
+    assert unreachable({"type": "error", "error": {"message": text}})
+    assert not unreachable({"type": "error", "error": {"message": "Overloaded"}})
 
 
 def _start() -> datetime:
