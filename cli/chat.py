@@ -13,6 +13,7 @@ from pathlib import Path
 from cli.admin import read_document
 from core.credentials import ANTHROPIC_KEY, looks_like_anthropic_key
 from core.logs import configure_logging
+from core.settings import DEFAULT_DATABASE_URL
 from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
 from replay.relay import DEFAULT_BASE_URL, Relay
 from storage.errors import TenantConfigError
@@ -33,9 +34,10 @@ def key_problem(relay: Relay) -> str | None:
     if relay.base_url.rstrip("/") != DEFAULT_BASE_URL or looks_like_anthropic_key(relay.api_key):
         return None
     what = "is empty" if not relay.api_key.strip() else \
-        f"does not look like an Anthropic API key (those start with {ANTHROPIC_KEY})"
-    return (f"ANTHROPIC_API_KEY (from the environment or .env) {what}: a placeholder, so "
-            f"nothing was sent to {DEFAULT_BASE_URL}. Put your real key there.")
+        f"does not look like an Anthropic API key (those start with {ANTHROPIC_KEY}): a " \
+        "placeholder"
+    return (f"ANTHROPIC_API_KEY (from the environment or .env) {what}, so nothing was sent to "
+            f"{DEFAULT_BASE_URL}. Put your real key there.")
 
 
 def relay_from_environment() -> Relay | None:
@@ -71,12 +73,26 @@ def chat(args: argparse.Namespace) -> int:
         print(f"wagent chat: {problem} Or chat with scripted replies (--script FILE: "
               "docs/REPLAY.md), or run `wagent demo`.", file=sys.stderr)
         return 2
-    session = ChatSession(tenant, script=script, relay=relay, start=start)
+    database_url = _database_url(args)
+    if database_url is not None and args.record:
+        print("wagent chat: --record writes a scenario that replays on a database of its own; "
+              "it cannot be kept in your database too (--database-url): use one or the other",
+              file=sys.stderr)
+        return 2
+    try:
+        session = ChatSession(tenant, script=script, relay=relay, start=start,
+                              database_url=database_url)
+    except ValueError as exc:  # the database has no schema
+        print(f"wagent chat: {exc}", file=sys.stderr)
+        return 2
     interactive = sys.stdin.isatty()
     model = f"scripted ({args.script})" if script is not None else \
         f"the Messages API at {relay.base_url if relay else ''}"
     print(f"chat with {tenant.get('name', tenant['phone_number_id'])} ({path}); you are "
           f"{CHAT_NAME}; model: {model}. Type /help for commands, /quit to end.")
+    if database_url is not None:
+        print("kept in your database (--database-url): the console's Conversations page shows "
+              "this chat")
     try:
         _loop(session, interactive)
     except KeyboardInterrupt:
@@ -92,6 +108,15 @@ def chat(args: argparse.Namespace) -> int:
         finally:
             session.close()
     return 0
+
+
+def _database_url(args: argparse.Namespace) -> str | None:
+    """`--database-url URL`, or the configured DATABASE_URL for a bare `--database-url`; None
+    without the flag (the chat's own database, gone at the end)."""
+    given = getattr(args, "database_url", None)
+    if given is None:
+        return None
+    return given or os.environ.get("DATABASE_URL", "").strip() or DEFAULT_DATABASE_URL
 
 
 def _start(text: str | None) -> datetime | None:

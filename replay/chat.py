@@ -18,10 +18,11 @@ chat").
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from rq.job import Job
@@ -148,13 +149,20 @@ def message_body(phone_number_id: str, wamid: str, text: str, at: datetime) -> d
 class ChatSession:
     """One chat: a replay environment with the tenant, the script or the relay, and the
     scenario being recorded. `wall` is the wall clock in seconds (time.monotonic), which the
-    product clock follows between messages. `close()` stops everything."""
+    product clock follows between messages. With `database_url` the chat writes into that
+    (migrated) database and leaves it there: the tenant upserted from its file, the customer's
+    conversation, bookings and facts (ValueError when it has no schema). `close()` stops
+    everything."""
 
     def __init__(self, tenant: dict[str, Any], *, script: list[dict[str, Any]] | None = None,
                  relay: Relay | None = None, start: datetime | None = None,
-                 wall: Callable[[], float] = time.monotonic) -> None:
+                 wall: Callable[[], float] = time.monotonic,
+                 database_url: str | None = None) -> None:
         if (script is None) == (relay is None):
             raise ChatError("a chat needs either a script or a relay to a Messages API")
+        self.database_url = database_url  # kept: the chat stays there (the local console)
+        # a kept database has the wamids of earlier chats: each chat's own (else a redelivery)
+        self._run_id = uuid.uuid4().hex[:8].upper() if database_url is not None else ""
         self.tenant = {**DEFAULT_TENANT, **tenant}
         self.zone = ZoneInfo(str(self.tenant["timezone"]))
         self.script, self.relay, self.wall = script, relay, wall
@@ -165,7 +173,8 @@ class ChatSession:
         self._open(self.start)
 
     def _open(self, start: datetime) -> None:
-        self.env = ReplayEnvironment(start=start)
+        self.env = ReplayEnvironment(start=start, database_url=self.database_url,
+                                     keep_database=self.database_url is not None)
         self.result = ScenarioResult(name="chat")
         self.lines: list[str] = []
         self.runner = _Runner(self.env, self.result, Path("."), self.lines.append, self.zone,
@@ -206,7 +215,7 @@ class ChatSession:
         """Send `text` as the customer's WhatsApp message and run the workers."""
         moved = self._follow_wall_clock()
         self.messages_sent += 1
-        wamid = f"wamid.CHAT{int(self.start.timestamp())}{self.messages_sent:06d}"
+        wamid = f"wamid.CHAT{int(self.start.timestamp())}{self._run_id}{self.messages_sent:06d}"
         body = message_body(str(self.tenant["phone_number_id"]), wamid, text, self.env.clock.now())
         return self._run([{"webhook": body}, {"drain": True}], moved=moved)
 
@@ -237,6 +246,8 @@ class ChatSession:
         """Start over: a new environment at the current product clock, the script's unused
         responses kept. The recording spans it: an expectation on the appointments and facts
         as they were, then a `reset` step (docs/REPLAY.md), so nothing recorded is lost."""
+        if self.database_url is not None:
+            raise ChatError("/reset would empty your database: not with --database-url")
         now = self.env.clock.now()
         if any("webhook" in step or "tap" in step for step in self.steps[self._section:]):
             self.steps.append({"expect": self._expectation("as at the /reset")})
@@ -300,9 +311,11 @@ class ChatSession:
     def _retry_at(self) -> datetime | None:
         """When the earliest retry of a model-calling job (turn, compaction, facts) waiting in
         the scheduled registry is due; None when no retry follows."""
-        registry = ScheduledJobRegistry(queue=self.env.queue)
+        registry = ScheduledJobRegistry(queue=self.env.queue)  # type: ignore[no-untyped-call]
+        entries = cast(list[tuple[bytes, float]],
+                       self.env.redis.zrange(registry.key, 0, -1, withscores=True))
         due = []
-        for job_id, score in self.env.redis.zrange(registry.key, 0, -1, withscores=True):
+        for job_id, score in entries:
             job = Job.fetch(job_id.decode(), connection=self.env.redis)
             if job.func_name in RETRIED_JOBS:
                 due.append(datetime.fromtimestamp(score, UTC))

@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
+from agent.window import STAFF_LEAD_IN
 from bot.console.texts import TEXTS, translate_notes
+from operations.staff import template_note
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Tenant
+from storage.rights import ANONYMOUS
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.factories import text_body
 from tests.test_console import Browser
 from tests.test_edits import follow_up
-from agent.window import STAFF_LEAD_IN
-from operations.staff import template_note
-from storage.rights import ANONYMOUS
 from whatsapp.inbound import DELETED, ECHO_KINDS, _parse_echo, edit_text, render_text
 from workers.media import VOICE_MARK, _caption_text, _failure_text
 
