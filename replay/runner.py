@@ -300,14 +300,14 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
     runner = open_runner(start)
     env: ReplayEnvironment | None = runner.env
     try:
-        local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
+        local = runner.env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
         source = f"live, from {live.base_url}" if live else "scripted"
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
                    f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
         if not _creates_tenant(scenario):
-            env.add_tenant(_tenant(scenario))
+            runner.env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
-            if "reset" in step:  # an empty database from here on, at the same clock
+            if isinstance(step, dict) and "reset" in step:  # an empty database, same clock
                 runner.collect_totals()
                 now = runner.env.clock.now()
                 runner.env.close()
@@ -316,7 +316,7 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                 env = runner.env
                 runner.say("   [reset: an empty database, a new conversation]")
                 if not _creates_tenant(scenario):
-                    env.add_tenant(_tenant(scenario))
+                    runner.env.add_tenant(_tenant(scenario))
                 continue
             runner.step(index, step)
     except ScenarioError as exc:
