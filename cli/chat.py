@@ -11,7 +11,9 @@ from datetime import datetime
 from pathlib import Path
 
 from cli.admin import read_document
+from core.credentials import ANTHROPIC_KEY, looks_like_anthropic_key
 from core.logs import configure_logging
+from core.settings import DEFAULT_DATABASE_URL
 from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
 from replay.relay import DEFAULT_BASE_URL, Relay
 from storage.errors import TenantConfigError
@@ -22,6 +24,20 @@ NO_MODEL = ("wagent chat: no model to talk to. Set ANTHROPIC_API_KEY (or ANTHROP
             "for a compatible endpoint) to chat with the real model, or give --script FILE "
             "(a list of `model` steps: docs/REPLAY.md) to chat with scripted replies. "
             "To see the product work without a key, run `wagent demo`.")
+
+
+def key_problem(relay: Relay) -> str | None:
+    """Why `relay` cannot work before anything is sent: a key for api.anthropic.com that is
+    empty or does not have the form of one (core/credentials.py), such as the placeholder
+    the README's console set-up puts in `.env`. None for a compatible endpoint of your own
+    (ANTHROPIC_BASE_URL elsewhere), which may take any key or none."""
+    if relay.base_url.rstrip("/") != DEFAULT_BASE_URL or looks_like_anthropic_key(relay.api_key):
+        return None
+    what = "is empty" if not relay.api_key.strip() else \
+        f"does not look like an Anthropic API key (those start with {ANTHROPIC_KEY}): a " \
+        "placeholder"
+    return (f"ANTHROPIC_API_KEY (from the environment or .env) {what}, so nothing was sent to "
+            f"{DEFAULT_BASE_URL}. Put your real key there.")
 
 
 def relay_from_environment() -> Relay | None:
@@ -35,7 +51,10 @@ def relay_from_environment() -> Relay | None:
 
 
 def chat(args: argparse.Namespace) -> int:
-    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
+    # the product's log lines never mix with the transcript (stdout): on stderr, and off
+    # unless REPLAY_LOG_LEVEL asks (the transcript shows the model's failures itself)
+    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "CRITICAL"), fmt="console",
+                      stream=sys.stderr)
     path = args.tenant_file or EXAMPLE_TENANT
     try:
         tenant = read_document(path)
@@ -49,12 +68,31 @@ def chat(args: argparse.Namespace) -> int:
     if script is None and relay is None:
         print(NO_MODEL, file=sys.stderr)
         return 2
-    session = ChatSession(tenant, script=script, relay=relay, start=start)
+    problem = key_problem(relay) if relay is not None else None
+    if problem:
+        print(f"wagent chat: {problem} Or chat with scripted replies (--script FILE: "
+              "docs/REPLAY.md), or run `wagent demo`.", file=sys.stderr)
+        return 2
+    database_url = _database_url(args)
+    if database_url is not None and args.record:
+        print("wagent chat: --record writes a scenario that replays on a database of its own; "
+              "it cannot be kept in your database too (--database-url): use one or the other",
+              file=sys.stderr)
+        return 2
+    try:
+        session = ChatSession(tenant, script=script, relay=relay, start=start,
+                              database_url=database_url)
+    except ValueError as exc:  # the database has no schema
+        print(f"wagent chat: {exc}", file=sys.stderr)
+        return 2
     interactive = sys.stdin.isatty()
     model = f"scripted ({args.script})" if script is not None else \
         f"the Messages API at {relay.base_url if relay else ''}"
     print(f"chat with {tenant.get('name', tenant['phone_number_id'])} ({path}); you are "
           f"{CHAT_NAME}; model: {model}. Type /help for commands, /quit to end.")
+    if database_url is not None:
+        print("kept in your database (--database-url): the console's Conversations page shows "
+              "this chat")
     try:
         _loop(session, interactive)
     except KeyboardInterrupt:
@@ -70,6 +108,15 @@ def chat(args: argparse.Namespace) -> int:
         finally:
             session.close()
     return 0
+
+
+def _database_url(args: argparse.Namespace) -> str | None:
+    """`--database-url URL`, or the configured DATABASE_URL for a bare `--database-url`; None
+    without the flag (the chat's own database, gone at the end)."""
+    given = getattr(args, "database_url", None)
+    if given is None:
+        return None
+    return given or os.environ.get("DATABASE_URL", "").strip() or DEFAULT_DATABASE_URL
 
 
 def _start(text: str | None) -> datetime | None:

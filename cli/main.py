@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--clock", default=None, metavar="ISO",
                       help="start the product clock here (default: now), for scripts that "
                            "name dates: 2026-12-01T13:00:00Z")
+    chat.add_argument("--database-url", nargs="?", const="", default=None, metavar="URL",
+                      help="keep the chat in this database (default: the configured "
+                           "DATABASE_URL, e.g. from .env), migrated with `wagent db upgrade`, "
+                           "so the local console shows it; not with --record or /reset")
     chat.set_defaults(run="cli.chat:chat")
 
     demo = sub.add_parser("demo", help="run the bundled example scenario(s) with a transcript")

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli.chat import relay_from_environment
+from cli.chat import key_problem, relay_from_environment
 from cli.main import main
 from core.logs import configure_logging
 from replay.relay import Relay
@@ -24,6 +24,10 @@ def replay(args: argparse.Namespace) -> int:
             print("wagent replay --live: no model to talk to. Set ANTHROPIC_API_KEY (or "
                   "ANTHROPIC_BASE_URL) to send the recorded customer messages to the real "
                   "model; without --live the scripted responses are replayed.", file=sys.stderr)
+            return 2
+        if problem := key_problem(live):
+            print(f"wagent replay --live: {problem} Without --live the scripted responses "
+                  "are replayed.", file=sys.stderr)
             return 2
     return _run_scenarios(list(args.files), as_json=args.json, quiet=args.quiet, live=live)
 

@@ -1,6 +1,7 @@
 """The secrets the product mints (tenant tokens, console session ids, CSRF tokens), in one
 recognisable form: a kind prefix and 32 random bytes, URL-safe. The log renderer
-(core/logs.py) blanks anything of this form wherever it appears in a line.
+(core/logs.py) blanks anything of this form wherever it appears in a line. Also the form of
+the one outside key a newcomer pastes (an Anthropic API key), to tell it from a placeholder.
 
 A tenant token also names its tenant (`wat_<tenant id>_<random>`), so a failed attempt with
 it counts against that tenant's limit (storage/throttle.py): a guess that could match one of
@@ -20,6 +21,17 @@ WEBHOOK_SECRET = "whsec_"  # an outbound webhook endpoint's signing secret (stor
 MINTED = re.compile(r"(?:w(?:at|cs|cf)|whsec)_[A-Za-z0-9_-]{16,}")
 _RANDOM_CHARS = 43  # secrets.token_urlsafe(32)
 _TENANT_TOKEN = re.compile(rf"wat_([1-9][0-9]{{0,9}})_[A-Za-z0-9_-]{{{_RANDOM_CHARS}}}")
+
+
+# An Anthropic API key as Anthropic's console issues it: "sk-ant-" and a long URL-safe rest
+# (README's placeholder "sk-ant-..." and .env's empty value are not one)
+ANTHROPIC_KEY = "sk-ant-"
+_ANTHROPIC_KEY = re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}")
+
+
+def looks_like_anthropic_key(value: str) -> bool:
+    """Whether `value` has the form of a key of api.anthropic.com (a placeholder has not)."""
+    return _ANTHROPIC_KEY.fullmatch(value.strip()) is not None
 
 
 def mint(kind: str) -> str:

@@ -11,6 +11,7 @@ caller may see it), returns JSON-ready data, and raises:
 """
 
 import hashlib
+import json
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -252,6 +253,33 @@ def delivery_view(parts: list[Outbound], language: str = "en") -> dict[str, Any]
     return delivery.reply_delivery(parts, language) if parts else None
 
 
+def offered_view(parts: list[Outbound]) -> dict[str, Any] | None:
+    """What a reply sent as a WhatsApp list or reply buttons offered (workers/choices.py: an
+    `interactive` outbox part holds the `interactive` object as JSON): `{"kind": "list" |
+    "button", "button": the list's label or None, "options": [titles, in order]}`; None for
+    any other reply."""
+    for part in parts:
+        if part.kind != "interactive":
+            continue
+        try:
+            interactive = json.loads(part.body)
+        except ValueError:
+            return None
+        action = interactive.get("action") or {} if isinstance(interactive, dict) else {}
+        kind = interactive.get("type") if isinstance(interactive, dict) else None
+        if kind == "list":
+            options = [str(r.get("title", "")) for section in action.get("sections") or []
+                       for r in section.get("rows") or []]
+        elif kind == "button":
+            options = [str((b.get("reply") or {}).get("title", ""))
+                       for b in action.get("buttons") or []]
+        else:
+            return None
+        return {"kind": kind, "button": action.get("button") if kind == "list" else None,
+                "options": options}
+    return None
+
+
 def _conversation_head(c: Conversation) -> dict[str, Any]:
     return {"id": c.id, "status": c.status, "opened_at": _iso(c.opened_at),
             "closed_at": _iso(c.closed_at), "last_activity_at": _iso(c.last_activity_at),
@@ -304,6 +332,7 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                       "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
                       "delivery_status": delivery.state_of(m.delivery_status),
                       "delivery": delivery_view(parts.get(int(m.id or 0), []), language),
+                      "offered": offered_view(parts.get(int(m.id or 0), [])),
                       "deleted_at": _iso(m.deleted_at)} for m in messages],
         "usage": {"calls": [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
                              "request_id": u.request_id, "input_tokens": u.input_tokens,

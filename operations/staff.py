@@ -98,7 +98,7 @@ def reply(session: Session, tenant: Tenant, conversation_id: int, body: Any, *,
     else:
         spec = _declared(tenant, choice.template)
         params = choice.template.parameters
-        shown = f"[template {spec['name']}" + (f": {', '.join(params)}]" if params else "]")
+        shown = template_note(str(spec["name"]), params)
         parts = [json.dumps({"name": spec["name"], "language": spec.get("language", "pt_BR"),
                              "parameters": params}, ensure_ascii=False)]
         kind = "template"
@@ -190,3 +190,8 @@ def _who(contact: Contact | None) -> str:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def template_note(name: str, parameters: list[str]) -> str:
+    """How a staff template reply reads in the transcript: `[template NAME: p1, p2]`."""
+    return f"[template {name}" + (f": {', '.join(parameters)}]" if parameters else "]")

@@ -18,33 +18,43 @@ chat").
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
+from rq.job import Job
+from rq.registry import ScheduledJobRegistry
 from sqlmodel import col, select
 
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment
 from replay.messages_api import RecordedCall, check_item
-from replay.relay import Relay
+from replay.relay import Relay, unreachable
 from replay.runner import (
     DEFAULT_TENANT,
     PURPOSES,
     ScenarioResult,
+    _offered,
     _Runner,
+    _tap_reply,
     validate_scenario,
 )
 from storage.db import session_scope
-from storage.models import Appointment, Contact, ContactFact, Service, Tenant
+from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
+from storage.models import Appointment, Contact, ContactFact, Professional, Service, Tenant
 
 # the customer of a chat: an invented number and name (never a real person's)
 CHAT_WA_ID = "5511999990099"
 CHAT_NAME = "Cliente Teste"
 WABA_ID = "102030405060708"
+# a local date and time as the console shows it to the tenant (bot/console/app.py _localtime)
+LOCAL_FORMAT = "%d/%m/%Y %H:%M"
+RETRIED_JOBS = {TURN_JOB, COMPACTION_JOB, FACTS_JOB}  # the jobs that call the model
 HELP = """commands (everything else is sent to the agent as the customer's message):
+  /tap TITLE       tap a list row or reply button the agent offered (its title as shown)
   /wait DURATION   move the product clock (30m, 25h, 2d) and run the inactivity sweeper
   /appointments    the tenant's appointments now
   /facts           what is stored about you (the customer)
@@ -139,21 +149,32 @@ def message_body(phone_number_id: str, wamid: str, text: str, at: datetime) -> d
 class ChatSession:
     """One chat: a replay environment with the tenant, the script or the relay, and the
     scenario being recorded. `wall` is the wall clock in seconds (time.monotonic), which the
-    product clock follows between messages. `close()` stops everything."""
+    product clock follows between messages. With `database_url` the chat writes into that
+    (migrated) database and leaves it there: the tenant upserted from its file, the customer's
+    conversation, bookings and facts (ValueError when it has no schema). `close()` stops
+    everything."""
 
     def __init__(self, tenant: dict[str, Any], *, script: list[dict[str, Any]] | None = None,
                  relay: Relay | None = None, start: datetime | None = None,
-                 wall: Callable[[], float] = time.monotonic) -> None:
+                 wall: Callable[[], float] = time.monotonic,
+                 database_url: str | None = None) -> None:
         if (script is None) == (relay is None):
             raise ChatError("a chat needs either a script or a relay to a Messages API")
+        self.database_url = database_url  # kept: the chat stays there (the local console)
+        # a kept database has the wamids of earlier chats: each chat's own (else a redelivery)
+        self._run_id = uuid.uuid4().hex[:8].upper() if database_url is not None else ""
         self.tenant = {**DEFAULT_TENANT, **tenant}
         self.zone = ZoneInfo(str(self.tenant["timezone"]))
         self.script, self.relay, self.wall = script, relay, wall
-        self._open((start or datetime.now(UTC)).replace(microsecond=0))
+        self.start = (start or datetime.now(UTC)).replace(microsecond=0)  # the recording's
+        self.steps: list[dict[str, Any]] = []
+        self._section = 0  # where the steps since the last /reset start
+        self.messages_sent = 0
+        self._open(self.start)
 
     def _open(self, start: datetime) -> None:
-        self.start = start
-        self.env = ReplayEnvironment(start=start)
+        self.env = ReplayEnvironment(start=start, database_url=self.database_url,
+                                     keep_database=self.database_url is not None)
         self.result = ScenarioResult(name="chat")
         self.lines: list[str] = []
         self.runner = _Runner(self.env, self.result, Path("."), self.lines.append, self.zone,
@@ -163,9 +184,7 @@ class ChatSession:
             self.env.messages_api.relay = self.relay
         for step in self.script or []:
             self.env.messages_api.script(step["for"], step["model"])
-        self.steps: list[dict[str, Any]] = []
         self.calls_seen = 0
-        self.messages_sent = 0
         self.last_wall = self.wall()
 
     # -- what the customer and the developer do ----------------------------------------------
@@ -188,15 +207,30 @@ class ChatSession:
             return shown[command]()
         if command == "/reset":
             return self.reset()
+        if command == "/tap":
+            return self.tap(argument.strip())
         raise ChatError(f"unknown command {command}; /help lists them")
 
     def say(self, text: str) -> list[str]:
         """Send `text` as the customer's WhatsApp message and run the workers."""
         moved = self._follow_wall_clock()
         self.messages_sent += 1
-        wamid = f"wamid.CHAT{int(self.start.timestamp())}{self.messages_sent:06d}"
+        wamid = f"wamid.CHAT{int(self.start.timestamp())}{self._run_id}{self.messages_sent:06d}"
         body = message_body(str(self.tenant["phone_number_id"]), wamid, text, self.env.clock.now())
         return self._run([{"webhook": body}, {"drain": True}], moved=moved)
+
+    def tap(self, title: str) -> list[str]:
+        """Tap `title` on the latest message that offered it (a list row or a reply button:
+        the replay runner's `tap` step), then run the workers. ChatError when none did."""
+        if not title:
+            raise ChatError("/tap takes the title of a list row or button, as shown")
+        if not any(_tap_reply(send.body, title) for send in self.env.graph_api.accepted):
+            offered = [t for send in self.env.graph_api.accepted
+                       for t, _ in _offered(send.body)]
+            shown = f"; offered so far: {', '.join(offered)}" if offered else ""
+            raise ChatError(f"no message the agent sent offers {title!r}{shown}")
+        moved = self._follow_wall_clock()
+        return self._run([{"tap": title}, {"drain": True}], moved=moved)
 
     def wait(self, duration: str) -> list[str]:
         """Move the product clock by `duration` (`25h`) and run the sweeper (then the workers)."""
@@ -210,8 +244,15 @@ class ChatSession:
 
     def reset(self) -> list[str]:
         """Start over: a new environment at the current product clock, the script's unused
-        responses kept; the recording starts again too."""
+        responses kept. The recording spans it: an expectation on the appointments and facts
+        as they were, then a `reset` step (docs/REPLAY.md), so nothing recorded is lost."""
+        if self.database_url is not None:
+            raise ChatError("/reset would empty your database: not with --database-url")
         now = self.env.clock.now()
+        if len(self.steps) > self._section:  # nothing since the last reset: nothing to keep
+            self.steps.append({"expect": self._expectation("as at the /reset")})
+            self.steps.append({"reset": True})
+        self._section = len(self.steps)
         if self.script is not None:
             used = {p: sum(1 for c in self.env.messages_api.calls if c.purpose == p
                            and c.status == 200) for p in PURPOSES}
@@ -225,7 +266,8 @@ class ChatSession:
             self.script = remaining
         self.env.close()
         self._open(now)
-        return ["(reset: an empty database, the recording starts again)"]
+        return ["(reset: an empty database, a new conversation; a recording keeps what came "
+                "before)"]
 
     def _follow_wall_clock(self) -> list[dict[str, Any]]:
         """Move the product clock by the whole seconds the wall clock moved since the last
@@ -248,10 +290,34 @@ class ChatSession:
         self.calls_seen = len(self.env.messages_api.calls)
         self.steps += moved + model_steps(calls) + actions
         out = list(self.lines)
-        out += [f"   [the Messages API answered {c.status} ({c.purpose}): {_error_text(c)}; "
-                f"a retry waits on the product clock: /wait 1m lets it run]"
-                for c in calls if c.status != 200]
+        for call in calls:
+            if call.status == 200:
+                continue
+            if unreachable(call.response):  # the relay's own 529: no answer came
+                out.append(f"   [{call.purpose} call: {_error_text(call)}]")
+            else:
+                out.append(f"   [the Messages API answered {call.status} ({call.purpose}): "
+                           f"{_error_text(call)}]")
+        retry = self._retry_at() if any(c.status != 200 for c in calls) else None
+        if retry is not None:
+            wait = max(0, int((retry - self.env.clock.now()).total_seconds()))
+            out.append(f"   [a retry is due at {retry.astimezone(self.zone):%H:%M:%S} local "
+                       f"(in {wait} s) on the product clock: /wait {_minutes(wait)}m lets it "
+                       "run]")
         return out
+
+    def _retry_at(self) -> datetime | None:
+        """When the earliest retry of a model-calling job (turn, compaction, facts) waiting in
+        the scheduled registry is due; None when no retry follows."""
+        registry = ScheduledJobRegistry(queue=self.env.queue)  # type: ignore[no-untyped-call]
+        entries = cast(list[tuple[bytes, float]],
+                       self.env.redis.zrange(registry.key, 0, -1, withscores=True))
+        due = []
+        for job_id, score in entries:
+            job = Job.fetch(job_id.decode(), connection=self.env.redis)
+            if job.func_name in RETRIED_JOBS:
+                due.append(datetime.fromtimestamp(score, UTC))
+        return min(due, default=None)
 
     # -- what the developer looks at ---------------------------------------------------------
 
@@ -279,9 +345,18 @@ class ChatSession:
             return [{"key": f.key, "value": f.value, "state": f.state} for f in rows]
 
     def show_appointments(self) -> list[str]:
-        rows = self.appointments()
-        return [f"   {a['start']}  {a['service']}  {a['status']}" for a in rows] or \
-            ["   (no appointments)"]
+        """One line per appointment: local date and time as the console shows them, the service
+        and professional as the tenant named them, the status."""
+        with session_scope(self.env.engine) as session:
+            rows = session.exec(select(Appointment, Service, Professional).join(
+                Service, col(Service.id) == col(Appointment.service_id)).join(
+                Professional, col(Professional.id) == col(Appointment.professional_id)).join(
+                Tenant, col(Tenant.id) == col(Appointment.tenant_id)).where(
+                Tenant.phone_number_id == str(self.tenant["phone_number_id"])).order_by(
+                col(Appointment.start_at), col(Appointment.id))).all()
+            lines = [f"   {a.start_at.astimezone(self.zone):{LOCAL_FORMAT}}  {s.name} with {p.name}"
+                     f"  {a.status}" for a, s, p in rows]
+        return lines or ["   (no appointments)"]
 
     def show_facts(self) -> list[str]:
         rows = self.facts()
@@ -314,9 +389,7 @@ class ChatSession:
     def scenario(self, name: str = "chat") -> dict[str, Any]:
         """The session as a replay scenario (docs/REPLAY.md): the steps run so far, each after
         the model's responses it used, then an expectation on the appointments and facts now."""
-        expect = {"label": "as at the end of the chat", "appointments": self.appointments(),
-                  "facts": [{**f, "contact": CHAT_WA_ID} for f in self.facts()],
-                  "api_errors": 0}
+        expect = self._expectation("as at the end of the chat")
         scenario = {"name": name,
                     "description": "Recorded with `wagent chat --record`; `wagent replay` "
                                    "replays it with the model's recorded responses, `wagent "
@@ -329,6 +402,12 @@ class ChatSession:
         if problems:  # a recording the runner would refuse is a bug here, not the user's
             raise RuntimeError(f"the recorded scenario is invalid: {problems[:3]}")
         return scenario
+
+    def _expectation(self, label: str) -> dict[str, Any]:
+        """The `expect` of the appointments and the customer's facts now."""
+        return {"label": label, "appointments": self.appointments(),
+                "facts": [{**f, "contact": CHAT_WA_ID} for f in self.facts()],
+                "api_errors": 0}
 
     def close(self) -> None:
         self.env.close()
@@ -348,6 +427,10 @@ def _block_lines(block: dict[str, Any]) -> list[str]:
         flag = " (error)" if block.get("is_error") else ""
         return [f"[tool_result{flag}]", *text.splitlines()]
     return [f"[{kind}]"]
+
+
+def _minutes(seconds: int) -> int:
+    return max(1, -(-seconds // 60))
 
 
 def _error_text(call: RecordedCall) -> str:

@@ -19,7 +19,7 @@ import fakeredis
 import redis
 from aiohttp import web
 from rq import Queue, SimpleWorker
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from bot.app import create_app
@@ -72,17 +72,29 @@ class ReplayEnvironment:
     `database_url` / `redis_url` None → a fresh SQLite file and an in-process Redis. A SQLite
     URL also means a fresh file of the scenario's own. With a PostgreSQL URL the scenario gets
     its own schema; with a Redis URL its own key prefix and queue name, deleted at the end.
+    `keep_database` (`wagent chat --database-url`) uses `database_url` as it is, already
+    migrated (ValueError otherwise), and leaves what was written there.
     """
 
     def __init__(self, *, start: datetime, database_url: str | None = None,
-                 redis_url: str | None = None, **settings: Any) -> None:
+                 redis_url: str | None = None, keep_database: bool = False,
+                 **settings: Any) -> None:
         self.clock = clock.FrozenClock(start)
         self._worker_log_level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         self._previous_clock = clock.set_clock(self.clock)
         self.namespace = f"wagent-replay-{uuid.uuid4().hex[:10]}"
         self._tmp = tempfile.TemporaryDirectory(prefix="wagent-replay-")
-        self.engine, self._schema = self._make_engine(database_url)
-        create_schema(self.engine)
+        if keep_database and database_url:  # `wagent chat --database-url`: that database
+            self.engine, self._schema = make_engine(database_url), None
+            if not inspect(self.engine).has_table("tenant"):
+                self.engine.dispose()
+                clock.set_clock(self._previous_clock)
+                self._tmp.cleanup()
+                raise ValueError(f"{make_url(database_url).render_as_string()} has no schema "
+                                 "yet: run `wagent db upgrade` first")
+        else:
+            self.engine, self._schema = self._make_engine(database_url)
+            create_schema(self.engine)
         self.redis = (redis.Redis.from_url(redis_url) if redis_url
                       else fakeredis.FakeRedis(server=fakeredis.FakeServer()))
         self.settings = Settings(

@@ -14,10 +14,20 @@ from typing import Any
 
 import aiohttp
 
+from core.network import network_cause
+
 # what the product sends, as it sends it in production (workers/jobs.py: the purpose header)
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "x-wagent-purpose")
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 RELAY_TIMEOUT_SECONDS = 120.0
+UNREACHABLE = "could not reach the Messages API"  # how the relay's own 529 starts
+CAUSE_WORDS = {  # core/network.py's causes, as a developer at a terminal reads them
+    "dns": "the host name did not resolve (DNS: offline, or no name server?)",
+    "refused": "the connection was refused (nothing listens there)",
+    "tls": "the secure connection failed (TLS)", "timeout": "no answer in time",
+    "unreachable": "no route to the network", "reset": "the connection was cut",
+    "closed": "the server closed the connection without answering",
+    "protocol": "the answer was malformed", "other": "a network error"}
 
 
 @dataclass
@@ -33,7 +43,8 @@ class Relay:
                    headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         """POST `body` to `{base_url}/v1/messages`; returns (HTTP status, JSON body). A network
         failure or a non-JSON answer comes back as a 529 / 502 in the API's error shape, so the
-        product takes it as an outage (its retry policy applies)."""
+        product takes it as an outage (its retry policy applies); a network failure's message
+        starts with UNREACHABLE and names its cause (`unreachable`)."""
         given = {name.lower(): value for name, value in headers.items()}
         sent = {name: given[name] for name in FORWARDED_HEADERS if name in given}
         sent["content-type"] = "application/json"
@@ -54,8 +65,21 @@ class Relay:
                                             "a JSON object")
                 return response.status, answer
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return 529, _error(529, f"cannot reach the Messages API at {self.base_url}: "
-                                    f"{type(exc).__name__}")
+            return 529, _error(529, unreachable_message(self.base_url, exc))
+
+
+def unreachable_message(base_url: str, exc: BaseException) -> str:
+    """What a relayed call that never reached `base_url` says: `UNREACHABLE`, the address, why
+    in plain words (core/network.py's cause) and the exception's class."""
+    cause = network_cause(exc)
+    return (f"{UNREACHABLE} at {base_url}: {CAUSE_WORDS.get(cause, CAUSE_WORDS['other'])} "
+            f"({type(exc).__name__})")
+
+
+def unreachable(answer: Any) -> bool:
+    """Whether a recorded answer is the relay's "never reached the API" (not the API's 529)."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return isinstance(error, dict) and str(error.get("message", "")).startswith(UNREACHABLE)
 
 
 def _error(status: int, message: str) -> dict[str, Any]:

@@ -106,7 +106,7 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                                                                       "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
                 "expect": set(), "wagent": {"status", "output_contains"}, "tap": set(),
-                "media": set(), "transcripts": set()}
+                "media": set(), "transcripts": set(), "reset": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors", "reads", "last_request_contains", "requests"}
@@ -180,6 +180,9 @@ def _step_problems(step: Any, base: Path) -> list[str]:
         problems.append("wagent takes the command's arguments as a list of strings")
     elif action == "graph_fail":
         problems += _graph_fail_problems(value)
+    elif action == "reset" and value is not True:
+        problems.append("reset takes true (an empty database from here on: `wagent chat`'s "
+                        "/reset)")
     elif action == "tap" and (not isinstance(value, str) or not value):
         problems.append("tap takes the title of a list row or button as a string")
     elif action == "media":
@@ -285,28 +288,45 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
         result.fail(f"REDIS_URL {redis_url} is not reachable ({problem}); unset REDIS_URL to "
                     "replay on the in-process stand-in")
         return result
-    env = ReplayEnvironment(start=start, database_url=database_url or None,
-                            redis_url=redis_url or None)
-    runner = _Runner(env, result, base, echo or (lambda _line: None),
-                     ZoneInfo(_tenant(scenario)["timezone"]), cli)
-    if live is not None:
-        env.messages_api.relay, runner.live = live, True
+    def open_runner(at: datetime) -> _Runner:
+        env = ReplayEnvironment(start=at, database_url=database_url or None,
+                                redis_url=redis_url or None)
+        runner = _Runner(env, result, base, echo or (lambda _line: None),
+                         ZoneInfo(_tenant(scenario)["timezone"]), cli)
+        if live is not None:
+            env.messages_api.relay, runner.live = live, True
+        return runner
+
+    runner = open_runner(start)
+    env: ReplayEnvironment | None = runner.env
     try:
-        local = env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
+        local = runner.env.clock.now().astimezone(ZoneInfo(_tenant(scenario)["timezone"]))
         source = f"live, from {live.base_url}" if live else "scripted"
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
                    f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
         if not _creates_tenant(scenario):
-            env.add_tenant(_tenant(scenario))
+            runner.env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
+            if isinstance(step, dict) and "reset" in step:  # an empty database, same clock
+                runner.collect_totals()
+                now = runner.env.clock.now()
+                runner.env.close()
+                env = None
+                runner = open_runner(now)
+                env = runner.env
+                runner.say("   [reset: an empty database, a new conversation]")
+                if not _creates_tenant(scenario):
+                    runner.env.add_tenant(_tenant(scenario))
+                continue
             runner.step(index, step)
     except ScenarioError as exc:
         result.fail(str(exc))
     except Exception as exc:  # a crash fails this scenario, never the whole batch
         result.fail(f"crashed: {type(exc).__name__}: {exc}")
     finally:
-        runner.collect_totals()
-        env.close()
+        if env is not None:
+            runner.collect_totals()
+            env.close()
     return result
 
 
@@ -567,21 +587,25 @@ class _Runner:
             self.shown_facts = fact.id or self.shown_facts
 
     def collect_totals(self) -> None:
+        """Add this environment's figures to the result (once per environment: a `reset`
+        step collects the one it ends)."""
         api = self.env.messages_api
-        self.result.requests = len(api.calls)
-        self.result.api_errors = api.api_errors
-        self.result.unscripted_calls = api.unscripted_calls
+        self.result.requests += len(api.calls)
+        self.result.api_errors += api.api_errors
+        unscripted = api.unscripted_calls
+        self.result.unscripted_calls += unscripted
         self.result.leftover = api.leftover()
         totals = api.usage_totals()
-        self.result.usage = {k: int(totals.get(k, 0)) for k in USAGE_KEYS}
-        self.result.sent = [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
+        self.result.usage = {k: self.result.usage.get(k, 0) + int(totals.get(k, 0))
+                             for k in USAGE_KEYS}
+        self.result.sent += [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
         with session_scope(self.env.engine) as session:
-            self.result.tool_errors = len(session.exec(select(ToolCall).where(
+            self.result.tool_errors += len(session.exec(select(ToolCall).where(
                 col(ToolCall.is_error).is_(True))).all())
-        if self.result.unscripted_calls:
+        if unscripted:
             purposes = sorted({c.purpose for c in api.calls if c.status == 500
                                and "unscripted" in json.dumps(c.response)})
-            self.result.fail(f"{self.result.unscripted_calls} unscripted Messages API call(s) "
+            self.result.fail(f"{unscripted} unscripted Messages API call(s) "
                              f"for purpose {', '.join(purposes)}: add a `model` step with "
                              f"\"for\": \"{purposes[0] if purposes else 'turn'}\"")
         if self.result.leftover:
@@ -806,7 +830,9 @@ def _sorted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _sent_text(body: dict[str, Any]) -> str:
     """What a send put on the customer's phone, as a transcript line: the text, or for a
     template its name, language and body parameters (the Graph API's `template` object: README,
-    Sessions, the 24-hour window), or the message type."""
+    Sessions, the 24-hour window), for a list or buttons the body, the list's button label and
+    the titles offered with their descriptions (`Qual prefere? [list "Ver horários": Qua 02/12
+    14:00 (Júlia) | ...]`), or the message type."""
     if body.get("type") == "template":
         template = body.get("template") or {}
         language = (template.get("language") or {}).get("code", "")
@@ -814,9 +840,15 @@ def _sent_text(body: dict[str, Any]) -> str:
                       if c.get("type") == "body" for p in c.get("parameters") or []]
         shown = f" ({', '.join(parameters)})" if parameters else ""
         return f"[template {template.get('name')} {language}]{shown}"
-    kind = (body.get("interactive") or {}).get("type")
+    interactive = body.get("interactive") or {}
+    kind = interactive.get("type")
     if body.get("type") == "interactive" and kind in ("list", "button"):
-        titles = " | ".join(title for title, _ in _offered(body))
-        return f"{_send_view(body).get('text')} [{kind}: {titles}]"
+        options = " | ".join(
+            title + (f" ({reply['interactive']['list_reply']['description']})"
+                     if reply["interactive"].get("list_reply", {}).get("description") else "")
+            for title, reply in _offered(body))
+        label = (interactive.get("action") or {}).get("button")
+        named = f' "{label}"' if kind == "list" and label else ""
+        return f"{_send_view(body).get('text')} [{kind}{named}: {options}]"
     return str(((body.get("text") or {}).get("body")) or body.get("type"))
 

@@ -4,19 +4,27 @@ replies, slash commands, and a recording that `wagent replay` replays with the s
 import asyncio
 import io
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
+from aiohttp.client_reqrep import ConnectionKey
+from sqlmodel import col, select
 
+from cli.chat import key_problem
 from cli.main import main
 from replay.chat import ChatError, ChatSession, load_script, model_steps, recorded_item
 from replay.messages_api import MessagesDouble, RecordedCall
+from replay.relay import DEFAULT_BASE_URL, Relay, unreachable, unreachable_message
 from replay.runner import run_scenario, run_scenario_file
+from storage.db import make_engine, session_scope
+from storage.models import Appointment, Message
 
 CLOCK = "2026-12-01T13:00:00Z"  # Tue 10:00 in São Paulo
 TENANT: dict[str, Any] = {
@@ -72,7 +80,7 @@ def test_chat_with_a_script_through_standard_input_books_and_records(
     assert "customer ▸ oi, tem horário amanhã pra corte?" in out
     assert "agent    ◂ Oi! Amanhã a Júlia tem 14h ou 15h. Qual prefere?" in out
     assert "agent    ◂ Prontinho! Corte com a Júlia amanhã, quarta, às 14h." in out
-    assert "2026-12-02T14:00  corte  booked" in out  # /appointments
+    assert "02/12/2026 14:00  Corte feminino with Júlia  booked" in out  # /appointments
     assert "/wait takes a duration" in out  # a bad argument: said, nothing ran
     assert "[sweeper closed 1 conversation(s)]" in out
     assert "preferred_period = tarde (confirmed)" in out  # /facts after the session ended
@@ -152,15 +160,121 @@ def test_unknown_commands_and_reset_keep_the_unused_script(files: Path) -> None:
         with pytest.raises(ChatError, match="unknown command /book"):
             session.handle("/book")
         assert any("Qual prefere" in line for line in session.handle("oi"))
-        assert session.handle("/reset") == [
-            "(reset: an empty database, the recording starts again)"]
-        assert session.appointments() == [] and session.steps == []
+        assert session.handle("/reset")[0].startswith("(reset: an empty database")
+        assert session.appointments() == []
+        assert session.steps[-1] == {"reset": True}  # the recording goes on
+        kept = len(session.steps)
+        session.handle("/reset")  # nothing since the last reset: nothing more recorded
+        assert len(session.steps) == kept
         lines = session.handle("às 14h")  # the second scripted turn answers now
         assert any("Prontinho" in line for line in lines)
         assert session.appointments()[0]["start"] == "2026-12-02T14:00"
         assert session.scenario()["clock"] == CLOCK
     finally:
         session.close()
+
+
+def test_a_recording_keeps_what_came_before_a_reset_and_replays_it(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The newcomer trial of issue 28: book, /wait 25h, /reset, /quit kept only an empty
+    expect; the recording now spans the reset and replays PASSED with the booking."""
+    typed = ("oi, tem horário amanhã pra corte?\n"
+             "pode ser às 14h, de tarde é melhor pra mim sempre\n"
+             "/wait 25h\n/reset\n/quit\n")
+    assert _chat(monkeypatch, typed, str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--clock", CLOCK, "--record",
+                 str(files / "trial.json")) == 0
+    capsys.readouterr()
+    recorded = json.loads((files / "trial.json").read_text(encoding="utf-8"))
+    steps = recorded["steps"]
+    reset = steps.index({"reset": True})
+    before = steps[reset - 1]["expect"]
+    assert before["appointments"] == [{"service": "corte", "status": "booked",
+                                       "start": "2026-12-02T14:00"}]
+    assert any(f["key"] == "preferred_period" for f in before["facts"])
+    assert len([s for s in steps if "webhook" in s]) == 2
+    assert steps[-1]["expect"]["appointments"] == []  # after the reset: an empty database
+    assert main(["replay", str(files / "trial.json")]) == 0
+    replayed = capsys.readouterr().out
+    assert "PASSED" in replayed and "[reset: an empty database" in replayed
+    result = run_scenario_file(files / "trial.json")
+    assert result.passed and result.requests == 5 and len(result.sent) == 2
+
+    broken = {**recorded, "steps": [*steps[:reset], {"reset": "yes"}]}
+    (files / "broken.json").write_text(json.dumps(broken), encoding="utf-8")
+    refused = run_scenario_file(files / "broken.json")
+    assert not refused.passed and "reset takes true" in refused.failures[0]
+
+
+CHOICES: list[dict[str, Any]] = [
+    {"model": [{"tool": "offer_choices", "input": {"button": "Ver horários", "options": [
+        {"slot": f"2026-12-02T{hour}:00", "professional": "julia",
+         "title": f"Qua 02/12 {hour}:00", "description": "com a Júlia"}
+        for hour in ("14", "15")]}},
+        {"text": "Amanhã tenho estes horários. Qual prefere?"}]},
+    {"model": [{"tool": "book_appointment", "input": {"service": "corte",
+                                                      "start": "2026-12-02T15:00"}},
+               {"text": "Prontinho! Quarta às 15h com a Júlia."}]},
+]
+
+
+def test_the_customer_taps_a_list_row_and_the_recording_replays_it(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "choices.json").write_text(json.dumps(CHOICES), encoding="utf-8")
+    typed = "/help\n/tap Qua 02/12 15:00\noi, tem horário amanhã?\n/tap Sex 04/12 9:00\n" \
+            "/tap Qua 02/12 15:00\n/appointments\n"
+    assert _chat(monkeypatch, typed, str(files / "tenant.json"), "--script",
+                 str(files / "choices.json"), "--clock", CLOCK, "--record",
+                 str(files / "tapped.json")) == 0
+    out = capsys.readouterr().out
+    assert "/tap TITLE" in out  # /help lists it
+    assert "(no message the agent sent offers 'Qua 02/12 15:00')" in out  # before any list
+    assert ('agent    ◂ Amanhã tenho estes horários. Qual prefere? [list "Ver horários": '
+            "Qua 02/12 14:00 (com a Júlia) | Qua 02/12 15:00 (com a Júlia)]") in out
+    assert "offered so far: Qua 02/12 14:00, Qua 02/12 15:00" in out  # a title not offered
+    assert "customer ▸ [picked list option \"Qua 02/12 15:00\"" in out
+    assert "02/12/2026 15:00  Corte feminino with Júlia  booked" in out
+    recorded = json.loads((files / "tapped.json").read_text(encoding="utf-8"))
+    assert [s["tap"] for s in recorded["steps"] if "tap" in s] == ["Qua 02/12 15:00"]
+    result = run_scenario_file(files / "tapped.json")
+    assert result.passed, result.failures
+
+
+def test_database_url_keeps_the_chat_in_the_configured_database_for_the_console(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{files / 'local.db'}"
+    (files / ".env").write_text(f"DATABASE_URL={url}\n")  # as the README's set-up writes it
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--database-url") == 2  # not migrated yet
+    assert "run `wagent db upgrade` first" in capsys.readouterr().err
+    assert main(["db", "upgrade"]) == 0
+    monkeypatch.delenv("DATABASE_URL")  # the .env names it again for the chat
+    assert _chat(monkeypatch, "oi, tem horário amanhã pra corte?\npode ser às 14h\n/reset\n",
+                 str(files / "tenant.json"), "--script", str(files / "script.json"),
+                 "--clock", CLOCK, "--database-url") == 0
+    out = capsys.readouterr().out
+    assert "kept in your database" in out and "Prontinho!" in out
+    assert "/reset would empty your database" in out
+    (files / "again.json").write_text(json.dumps([{"model": [{"text": "De novo, oi!"}]}]))
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--script",  # same clock
+                 str(files / "again.json"), "--clock", CLOCK, "--database-url") == 0
+    assert "agent    ◂ De novo, oi!" in capsys.readouterr().out  # not taken as a redelivery
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            texts = [m.content[0].get("text", "") for m in session.exec(
+                select(Message).order_by(col(Message.id))).all() if m.content]
+            assert any("oi, tem horário amanhã pra corte?" in t for t in texts)
+            assert [a.status for a in session.exec(select(Appointment)).all()] == ["booked"]
+    finally:
+        engine.dispose()
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--database-url", url, "--record",
+                 str(files / "x.json")) == 2
+    assert "use one or the other" in capsys.readouterr().err
 
 
 def test_the_product_clock_follows_the_wall_clock_between_messages(files: Path) -> None:
@@ -263,8 +377,70 @@ def test_a_wrong_key_is_shown_plainly(files: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ANTHROPIC_BASE_URL", upstream.url)
     assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--clock", CLOCK) == 0
     out = capsys.readouterr().out
-    assert "[the Messages API answered 401 (turn): invalid x-api-key; a retry" in out
+    assert "[the Messages API answered 401 (turn): invalid x-api-key]" in out
+    assert "a retry" not in out and "/wait 1m" not in out  # a 401 is not retried
     assert "sk-wrong" not in out
+
+
+@pytest.mark.parametrize("key", ["", "sk-ant-...", "changeme-123", "sk-test-upstream"])
+def test_a_placeholder_key_for_the_real_api_is_said_plainly_and_nothing_is_sent(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        key: str) -> None:
+    (files / ".env").write_text(f"ANTHROPIC_API_KEY={key}\n"  # the README's console set-up
+                                "ANTHROPIC_BASE_URL=https://api.anthropic.com\n")
+    assert _chat(monkeypatch, "oi\n", str(files / "tenant.json")) == 2
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY (from the environment or .env)" in err
+    assert "nothing was sent to https://api.anthropic.com" in err and "--script" in err
+    assert not key or key not in err  # the value itself is never printed
+    (files / "rec.json").write_text(json.dumps({"name": "x", "steps": []}), encoding="utf-8")
+    assert main(["replay", "--live", str(files / "rec.json")]) == 2
+    assert "nothing was sent" in capsys.readouterr().err
+
+
+def test_a_key_of_the_real_form_passes_the_placeholder_check() -> None:
+    assert key_problem(Relay(api_key="sk-ant-api03-" + "a1B2_c3-" * 6)) is None
+    assert key_problem(Relay(api_key="sk-ant-...")) is not None
+    assert key_problem(Relay(base_url="http://127.0.0.1:9", api_key="")) is None  # your own
+
+
+def test_an_unreachable_api_is_named_with_its_cause_and_the_hint_follows_retries_only(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on: refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-upstream")
+    typed = "oi\n/wait 1m\n/wait 1m\n/wait 3m\n"  # TURN_MAX_ATTEMPTS=4: 10 s, 40 s, 120 s
+    assert _chat(monkeypatch, typed, str(files / "tenant.json"), "--clock", CLOCK) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "answered 529" not in out
+    assert out.count("[turn call: could not reach the Messages API at http://127.0.0.1:") == 4
+    assert "the connection was refused (nothing listens there) (ClientConnectorError)]" in out
+    hints = [line for line in out.splitlines() if "a retry is due at" in line]
+    assert len(hints) == 3 and "(in 10 s)" in hints[0] and "(in 120 s)" in hints[2]
+    tail = out.split(hints[-1])[1]
+    assert "agent    ◂" in tail and "a retry" not in tail  # the apology; no retry follows
+    for leaked in ("turn_provider_failed", "[error", "OverloadedError", "retry_scheduled"):
+        assert leaked not in out and leaked not in captured.err  # logs off by default
+
+
+def test_a_dns_failure_is_named_as_one() -> None:
+    key = ConnectionKey("api.anthropic.com", 443, True, True, None, None, None)
+    try:
+        try:
+            raise socket.gaierror(-3, "Temporary failure in name resolution")
+        except socket.gaierror as cause:
+            raise aiohttp.ClientConnectorDNSError(key, cause) from cause
+    except aiohttp.ClientConnectorDNSError as exc:
+        text = unreachable_message(DEFAULT_BASE_URL, exc)
+    assert text == ("could not reach the Messages API at https://api.anthropic.com: the host "
+                    "name did not resolve (DNS: offline, or no name server?) "
+                    "(ClientConnectorDNSError)")
+    assert unreachable({"type": "error", "error": {"message": text}})
+    assert not unreachable({"type": "error", "error": {"message": "Overloaded"}})
 
 
 def _start() -> datetime:

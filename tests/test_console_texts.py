@@ -8,15 +8,20 @@ from typing import Any
 
 import pytest
 
+from agent.window import STAFF_LEAD_IN
 from bot.console.texts import TEXTS, translate_notes
+from operations.staff import template_note
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Tenant
+from storage.rights import ANONYMOUS
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
+from tests.factories import text_body
 from tests.test_console import Browser
 from tests.test_edits import follow_up
-from whatsapp.inbound import DELETED, edit_text, render_text
+from whatsapp.inbound import DELETED, ECHO_KINDS, _parse_echo, edit_text, render_text
+from workers.media import VOICE_MARK, _caption_text, _failure_text
 
 
 @pytest.fixture
@@ -55,6 +60,9 @@ ENGLISH = re.compile(r"\b(the|an|of|to|sent|we|cannot|tapped|picked|shared|react
                      r"message|button|reply|removed|template|window)\b", re.IGNORECASE)
 
 
+PICKS = {"button", "interactive"}  # a pick reads "Escolheu: TITLE" / "Picked: TITLE"
+
+
 @pytest.mark.parametrize(("item", "wa_type"), NOTES)
 def test_every_note_the_product_writes_reads_in_portuguese(item: dict[str, Any],
                                                             wa_type: str) -> None:
@@ -62,6 +70,49 @@ def test_every_note_the_product_writes_reads_in_portuguese(item: dict[str, Any],
     shown = translate_notes(note, "pt-BR")
     words = ENGLISH.findall(re.sub(r'"[^"]*"|\(id [^)]*\)|\(payload [^)]*\)', "", shown))
     assert not words, (note, shown)
+    picked = re.match(r'\[(?:picked list option|tapped button|tapped quick reply) "(.*?)"', note)
+    if picked:
+        assert shown == f"Escolheu: {picked.group(1)}"
+        assert translate_notes(note, "en") == f"Picked: {picked.group(1)}"
+    else:
+        assert translate_notes(note, "en") == note
+
+
+def _media_notes() -> list[str]:
+    """Every note workers/media.py writes (issue 27): a caption note per kind, each failure."""
+    kinds = [{"kind": "image", "caption": "meu cabelo"}, {"kind": "image"},
+             {"kind": "document", "filename": "guia.pdf", "caption": "o exame"},
+             {"kind": "document"}, {"kind": "audio", "voice": True}, {"kind": "audio"}]
+    notes = [VOICE_MARK + " quero marcar amanhã"]
+    notes += [_caption_text(described) for described in kinds]
+    notes += [_failure_text(described, reason) for described in kinds
+              for reason in ("transcription", "too_large", "too_wide", "too_many_pages",
+                             "unsupported_type", "corrupt", "download")]
+    return notes
+
+
+def _staff_notes() -> list[str]:
+    """Every note of staff's messages (issue 23): echoes of the owner's app, template replies,
+    the lead-in before the first customer message, an erased name."""
+    notes = [f"[staff sent {kind}]" for kind in ECHO_KINDS.values()]
+    notes.append(str(_parse_echo({"id": "wamid.E1", "to": "5511999990001", "type": "poll",
+                                  "timestamp": "1780318831"}, "109876543210987", []).text))
+    notes += [template_note("lembrete", ["amanhã", "15h"]), template_note("retorno", []),
+              STAFF_LEAD_IN.format(text="oi, aqui é a Júlia"), ANONYMOUS]
+    return notes
+
+
+MORE_ENGLISH = re.compile(r"\b(photo|document|voice|note|caption|could|downloaded|large|open|"
+                          r"staff|wrote|erased|transcribed|ask|them|text|with|before|at most|"
+                          r"pages|side|image|audio|damaged|file|type|contact|card|empty)\b",
+                          re.IGNORECASE)
+
+
+@pytest.mark.parametrize("note", _media_notes() + _staff_notes())
+def test_media_and_staff_notes_read_in_portuguese(note: str) -> None:
+    shown = translate_notes(note, "pt-BR")
+    plain = re.sub(r'"[^"]*"|\([^)]*\.pdf\)', "", shown)
+    assert not ENGLISH.findall(plain) and not MORE_ENGLISH.findall(plain), (note, shown)
     assert translate_notes(note, "en") == note
 
 
@@ -118,3 +169,43 @@ def test_the_prompt_preview_has_portuguese_headings(env: ReplayEnvironment) -> N
     assert "Business instructions:" not in page
     instructions = re.search(r'<pre id="preview-instructions">(.*?)</pre>', page, re.S)
     assert instructions is not None and "Rules that always hold" not in instructions.group(1)
+
+
+def test_a_list_offered_and_the_customers_pick_read_plainly_in_both_languages(
+        env: ReplayEnvironment) -> None:
+    seeded: Seeded = seed(env)
+    env.messages_api.script("turn", [
+        {"tool": "offer_choices", "input": {"button": "Ver horários", "options": [
+            {"slot": f"2026-06-02T{hour}:00", "professional": "julia",
+             "title": f"Ter 02/06 {hour}:00", "description": "com a Júlia"}
+            for hour in ("14", "16")]}},
+        {"text": "Tenho estes horários. Qual prefere?"}])
+    ask = text_body("tem outro horário amanhã?", 70, sent_at=env.clock.now())
+    assert env.post_webhook(json.dumps(ask).encode()) == 200
+    env.drain()
+    sent = env.graph_api.accepted[-1].body
+    assert sent["type"] == "interactive"
+    row = sent["interactive"]["action"]["sections"][0]["rows"][1]
+    env.messages_api.script("turn", [{"text": "Combinado."}])
+    pick = text_body("", 71, sent_at=env.clock.now())
+    message = pick["entry"][0]["changes"][0]["value"]["messages"][0]
+    del message["text"]
+    message.update(type="interactive", context={"from": "5511999990000",
+                                                "id": env.graph_api.accepted[-1].wamid},
+                   interactive={"type": "list_reply", "list_reply": row})
+    assert env.post_webhook(json.dumps(pick).encode()) == 200
+    env.drain()
+
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    path = f"/console/conversations/{seeded.salon_conversation_id}"
+    _, page, _ = browser.request(path)
+    assert "Escolheu: Ter 02/06 16:00" in page and "picked list option" not in page
+    offered = re.search(r'<div class="offered list">(.*?)</div>', page, re.S)
+    assert offered is not None
+    assert "Lista de opções «Ver horários»:" in offered.group(1)
+    assert "<li>Ter 02/06 14:00</li><li>Ter 02/06 16:00</li>" in offered.group(1)
+    browser.request("/console/language", {"csrf": browser.csrf, "language": "en",
+                                          "next": path})
+    _, page, _ = browser.request(path)
+    assert "Picked: Ter 02/06 16:00" in page and "List of options «Ver horários»:" in page

@@ -615,7 +615,8 @@ def conversation_page(p: Page) -> PageResult:
 
 def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str, Any]]:
     """Customer and agent bubbles (a message the customer deleted says so; the product's notes
-    in the console's language: texts.translate_notes); tool rounds folded between them."""
+    in the console's language: texts.translate_notes; a reply sent as a list or buttons with
+    what it offered: service.offered_view); tool rounds folded between them."""
     items: list[dict[str, Any]] = []
     for m in view["messages"]:
         blocks = [b for b in m["content"] if isinstance(b, dict)]
@@ -644,7 +645,7 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
                 text = unstamp(text)
             items.append({"kind": kind, "text": translate_notes(text, language),
                           "at": m["received_at"],
-                          "delivery": m.get("delivery")})
+                          "delivery": m.get("delivery"), "offered": m.get("offered")})
     return items
 
 

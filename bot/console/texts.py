@@ -92,6 +92,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "open": "aberta", "closed_state": "encerrada",
         "transcript": "Conversa", "customer": "Cliente", "agent": "Agente",
         "deleted_message": "Mensagem apagada pelo cliente",
+        "offered_list": "Lista de opções", "offered_buttons": "Botões",
+        "picked": "Escolheu",
         "tool_calls": "Ferramentas usadas", "summary": "Resumo", "no_summary": "Sem resumo.",
         "facts_in_context": "Fatos no contexto", "none": "Nenhum.",
         "usage": "Tokens por chamada ao Claude", "cache_read_share": "Leitura de cache",
@@ -219,6 +221,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "open": "open", "closed_state": "closed",
         "transcript": "Conversation", "customer": "Customer", "agent": "Agent",
         "deleted_message": "Message deleted by the customer",
+        "offered_list": "List of options", "offered_buttons": "Buttons",
+        "picked": "Picked",
         "tool_calls": "Tools used", "summary": "Summary", "no_summary": "No summary.",
         "facts_in_context": "Facts in the context", "none": "None.",
         "usage": "Tokens per Claude call", "cache_read_share": "Cache reads",
@@ -313,11 +317,55 @@ def translate_problem(text: str, language: str) -> str:
 
 
 # the notes the product writes into a transcript for the model, in English (whatsapp/inbound.py:
-# render_text, edit_text; workers/turns.py: the follow-up template), as a business owner reads
-# them in Portuguese; the stored text is unchanged (every match is replaced)
+# render_text, edit_text, staff echoes; workers/turns.py: the follow-up template;
+# workers/media.py: photos, PDFs and voice notes; operations/staff.py: a staff template;
+# agent/window.py: the staff lead-in; storage/rights.py: an erased name), as a business owner
+# reads them in Portuguese; the stored text is unchanged (every match is replaced)
 _MEDIA_PT_BR = {"voice note": "uma mensagem de voz", "image": "uma imagem", "video": "um vídeo",
-                "audio": "um áudio", "document": "um documento", "sticker": "uma figurinha"}
+                "audio": "um áudio", "document": "um documento", "sticker": "uma figurinha",
+                "photo": "uma foto", "audio message": "um áudio"}
+_STAFF_SENT_PT_BR = {"an image": "uma imagem", "a video": "um vídeo", "an audio": "um áudio",
+                     "a document": "um documento", "a sticker": "uma figurinha",
+                     "a location": "uma localização", "a contact card": "um contato",
+                     "a template": "um modelo", "an empty text": "um texto vazio",
+                     "an interactive message": "uma mensagem interativa",
+                     "a reaction": "uma reação"}
+_FETCHED = r"(photo|document|voice note|audio message)"  # workers/media.py _label
+_FILE = r'((?: \([^)]*\))?(?: with the caption: "[^"]*")?)'  # its file name, its caption
+
+
+def _media(m: re.Match[str], what: str = "") -> str:
+    """"[enviou uma foto com a legenda: "..." ...]" from a workers/media.py note's match."""
+    named = m.group(2).replace(" with the caption: ", " com a legenda: ")
+    return f"[enviou {_MEDIA_PT_BR[m.group(1)]}{named}{what}]"
+
+
+def _limits(text: str) -> str:
+    for english, portuguese in (("at most", "no máximo"), (" and ", " e "),
+                                ("pages", "páginas"), ("px a side", "px por lado")):
+        text = text.replace(english, portuguese)
+    return text
+
+
 _PT_BR_NOTES: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
+    (r"\[voice note, transcribed automatically \(may contain errors\)\]:",
+     "[mensagem de voz, transcrita automaticamente (pode conter erros)]:"),
+    (rf"\[sent a {_FETCHED}() that could not be understood \(not transcribed\);[^\]]*\]",
+     lambda m: _media(m, " que não conseguimos entender (sem transcrição)")),
+    (rf"\[sent a {_FETCHED}{_FILE} too large for us to open \((.*?)\);[^\]]*\]",
+     lambda m: _media(m, f" grande demais para abrirmos ({_limits(m.group(3))})")),
+    (rf"\[sent a {_FETCHED}{_FILE} we cannot open \(a damaged or unsupported file\);[^\]]*\]",
+     lambda m: _media(m, " que não conseguimos abrir (arquivo danificado ou não suportado)")),
+    (rf"\[sent a {_FETCHED}{_FILE} that could not be downloaded;[^\]]*\]",
+     lambda m: _media(m, " que não conseguimos baixar")),
+    (rf"\[sent a {_FETCHED}{_FILE}\]", _media),
+    (r"\[staff sent a message of type (.*?)\]", r"[a equipe enviou uma mensagem do tipo \1]"),
+    (r"\[staff sent (.*?)\]",
+     lambda m: f"[a equipe enviou {_STAFF_SENT_PT_BR.get(m.group(1), m.group(1))}]"),
+    (r"\[before this message, staff wrote: (.*?)\]",
+     r"[antes desta mensagem, a equipe escreveu: \1]"),
+    (r"\[template (\S+?)(: .*?)?\]", r"[modelo \1\2]"),
+    (r"\[erased\]", "[apagado]"),
     (r"\[the customer deleted a message\]", "[o cliente apagou uma mensagem]"),
     (r"\[the customer edited their message of (.+?) to:\]",
      r"[o cliente editou a mensagem de \1 para:]"),
@@ -349,10 +397,23 @@ _PT_BR_NOTES: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
 ]
 
 
+# a customer's pick of a list row, a reply button or a template's quick reply, as the owner
+# reads it in either language ("Escolheu: Qua 02/12 15:00"); the id and what it names are
+# for the model (whatsapp/inbound.py _render_interactive)
+_PICKS = (r'\[picked list option "(.*?)"[^\]]*\]', r'\[tapped button "(.*?)"[^\]]*\]',
+          r'\[tapped quick reply "(.*?)"[^\]]*\]')
+
+
 def translate_notes(text: str, language: str) -> str:
     """A transcript message's text with the product's bracketed notes in the console's
-    language (the customer's and the agent's own words are left as they are)."""
-    if language == "en" or "[" not in text:
+    language (the customer's and the agent's own words are left as they are); a pick of a
+    list row or button reads "Escolheu: TITLE" ("Picked: TITLE")."""
+    if "[" not in text:
+        return text
+    picked = texts_for(language)["picked"]
+    for pattern in _PICKS:
+        text = re.sub(pattern, lambda m: f"{picked}: {m.group(1)}", text)
+    if language == "en":
         return text
     for pattern, replacement in _PT_BR_NOTES:
         text = re.sub(pattern, replacement, text)
