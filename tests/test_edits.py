@@ -334,7 +334,7 @@ def test_neither_compaction_nor_extraction_reads_a_deleted_message(
         summaries = requests_text(env, "summary")
         assert DELETED in summaries[0] and DELETED in extraction
         for request in [*summaries, extraction, *requests_text(env)[1:]]:
-            assert "amônia" not in request
+            assert "alérgica a amônia" not in request  # (the tools' own example says amônia)
     finally:
         env.close()
 
@@ -377,7 +377,7 @@ def test_a_summary_written_from_a_deleted_message_is_rewritten_from_the_history(
         env.messages_api.script("turn", [{"text": "Até amanhã!"}])
         post(env, text_body("obrigada", 19, sent_at=env.clock.now()))
         env.drain()
-        assert "amônia" not in requests_text(env)[-1]
+        assert "alérgica a amônia" not in requests_text(env)[-1]
     finally:
         env.close()
 

@@ -415,7 +415,7 @@ def test_a_staff_message_written_during_a_tool_round_never_splits_it(
     env.messages_api.script("turn", [{"text": "Posso ajudar?"}])
     post(env, text_body("e aí?", 3, sent_at=env.clock.now()))
     history = _history(env)
-    for k, (role, types) in enumerate(history):
+    for k, (_, types) in enumerate(history):
         if "tool_use" in types:
             assert history[k + 1] == ("user", ["tool_result"]), history
     assert ("assistant", ["text"]) in history  # the staff message, placed
