@@ -177,6 +177,9 @@ def test_buttons_fall_back_to_a_list_then_to_text() -> None:
      "option titles must differ"),
     ({"button": "b" * 21, "options": _slots([9])}, "button must be a label of at most 20"),
     ({"style": "carousel", "options": _slots([9])}, "style must be list or buttons"),
+    ({"options": [{"slot": "2026-6-2T4:0", "title": "t"}]}, "slot must be YYYY-MM-DDTHH:MM"),
+    ({"options": [{"service": "corte", "title": "t", "professional": ["x"]}]},
+     "professional goes with a slot option only"),
 ])
 def test_the_tool_names_what_is_wrong(args: dict[str, Any], problem: str) -> None:
     with pytest.raises(ToolError, match=problem):

@@ -7,6 +7,7 @@ goes out through the outbox like any reply (workers/choices.py), at most once. O
 so the customer's pick comes back as that slot or service (whatsapp.interactive ids).
 """
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -70,6 +71,8 @@ def _choice(option: Any, title_limit: int) -> Choice:
         raise ToolError("give exactly one of slot or service")
     if slot is not None:
         try:
+            if not _SLOT.fullmatch(str(slot)):  # strptime alone takes 2026-6-2T4:0
+                raise ValueError(slot)
             datetime.strptime(str(slot), "%Y-%m-%dT%H:%M")
         except ValueError:
             raise ToolError(f"slot must be YYYY-MM-DDTHH:MM local time, got {echo(slot)}") \
@@ -82,9 +85,15 @@ def _choice(option: Any, title_limit: int) -> Choice:
     else:
         if not isinstance(service, str) or not 1 <= len(service) <= CODE_CHARS:
             raise ToolError(f"service must be a service code, got {echo(service)}")
+        if option.get("professional") is not None:
+            raise ToolError("professional goes with a slot option only; a service option "
+                            "names no professional")
         choice_id = service_id(service)
     return Choice(id=choice_id, title=title.strip(),
                   description=description.strip() if description else None)
+
+
+_SLOT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
 
 
 def offer_choices(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
