@@ -2,8 +2,9 @@
 
 What a line may hold (README, Security):
 
-* Phone numbers and message text only at DEBUG: call sites pass them as fields named in
-  `SENSITIVE_KEYS`, and `redact_sensitive` blanks those fields at INFO and above.
+* No customer data at any level (the developers' guide): phone numbers, user ids and message
+  text are never logged; a field named in `SENSITIVE_KEYS` (a library's, or a slip) is blanked
+  by `redact_sensitive` at every level, DEBUG included. Lines name ids and sizes instead.
 * Never a secret, at any level: fields named in `SECRET_KEYS` are blanked always; tracebacks
   are rendered without frame locals (structlog's renderers show them by default, and a
   handler's locals hold tokens, session ids, form data); and the rendered line itself is
@@ -27,21 +28,18 @@ SECRET_KEYS = frozenset({"token", "authorization", "cookie", "cookies", "set_coo
                          "sid", "session_id", "password", "secret", "app_secret", "api_key",
                          "access_token", "verify_token", "admin_token"})
 REDACTED = "[redacted]"
+# libraries whose DEBUG lines quote whole requests (the Messages API's body holds the customer's
+# words; the HTTP clients' the URLs and headers): kept at INFO even when the product logs DEBUG
+QUIET_AT_DEBUG = ("anthropic", "httpx", "httpcore", "httpx2", "httpcore2", "urllib3")
 MIN_SCRUBBED_LENGTH = 8  # a shorter configured "secret" would blank ordinary words
-_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50,
-           "exception": 40}
 
 
 def redact_sensitive(
     _: Any, method: str, event: MutableMapping[str, Any],
 ) -> MutableMapping[str, Any]:
-    """Blank secret fields at every level, customer fields above DEBUG."""
-    for key in SECRET_KEYS & event.keys():
+    """Blank secret fields and customer fields at every level."""
+    for key in (SECRET_KEYS | SENSITIVE_KEYS) & event.keys():
         event[key] = REDACTED
-    level = _LEVELS.get(str(event.get("level", method)).lower(), 20)
-    if level > logging.DEBUG:
-        for key in SENSITIVE_KEYS & event.keys():
-            event[key] = REDACTED
     return event
 
 
@@ -104,3 +102,5 @@ def configure_logging(level: str = "INFO", fmt: str = "json", *, secrets: Iterab
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in QUIET_AT_DEBUG:  # their DEBUG lines dump request bodies: customer text
+        logging.getLogger(name).setLevel(max(logging.INFO, root.level))

@@ -52,5 +52,4 @@ def store_echo(engine: Engine, echo: StaffEcho, now: datetime) -> str:
                                    pause=timedelta(minutes=tenant.echo_pause_minutes),
                                    wamid=echo.wamid)
     log.info("staff_echo_stored", wa_type=echo.wa_type)
-    log.debug("staff_echo_text", text=echo.text)
     return "staff_echo"

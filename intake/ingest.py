@@ -771,7 +771,6 @@ def _stored(item: _Item, message_id: int, starts_turn: bool) -> None:
     (log.info if item.logged else log.debug)(
         "inbound_stored", tenant_id=item.tenant.id, conversation_id=item.conversation_id,
         wa_type=item.msg.wa_type, message_id=message_id)
-    log.debug("inbound_text", text=item.msg.text, wa_id=item.msg.wa_id)
     item.pending.result.count("message")
     if starts_turn:
         _add_turn(item.pending.result, item.conversation_id)

@@ -144,7 +144,6 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
     with unfenced():  # it went out: recorded even by a turn that lost its lock meanwhile
         _mark(runtime, row, status="sent", wamid=wamid, attempts=row.attempts + 1)
     log.info("reply_sent", outbound_id=row.id, part=row.part)
-    log.debug("reply_text", text=row.body, to=row.to)
     return "sent"
 
 

@@ -50,7 +50,6 @@ def store_proposal(session: Session, proposal: Proposal, *, tenant: Tenant, cont
     if reason is not None:
         log.info("fact_proposal", key=proposal.key[:64], origin=origin, outcome="rejected",
                  reason=reason)
-        log.debug("fact_proposal_value", text=proposal.value)
         return None, f"rejected: {reason}"
     key, now = keys[proposal.key], clock.now()
     valid_until, review_at = validity(key, now)
