@@ -343,6 +343,8 @@ class Appointment(SQLModel, table=True):
     # the customer confirmed it (a reminder's Confirmar: workers/reminders.py); the status
     # stays booked, so every "holds the slot" / "upcoming" query is unchanged
     confirmed_at: datetime | None = None
+    # cancelled by a move: the booking that replaced it (a tap on its reminder says so)
+    moved_to_id: int | None = None
 
 
 class ContactFact(SQLModel, table=True):

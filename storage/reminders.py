@@ -104,7 +104,7 @@ def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,
 def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
     """The appointment was cancelled or moved: its reminders not sent yet are cancelled.
     Returns how many."""
-    result = session.exec(update(Reminder).where(  # type: ignore[call-overload]
+    result = session.exec(update(Reminder).where(
         col(Reminder.appointment_id) == appointment_id, col(Reminder.status) == "scheduled",
     ).values(status="cancelled", reason=reason[:300]))
     return int(result.rowcount or 0)
@@ -122,7 +122,7 @@ def claim(session: Session, reminder_id: int, *, status: str, now: datetime,
           reason: str = "", message_id: int | None = None) -> bool:
     """Compare-and-set scheduled → `status` (queued, skipped, cancelled): True for the one
     pass that wins, so a reminder is queued at most once."""
-    result = session.exec(update(Reminder).where(  # type: ignore[call-overload]
+    result = session.exec(update(Reminder).where(
         col(Reminder.id) == reminder_id, col(Reminder.status) == "scheduled",
     ).values(status=status, reason=reason[:300], message_id=message_id, queued_at=now))
     return bool(result.rowcount)
@@ -177,8 +177,8 @@ def button_payload(secret: str, appointment: Appointment, action: str) -> str:
     """The payload (button id) of a reminder's button: at most MAX_PAYLOAD ASCII characters."""
     assert appointment.id is not None
     code = ACTIONS[action]
-    payload = (f"rm1:{appointment.id}:{code}:"
-               f"{_mac(secret, appointment.tenant_id, appointment.contact_id, appointment.id, code)}")
+    mac = _mac(secret, appointment.tenant_id, appointment.contact_id, appointment.id, code)
+    payload = f"rm1:{appointment.id}:{code}:{mac}"
     assert len(payload) <= MAX_PAYLOAD and payload.isascii()
     return payload
 

@@ -320,10 +320,8 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
     language = tenant.language
     values = fields(session, tenant, appointment, None)
     if appointment.status != "booked":
-        moved = any(r.reason.startswith("appointment moved") for r in
-                    reminders.of_appointments(session, [appointment.id or 0])
-                    .get(appointment.id or 0, []))
-        return _format(texts.text(language, "tap_moved" if moved else "tap_cancelled"), values)
+        return _format(texts.text(language, "tap_moved" if appointment.moved_to_id
+                                  else "tap_cancelled"), values)
     if appointment.start_at <= now:
         return _format(texts.text(language, "tap_past"), values)
     if action == "confirm":

@@ -217,6 +217,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     new = _place(session, ctx, service, start, pro_code)
     new.note = note
     session.add(new)
+    old.moved_to_id = new.id
     reminders.cancel_for(session, _id(old), reason=f"appointment moved to #{new.id}")
     reminders.schedule(session, _tenant(session, ctx.tenant_id), new, now=ctx.now)
     webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",

@@ -45,6 +45,7 @@ def upgrade() -> None:
                                       server_default=""))
     with op.batch_alter_table("appointment", schema=None) as batch_op:
         batch_op.add_column(sa.Column("confirmed_at", When(), nullable=True))
+        batch_op.add_column(sa.Column("moved_to_id", sa.Integer(), nullable=True))
     op.create_table(
         "reminder",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -101,8 +102,10 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_reminder_tenant_id"), table_name="reminder")
     op.drop_table("reminder")
     with op.batch_alter_table("appointment", schema=None) as batch_op:
+        batch_op.drop_column("moved_to_id")
         batch_op.drop_column("confirmed_at")
     with op.batch_alter_table("tenant", schema=None) as batch_op:
-        for name in ("notice_template", "address", "coexistence", "cancellation_window_minutes", "reminder_text",
-                     "reminder_template", "quiet_hours", "reminder_lead_minutes"):
+        for name in ("notice_template", "address", "coexistence",
+                     "cancellation_window_minutes", "reminder_text", "reminder_template",
+                     "quiet_hours", "reminder_lead_minutes"):
             batch_op.drop_column(name)
