@@ -30,6 +30,7 @@ import structlog
 from sqlmodel import Session
 
 from core import clock
+from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import messages as message_repo
 from storage import reminders, webhooks
@@ -79,7 +80,9 @@ def reminder_pass(runtime: Runtime, *, now: datetime) -> int:
         with session_scope(runtime.engine) as session:
             rows = reminders.due(session, now=now, limit=BATCH)
         for row in rows:
-            queued += _pace(runtime, paced, queue_reminder(runtime, row, now=now), now)
+            target = queue_reminder(runtime, row, now=now)
+            crash_point("after_reminder_queued")  # stored, its flush not enqueued yet
+            queued += _pace(runtime, paced, target, now)
         if len(rows) < BATCH:
             break
     while True:
