@@ -12,6 +12,8 @@ from sqlalchemy import Engine, event
 from sqlmodel import select
 
 from agent.tools import scheduling
+from bot.admin.api import ROUTES
+from bot.admin.openapi import openapi_document
 from agent.tools.base import ToolContext
 from cli.main import main
 from operations import service as service_ops
@@ -22,7 +24,10 @@ from storage.db import session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import Appointment, Contact, Professional, Service, Tenant
 from storage.tenants import archive_service, upsert_tenant
+from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
+from tests.test_admin_api import call
+from tests.test_console import Browser
 from workers.reminders import reminder_pass
 
 SCENARIOS = Path(__file__).parent / "scenarios" / "reminders"
@@ -234,3 +239,52 @@ def test_the_graph_double_refuses_a_template_meta_has_not_approved(
     result = run_scenario(spec, base=SCENARIOS, cli=main)
     assert result.passed, "\n".join(result.failures + result.transcript)
     assert any(f"code {code}" in line for line in result.transcript), result.transcript
+
+
+# -- the admin API, its OpenAPI document and the console -------------------------------------
+
+def test_the_reminder_settings_are_in_the_openapi_document() -> None:
+    document = json.dumps(openapi_document(ROUTES))
+    for name in ("reminder_lead_minutes", "quiet_hours", "reminder_template",
+                 "notice_template", "cancellation_window_minutes", "reminder_text"):
+        assert name in document, name
+
+
+def test_console_settings_and_the_agenda_show_confirmed_and_unconfirmed(
+        env: ReplayEnvironment) -> None:
+    seeded = seed(env)
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    status, page, _ = browser.request("/console/settings")
+    assert status == 200 and 'name="quiet_hours" value="21:00-08:00"' in page
+    form = {"csrf": browser.csrf, "instructions": "Oi", "inactivity_timeout_minutes": "1440",
+            "retention_days": "180", "language": "pt-BR", "fact_keys": "preferred_name",
+            "followup_template": "", "followup_template_language": "pt_BR",
+            "reminder_lead_minutes": "1440, 120", "quiet_hours": "22:00-07:00",
+            "cancellation_window_minutes": "240", "reminder_template": "",
+            "notice_template": "", "reminder_text": ""}
+    status, page, _ = browser.request("/console/settings", {**form, "quiet_hours": "22h"})
+    assert status == 422 and 'id="error-quiet_hours"' in page
+    status, _, _ = browser.request("/console/settings", form)
+    assert status == 303
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant).where(
+            Tenant.phone_number_id == SALON["phone_number_id"])).one()
+        assert (tenant.reminder_lead_minutes, tenant.quiet_hours,
+                tenant.cancellation_window_minutes) == ([1440, 120], "22:00-07:00", 240)
+        booking = session.exec(select(Appointment).where(
+            Appointment.tenant_id == tenant.id)).first()
+        assert booking is not None
+        week = booking.start_at.astimezone(SP).date().isoformat()
+    page = browser.request(f"/console/appointments?week={week}")[1]
+    assert "não confirmado" in page
+    with session_scope(env.engine) as session:
+        row = session.get(Appointment, booking.id)
+        assert row is not None
+        row.confirmed_at = env.clock.now()
+        session.add(row)
+    page = browser.request(f"/console/appointments?week={week}")[1]
+    assert "✓ confirmado" in page and "não confirmado" not in page
+    status, document = call(env, "GET", f"/admin/tenants/{tenant.id}/appointments",
+                            token=seeded.salon_token)
+    assert status == 200 and document[0]["confirmed_at"] is not None

@@ -408,7 +408,10 @@ def settings_page(p: Page) -> PageResult:
                                   for k in tenant.fact_keys)
     errors: dict[str, str] = {}
     if p.request.method == "POST":
+        shown = form
         form = {name: str(p.form.get(name, "")) for name in SETTINGS_FIELDS}
+        form.update({name: str(shown[name]) for name in REMINDER_FIELDS
+                     if name not in p.form})  # a form without them (an older page) keeps them
         changes, errors = _settings_changes(form)
         try:
             spec: TenantSettings = service.validated(TenantSettings, changes)
