@@ -12,9 +12,9 @@ from sqlalchemy import Engine, event
 from sqlmodel import select
 
 from agent.tools import scheduling
+from agent.tools.base import ToolContext
 from bot.admin.api import ROUTES
 from bot.admin.openapi import openapi_document
-from agent.tools.base import ToolContext
 from cli.main import main
 from operations import service as service_ops
 from replay.environment import APP_SECRET, ReplayEnvironment
