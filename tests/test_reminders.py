@@ -288,3 +288,23 @@ def test_console_settings_and_the_agenda_show_confirmed_and_unconfirmed(
     status, document = call(env, "GET", f"/admin/tenants/{tenant.id}/appointments",
                             token=seeded.salon_token)
     assert status == 200 and document[0]["confirmed_at"] is not None
+
+
+def test_remarcar_on_a_reminder_that_opened_the_conversation_reaches_the_agent() -> None:
+    """The template reminder opened a new conversation (the booking's closed): the model's
+    window starts at the tap, whose text names the appointment in full, and the request is
+    valid (the Messages API double checks it)."""
+    spec = json.loads((SCENARIOS / "confirm_template.json").read_text(encoding="utf-8"))
+    steps = spec["steps"]
+    cut = next(n for n, s in enumerate(steps) if s.get("tap") == "Confirmar")
+    spec["steps"] = steps[:cut] + [
+        {"model": [{"text": "Claro! Para qual dia você prefere?"}]},
+        {"tap": "Remarcar"}, {"drain": True},
+        {"expect": {"sent": [{"text_contains": "Para qual dia"}], "requests": {"calls": 1},
+                    "last_request_contains": [
+                        "[tapped Remarcar on the reminder of appointment #1, Corte feminino "
+                        "with Júlia, Wed 2026-06-03 10:00]"],
+                    "conversation": {"count": 2}}}]
+    result = run_scenario(spec, base=SCENARIOS, cli=main)
+    assert result.passed, "\n".join(result.failures + result.transcript)
+    assert result.api_errors == 0
