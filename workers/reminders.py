@@ -59,6 +59,7 @@ log = structlog.get_logger(__name__)
 
 REMINDERS_PERIOD_SECONDS = 30
 BATCH = 500
+CHUNK = 50  # reminders stored in one transaction (one by one when a chunk fails)
 RATES = {True: 20, False: 80}  # sends per second per phone number (coexistence or not)
 TAP_TYPES = ("interactive", "button")
 HANDLED = "answered by the reminder's buttons (no model call)"
@@ -79,10 +80,11 @@ def reminder_pass(runtime: Runtime, *, now: datetime) -> int:
     while True:
         with session_scope(runtime.engine) as session:
             rows = reminders.due(session, now=now, limit=BATCH)
-        for row in rows:
-            target = queue_reminder(runtime, row, now=now)
-            crash_point("after_reminder_queued")  # stored, its flush not enqueued yet
-            queued += _pace(runtime, paced, target, now)
+        for start in range(0, len(rows), CHUNK):
+            targets = queue_chunk(runtime, rows[start:start + CHUNK], now=now)
+            crash_point("after_reminder_queued")  # stored, their flushes not enqueued yet
+            for target in targets:
+                queued += _pace(runtime, paced, target, now)
         if len(rows) < BATCH:
             break
     while True:
@@ -184,51 +186,81 @@ def _template_body(spec: dict[str, Any], values: dict[str, str],
                        "buttons": buttons}, ensure_ascii=False)
 
 
-def queue_reminder(runtime: Runtime, reminder: Reminder, *,
-                   now: datetime) -> tuple[int, int, bool] | None:
+Target = tuple[int, int, bool]  # (tenant id, conversation id, coexistence) of a queued send
+
+
+def queue_chunk(runtime: Runtime, rows: list[Reminder], *, now: datetime) -> list[Target]:
+    """Store and queue these due reminders in one transaction; when it fails (a row that
+    cannot be written), each in a transaction of its own, so one bad row holds up no other
+    (it is logged, and stays scheduled for the next pass)."""
+    secret = runtime.settings.button_key()
+    try:
+        with session_scope(runtime.engine) as session:
+            found = [_queue_in(session, secret, row, now) for row in rows]
+        return [t for t in found if t is not None]
+    except Exception as exc:  # noqa: BLE001 - retried one by one below
+        log.warning("reminder_chunk_failed", reminders=len(rows), error=type(exc).__name__)
+    targets = []
+    for row in rows:
+        try:
+            target = queue_reminder(runtime, row, now=now)
+        except Exception as exc:  # noqa: BLE001 - the others still go
+            log.error("reminder_failed", reminder_id=row.id, error=type(exc).__name__)
+            continue
+        if target is not None:
+            targets.append(target)
+    return targets
+
+
+def queue_reminder(runtime: Runtime, reminder: Reminder, *, now: datetime) -> Target | None:
     """Store and queue one due reminder (or skip it with the reason), in one transaction;
-    returns (tenant id, conversation id, coexistence) of a queued send, None otherwise."""
-    assert reminder.id is not None
+    returns the Target of a queued send, None otherwise."""
     with session_scope(runtime.engine) as session:
-        appointment = session.get(Appointment, reminder.appointment_id)
-        tenant = session.get(Tenant, reminder.tenant_id)
-        contact = session.get(Contact, appointment.contact_id) if appointment else None
-        if appointment is None or tenant is None or contact is None:
-            return None
-        if appointment.status != "booked" or appointment.start_at <= now:
-            reminders.claim(session, reminder.id, status="cancelled", now=now,
-                            reason=f"appointment {appointment.status}, not upcoming")
-            return None
-        values = fields(session, tenant, appointment, contact)
-        payloads = {a: reminders.button_payload(runtime.settings.button_key(), appointment, a)
-                    for a in reminders.ACTIONS}
-        spec = _template(tenant, tenant.reminder_template)
-        if not window_closed(contact.last_inbound_at, now):
-            text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
-                           values)
-            body = json.dumps(buttons_message(body=text, buttons=[
-                Choice(payloads[a], texts.text(tenant.language, f"button_{a}"))
-                for a in ("confirm", "reschedule", "cancel")]), ensure_ascii=False)
-            kind, shown = "interactive", text
-        elif spec is not None:
-            body, kind = _template_body(spec, values, payloads), "template"
-            shown = f"[reminder template {spec['name']}]"
-        else:
-            reminders.claim(session, reminder.id, status="skipped", now=now,
-                            reason="the 24-hour window is closed and no reminder_template "
-                                   "is declared")
-            log.info("reminder_skipped_window_closed", reminder_id=reminder.id)
-            return None
-        if not reminders.claim(session, reminder.id, status="queued", now=now):
-            return None  # another pass took it
-        shown = (f"[reminder {reminder.lead_minutes} min before "
-                 f"{describe(session, tenant, appointment)}] {shown}")
-        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
-        row = session.get(Reminder, reminder.id)
-        assert row is not None and tenant.id is not None
-        row.message_id = message.id
-        session.add(row)
-        return tenant.id, message.conversation_id, tenant.coexistence
+        return _queue_in(session, runtime.settings.button_key(), reminder, now)
+
+
+def _queue_in(session: Session, secret: str, reminder: Reminder,
+              now: datetime) -> Target | None:
+    assert reminder.id is not None
+    appointment = session.get(Appointment, reminder.appointment_id)
+    tenant = session.get(Tenant, reminder.tenant_id)
+    contact = session.get(Contact, appointment.contact_id) if appointment else None
+    if appointment is None or tenant is None or contact is None:
+        return None
+    if appointment.status != "booked" or appointment.start_at <= now:
+        reminders.claim(session, reminder.id, status="cancelled", now=now,
+                        reason=f"appointment {appointment.status}, not upcoming")
+        return None
+    values = fields(session, tenant, appointment, contact)
+    payloads = {a: reminders.button_payload(secret, appointment, a)
+                for a in reminders.ACTIONS}
+    spec = _template(tenant, tenant.reminder_template)
+    if not window_closed(contact.last_inbound_at, now):
+        text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
+                       values)
+        body = json.dumps(buttons_message(body=text, buttons=[
+            Choice(payloads[a], texts.text(tenant.language, f"button_{a}"))
+            for a in ("confirm", "reschedule", "cancel")]), ensure_ascii=False)
+        kind, shown = "interactive", text
+    elif spec is not None:
+        body, kind = _template_body(spec, values, payloads), "template"
+        shown = f"[reminder template {spec['name']}]"
+    else:
+        reminders.claim(session, reminder.id, status="skipped", now=now,
+                        reason="the 24-hour window is closed and no reminder_template "
+                               "is declared")
+        log.info("reminder_skipped_window_closed", reminder_id=reminder.id)
+        return None
+    if not reminders.claim(session, reminder.id, status="queued", now=now):
+        return None  # another pass took it
+    shown = (f"[reminder {reminder.lead_minutes} min before "
+             f"{describe(session, tenant, appointment)}] {shown}")
+    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+    row = session.get(Reminder, reminder.id)
+    assert row is not None and tenant.id is not None
+    row.message_id = message.id
+    session.add(row)
+    return tenant.id, message.conversation_id, tenant.coexistence
 
 
 def queue_notice(runtime: Runtime, notice: Notice, *,
