@@ -2,7 +2,7 @@
 quiet-hours rule, the signed payloads, and what stays the same for "holds the slot"."""
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -22,12 +22,13 @@ from replay.runner import run_scenario, run_scenario_file
 from storage import reminders
 from storage.db import session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
-from storage.models import Appointment, Contact, Professional, Service, Tenant
+from storage.models import Appointment, Contact, Professional, Reminder, Service, Tenant
 from storage.tenants import archive_service, upsert_tenant
 from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
 from tests.test_admin_api import call
 from tests.test_console import Browser
+from workers import reminders as worker_reminders
 from workers.reminders import reminder_pass
 
 SCENARIOS = Path(__file__).parent / "scenarios" / "reminders"
@@ -308,3 +309,42 @@ def test_remarcar_on_a_reminder_that_opened_the_conversation_reaches_the_agent()
     result = run_scenario(spec, base=SCENARIOS, cli=main)
     assert result.passed, "\n".join(result.failures + result.transcript)
     assert result.api_errors == 0
+
+
+def test_a_reminder_that_cannot_be_written_holds_up_no_other(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk whose transaction fails is written one by one: the bad reminder stays
+    scheduled (logged), the others are queued once each."""
+    env.add_tenant(TENANT)
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        for n in range(3):
+            contact = Contact(tenant_id=tenant.id or 0, wa_id=f"55119999{n:05d}",
+                              last_inbound_at=now, created_at=now)
+            session.add(contact)
+            session.flush()
+            start = now + timedelta(hours=23, minutes=30)
+            booking = Appointment(tenant_id=tenant.id or 0, contact_id=contact.id or 0,
+                                  service_id=1, professional_id=1, start_at=start,
+                                  end_at=start + timedelta(hours=1),
+                                  created_at=now - timedelta(days=2))
+            session.add(booking)
+            session.flush()
+            reminders.schedule(session, tenant, booking, now=now - timedelta(days=2))
+    real = worker_reminders._queue_in
+
+    def failing(session: Any, secret: str, row: Reminder, at: datetime) -> Any:
+        if row.appointment_id == 2:
+            raise ValueError("a row that cannot be written")
+        return real(session, secret, row, at)
+    monkeypatch.setattr(worker_reminders, "_queue_in", failing)
+    assert reminder_pass(env.runtime, now=now) == 2
+    with session_scope(env.engine) as session:
+        statuses = {r.appointment_id: r.status for r in session.exec(select(Reminder))}
+    assert statuses == {1: "queued", 2: "scheduled", 3: "queued"}
+    monkeypatch.setattr(worker_reminders, "_queue_in", real)
+    assert reminder_pass(env.runtime, now=now) == 1  # the next pass: only the one left
+    env.drain()
+    assert sorted(s.body["to"] for s in env.graph_api.accepted) == \
+        ["5511999900000", "5511999900001", "5511999900002"]
