@@ -8,6 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, event
 from sqlmodel import select
 
@@ -348,3 +349,32 @@ def test_a_reminder_that_cannot_be_written_holds_up_no_other(
     env.drain()
     assert sorted(s.body["to"] for s in env.graph_api.accepted) == \
         ["5511999900000", "5511999900001", "5511999900002"]
+
+
+@pytest.mark.parametrize(("coexistence", "rate"), [(True, 20), (False, 80)])
+def test_sends_are_paced_per_phone_number(env: ReplayEnvironment, coexistence: bool,
+                                          rate: int) -> None:
+    """100 reminders due at once for one number: the n-th flush at n // rate seconds."""
+    env.add_tenant({**TENANT, "coexistence": coexistence})
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        for n in range(100):
+            contact = Contact(tenant_id=tenant.id or 0, wa_id=f"55119999{n:05d}",
+                              last_inbound_at=now, created_at=now)
+            session.add(contact)
+            session.flush()
+            start = now + timedelta(hours=23, minutes=30)
+            booking = Appointment(tenant_id=tenant.id or 0, contact_id=contact.id or 0,
+                                  service_id=1, professional_id=1, start_at=start,
+                                  end_at=start + timedelta(hours=1),
+                                  created_at=now - timedelta(days=2))
+            session.add(booking)
+            session.flush()
+            reminders.schedule(session, tenant, booking, now=now - timedelta(days=2))
+    assert reminder_pass(env.runtime, now=now) == 100
+    scheduled = ScheduledJobRegistry(queue=env.queue)
+    delays = sorted(int(score - now.timestamp()) for _, score in env.redis.zrange(
+        scheduled.key, 0, -1, withscores=True))
+    assert env.queue.count == rate  # the first second's sends at once
+    assert delays == sorted(n // rate for n in range(rate, 100))
