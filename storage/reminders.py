@@ -26,7 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import update
-from sqlmodel import Session, col, select
+from sqlmodel import Session, and_, col, or_, select
 
 from storage.models import Appointment, Notice, Reminder, Tenant
 
@@ -110,12 +110,19 @@ def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
     return int(result.rowcount or 0)
 
 
-def due(session: Session, *, now: datetime, limit: int) -> list[Reminder]:
-    """Scheduled reminders due at `now`, oldest due first: one query on the partial index
-    ix_reminder_scheduled_due (a pass with nothing due reads nothing else)."""
-    return list(session.exec(select(Reminder).where(
-        col(Reminder.status) == "scheduled", col(Reminder.due_at) <= now,
-    ).order_by(col(Reminder.due_at), col(Reminder.id)).limit(limit)).all())
+def due(session: Session, *, now: datetime, limit: int,
+        after: tuple[datetime, int] | None = None) -> list[Reminder]:
+    """Scheduled reminders due at `now`, oldest due first, after the cursor `after` (the
+    (due_at, id) of the previous page's last, so a page that could not be written is not read
+    again in the same pass): one query on the partial index ix_reminder_scheduled_due (a pass
+    with nothing due reads nothing else)."""
+    statement = select(Reminder).where(col(Reminder.status) == "scheduled",
+                                       col(Reminder.due_at) <= now)
+    if after is not None:
+        statement = statement.where(or_(col(Reminder.due_at) > after[0], and_(
+            col(Reminder.due_at) == after[0], col(Reminder.id) > after[1])))
+    return list(session.exec(statement.order_by(col(Reminder.due_at), col(Reminder.id))
+                             .limit(limit)).all())
 
 
 def claim(session: Session, reminder_id: int, *, status: str, now: datetime,

@@ -77,9 +77,14 @@ def reminder_pass(runtime: Runtime, *, now: datetime) -> int:
     """Queue every due reminder and pending notice; returns how many went to the outbox."""
     paced: dict[int, int] = {}  # tenant id -> sends queued in this pass
     queued = 0
+    after: tuple[datetime, int] | None = None
     while True:
         with session_scope(runtime.engine) as session:
-            rows = reminders.due(session, now=now, limit=BATCH)
+            rows = reminders.due(session, now=now, limit=BATCH, after=after)
+        if rows:
+            last = rows[-1]
+            assert last.due_at is not None and last.id is not None
+            after = (last.due_at, last.id)
         for start in range(0, len(rows), CHUNK):
             targets = queue_chunk(runtime, rows[start:start + CHUNK], now=now)
             crash_point("after_reminder_queued")  # stored, their flushes not enqueued yet
@@ -225,7 +230,10 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     appointment = session.get(Appointment, reminder.appointment_id)
     tenant = session.get(Tenant, reminder.tenant_id)
     contact = session.get(Contact, appointment.contact_id) if appointment else None
-    if appointment is None or tenant is None or contact is None:
+    if appointment is None or tenant is None or contact is None \
+            or contact_repo.address(contact) == (None, None):
+        reminders.claim(session, reminder.id, status="skipped", now=now,
+                        reason="the customer has no WhatsApp address")
         return None
     if appointment.status != "booked" or appointment.start_at <= now:
         reminders.claim(session, reminder.id, status="cancelled", now=now,
