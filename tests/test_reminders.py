@@ -340,6 +340,7 @@ def test_a_reminder_that_cannot_be_written_holds_up_no_other(
             raise ValueError("a row that cannot be written")
         return real(session, secret, row, at)
     monkeypatch.setattr(worker_reminders, "_queue_in", failing)
+    monkeypatch.setattr(worker_reminders, "BATCH", 1)  # pages of one: the cursor moves on
     assert reminder_pass(env.runtime, now=now) == 2
     with session_scope(env.engine) as session:
         statuses = {r.appointment_id: r.status for r in session.exec(select(Reminder))}
