@@ -23,7 +23,15 @@ from replay.runner import run_scenario, run_scenario_file
 from storage import reminders
 from storage.db import session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
-from storage.models import Appointment, Contact, Professional, Reminder, Service, Tenant
+from storage.models import (
+    Appointment,
+    Contact,
+    Notice,
+    Professional,
+    Reminder,
+    Service,
+    Tenant,
+)
 from storage.tenants import archive_service, upsert_tenant
 from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
@@ -287,6 +295,13 @@ def test_console_settings_and_the_agenda_show_confirmed_and_unconfirmed(
         session.add(row)
     page = browser.request(f"/console/appointments?week={week}")[1]
     assert "✓ confirmado" in page and "não confirmado" not in page
+    assert "cliente não avisado" not in page
+    with session_scope(env.engine) as session:  # a business cancel that could not be told
+        session.add(Notice(tenant_id=tenant.id or 0, appointment_id=booking.id or 0,
+                           kind="cancelled", status="not_sent", created_at=env.clock.now(),
+                           reason="the 24-hour window is closed and no notice_template"))
+    page = browser.request(f"/console/appointments?week={week}")[1]
+    assert "cliente não avisado" in page
     status, document = call(env, "GET", f"/admin/tenants/{tenant.id}/appointments",
                             token=seeded.salon_token)
     assert status == 200 and document[0]["confirmed_at"] is not None
