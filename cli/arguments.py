@@ -172,8 +172,8 @@ def add_conversation_commands(sub: Any) -> None:
     listing.add_argument("--status", choices=("booked", "cancelled"))
     listing.add_argument("--contact")
     listing.set_defaults(run="cli.appointments:list_appointments")
-    cancel = app_sub.add_parser("cancel", help="cancel a booking (the customer is not "
-                                "messaged)")
+    cancel = app_sub.add_parser("cancel", help="cancel a booking (the customer gets a "
+                                "notice: README, Reminders)")
     _pnid(cancel)
     cancel.add_argument("appointment_id", type=record_id)
     cancel.set_defaults(run="cli.appointments:cancel")

@@ -1,5 +1,6 @@
 """`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention, the webhooks'
-sweep), each guarded per period, so one cron is enough and a second is harmless; a keeper too."""
+sweep, the reminders pass), each guarded per period, so one cron is enough and a second is
+harmless; a keeper too."""
 
 import argparse
 
@@ -9,6 +10,7 @@ from storage.webhooks import SWEEP_PERIOD_SECONDS
 from workers import webhooks
 from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, reconcile
 from workers.processes import run_cron
+from workers.reminders import REMINDERS_PERIOD_SECONDS, run_reminders
 from workers.sweeper import sweep_inactive
 
 
@@ -19,4 +21,5 @@ def cron(args: argparse.Namespace) -> int:
     # Each job is guarded per period inside (workers/maintenance.py): a second cron is harmless.
     return run_cron(settings, [(sweep_inactive, 300), (reconcile, RECONCILE_PERIOD_SECONDS),
                                (purge_retention, 3600),
-                               (webhooks.sweep, SWEEP_PERIOD_SECONDS)])
+                               (webhooks.sweep, SWEEP_PERIOD_SECONDS),
+                               (run_reminders, REMINDERS_PERIOD_SECONDS)])

@@ -1,7 +1,8 @@
 """Failpoints for crash tests: `crash_point(name)` kills the process with SIGKILL when the
 environment variable WAGENT_CRASH_AT names that point. Unset in production: a no-op.
 
-Named points: before_model_call, after_tool_before_store, after_send_before_mark.
+Named points: before_model_call, after_tool_before_store, after_send_before_mark,
+after_reminder_queued (workers/reminders.py).
 """
 
 import os

@@ -40,6 +40,8 @@ class Settings:
     anthropic_base_url: str = "https://api.anthropic.com"
     anthropic_timeout: float = 60.0
     admin_token: str = field(default="", repr=False)
+    # signs the payloads of reminder buttons (storage/reminders.py); empty: the app secret
+    button_secret: str = field(default="", repr=False)
     # media a customer sends (whatsapp/media.py): seconds a read may stall, seconds a whole
     # download may take
     media_timeout: float = 10.0
@@ -151,12 +153,17 @@ class Settings:
             raise SettingsError("; ".join(problems))
         return cls(**values)  # type: ignore[arg-type]
 
+    def button_key(self) -> str:
+        """The key of the reminder buttons' HMAC: BUTTON_SECRET, else WHATSAPP_APP_SECRET
+        (both secret); a fixed development key only when neither is set (a local demo)."""
+        return self.button_secret or self.whatsapp_app_secret or "wagent-development-only"
+
     def secret_values(self) -> list[str]:
         """Every configured secret (and the passwords in the database and Redis URLs): the
         values the log renderer blanks (core/logs.py)."""
         values = [self.whatsapp_app_secret, self.whatsapp_verify_token,
                   self.whatsapp_access_token, self.anthropic_api_key, self.admin_token,
-                  self.transcription_api_key]
+                  self.transcription_api_key, self.button_secret]
         for url in (self.database_url, self.redis_url):
             try:
                 values.append(urlsplit(url).password or "")

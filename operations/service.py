@@ -28,7 +28,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import delivery, rights, webhooks
+from storage import delivery, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.conversations import with_staff
@@ -535,12 +535,26 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             "start": a.start_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "end": a.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "start_at": _iso(a.start_at), "status": a.status,
-            "cancelled_at": _iso(a.cancelled_at), "note": a.note}
+            "cancelled_at": _iso(a.cancelled_at), "note": a.note,
+            "confirmed_at": _iso(a.confirmed_at), **_reminder_fields(session, a)}
+
+
+def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:
+    """Its reminders and the last notice of a business change (issue 25)."""
+    assert a.id is not None
+    notice = reminders.last_notices(session, [a.id]).get(a.id)
+    return {"reminders": reminders.summary(reminders.of_appointments(session, [a.id])
+                                           .get(a.id, [])),
+            "notice": {"kind": notice.kind, "status": notice.status, "reason": notice.reason}
+            if notice else None}
 
 
 def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
                        now: datetime) -> dict[str, Any]:
-    """The business cancels a booking (its slot becomes free). The customer is not messaged."""
+    """The business cancels a booking (its slot becomes free); its reminders are cancelled and
+    the customer gets a notice (written and sent by the next reminders pass,
+    workers/reminders.py: a text in the 24-hour window, the tenant's `notice_template`
+    outside it, else recorded as not sent)."""
     appointment = session.exec(select(Appointment).where(Appointment.id == appointment_id)
                                .with_for_update()).first()  # two cancels: one wins
     if appointment is None or appointment.tenant_id != tenant.id:
@@ -552,6 +566,8 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
     appointment.status, appointment.cancelled_at = "cancelled", now
     session.add(appointment)
     session.flush()
+    reminders.cancel_for(session, appointment_id, reason="cancelled by the business")
+    reminders.record_notice(session, appointment, kind="cancelled", now=now)  # issue 25
     webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                   webhooks.appointment_data(session, appointment, by="business"), now=now)
     return appointment_view(session, appointment, ZoneInfo(tenant.timezone))

@@ -33,6 +33,8 @@ from storage.jobs import enqueue_facts
 from storage.scheduled import enqueue_due
 from storage.tenants import upsert_tenant
 from whatsapp.signature import sign
+from workers.maintenance import reconcile_pending
+from workers.reminders import reminder_pass
 from workers.runtime import build_runtime, set_runtime
 from workers.sweeper import close_due, sweep_horizon
 
@@ -189,6 +191,18 @@ class ReplayEnvironment:
                            on_closed=lambda cid: enqueue_facts(self.queue, self.namespace, cid))
         self.drain()
         return closed
+
+    def cron(self) -> dict[str, int]:
+        """The periodic jobs `wagent cron` runs, at the product's clock: the sweeper, the
+        reconciler and the reminders pass (workers/reminders.py); then the workers drain.
+        Returns what each did."""
+        now = self.clock.now()
+        closed = close_due(self.engine, now=now, due_by=sweep_horizon(self.engine, now=now),
+                           on_closed=lambda cid: enqueue_facts(self.queue, self.namespace, cid))
+        reconciled = reconcile_pending(self.runtime, now=now)
+        queued = reminder_pass(self.runtime, now=now)
+        self.drain()
+        return {"closed": closed, "reconciled": reconciled, "reminders": queued}
 
     def _forget_redis_keys(self) -> None:
         """Leave the configured Redis as it was: our keys, RQ's keys for our queue and jobs."""

@@ -48,6 +48,8 @@ TITLES = {
     131026: "Message undeliverable",
     100: "Invalid parameter",
     131009: "Parameter value is not valid",
+    132001: "Template name does not exist in the translation",
+    132000: "Number of parameters does not match the expected number of params",
 }
 DETAILS = {
     130429: "Cloud API message throughput has been reached.",
@@ -57,6 +59,8 @@ DETAILS = {
     "last replied to this number.",
     131026: "Message undeliverable.",
     100: "Invalid parameter.",
+    132001: "template name does not exist in the language",
+    132000: "body: number of localizable_params does not match the expected number of params",
 }
 TOKEN_EXPIRED = "Error validating access token: Session has expired."
 
@@ -97,6 +101,7 @@ class GraphDouble:
         self.base_url = ""
         self.sends: list[RecordedSend] = []
         self.reads: list[dict[str, Any]] = []
+        self.templates: dict[tuple[str, str], tuple[int, int]] | None = None
         self._pending_failures: list[int] = []
         self._pending_drops = 0
         self._pending_gateway: list[int] = []
@@ -302,10 +307,34 @@ class GraphDouble:
         self.reads.append(body)
         return {"success": True}
 
+    def approve_templates(self, templates: list[dict[str, Any]]) -> None:
+        """Meta's approved templates of the number (the scenario's `graph_templates`): a
+        template send must name one ((name, language): else 132001) with as many body
+        parameters and quick-reply payloads (else 132000). Without this, any well-formed
+        template send is taken."""
+        self.templates = {(str(t["name"]), str(t.get("language", "pt_BR"))):
+                          (int(t.get("body_parameters", 0)), int(t.get("quick_replies", 0)))
+                          for t in templates}
+
+    def _check_template(self, send: dict[str, Any]) -> None:
+        if self.templates is None or send.get("type") != "template":
+            return
+        template = send["template"]
+        key = (str(template.get("name")), str((template.get("language") or {}).get("code")))
+        if key not in self.templates:
+            raise _injected_refusal(132001)
+        components = template.get("components") or []
+        body = sum(len(c.get("parameters") or []) for c in components if c.get("type") == "body")
+        quick = sum(1 for c in components if c.get("type") == "button"
+                    and c.get("sub_type") == "quick_reply")
+        if (body, quick) != self.templates[key]:
+            raise _injected_refusal(132000)
+
     def _send(self, phone_number_id: str, body: object) -> dict[str, Any]:
         send = validate_send(body)
         if self._pending_failures:
             raise _injected_refusal(self._pending_failures.pop(0))
+        self._check_template(send)
         self._wamid_seq += 1
         wamid = f"wamid.OUT{self._wamid_seq:06d}"
         self.sends.append(RecordedSend(phone_number_id, send, 200, wamid=wamid))

@@ -101,18 +101,18 @@ def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = 
                         redis_url=redis_url, cli=cli, live=live)
 
 
-SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps"}
+SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps", "graph_templates"}
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
                                                                       "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
                 "expect": set(), "wagent": {"status", "output_contains"}, "tap": set(),
-                "media": set(), "transcripts": set(), "reset": set()}
+                "media": set(), "transcripts": set(), "reset": set(), "cron": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors", "reads", "last_request_contains", "requests"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
-                "appointments": {"service", "start", "status"},
+                "appointments": {"service", "start", "status", "confirmed"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts"}
@@ -135,6 +135,7 @@ def validate_scenario(scenario: Any, base: Path) -> list[str]:
             validate_config({**DEFAULT_TENANT, **(scenario.get("tenant") or {})})
     except TenantConfigError as exc:
         problems.append(f"tenant: {exc}")
+    problems += graph_templates_problems(scenario.get("graph_templates"))
     steps = scenario.get("steps")
     if not isinstance(steps, list):
         return problems + ["steps must be a list"]
@@ -142,6 +143,20 @@ def validate_scenario(scenario: Any, base: Path) -> list[str]:
         where = _named(step, f"step {index}") if isinstance(step, dict) else f"step {index}"
         problems += [f"{where}: {p}" for p in _step_problems(step, base)]
     return problems
+
+
+def graph_templates_problems(value: Any) -> list[str]:
+    """`graph_templates`: [{"name", "language", "body_parameters": N, "quick_replies": N}]."""
+    if value is None:
+        return []
+    keys = {"name", "language", "body_parameters", "quick_replies"}
+    if not isinstance(value, list) or not all(
+            isinstance(t, dict) and set(t) <= keys | NOTE_KEYS and isinstance(t.get("name"), str)
+            and isinstance(t.get("body_parameters", 0), int)
+            and isinstance(t.get("quick_replies", 0), int) for t in value):
+        return ['graph_templates takes [{"name", "language", "body_parameters": N, '
+                '"quick_replies": N}]']
+    return []
 
 
 def _step_problems(step: Any, base: Path) -> list[str]:
@@ -304,6 +319,8 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
         source = f"live, from {live.base_url}" if live else "scripted"
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
                    f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
+        if scenario.get("graph_templates") is not None:  # Meta's approved templates
+            env.graph_api.approve_templates(scenario["graph_templates"])
         if not _creates_tenant(scenario):
             runner.env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
@@ -315,6 +332,8 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
                 runner = open_runner(now)
                 env = runner.env
                 runner.say("   [reset: an empty database, a new conversation]")
+                if scenario.get("graph_templates") is not None:
+                    runner.env.graph_api.approve_templates(scenario["graph_templates"])
                 if not _creates_tenant(scenario):
                     runner.env.add_tenant(_tenant(scenario))
                 continue
@@ -387,6 +406,12 @@ class _Runner:
             self.env.clock.advance(parse_duration(str(step["advance"])))
             local = self.env.clock.now().astimezone(self.timezone)
             self.say(f"   ... {step['advance']} later ({local:%a %Y-%m-%d %H:%M} local)")
+        elif "cron" in step:
+            done = self.env.cron()
+            self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
+                     f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
+                     "reconciled]")
+            self._show_activity()
         elif "sweep" in step:
             closed = self.env.sweep()
             self.say(f"   [sweeper closed {closed} conversation(s)]")
@@ -438,8 +463,11 @@ class _Runner:
         reply button (`interactive.list_reply` / `button_reply`) or a template's quick-reply
         button (`button`, matched on its payload), posted as Meta shapes it (WhatsApp §3.4),
         quoting that message, stamped with the product's clock."""
+        with session_scope(self.env.engine) as session:
+            declared = [t for tenant in session.exec(select(Tenant)).all()
+                        for t in tenant.templates or []]
         for send in reversed(self.env.graph_api.accepted):
-            reply = _tap_reply(send.body, title)
+            reply = _tap_reply(send.body, title, declared)
             if reply is not None:
                 break
         else:
@@ -646,14 +674,27 @@ def _send_view(body: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def _offered(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(title, the customer's reply to it) of every option a sent message offers."""
+def _offered(body: dict[str, Any], declared: list[dict[str, Any]] | None = None
+             ) -> list[tuple[str, dict[str, Any]]]:
+    """(title, the customer's reply to it) of every option a sent message offers. A
+    template's quick reply is titled as the tenant declared its button (`declared`: the
+    tenants' `templates`; the send carries only the payload), else by its payload."""
     if body.get("type") == "template":
-        return [(str(p.get("payload")), {"type": "button", "button": {
-                    "payload": p.get("payload"), "text": p.get("payload")}})
-                for c in (body.get("template") or {}).get("components") or []
-                if c.get("type") == "button" and c.get("sub_type") == "quick_reply"
-                for p in c.get("parameters") or [] if p.get("type") == "payload"]
+        template = body.get("template") or {}
+        titles = next(([str(b.get("title")) if isinstance(b, dict) else str(b)
+                        for b in t.get("buttons") or []] for t in declared or []
+                       if t.get("name") == template.get("name")), [])
+        offered = []
+        for c in template.get("components") or []:
+            if c.get("type") != "button" or c.get("sub_type") != "quick_reply":
+                continue
+            index = int(c.get("index", 0))
+            for p in c.get("parameters") or []:
+                if p.get("type") == "payload":
+                    title = titles[index] if index < len(titles) else str(p.get("payload"))
+                    offered.append((title, {"type": "button", "button": {
+                        "payload": p.get("payload"), "text": title}}))
+        return offered
     interactive = body.get("interactive") or {}
     action = interactive.get("action") or {}
     if interactive.get("type") == "button":
@@ -667,8 +708,10 @@ def _offered(body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return []
 
 
-def _tap_reply(body: dict[str, Any], title: str) -> dict[str, Any] | None:
-    return next((reply for offered, reply in _offered(body) if offered == title), None)
+def _tap_reply(body: dict[str, Any], title: str,
+               declared: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    return next((reply for offered, reply in _offered(body, declared) if offered == title),
+                None)
 
 
 class _Expectations:
@@ -746,6 +789,7 @@ class _Expectations:
                 Appointment.tenant_id == tenant.id).order_by(col(Appointment.start_at),
                                                              col(Appointment.id))).all()
             actual = [{"service": service.code, "status": appointment.status,
+                       "confirmed": appointment.confirmed_at is not None,
                        "start": appointment.start_at.astimezone(tz).replace(tzinfo=None)
                        .isoformat(timespec="minutes")} for appointment, service in rows]
         wanted = [_criteria(e) for e in expected]

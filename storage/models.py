@@ -62,6 +62,21 @@ class Tenant(SQLModel, table=True):
     currency: str = Field(default="BRL", max_length=3)
     # appointment notes may hold health content (an allergy) only when True (agent/tools/notes.py)
     appointment_notes_sensitive: bool = False
+    # reminders (issue 25; storage/reminders.py): lead times in minutes (at most 3), local
+    # quiet hours "HH:MM-HH:MM" (empty: none), the declared template sent outside the 24-hour
+    # window (empty: none), the in-window text (empty: the product's, workers/texts.py); a
+    # tapped Cancelar cancels only this long before the start; a coexistence number is paced
+    # at 20 sends/s (80 otherwise)
+    reminder_lead_minutes: list[Any] = Field(default_factory=lambda: [1440], sa_type=JSONType)
+    quiet_hours: str = Field(default="21:00-08:00", max_length=11)
+    reminder_template: str = Field(default="", max_length=512)
+    reminder_text: str = Field(default="", sa_type=Text)
+    cancellation_window_minutes: int = 0
+    coexistence: bool = False
+    address: str = Field(default="", max_length=300)  # the business's, for reminders
+    # the declared template that tells the customer of a business's cancel or move outside
+    # the 24-hour window (empty: such a notice is recorded as not sent)
+    notice_template: str = Field(default="", max_length=512)
 
 
 class Service(SQLModel, table=True):
@@ -325,6 +340,11 @@ class Appointment(SQLModel, table=True):
     cancelled_at: datetime | None = None
     # the customer's request for this visit ("coloração sem amônia"): agent/tools/notes.py
     note: str = Field(default="", max_length=200)
+    # the customer confirmed it (a reminder's Confirmar: workers/reminders.py); the status
+    # stays booked, so every "holds the slot" / "upcoming" query is unchanged
+    confirmed_at: datetime | None = None
+    # cancelled by a move: the booking that replaced it (a tap on its reminder says so)
+    moved_to_id: int | None = None
 
 
 class ContactFact(SQLModel, table=True):
@@ -492,3 +512,48 @@ class MediaFile(SQLModel, table=True):
     sha256: str = Field(max_length=64)
     created_at: datetime
     data: bytes = Field(sa_type=LargeBinary)
+
+
+class Reminder(SQLModel, table=True):
+    """One reminder of one appointment at one lead time (storage/reminders.py).
+
+    `status`: scheduled (waits for `due_at`), queued (its outbound message is in the outbox:
+    `message_id`), skipped (`reason` says why: booked inside the lead time, quiet hours,
+    window closed and no template) or cancelled (the appointment was cancelled or moved).
+    The periodic pass reads the partial index of scheduled ones by `due_at`.
+    """
+
+    __table_args__ = (
+        UniqueConstraint("appointment_id", "lead_minutes", name="uq_reminder_appointment_lead"),
+        Index("ix_reminder_scheduled_due", "due_at",
+              sqlite_where=text("status = 'scheduled'"),
+              postgresql_where=text("status = 'scheduled'")),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    appointment_id: int = Field(foreign_key="appointment.id", ondelete="CASCADE", index=True)
+    lead_minutes: int
+    due_at: datetime | None = None
+    status: str = Field(default="scheduled", max_length=16)
+    reason: str = Field(default="", max_length=300)
+    message_id: int | None = Field(default=None, foreign_key="message.id", ondelete="SET NULL")
+    created_at: datetime
+    queued_at: datetime | None = None
+
+
+class Notice(SQLModel, table=True):
+    """A change the business made to an appointment (cancelled, moved), told to the customer
+    (storage/reminders.record_notice): `status` queued (its outbound message is `message_id`)
+    or not_sent (`reason`: the window closed and no template declared); pending until the
+    next reminders pass (workers/reminders.py) writes it."""
+
+    __table_args__ = (Index("ix_notice_pending", "id", sqlite_where=text("status = 'pending'"),
+                            postgresql_where=text("status = 'pending'")),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    appointment_id: int = Field(foreign_key="appointment.id", ondelete="CASCADE", index=True)
+    kind: str = Field(max_length=16)  # cancelled or moved
+    status: str = Field(default="pending", max_length=16)
+    reason: str = Field(default="", max_length=300)
+    message_id: int | None = Field(default=None, foreign_key="message.id", ondelete="SET NULL")
+    created_at: datetime

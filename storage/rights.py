@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlmodel import Session, col, delete, select
 
-from storage import dead_letters, media
+from storage import dead_letters, media, reminders
 from storage.messages import wamid_hash
 from storage.models import (
     Appointment,
@@ -106,6 +106,7 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
         appointment.contact_id = anonymous.id or 0
         appointment.note = ""  # the customer's own words (issue 21): erased with the rest
         session.add(appointment)
+        reminders.cancel_for(session, appointment.id or 0, reason="the contact was erased")
     counts["appointments_kept_anonymised"] = len(kept)
     counts["conversations"] = _delete(session, Conversation, col(Conversation.id).in_(ids))
     subject = _subject(contact)

@@ -85,11 +85,31 @@ def update_settings(session: Session, tenant: Tenant, changes: dict[str, Any]) -
     timeout_before = tenant.inactivity_timeout_minutes
     for key, value in changes.items():
         setattr(tenant, key, value)
+    reminder_template_problems(tenant)
     session.add(tenant)
     session.flush()
     if tenant.id is not None and tenant.inactivity_timeout_minutes != timeout_before:
         _reschedule_open(session, tenant)
     return tenant
+
+
+def reminder_template_problems(tenant: Tenant) -> None:
+    """The tenant's `reminder_template` names one of its `templates`, whose parameters are all
+    reminder fields (REMINDER_PARAMETERS) and whose buttons carry actions; TenantConfigError
+    otherwise (issue 25)."""
+    name = tenant.reminder_template
+    if not name:
+        return
+    spec = next((t for t in tenant.templates or [] if t.get("name") == name), None)
+    if spec is None:
+        raise TenantConfigError(f"reminder_template: {name!r} is not one of the tenant's "
+                                "templates")
+    unknown = [p for p in spec.get("parameters") or [] if p not in REMINDER_PARAMETERS]
+    if unknown:
+        raise TenantConfigError(f"reminder_template: parameters {', '.join(unknown)} are not "
+                                f"reminder fields ({', '.join(REMINDER_PARAMETERS)})")
+    if any(not isinstance(b, dict) for b in spec.get("buttons") or []):
+        raise TenantConfigError("reminder_template: its buttons need {\"title\", \"action\"}")
 
 
 _INTERVAL = r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
@@ -127,6 +147,18 @@ class FactKeySpec(_Strict):
     shape: Literal["text", "name", "period", "weekday", "service", "professional"] = "text"
 
 
+REMINDER_PARAMETERS = ("customer_name", "service", "professional", "date", "time", "address")
+BUTTON_ACTIONS = ("confirm", "reschedule", "cancel")
+
+
+class TemplateButton(_Strict):
+    """A quick-reply button of a template, in order: its `title` as Meta's template shows it
+    (the send carries only the payload) and what a tap does (issue 25, workers/reminders.py)."""
+
+    title: str = Field(min_length=1, max_length=25)
+    action: Literal["confirm", "reschedule", "cancel"]
+
+
 class TemplateSpec(_Strict):
     """An approved WhatsApp template the tenant may send outside the 24-hour window (staff
     replies now; later capabilities reuse it). `parameters`: the names of its body variables,
@@ -137,8 +169,8 @@ class TemplateSpec(_Strict):
     language: str = Field("pt_BR", pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
     parameters: list[Annotated[str, StringConstraints(min_length=1, max_length=60)]] = Field(
         default_factory=list, max_length=20)
-    buttons: list[Annotated[str, StringConstraints(min_length=1, max_length=25)]] = Field(
-        default_factory=list, max_length=10)
+    buttons: list[Annotated[str, StringConstraints(min_length=1, max_length=25)]
+                  | TemplateButton] = Field(default_factory=list, max_length=10)
 
 
 def _unique_templates(value: list[TemplateSpec] | None) -> list[TemplateSpec] | None:
@@ -199,6 +231,34 @@ class TenantSettings(_Strict):
     appointment_notes_sensitive: bool | None = Field(
         None, description="appointment notes may hold health details (an allergy); "
                           "default false")
+    # reminders (issue 25; storage/reminders.py)
+    reminder_lead_minutes: list[Annotated[int, Field(ge=15, le=20_160)]] | None = Field(
+        None, max_length=3, description="reminders this many minutes before the start, up "
+                                        "to three (default [1440]); [] sends none")
+    quiet_hours: str | None = Field(
+        None, pattern=r"^$|" + _INTERVAL,
+        description="local HH:MM-HH:MM (may wrap midnight) when no reminder goes out "
+                    "(default 21:00-08:00); empty: none")
+    reminder_template: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{0,512}$",
+        description="one of `templates`, sent as the reminder outside the 24-hour window; "
+                    "empty: none (such reminders are skipped)")
+    reminder_text: str | None = Field(
+        None, max_length=900, description="the reminder inside the 24-hour window ({service}, "
+                                          "{professional}, {date}, {time}, {customer_name}, "
+                                          "{address}); empty: the product's")
+    cancellation_window_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="a tapped Cancelar cancels only at least this "
+                                           "long before the start; 0: any time before")
+    notice_template: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{0,512}$",
+        description="one of `templates`, telling the customer of a cancel or move by the "
+                    "business outside the 24-hour window; empty: none")
+    address: str | None = Field(None, max_length=300,
+                                description="the business's address (a reminder field)")
+    coexistence: bool | None = Field(
+        None, description="the number is also used in the WhatsApp Business app (sends "
+                          "paced at 20/s instead of 80/s)")
 
     @field_validator("timezone")
     @classmethod

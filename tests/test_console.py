@@ -344,7 +344,7 @@ def test_the_owner_edits_and_rejects_facts_and_cancels_a_booking(env: ReplayEnvi
     with session_scope(env.engine) as session:
         assert session.get(Appointment, booking.id).status == "cancelled"
     _, agenda, _ = browser.request(headers["Location"])
-    assert "cancelado" in agenda and "O cliente não é avisado" in agenda
+    assert "cancelado" in agenda and "O cliente recebe um aviso" in agenda
 
 
 def test_the_owner_sets_the_booking_limits(env: ReplayEnvironment, seeded: Seeded) -> None:

@@ -149,16 +149,21 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
 
 def _send_declared_template(runtime: Runtime, tenant: Tenant, row: Outbound) -> str:
     """Send a part whose body is one of the tenant's `templates` as JSON ({"name",
-    "language", "parameters"}: operations/staff.py), its parameters as the body's text
+    "language", "parameters", "buttons"?}: operations/staff.py, workers/reminders.py), its
+    `buttons` as its quick replies' payloads, its parameters as the body's text
     parameters (Sources: WhatsApp §5.2)."""
     spec = json.loads(row.body)
     params = [str(p) for p in spec.get("parameters") or []]
     components = [{"type": "body", "parameters": [{"type": "text", "text": p}
-                                                  for p in params]}] if params else None
+                                                  for p in params]}] if params else []
+    # its quick replies' payloads, in the template's button order (a reminder's: issue 25)
+    components += [{"type": "button", "sub_type": "quick_reply", "index": str(i),
+                    "parameters": [{"type": "payload", "payload": str(payload)}]}
+                   for i, payload in enumerate(spec.get("buttons") or []) if payload]
     return runtime.graph.send_template(
         tenant.phone_number_id, name=str(spec["name"]),
         language=str(spec.get("language") or tenant.followup_template_language),
-        to=row.to, recipient=row.recipient, components=components)
+        to=row.to, recipient=row.recipient, components=components or None)
 
 
 def _on_error(runtime: Runtime, row: Outbound, exc: GraphError, *, early: bool = False) -> str:

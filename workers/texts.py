@@ -11,6 +11,26 @@ TEXTS: dict[str, dict[str, str]] = {
         "choices_button": "Ver opções",
         "choices_more": "Outras opções",
         "choices_more_description": "Diga um dia ou período e eu procuro mais",
+        # reminders and their buttons (workers/reminders.py; fields: {customer_name},
+        # {service}, {professional}, {date}, {time}, {address})
+        "reminder": "Olá, {customer_name}! Lembrete do seu horário: {service} com "
+                    "{professional}, {date} às {time}. Podemos confirmar?",
+        "button_confirm": "Confirmar",
+        "button_reschedule": "Remarcar",
+        "button_cancel": "Cancelar",
+        "reminder_confirmed": "Confirmado! Te esperamos {date} às {time}.",
+        "reminder_cancelled": "Pronto, cancelei seu horário de {service} de {date} às {time}. "
+                              "Se quiser marcar outro, é só me chamar.",
+        "tap_cancelled": "Esse horário ({service}, {date} às {time}) já foi cancelado.",
+        "tap_moved": "Esse horário foi remarcado; vale o novo horário que combinamos.",
+        "tap_past": "Esse horário ({date} às {time}) já passou.",
+        "tap_unknown": "Não encontrei esse agendamento. Posso ajudar com outro horário?",
+        "notice_cancelled": "Olá, {customer_name}. Precisamos cancelar seu horário de "
+                            "{service} com {professional}, {date} às {time}. Desculpe o "
+                            "transtorno! Quer que eu procure outro horário?",
+        "notice_moved": "Olá, {customer_name}. Seu horário de {service} com {professional} "
+                        "mudou para {date} às {time}. Se não puder, me avise.",
+        "weekdays": "seg,ter,qua,qui,sex,sáb,dom",
     },
     "en": {
         "apology": "Sorry, I'm having trouble right now and couldn't answer. Could you send "
@@ -20,6 +40,25 @@ TEXTS: dict[str, dict[str, str]] = {
         "choices_button": "See options",
         "choices_more": "Other options",
         "choices_more_description": "Tell me a day or time of day and I'll look for more",
+        "reminder": "Hi {customer_name}! A reminder of your appointment: {service} with "
+                    "{professional}, {date} at {time}. Can we confirm?",
+        "button_confirm": "Confirm",
+        "button_reschedule": "Reschedule",
+        "button_cancel": "Cancel",
+        "reminder_confirmed": "Confirmed! See you {date} at {time}.",
+        "reminder_cancelled": "Done, I cancelled your {service} of {date} at {time}. Write "
+                              "to me if you want another time.",
+        "tap_cancelled": "That appointment ({service}, {date} at {time}) was already "
+                         "cancelled.",
+        "tap_moved": "That appointment was moved; the new time we agreed stands.",
+        "tap_past": "That appointment ({date} at {time}) is already past.",
+        "tap_unknown": "I couldn't find that appointment. Can I help with another time?",
+        "notice_cancelled": "Hi {customer_name}. We have to cancel your {service} with "
+                            "{professional}, {date} at {time}. Sorry! Shall I look for "
+                            "another time?",
+        "notice_moved": "Hi {customer_name}. Your {service} with {professional} moved to "
+                        "{date} at {time}. Let me know if that does not suit you.",
+        "weekdays": "Mon,Tue,Wed,Thu,Fri,Sat,Sun",
     },
 }
 

@@ -63,6 +63,7 @@ from workers.jobs import (
 from workers.media import drop_refused_media, resolve_media
 from workers.outbox import flush_outbox
 from workers.receipts import TypingIndicator
+from workers.reminders import answer_taps
 from workers.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -135,8 +136,12 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     ensure_context_block(runtime, state)
     with session_scope(runtime.engine) as session:
         last_position = message_repo.assign_positions(session, conversation_id)
+        tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
+                             secret=runtime.settings.button_key(), now=now)  # reminders
         if window_closed(state.contact.last_inbound_at, now):
             outcome = _window_closed_turn(runtime, session, state, last_position, now)
+        elif tapped and not message_repo.pending_inbound(session, conversation_id):
+            outcome = "reminder_tap"  # answered without a model call
         else:
             outcome = ""
     if outcome:

@@ -34,7 +34,7 @@ from agent.tools.slots import (
     overlaps,
     too_soon,
 )
-from storage import webhooks
+from storage import reminders, webhooks
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -145,6 +145,7 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     appointment = _place(session, ctx, service, start, args.get("professional"))
     appointment.note = note
     session.add(appointment)
+    reminders.schedule(session, _tenant(session, ctx.tenant_id), appointment, now=ctx.now)
     webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                   webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
     return "Booked. " + _describe(session, appointment, ctx.timezone)
@@ -188,6 +189,7 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
     appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
     appointment.status, appointment.cancelled_at = "cancelled", ctx.now
     session.add(appointment)
+    reminders.cancel_for(session, _id(appointment), reason="appointment cancelled")
     webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
                   webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
     return "Cancelled. " + _describe(session, appointment, ctx.timezone)
@@ -215,6 +217,9 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     new = _place(session, ctx, service, start, pro_code)
     new.note = note
     session.add(new)
+    old.moved_to_id = new.id
+    reminders.cancel_for(session, _id(old), reason=f"appointment moved to #{new.id}")
+    reminders.schedule(session, _tenant(session, ctx.tenant_id), new, now=ctx.now)
     webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
                   {**webhooks.appointment_data(session, new, by="customer"),
                    "previous_appointment_id": old.id,
@@ -415,6 +420,11 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
             f"{local:%H:%M}-{end:%H:%M} "
             f"({appointment.status})" + (f"; note: {appointment.note}" if appointment.note
                                          else ""))
+
+
+def _id(appointment: Appointment) -> int:
+    assert appointment.id is not None
+    return appointment.id
 
 
 own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)

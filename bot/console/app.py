@@ -392,19 +392,26 @@ def set_language(p: Page) -> PageResult:
 
 
 BOOKING_LIMITS = ("booking_notice_minutes", "booking_horizon_days", "max_upcoming_bookings")
+# reminders (issue 25): the lead times as "1440, 120", the rest as the tenant holds them
+REMINDER_FIELDS = ("reminder_lead_minutes", "quiet_hours", "reminder_template", "notice_template",
+                   "cancellation_window_minutes", "reminder_text")
 SETTINGS_FIELDS = ("instructions", "inactivity_timeout_minutes", "retention_days", "language",
                    "fact_keys", "followup_template", "followup_template_language",
-                   *BOOKING_LIMITS)
+                   *BOOKING_LIMITS, *REMINDER_FIELDS)
 
 
 def settings_page(p: Page) -> PageResult:
     tenant = p.tenant
     form = {name: getattr(tenant, name) for name in SETTINGS_FIELDS}
+    form["reminder_lead_minutes"] = ", ".join(str(m) for m in tenant.reminder_lead_minutes)
     form["fact_keys"] = "\n".join(k if isinstance(k, str) else json.dumps(k, ensure_ascii=False)
                                   for k in tenant.fact_keys)
     errors: dict[str, str] = {}
     if p.request.method == "POST":
+        shown = form
         form = {name: str(p.form.get(name, "")) for name in SETTINGS_FIELDS}
+        form.update({name: str(shown[name]) for name in REMINDER_FIELDS
+                     if name not in p.form})  # a form without them (an older page) keeps them
         changes, errors = _settings_changes(form)
         try:
             spec: TenantSettings = service.validated(TenantSettings, changes)
@@ -433,6 +440,15 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
     for name in BOOKING_LIMITS:  # left blank: unchanged
         if form[name].strip():
             changes[name] = form[name].strip()
+    for name in ("quiet_hours", "reminder_template", "notice_template", "reminder_text"):
+        changes[name] = form[name].strip()
+    if form["cancellation_window_minutes"].strip():
+        changes["cancellation_window_minutes"] = form["cancellation_window_minutes"].strip()
+    leads = [m.strip() for m in form["reminder_lead_minutes"].split(",") if m.strip()]
+    if all(m.isdigit() for m in leads):
+        changes["reminder_lead_minutes"] = [int(m) for m in leads]
+    else:
+        errors["reminder_lead_minutes"] = "1440, 120"
     keys: list[Any] = []
     for line in form["fact_keys"].splitlines():
         line = line.strip()

@@ -1,0 +1,219 @@
+"""Reminders of appointments and notices of the business's changes (issue 25): when each is
+due, the quiet-hours rule, the signed payloads of their buttons, and the indexed queries of
+the periodic pass (workers/reminders.py sends them; README "Reminders").
+
+- **One reminder per appointment and lead time** (`Tenant.reminder_lead_minutes`, at most 3),
+  made when the appointment is booked (`schedule`), cancelled with it (`cancel_for`; a move
+  cancels the old booking's and schedules the new one's). A booking made inside a lead time
+  gets that reminder `skipped`, with the reason.
+- **Quiet hours** (`Tenant.quiet_hours`, local "HH:MM-HH:MM", may wrap midnight): a reminder
+  due then goes out at the last allowed moment before them (one minute before they start),
+  or, when that moment had passed at booking, at their end if that is still before the
+  appointment; otherwise it is skipped with the reason (`due_time`).
+- **Payloads** (`button_payload`, `read_payload`): "rm1:<appointment>:<c|r|x>:<mac>", at most
+  128 ASCII characters; the mac is an HMAC-SHA256 (first 22 base64url characters, 132 bits)
+  over the tenant, the contact, the appointment and the action, keyed with the product's
+  secret (core/settings.py `button_secret`), so a payload made up or copied from another
+  customer acts on nothing.
+"""
+
+import base64
+import hashlib
+import hmac
+import re
+from datetime import datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import update
+from sqlmodel import Session, and_, col, or_, select
+
+from storage.models import Appointment, Notice, Reminder, Tenant
+
+MAX_LEADS = 3
+QUIET_MARGIN = timedelta(minutes=1)  # "before quiet hours": this long before they start
+ACTIONS = {"confirm": "c", "reschedule": "r", "cancel": "x"}
+_ACTION_OF = {v: k for k, v in ACTIONS.items()}
+PAYLOAD_RE = re.compile(r"rm1:([0-9]{1,10}):([crx]):([A-Za-z0-9_-]{22})")
+MAX_PAYLOAD = 128
+
+
+def _hhmm(value: str) -> time:
+    return time(int(value[:2]), int(value[3:5]))
+
+
+def in_quiet(local: datetime, quiet: str) -> bool:
+    """Whether local time `local` falls in `quiet` ("21:00-08:00": from 21:00 included to
+    08:00 excluded; "" never)."""
+    if not quiet:
+        return False
+    start, end, now = _hhmm(quiet[:5]), _hhmm(quiet[6:]), local.time()
+    if start == end:
+        return False
+    return start <= now < end if start < end else (now >= start or now < end)
+
+
+def due_time(start_at: datetime, lead_minutes: int, *, quiet: str, tz: ZoneInfo,
+             booked_at: datetime) -> tuple[datetime | None, str]:
+    """When the reminder `lead_minutes` before `start_at` goes out, and why it moved or is
+    skipped: (due, "") on time; (due, reason) moved out of quiet hours; (None, reason)
+    skipped. Aware UTC in and out; the quiet hours are local to `tz`."""
+    due = start_at - timedelta(minutes=lead_minutes)
+    if due <= booked_at:
+        ahead = int((start_at - booked_at).total_seconds() // 60)
+        return None, (f"booked {ahead} minutes before the start, inside the "
+                      f"{lead_minutes}-minute lead time")
+    local = due.astimezone(tz)
+    if not in_quiet(local, quiet):
+        return due, ""
+    quiet_start = datetime.combine(local.date(), _hhmm(quiet[:5]), tz)
+    if quiet_start > local:
+        quiet_start -= timedelta(days=1)
+    before = (quiet_start - QUIET_MARGIN).astimezone(start_at.tzinfo)
+    if before > booked_at:
+        return before, f"due in quiet hours {quiet}: sent before they start"
+    quiet_end = datetime.combine(local.date(), _hhmm(quiet[6:]), tz)
+    if quiet_end <= local:
+        quiet_end += timedelta(days=1)
+    after = quiet_end.astimezone(start_at.tzinfo)
+    if booked_at < after < start_at:
+        return after, f"due in quiet hours {quiet}: sent when they end"
+    return None, (f"due in quiet hours {quiet}, with no allowed moment between the booking "
+                  "and the appointment")
+
+
+def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,
+             now: datetime) -> list[Reminder]:
+    """Make the appointment's reminders, one per lead time of the tenant (scheduled, or
+    skipped with the reason). Called in the booking's transaction (the agent's tool, staff)."""
+    assert appointment.id is not None and tenant.id is not None
+    tz = ZoneInfo(tenant.timezone)
+    rows = []
+    for lead in sorted({int(m) for m in tenant.reminder_lead_minutes or []})[:MAX_LEADS]:
+        due, reason = due_time(appointment.start_at, lead, quiet=tenant.quiet_hours, tz=tz,
+                               booked_at=now)
+        rows.append(Reminder(tenant_id=tenant.id, appointment_id=appointment.id,
+                             lead_minutes=lead, due_at=due, reason=reason[:300],
+                             status="scheduled" if due is not None else "skipped",
+                             created_at=now))
+    session.add_all(rows)
+    session.flush()
+    return rows
+
+
+def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
+    """The appointment was cancelled or moved: its reminders not sent yet are cancelled.
+    Returns how many."""
+    result = session.exec(update(Reminder).where(
+        col(Reminder.appointment_id) == appointment_id, col(Reminder.status) == "scheduled",
+    ).values(status="cancelled", reason=reason[:300]))
+    return int(result.rowcount or 0)
+
+
+def due(session: Session, *, now: datetime, limit: int,
+        after: tuple[datetime, int] | None = None) -> list[Reminder]:
+    """Scheduled reminders due at `now`, oldest due first, after the cursor `after` (the
+    (due_at, id) of the previous page's last, so a page that could not be written is not read
+    again in the same pass): one query on the partial index ix_reminder_scheduled_due (a pass
+    with nothing due reads nothing else)."""
+    statement = select(Reminder).where(col(Reminder.status) == "scheduled",
+                                       col(Reminder.due_at) <= now)
+    if after is not None:
+        statement = statement.where(or_(col(Reminder.due_at) > after[0], and_(
+            col(Reminder.due_at) == after[0], col(Reminder.id) > after[1])))
+    return list(session.exec(statement.order_by(col(Reminder.due_at), col(Reminder.id))
+                             .limit(limit)).all())
+
+
+def claim(session: Session, reminder_id: int, *, status: str, now: datetime,
+          reason: str = "", message_id: int | None = None) -> bool:
+    """Compare-and-set scheduled → `status` (queued, skipped, cancelled): True for the one
+    pass that wins, so a reminder is queued at most once."""
+    result = session.exec(update(Reminder).where(
+        col(Reminder.id) == reminder_id, col(Reminder.status) == "scheduled",
+    ).values(status=status, reason=reason[:300], message_id=message_id, queued_at=now))
+    return bool(result.rowcount)
+
+
+def of_appointments(session: Session, appointment_ids: list[int]) -> dict[int, list[Reminder]]:
+    """The reminders of these appointments, by appointment, by lead time (for views)."""
+    found: dict[int, list[Reminder]] = {}
+    if appointment_ids:
+        for row in session.exec(select(Reminder).where(
+                col(Reminder.appointment_id).in_(appointment_ids))
+                .order_by(col(Reminder.lead_minutes).desc())):
+            found.setdefault(row.appointment_id, []).append(row)
+    return found
+
+
+def record_notice(session: Session, appointment: Appointment, *, kind: str,
+                  now: datetime) -> Notice:
+    """The business cancelled (`kind` cancelled) or moved (moved) the appointment: a notice
+    to the customer, pending until the next reminders pass writes and queues it."""
+    assert appointment.id is not None
+    notice = Notice(tenant_id=appointment.tenant_id, appointment_id=appointment.id, kind=kind,
+                    created_at=now)
+    session.add(notice)
+    session.flush()
+    return notice
+
+
+def pending_notices(session: Session, *, limit: int) -> list[Notice]:
+    """Notices not written yet, oldest first (the partial index ix_notice_pending)."""
+    return list(session.exec(select(Notice).where(col(Notice.status) == "pending")
+                             .order_by(col(Notice.id)).limit(limit)).all())
+
+
+def last_notices(session: Session, appointment_ids: list[int]) -> dict[int, Notice]:
+    """The latest notice of each of these appointments (for views)."""
+    found: dict[int, Notice] = {}
+    if appointment_ids:
+        for row in session.exec(select(Notice).where(
+                col(Notice.appointment_id).in_(appointment_ids)).order_by(col(Notice.id))):
+            found[row.appointment_id] = row
+    return found
+
+
+def _mac(secret: str, tenant_id: int, contact_id: int, appointment_id: int, code: str) -> str:
+    digest = hmac.new(secret.encode(), f"{tenant_id}:{contact_id}:{appointment_id}:{code}"
+                      .encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode()[:22]
+
+
+def button_payload(secret: str, appointment: Appointment, action: str) -> str:
+    """The payload (button id) of a reminder's button: at most MAX_PAYLOAD ASCII characters."""
+    assert appointment.id is not None
+    code = ACTIONS[action]
+    mac = _mac(secret, appointment.tenant_id, appointment.contact_id, appointment.id, code)
+    payload = f"rm1:{appointment.id}:{code}:{mac}"
+    assert len(payload) <= MAX_PAYLOAD and payload.isascii()
+    return payload
+
+
+def read_payload(text: str) -> tuple[int, str, str] | None:
+    """(appointment id, action, mac) of the first reminder payload in `text`, unverified."""
+    found = PAYLOAD_RE.search(text)
+    if found is None:
+        return None
+    return int(found.group(1)), _ACTION_OF[found.group(2)], found.group(3)
+
+
+def verified(secret: str, appointment: Appointment | None, action: str, mac: str, *,
+             tenant_id: int, contact_id: int) -> bool:
+    """Whether `mac` was made by this product for this tenant's contact, appointment and
+    action (constant-time); False for an appointment of anyone else."""
+    if appointment is None or appointment.id is None or appointment.tenant_id != tenant_id \
+            or appointment.contact_id != contact_id:
+        return False
+    return hmac.compare_digest(mac, _mac(secret, tenant_id, contact_id, appointment.id,
+                                         ACTIONS[action]))
+
+
+def reminder_of_message(session: Session, message_id: int) -> Reminder | None:
+    return session.exec(select(Reminder).where(Reminder.message_id == message_id)).first()
+
+
+def summary(rows: list[Reminder]) -> list[dict[str, Any]]:
+    """The reminders of one appointment as views show them."""
+    return [{"lead_minutes": r.lead_minutes, "status": r.status, "reason": r.reason,
+             "due_at": r.due_at.isoformat() if r.due_at else None} for r in rows]

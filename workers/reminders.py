@@ -1,0 +1,396 @@
+"""Reminders sent, their buttons answered, and the business's changes told to the customer
+(issue 25; the rules of when in storage/reminders.py, README "Reminders").
+
+- `run_reminders` (RQ job, `wagent cron` every REMINDERS_PERIOD_SECONDS, once per period):
+  `reminder_pass` reads the due reminders (one query on a partial index: nothing due, no
+  other work) and the pending notices. Each reminder is claimed (scheduled → queued) in the
+  transaction that stores it as an outbound message of the contact's open conversation
+  (opened when there is none) with its outbox part, so it is queued at most once; the outbox
+  sends it at most once (workers/outbox.py). Inside the 24-hour window it is a text with
+  reply buttons (Confirmar, Remarcar, Cancelar); outside it the tenant's `reminder_template`
+  with its quick replies; with neither it is skipped with the reason. Flushes are paced per
+  phone number: at most `RATES[coexistence]` sends a second (20 for a number shared with the
+  WhatsApp Business app, 80 otherwise).
+- `answer_taps` (called by the turn, workers/turns.py, before any model call): a tap on a
+  reminder's button, its payload verified (storage/reminders.verified). Confirmar sets
+  `confirmed_at` and acknowledges (a second one: no second acknowledgement); Cancelar
+  cancels inside the rules (`cancellation_window_minutes`) and acknowledges; Remarcar, and a
+  Cancelar too late to accept, go to the agent with a text naming the appointment in full; a
+  tap on a cancelled, moved or past appointment, or a forged payload, gets a short
+  explanation. None of these but the agent's calls the model.
+"""
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import structlog
+from sqlmodel import Session
+
+from core import clock
+from core.faults import crash_point
+from storage import contacts as contact_repo
+from storage import messages as message_repo
+from storage import reminders, webhooks
+from storage.conversations import get_open, inactivity_timeout, open_new
+from storage.db import session_scope
+from storage.jobs import enqueue_flush
+from storage.models import (
+    Appointment,
+    Contact,
+    Conversation,
+    Message,
+    Notice,
+    Professional,
+    Reminder,
+    Service,
+    Tenant,
+)
+from whatsapp.graph import split_text
+from whatsapp.interactive import Choice, buttons_message
+from whatsapp.window import window_closed
+from workers import texts
+from workers.maintenance import run_once_per_period
+from workers.runtime import Runtime, get_runtime
+
+log = structlog.get_logger(__name__)
+
+REMINDERS_PERIOD_SECONDS = 30
+BATCH = 500
+CHUNK = 50  # reminders stored in one transaction (one by one when a chunk fails)
+RATES = {True: 20, False: 80}  # sends per second per phone number (coexistence or not)
+TAP_TYPES = ("interactive", "button")
+HANDLED = "answered by the reminder's buttons (no model call)"
+_TAPPED = re.compile(r"\[tapped (button|quick reply) .*\]", re.DOTALL)
+
+
+def run_reminders() -> int:
+    """RQ job (cron): the reminders pass at the product's clock, once per period."""
+    runtime = get_runtime()
+    return run_once_per_period(runtime, "reminders", period_seconds=REMINDERS_PERIOD_SECONDS,
+                               work=lambda: reminder_pass(runtime, now=clock.now())) or 0
+
+
+def reminder_pass(runtime: Runtime, *, now: datetime) -> int:
+    """Queue every due reminder and pending notice; returns how many went to the outbox."""
+    paced: dict[int, int] = {}  # tenant id -> sends queued in this pass
+    queued = 0
+    after: tuple[datetime, int] | None = None
+    while True:
+        with session_scope(runtime.engine) as session:
+            rows = reminders.due(session, now=now, limit=BATCH, after=after)
+        if rows:
+            last = rows[-1]
+            assert last.due_at is not None and last.id is not None
+            after = (last.due_at, last.id)
+        for start in range(0, len(rows), CHUNK):
+            targets = queue_chunk(runtime, rows[start:start + CHUNK], now=now)
+            crash_point("after_reminder_queued")  # stored, their flushes not enqueued yet
+            for target in targets:
+                queued += _pace(runtime, paced, target, now)
+        if len(rows) < BATCH:
+            break
+    while True:
+        with session_scope(runtime.engine) as session:
+            notices = reminders.pending_notices(session, limit=BATCH)
+        for notice in notices:
+            queued += _pace(runtime, paced, queue_notice(runtime, notice, now=now), now)
+        if len(notices) < BATCH:
+            break
+    if queued:
+        log.info("reminders_queued", sends=queued)
+    return queued
+
+
+def _pace(runtime: Runtime, paced: dict[int, int], target: tuple[int, int, bool] | None,
+          now: datetime) -> int:
+    """Enqueue the flush of a queued send: the n-th send of a tenant in this pass at
+    now + n // rate seconds. Returns 1 when there was one."""
+    if target is None:
+        return 0
+    tenant_id, conversation_id, coexistence = target
+    n = paced.get(tenant_id, 0)
+    paced[tenant_id] = n + 1
+    delay = n // RATES[coexistence]
+    enqueue_flush(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                  at=now + timedelta(seconds=delay) if delay else None)
+    return 1
+
+
+def fields(session: Session, tenant: Tenant, appointment: Appointment,
+           contact: Contact | None) -> dict[str, str]:
+    """The reminder fields of an appointment (storage/tenants.REMINDER_PARAMETERS), local."""
+    service = session.get(Service, appointment.service_id)
+    pro = session.get(Professional, appointment.professional_id)
+    local = appointment.start_at.astimezone(ZoneInfo(tenant.timezone))
+    weekdays = texts.text(tenant.language, "weekdays").split(",")
+    day = (f"{weekdays[local.weekday()]} {local:%d/%m}" if tenant.language == "pt-BR"
+           else f"{weekdays[local.weekday()]} {local:%Y-%m-%d}")
+    name = (contact.profile_name if contact else None) or ""
+    return {"customer_name": name.split(" ")[0] if name else "",
+            "service": service.name if service else "", "professional": pro.name if pro else "",
+            "date": day, "time": f"{local:%H:%M}", "address": tenant.address}
+
+
+def describe(session: Session, tenant: Tenant, appointment: Appointment) -> str:
+    """The appointment in full, as the agent reads it: "#12, corte with Júlia, Tue 2026-06-02
+    09:00"."""
+    service = session.get(Service, appointment.service_id)
+    pro = session.get(Professional, appointment.professional_id)
+    local = appointment.start_at.astimezone(ZoneInfo(tenant.timezone))
+    return (f"appointment #{appointment.id}, {service.name if service else '?'} with "
+            f"{pro.name if pro else '?'}, {local:%a %Y-%m-%d %H:%M}")
+
+
+def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datetime) -> int:
+    """The contact's open conversation, opened when there is none (no inbound: the sweeper
+    closes it and fact extraction finds nothing the customer wrote, workers/facts.py)."""
+    assert contact.id is not None and tenant.id is not None
+    current = get_open(session, contact.id)
+    if current is not None and current.id is not None:
+        return current.id
+    new_id = open_new(session, tenant_id=tenant.id, contact_id=contact.id, now=now,
+                      inactivity_timeout=inactivity_timeout(tenant.inactivity_timeout_minutes),
+                      last_inbound_at=contact.last_inbound_at)
+    if new_id is None:  # another transaction opened one first
+        current = get_open(session, contact.id)
+        assert current is not None and current.id is not None
+        return current.id
+    return new_id
+
+
+def _store(session: Session, tenant: Tenant, contact: Contact, *, shown: str, kind: str,
+           body: str, now: datetime) -> Message:
+    """An outbound message of the contact's open conversation with its one outbox part."""
+    assert tenant.id is not None
+    conversation_id = _conversation(session, tenant, contact, now)
+    message = message_repo.append(session, tenant_id=tenant.id, conversation_id=conversation_id,
+                                  role="assistant", direction="outbound",
+                                  content=[{"type": "text", "text": shown}], now=now)
+    to, recipient = contact_repo.address(contact)
+    message_repo.add_outbound(session, message=message, parts=[body], to=to,
+                              recipient=recipient, now=now, kind=kind)
+    return message
+
+
+def _template(tenant: Tenant, name: str) -> dict[str, Any] | None:
+    return next((t for t in tenant.templates or [] if name and t.get("name") == name), None)
+
+
+def _template_body(spec: dict[str, Any], values: dict[str, str],
+                   payloads: dict[str, str]) -> str:
+    """The outbox body of a declared template (workers/outbox.py): its parameters filled in
+    from the reminder fields, its quick replies' payloads by their actions."""
+    buttons = [payloads.get(b.get("action", ""), "") for b in spec.get("buttons") or []
+               if isinstance(b, dict)]
+    return json.dumps({"name": spec["name"], "language": spec.get("language", "pt_BR"),
+                       "parameters": [values.get(p, "") or "-" for p in
+                                      spec.get("parameters") or []],
+                       "buttons": buttons}, ensure_ascii=False)
+
+
+Target = tuple[int, int, bool]  # (tenant id, conversation id, coexistence) of a queued send
+
+
+def queue_chunk(runtime: Runtime, rows: list[Reminder], *, now: datetime) -> list[Target]:
+    """Store and queue these due reminders in one transaction; when it fails (a row that
+    cannot be written), each in a transaction of its own, so one bad row holds up no other
+    (it is logged, and stays scheduled for the next pass)."""
+    secret = runtime.settings.button_key()
+    try:
+        with session_scope(runtime.engine) as session:
+            found = [_queue_in(session, secret, row, now) for row in rows]
+        return [t for t in found if t is not None]
+    except Exception as exc:  # noqa: BLE001 - retried one by one below
+        log.warning("reminder_chunk_failed", reminders=len(rows), error=type(exc).__name__)
+    targets = []
+    for row in rows:
+        try:
+            target = queue_reminder(runtime, row, now=now)
+        except Exception as exc:  # noqa: BLE001 - the others still go
+            log.error("reminder_failed", reminder_id=row.id, error=type(exc).__name__)
+            continue
+        if target is not None:
+            targets.append(target)
+    return targets
+
+
+def queue_reminder(runtime: Runtime, reminder: Reminder, *, now: datetime) -> Target | None:
+    """Store and queue one due reminder (or skip it with the reason), in one transaction;
+    returns the Target of a queued send, None otherwise."""
+    with session_scope(runtime.engine) as session:
+        return _queue_in(session, runtime.settings.button_key(), reminder, now)
+
+
+def _queue_in(session: Session, secret: str, reminder: Reminder,
+              now: datetime) -> Target | None:
+    assert reminder.id is not None
+    appointment = session.get(Appointment, reminder.appointment_id)
+    tenant = session.get(Tenant, reminder.tenant_id)
+    contact = session.get(Contact, appointment.contact_id) if appointment else None
+    if appointment is None or tenant is None or contact is None \
+            or contact_repo.address(contact) == (None, None):
+        reminders.claim(session, reminder.id, status="skipped", now=now,
+                        reason="the customer has no WhatsApp address")
+        return None
+    if appointment.status != "booked" or appointment.start_at <= now:
+        reminders.claim(session, reminder.id, status="cancelled", now=now,
+                        reason=f"appointment {appointment.status}, not upcoming")
+        return None
+    values = fields(session, tenant, appointment, contact)
+    payloads = {a: reminders.button_payload(secret, appointment, a)
+                for a in reminders.ACTIONS}
+    spec = _template(tenant, tenant.reminder_template)
+    if not window_closed(contact.last_inbound_at, now):
+        text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
+                       values)
+        body = json.dumps(buttons_message(body=text, buttons=[
+            Choice(payloads[a], texts.text(tenant.language, f"button_{a}"))
+            for a in ("confirm", "reschedule", "cancel")]), ensure_ascii=False)
+        kind, shown = "interactive", text
+    elif spec is not None:
+        body, kind = _template_body(spec, values, payloads), "template"
+        shown = f"[reminder template {spec['name']}]"
+    else:
+        reminders.claim(session, reminder.id, status="skipped", now=now,
+                        reason="the 24-hour window is closed and no reminder_template "
+                               "is declared")
+        log.info("reminder_skipped_window_closed", reminder_id=reminder.id)
+        return None
+    if not reminders.claim(session, reminder.id, status="queued", now=now):
+        return None  # another pass took it
+    shown = (f"[reminder {reminder.lead_minutes} min before "
+             f"{describe(session, tenant, appointment)}] {shown}")
+    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+    row = session.get(Reminder, reminder.id)
+    assert row is not None and tenant.id is not None
+    row.message_id = message.id
+    session.add(row)
+    return tenant.id, message.conversation_id, tenant.coexistence
+
+
+def queue_notice(runtime: Runtime, notice: Notice, *,
+                 now: datetime) -> tuple[int, int, bool] | None:
+    """Write one pending notice: a text inside the window, the tenant's `notice_template`
+    outside it, else `not_sent` with the reason (shown in the console)."""
+    with session_scope(runtime.engine) as session:
+        row = session.get(Notice, notice.id)
+        appointment = session.get(Appointment, notice.appointment_id)
+        tenant = session.get(Tenant, notice.tenant_id)
+        contact = session.get(Contact, appointment.contact_id) if appointment else None
+        if row is None or row.status != "pending" or appointment is None or tenant is None \
+                or contact is None:
+            return None
+        values = fields(session, tenant, appointment, contact)
+        spec = _template(tenant, tenant.notice_template)
+        if not window_closed(contact.last_inbound_at, now):
+            text = _format(texts.text(tenant.language, f"notice_{row.kind}"), values)
+            body, kind, shown = text, "text", text
+        elif spec is not None:
+            body, kind = _template_body(spec, values, {}), "template"
+            shown = f"[notice template {spec['name']}]"
+        else:
+            row.status = "not_sent"
+            row.reason = "the 24-hour window is closed and no notice_template is declared"
+            session.add(row)
+            return None
+        shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"
+        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+        row.status, row.message_id = "queued", message.id
+        session.add(row)
+        assert tenant.id is not None
+        return tenant.id, message.conversation_id, tenant.coexistence
+
+
+def _format(template: str, values: dict[str, str]) -> str:
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError):  # a tenant's text with a stray brace
+        return template
+
+
+# -- taps ------------------------------------------------------------------------------------
+
+def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation: Conversation,
+                *, secret: str, now: datetime) -> int:
+    """Answer the pending taps on reminder buttons of `conversation` (see the module
+    docstring); returns how many were handled here, without the model. A tap the agent must
+    handle (Remarcar, a late Cancelar) has its text replaced by one naming the appointment."""
+    assert conversation.id is not None
+    handled = 0
+    replies: list[str] = []
+    for message in message_repo.pending_inbound(session, conversation.id):
+        if message.wa_type not in TAP_TYPES:
+            continue
+        text = " ".join(str(b.get("text", "")) for b in message.content
+                        if b.get("type") == "text")
+        parsed = reminders.read_payload(text)
+        if parsed is None:
+            continue
+        appointment_id, action, mac = parsed
+        appointment = session.get(Appointment, appointment_id)
+        if appointment is None or not reminders.verified(
+                secret, appointment, action, mac, tenant_id=tenant.id or 0,
+                contact_id=contact.id or 0):
+            log.warning("reminder_tap_not_verified")
+            reply: str | None = texts.text(tenant.language, "tap_unknown")
+        else:
+            reply = _tap(session, tenant, appointment, action, message, now=now)
+            if reply == "":  # the agent answers it
+                continue
+        message.answered_at, message.status_reason = now, HANDLED
+        session.add(message)
+        handled += 1
+        if reply:
+            replies.append(reply)
+    if replies:
+        message = message_repo.append(
+            session, tenant_id=tenant.id or 0, conversation_id=conversation.id,
+            role="assistant", direction="outbound",
+            content=[{"type": "text", "text": "\n".join(replies)}], now=now)
+        to, recipient = contact_repo.address(contact)
+        message_repo.add_outbound(session, message=message, parts=split_text("\n".join(replies)),
+                                  to=to, recipient=recipient, now=now)
+    session.flush()
+    return handled
+
+
+def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str,
+         message: Message, *, now: datetime) -> str | None:
+    """The reply to one verified tap: a text, None (nothing to say), or "" (the agent's)."""
+    language = tenant.language
+    values = fields(session, tenant, appointment, None)
+    if appointment.status != "booked":
+        return _format(texts.text(language, "tap_moved" if appointment.moved_to_id
+                                  else "tap_cancelled"), values)
+    if appointment.start_at <= now:
+        return _format(texts.text(language, "tap_past"), values)
+    if action == "confirm":
+        if appointment.confirmed_at is not None:
+            return None  # a second Confirmar: no second acknowledgement
+        appointment.confirmed_at = now
+        session.add(appointment)
+        return _format(texts.text(language, "reminder_confirmed"), values)
+    window = timedelta(minutes=tenant.cancellation_window_minutes)
+    if action == "cancel" and appointment.start_at - now >= window:
+        appointment.status, appointment.cancelled_at = "cancelled", now
+        session.add(appointment)
+        session.flush()
+        reminders.cancel_for(session, appointment.id or 0, reason="appointment cancelled")
+        webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
+                      webhooks.appointment_data(session, appointment, by="customer"), now=now)
+        return _format(texts.text(language, "reminder_cancelled"), values)
+    title = texts.text(language, f"button_{action}")
+    said = f"[tapped {title} on the reminder of {describe(session, tenant, appointment)}"
+    if action == "cancel":
+        said += (f"; it starts in less than the cancellation window of "
+                 f"{tenant.cancellation_window_minutes} minutes, so it was not cancelled: "
+                 "explain the policy]")
+    else:
+        said += "]"
+    message.content = [{**b, "text": _TAPPED.sub(lambda _m: said, str(b["text"]))}
+                       if b.get("type") == "text" else b for b in message.content]
+    session.add(message)
+    return ""
