@@ -49,6 +49,7 @@ MAX_GRACE = timedelta(days=7)
 SENDING_STALE_AFTER = timedelta(seconds=60)  # a claim older than this: the job died
 LOST_AFTER = timedelta(seconds=60)  # a due delivery still pending this long: its job is lost
 SWEEP_PERIOD_SECONDS = 15
+LOG_RETENTION = timedelta(days=30)  # finished deliveries (and their events) kept this long
 _PENDING = "webhook_deliveries"  # session.info: delivery ids to enqueue after commit
 
 Enqueuer = Callable[[list[int]], object]
@@ -308,3 +309,18 @@ def delivery_log(session: Session, endpoint_id: int, *,
         WebhookDelivery.endpoint_id == endpoint_id).order_by(
         col(WebhookDelivery.id).desc()).limit(limit)).all()
     return [(d, str(t)) for d, t in rows]
+
+
+def purge_finished(session: Session, *, now: datetime) -> int:
+    """Delete deliveries that ended (delivered or failed) more than LOG_RETENTION ago, then the
+    events no delivery names any more; pending and sending ones are kept whatever their age.
+    Returns how many deliveries. Run by the retention purge (workers/maintenance.purge_all)."""
+    cutoff = now - LOG_RETENTION
+    done = session.exec(delete(WebhookDelivery).where(
+        col(WebhookDelivery.status).in_(("delivered", "failed")),
+        col(WebhookDelivery.created_at) < cutoff))
+    session.exec(delete(WebhookEvent).where(
+        col(WebhookEvent.created_at) < cutoff,
+        ~select(WebhookDelivery.id).where(
+            col(WebhookDelivery.event_id) == col(WebhookEvent.id)).exists()))
+    return int(done.rowcount or 0)

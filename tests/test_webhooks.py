@@ -558,3 +558,22 @@ def test_secrets_never_reach_the_logs(env: ReplayEnvironment, receiver: WebhookR
         assert secret not in str(listed) and secret not in str(log_view)
     assert receiver.url not in text and "source=wagent" not in text, "URLs may hold tokens"
     assert {d["status"] for d in log_view["deliveries"]} == {"delivered"}
+
+
+def test_the_retention_purge_drops_finished_deliveries_after_30_days_and_keeps_pending_ones(
+        env: ReplayEnvironment, receiver: WebhookReceiver) -> None:
+    from workers.maintenance import purge_all
+    made = _add(env, receiver.url)
+    receiver.secrets = [made["secret"]]
+    delivered = _emit(env, 2)
+    env.drain()
+    assert set(receiver.counts()) == set(delivered)
+    receiver.go_down()
+    pending = _emit(env, 1)
+    env.drain()  # its first attempt fails: it waits for a retry
+    later = env.clock.now() + webhooks.LOG_RETENTION + timedelta(days=1)
+    purge_all(env.engine, now=later, dead_letter_retention_days=30)
+    with session_scope(env.engine) as session:
+        left = session.exec(select(WebhookDelivery)).all()
+        events = {e.id for e in session.exec(select(WebhookEvent)).all()}
+    assert [d.event_id for d in left] == pending and events == set(pending)

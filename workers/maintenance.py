@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from sqlmodel import and_, col, delete, func, or_, select, update
 
 from core import clock
-from storage import dead_letters, inbox, media
+from storage import dead_letters, inbox, media, webhooks
 from storage.db import session_scope
 from storage.jobs import (
     INBOX_KEY,
@@ -272,11 +272,16 @@ def purge_retention() -> int:
 
 
 def purge_all(engine: Engine, *, now: datetime, dead_letter_retention_days: int) -> int:
-    """The retention purge: expired conversations, then dead letters older than
-    `dead_letter_retention_days`; returns how many of both."""
+    """The retention purge: expired conversations, dead letters older than
+    `dead_letter_retention_days`, and finished webhook deliveries past
+    `storage.webhooks.LOG_RETENTION`; returns how many of them all."""
     conversations = purge_expired(engine, now=now)
     letters = dead_letters.purge_expired(engine, now=now,
                                          retention_days=dead_letter_retention_days)
     if letters:
         log.info("retention_purged_dead_letters", dead_letters=letters)
-    return conversations + letters
+    with session_scope(engine) as session:
+        deliveries = webhooks.purge_finished(session, now=now)
+    if deliveries:
+        log.info("retention_purged_webhook_deliveries", deliveries=deliveries)
+    return conversations + letters + deliveries
