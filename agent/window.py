@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import media
+from storage.staff import STAFF_LEAD_IN, staff_label
 
 Block = dict[str, Any]
 _SLOT = re.compile(r"\b\d{2}:\d{2}\b")
@@ -133,8 +134,7 @@ def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: in
     return after[start:]
 
 
-STAFF_LEAD_IN = "[before this message, staff wrote: {text}]"
-STAFF_MARK = "[equipe: "  # how a staff message's text starts (storage/staff.staff_label)
+STAFF_MARK = staff_label("").removesuffix("]")  # how a staff message's text starts
 
 
 def staff_lead_in(messages: Sequence[Stored], window: Sequence[Stored]) -> list[Stored]:

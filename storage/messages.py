@@ -246,8 +246,8 @@ def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
 
 
 def assign_positions(session: Session, conversation_id: int) -> int:
-    """Place every inbound message not yet in the history at its end, in the order the
-    customer sent them.
+    """Place every message not yet in the history at its end: the customer's in the order the
+    customer sent them, staff messages by arrival among them (`_staff_by_arrival`).
 
     Returns the highest position of the history (0 when empty). Callers hold the turn lock.
     """
@@ -260,12 +260,29 @@ def assign_positions(session: Session, conversation_id: int) -> int:
         Message.conversation_id == conversation_id, col(Message.position).is_(None),
     ).order_by(func.coalesce(Message.meta_timestamp, Message.received_at),
                col(Message.received_at), col(Message.id))).all()
-    for message in waiting:
+    for message in _staff_by_arrival(list(waiting)):
         position += 1
         message.position = position
         session.add(message)
     session.flush()
     return position
+
+
+def _staff_by_arrival(waiting: list[Message]) -> list[Message]:
+    """The customer messages in their order, each staff message (outbound, stored unplaced
+    by storage/staff.py) before the first customer message that arrived after it: by arrival,
+    not by Meta's timestamp, since a customer message sent before a staff reply but
+    delivered after it is one the staff reply did not answer (it stays pending), and the
+    history must end on the customer's side for the turn that answers it."""
+    customers = [m for m in waiting if m.direction == "inbound"]
+    staff = sorted((m for m in waiting if m.direction != "inbound"),
+                   key=lambda m: (m.received_at, m.id or 0))
+    placed: list[Message] = []
+    for message in customers:
+        while staff and staff[0].received_at <= message.received_at:
+            placed.append(staff.pop(0))
+        placed.append(message)
+    return placed + staff
 
 
 def _next_position(session: Session, conversation_id: int) -> int:

@@ -38,6 +38,14 @@ PAYLOAD_RE = re.compile(r"rm1:([0-9]{1,10}):([crx]):([A-Za-z0-9_-]{22})")
 MAX_PAYLOAD = 128
 
 
+def cancellation_open(window_minutes: int, start_at: datetime, now: datetime) -> bool:
+    """Whether the customer may still cancel an appointment starting at `start_at`: at least
+    the tenant's `cancellation_window_minutes` before it (0: until it starts). The one rule:
+    the reminder's Cancelar button (workers/reminders.py) and the agent's cancel_appointment
+    tool both ask it."""
+    return start_at > now and start_at - now >= timedelta(minutes=window_minutes)
+
+
 def _hhmm(value: str) -> time:
     return time(int(value[:2]), int(value[3:5]))
 

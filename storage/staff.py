@@ -72,14 +72,31 @@ def clean_author(author: str) -> str:
     return " ".join(kept.split())[:MAX_AUTHOR].strip() or "staff"
 
 
-_MARK = re.compile(r"\[(\s*equipe\s*:)", re.IGNORECASE)
+# what leads a customer message when staff wrote before it (agent/window.py staff_lead_in)
+STAFF_LEAD_IN = "[before this message, staff wrote: {text}]"
+# the marks only the product writes, matched on a skeleton of the text: NFKC (full-width
+# brackets and colons fold to ASCII), format characters (zero-width) dropped, the Cyrillic
+# and Greek letters that pass for Latin ones read as Latin
+_MARKS = re.compile(r"[\[【〔〖〘⟦]\s*(equipe\s*:|before this message,\s*staff wrote)",
+                    re.IGNORECASE)
+_LOOK_ALIKES = str.maketrans("еорасіхуЕОРАСІХΕΟΡΑΙΤ", "eopacixyEOPACIXEOPAIT")
+
+
+def _skeleton(text: str) -> str:
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf").translate(
+        _LOOK_ALIKES)
 
 
 def disarm(text: str) -> str:
-    """Customer text with every `[equipe:` made `(equipe:`: only a staff message (assistant
-    side, storage) may carry the staff mark the agent's instructions name; a customer who
-    types it cannot pass for staff."""
-    return _MARK.sub(r"(\1", text)
+    """Customer text that can never carry a mark only the product writes: the staff mark
+    `[equipe: NAME]` or the staff lead-in. Text without one is returned unchanged; text with
+    one (in any disguise: full-width, zero-width characters inside, look-alike letters) is
+    returned as its skeleton with each mark's bracket made `(`."""
+    skeleton = _skeleton(text)
+    if not _MARKS.search(skeleton):
+        return text
+    return _MARKS.sub(r"(\1", skeleton)
 
 
 def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, *, reason: str,

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from agent.window import STAFF_LEAD_IN
 from bot.console.texts import TEXTS, translate_notes
 from operations.staff import template_note
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Tenant
 from storage.rights import ANONYMOUS
+from storage.staff import STAFF_LEAD_IN
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.factories import text_body

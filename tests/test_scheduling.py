@@ -15,7 +15,7 @@ from agent.tools.registry import execute_tool
 from agent.tools.scheduling import SERVICES_CHARS
 from agent.tools.slots import compute_slots, opening_interval
 from storage.db import session_scope
-from storage.models import Appointment, Contact, Conversation
+from storage.models import Appointment, Contact, Conversation, Tenant
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
 
@@ -312,3 +312,24 @@ def test_list_my_appointments_lists_the_next_ten_and_counts_the_rest(engine: Eng
                                     created_at=NOW))
     text, _ = execute_tool(_ctx(engine, a, ca, "l1"), "list_my_appointments", {})
     assert text.count("\n- ") == 10 and "(20 more left out: the next 10 are shown)" in text
+
+
+def test_the_agent_cannot_cancel_inside_the_tenants_cancellation_window(engine: Engine) -> None:
+    """The one rule (storage/reminders.cancellation_open) holds for the tool as for the
+    reminder's Cancelar button: 2026-06-02 14:00 is 27 h after NOW."""
+    (a, ca), _ = _setup(engine, cancellation_window_minutes=48 * 60)
+    booked, _ = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                             {"service": "corte", "start": "2026-06-02T14:00"})
+    appointment_id = int(booked.split("#")[1].split()[0].rstrip(".,:;"))
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t2"), "cancel_appointment",
+                                  {"appointment_id": appointment_id})
+    assert is_error and "up to 2880 minutes before the start" in text
+    with session_scope(engine) as session:
+        assert session.exec(select(Appointment)).one().status == "booked"
+    with session_scope(engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        tenant.cancellation_window_minutes = 60
+        session.add(tenant)
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t3"), "cancel_appointment",
+                                  {"appointment_id": appointment_id})
+    assert not is_error and text.startswith("Cancelled.")

@@ -373,8 +373,8 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
         appointment.confirmed_at = now
         session.add(appointment)
         return _format(texts.text(language, "reminder_confirmed"), values)
-    window = timedelta(minutes=tenant.cancellation_window_minutes)
-    if action == "cancel" and appointment.start_at - now >= window:
+    if action == "cancel" and reminders.cancellation_open(tenant.cancellation_window_minutes,
+                                                          appointment.start_at, now):
         appointment.status, appointment.cancelled_at = "cancelled", now
         session.add(appointment)
         session.flush()

@@ -187,6 +187,13 @@ LIST_MY_APPOINTMENTS = Tool(
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
+    tenant = session.get(Tenant, ctx.tenant_id)
+    window = tenant.cancellation_window_minutes if tenant is not None else 0
+    if not reminders.cancellation_open(window, appointment.start_at, ctx.now):
+        raise ToolError(f"not cancelled: the business takes cancellations up to {window} "
+                        f"minutes before the start, and appointment #{appointment.id} starts "
+                        "sooner. Explain the policy to the customer; if they insist, "
+                        "handoff_to_human lets a person decide.")
     appointment.status, appointment.cancelled_at = "cancelled", ctx.now
     session.add(appointment)
     reminders.cancel_for(session, _id(appointment), reason="appointment cancelled")
