@@ -21,7 +21,7 @@ import base64
 import hashlib
 import hmac
 import re
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -74,20 +74,41 @@ def due_time(start_at: datetime, lead_minutes: int, *, quiet: str, tz: ZoneInfo,
     local = due.astimezone(tz)
     if not in_quiet(local, quiet):
         return due, ""
-    quiet_start = datetime.combine(local.date(), _hhmm(quiet[:5]), tz)
-    if quiet_start > local:
-        quiet_start -= timedelta(days=1)
-    before = (quiet_start - QUIET_MARGIN).astimezone(start_at.tzinfo)
-    if before > booked_at:
+    # instants are compared and moved in UTC: wall-clock arithmetic in `tz` goes wrong on a
+    # day the clocks change (a quiet start right after a spring-forward gap, a fall-back hour)
+    quiet_start = _instant(datetime.combine(local.date(), _hhmm(quiet[:5])), tz)
+    if quiet_start > due:
+        quiet_start = _instant(datetime.combine(local.date() - timedelta(days=1),
+                                                _hhmm(quiet[:5])), tz)
+    before = _out_of_quiet(quiet_start - QUIET_MARGIN, quiet, tz, step=-QUIET_MARGIN)
+    if before is not None and booked_at < before < due:
         return before, f"due in quiet hours {quiet}: sent before they start"
-    quiet_end = datetime.combine(local.date(), _hhmm(quiet[6:]), tz)
-    if quiet_end <= local:
-        quiet_end += timedelta(days=1)
-    after = quiet_end.astimezone(start_at.tzinfo)
-    if booked_at < after < start_at:
+    quiet_end = _instant(datetime.combine(local.date(), _hhmm(quiet[6:])), tz)
+    if quiet_end <= due:
+        quiet_end = _instant(datetime.combine(local.date() + timedelta(days=1),
+                                              _hhmm(quiet[6:])), tz)
+    after = _out_of_quiet(quiet_end, quiet, tz, step=QUIET_MARGIN)
+    if after is not None and booked_at < after < start_at:
         return after, f"due in quiet hours {quiet}: sent when they end"
     return None, (f"due in quiet hours {quiet}, with no allowed moment between the booking "
                   "and the appointment")
+
+
+def _instant(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The UTC instant of naive local time `wall` in `tz` (an ambiguous time: its first
+    occurrence; one in a spring-forward gap: as if the clocks had not moved yet)."""
+    return wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+
+
+def _out_of_quiet(moment: datetime, quiet: str, tz: ZoneInfo, *,
+                  step: timedelta) -> datetime | None:
+    """`moment`, or the nearest instant from it in `step`s (at most 3 h of them) that is not
+    in quiet hours local to `tz` (a clock change can shift a computed edge into them)."""
+    for _ in range(180):
+        if not in_quiet(moment.astimezone(tz), quiet):
+            return moment
+        moment += step
+    return None
 
 
 def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,

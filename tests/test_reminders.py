@@ -394,3 +394,29 @@ def test_sends_are_paced_per_phone_number(env: ReplayEnvironment, coexistence: b
         scheduled.key, 0, -1, withscores=True))
     assert env.queue.count == rate  # the first second's sends at once
     assert delays == sorted(n // rate for n in range(rate, 100))
+
+
+@pytest.mark.parametrize(("zone", "day"), [
+    ("Europe/Lisbon", datetime(2026, 3, 29, tzinfo=UTC)),
+    ("America/Santiago", datetime(2026, 9, 6, tzinfo=UTC)),
+    ("America/Havana", datetime(2026, 3, 8, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 11, 1, tzinfo=UTC)),
+    ("Europe/Lisbon", datetime(2026, 10, 25, tzinfo=UTC))])
+def test_quiet_hours_hold_on_days_the_clocks_change(zone: str, day: datetime) -> None:
+    """Every reminder time due_time gives is outside the quiet hours, after the booking and
+    before the appointment; one moved "before" is never later than it was due (the breaker's
+    case: quiet 02:00-03:00 right after Lisbon's spring-forward gap)."""
+    from storage.reminders import due_time, in_quiet
+    tz = ZoneInfo(zone)
+    for quiet in ("02:00-03:00", "01:00-03:00", "21:00-08:00", "23:30-01:30"):
+        for minute in range(0, 36 * 60, 13):
+            start = day - timedelta(hours=6) + timedelta(minutes=minute)
+            for lead in (60, 120, 1440):
+                booked = start - timedelta(days=3)
+                due, why = due_time(start, lead, quiet=quiet, tz=tz, booked_at=booked)
+                if due is None:
+                    continue
+                assert not in_quiet(due.astimezone(tz), quiet), (quiet, start, lead, due)
+                assert booked < due < start
+                if why.endswith("before they start"):
+                    assert due <= start - timedelta(minutes=lead)
