@@ -121,7 +121,7 @@ def on_wall_grid(start: datetime, opens: str, step: timedelta, tz: ZoneInfo) -> 
     after `opens`, and the first occurrence of its local time (README,
     `slot_granularity_minutes`)."""
     local = start.astimezone(tz)
-    if local_to_utc(local.date(), local.time().replace(tzinfo=None), tz) != start:
+    if local_to_utc(local.date(), local.time().replace(fold=0), tz) != start:
         return False  # the second occurrence of a fall-back hour
     opened = datetime.combine(local.date(), time.fromisoformat(opens))
     return (local.replace(tzinfo=None) - opened) % step == timedelta(0)
