@@ -71,7 +71,8 @@ def _times(text: str, who: str) -> list[str]:
 def test_julias_monday_off_is_never_offered_nor_bookable(engine: Engine) -> None:
     pairs = _setup(engine)
     text, is_error = _call(engine, pairs[0], "find_available_slots",
-                           {"service": "corte", "date": "2026-06-01", "professional": "julia"}, "f1")
+                           {"service": "corte", "date": "2026-06-01", "professional": "julia"},
+                           "f1")
     assert not is_error and "No free slots" in text
     booked, is_error = _call(engine, pairs[0], "book_appointment",
                              {"service": "corte", "start": "2026-06-01T10:00",

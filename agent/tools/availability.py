@@ -56,6 +56,10 @@ MAX_BUFFER_MINUTES = 240  # storage/tenants.ServiceSpec.buffer_minutes, at most
 LocalIntervals = Sequence[tuple[str, str]]
 
 
+class Taken(ToolError):
+    """The time is not free (a booking, its buffer, or a block): a conflict with the state."""
+
+
 @dataclass(frozen=True)
 class Week:
     """One professional's week as plain values (`day_hours` is pure)."""
@@ -263,7 +267,7 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
                    for b in busy[week.professional_id]):
             free.append((pro, duration))
     if not free:
-        raise ToolError("that time is no longer free; call find_available_slots again")
+        raise Taken("that time is no longer free; call find_available_slots again")
     pro, duration = free[0] if len(free) == 1 else _fewest_that_day(session, free, local, tz)
     appointment = Appointment(tenant_id=tenant_id, contact_id=p.contact_id,
                               service_id=p.service.id or 0, professional_id=pro.id or 0,

@@ -31,9 +31,6 @@ from agent.tools.slots import (
     Slot,
     compute_slots,
     local_exists,
-    on_grid,
-    opening_interval,
-    overlaps,
     too_soon,
 )
 from storage import reminders, webhooks
