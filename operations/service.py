@@ -194,13 +194,16 @@ def service_view(service: Service) -> dict[str, Any]:
     return {"code": service.code, "name": service.name,
             "duration_minutes": service.duration_minutes, "price_cents": service.price_cents,
             "price_from": service.price_from, "description": service.description,
-            "buffer_minutes": service.buffer_minutes}
+            **({"buffer_minutes": service.buffer_minutes} if service.buffer_minutes else {})}
 
 
 def professional_view(pro: Professional) -> dict[str, Any]:
-    return {"code": pro.code, "name": pro.name, "services": pro.service_codes,
-            "hours": pro.hours, "time_off": pro.time_off,
+    """Code, name, services; their own week's keys (hours, time_off, hours_exceptions,
+    durations) only when set (left out: the business's hours, no time off)."""
+    week = {"hours": pro.hours, "time_off": pro.time_off,
             "hours_exceptions": pro.hours_exceptions, "durations": pro.durations}
+    return {"code": pro.code, "name": pro.name, "services": pro.service_codes,
+            **{k: v for k, v in week.items() if v}}
 
 
 # -- conversations ---------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_a_tenant_token_sees_only_its_tenant_on_every_route(env: ReplayEnvironme
     assert status == 200 and [t["id"] for t in tenants] == [salon]
     values = {"tenant_id": garage, "token_id": 1, "code": "revisao", "day": "2026-06-08",
               "conversation_id": 1, "contact": "5511999990001", "fact_id": 1,
-              "appointment_id": 1, "endpoint_id": 1}
+              "appointment_id": 1, "endpoint_id": 1, "block_id": 1}
     for route in ROUTES:
         if "{tenant_id}" not in route.path:
             continue
@@ -227,7 +227,7 @@ def test_catalogue_routes_and_a_holiday_closes_a_day(env: ReplayEnvironment) -> 
                for b in (m["content"] if isinstance(m["content"], list) else [])
                if b.get("type") == "tool_result"]
     texts = [str(r["content"]) for r in results]
-    assert texts[0].startswith("No free slots") and "Tue 2026-06-09: 09:00" in texts[1]
+    assert texts[0].startswith("No free slots") and "Tue 2026-06-09 09:00" in texts[1]
     assert "outside the opening hours" in texts[2]
     assert call(env, "DELETE", base + "/hours-exceptions/2026-06-02")[0] == 204
     assert call(env, "DELETE", base + "/hours-exceptions/2026-06-02")[0] == 404
