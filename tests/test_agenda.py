@@ -5,6 +5,7 @@ tools on the same agenda."""
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,9 +15,11 @@ from sqlmodel import select
 from agent import history
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from cli.main import main
 from operations import agenda
 from operations.errors import Conflict, Invalid
 from operations.service import counts, validated
+from replay.runner import run_scenario_file
 from storage import webhooks
 from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation, Tenant, WebhookEvent
@@ -227,3 +230,15 @@ def test_outcomes_stay_apart_from_status_and_the_history_counts_no_shows(
     done = _do(engine, agenda.set_outcome, second["id"], "completed",
                now=later + timedelta(days=7))
     assert done["outcome"] == "completed"
+
+
+@pytest.mark.parametrize("name", ["julia_monday_off.json", "blocked_hour.json",
+                                  "staff_booking_cli.json"])
+def test_the_scheduling_scenarios(name: str, database_url: str | None,
+                                  redis_url: str | None) -> None:
+    """tests/scenarios: Júlia's Monday off never offered nor bookable; a blocked hour never
+    offered; a staff booking from the CLI (a `wagent` step) takes the slot from the agent."""
+    result = run_scenario_file(Path(__file__).parent / "scenarios" / name,
+                               database_url=database_url, redis_url=redis_url, cli=main)
+    assert result.passed, result.failures
+    assert result.api_errors == 0 and result.unscripted_calls == 0
