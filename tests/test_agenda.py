@@ -4,8 +4,8 @@ tools on the same agenda."""
 
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
