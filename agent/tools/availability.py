@@ -20,6 +20,7 @@ transactions are BEGIN IMMEDIATE). With no professional asked for, the time goes
 is free with the fewest bookings that local day, then the first in catalogue order (by code).
 """
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -53,6 +54,7 @@ from storage.models import (
 from storage.tenants import WEEKDAYS
 
 MAX_BUFFER_MINUTES = 240  # storage/tenants.ServiceSpec.buffer_minutes, at most
+MAX_VISIT = timedelta(minutes=1440 + MAX_BUFFER_MINUTES)  # a duration (ServiceSpec) + buffer
 LocalIntervals = Sequence[tuple[str, str]]
 
 
@@ -134,7 +136,7 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
                                Appointment.end_at, Service.buffer_minutes, Appointment.id)
                         .join(Service, col(Service.id) == col(Appointment.service_id)).where(
         col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
-        col(Appointment.start_at) < until,
+        col(Appointment.start_at) < until, col(Appointment.start_at) > since - MAX_VISIT,
         col(Appointment.end_at) > since - timedelta(minutes=MAX_BUFFER_MINUTES))).all()
     for pid, start, end, buffer, appointment_id in rows:
         end = end + timedelta(minutes=buffer or 0)
@@ -143,6 +145,7 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
     for block in session.exec(select(ScheduleBlock).where(
             col(ScheduleBlock.professional_id).in_(professional_ids),
             col(ScheduleBlock.start_at) < until, col(ScheduleBlock.end_at) > since)):
+        # a block may be long (a week away): no lower bound on its start
         busy[block.professional_id].append((block.start_at, block.end_at))
     return busy
 
@@ -167,6 +170,7 @@ def free_slots(session: Session, *, tenant: Tenant, service: Service,
     notice = timedelta(minutes=tenant.booking_notice_minutes)
     buffer = timedelta(minutes=service.buffer_minutes)
     order = {w.professional_id: n for n, w in enumerate(weeks)}
+    taken = {pid: _Busy(intervals) for pid, intervals in busy.items()}
     slots: list[Slot] = []
     day = first
     while day <= last:
@@ -178,11 +182,27 @@ def free_slots(session: Session, *, tenant: Tenant, service: Service,
                     if (after and local < after) or (before and local >= before) \
                             or too_soon(start, now, notice):
                         continue
-                    if not any(overlaps((start, start + duration + buffer), b)
-                               for b in busy[week.professional_id]):
+                    if not taken[week.professional_id].overlaps(start,
+                                                                start + duration + buffer):
                         slots.append(Slot(start, start + duration, week.professional_id))
         day += timedelta(days=1)
     return sorted(slots, key=lambda s: (s.start, order[s.professional_id]))
+
+
+class _Busy:
+    """Busy intervals sorted by start, with the running latest end: whether [start, end)
+    overlaps any of them in O(log n)."""
+
+    def __init__(self, intervals: Sequence[Interval]) -> None:
+        ordered = sorted(intervals)
+        self.starts = [a for a, _ in ordered]
+        self.latest: list[datetime] = []
+        for _, end in ordered:
+            self.latest.append(max(end, self.latest[-1]) if self.latest else end)
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        i = bisect_left(self.starts, end)  # the intervals starting before `end`
+        return i > 0 and self.latest[i - 1] > start
 
 
 def working_interval(week: Week, start: datetime, duration: timedelta, tz: ZoneInfo,
