@@ -132,16 +132,15 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
     busy: dict[int, list[Interval]] = {pid: [] for pid in professional_ids}
     if not professional_ids:
         return busy
-    rows = session.exec(select(Appointment.professional_id, Appointment.start_at,
-                               Appointment.end_at, Service.buffer_minutes, Appointment.id)
+    rows = session.exec(select(Appointment, Service.buffer_minutes)
                         .join(Service, col(Service.id) == col(Appointment.service_id)).where(
         col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
         col(Appointment.start_at) < until, col(Appointment.start_at) > since - MAX_VISIT,
         col(Appointment.end_at) > since - timedelta(minutes=MAX_BUFFER_MINUTES))).all()
-    for pid, start, end, buffer, appointment_id in rows:
-        end = end + timedelta(minutes=buffer or 0)
-        if end > since and appointment_id != except_id:
-            busy[pid].append((start, end))
+    for row, buffer in rows:
+        end = row.end_at + timedelta(minutes=buffer or 0)
+        if end > since and row.id != except_id:
+            busy[row.professional_id].append((row.start_at, end))
     for block in session.exec(select(ScheduleBlock).where(
             col(ScheduleBlock.professional_id).in_(professional_ids),
             col(ScheduleBlock.start_at) < until, col(ScheduleBlock.end_at) > since)):
@@ -308,7 +307,7 @@ def _fewest_that_day(session: Session, free: list[tuple[Professional, timedelta]
         col(Appointment.professional_id).in_([p.id for p, _ in free]),
         Appointment.status == "booked", col(Appointment.start_at) >= day_start,
         col(Appointment.start_at) < day_end).group_by(col(Appointment.professional_id))).all())
-    return min(free, key=lambda pair: counts.get(pair[0].id, 0))  # min keeps the first tie
+    return min(free, key=lambda pair: counts.get(pair[0].id or 0, 0))  # the first tie wins
 
 
 def candidates(session: Session, tenant_id: int, service: Service,
