@@ -152,6 +152,9 @@ def _local(text: str, tz: ZoneInfo, where: str) -> datetime:
     except ValueError:
         raise Invalid(f"{where}: {text!r} is not a date and time",
                       [f"{where}: {text!r} is not YYYY-MM-DDTHH:MM"]) from None
+    if not 2000 <= parsed.year <= 2100:
+        raise Invalid(f"{where}: year must be between 2000 and 2100",
+                      [f"{where}: year must be between 2000 and 2100"])
     if not local_exists(parsed.date(), parsed.time(), tz):
         raise Invalid(f"{where}: {text} does not exist in {tz.key} (clocks move forward)",
                       [f"{where}: {text} does not exist in {tz.key} (clocks move forward)"])
@@ -299,6 +302,9 @@ def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: 
 def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
     """One local day of the agenda: per professional (catalogue order) their hours that day,
     their booked appointments and their blocks, by start."""
+    if not 2000 <= day.year <= 2100:
+        raise Invalid("day: year must be between 2000 and 2100",
+                      ["day: year must be between 2000 and 2100"])
     tz = ZoneInfo(tenant.timezone)
     tenant_id = tenant.id or 0
     business = availability.business_hours(session, tenant_id)
