@@ -263,9 +263,10 @@ def block(session: Session, tenant: Tenant, body: Block, *, now: datetime) -> di
         .order_by(col(Appointment.start_at))).all()
         if overlaps((a.start_at, a.end_at), (start, end))]
     if inside and not body.force:
-        raise Conflict(f"{pro.code} has {len(inside)} booking(s) in that time; move or cancel "
-                       "them, or block with force (the bookings are kept)",
-                       [f"#{a.id} {a.start_at.astimezone(tz):%Y-%m-%d %H:%M}" for a in inside])
+        listed = [f"#{a.id} {a.start_at.astimezone(tz):%Y-%m-%d %H:%M}" for a in inside]
+        raise Conflict(f"{pro.code} has {len(inside)} booking(s) in that time "
+                       f"({', '.join(listed[:10])}); move or cancel them, or block with force "
+                       "(the bookings are kept)", listed)
     row = ScheduleBlock(tenant_id=tenant.id or 0, professional_id=pro.id or 0, start_at=start,
                         end_at=end, note=" ".join(body.note.split()), created_at=now)
     session.add(row)

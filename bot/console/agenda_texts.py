@@ -49,8 +49,8 @@ _PT_BR: list[tuple[str, str]] = [
     (r"(?:start: )?that time is outside the opening hours of everyone who does (\S+);.*",
      r"ninguém que faz \1 trabalha neste horário"),
     (r"(?:start: )?(\S+) is not a start time.*", r"\1 não é um horário de início"),
-    (r"(\S+) has (\d+) booking\(s\) in that time.*",
-     r"\1 tem \2 agendamento(s) neste horário; remarque ou cancele, ou marque "
+    (r"(\S+) has (\d+) booking\(s\) in that time \((.*?)\);.*",
+     r"\1 tem \2 agendamento(s) neste horário (\3); remarque ou cancele, ou marque "
      "“bloquear mesmo com agendamentos” (eles são mantidos)"),
     (r"appointment #(\d+) has not started yet", r"o agendamento #\1 ainda não começou"),
     (r"appointment #(\d+) is not an upcoming booking",

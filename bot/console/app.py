@@ -792,7 +792,7 @@ def _agenda_action(p: Page, action: Callable[[str], str]) -> PageResult:
         p.session.rollback()
         refused = admin_error(exc)
         said = str(refused)  # the reason, then the problems that add to it (the bookings)
-        parts = [said] * (not refused.problems or isinstance(refused, Conflict)) + [
+        parts = [said] if not refused.problems or isinstance(refused, Conflict) else [
             part for part in refused.problems if said not in part] or refused.problems
         message = "; ".join(agenda_problem(part, _language(p))
                             or translate_problem(part, _language(p)) for part in parts)
