@@ -202,3 +202,22 @@ def test_bad_weeks_are_refused_naming_every_problem(engine: Engine, professional
         text = catalogue_text(load(session, tenant, NOW.astimezone(SP).date()))
     assert "julia: Júlia; does corte, coloracao; works mon off, tue 09:00-18:00" in text
     assert "marcos: Marcos; does corte; time off 2026-06-08 to 2026-06-12 (férias)" in text
+
+
+def test_the_catalogue_shows_time_off_and_own_dates_only_from_today_to_the_horizon(
+        engine: Engine) -> None:
+    config = {**SALON, "booking_horizon_days": 30, "professionals": [
+        {"code": "julia", "name": "Júlia", "services": ["corte"],
+         "time_off": [{"from": "2026-05-20", "to": "2026-05-25", "note": "passado"},
+                      {"from": "2026-05-30", "to": "2026-06-02", "note": "em curso"},
+                      {"from": "2026-08-10", "to": "2026-08-20", "note": "longe"}],
+         "hours_exceptions": [{"day": "2026-06-05", "hours": ["10:00-12:00"]},
+                              {"day": "2026-09-01", "hours": []}]}]}
+    _setup(engine, config, contacts=0)
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        text = catalogue_text(load(session, tenant, NOW.astimezone(SP).date()))
+    assert "time off 2026-05-30 to 2026-06-02 (em curso)" in text
+    assert "passado" not in text and "longe" not in text  # past, and beyond the horizon
+    assert "other hours 2026-06-05 10:00-12:00" in text and "2026-09-01" not in text
