@@ -244,35 +244,40 @@ def test_the_scheduling_scenarios(name: str, database_url: str | None,
     assert result.api_errors == 0 and result.unscripted_calls == 0
 
 
+def _race(engine: Engine, pair: tuple[int, int], start: str, n: int) -> dict[str, bool]:
+    barrier = threading.Barrier(2)
+    outcome: dict[str, bool] = {}
+
+    def block() -> None:
+        barrier.wait()
+        try:
+            _do(engine, agenda.block, agenda.Block.model_validate({
+                "professional": "julia", "start": start,
+                "end": f"{start[:11]}{int(start[11:13]) + 1}:00"}))
+            outcome["block"] = True
+        except Conflict:
+            outcome["block"] = False
+
+    def book() -> None:
+        barrier.wait()
+        _, is_error = _agent(engine, pair, "book_appointment",
+                             {"service": "corte", "start": start, "professional": "julia"},
+                             f"race{n}")
+        outcome["booking"] = not is_error
+
+    threads = [threading.Thread(target=block), threading.Thread(target=book)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcome
+
+
 def test_a_block_and_a_booking_at_once_never_both_hold_the_time(engine: Engine) -> None:
     """The block's check and insert share the booking's lock: either the block is refused
     (the booking is inside it) or the booking is (the time is blocked), on both engines."""
     pair = _setup(engine)
     for n in range(4):
         start = f"2026-06-02T{10 + 2 * n}:00"
-        barrier = threading.Barrier(2)
-        outcome: dict[str, bool] = {}
-
-        def block(at: str = start) -> None:
-            barrier.wait()
-            try:
-                _do(engine, agenda.block, agenda.Block.model_validate({
-                    "professional": "julia", "start": at,
-                    "end": f"{at[:11]}{int(at[11:13]) + 1}:00"}))
-                outcome["block"] = True
-            except Conflict:
-                outcome["block"] = False
-
-        def book(at: str = start, k: int = n) -> None:
-            barrier.wait()
-            _, is_error = _agent(engine, pair, "book_appointment",
-                                 {"service": "corte", "start": at, "professional": "julia"},
-                                 f"race{k}")
-            outcome["booking"] = not is_error
-
-        threads = [threading.Thread(target=block), threading.Thread(target=book)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        outcome = _race(engine, pair, start, n)
         assert sorted(outcome.values()) == [False, True], (start, outcome)
