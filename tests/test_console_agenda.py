@@ -13,6 +13,7 @@ from sqlmodel import select
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, Contact, ScheduleBlock
+from storage.tenants import change_professional
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.test_console import Browser
@@ -97,3 +98,19 @@ def test_the_day_agenda_books_blocks_and_refuses_with_reasons(env: ReplayEnviron
                     {"csrf": browser.csrf, "day": "2026-06-02", "start": "2026-06-02T17:00"})
     _, page, _ = browser.request("/console/agenda?day=2026-06-02")
     assert "Remarcado: 2026-06-02 17:00" in _flash(page)
+
+
+def test_the_catalogue_page_shows_a_professionals_own_week(env: ReplayEnvironment) -> None:
+    seeded: Seeded = seed(env)
+    with session_scope(env.engine) as session:
+        change_professional(session, 1, "julia", hours={"tue": ["13:00-18:00"]},
+                            time_off=[{"from": "2026-06-16", "to": "2026-06-20",
+                                       "note": "férias"}])
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    _, page, _ = browser.request("/console/catalog")
+    assert "Terça 13:00-18:00" in page and "2026-06-16 – 2026-06-20 (férias)" in page
+    _, day, _ = browser.request("/console/agenda?day=2026-06-02")
+    assert "Horário: 13:00-18:00" in day
+    _, monday, _ = browser.request("/console/agenda?day=2026-06-01")
+    assert "Não trabalha neste dia" in monday
