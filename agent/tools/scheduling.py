@@ -29,23 +29,18 @@ from agent.tools.base import (
 from agent.tools.facts_rules import note_problem
 from agent.tools.slots import (
     Slot,
-    compute_slots,
     local_exists,
     too_soon,
 )
 from storage import reminders, webhooks
-from storage.db import is_postgres
 from storage.models import (
     Appointment,
-    HoursException,
-    OpeningHours,
     Professional,
     Service,
     Tenant,
 )
 from storage.tenants import price_text
 
-MAX_SLOTS_LISTED = 24
 MAX_RANGE_DAYS = 14
 DEFAULT_RANGE_DAYS = 7
 # The bounds of the results (README, Scheduling tools); MAX_RESULT_CHARS backs them all
@@ -331,53 +326,6 @@ def _tenant(session: Session, tenant_id: int) -> Tenant:
     return tenant
 
 
-def _lock_professional(session: Session, professional_id: int) -> None:
-    bind = session.get_bind()
-    if is_postgres(bind):  # type: ignore[arg-type]
-        session.exec(select(Professional).where(Professional.id == professional_id)
-                     .with_for_update()).first()
-
-
-def _free_slots(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
-                pros: list[Professional], first: date, last: date) -> list[Slot]:
-    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    ids = [p.id for p in pros if p.id is not None]
-    window_start = datetime.combine(first, datetime.min.time(), ctx.timezone)
-    busy = _busy(session, ids, window_start, window_start + timedelta(days=len(days) + 1))
-    return compute_slots(days=days, tz=ctx.timezone, hours=_hours(session, ctx.tenant_id),
-                         duration=timedelta(minutes=service.duration_minutes),
-                         step=timedelta(minutes=tenant.slot_granularity_minutes),
-                         professional_ids=ids, busy=busy, now=ctx.now,
-                         exceptions=_exceptions(session, ctx.tenant_id),
-                         notice=timedelta(minutes=tenant.booking_notice_minutes))
-
-
-def _busy(session: Session, professional_ids: list[int], since: datetime,
-          until: datetime) -> dict[int, list[tuple[datetime, datetime]]]:
-    rows = session.exec(select(Appointment).where(
-        col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
-        col(Appointment.start_at) < until, col(Appointment.end_at) > since)).all()
-    busy: dict[int, list[tuple[datetime, datetime]]] = {}
-    for row in rows:
-        busy.setdefault(row.professional_id, []).append((row.start_at, row.end_at))
-    return busy
-
-
-def _format_slots(slots: list[Slot], pros: dict[int | None, Professional], tz: ZoneInfo,
-                  service: Service) -> str:
-    by_day: dict[str, list[str]] = {}
-    shown = slots[:MAX_SLOTS_LISTED]
-    for slot in shown:
-        local = slot.start.astimezone(tz)
-        by_day.setdefault(f"{local:%a %Y-%m-%d}", []).append(
-            f"{local:%H:%M} {pros[slot.professional_id].code}")
-    lines = [f"Free slots for {service.code} ({service.duration_minutes} min):"]
-    lines += [f"{day}: {', '.join(times)}" for day, times in by_day.items()]
-    if len(slots) > len(shown):
-        lines.append(f"(and {len(slots) - len(shown)} more; ask for a narrower range)")
-    return "\n".join(lines)
-
-
 def checked_note(session: Session, ctx: ToolContext, value: Any) -> str:
     """An appointment note as the model sent it → the note to store ("" for none); ToolError
     naming why it may not be stored (facts_rules.note_problem) and how to say it instead."""
@@ -458,22 +406,6 @@ def _professionals(session: Session, tenant_id: int) -> list[Professional]:
     return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                         col(Professional.active).is_(True))
                              .order_by(col(Professional.code))).all())
-
-
-def _hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]:
-    hours: dict[int, list[tuple[str, str]]] = {}
-    for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)):
-        hours.setdefault(row.weekday, []).append((row.opens, row.closes))
-    return hours
-
-
-def _exceptions(session: Session, tenant_id: int) -> dict[date, list[tuple[str, str]]]:
-    """Dates whose opening hours differ from their weekday's ([] = closed)."""
-    exceptions: dict[date, list[tuple[str, str]]] = {}
-    for row in session.exec(select(HoursException).where(
-            HoursException.tenant_id == tenant_id)):
-        exceptions[row.day] = [(i[:5], i[6:]) for i in row.hours]
-    return exceptions
 
 
 def _parse_date(value: Any, key: str) -> date:
