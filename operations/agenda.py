@@ -256,6 +256,11 @@ def block(session: Session, tenant: Tenant, body: Block, *, now: datetime) -> di
         raise Invalid(f"unknown professional {body.professional!r}",
                       [f"professional: unknown {body.professional!r}"])
     start, end = _local(body.start, tz, "start"), _local(body.end, tz, "end")
+    if end - start > availability.MAX_BLOCK:
+        raise Invalid(f"end: a block is at most {availability.MAX_BLOCK.days} days; use the "
+                      "professional's time_off for longer", [
+                          f"end: a block is at most {availability.MAX_BLOCK.days} days "
+                          "(longer: time_off)"])
     availability.lock_professional(session, pro.id or 0)
     inside = [a for a in session.exec(select(Appointment).where(
         Appointment.professional_id == pro.id, Appointment.status == "booked",

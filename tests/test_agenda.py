@@ -143,6 +143,10 @@ def test_a_block_hides_slots_and_over_bookings_needs_force_which_keeps_them(
     julia = day["professionals"][0]
     assert julia["code"] == "julia" and len(julia["blocks"]) == 2
     assert [a["id"] for a in julia["appointments"]] == [booked["id"]]
+    with pytest.raises(Invalid) as too_long:
+        _do(engine, agenda.block, agenda.Block.model_validate(
+            {"professional": "julia", "start": "2026-06-02T14:00", "end": "2026-07-20T14:00"}))
+    assert "time_off" in str(too_long.value)
     with pytest.raises(Invalid):  # an end before its start: named by the body's check
         validated(agenda.Block, {"professional": "julia", "start": "2026-06-02T15:00",
                                  "end": "2026-06-02T14:00"})

@@ -55,6 +55,7 @@ from storage.tenants import WEEKDAYS
 
 MAX_BUFFER_MINUTES = 240  # storage/tenants.ServiceSpec.buffer_minutes, at most
 MAX_VISIT = timedelta(minutes=1440 + MAX_BUFFER_MINUTES)  # a duration (ServiceSpec) + buffer
+MAX_BLOCK = timedelta(days=31)  # a block, at most (longer: time off); operations/agenda.py
 LocalIntervals = Sequence[tuple[str, str]]
 
 
@@ -143,8 +144,8 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
             busy[row.professional_id].append((row.start_at, end))
     for block in session.exec(select(ScheduleBlock).where(
             col(ScheduleBlock.professional_id).in_(professional_ids),
-            col(ScheduleBlock.start_at) < until, col(ScheduleBlock.end_at) > since)):
-        # a block may be long (a week away): no lower bound on its start
+            col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
+            col(ScheduleBlock.end_at) > since)):
         busy[block.professional_id].append((block.start_at, block.end_at))
     return busy
 
