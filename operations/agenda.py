@@ -9,7 +9,9 @@ professional's row locked on PostgreSQL, BEGIN IMMEDIATE on SQLite). They keep t
 professional's hours and the busy time (bookings, buffers, blocks); unlike the agent's they may
 start off the slot grid, inside the notice, beyond the horizon, and ignore the per-customer
 limit (the owner at the counter decides). A booking emits `appointment.booked` with
-`by: business` (storage/webhooks.py), a move `appointment.rescheduled`.
+`by: business` (storage/webhooks.py) and gets its reminders (storage/reminders.py, issue 25);
+a move `appointment.rescheduled`, the old booking's reminders cancelled, the new one's
+scheduled, and a `moved` notice to the customer.
 
 A block hides slots and is not an appointment. Over existing bookings it is refused (409,
 listing them) unless `force`, which keeps the bookings and lists them in the answer.
@@ -36,7 +38,7 @@ from agent.tools import availability
 from agent.tools.slots import local_exists, local_to_utc, overlaps
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
-from storage import webhooks
+from storage import reminders, webhooks
 from storage.models import Appointment, Contact, Professional, ScheduleBlock, Service, Tenant
 
 OUTCOMES = ("completed", "no_show")
@@ -196,6 +198,7 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     appointment.note = " ".join(body.note.split())
     session.add(appointment)
     session.flush()
+    reminders.schedule(session, tenant, appointment, now=now)  # issue 25, as the agent's
     webhooks.emit(session, tenant.id or 0, "appointment.booked",
                   webhooks.appointment_data(session, appointment, by="business"), now=now)
     return appointment_view(session, appointment, tz)
@@ -231,7 +234,12 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
         by="business", grid=False))
     new.note = old.note
     session.add(new)
+    old.moved_to_id = new.id
+    session.add(old)
     session.flush()
+    reminders.cancel_for(session, old.id or 0, reason=f"moved by the business to #{new.id}")
+    reminders.schedule(session, tenant, new, now=now)
+    reminders.record_notice(session, new, kind="moved", now=now)  # the customer is told
     webhooks.emit(session, tenant.id or 0, "appointment.rescheduled",
                   {**webhooks.appointment_data(session, new, by="business"),
                    "previous_appointment_id": old.id,

@@ -22,7 +22,14 @@ from operations.service import counts, validated
 from replay.runner import run_scenario_file
 from storage import webhooks
 from storage.db import session_scope
-from storage.models import Appointment, Contact, Conversation, Tenant, WebhookEvent
+from storage.models import (
+    Appointment,
+    Contact,
+    Conversation,
+    Notice,
+    Tenant,
+    WebhookEvent,
+)
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
 
@@ -161,6 +168,10 @@ def test_a_move_frees_the_old_time_and_emits_rescheduled_by_business(engine: Eng
     with session_scope(engine) as session:
         types = [(e.type, e.data["by"]) for e in session.exec(select(WebhookEvent))]
     assert ("appointment.rescheduled", "business") in types
+    with session_scope(engine) as session:  # issue 25's bookkeeping, as the agent's move
+        old = session.get(Appointment, booked["id"])
+        assert old is not None and old.status == "cancelled" and old.moved_to_id == moved["id"]
+        assert [n.kind for n in session.exec(select(Notice))] == ["moved"]
     text, is_error = _agent(engine, pair, "book_appointment",
                             {"service": "corte", "start": "2026-06-02T10:00",
                              "professional": "julia"}, "b1")
