@@ -373,6 +373,7 @@ def _id(appointment: Appointment) -> int:
     return appointment.id
 
 
+_busy = availability.busy_intervals  # each professional's busy time (its one home: there)
 own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)
 describe = _describe  # an appointment as results show it (notes.py)
 
