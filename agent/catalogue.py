@@ -8,7 +8,8 @@ hours, an exception), and once a day at the tenant's local midnight, when the ex
 are past drop out (the one daily rebuild: `today` is the only input that moves with the
 calendar, and it moves once a day). Nothing else of the clock enters it.
 
-Bounds: at most EXCEPTIONS_SHOWN exceptions, none beyond the booking horizon; the whole text
+Bounds: at most EXCEPTIONS_SHOWN exceptions (and of each professional's time off and own
+exceptions: issue 22), none beyond the booking horizon; the whole text
 at most CATALOGUE_CHARS characters (about 2,000 tokens): services and professionals past it
 are left out with a line saying how many and that `list_services` finds them.
 """
@@ -47,6 +48,8 @@ class CatalogueData:
     exceptions: Sequence[HoursException]
     currency: str = "BRL"
     language: str = "pt-BR"
+    today: date | None = None  # professionals' time off and exceptions from today ...
+    last: date | None = None  # ... to the end of the booking horizon (issue 22)
 
 
 def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
@@ -57,7 +60,7 @@ def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
     exceptions = [e for e in list_hours_exceptions(session, tenant_id) if today <= e.day <= last]
     return CatalogueData(list_services(session, tenant_id), list_professionals(session, tenant_id),
                          weekly_hours(session, tenant_id), exceptions[:EXCEPTIONS_SHOWN],
-                         tenant.currency, tenant.language)
+                         tenant.currency, tenant.language, today, last)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -76,12 +79,38 @@ def service_line(service: Service, currency: str, language: str) -> str:
     return line
 
 
-def professional_line(pro: Professional) -> str:
+def professional_line(pro: Professional, today: date | None = None,
+                      last: date | None = None) -> str:
+    """A professional, what they do, and their own week (issue 22): their weekly hours when
+    not the business's, other durations, and their time off and dated exceptions from `today`
+    to `last` (at most EXCEPTIONS_SHOWN of each; none without `today`)."""
     codes = list(pro.service_codes)
     named = ", ".join(codes[:SERVICES_NAMED]) or "no service at the moment"
     extra = len(codes) - SERVICES_NAMED
-    return (f"- {pro.code}: {_clip(pro.name, NAME_CHARS)}; does {named}"
+    line = (f"- {pro.code}: {_clip(pro.name, NAME_CHARS)}; does {named}"
             + (f" and {extra} more" if extra > 0 else ""))
+    if pro.hours is not None:
+        line += "; works " + ", ".join(
+            f"{day} {' '.join(pro.hours[day])}" if pro.hours.get(day) else f"{day} off"
+            for day in WEEKDAYS)
+    if pro.durations:
+        line += "; takes " + ", ".join(f"{code} {minutes} min" for code, minutes
+                                       in sorted(pro.durations.items()))
+    if today is not None and last is not None:
+        off = [t for t in pro.time_off if t["to"] >= today.isoformat()
+               and t["from"] <= last.isoformat()][:EXCEPTIONS_SHOWN]
+        if off:
+            line += "; time off " + ", ".join(
+                f"{t['from']} to {t['to']}" + (f" ({_clip(t['note'], NAME_CHARS)})"
+                                              if t.get("note", "").strip() else "")
+                for t in sorted(off, key=lambda t: t["from"]))
+        own = [e for e in pro.hours_exceptions
+               if today.isoformat() <= e["day"] <= last.isoformat()][:EXCEPTIONS_SHOWN]
+        if own:
+            line += "; other hours " + ", ".join(
+                f"{e['day']} {' '.join(e['hours']) if e['hours'] else 'off'}"
+                for e in sorted(own, key=lambda e: e["day"]))
+    return line
 
 
 def catalogue_text(data: CatalogueData) -> str:
@@ -92,7 +121,7 @@ def catalogue_text(data: CatalogueData) -> str:
     head = ["Catalogue of the business (configured by the business; the codes are what the "
             "tools take):", "Services (code: name, duration, price):"]
     services = [service_line(s, data.currency, data.language) for s in data.services]
-    pros = [professional_line(p) for p in data.professionals]
+    pros = [professional_line(p, data.today, data.last) for p in data.professionals]
     tail = ["Weekly opening hours: " + "; ".join(
         f"{day} {', '.join(data.hours[day])}" if data.hours.get(day) else f"{day} closed"
         for day in WEEKDAYS)]

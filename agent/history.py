@@ -4,8 +4,9 @@ computed here from that history, never by a model.
 
 Read at session start and at compaction only (workers/facts.py `render_context_block`, the
 same steps as the summary), so system[1] stays byte-identical between them and the cache holds.
-A past booking counts as a visit unless it was cancelled (until visits are marked completed or
-no-show). Bounds: UPCOMING_SHOWN upcoming, PAST_SHOWN past; each line's names and note are cut
+A past booking counts as a visit unless it was cancelled or staff marked it a no-show (issue
+22: `Appointment.outcome`, apart from `status`); the usual line also counts the contact's
+no-shows. Bounds: UPCOMING_SHOWN upcoming, PAST_SHOWN past; each line's names and note are cut
 (`agent/context.data_text` renders every line in the block).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from storage.models import Appointment, Professional, Service
 
@@ -36,12 +37,14 @@ class Booking:
     professional_name: str
     status: str  # booked or cancelled
     note: str = ""
+    outcome: str = ""  # "", completed or no_show (staff mark it after the visit)
 
 
 @dataclass(frozen=True)
 class History:
     upcoming: Sequence[Booking]
     past: Sequence[Booking]  # most recent first
+    no_shows: int = 0  # all the contact's past bookings marked no_show
 
 
 def load(session: Session, tenant_id: int, contact_id: int, now: datetime,
@@ -63,8 +66,12 @@ def load(session: Session, tenant_id: int, contact_id: int, now: datetime,
     def booking(row: tuple[Appointment, Service, Professional]) -> Booking:
         appointment, service, pro = row
         return Booking(appointment.id or 0, appointment.start_at.astimezone(tz), service.code,
-                       service.name, pro.code, pro.name, appointment.status, appointment.note)
-    return History([booking(r) for r in upcoming], [booking(r) for r in past])
+                       service.name, pro.code, pro.name, appointment.status, appointment.note,
+                       appointment.outcome)
+    no_shows = int(session.exec(select(func.count()).select_from(Appointment).where(
+        Appointment.tenant_id == tenant_id, Appointment.contact_id == contact_id,
+        Appointment.outcome == "no_show")).one())
+    return History([booking(r) for r in upcoming], [booking(r) for r in past], no_shows)
 
 
 def _cut(text: str) -> str:
@@ -74,6 +81,10 @@ def _cut(text: str) -> str:
 def booking_line(booking: Booking, *, past: bool) -> str:
     """`#12 Tue 2026-06-02 14:00 corte (Corte feminino) with julia (Júlia), visit; note: ...`"""
     what = "cancelled" if booking.status == "cancelled" else ("visit" if past else "booked")
+    if booking.status != "cancelled" and booking.outcome == "no_show":
+        what = "no-show (did not come)"
+    elif booking.status != "cancelled" and booking.outcome == "completed":
+        what = "visit, completed"
     line = (f"#{booking.id} {booking.start:%a %Y-%m-%d %H:%M} {booking.service_code} "
             f"({_cut(booking.service_name)}) with {booking.professional_code} "
             f"({_cut(booking.professional_name)}), {what}")
@@ -82,10 +93,12 @@ def booking_line(booking: Booking, *, past: bool) -> str:
 
 def usual_line(history: History) -> str:
     """The most frequent service and professional of the past visits shown (cancelled ones
-    left out), with counts; a tie goes to the most recent. "" with no visit."""
-    visits = [b for b in history.past if b.status != "cancelled"]
+    left out, and no-shows), with counts; a tie goes to the most recent; then the contact's
+    no-show count when there is one. "" with neither."""
+    visits = [b for b in history.past if b.status != "cancelled" and b.outcome != "no_show"]
+    shows = f"no-shows: {history.no_shows}" if history.no_shows else ""
     if not visits:
-        return ""
+        return shows
 
     def most(values: list[str]) -> tuple[str, int]:
         counts = Counter(values)
@@ -94,7 +107,8 @@ def usual_line(history: History) -> str:
     service, services = most([b.service_code for b in visits])
     pro, pros = most([b.professional_code for b in visits])
     return (f"usual (computed from the last {len(visits)} visit(s)): service {service} "
-            f"({services} of {len(visits)}), professional {pro} ({pros} of {len(visits)})")
+            f"({services} of {len(visits)}), professional {pro} ({pros} of {len(visits)})"
+            + (f"; {shows}" if shows else ""))
 
 
 def history_lines(history: History) -> tuple[list[str], list[str], str]:

@@ -85,6 +85,8 @@ def add_catalog_commands(sub: Any) -> None:
                          help='the price is a minimum ("a partir de")')
     service.add_argument("--description", default=None,
                          help="one line the agent may quote (kept when left out)")
+    service.add_argument("--buffer", type=int, default=None,
+                         help="minutes busy after the visit, clean-up (kept when left out)")
     service.set_defaults(run="cli.catalog:service")
     remove = catalog_sub.add_parser("remove-service", help="archive a service (refused while "
                                     "it has upcoming appointments)")
@@ -97,6 +99,9 @@ def add_catalog_commands(sub: Any) -> None:
     pro.add_argument("--name", default=None, help="kept when left out")
     pro.add_argument("--services", default=None,
                      help="service codes, comma-separated (kept when left out)")
+    pro.add_argument("--week", type=Path, default=None,
+                     help="JSON/YAML file with any of hours, time_off, hours_exceptions, "
+                          "durations (their own week; keys left out are kept)")
     pro.set_defaults(run="cli.catalog:professional")
     remove_pro = catalog_sub.add_parser("remove-professional", help="archive a professional "
                                         "(refused while they have upcoming appointments)")
@@ -177,3 +182,48 @@ def add_conversation_commands(sub: Any) -> None:
     _pnid(cancel)
     cancel.add_argument("appointment_id", type=record_id)
     cancel.set_defaults(run="cli.appointments:cancel")
+    add_agenda_commands(app_sub)
+
+
+def add_agenda_commands(app_sub: Any) -> None:
+    """`wagent appointments book|move|block|unblock|outcome|day` (operations/agenda.py)."""
+    book = app_sub.add_parser("book", help="book for a contact (existing, or new by phone)")
+    _pnid(book)
+    book.add_argument("--service", required=True)
+    book.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
+    book.add_argument("--professional", help="code (default: anyone free)")
+    who = book.add_mutually_exclusive_group(required=True)
+    who.add_argument("--contact", help="contact id, phone or user id of an existing contact")
+    who.add_argument("--phone", help="the customer's phone (a new contact when unknown)")
+    book.add_argument("--name", default="", help="a new contact's name")
+    book.add_argument("--note", default="")
+    book.set_defaults(run="cli.agenda:book")
+    move = app_sub.add_parser("move", help="move an upcoming booking")
+    _pnid(move)
+    move.add_argument("appointment_id", type=record_id)
+    move.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
+    move.add_argument("--professional")
+    move.set_defaults(run="cli.agenda:move")
+    block = app_sub.add_parser("block", help="block a professional's time (hides slots)")
+    _pnid(block)
+    block.add_argument("--professional", required=True)
+    block.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
+    block.add_argument("--end", required=True, help="local YYYY-MM-DDTHH:MM")
+    block.add_argument("--note", default="")
+    block.add_argument("--force", action="store_true",
+                       help="block over bookings (they are kept and listed)")
+    block.set_defaults(run="cli.agenda:block")
+    unblock = app_sub.add_parser("unblock", help="remove a block")
+    _pnid(unblock)
+    unblock.add_argument("block_id", type=record_id)
+    unblock.set_defaults(run="cli.agenda:unblock")
+    outcome = app_sub.add_parser("outcome", help="mark a visit completed or no_show")
+    _pnid(outcome)
+    outcome.add_argument("appointment_id", type=record_id)
+    outcome.add_argument("outcome", choices=("completed", "no_show"))
+    outcome.set_defaults(run="cli.agenda:outcome")
+    day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings "
+                             "and blocks")
+    _pnid(day)
+    day.add_argument("day", help="YYYY-MM-DD")
+    day.set_defaults(run="cli.agenda:day")

@@ -39,6 +39,8 @@ def service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
         fields["price_from"] = args.price_from
     if args.description is not None:
         fields["description"] = args.description
+    if getattr(args, "buffer", None) is not None:
+        fields["buffer_minutes"] = args.buffer
     row = change_service(session, tenant.id, args.code, name=args.name,
                          duration_minutes=args.duration, **fields)[0]
     return operations.service_view(row)
@@ -54,8 +56,12 @@ def remove_service(args: argparse.Namespace, session: Any, tenant: Any, now: dat
 def professional(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     services = None if args.services is None else [
         s.strip() for s in args.services.split(",") if s.strip()]
+    week = read_document(args.week) if getattr(args, "week", None) else {}
+    if not isinstance(week, dict) or set(week) - {"hours", "time_off", "hours_exceptions",
+                                                  "durations"}:
+        raise ValueError("--week: an object with hours, time_off, hours_exceptions, durations")
     row = change_professional(session, tenant.id, args.code, name=args.name,
-                              services=services, now=now)[0]
+                              services=services, now=now, **week)[0]
     return operations.professional_view(row)
 
 

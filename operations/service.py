@@ -193,11 +193,17 @@ def replace_catalogue(session: Session, tenant: Tenant, body: Any, *,
 def service_view(service: Service) -> dict[str, Any]:
     return {"code": service.code, "name": service.name,
             "duration_minutes": service.duration_minutes, "price_cents": service.price_cents,
-            "price_from": service.price_from, "description": service.description}
+            "price_from": service.price_from, "description": service.description,
+            **({"buffer_minutes": service.buffer_minutes} if service.buffer_minutes else {})}
 
 
 def professional_view(pro: Professional) -> dict[str, Any]:
-    return {"code": pro.code, "name": pro.name, "services": pro.service_codes}
+    """Code, name, services; their own week's keys (hours, time_off, hours_exceptions,
+    durations) only when set (left out: the business's hours, no time off)."""
+    week = {"hours": pro.hours, "time_off": pro.time_off,
+            "hours_exceptions": pro.hours_exceptions, "durations": pro.durations}
+    return {"code": pro.code, "name": pro.name, "services": pro.service_codes,
+            **{k: v for k, v in week.items() if v}}
 
 
 # -- conversations ---------------------------------------------------------------------------
@@ -536,7 +542,8 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             "end": a.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
             "start_at": _iso(a.start_at), "status": a.status,
             "cancelled_at": _iso(a.cancelled_at), "note": a.note,
-            "confirmed_at": _iso(a.confirmed_at), **_reminder_fields(session, a)}
+            "confirmed_at": _iso(a.confirmed_at), "outcome": a.outcome or None,
+            "booked_by": a.booked_by, **_reminder_fields(session, a)}
 
 
 def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:

@@ -90,6 +90,8 @@ class Service(SQLModel, table=True):
     price_cents: int | None = None
     price_from: bool = False
     description: str = Field(default="", max_length=300)
+    # minutes the professional stays busy after the visit (clean-up); issue 22
+    buffer_minutes: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     # False once removed from the catalogue: kept for the appointments that name it
     active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
 
@@ -102,6 +104,13 @@ class Professional(SQLModel, table=True):
     name: str = Field(max_length=200)
     service_codes: list[str] = Field(default_factory=list, sa_type=JSONType)
     active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
+    # their own week (issue 22; agent/tools/availability.py): None = the business's hours;
+    # {"mon": ["09:00-18:00"]}; time_off [{"from", "to", "note"}] (both days included);
+    # hours_exceptions [{"day", "hours", "note"}]; durations {service code: minutes}
+    hours: dict[str, list[str]] | None = Field(default=None, sa_type=JSONType)
+    time_off: list[dict[str, str]] = Field(default_factory=list, sa_type=JSONType)
+    hours_exceptions: list[dict[str, Any]] = Field(default_factory=list, sa_type=JSONType)
+    durations: dict[str, int] = Field(default_factory=dict, sa_type=JSONType)
 
 
 class OpeningHours(SQLModel, table=True):
@@ -345,6 +354,26 @@ class Appointment(SQLModel, table=True):
     confirmed_at: datetime | None = None
     # cancelled by a move: the booking that replaced it (a tap on its reminder says so)
     moved_to_id: int | None = None
+    # after the visit (issue 22), apart from `status`: "" (not marked), completed, no_show
+    outcome: str = Field(default="", max_length=16)
+    outcome_at: datetime | None = None
+    booked_by: str = Field(default="customer", max_length=16)  # customer or business
+
+
+class ScheduleBlock(SQLModel, table=True):
+    """Time a professional is not bookable (a meeting, a walk-in's chair, a dentist's
+    appointment): it hides slots and is not an appointment (issue 22). Aware UTC, end excluded."""
+
+    __tablename__ = "schedule_block"
+    __table_args__ = (Index("ix_schedule_block_professional_start", "professional_id",
+                            "start_at"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    professional_id: int = Field(foreign_key="professional.id")
+    start_at: datetime
+    end_at: datetime
+    note: str = Field(default="", max_length=200)
+    created_at: datetime
 
 
 class ContactFact(SQLModel, table=True):

@@ -65,11 +65,10 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
         services = spec.services if spec.services is not None else [
             ServiceSpec(code=s.code, name=s.name, duration_minutes=s.duration_minutes,
                         price_cents=s.price_cents, price_from=s.price_from,
-                        description=s.description)
+                        description=s.description, buffer_minutes=s.buffer_minutes)
             for s in list_services(session, tenant.id)]
         professionals = spec.professionals if spec.professionals is not None else [
-            ProfessionalSpec(code=p.code, name=p.name, services=p.service_codes)
-            for p in list_professionals(session, tenant.id)]
+            professional_spec(p) for p in list_professionals(session, tenant.id)]
         replace_services(session, tenant.id, services, professionals, now=now)
     if spec.hours is not None:
         set_hours(session, tenant.id, spec.hours)
@@ -337,6 +336,8 @@ class ServiceSpec(_Strict):
                                                 "(e.g. 8000 = R$ 80,00); none: not stated")
     price_from: bool = Field(False, description="the price is a minimum (\"a partir de\")")
     description: str = Field("", max_length=300, description="one line the model may quote")
+    buffer_minutes: int = Field(0, ge=0, le=240, description="minutes the professional stays "
+                                "busy after the visit (clean-up); default 0")
 
     @field_validator("price_from")
     @classmethod
@@ -351,16 +352,92 @@ class ServiceSpec(_Strict):
         return " ".join(value.split())
 
 
+class TimeOffSpec(_Strict):
+    """Days a professional does not work (a holiday): `from` to `to`, both included."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, populate_by_name=True)
+    start: date = Field(alias="from", description="first local day off, YYYY-MM-DD")
+    end: date = Field(alias="to", description="last local day off, YYYY-MM-DD (included)")
+    note: str = Field("", max_length=200)
+
+    @field_validator("end")
+    @classmethod
+    def _ordered(cls, value: date, info: Any) -> date:
+        start = info.data.get("start")
+        if start is not None and value < start:
+            raise ValueError(f"ends ({value.isoformat()}) before it starts "
+                             f"({start.isoformat()})")
+        return value
+
+    def stored(self) -> dict[str, str]:
+        return {"from": self.start.isoformat(), "to": self.end.isoformat(), "note": self.note}
+
+
 class ProfessionalSpec(_Strict):
+    """A professional and their own week (issue 22; agent/tools/availability.py): `hours` in
+    the business's shape (left out: the business's hours), `time_off` ranges, `hours_exceptions`
+    of their own (the business's apply on top), `durations` {service code: minutes} where a
+    service takes them another time than the service's."""
+
     code: str = Field(pattern=_CODE)
     name: str = Field("", max_length=200)
     services: list[str] = Field(default_factory=list, max_length=200,
                                 description="codes of the services this professional does")
+    hours: dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals] | None = \
+        Field(None, description="their weekly hours, {\"mon\": [\"09:00-18:00\"]}; "
+                                "none: the business's")
+    time_off: list[TimeOffSpec] = Field(default_factory=list, max_length=200)
+    hours_exceptions: list["HoursExceptionSpec"] = Field(default_factory=list, max_length=366)
+    durations: dict[str, Annotated[int, Field(ge=5, le=1440)]] = Field(
+        default_factory=dict, max_length=200,
+        description="minutes a service takes with this professional, by service code")
 
     @field_validator("services")
     @classmethod
     def _unique(cls, value: list[str]) -> list[str]:
         return list(dict.fromkeys(value))
+
+    @field_validator("durations")
+    @classmethod
+    def _done_here(cls, value: dict[str, int], info: Any) -> dict[str, int]:
+        services = info.data.get("services")
+        if services is not None:
+            stray = sorted(set(value) - set(services))
+            if stray:
+                raise ValueError(f"{', '.join(stray)}: not a service this professional does "
+                                 f"(does: {', '.join(services) or 'none'})")
+        return value
+
+    @field_validator("hours_exceptions")
+    @classmethod
+    def _one_per_day(cls, value: list[Any]) -> list[Any]:
+        days = [e.day for e in value]
+        doubles = sorted({d.isoformat() for d in days if days.count(d) > 1})
+        if doubles:
+            raise ValueError(f"more than one exception on {', '.join(doubles)}")
+        return value
+
+    def week(self) -> dict[str, Any]:
+        """The Professional columns of the week: hours, time_off, hours_exceptions, durations."""
+        return {"hours": {d: list(i) for d, i in self.hours.items()} if self.hours is not None
+                else None,
+                "time_off": [t.stored() for t in self.time_off],
+                "hours_exceptions": [{"day": e.day.isoformat(), "hours": list(e.hours),
+                                      "note": e.note} for e in self.hours_exceptions],
+                "durations": dict(self.durations)}
+
+
+def professional_spec(pro: Professional) -> "ProfessionalSpec":
+    """The spec of a stored professional (what a partial change keeps)."""
+    return ProfessionalSpec.model_validate({
+        "code": pro.code, "name": pro.name, "services": pro.service_codes, "hours": pro.hours,
+        "time_off": pro.time_off, "hours_exceptions": pro.hours_exceptions,
+        "durations": pro.durations})
+
+
+def set_week(row: Professional, spec: "ProfessionalSpec") -> None:
+    for key, value in spec.week().items():
+        setattr(row, key, value)
 
 
 class HoursExceptionSpec(_Strict):
@@ -370,6 +447,7 @@ class HoursExceptionSpec(_Strict):
     note: str = Field("", max_length=200)
 
 
+ProfessionalSpec.model_rebuild()
 WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals]
 _WEEKLY_HOURS: TypeAdapter[WeeklyHours] = TypeAdapter(WeeklyHours)
 
@@ -473,6 +551,7 @@ def replace_services(session: Session, tenant_id: int, services: list[ServiceSpe
             _refuse_dropping_booked(session, row_pro, pro_spec.services, now)
         row_pro.name, row_pro.active = pro_spec.name or pro_spec.code, True
         row_pro.service_codes = list(pro_spec.services)
+        set_week(row_pro, pro_spec)
         session.add(row_pro)
     session.flush()
 
@@ -509,6 +588,7 @@ def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Se
 def _set_price(row: Service, spec: ServiceSpec) -> None:
     row.price_cents, row.price_from = spec.price_cents, spec.price_from
     row.description = spec.description
+    row.buffer_minutes = spec.buffer_minutes
 
 
 def change_service(session: Session, tenant_id: int, code: str, *, name: str | None = None,
@@ -523,7 +603,8 @@ def change_service(session: Session, tenant_id: int, code: str, *, name: str | N
     if current is None and duration_minutes is None:
         raise TenantConfigError("duration_minutes: required for a new service")
     kept = {"price_cents": current.price_cents, "price_from": current.price_from,
-            "description": current.description} if current else {}
+            "description": current.description,
+            "buffer_minutes": current.buffer_minutes} if current else {}
     if fields.get("price_cents", 0) is None:
         kept["price_from"] = False  # no price, no minimum
     spec = _valid(ServiceSpec, {
@@ -537,15 +618,21 @@ def change_service(session: Session, tenant_id: int, code: str, *, name: str | N
 
 def change_professional(session: Session, tenant_id: int, code: str, *,
                         name: str | None = None, services: list[str] | None = None,
-                        now: datetime | None = None) -> tuple[Professional, bool]:
-    """Create a professional, or change only the fields given (None keeps the current value)."""
+                        now: datetime | None = None,
+                        **week: Any) -> tuple[Professional, bool]:
+    """Create a professional, or change only the fields given (None keeps the current value;
+    in `week`, hours, time_off, hours_exceptions, durations: a key given applies, hours None
+    means the business's hours). TenantConfigError names every problem."""
     current = session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                       Professional.code == code)).first()
+    kept = ({"hours": current.hours, "time_off": current.time_off,
+             "hours_exceptions": current.hours_exceptions, "durations": current.durations}
+            if current else {})
     spec = _valid(ProfessionalSpec, {
         "code": code,
         "name": name if name is not None else (current.name if current else ""),
         "services": services if services is not None
-        else (current.service_codes if current else [])})
+        else (current.service_codes if current else []), **kept, **week})
     return put_professional(session, tenant_id, spec, now)
 
 
@@ -591,6 +678,7 @@ def put_professional(session: Session, tenant_id: int, spec: ProfessionalSpec,
     elif now is not None:
         _refuse_dropping_booked(session, pro, spec.services, now)
     pro.name, pro.service_codes = spec.name or spec.code, list(dict.fromkeys(spec.services))
+    set_week(pro, spec)
     pro.active = True
     session.add(pro)
     session.flush()

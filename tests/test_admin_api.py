@@ -104,7 +104,7 @@ def test_a_tenant_token_sees_only_its_tenant_on_every_route(env: ReplayEnvironme
     assert status == 200 and [t["id"] for t in tenants] == [salon]
     values = {"tenant_id": garage, "token_id": 1, "code": "revisao", "day": "2026-06-08",
               "conversation_id": 1, "contact": "5511999990001", "fact_id": 1,
-              "appointment_id": 1, "endpoint_id": 1}
+              "appointment_id": 1, "endpoint_id": 1, "block_id": 1}
     for route in ROUTES:
         if "{tenant_id}" not in route.path:
             continue
@@ -227,7 +227,7 @@ def test_catalogue_routes_and_a_holiday_closes_a_day(env: ReplayEnvironment) -> 
                for b in (m["content"] if isinstance(m["content"], list) else [])
                if b.get("type") == "tool_result"]
     texts = [str(r["content"]) for r in results]
-    assert texts[0].startswith("No free slots") and "Tue 2026-06-09: 09:00" in texts[1]
+    assert texts[0].startswith("No free slots") and "Tue 2026-06-09 09:00" in texts[1]
     assert "outside the opening hours" in texts[2]
     assert call(env, "DELETE", base + "/hours-exceptions/2026-06-02")[0] == 204
     assert call(env, "DELETE", base + "/hours-exceptions/2026-06-02")[0] == 404
@@ -472,3 +472,43 @@ def test_a_person_editing_a_fact_gets_the_same_shapes(env: ReplayEnvironment) ->
     status, edited = call(env, "POST", base + f"/{fact}/edit",
                           {"value": "Júlia (corte)", "reason": "cliente confirmou"})
     assert status == 200 and edited["value"] == "julia" and edited["state"] == "confirmed"
+
+
+def test_a_professionals_week_from_the_api_names_every_problem_and_books_by_staff(
+        env: ReplayEnvironment) -> None:
+    """Issue 22 through HTTP: overlapping hours, time off ending before it starts and a
+    duration for a service they do not do are refused at once, each named; a staff booking
+    and a block follow the professional's hours."""
+    salon, _ = ids(env)
+    base = f"/admin/tenants/{salon}"
+    status, body = call(env, "PUT", base + "/professionals/julia", {
+        "services": ["corte"], "hours": {"tue": ["09:00-12:00", "11:00-14:00"]},
+        "time_off": [{"from": "2026-06-10", "to": "2026-06-08"}],
+        "durations": {"coloracao": 30}})
+    problems = "; ".join(body["error"]["problems"])
+    assert status == 422 and "overlap" in problems and "before it starts" in problems
+    assert "coloracao: not a service this professional does" in problems
+    status, body = call(env, "PUT", base + "/catalog", {"professionals": [
+        {"code": "julia", "services": ["corte"], "time_off": [{"from": "2026-06-10",
+                                                              "to": "2026-06-08"}]}]})
+    assert status == 422 and "time_off" in "; ".join(body["error"]["problems"])
+    status, pro = call(env, "PUT", base + "/professionals/julia", {
+        "hours": {"tue": ["13:00-18:00"]},
+        "time_off": [{"from": "2026-06-16", "to": "2026-06-20", "note": "férias"}]})
+    assert status == 200 and pro["hours"] == {"tue": ["13:00-18:00"]}
+    status, body = call(env, "POST", base + "/appointments", {
+        "service": "corte", "start": "2026-06-02T10:00", "professional": "julia",
+        "phone": "5521988880002"})
+    assert status == 422 and "julia does not work" in body["error"]["message"]
+    status, booked = call(env, "POST", base + "/appointments", {
+        "service": "corte", "start": "2026-06-02T13:10", "professional": "julia",
+        "phone": "5521988880002", "name": "Bia"})
+    assert status == 201 and booked["start"] == "2026-06-02T13:10"  # staff: off the grid
+    status, body = call(env, "POST", base + "/blocks", {
+        "professional": "julia", "start": "2026-06-02T13:00", "end": "2026-06-02T15:00"})
+    assert status == 409 and f"#{booked['id']}" in "; ".join(body["error"]["problems"])
+    status, day = call(env, "GET", base + "/agenda/2026-06-02")
+    assert status == 200 and day["professionals"][0]["hours"] == ["13:00-18:00"]
+    status, moved = call(env, "POST", base + f"/appointments/{booked['id']}/move",
+                         {"start": "2026-06-02T16:00"})
+    assert status == 200 and moved["start"] == "2026-06-02T16:00"

@@ -260,3 +260,39 @@ def test_facts_approve_refuses_a_fact_that_is_not_in_review(
     assert status == 2 and "not in review" in err
     with session_scope(make_engine(database)) as session:
         assert session.get(ContactFact, 1).state == "rejected"
+
+
+def test_a_professionals_week_and_the_agenda_from_the_cli(
+        database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22: `catalog professional --week` names every problem of a bad week and keeps
+    the professional; `appointments book|block|day|outcome` act on the same agenda."""
+    tenant = tmp_path / "t.json"
+    tenant.write_text(json.dumps({"phone_number_id": PNID, "name": "Clínica Exemplo",
+                                  "services": [{"code": "consulta", "duration_minutes": 30}],
+                                  "professionals": [{"code": "lia", "services": ["consulta"]}],
+                                  "hours": {"tue": ["09:00-12:00"]}}))
+    assert run(capsys, "tenant", "create", str(tenant))[0] == 0
+    bad = tmp_path / "week.yaml"
+    bad.write_text("hours: {tue: ['09:00-11:00', '10:00-12:00']}\n"
+                   "time_off: [{from: 2026-06-10, to: 2026-06-08}]\n"
+                   "durations: {retorno: 20}\n")
+    status, _, err = run(capsys, "catalog", "professional", PNID, "lia", "--week", str(bad))
+    assert status == 2 and "overlap" in err and "before it starts" in err
+    assert "retorno: not a service this professional does" in err
+    good = tmp_path / "good.yaml"
+    good.write_text("hours: {tue: ['10:00-12:00']}\n")
+    status, pro, _ = run(capsys, "catalog", "professional", PNID, "lia", "--week", str(good))
+    assert status == 0 and pro["hours"] == {"tue": ["10:00-12:00"]}
+    status, booked, err = run(capsys, "appointments", "book", PNID, "--service", "consulta",
+                              "--start", "2030-06-04T10:00", "--phone", "5511988887777")
+    assert status == 0 and booked["professional"] == "lia", err
+    status, _, err = run(capsys, "appointments", "book", PNID, "--service", "consulta",
+                         "--start", "2030-06-04T09:30", "--phone", "5511988887777")
+    assert status == 2 and "lia does not work" not in err and "outside" in err
+    status, _, err = run(capsys, "appointments", "block", PNID, "--professional", "lia",
+                         "--start", "2030-06-04T10:00", "--end", "2030-06-04T11:00")
+    assert status == 2 and f"#{booked['id']}" in err
+    status, day, _ = run(capsys, "appointments", "day", PNID, "2030-06-04")
+    assert status == 0 and day["professionals"][0]["hours"] == ["10:00-12:00"]
+    status, _, err = run(capsys, "appointments", "outcome", PNID, str(booked["id"]), "no_show")
+    assert status == 2 and "not started yet" in err

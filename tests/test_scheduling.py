@@ -10,10 +10,11 @@ import pytest
 from sqlalchemy import Engine
 from sqlmodel import select
 
+from agent.tools.availability import Week, day_hours, working_interval
 from agent.tools.base import MAX_RESULT_CHARS, ToolContext
 from agent.tools.registry import execute_tool
 from agent.tools.scheduling import SERVICES_CHARS
-from agent.tools.slots import compute_slots, opening_interval
+from agent.tools.slots import wall_starts
 from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation, Tenant
 from storage.tenants import upsert_tenant
@@ -23,23 +24,24 @@ SP = ZoneInfo("America/Sao_Paulo")
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
 
 
-def test_slots_fit_opening_hours_in_the_tenants_timezone_and_skip_busy_and_past() -> None:
-    busy = {1: [(datetime(2026, 6, 2, 17, 0, tzinfo=UTC), datetime(2026, 6, 2, 18, 0, tzinfo=UTC))]}
-    slots = compute_slots(days=[date(2026, 6, 1), date(2026, 6, 2)], tz=SP,
-                          hours={0: [("09:00", "12:00")], 1: [("13:00", "16:00")]},
-                          duration=timedelta(minutes=60), step=timedelta(minutes=30),
-                          professional_ids=[1], busy=busy, now=NOW)
-    local = [s.start.astimezone(SP).strftime("%a %H:%M") for s in slots]
-    # Monday: 09:00 and 09:30 are past or now (10:00 is "now": never offered)
-    assert local == ["Mon 10:30", "Mon 11:00", "Tue 13:00", "Tue 15:00"]
+def test_slots_fit_opening_hours_in_the_tenants_timezone() -> None:
+    week = Week(professional_id=1, code="julia", own_hours=False,
+                hours={0: [("09:00", "12:00")], 1: [("13:00", "16:00")]})
+    starts = [start for day in (date(2026, 6, 1), date(2026, 6, 2))
+              for opens, closes in day_hours(week, day, {})
+              for start in wall_starts(day, opens, closes, timedelta(minutes=30),
+                                       timedelta(minutes=60), SP)]
+    local = [s.astimezone(SP).strftime("%a %H:%M") for s in starts]
+    assert local[0] == "Mon 09:00" and local[4] == "Mon 11:00" and len(local) == 10
+    assert local[5:] == ["Tue 13:00", "Tue 13:30", "Tue 14:00", "Tue 14:30", "Tue 15:00"]
 
 
 def test_a_booking_must_fit_one_opening_interval() -> None:
-    hours = {1: [("09:00", "12:00"), ("13:00", "18:00")]}
+    week = Week(professional_id=1, code="julia", own_hours=False,
+                hours={1: [("09:00", "12:00"), ("13:00", "18:00")]})
     start = datetime(2026, 6, 2, 11, 30, tzinfo=SP).astimezone(UTC)
-    assert opening_interval(start, timedelta(minutes=60), SP, hours) is None  # spans lunch
-    assert opening_interval(start, timedelta(minutes=30), SP, hours) == (
-        datetime(2026, 6, 2, 9, 0, tzinfo=SP), datetime(2026, 6, 2, 12, 0, tzinfo=SP))
+    assert working_interval(week, start, timedelta(minutes=60), SP, {}) is None  # lunch
+    assert working_interval(week, start, timedelta(minutes=30), SP, {}) == ("09:00", "12:00")
 
 
 def _setup(engine: Engine, contacts: int = 2, **tenant_keys: Any) -> list[tuple[int, int]]:

@@ -9,13 +9,14 @@ that cannot interleave (the professional's row is locked FOR UPDATE on PostgreSQ
 transactions are BEGIN IMMEDIATE).
 """
 
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, select
 
 from agent.errors import ToolError
+from agent.tools import availability
 from agent.tools.base import (
     NAME_CHARS,
     Tool,
@@ -28,25 +29,18 @@ from agent.tools.base import (
 from agent.tools.facts_rules import note_problem
 from agent.tools.slots import (
     Slot,
-    compute_slots,
-    on_grid,
-    opening_interval,
-    overlaps,
+    local_exists,
     too_soon,
 )
 from storage import reminders, webhooks
-from storage.db import is_postgres
 from storage.models import (
     Appointment,
-    HoursException,
-    OpeningHours,
     Professional,
     Service,
     Tenant,
 )
 from storage.tenants import price_text
 
-MAX_SLOTS_LISTED = 24
 MAX_RANGE_DAYS = 14
 DEFAULT_RANGE_DAYS = 7
 # The bounds of the results (README, Scheduling tools); MAX_RESULT_CHARS backs them all
@@ -117,23 +111,35 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
     if first > last:
         raise ToolError(_too_far(tenant, today))
     pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
-    slots = _free_slots(session, ctx, tenant, service, pros, first, last)
+    after, before = _parse_hhmm(args.get("after"), "after"), _parse_hhmm(args.get("before"),
+                                                                         "before")
+    slots = availability.free_slots(session, tenant=tenant, service=service, pros=pros,
+                                    first=first, last=last, now=ctx.now, after=after,
+                                    before=before)
     if not slots:
         return (f"No free slots for {service.code} between {first.isoformat()} and "
-                f"{last.isoformat()}.")
-    return _format_slots(slots, {p.id: p for p in pros}, ctx.timezone, service)
+                f"{last.isoformat()}" + (f" from {after:%H:%M}" if after else "")
+                + (f" before {before:%H:%M}" if before else "") + ".")
+    return _format_times(slots, {p.id: p for p in pros}, ctx.timezone, service)
 
 
 FIND_AVAILABLE_SLOTS = Tool(
     name="find_available_slots",
     description="Free start times for a service on a date or a date range (at most 14 "
-                "days), optionally with one professional. Only times the business takes: "
-                "never past, too soon or too far ahead.",
+                "days), one line per time with the professionals free at it, optionally "
+                "with one professional and between after and before (local HH:MM). Only "
+                "times the business takes: never past, too soon or too far ahead.",
     input_schema={"type": "object", "properties": {
         "service": {"type": "string", "description": "Service code"},
         "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
         "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
-        "professional": {"type": "string", "description": "Professional code (optional)"}},
+        "professional": {"type": "string", "description": "Professional code (optional: "
+                                                           "anyone who does the service)"},
+        "after": {"type": "string", "description": "Only starts at or after this local "
+                                                   "time, HH:MM (optional; e.g. 12:00 for the "
+                                                   "afternoon)"},
+        "before": {"type": "string", "description": "Only starts before this local time, "
+                                                    "HH:MM (optional)"}},
         "required": ["service"]},
     handler=find_available_slots)
 
@@ -249,36 +255,27 @@ RESCHEDULE_APPOINTMENT = Tool(
 
 
 def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,
-           professional: Any) -> Appointment:
+           professional: Any, except_id: int | None = None) -> Appointment:
     """Check and insert in this transaction; raises ToolError when the time is not bookable:
-    past, sooner than the tenant's notice, beyond its horizon, outside the opening hours, off
-    the slot grid, the customer already at the tenant's limit of upcoming bookings, or taken.
-    Each message says why, so the model can explain it in the customer's words."""
+    past, sooner than the tenant's notice, beyond its horizon, the customer already at the
+    tenant's limit of upcoming bookings, or, with the professional(s) (availability.place):
+    outside their hours, off the slot grid, or taken. Each message says why, so the model can
+    explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, service, start)
     _check_upcoming(session, ctx, tenant)
-    duration = timedelta(minutes=service.duration_minutes)
-    for pro in _candidates(session, ctx.tenant_id, service, professional):
-        assert pro.id is not None and service.id is not None
-        _lock_professional(session, pro.id)
-        if any(overlaps((start, start + duration), busy)
-               for busy in _busy(session, [pro.id], start - timedelta(days=1),
-                                 start + duration).get(pro.id, [])):
-            continue
-        appointment = Appointment(tenant_id=ctx.tenant_id, contact_id=ctx.contact_id,
-                                  service_id=service.id, professional_id=pro.id,
-                                  start_at=start, end_at=start + duration,
-                                  tool_use_id=ctx.tool_use_id, created_at=ctx.now)
-        session.add(appointment)
-        session.flush()
-        return appointment
-    raise ToolError("that time is no longer free; call find_available_slots again")
+    return availability.place(
+        session, tenant, _candidates(session, ctx.tenant_id, service, professional),
+        availability.Placement(service=service, start=start, contact_id=ctx.contact_id,
+                               now=ctx.now, professional=professional,
+                               tool_use_id=ctx.tool_use_id, except_id=except_id))
 
 
 def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
                 start: datetime) -> None:
     """The start time rules of README "Scheduling tools": the same ones find_available_slots
-    applies, so a slot it offered is never refused for its time."""
+    applies, so a slot it offered is never refused for its time (the professional's hours and
+    the grid: availability.place)."""
     if start <= ctx.now:
         raise ToolError("that time is in the past; offer a future slot")
     notice = timedelta(minutes=tenant.booking_notice_minutes)
@@ -290,17 +287,6 @@ def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Ser
     today = ctx.now.astimezone(ctx.timezone).date()
     if start.astimezone(ctx.timezone).date() > _last_bookable_day(tenant, today):
         raise ToolError(_too_far(tenant, today))
-    duration = timedelta(minutes=service.duration_minutes)
-    interval = opening_interval(start, duration, ctx.timezone, _hours(session, ctx.tenant_id),
-                                _exceptions(session, ctx.tenant_id))
-    if interval is None:
-        raise ToolError("that time is outside the opening hours; use find_available_slots")
-    step = timedelta(minutes=tenant.slot_granularity_minutes)
-    if not on_grid(start, interval, step):
-        opens = interval[0].astimezone(ctx.timezone)
-        raise ToolError(f"{start.astimezone(ctx.timezone):%H:%M} is not a start time: "
-                        f"appointments start every {tenant.slot_granularity_minutes} minutes "
-                        f"from {opens:%H:%M}; offer a time find_available_slots returned")
 
 
 def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
@@ -338,53 +324,6 @@ def _tenant(session: Session, tenant_id: int) -> Tenant:
     tenant = session.get(Tenant, tenant_id)
     assert tenant is not None
     return tenant
-
-
-def _lock_professional(session: Session, professional_id: int) -> None:
-    bind = session.get_bind()
-    if is_postgres(bind):  # type: ignore[arg-type]
-        session.exec(select(Professional).where(Professional.id == professional_id)
-                     .with_for_update()).first()
-
-
-def _free_slots(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
-                pros: list[Professional], first: date, last: date) -> list[Slot]:
-    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
-    ids = [p.id for p in pros if p.id is not None]
-    window_start = datetime.combine(first, datetime.min.time(), ctx.timezone)
-    busy = _busy(session, ids, window_start, window_start + timedelta(days=len(days) + 1))
-    return compute_slots(days=days, tz=ctx.timezone, hours=_hours(session, ctx.tenant_id),
-                         duration=timedelta(minutes=service.duration_minutes),
-                         step=timedelta(minutes=tenant.slot_granularity_minutes),
-                         professional_ids=ids, busy=busy, now=ctx.now,
-                         exceptions=_exceptions(session, ctx.tenant_id),
-                         notice=timedelta(minutes=tenant.booking_notice_minutes))
-
-
-def _busy(session: Session, professional_ids: list[int], since: datetime,
-          until: datetime) -> dict[int, list[tuple[datetime, datetime]]]:
-    rows = session.exec(select(Appointment).where(
-        col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
-        col(Appointment.start_at) < until, col(Appointment.end_at) > since)).all()
-    busy: dict[int, list[tuple[datetime, datetime]]] = {}
-    for row in rows:
-        busy.setdefault(row.professional_id, []).append((row.start_at, row.end_at))
-    return busy
-
-
-def _format_slots(slots: list[Slot], pros: dict[int | None, Professional], tz: ZoneInfo,
-                  service: Service) -> str:
-    by_day: dict[str, list[str]] = {}
-    shown = slots[:MAX_SLOTS_LISTED]
-    for slot in shown:
-        local = slot.start.astimezone(tz)
-        by_day.setdefault(f"{local:%a %Y-%m-%d}", []).append(
-            f"{local:%H:%M} {pros[slot.professional_id].code}")
-    lines = [f"Free slots for {service.code} ({service.duration_minutes} min):"]
-    lines += [f"{day}: {', '.join(times)}" for day, times in by_day.items()]
-    if len(slots) > len(shown):
-        lines.append(f"(and {len(slots) - len(shown)} more; ask for a narrower range)")
-    return "\n".join(lines)
 
 
 def checked_note(session: Session, ctx: ToolContext, value: Any) -> str:
@@ -434,6 +373,7 @@ def _id(appointment: Appointment) -> int:
     return appointment.id
 
 
+_busy = availability.busy_intervals  # each professional's busy time (its one home: there)
 own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)
 describe = _describe  # an appointment as results show it (notes.py)
 
@@ -449,17 +389,7 @@ def _service(session: Session, tenant_id: int, code: Any) -> Service:
 
 def _candidates(session: Session, tenant_id: int, service: Service,
                 code: Any) -> list[Professional]:
-    pros = [p for p in _professionals(session, tenant_id) if service.code in p.service_codes]
-    if code:
-        chosen = [p for p in pros if isinstance(code, str)
-                  and code.strip().lower() in (p.code.lower(), p.name.lower())]
-        if not chosen:
-            raise ToolError(f"professional {echo(code)} does not do {service.code}; who does: "
-                            f"{some_codes([p.code for p in pros])}")
-        return chosen
-    if not pros:
-        raise ToolError(f"nobody does {service.code} at the moment")
-    return pros
+    return availability.candidates(session, tenant_id, service, code)
 
 
 def _pro_code(session: Session, professional_id: int) -> str | None:
@@ -477,22 +407,6 @@ def _professionals(session: Session, tenant_id: int) -> list[Professional]:
     return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                         col(Professional.active).is_(True))
                              .order_by(col(Professional.code))).all())
-
-
-def _hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]:
-    hours: dict[int, list[tuple[str, str]]] = {}
-    for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)):
-        hours.setdefault(row.weekday, []).append((row.opens, row.closes))
-    return hours
-
-
-def _exceptions(session: Session, tenant_id: int) -> dict[date, list[tuple[str, str]]]:
-    """Dates whose opening hours differ from their weekday's ([] = closed)."""
-    exceptions: dict[date, list[tuple[str, str]]] = {}
-    for row in session.exec(select(HoursException).where(
-            HoursException.tenant_id == tenant_id)):
-        exceptions[row.day] = [(i[:5], i[6:]) for i in row.hours]
-    return exceptions
 
 
 def _parse_date(value: Any, key: str) -> date:
@@ -518,5 +432,51 @@ def _parse_local(value: Any, tz: ZoneInfo) -> datetime:
         raise ToolError(f"start must be YYYY-MM-DDTHH:MM local time, without seconds, got "
                         f"{echo(value)}")
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=tz)
+        if not local_exists(parsed.date(), parsed.time(), tz):
+            raise ToolError(f"{parsed:%Y-%m-%dT%H:%M} does not exist in {tz.key}: the clocks "
+                            "move forward over it that day; offer a time "
+                            "find_available_slots returned")
+        parsed = parsed.replace(tzinfo=tz)  # fold 0: an ambiguous time's first occurrence
     return parsed.astimezone(ZoneInfo("UTC"))
+
+
+def _parse_hhmm(value: Any, key: str) -> time | None:
+    if value is None or value == "":
+        return None
+    try:
+        parsed = time.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ToolError(f"{key} must be a local time HH:MM, got {echo(value)}") from None
+    if parsed.second or parsed.microsecond or parsed.tzinfo:
+        raise ToolError(f"{key} must be a local time HH:MM, got {echo(value)}")
+    return parsed
+
+
+MAX_TIMES_LISTED = 40  # find_available_slots: lines of times, then one line per other day
+
+
+def _format_times(slots: list[Slot], pros: dict[int | None, Professional], tz: ZoneInfo,
+                  service: Service) -> str:
+    """One line per local start time with the professionals free at it (catalogue order):
+    "Tue 2026-06-09 14:00 julia, marcos",
+    at most MAX_TIMES_LISTED; the days past them get one line each (how many times, from
+    when to when) so the model knows what to narrow to (`date`, `after`, `before`)."""
+    times: dict[datetime, list[str]] = {}
+    for slot in slots:
+        times.setdefault(slot.start, []).append(pros[slot.professional_id].code)
+    ordered = sorted(times)
+    shown, rest = ordered[:MAX_TIMES_LISTED], ordered[MAX_TIMES_LISTED:]
+    minutes = sorted({int((s.end - s.start).total_seconds() // 60) for s in slots})
+    lines = [f"Free slots for {service.code} ({'/'.join(str(m) for m in minutes)} min"
+             + (f" + {service.buffer_minutes} min after" if service.buffer_minutes else "")
+             + "):"]
+    lines += [f"{start.astimezone(tz):%a %Y-%m-%d %H:%M} {', '.join(times[start])}"
+              for start in shown]
+    left: dict[str, list[datetime]] = {}
+    for start in rest:
+        left.setdefault(f"{start.astimezone(tz):%a %Y-%m-%d}", []).append(start)
+    for day, starts in left.items():
+        lines.append(f"({day}: {len(starts)} more times from "
+                     f"{starts[0].astimezone(tz):%H:%M} to {starts[-1].astimezone(tz):%H:%M}; "
+                     "ask for that date, or narrow with after/before)")
+    return "\n".join(lines)

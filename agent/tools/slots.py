@@ -1,6 +1,7 @@
-"""Free-slot computation: opening hours, durations, busy intervals, the tenant's timezone. Pure."""
+"""Pure parts of the slot search: opening intervals of a day, overlaps, the notice, and the
+wall-clock grid in the tenant's zone (DST). The search itself: agent/tools/availability.py."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -37,49 +38,60 @@ def local_to_utc(day: date, hhmm: str | time, tz: ZoneInfo) -> datetime:
     return datetime.combine(day, at, tzinfo=tz).astimezone(ZoneInfo("UTC"))
 
 
-def compute_slots(*, days: Iterable[date], tz: ZoneInfo,
-                  hours: WeeklyHours, duration: timedelta,
-                  step: timedelta, professional_ids: Sequence[int],
-                  busy: Mapping[int, Sequence[Interval]], now: datetime,
-                  exceptions: HoursExceptions | None = None,
-                  notice: timedelta = timedelta(0)) -> list[Slot]:
-    """Every bookable (start, professional) in `days`, ordered by start then professional.
-
-    `hours` maps weekday (0 = Monday) to local ("HH:MM", "HH:MM") opening intervals; a slot fits
-    entirely inside one (`exceptions` replace a date's weekday hours) and starts every `step`
-    from the interval's opening (the slot grid, `on_grid`); it never starts at or before `now`,
-    nor less than `notice` after it (`too_soon`); it overlaps nothing in `busy`.
-    """
-    slots: list[Slot] = []
-    for day in days:
-        for opens, closes in opening_intervals(day, hours, exceptions):
-            start, limit = local_to_utc(day, opens, tz), local_to_utc(day, closes, tz)
-            while start + duration <= limit:
-                if not too_soon(start, now, notice):
-                    slots += [Slot(start, start + duration, pid) for pid in professional_ids
-                              if not any(overlaps((start, start + duration), b)
-                                         for b in busy.get(pid, ()))]
-                start += step
-    return sorted(slots, key=lambda s: (s.start, s.professional_id))
-
-
 def too_soon(start: datetime, now: datetime, notice: timedelta) -> bool:
     """Past, now, or less than the tenant's minimum notice ahead."""
     return start <= now or start < now + notice
 
 
-def opening_interval(start: datetime, duration: timedelta, tz: ZoneInfo, hours: WeeklyHours,
-                     exceptions: HoursExceptions | None = None) -> Interval | None:
-    """The opening interval of its local day that holds [start, start + duration), or None."""
+# -- wall-clock grids (issue 22: each professional's week; time zones and DST) ---------------
+
+UTC = ZoneInfo("UTC")
+
+
+def local_exists(day: date, at: time, tz: ZoneInfo) -> bool:
+    """False for a wall-clock time in a spring-forward gap (it never shows on a clock)."""
+    naive = datetime.combine(day, at)
+    there = naive.replace(tzinfo=tz).astimezone(UTC).astimezone(tz)
+    return there.replace(tzinfo=None) == naive
+
+
+def wall_starts(day: date, opens: str, closes: str, step: timedelta, duration: timedelta,
+                tz: ZoneInfo) -> list[datetime]:
+    """The aware UTC starts of a local opening interval's grid: every `step` of wall-clock
+    time from `opens`, skipping times in a spring-forward gap, an ambiguous fall-back time
+    taken at its first occurrence (fold 0), each fitting `duration` of real time before
+    `closes`. Each local time is offered once, as `book_appointment` reads it back."""
+    first = datetime.combine(day, time.fromisoformat(opens))
+    end = datetime.combine(day, time.fromisoformat(closes))
+    limit = local_to_utc(day, closes, tz)
+    starts, wall = [], first
+    while wall < end:
+        if local_exists(day, wall.time(), tz):
+            start = local_to_utc(day, wall.time(), tz)
+            if start + duration <= limit:
+                starts.append(start)
+        wall += step
+    return starts
+
+
+def on_wall_grid(start: datetime, opens: str, step: timedelta, tz: ZoneInfo) -> bool:
+    """`start` is one of `wall_starts`' times: a whole number of `step`s of wall-clock time
+    after `opens`, and the first occurrence of its local time (README,
+    `slot_granularity_minutes`)."""
     local = start.astimezone(tz)
-    for opens, closes in opening_intervals(local.date(), hours, exceptions):
-        interval = (local_to_utc(local.date(), opens, tz), local_to_utc(local.date(), closes, tz))
-        if interval[0] <= start and start + duration <= interval[1]:
-            return interval
-    return None
+    if local_to_utc(local.date(), local.time().replace(fold=0), tz) != start:
+        return False  # the second occurrence of a fall-back hour
+    opened = datetime.combine(local.date(), time.fromisoformat(opens))
+    return (local.replace(tzinfo=None) - opened) % step == timedelta(0)
 
 
-def on_grid(start: datetime, interval: Interval, step: timedelta) -> bool:
-    """`start` is a whole number of `step`s after its opening interval's start: the times
-    `compute_slots` offers (README, `slot_granularity_minutes`)."""
-    return (start - interval[0]) % step == timedelta(0)
+def intersect(a: Sequence[tuple[str, str]],
+              b: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The local intervals in both (HH:MM strings compare as times)."""
+    out = []
+    for a0, a1 in a:
+        for b0, b1 in b:
+            lo, hi = max(a0, b0), min(a1, b1)
+            if lo < hi:
+                out.append((lo, hi))
+    return sorted(out)

@@ -35,7 +35,7 @@ from bot.bodies import ADMIN_BODY_BYTES, read_body
 from bot.errors import BODY_REFUSALS, http_status
 from core import clock
 from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
-from operations import service
+from operations import agenda, service
 from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
@@ -51,6 +51,7 @@ from storage.tenants import (
     ServiceSpec,
     TenantConfig,
     TenantSettings,
+    TimeOffSpec,
     WeeklyHours,
     archive_professional,
     archive_service,
@@ -101,14 +102,21 @@ class ServiceBody(_Body):
                                                 "(8000 = R$ 80,00); null clears it")
     price_from: bool | None = Field(None, description='the price is a minimum ("a partir de")')
     description: str | None = Field(None, max_length=300)
+    buffer_minutes: int | None = Field(None, ge=0, le=240, description="minutes busy after "
+                                       "the visit (clean-up)")
 
 
 class ProfessionalBody(_Body):
-    """Fields left out keep their value."""
+    """Fields left out keep their value (their week: storage/tenants.ProfessionalSpec)."""
 
     name: str | None = Field(None, max_length=200)
     services: list[str] | None = Field(None, max_length=200,
                                        description="codes of the services they do")
+    hours: WeeklyHours | None = Field(None, description="their weekly hours; null: the "
+                                                        "business's")
+    time_off: list[TimeOffSpec] | None = Field(None, max_length=200)
+    hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=366)
+    durations: dict[str, int] | None = Field(None, description="minutes by service code")
 
 
 class HoursExceptionBody(_Body):
@@ -245,8 +253,8 @@ def put_catalogue(call: Call) -> tuple[int, Any]:
 def put_service_route(call: Call) -> tuple[int, Any]:
     body: ServiceBody = validated(ServiceBody, call.body)
     validated(ServiceSpec, {"code": call.path["code"], "duration_minutes": 5})
-    given = body.model_dump(include={"price_cents", "price_from", "description"},
-                            exclude_unset=True)
+    given = body.model_dump(include={"price_cents", "price_from", "description",
+                                     "buffer_minutes"}, exclude_unset=True)
     # a null price clears it; a null flag or description keeps its value
     fields = {k: v for k, v in given.items() if v is not None or k == "price_cents"}
     row, created = change_service(call.session, call.the_tenant().id or 0, call.path["code"],
@@ -261,11 +269,15 @@ def delete_service(call: Call) -> tuple[int, Any]:
 
 
 def put_professional_route(call: Call) -> tuple[int, Any]:
-    body: ProfessionalBody = validated(ProfessionalBody, call.body)
+    keys = ("hours", "time_off", "hours_exceptions", "durations")
+    sent = call.body if isinstance(call.body, dict) else {}
+    body: ProfessionalBody = validated(ProfessionalBody, {
+        k: v for k, v in sent.items() if k not in keys} if sent else call.body)
     validated(ProfessionalSpec, {"code": call.path["code"]})
+    week = {k: v for k, v in sent.items() if k in keys}  # the spec names every problem
     row, created = change_professional(call.session, call.the_tenant().id or 0,
                                        call.path["code"], name=body.name,
-                                       services=body.services, now=call.now)
+                                       services=body.services, now=call.now, **week)
     return (201 if created else 200), service.professional_view(row)
 
 
@@ -382,6 +394,37 @@ def cancel_appointment(call: Call) -> tuple[int, Any]:
     validated(Decision, call.body)
     return 200, service.cancel_appointment(call.session, call.the_tenant(),
                                            call.path["appointment_id"], now=call.now)
+
+
+def book_appointment(call: Call) -> tuple[int, Any]:
+    body: agenda.StaffBooking = validated(agenda.StaffBooking, call.body)
+    return 201, agenda.book(call.session, call.the_tenant(), body, now=call.now)
+
+
+def move_appointment(call: Call) -> tuple[int, Any]:
+    body: agenda.Move = validated(agenda.Move, call.body)
+    return 200, agenda.move(call.session, call.the_tenant(), call.path["appointment_id"], body,
+                            now=call.now)
+
+
+def appointment_outcome(call: Call) -> tuple[int, Any]:
+    body: agenda.Outcome = validated(agenda.Outcome, call.body)
+    return 200, agenda.set_outcome(call.session, call.the_tenant(),
+                                   call.path["appointment_id"], body.outcome, now=call.now)
+
+
+def add_block(call: Call) -> tuple[int, Any]:
+    body: agenda.Block = validated(agenda.Block, call.body)
+    return 201, agenda.block(call.session, call.the_tenant(), body, now=call.now)
+
+
+def remove_block(call: Call) -> tuple[int, Any]:
+    agenda.unblock(call.session, call.the_tenant(), call.path["block_id"])
+    return 204, None
+
+
+def agenda_day(call: Call) -> tuple[int, Any]:
+    return 200, agenda.day_view(call.session, call.the_tenant(), call.path["day"])
 
 
 def list_webhooks(call: Call) -> tuple[int, Any]:
@@ -501,6 +544,22 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", TP + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
           "booking (the slot becomes free)", "appointments", body=Decision,
           path_types=(*TID, ("appointment_id", "integer"))),
+    Route("POST", TP + "/appointments", book_appointment, "A booking by the business for a "
+          "contact (existing, or new by phone); emits appointment.booked by business",
+          "appointments", body=agenda.StaffBooking, ok=201, path_types=TID),
+    Route("POST", TP + "/appointments/{appointment_id}/move", move_appointment, "Move an "
+          "upcoming booking to another start or professional", "appointments", body=agenda.Move,
+          path_types=(*TID, ("appointment_id", "integer"))),
+    Route("POST", TP + "/appointments/{appointment_id}/outcome", appointment_outcome, "Mark a "
+          "visit that started completed or no_show (status unchanged)", "appointments",
+          body=agenda.Outcome, path_types=(*TID, ("appointment_id", "integer"))),
+    Route("POST", TP + "/blocks", add_block, "Block a professional's time (hides slots; over "
+          "bookings only with force, which keeps them)", "appointments", body=agenda.Block,
+          ok=201, path_types=TID),
+    Route("DELETE", TP + "/blocks/{block_id}", remove_block, "Remove a block", "appointments",
+          ok=204, path_types=(*TID, ("block_id", "integer"))),
+    Route("GET", TP + "/agenda/{day}", agenda_day, "One local day: each professional's hours, "
+          "bookings and blocks", "appointments", path_types=(*TID, ("day", "date"))),
     Route("GET", TP + "/webhooks", list_webhooks, "Webhook endpoints (no secrets)", "webhooks",
           path_types=TID),
     Route("POST", TP + "/webhooks", add_webhook, "Add a webhook endpoint; its secret is in "

@@ -33,12 +33,14 @@ from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
+from bot.console.agenda_texts import agenda_problem, agenda_texts
 from bot.console.texts import LANGUAGES, texts_for, translate_notes, translate_problem
 from bot.errors import http_status
 from core import clock
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
 from intake.ingest import unstamp
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
+from operations import agenda as agenda_ops
 from operations import service
 from operations import staff as staff_ops
 from operations import webhooks as hook_ops
@@ -60,6 +62,7 @@ from storage.tenants import (
     change_professional,
     change_service,
     delete_hours_exception,
+    list_services,
     parse_price,
     price_text,
     put_hours_exception,
@@ -735,6 +738,9 @@ def appointments_page(p: Page) -> PageResult:
         label = f"{p.t['weekday_' + WEEKDAYS[offset]]} {day:%d/%m}"
         days.append((label, [a for a in rows if a["start"].startswith(day.isoformat())]))
     return "appointments.html", {"days": days, "week_start": f"{monday:%d/%m/%Y}",
+                                 "iso_days": [(monday + timedelta(days=n)).isoformat()
+                                              for n in range(7)],
+                                 "day_link": agenda_texts(_language(p))["day_link"],
                                  "previous_week": (monday - timedelta(days=7)).isoformat(),
                                  "next_week": (monday + timedelta(days=7)).isoformat()}
 
@@ -746,6 +752,112 @@ def cancel(p: Page) -> PageResult:
     appointment = service.cancel_appointment(p.session, p.tenant, int(raw), now=p.now)
     return Redirect(f"/console/appointments?week={appointment['start'][:10]}",
                     p.t["cancelled"])
+
+
+# -- the day agenda (issue 22; operations/agenda.py) -------------------------------------------
+
+def _agenda_day(p: Page, raw: str) -> date:
+    today = p.now.astimezone(ZoneInfo(p.tenant.timezone)).date()
+    try:
+        day = date.fromisoformat(raw) if raw else today
+    except ValueError:
+        return today
+    return day if 2001 <= day.year <= 2099 else today
+
+
+def agenda_page(p: Page) -> PageResult:
+    """Each professional's day (hours, bookings and blocks by start), with the forms to book,
+    move, block and mark a visit; one column, usable on a phone."""
+    day = _agenda_day(p, p.request.query.get("day", ""))
+    view = agenda_ops.day_view(p.session, p.tenant, day)
+    for pro in view["professionals"]:
+        entries = [{**a, "kind": "appointment",
+                    "started": a["start_at"] <= p.now.isoformat()} for a in pro["appointments"]]
+        entries += [{**b, "kind": "block"} for b in pro["blocks"]]
+        pro["entries"] = sorted(entries, key=lambda e: e["start"])
+    label = f"{p.t['weekday_' + WEEKDAYS[day.weekday()]]} {day:%d/%m/%Y}"
+    return "agenda.html", {"agenda": view, "day": day.isoformat(), "day_label": label,
+                           "previous_day": (day - timedelta(days=1)).isoformat(),
+                           "next_day": (day + timedelta(days=1)).isoformat(),
+                           "services": list_services(p.session, _tenant_id(p)),
+                           "at": agenda_texts(_language(p))}
+
+
+def _agenda_action(p: Page, action: Callable[[str], str]) -> PageResult:
+    """Run `action(day)` → a flash; a refusal comes back to the same day with its reasons."""
+    day = _agenda_day(p, str(p.form.get("day", ""))).isoformat()
+    try:
+        flash = action(day)
+    except MAPPED as exc:
+        p.session.rollback()
+        refused = admin_error(exc)
+        said = str(refused)  # the reason, then the problems that add to it (the bookings)
+        parts = [said] if not refused.problems or isinstance(refused, Conflict) else [
+            part for part in refused.problems if said not in part] or refused.problems
+        message = "; ".join(agenda_problem(part, _language(p))
+                            or translate_problem(part, _language(p)) for part in parts)
+        return Redirect(f"/console/agenda?day={day}", message, bad=True)
+    return Redirect(f"/console/agenda?day={day}", flash)
+
+
+def _form(p: Page, name: str) -> str:
+    return str(p.form.get(name, "") or "").strip()
+
+
+def agenda_book(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        body = service.validated(agenda_ops.StaffBooking, {
+            "service": _form(p, "service"), "start": f"{day}T{_form(p, 'time')}",
+            **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note")
+               if _form(p, k)}})
+        booked = agenda_ops.book(p.session, p.tenant, body, now=p.now)
+        return f"{agenda_texts(_language(p))['booked']}: {booked['start'][11:]} " \
+               f"{booked['professional_name']}"
+    return _agenda_action(p, act)
+
+
+def agenda_block(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        body = service.validated(agenda_ops.Block, {
+            "professional": _form(p, "professional"), "start": f"{day}T{_form(p, 'time')}",
+            "end": f"{day}T{_form(p, 'until')}", "note": _form(p, "note"),
+            "force": bool(p.form.get("force"))})
+        done = agenda_ops.block(p.session, p.tenant, body, now=p.now)
+        at = agenda_texts(_language(p))
+        kept = ", ".join(f"#{a['id']}" for a in done["kept"])
+        return at["block_saved"] + (f" ({kept} {at['kept']})" if kept else "")
+    return _agenda_action(p, act)
+
+
+def _record(p: Page, key: str) -> int:
+    raw = p.request.match_info[key]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
+        raise service.NotFound("no such record")
+    return int(raw)
+
+
+def agenda_unblock(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        agenda_ops.unblock(p.session, p.tenant, _record(p, "block_id"))
+        return agenda_texts(_language(p))["block_removed"]
+    return _agenda_action(p, act)
+
+
+def agenda_outcome(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        agenda_ops.set_outcome(p.session, p.tenant, _record(p, "appointment_id"),
+                               _form(p, "outcome"), now=p.now)
+        return agenda_texts(_language(p))["marked"]
+    return _agenda_action(p, act)
+
+
+def agenda_move(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        body = service.validated(agenda_ops.Move, {"start": _form(p, "start")})
+        moved = agenda_ops.move(p.session, p.tenant, _record(p, "appointment_id"), body,
+                                now=p.now)
+        return f"{agenda_texts(_language(p))['moved']}: {moved['start'].replace('T', ' ')}"
+    return _agenda_action(p, act)
 
 
 def webhooks_page(p: Page, *, new_secret: str = "") -> PageResult:
@@ -829,6 +941,14 @@ def setup_console(app: web.Application) -> None:
         ("GET", "/console/attention", "attention", attention_page),
         ("GET", "/console/appointments", "appointments", appointments_page),
         ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
+        ("GET", "/console/agenda", "appointments", agenda_page),
+        ("POST", "/console/agenda/book", "appointments", agenda_book),
+        ("POST", "/console/agenda/block", "appointments", agenda_block),
+        ("POST", "/console/agenda/blocks/{block_id}/remove", "appointments", agenda_unblock),
+        ("POST", "/console/agenda/appointments/{appointment_id}/outcome", "appointments",
+         agenda_outcome),
+        ("POST", "/console/agenda/appointments/{appointment_id}/move", "appointments",
+         agenda_move),
         ("GET", "/console/webhooks", "webhooks", webhooks_page),
         ("POST", "/console/webhooks", "webhooks", add_webhook),
         ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),

@@ -1,0 +1,330 @@
+"""Who works when, and the one placement of a booking (issue 22; ARCHITECTURE.md, Hours, time
+off and blocks).
+
+A professional's day, in the tenant's zone (wall-clock "HH:MM"):
+1. a day inside one of their `time_off` ranges: off;
+2. else their own exception for the date, else their weekly `hours` (None: the business's);
+3. the business's exception for the date applies on top: someone on the business's hours gets
+   the exception's hours; someone with hours of their own works the part inside them (a
+   holiday, [], closes everyone).
+
+Busy time: booked appointments (their end plus their service's `buffer_minutes`) and
+`ScheduleBlock`s. A slot's own buffer must be free too, but it may run past closing (clean-up
+after the last client). A service takes `durations[code]` minutes with a professional who has
+one, else its `duration_minutes`.
+
+`place` is the one check-and-insert of an appointment, for the agent's tools and for the
+business's doors (operations/agenda.py): the check and the insert share a transaction that
+cannot interleave (the professional's row is locked FOR UPDATE on PostgreSQL; SQLite
+transactions are BEGIN IMMEDIATE). With no professional asked for, the time goes to whoever
+is free with the fewest bookings that local day, then the first in catalogue order (by code).
+"""
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlmodel import Session, col, func, select
+
+from agent.errors import ToolError
+from agent.tools.base import echo, some_codes
+from agent.tools.slots import (
+    Interval,
+    Slot,
+    intersect,
+    local_to_utc,
+    on_wall_grid,
+    overlaps,
+    too_soon,
+    wall_starts,
+)
+from storage.db import is_postgres
+from storage.models import (
+    Appointment,
+    HoursException,
+    OpeningHours,
+    Professional,
+    ScheduleBlock,
+    Service,
+    Tenant,
+)
+from storage.tenants import WEEKDAYS
+
+MAX_BUFFER_MINUTES = 240  # storage/tenants.ServiceSpec.buffer_minutes, at most
+MAX_VISIT = timedelta(minutes=1440 + MAX_BUFFER_MINUTES)  # a duration (ServiceSpec) + buffer
+MAX_BLOCK = timedelta(days=31)  # a block, at most (longer: time off); operations/agenda.py
+LocalIntervals = Sequence[tuple[str, str]]
+
+
+class Taken(ToolError):
+    """The time is not free (a booking, its buffer, or a block): a conflict with the state."""
+
+
+@dataclass(frozen=True)
+class Week:
+    """One professional's week as plain values (`day_hours` is pure)."""
+
+    professional_id: int
+    code: str
+    hours: Mapping[int, LocalIntervals]  # weekday (0 = Monday) -> local intervals
+    own_hours: bool  # False: `hours` are the business's
+    exceptions: Mapping[date, LocalIntervals] = field(default_factory=dict)
+    time_off: Sequence[tuple[date, date]] = ()
+    durations: Mapping[str, int] = field(default_factory=dict)
+
+
+def day_hours(week: Week, day: date,
+              business_exceptions: Mapping[date, LocalIntervals]) -> list[tuple[str, str]]:
+    """The local intervals `week`'s professional works on `day` (module docstring, 1-3)."""
+    if any(first <= day <= last for first, last in week.time_off):
+        return []
+    own = day in week.exceptions
+    hours = list(week.exceptions[day] if own else week.hours.get(day.weekday(), ()))
+    if day in business_exceptions:
+        if not own and not week.own_hours:
+            return list(business_exceptions[day])
+        return intersect(hours, business_exceptions[day])
+    return hours
+
+
+def _pairs(intervals: Sequence[str]) -> list[tuple[str, str]]:
+    return [(i[:5], i[6:]) for i in intervals]
+
+
+def business_hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]:
+    hours: dict[int, list[tuple[str, str]]] = {}
+    for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)
+                            .order_by(col(OpeningHours.opens))):
+        hours.setdefault(row.weekday, []).append((row.opens, row.closes))
+    return hours
+
+
+def business_exceptions(session: Session, tenant_id: int) -> dict[date, list[tuple[str, str]]]:
+    """Dates whose opening hours differ from their weekday's ([] = closed)."""
+    return {row.day: _pairs(row.hours) for row in session.exec(
+        select(HoursException).where(HoursException.tenant_id == tenant_id))}
+
+
+def week_of(pro: Professional, business: Mapping[int, LocalIntervals]) -> Week:
+    own = pro.hours is not None
+    hours = ({WEEKDAYS.index(d): _pairs(i) for d, i in (pro.hours or {}).items()} if own
+             else business)
+    return Week(professional_id=pro.id or 0, code=pro.code, hours=hours, own_hours=own,
+                exceptions={date.fromisoformat(e["day"]): _pairs(e.get("hours", []))
+                            for e in pro.hours_exceptions},
+                time_off=[(date.fromisoformat(t["from"]), date.fromisoformat(t["to"]))
+                          for t in pro.time_off],
+                durations=dict(pro.durations))
+
+
+def duration_of(service: Service, week: Week) -> timedelta:
+    return timedelta(minutes=week.durations.get(service.code, service.duration_minutes))
+
+
+def busy_intervals(session: Session, professional_ids: Sequence[int], since: datetime,
+                   until: datetime, *, except_id: int | None = None
+                   ) -> dict[int, list[Interval]]:
+    """The busy time of each professional overlapping [since, until): booked appointments
+    (to their end plus their service's buffer) and blocks. Two indexed range reads: the cost
+    follows the rows in the range, not the agenda's size."""
+    busy: dict[int, list[Interval]] = {pid: [] for pid in professional_ids}
+    if not professional_ids:
+        return busy
+    rows = session.exec(select(Appointment, Service.buffer_minutes)
+                        .join(Service, col(Service.id) == col(Appointment.service_id)).where(
+        col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
+        col(Appointment.start_at) < until, col(Appointment.start_at) > since - MAX_VISIT,
+        col(Appointment.end_at) > since - timedelta(minutes=MAX_BUFFER_MINUTES))).all()
+    for row, buffer in rows:
+        end = row.end_at + timedelta(minutes=buffer or 0)
+        if end > since and row.id != except_id:
+            busy[row.professional_id].append((row.start_at, end))
+    for block in session.exec(select(ScheduleBlock).where(
+            col(ScheduleBlock.professional_id).in_(professional_ids),
+            col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
+            col(ScheduleBlock.end_at) > since)):
+        busy[block.professional_id].append((block.start_at, block.end_at))
+    return busy
+
+
+def free_slots(session: Session, *, tenant: Tenant, service: Service,
+               pros: Sequence[Professional], first: date, last: date, now: datetime,
+               after: time | None = None, before: time | None = None) -> list[Slot]:
+    """Every free (start, professional) from `first` to `last` (local days), by start then
+    catalogue order: inside the professional's day (`day_hours`), on its wall-clock grid
+    (`slots.wall_starts`), not at or before `now` nor inside the notice, the visit and its
+    buffer overlapping nothing busy; `after`/`before` keep local starts at or after / before
+    those times."""
+    tz = ZoneInfo(tenant.timezone)
+    tenant_id = tenant.id or 0
+    business = business_hours(session, tenant_id)
+    exceptions = business_exceptions(session, tenant_id)
+    weeks = [week_of(p, business) for p in pros]
+    since = local_to_utc(first, "00:00", tz) - timedelta(days=1)
+    busy = busy_intervals(session, [w.professional_id for w in weeks], since,
+                          local_to_utc(last + timedelta(days=2), "00:00", tz))
+    step = timedelta(minutes=tenant.slot_granularity_minutes)
+    notice = timedelta(minutes=tenant.booking_notice_minutes)
+    buffer = timedelta(minutes=service.buffer_minutes)
+    order = {w.professional_id: n for n, w in enumerate(weeks)}
+    taken = {pid: _Busy(intervals) for pid, intervals in busy.items()}
+    slots: list[Slot] = []
+    day = first
+    while day <= last:
+        for week in weeks:
+            duration = duration_of(service, week)
+            for opens, closes in day_hours(week, day, exceptions):
+                for start in wall_starts(day, opens, closes, step, duration, tz):
+                    local = start.astimezone(tz).time()
+                    if (after and local < after) or (before and local >= before) \
+                            or too_soon(start, now, notice):
+                        continue
+                    if not taken[week.professional_id].overlaps(start,
+                                                                start + duration + buffer):
+                        slots.append(Slot(start, start + duration, week.professional_id))
+        day += timedelta(days=1)
+    return sorted(slots, key=lambda s: (s.start, order[s.professional_id]))
+
+
+class _Busy:
+    """Busy intervals sorted by start, with the running latest end: whether [start, end)
+    overlaps any of them in O(log n)."""
+
+    def __init__(self, intervals: Sequence[Interval]) -> None:
+        ordered = sorted(intervals)
+        self.starts = [a for a, _ in ordered]
+        self.latest: list[datetime] = []
+        for _, end in ordered:
+            self.latest.append(max(end, self.latest[-1]) if self.latest else end)
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        i = bisect_left(self.starts, end)  # the intervals starting before `end`
+        return i > 0 and self.latest[i - 1] > start
+
+
+def working_interval(week: Week, start: datetime, duration: timedelta, tz: ZoneInfo,
+                     exceptions: Mapping[date, LocalIntervals]) -> tuple[str, str] | None:
+    """The local interval of the professional's day that holds [start, start + duration)."""
+    day = start.astimezone(tz).date()
+    for opens, closes in day_hours(week, day, exceptions):
+        if local_to_utc(day, opens, tz) <= start and start + duration <= local_to_utc(
+                day, closes, tz):
+            return opens, closes
+    return None
+
+
+def lock_professional(session: Session, professional_id: int) -> None:
+    if is_postgres(session.get_bind()):  # type: ignore[arg-type]
+        session.exec(select(Professional).where(Professional.id == professional_id)
+                     .with_for_update()).first()
+
+
+def hours_said(week: Week, day: date, exceptions: Mapping[date, LocalIntervals]) -> str:
+    hours = day_hours(week, day, exceptions)
+    return ", ".join(f"{a}-{b}" for a, b in hours) if hours else "not working"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What `place` books: the visit, for whom, by whom."""
+
+    service: Service
+    start: datetime  # aware UTC
+    contact_id: int
+    now: datetime
+    professional: Any = None  # a code or name; None: anyone who does the service
+    tool_use_id: str | None = None
+    by: str = "customer"  # customer (the agent's tools) or business (staff)
+    grid: bool = True  # staff may book off the slot grid
+    except_id: int | None = None  # an appointment being moved (its own time is free)
+
+
+def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
+          p: Placement) -> Appointment:
+    """Check and insert in this transaction (module docstring); raises ToolError saying why
+    the time is not bookable with the professional(s): not working then (their hours that
+    day are named), off the wall-clock grid, or taken (by a booking, a buffer or a block)."""
+    tz = ZoneInfo(tenant.timezone)
+    tenant_id = tenant.id or 0
+    business = business_hours(session, tenant_id)
+    exceptions = business_exceptions(session, tenant_id)
+    step = timedelta(minutes=tenant.slot_granularity_minutes)
+    local = p.start.astimezone(tz)
+    working, grid_miss = [], None
+    for pro in candidates:
+        week = week_of(pro, business)
+        duration = duration_of(p.service, week)
+        interval = working_interval(week, p.start, duration, tz, exceptions)
+        if interval is None:
+            continue
+        if p.grid and not on_wall_grid(p.start, interval[0], step, tz):
+            grid_miss = grid_miss or interval[0]
+            continue
+        working.append((pro, week, duration))
+    if not working:
+        if grid_miss is not None:
+            raise ToolError(f"{local:%H:%M} is not a start time: appointments start every "
+                            f"{tenant.slot_granularity_minutes} minutes from {grid_miss}; "
+                            "offer a time find_available_slots returned")
+        if p.professional and len(candidates) == 1:
+            week = week_of(candidates[0], business)
+            raise ToolError(f"{candidates[0].code} does not work at {local:%a %Y-%m-%d %H:%M} "
+                            f"for {p.service.code} ({local:%a %Y-%m-%d}: "
+                            f"{hours_said(week, local.date(), exceptions)}); use "
+                            "find_available_slots")
+        raise ToolError("that time is outside the opening hours of everyone who does "
+                        f"{p.service.code}; use find_available_slots")
+    buffer = timedelta(minutes=p.service.buffer_minutes)
+    free = []
+    for pro, week, duration in working:
+        lock_professional(session, week.professional_id)
+        busy = busy_intervals(session, [week.professional_id], p.start - timedelta(days=1),
+                              p.start + duration + buffer, except_id=p.except_id)
+        if not any(overlaps((p.start, p.start + duration + buffer), b)
+                   for b in busy[week.professional_id]):
+            free.append((pro, duration))
+    if not free:
+        raise Taken("that time is no longer free; call find_available_slots again")
+    pro, duration = free[0] if len(free) == 1 else _fewest_that_day(session, free, local, tz)
+    appointment = Appointment(tenant_id=tenant_id, contact_id=p.contact_id,
+                              service_id=p.service.id or 0, professional_id=pro.id or 0,
+                              start_at=p.start, end_at=p.start + duration,
+                              tool_use_id=p.tool_use_id, created_at=p.now, booked_by=p.by)
+    session.add(appointment)
+    session.flush()
+    return appointment
+
+
+def _fewest_that_day(session: Session, free: list[tuple[Professional, timedelta]],
+                     local: datetime, tz: ZoneInfo) -> tuple[Professional, timedelta]:
+    """The stated rule of "any professional": fewest booked appointments that local day, then
+    catalogue order (`free` is in it)."""
+    day_start = local_to_utc(local.date(), time(0), tz)
+    day_end = local_to_utc(local.date() + timedelta(days=1), time(0), tz)
+    counts = dict(session.exec(select(Appointment.professional_id, func.count()).where(
+        col(Appointment.professional_id).in_([p.id for p, _ in free]),
+        Appointment.status == "booked", col(Appointment.start_at) >= day_start,
+        col(Appointment.start_at) < day_end).group_by(col(Appointment.professional_id))).all())
+    return min(free, key=lambda pair: counts.get(pair[0].id or 0, 0))  # the first tie wins
+
+
+def candidates(session: Session, tenant_id: int, service: Service,
+               code: Any) -> list[Professional]:
+    """The active professionals who do `service`, in catalogue order (by code); only the one
+    named by `code` (a code or a name) when given. ToolError when none."""
+    pros = [p for p in session.exec(select(Professional).where(
+        Professional.tenant_id == tenant_id, col(Professional.active).is_(True))
+        .order_by(col(Professional.code))).all() if service.code in p.service_codes]
+    if code:
+        chosen = [p for p in pros if isinstance(code, str)
+                  and code.strip().lower() in (p.code.lower(), p.name.lower())]
+        if not chosen:
+            raise ToolError(f"professional {echo(code)} does not do {service.code}; who does: "
+                            f"{some_codes([p.code for p in pros])}")
+        return chosen
+    if not pros:
+        raise ToolError(f"nobody does {service.code} at the moment")
+    return pros

@@ -1,0 +1,54 @@
+"""`wagent appointments book|move|block|unblock|outcome|day`: the business's own agenda
+(issue 22; operations/agenda.py, the same operations as the admin API and the console)."""
+
+import argparse
+from datetime import date, datetime
+from typing import Any
+
+from cli.admin import run_for_tenant
+from operations import agenda
+from operations.service import validated
+
+
+@run_for_tenant
+def book(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    body = validated(agenda.StaffBooking, {
+        k: v for k, v in (("service", args.service), ("start", args.start),
+                          ("professional", args.professional), ("contact", args.contact),
+                          ("phone", args.phone), ("name", args.name), ("note", args.note))
+        if v})
+    return agenda.book(session, tenant, body, now=now)
+
+
+@run_for_tenant
+def move(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    body = validated(agenda.Move, {k: v for k, v in (("start", args.start),
+                                                     ("professional", args.professional)) if v})
+    return agenda.move(session, tenant, args.appointment_id, body, now=now)
+
+
+@run_for_tenant
+def block(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    body = validated(agenda.Block, {"professional": args.professional, "start": args.start,
+                                    "end": args.end, "note": args.note, "force": args.force})
+    return agenda.block(session, tenant, body, now=now)
+
+
+@run_for_tenant
+def unblock(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    agenda.unblock(session, tenant, args.block_id)
+    return {"removed": args.block_id}
+
+
+@run_for_tenant
+def outcome(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    return agenda.set_outcome(session, tenant, args.appointment_id, args.outcome, now=now)
+
+
+@run_for_tenant
+def day(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    try:
+        which = date.fromisoformat(args.day)
+    except ValueError:
+        raise ValueError(f"{args.day!r}: use YYYY-MM-DD") from None
+    return agenda.day_view(session, tenant, which)

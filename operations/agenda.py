@@ -1,0 +1,346 @@
+"""The business's own agenda (issue 22): staff book for a contact, move a booking, block a
+professional's time, mark a past visit completed or no-show, and read a day. Shared by the
+admin API, the console and the CLI; errors as operations/service.py says (NotFound, Invalid,
+Conflict with `problems`).
+
+Staff bookings go through `agent.tools.availability.place`, the one check-and-insert the
+agent's bookings use, so the overlap guarantee is the same (one transaction; the
+professional's row locked on PostgreSQL, BEGIN IMMEDIATE on SQLite). They keep the
+professional's hours and the busy time (bookings, buffers, blocks); unlike the agent's they may
+start off the slot grid, inside the notice, beyond the horizon, and ignore the per-customer
+limit (the owner at the counter decides). A booking emits `appointment.booked` with
+`by: business` (storage/webhooks.py) and gets its reminders (storage/reminders.py, issue 25);
+a move `appointment.rescheduled`, the old booking's reminders cancelled, the new one's
+scheduled, and a `moved` notice to the customer.
+
+A block hides slots and is not an appointment. Over existing bookings it is refused (409,
+listing them) unless `force`, which keeps the bookings and lists them in the answer.
+
+Contacts by phone: digits only; matched with and without Brazil's ninth mobile digit
+(`phone_variants`). An exact match is used; a match only through the ninth digit asks staff to
+confirm (409 naming the contact: send `contact` with its id).
+
+The outcome of a visit (completed, no_show) is stored apart from `status`: every query meaning
+"holds the slot" or "upcoming" filters `status == "booked"` and is unchanged by it
+(`HOLDS_THE_SLOT` lists them; tests/test_agenda.py checks each).
+"""
+
+import re
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlmodel import Session, col, select
+
+from agent.errors import ToolError
+from agent.tools import availability
+from agent.tools.slots import local_exists, local_to_utc, overlaps
+from operations.errors import Conflict, Invalid, NotFound
+from operations.service import appointment_view, find_contact
+from storage import reminders, webhooks
+from storage.models import Appointment, Contact, Professional, ScheduleBlock, Service, Tenant
+
+OUTCOMES = ("completed", "no_show")
+# the queries that mean "holds the slot" or "upcoming": each filters status == "booked"
+HOLDS_THE_SLOT = (
+    "agent.tools.availability.busy_intervals (slots and bookings)",
+    "agent.tools.availability._fewest_that_day (any professional)",
+    "agent.tools.scheduling._upcoming (list_my_appointments, the per-customer limit)",
+    "agent.history.load (upcoming)",
+    "storage.tenants._refuse_if_booked (catalogue removals)",
+    "operations.service.counts (booked_appointments)",
+)
+_LOCAL = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$"
+
+
+class StaffBooking(BaseModel):
+    """A booking by the business: `contact` (id, phone or user id of an existing contact) or
+    `phone` (digits; a new contact when nobody has it)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    service: str = Field(min_length=1, max_length=64, description="service code")
+    start: str = Field(pattern=_LOCAL, description="local YYYY-MM-DDTHH:MM")
+    professional: str | None = Field(None, max_length=64,
+                                     description="professional code; none: anyone free")
+    contact: str | None = Field(None, max_length=160)
+    phone: str | None = Field(None, max_length=40, description="the customer's phone number")
+    name: str = Field("", max_length=200, description="a new contact's name")
+    note: str = Field("", max_length=200)
+
+
+class Move(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    start: str = Field(pattern=_LOCAL, description="new local start, YYYY-MM-DDTHH:MM")
+    professional: str | None = Field(None, max_length=64, description="default: the same")
+
+
+class Block(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    professional: str = Field(min_length=1, max_length=64)
+    start: str = Field(pattern=_LOCAL, description="local YYYY-MM-DDTHH:MM")
+    end: str = Field(pattern=_LOCAL, description="local YYYY-MM-DDTHH:MM, after start")
+    note: str = Field("", max_length=200)
+    force: bool = Field(False, description="block even over bookings (they are kept)")
+
+    @field_validator("end")
+    @classmethod
+    def _after(cls, value: str, info: Any) -> str:
+        start = info.data.get("start")
+        if start is not None and value <= start:
+            raise ValueError(f"{value} is not after start {start}")
+        return value
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    outcome: str = Field(pattern="^(completed|no_show)$")
+
+
+def phone_digits(text: str) -> str:
+    """A phone number as typed ("+55 (11) 99999-0001") → digits; Invalid when it cannot be
+    one (E.164: at most 15 digits; at least 8)."""
+    digits = re.sub(r"\D", "", text)
+    if not 8 <= len(digits) <= 15:
+        raise Invalid(f"phone: {text[:40]!r} is not a phone number (8 to 15 digits)",
+                      [f"phone: {text[:40]!r} is not a phone number (8 to 15 digits)"])
+    return digits
+
+
+def phone_variants(digits: str) -> list[str]:
+    """The other spelling of a Brazilian mobile number: with and without the ninth digit
+    (55 + area code + 9 + 8 digits ↔ 55 + area code + 8 digits; WhatsApp's wa_id often lacks
+    it). [] for other numbers."""
+    if digits.startswith("55") and len(digits) == 13 and digits[4] == "9":
+        return [digits[:4] + digits[5:]]
+    if digits.startswith("55") and len(digits) == 12 and digits[4] in "6789":
+        return [digits[:4] + "9" + digits[4:]]
+    return []
+
+
+def contact_for(session: Session, tenant: Tenant, body: StaffBooking, *,
+                now: datetime) -> Contact:
+    """The booking's contact (module docstring); Conflict asks staff to confirm a ninth-digit
+    match."""
+    if body.contact:
+        return find_contact(session, tenant, body.contact)
+    if not body.phone:
+        raise Invalid("contact or phone is required", ["contact: or phone: required"])
+    digits = phone_digits(body.phone)
+    exact = session.exec(select(Contact).where(Contact.tenant_id == tenant.id,
+                                               Contact.wa_id == digits)).first()
+    if exact is not None:
+        return exact
+    variants = phone_variants(digits)
+    similar = session.exec(select(Contact).where(
+        Contact.tenant_id == tenant.id, col(Contact.wa_id).in_(variants))).first() \
+        if variants else None
+    if similar is not None:
+        raise Conflict(f"contact #{similar.id} has {similar.wa_id}, the same number with or "
+                       "without the ninth digit; confirm by sending contact "
+                       f"{similar.id}, or correct the phone",
+                       [f"phone: matches contact #{similar.id} ({similar.profile_name or ''})"
+                        .rstrip(" ()")])
+    contact = Contact(tenant_id=tenant.id or 0, wa_id=digits, profile_name=body.name or None,
+                      created_at=now)
+    session.add(contact)
+    session.flush()
+    return contact
+
+
+def _local(text: str, tz: ZoneInfo, where: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise Invalid(f"{where}: {text!r} is not a date and time",
+                      [f"{where}: {text!r} is not YYYY-MM-DDTHH:MM"]) from None
+    if not 2000 <= parsed.year <= 2100:
+        raise Invalid(f"{where}: year must be between 2000 and 2100",
+                      [f"{where}: year must be between 2000 and 2100"])
+    if not local_exists(parsed.date(), parsed.time(), tz):
+        raise Invalid(f"{where}: {text} does not exist in {tz.key} (clocks move forward)",
+                      [f"{where}: {text} does not exist in {tz.key} (clocks move forward)"])
+    return local_to_utc(parsed.date(), parsed.time(), tz)
+
+
+def _service(session: Session, tenant: Tenant, code: str) -> Service:
+    row = session.exec(select(Service).where(Service.tenant_id == tenant.id,
+                                             Service.code == code,
+                                             col(Service.active).is_(True))).first()
+    if row is None:
+        raise Invalid(f"unknown service {code!r}", [f"service: unknown {code!r}"])
+    return row
+
+
+def _placed(session: Session, tenant: Tenant, service: Service, code: str | None,
+            placement: availability.Placement) -> Appointment:
+    try:
+        pros = availability.candidates(session, tenant.id or 0, service, code)
+        return availability.place(session, tenant, pros, placement)
+    except availability.Taken as exc:
+        raise Conflict(str(exc), [f"start: {exc}"]) from None
+    except ToolError as exc:
+        raise Invalid(str(exc), [f"start: {exc}"]) from None
+
+
+def book(session: Session, tenant: Tenant, body: StaffBooking, *,
+         now: datetime) -> dict[str, Any]:
+    """A booking by the business (module docstring). Returns the appointment's view."""
+    tz = ZoneInfo(tenant.timezone)
+    service = _service(session, tenant, body.service)
+    start = _local(body.start, tz, "start")
+    if start + timedelta(minutes=service.duration_minutes) <= now:
+        raise Invalid("start: that visit would already be over", ["start: in the past"])
+    contact = contact_for(session, tenant, body, now=now)
+    appointment = _placed(session, tenant, service, body.professional, availability.Placement(
+        service=service, start=start, contact_id=contact.id or 0, now=now,
+        professional=body.professional, by="business", grid=False))
+    appointment.note = " ".join(body.note.split())
+    session.add(appointment)
+    session.flush()
+    reminders.schedule(session, tenant, appointment, now=now)  # issue 25, as the agent's
+    webhooks.emit(session, tenant.id or 0, "appointment.booked",
+                  webhooks.appointment_data(session, appointment, by="business"), now=now)
+    return appointment_view(session, appointment, tz)
+
+
+def _appointment(session: Session, tenant: Tenant, appointment_id: int) -> Appointment:
+    row = session.exec(select(Appointment).where(Appointment.id == appointment_id)
+                       .with_for_update()).first()
+    if row is None or row.tenant_id != tenant.id:
+        raise NotFound(f"no appointment #{appointment_id}")
+    return row
+
+
+def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
+         now: datetime) -> dict[str, Any]:
+    """Move an upcoming booking to a new start (and professional): the old one is cancelled
+    and a new one booked in this transaction, as the agent's reschedule does; the webhook
+    event is `appointment.rescheduled` by business."""
+    tz = ZoneInfo(tenant.timezone)
+    old = _appointment(session, tenant, appointment_id)
+    if old.status != "booked" or old.end_at <= now:
+        raise Conflict(f"appointment #{appointment_id} is not an upcoming booking")
+    service = session.get(Service, old.service_id)
+    pro = session.get(Professional, old.professional_id)
+    assert service is not None and pro is not None
+    start = _local(body.start, tz, "start")
+    old.status, old.cancelled_at = "cancelled", now
+    session.add(old)
+    session.flush()
+    code = body.professional or pro.code
+    new = _placed(session, tenant, service, code, availability.Placement(
+        service=service, start=start, contact_id=old.contact_id, now=now, professional=code,
+        by="business", grid=False))
+    new.note = old.note
+    session.add(new)
+    old.moved_to_id = new.id
+    session.add(old)
+    session.flush()
+    reminders.cancel_for(session, old.id or 0, reason=f"moved by the business to #{new.id}")
+    reminders.schedule(session, tenant, new, now=now)
+    reminders.record_notice(session, new, kind="moved", now=now)  # the customer is told
+    webhooks.emit(session, tenant.id or 0, "appointment.rescheduled",
+                  {**webhooks.appointment_data(session, new, by="business"),
+                   "previous_appointment_id": old.id,
+                   "previous_start_at": old.start_at.isoformat()}, now=now)
+    return appointment_view(session, new, tz)
+
+
+def block_view(block: ScheduleBlock, code: str, tz: ZoneInfo) -> dict[str, Any]:
+    return {"id": block.id, "professional": code,
+            "start": block.start_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"),
+            "end": block.end_at.astimezone(tz).strftime("%Y-%m-%dT%H:%M"), "note": block.note}
+
+
+def block(session: Session, tenant: Tenant, body: Block, *, now: datetime) -> dict[str, Any]:
+    """Block a professional's time (module docstring). Returns {"block", "kept": [booked
+    appointments inside it, kept]}."""
+    tz = ZoneInfo(tenant.timezone)
+    pro = session.exec(select(Professional).where(
+        Professional.tenant_id == tenant.id, Professional.code == body.professional,
+        col(Professional.active).is_(True))).first()
+    if pro is None:
+        raise Invalid(f"unknown professional {body.professional!r}",
+                      [f"professional: unknown {body.professional!r}"])
+    start, end = _local(body.start, tz, "start"), _local(body.end, tz, "end")
+    if end - start > availability.MAX_BLOCK:
+        raise Invalid(f"end: a block is at most {availability.MAX_BLOCK.days} days; use the "
+                      "professional's time_off for longer", [
+                          f"end: a block is at most {availability.MAX_BLOCK.days} days "
+                          "(longer: time_off)"])
+    availability.lock_professional(session, pro.id or 0)
+    inside = [a for a in session.exec(select(Appointment).where(
+        Appointment.professional_id == pro.id, Appointment.status == "booked",
+        col(Appointment.start_at) < end, col(Appointment.end_at) > start)
+        .order_by(col(Appointment.start_at))).all()
+        if overlaps((a.start_at, a.end_at), (start, end))]
+    if inside and not body.force:
+        listed = [f"#{a.id} {a.start_at.astimezone(tz):%Y-%m-%d %H:%M}" for a in inside]
+        raise Conflict(f"{pro.code} has {len(inside)} booking(s) in that time "
+                       f"({', '.join(listed[:10])}); move or cancel them, or block with force "
+                       "(the bookings are kept)", listed)
+    row = ScheduleBlock(tenant_id=tenant.id or 0, professional_id=pro.id or 0, start_at=start,
+                        end_at=end, note=" ".join(body.note.split()), created_at=now)
+    session.add(row)
+    session.flush()
+    return {"block": block_view(row, pro.code, tz),
+            "kept": [appointment_view(session, a, tz) for a in inside]}
+
+
+def unblock(session: Session, tenant: Tenant, block_id: int) -> None:
+    row = session.get(ScheduleBlock, block_id)
+    if row is None or row.tenant_id != tenant.id:
+        raise NotFound(f"no block #{block_id}")
+    session.delete(row)
+    session.flush()
+
+
+def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: str, *,
+                now: datetime) -> dict[str, Any]:
+    """Mark a booked visit that has started completed or no_show (apart from `status`)."""
+    if outcome not in OUTCOMES:
+        raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}",
+                      [f"outcome: {outcome[:20]!r} is not one of {', '.join(OUTCOMES)}"])
+    row = _appointment(session, tenant, appointment_id)
+    if row.status != "booked":
+        raise Conflict(f"appointment #{appointment_id} is {row.status}")
+    if row.start_at > now:
+        raise Conflict(f"appointment #{appointment_id} has not started yet")
+    row.outcome, row.outcome_at = outcome, now
+    session.add(row)
+    session.flush()
+    return appointment_view(session, row, ZoneInfo(tenant.timezone))
+
+
+def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
+    """One local day of the agenda: per professional (catalogue order) their hours that day,
+    their booked appointments and their blocks, by start."""
+    if not 2000 <= day.year <= 2100:
+        raise Invalid("day: year must be between 2000 and 2100",
+                      ["day: year must be between 2000 and 2100"])
+    tz = ZoneInfo(tenant.timezone)
+    tenant_id = tenant.id or 0
+    business = availability.business_hours(session, tenant_id)
+    exceptions = availability.business_exceptions(session, tenant_id)
+    since, until = local_to_utc(day, time(0), tz), local_to_utc(day + timedelta(days=1),
+                                                                 time(0), tz)
+    pros = session.exec(select(Professional).where(
+        Professional.tenant_id == tenant_id, col(Professional.active).is_(True))
+        .order_by(col(Professional.code))).all()
+    out = []
+    for pro in pros:
+        week = availability.week_of(pro, business)
+        appointments = session.exec(select(Appointment).where(
+            Appointment.professional_id == pro.id, Appointment.status == "booked",
+            col(Appointment.start_at) < until, col(Appointment.end_at) > since)
+            .order_by(col(Appointment.start_at))).all()
+        blocks = session.exec(select(ScheduleBlock).where(
+            ScheduleBlock.professional_id == pro.id, col(ScheduleBlock.start_at) < until,
+            col(ScheduleBlock.end_at) > since).order_by(col(ScheduleBlock.start_at))).all()
+        out.append({"code": pro.code, "name": pro.name,
+                    "hours": [f"{a}-{b}" for a, b in availability.day_hours(week, day,
+                                                                             exceptions)],
+                    "appointments": [appointment_view(session, a, tz) for a in appointments],
+                    "blocks": [block_view(b, pro.code, tz) for b in blocks]})
+    return {"day": day.isoformat(), "timezone": tenant.timezone, "professionals": out}

@@ -1,0 +1,298 @@
+"""Issue 22 (2, 5): the business's own bookings, moves, blocks and visit outcomes, through
+operations/agenda.py (the admin API, the console and the CLI call it), against the agent's
+tools on the same agenda."""
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from sqlalchemy import Engine
+from sqlmodel import select
+
+from agent import history
+from agent.tools.base import ToolContext
+from agent.tools.registry import execute_tool
+from cli.main import main
+from operations import agenda
+from operations.errors import Conflict, Invalid
+from operations.service import counts, validated
+from replay.runner import run_scenario_file
+from storage import webhooks
+from storage.db import session_scope
+from storage.models import (
+    Appointment,
+    Contact,
+    Conversation,
+    Notice,
+    Tenant,
+    WebhookEvent,
+)
+from storage.tenants import upsert_tenant
+from tests.factories import TENANT
+
+SP = ZoneInfo("America/Sao_Paulo")
+NOW = datetime(2026, 6, 1, 11, 0, tzinfo=UTC)  # Mon 08:00 in São Paulo
+SALON: dict[str, Any] = {
+    **TENANT,
+    "services": [{"code": "corte", "name": "Corte", "duration_minutes": 60}],
+    "professionals": [{"code": "julia", "name": "Júlia", "services": ["corte"]},
+                      {"code": "marcos", "name": "Marcos", "services": ["corte"]}],
+}
+
+
+def _setup(engine: Engine) -> tuple[int, int]:
+    with session_scope(engine) as session:
+        tenant = upsert_tenant(session, SALON, now=NOW)
+        webhooks.create_endpoint(session, tenant.id or 0, url="https://hooks.example/x",
+                                 events=["appointment.booked", "appointment.rescheduled"],
+                                 now=NOW)
+        contact = Contact(tenant_id=tenant.id, wa_id="551199990001", profile_name="Ana",
+                          created_at=NOW)  # WhatsApp's spelling: no ninth digit
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
+                                    last_activity_at=NOW, due_at=NOW, opened_at=NOW)
+        session.add(conversation)
+        session.flush()
+        return contact.id or 0, conversation.id or 0
+
+
+def _agent(engine: Engine, pair: tuple[int, int], tool: str, args: dict[str, Any],
+           tool_use_id: str, now: datetime = NOW) -> tuple[str, bool]:
+    return execute_tool(ToolContext(engine=engine, tenant_id=1, contact_id=pair[0],
+                                    conversation_id=pair[1], timezone=SP, now=now,
+                                    tool_use_id=tool_use_id), tool, args)
+
+
+def _do(engine: Engine, action: Any, *args: Any, now: datetime = NOW) -> Any:
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        return action(session, tenant, *args, now=now)
+
+
+def _booking(**fields: Any) -> agenda.StaffBooking:
+    return agenda.StaffBooking.model_validate({"service": "corte", **fields})
+
+
+def test_a_staff_booking_for_a_new_phone_takes_the_slot_from_the_agent(engine: Engine) -> None:
+    pair = _setup(engine)
+    view = _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
+                                             phone="+55 (21) 98888-0002", name="Bia"))
+    assert view["booked_by"] == "business" and view["professional"] == "julia"
+    with session_scope(engine) as session:
+        new = session.get(Contact, view["contact_id"])
+        assert new is not None and new.wa_id == "5521988880002"
+        event = session.exec(select(WebhookEvent)).one()
+        assert event.type == "appointment.booked" and event.data["by"] == "business"
+    text, is_error = _agent(engine, pair, "book_appointment",
+                            {"service": "corte", "start": "2026-06-02T10:00",
+                             "professional": "julia"}, "b1")
+    assert is_error and "no longer free" in text
+    offered, _ = _agent(engine, pair, "find_available_slots",
+                        {"service": "corte", "date": "2026-06-02"}, "f1")
+    assert "2026-06-02 10:00 marcos\n" in offered  # julia is taken at 10:00
+
+
+def test_a_phone_matching_only_through_the_ninth_digit_asks_staff_to_confirm(
+        engine: Engine) -> None:
+    contact_id, _ = _setup(engine)
+    with pytest.raises(Conflict) as caught:
+        _do(engine, agenda.book, _booking(start="2026-06-02T10:00", phone="5511999990001"))
+    assert f"contact #{contact_id}" in str(caught.value)
+    with session_scope(engine) as session:  # nothing written
+        assert session.exec(select(Appointment)).all() == []
+        assert len(session.exec(select(Contact)).all()) == 1
+    view = _do(engine, agenda.book, _booking(start="2026-06-02T10:00",
+                                             contact=str(contact_id)))
+    assert view["contact_id"] == contact_id
+    same = _do(engine, agenda.book, _booking(start="2026-06-02T11:00", phone="551199990001"))
+    assert same["contact_id"] == contact_id  # an exact match needs no confirmation
+    assert agenda.phone_variants("5511999990001") == ["551199990001"]
+    assert agenda.phone_variants("551199990001") == ["5511999990001"]
+    assert agenda.phone_variants("14155550100") == []
+    with pytest.raises(Invalid):
+        _do(engine, agenda.book, _booking(start="2026-06-02T12:00", phone="12"))
+
+
+def test_a_block_hides_slots_and_over_bookings_needs_force_which_keeps_them(
+        engine: Engine) -> None:
+    pair = _setup(engine)
+    blocked = _do(engine, agenda.block, agenda.Block.model_validate(
+        {"professional": "julia", "start": "2026-06-02T14:00", "end": "2026-06-02T15:00",
+         "note": "reunião"}))
+    assert blocked["kept"] == []
+    offered, _ = _agent(engine, pair, "find_available_slots",
+                        {"service": "corte", "date": "2026-06-02", "professional": "julia"},
+                        "f1")
+    assert "13:30" not in offered and "14:00" not in offered and "14:30" not in offered
+    assert "15:00 julia" in offered
+    text, is_error = _agent(engine, pair, "book_appointment",
+                            {"service": "corte", "start": "2026-06-02T14:00",
+                             "professional": "julia"}, "b1")
+    assert is_error and "no longer free" in text
+    booked = _do(engine, agenda.book, _booking(start="2026-06-02T16:00", professional="julia",
+                                               contact=str(pair[0])))
+    over = agenda.Block.model_validate({"professional": "julia", "start": "2026-06-02T15:30",
+                                        "end": "2026-06-02T18:00"})
+    with pytest.raises(Conflict) as caught:
+        _do(engine, agenda.block, over)
+    assert f"#{booked['id']}" in "; ".join(caught.value.problems)
+    forced = _do(engine, agenda.block, over.model_copy(update={"force": True}))
+    assert [a["id"] for a in forced["kept"]] == [booked["id"]]
+    with session_scope(engine) as session:
+        row = session.get(Appointment, booked["id"])
+        assert row is not None and row.status == "booked"
+    day = _do(engine, lambda s, t, d, now: agenda.day_view(s, t, d),
+              datetime(2026, 6, 2).date())
+    julia = day["professionals"][0]
+    assert julia["code"] == "julia" and len(julia["blocks"]) == 2
+    assert [a["id"] for a in julia["appointments"]] == [booked["id"]]
+    with pytest.raises(Invalid) as too_long:
+        _do(engine, agenda.block, agenda.Block.model_validate(
+            {"professional": "julia", "start": "2026-06-02T14:00", "end": "2026-07-20T14:00"}))
+    assert "time_off" in str(too_long.value)
+    with pytest.raises(Invalid):  # an end before its start: named by the body's check
+        validated(agenda.Block, {"professional": "julia", "start": "2026-06-02T15:00",
+                                 "end": "2026-06-02T14:00"})
+
+
+def test_a_move_frees_the_old_time_and_emits_rescheduled_by_business(engine: Engine) -> None:
+    pair = _setup(engine)
+    booked = _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
+                                               contact=str(pair[0])))
+    moved = _do(engine, agenda.move, booked["id"], agenda.Move(start="2026-06-02T15:00"))
+    assert moved["start"] == "2026-06-02T15:00" and moved["professional"] == "julia"
+    with session_scope(engine) as session:
+        types = [(e.type, e.data["by"]) for e in session.exec(select(WebhookEvent))]
+    assert ("appointment.rescheduled", "business") in types
+    with session_scope(engine) as session:  # issue 25's bookkeeping, as the agent's move
+        old = session.get(Appointment, booked["id"])
+        assert old is not None and old.status == "cancelled" and old.moved_to_id == moved["id"]
+        assert [n.kind for n in session.exec(select(Notice))] == ["moved"]
+    text, is_error = _agent(engine, pair, "book_appointment",
+                            {"service": "corte", "start": "2026-06-02T10:00",
+                             "professional": "julia"}, "b1")
+    assert not is_error, text
+    with pytest.raises(Invalid) as caught:  # julia's hours are the business's: not Sunday
+        _do(engine, agenda.move, moved["id"], agenda.Move(start="2026-06-07T10:00"))
+    assert "julia does not work" in str(caught.value)
+
+
+def test_staff_and_the_agent_booking_one_slot_at_once_give_one_booking(engine: Engine) -> None:
+    pair = _setup(engine)
+    barrier = threading.Barrier(4)
+    results: list[str] = []
+
+    def staff(n: int) -> None:
+        barrier.wait()
+        try:
+            _do(engine, agenda.book, _booking(start="2026-06-02T14:00", professional="julia",
+                                              phone=f"55219888800{n:02d}"))
+            results.append("ok")
+        except Conflict:
+            results.append("refused")
+
+    def agent(n: int) -> None:
+        barrier.wait()
+        _, is_error = _agent(engine, pair, "book_appointment",
+                             {"service": "corte", "start": "2026-06-02T14:00",
+                              "professional": "julia"}, f"t{n}")
+        results.append("refused" if is_error else "ok")
+
+    threads = [threading.Thread(target=f, args=(n,)) for n, f in enumerate(
+        (staff, staff, agent, agent))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == ["ok", "refused", "refused", "refused"]
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Appointment).where(
+            Appointment.status == "booked")).all()) == 1
+
+
+def test_outcomes_stay_apart_from_status_and_the_history_counts_no_shows(
+        engine: Engine) -> None:
+    pair = _setup(engine)
+    first = _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
+                                              contact=str(pair[0])))
+    second = _do(engine, agenda.book, _booking(start="2026-06-09T10:00", professional="julia",
+                                               contact=str(pair[0])))
+    with pytest.raises(Conflict):  # not started yet
+        _do(engine, agenda.set_outcome, first["id"], "no_show")
+    later = datetime(2026, 6, 2, 14, 0, tzinfo=UTC)
+    marked = _do(engine, agenda.set_outcome, first["id"], "no_show", now=later)
+    assert marked["outcome"] == "no_show" and marked["status"] == "booked"
+    with pytest.raises(Invalid):
+        _do(engine, agenda.set_outcome, first["id"], "gone", now=later)
+    # "holds the slot" and "upcoming" are unchanged by an outcome (agenda.HOLDS_THE_SLOT)
+    text, is_error = _agent(engine, pair, "list_my_appointments", {}, "l1", now=later)
+    assert f"#{second['id']}" in text and f"#{first['id']}" not in text
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None and counts(session, tenant)["booked_appointments"] == 2
+        seen = history.load(session, 1, pair[0], later, SP)
+    assert [b.id for b in seen.upcoming] == [second["id"]] and seen.no_shows == 1
+    lines = history.history_lines(seen)
+    assert "no-show (did not come)" in lines[1][0] and lines[2] == "no-shows: 1"
+    taken, is_error = _agent(engine, pair, "book_appointment",
+                             {"service": "corte", "start": "2026-06-09T10:00",
+                              "professional": "julia"}, "b2", now=later)
+    assert is_error and "no longer free" in taken
+    done = _do(engine, agenda.set_outcome, second["id"], "completed",
+               now=later + timedelta(days=7))
+    assert done["outcome"] == "completed"
+
+
+@pytest.mark.parametrize("name", ["julia_monday_off.json", "blocked_hour.json",
+                                  "staff_booking_cli.json"])
+def test_the_scheduling_scenarios(name: str, database_url: str | None,
+                                  redis_url: str | None) -> None:
+    """tests/scenarios: Júlia's Monday off never offered nor bookable; a blocked hour never
+    offered; a staff booking from the CLI (a `wagent` step) takes the slot from the agent."""
+    result = run_scenario_file(Path(__file__).parent / "scenarios" / name,
+                               database_url=database_url, redis_url=redis_url, cli=main)
+    assert result.passed, result.failures
+    assert result.api_errors == 0 and result.unscripted_calls == 0
+
+
+def _race(engine: Engine, pair: tuple[int, int], start: str, n: int) -> dict[str, bool]:
+    barrier = threading.Barrier(2)
+    outcome: dict[str, bool] = {}
+
+    def block() -> None:
+        barrier.wait()
+        try:
+            _do(engine, agenda.block, agenda.Block.model_validate({
+                "professional": "julia", "start": start,
+                "end": f"{start[:11]}{int(start[11:13]) + 1}:00"}))
+            outcome["block"] = True
+        except Conflict:
+            outcome["block"] = False
+
+    def book() -> None:
+        barrier.wait()
+        _, is_error = _agent(engine, pair, "book_appointment",
+                             {"service": "corte", "start": start, "professional": "julia"},
+                             f"race{n}")
+        outcome["booking"] = not is_error
+
+    threads = [threading.Thread(target=block), threading.Thread(target=book)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcome
+
+
+def test_a_block_and_a_booking_at_once_never_both_hold_the_time(engine: Engine) -> None:
+    """The block's check and insert share the booking's lock: either the block is refused
+    (the booking is inside it) or the booking is (the time is blocked), on both engines."""
+    pair = _setup(engine)
+    for n in range(4):
+        start = f"2026-06-02T{10 + 2 * n}:00"
+        outcome = _race(engine, pair, start, n)
+        assert sorted(outcome.values()) == [False, True], (start, outcome)
