@@ -16,8 +16,6 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Engine
 from sqlmodel import Session
 
-from agent.errors import ToolError as ToolError  # re-exported for older imports
-
 
 @dataclass(frozen=True)
 class ToolContext:
