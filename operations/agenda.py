@@ -122,6 +122,9 @@ def contact_for(session: Session, tenant: Tenant, body: StaffBooking, *,
                 now: datetime) -> Contact:
     """The booking's contact (module docstring); Conflict asks staff to confirm a ninth-digit
     match."""
+    if body.contact and body.phone:
+        raise Invalid("give contact or phone, not both",
+                      ["contact: give contact or phone, not both"])
     if body.contact:
         return find_contact(session, tenant, body.contact)
     if not body.phone:
@@ -225,6 +228,8 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     pro = session.get(Professional, old.professional_id)
     assert service is not None and pro is not None
     start = _local(body.start, tz, "start")
+    if start + (old.end_at - old.start_at) <= now:
+        raise Invalid("start: that visit would already be over", ["start: in the past"])
     old.status, old.cancelled_at = "cancelled", now
     session.add(old)
     session.flush()

@@ -296,3 +296,67 @@ def test_a_block_and_a_booking_at_once_never_both_hold_the_time(engine: Engine) 
         start = f"2026-06-02T{10 + 2 * n}:00"
         outcome = _race(engine, pair, start, n)
         assert sorted(outcome.values()) == [False, True], (start, outcome)
+
+
+def _at_once(*calls: Any) -> list[tuple[str, Any]]:
+    barrier = threading.Barrier(len(calls))
+    out: list[tuple[str, Any]] = [("", None)] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = ("ok", calls[i]())
+        except Exception as exc:  # noqa: BLE001 (the losing side's refusal is the point)
+            out[i] = ("refused", exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return out
+
+
+@pytest.mark.parametrize("customer", ["reschedule_appointment", "cancel_appointment"])
+def test_a_staff_move_racing_the_customers_change_of_the_same_booking_lets_one_win(
+        engine: Engine, customer: str) -> None:
+    """The agent's tools lock the booking as staff moves do (FOR UPDATE, read again): one of
+    the two changes it, the other is told it is no longer an upcoming booking. Never two
+    live bookings for one, nor "cancelled" told for a booking that moved and stays."""
+    pair = _setup(engine)
+    for n in range(3):
+        view = _do(engine, agenda.book, _booking(start=f"2026-06-02T{9 + 2 * n:02d}:00",
+                                                 professional="julia", contact=str(pair[0])))
+        args: dict[str, Any] = {"appointment_id": view["id"]}
+        if customer == "reschedule_appointment":
+            args["start"] = f"2026-06-09T{9 + 2 * n:02d}:00"
+        staff, agent = _at_once(
+            lambda v=view, k=n: _do(engine, agenda.move, v["id"],
+                                    agenda.Move(start=f"2026-06-08T{9 + 2 * k:02d}:00")),
+            lambda a=args, k=n: _agent(engine, pair, customer, a, f"race{customer}{k}"))
+        agent_won = agent[0] == "ok" and not agent[1][1]
+        staff_won = staff[0] == "ok"
+        assert agent_won != staff_won, (staff, agent)
+        expected = 0 if (agent_won and customer == "cancel_appointment") else 1
+        with session_scope(engine) as session:
+            rows = session.exec(select(Appointment).where(
+                Appointment.start_at >= NOW + timedelta(days=6))).all()
+            made_now = [r for r in rows if r.start_at.astimezone(SP).hour == 9 + 2 * n]
+        # the moved-to (8th) or the rescheduled-to (9th) booking: exactly one, or none
+        # when the customer's cancel won
+        assert sum(1 for r in made_now if r.status == "booked") == expected, made_now
+
+
+def test_staff_cannot_move_a_booking_into_the_past(engine: Engine) -> None:
+    pair = _setup(engine)
+    view = _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
+                                             contact=str(pair[0])))
+    with pytest.raises(Invalid, match="already be over"):
+        _do(engine, agenda.move, view["id"], agenda.Move(start="2026-05-26T10:00"))
+
+
+def test_a_staff_booking_naming_both_a_contact_and_a_phone_is_refused(engine: Engine) -> None:
+    pair = _setup(engine)
+    with pytest.raises(Invalid, match="not both"):
+        _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
+                                          contact=str(pair[0]), phone="+55 21 98888-7777"))

@@ -335,3 +335,15 @@ def test_the_agent_cannot_cancel_inside_the_tenants_cancellation_window(engine: 
     text, is_error = execute_tool(_ctx(engine, a, ca, "t3"), "cancel_appointment",
                                   {"appointment_id": appointment_id})
     assert not is_error and text.startswith("Cancelled.")
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ({"after": "15:00", "before": "10:00"}, "after (15:00) must be earlier than before (10:00)"),
+    ({"after": "09"}, "after must be a local time HH:MM"),
+    ({"before": "T09:00"}, "before must be a local time HH:MM")])
+def test_a_time_of_day_window_the_model_got_wrong_is_a_tool_error(
+        engine: Engine, extra: dict[str, str], problem: str) -> None:
+    (a, ca), _ = _setup(engine)
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "find_available_slots",
+                                  {"service": "corte", "date": "2026-06-02", **extra})
+    assert is_error and problem in text

@@ -27,7 +27,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from core import clock
 from core.faults import crash_point
@@ -330,7 +330,9 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
         if parsed is None:
             continue
         appointment_id, action, mac = parsed
-        appointment = session.get(Appointment, appointment_id)
+        appointment = session.exec(  # locked: a staff move or cancel may race the tap
+            select(Appointment).where(Appointment.id == appointment_id).with_for_update()
+            .execution_options(populate_existing=True)).first()
         if appointment is None or not reminders.verified(
                 secret, appointment, action, mac, tenant_id=tenant.id or 0,
                 contact_id=contact.id or 0):

@@ -9,6 +9,7 @@ that cannot interleave (the professional's row is locked FOR UPDATE on PostgreSQ
 transactions are BEGIN IMMEDIATE).
 """
 
+import re
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -113,6 +114,8 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
     pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
     after, before = _parse_hhmm(args.get("after"), "after"), _parse_hhmm(args.get("before"),
                                                                          "before")
+    if after is not None and before is not None and after >= before:
+        raise ToolError(f"after ({after:%H:%M}) must be earlier than before ({before:%H:%M})")
     slots = availability.free_slots(session, tenant=tenant, service=service, pros=pros,
                                     first=first, last=last, now=ctx.now, after=after,
                                     before=before)
@@ -345,7 +348,10 @@ def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Ap
     if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
             or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
-    appointment = session.get(Appointment, appointment_id)
+    # locked, and read again: a staff move or a second turn may be changing it right now
+    appointment = session.exec(select(Appointment).where(Appointment.id == appointment_id)
+                               .with_for_update()
+                               .execution_options(populate_existing=True)).first()
     if (appointment is None or appointment.tenant_id != ctx.tenant_id
             or appointment.contact_id != ctx.contact_id):
         raise ToolError(f"no appointment #{appointment_id} for this customer; "
@@ -444,6 +450,8 @@ def _parse_hhmm(value: Any, key: str) -> time | None:
     if value is None or value == "":
         return None
     try:
+        if not _HHMM.fullmatch(str(value).strip()):  # fromisoformat alone takes 09, 0900, T09:00
+            raise ValueError(value)
         parsed = time.fromisoformat(str(value).strip())
     except ValueError:
         raise ToolError(f"{key} must be a local time HH:MM, got {echo(value)}") from None
@@ -452,6 +460,7 @@ def _parse_hhmm(value: Any, key: str) -> time | None:
     return parsed
 
 
+_HHMM = re.compile(r"[0-2][0-9]:[0-5][0-9]")
 MAX_TIMES_LISTED = 40  # find_available_slots: lines of times, then one line per other day
 
 
