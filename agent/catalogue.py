@@ -79,6 +79,12 @@ def service_line(service: Service, currency: str, language: str) -> str:
     return line
 
 
+def _more(count: int) -> str:
+    """What a cut list of dated entries says it left out (the tools know the rest)."""
+    left = count - EXCEPTIONS_SHOWN
+    return f" (and {left} more later: find_available_slots knows them)" if left > 0 else ""
+
+
 def professional_line(pro: Professional, today: date | None = None,
                       last: date | None = None) -> str:
     """A professional, what they do, and their own week (issue 22): their weekly hours when
@@ -97,19 +103,21 @@ def professional_line(pro: Professional, today: date | None = None,
         line += "; takes " + ", ".join(f"{code} {minutes} min" for code, minutes
                                        in sorted(pro.durations.items()))
     if today is not None and last is not None:
-        off = [t for t in pro.time_off if t["to"] >= today.isoformat()
-               and t["from"] <= last.isoformat()][:EXCEPTIONS_SHOWN]
+        # the nearest first, then cut: the tenant file's order is not the calendar's
+        off = sorted((t for t in pro.time_off if t["to"] >= today.isoformat()
+                      and t["from"] <= last.isoformat()), key=lambda t: t["from"])
         if off:
             line += "; time off " + ", ".join(
                 f"{t['from']} to {t['to']}" + (f" ({_clip(t['note'], NAME_CHARS)})"
                                               if t.get("note", "").strip() else "")
-                for t in sorted(off, key=lambda t: t["from"]))
-        own = [e for e in pro.hours_exceptions
-               if today.isoformat() <= e["day"] <= last.isoformat()][:EXCEPTIONS_SHOWN]
+                for t in off[:EXCEPTIONS_SHOWN]) + _more(len(off))
+        own = sorted((e for e in pro.hours_exceptions
+                      if today.isoformat() <= e["day"] <= last.isoformat()),
+                     key=lambda e: e["day"])
         if own:
             line += "; other hours " + ", ".join(
                 f"{e['day']} {' '.join(e['hours']) if e['hours'] else 'off'}"
-                for e in sorted(own, key=lambda e: e["day"]))
+                for e in own[:EXCEPTIONS_SHOWN]) + _more(len(own))
     return line
 
 

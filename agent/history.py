@@ -44,7 +44,7 @@ class Booking:
 class History:
     upcoming: Sequence[Booking]
     past: Sequence[Booking]  # most recent first
-    no_shows: int = 0  # all the contact's past bookings marked no_show
+    no_shows: int = 0  # the contact's past bookings marked no_show (not cancelled ones)
 
 
 def load(session: Session, tenant_id: int, contact_id: int, now: datetime,
@@ -70,7 +70,8 @@ def load(session: Session, tenant_id: int, contact_id: int, now: datetime,
                        appointment.outcome)
     no_shows = int(session.exec(select(func.count()).select_from(Appointment).where(
         Appointment.tenant_id == tenant_id, Appointment.contact_id == contact_id,
-        Appointment.outcome == "no_show")).one())
+        Appointment.outcome == "no_show",
+        Appointment.status != "cancelled")).one())  # as the history's lines count them
     return History([booking(r) for r in upcoming], [booking(r) for r in past], no_shows)
 
 

@@ -98,12 +98,20 @@ class Outcome(BaseModel):
 
 
 def phone_digits(text: str) -> str:
-    """A phone number as typed ("+55 (11) 99999-0001") → digits; Invalid when it cannot be
-    one (E.164: at most 15 digits; at least 8)."""
+    """A phone number as typed ("+55 (11) 99999-0001", "5511999990001") → digits; Invalid
+    when it cannot be one (E.164: at most 15 digits; at least 8) or names no country (a
+    national form, or a trunk 0)."""
     digits = re.sub(r"\D", "", text)
     if not 8 <= len(digits) <= 15:
         raise Invalid(f"phone: {text[:40]!r} is not a phone number (8 to 15 digits)",
                       [f"phone: {text[:40]!r} is not a phone number (8 to 15 digits)"])
+    if digits.startswith("0") or (not text.strip().startswith("+") and len(digits) <= 11):
+        # a national number ("11 99999-0001", "(11) 9999-0001") or a trunk 0 ("055 11 ..."):
+        # stored as such it is no WhatsApp id (reminders would reach no one); guessing the
+        # country is unsafe (55 is also an area code), so staff type it
+        problem = (f"phone: {text[:40]!r} has no country code; type it in full, e.g. "
+                   "+55 11 99999-0001")
+        raise Invalid(problem, [problem])
     return digits
 
 

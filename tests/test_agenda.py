@@ -360,3 +360,31 @@ def test_a_staff_booking_naming_both_a_contact_and_a_phone_is_refused(engine: En
     with pytest.raises(Invalid, match="not both"):
         _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
                                           contact=str(pair[0]), phone="+55 21 98888-7777"))
+
+
+@pytest.mark.parametrize("phone", ["11 99999-0001", "(11) 9999-0001", "055 11 99999-0001",
+                                   "0 11 99999 0001"])
+def test_a_staff_typed_phone_without_its_country_code_is_refused_not_a_new_contact(
+        engine: Engine, phone: str) -> None:
+    _setup(engine)
+    with pytest.raises(Invalid, match="no country code"):
+        _do(engine, agenda.book, _booking(start="2026-06-02T10:00", phone=phone))
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Contact)).all()) == 1  # Ana only
+
+
+def test_a_no_show_later_cancelled_counts_no_more_as_the_history_lines_say(
+        engine: Engine) -> None:
+    pair = _setup(engine)
+    visit = _do(engine, agenda.book, _booking(start="2026-06-02T10:00", professional="julia",
+                                              contact=str(pair[0])))
+    later = datetime(2026, 6, 2, 14, 0, tzinfo=UTC)
+    _do(engine, agenda.set_outcome, visit["id"], "no_show", now=later)
+    with session_scope(engine) as session:
+        row = session.get(Appointment, visit["id"])
+        assert row is not None
+        row.status = "cancelled"  # as a staff move of an in-progress visit leaves the original
+        session.add(row)
+    with session_scope(engine) as session:
+        seen = history.load(session, 1, pair[0], later, SP)
+    assert seen.no_shows == 0

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlmodel import select
 
-from agent.catalogue import catalogue_text, load
+from agent.catalogue import EXCEPTIONS_SHOWN, catalogue_text, load
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
 from storage.db import session_scope
@@ -221,3 +221,21 @@ def test_the_catalogue_shows_time_off_and_own_dates_only_from_today_to_the_horiz
     assert "time off 2026-05-30 to 2026-06-02 (em curso)" in text
     assert "passado" not in text and "longe" not in text  # past, and beyond the horizon
     assert "other hours 2026-06-05 10:00-12:00" in text and "2026-09-01" not in text
+
+
+def test_the_catalogue_shows_the_nearest_time_off_whatever_the_files_order(
+        engine: Engine) -> None:
+    """35 one-day offs entered newest first: the catalogue keeps the soonest ones (the model
+    must not promise the next days) and says how many it left out."""
+    days = [f"2026-06-{d:02d}" for d in range(3, 30)] + [f"2026-07-{d:02d}" for d in range(1, 9)]
+    config = {**SALON, "booking_horizon_days": 60, "professionals": [
+        {"code": "julia", "name": "Júlia", "services": ["corte"],
+         "time_off": [{"from": d, "to": d} for d in reversed(days)]}]}
+    _setup(engine, config, contacts=0)
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        text = catalogue_text(load(session, tenant, NOW.astimezone(SP).date()))
+    assert "time off 2026-06-03 to 2026-06-03, 2026-06-04 to 2026-06-04" in text
+    assert f"(and {len(days) - EXCEPTIONS_SHOWN} more later" in text
+    assert "2026-07-08" not in text
