@@ -671,8 +671,7 @@ def _store_set_based(session: Session, items: list[_Item]) -> None:
         row = None if msg.wamid in tombstoned else stored.get(msg.wamid)
         # a claim made by an edit or deletion may be another contact's: stored alone, it is
         # voided when it is (`_store_alone`), else the original is a redelivery
-        claimed = row is not None and row.wa_type == messages.CLAIM and (
-            msg.wa_type not in FOLLOW_UPS)
+        claimed = _claims(row, msg)
         if msg.wamid in tombstoned or row is not None and not claimed:
             _redelivered(result, row)
         elif msg.wamid in firsts:
@@ -717,8 +716,7 @@ def _store_alone(session: Session, item: _Item) -> None:
     msg, result, now = item.msg, item.pending.result, item.pending.now
     head = messages.inbound_lookup(session, wamid=msg.wamid,
                                    phone_number_id=msg.phone_number_id)
-    claimed = head.message_id is not None and head.wa_type == messages.CLAIM and (
-        msg.wa_type not in FOLLOW_UPS)
+    claimed = _claims(head if head.message_id is not None else None, msg)
     if head.tombstoned or head.message_id is not None and not claimed:
         _redelivered(result, None if head.tombstoned else head)
         return
@@ -752,6 +750,12 @@ def _store_alone(session: Session, item: _Item) -> None:
         return
     _stored(item, ids[msg.wamid], row["starts_turn"])
     _group_touch(session, [item])
+
+
+def _claims(row: Any, msg: InboundMessage) -> bool:
+    """Whether the stored `row` under `msg`'s wamid is a claim (an edit or deletion that came
+    first) and `msg` the original it holds the place of (README, How a message is answered)."""
+    return row is not None and row.wa_type == messages.CLAIM and msg.wa_type not in FOLLOW_UPS
 
 
 def _redelivered(result: IngestResult, row: Any) -> None:

@@ -38,7 +38,7 @@ from agent.tools import availability
 from agent.tools.slots import local_exists, local_to_utc, overlaps
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
-from storage import reminders, webhooks
+from storage import appointments, reminders, webhooks
 from storage.models import Appointment, Contact, Professional, ScheduleBlock, Service, Tenant
 
 OUTCOMES = ("completed", "no_show")
@@ -216,8 +216,7 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
 
 
 def _appointment(session: Session, tenant: Tenant, appointment_id: int) -> Appointment:
-    row = session.exec(select(Appointment).where(Appointment.id == appointment_id)
-                       .with_for_update()).first()
+    row = appointments.locked(session, appointment_id)
     if row is None or row.tenant_id != tenant.id:
         raise NotFound(f"no appointment #{appointment_id}")
     return row
@@ -344,7 +343,7 @@ def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
     out = []
     for pro in pros:
         week = availability.week_of(pro, business)
-        appointments = session.exec(select(Appointment).where(
+        booked = session.exec(select(Appointment).where(
             Appointment.professional_id == pro.id, Appointment.status == "booked",
             col(Appointment.start_at) < until, col(Appointment.end_at) > since)
             .order_by(col(Appointment.start_at))).all()
@@ -354,6 +353,6 @@ def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
         out.append({"code": pro.code, "name": pro.name,
                     "hours": [f"{a}-{b}" for a, b in availability.day_hours(week, day,
                                                                              exceptions)],
-                    "appointments": [appointment_view(session, a, tz) for a in appointments],
+                    "appointments": [appointment_view(session, a, tz) for a in booked],
                     "blocks": [block_view(b, pro.code, tz) for b in blocks]})
     return {"day": day.isoformat(), "timezone": tenant.timezone, "professionals": out}

@@ -28,7 +28,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import delivery, reminders, rights, webhooks
+from storage import appointments, delivery, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.conversations import with_staff
@@ -562,8 +562,7 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
     the customer gets a notice (written and sent by the next reminders pass,
     workers/reminders.py: a text in the 24-hour window, the tenant's `notice_template`
     outside it, else recorded as not sent)."""
-    appointment = session.exec(select(Appointment).where(Appointment.id == appointment_id)
-                               .with_for_update()).first()  # two cancels: one wins
+    appointment = appointments.locked(session, appointment_id)  # two cancels: one wins
     if appointment is None or appointment.tenant_id != tenant.id:
         raise NotFound(f"no appointment #{appointment_id}")
     if appointment.status != "booked":

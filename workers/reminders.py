@@ -27,13 +27,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from core import clock
 from core.faults import crash_point
+from storage import appointments, reminders, webhooks
 from storage import contacts as contact_repo
 from storage import messages as message_repo
-from storage import reminders, webhooks
 from storage.conversations import get_open, inactivity_timeout, open_new
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
@@ -330,9 +330,7 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
         if parsed is None:
             continue
         appointment_id, action, mac = parsed
-        appointment = session.exec(  # locked: a staff move or cancel may race the tap
-            select(Appointment).where(Appointment.id == appointment_id).with_for_update()
-            .execution_options(populate_existing=True)).first()
+        appointment = appointments.locked(session, appointment_id)  # a staff move may race it
         if appointment is None or not reminders.verified(
                 secret, appointment, action, mac, tenant_id=tenant.id or 0,
                 contact_id=contact.id or 0):

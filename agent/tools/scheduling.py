@@ -33,7 +33,7 @@ from agent.tools.slots import (
     local_exists,
     too_soon,
 )
-from storage import reminders, webhooks
+from storage import appointments, reminders, webhooks
 from storage.models import (
     Appointment,
     Professional,
@@ -196,8 +196,7 @@ LIST_MY_APPOINTMENTS = Tool(
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
-    tenant = session.get(Tenant, ctx.tenant_id)
-    window = tenant.cancellation_window_minutes if tenant is not None else 0
+    window = _tenant(session, ctx.tenant_id).cancellation_window_minutes
     if not reminders.cancellation_open(window, appointment.start_at, ctx.now):
         raise ToolError(f"not cancelled: the business takes cancellations up to {window} "
                         f"minutes before the start, and appointment #{appointment.id} starts "
@@ -349,9 +348,7 @@ def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Ap
             or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
     # locked, and read again: a staff move or a second turn may be changing it right now
-    appointment = session.exec(select(Appointment).where(Appointment.id == appointment_id)
-                               .with_for_update()
-                               .execution_options(populate_existing=True)).first()
+    appointment = appointments.locked(session, appointment_id)
     if (appointment is None or appointment.tenant_id != ctx.tenant_id
             or appointment.contact_id != ctx.contact_id):
         raise ToolError(f"no appointment #{appointment_id} for this customer; "
