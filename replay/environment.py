@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import fakeredis
 import redis
 from aiohttp import web
-from rq import Queue, SimpleWorker
+from rq import Queue
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import make_url
 
@@ -34,6 +34,7 @@ from storage.scheduled import enqueue_due
 from storage.tenants import upsert_tenant
 from whatsapp.signature import sign
 from workers.maintenance import reconcile_pending
+from workers.processes import InlineWorker
 from workers.reminders import reminder_pass
 from workers.runtime import build_runtime, set_runtime
 from workers.sweeper import close_due, sweep_horizon
@@ -49,7 +50,8 @@ MAX_DRAIN_ROUNDS = 200
 
 class _LoopThread:
     """An asyncio loop in a daemon thread: the web app and the doubles run there, while the
-    main thread runs the workers (RQ's SimpleWorker needs the main thread for its signals).
+    main thread runs the workers (workers.processes.InlineWorker, an RQ SimpleWorker, needs the
+    main thread for its signals).
     """
 
     def __init__(self) -> None:
@@ -178,7 +180,7 @@ class ReplayEnvironment:
             self._enqueue_due()
             if self.queue.count == 0:
                 return rounds
-            SimpleWorker([self.queue], connection=self.redis).work(
+            InlineWorker([self.queue], connection=self.redis).work(
                 burst=True, logging_level=self._worker_log_level)
         raise RuntimeError(f"drain did not settle after {MAX_DRAIN_ROUNDS} passes")
 

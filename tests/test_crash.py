@@ -1,11 +1,12 @@
 """Crash safety: a real worker process killed with SIGKILL at each named point of a turn.
 
-The worker runs in a subprocess (RQ's SimpleWorker: the job runs in the worker process, so the
-kill takes the whole worker down, as `kill -9` or an OOM would). RQ requeues a killed job only
-after its heartbeat expires and a maintenance pass runs: the test runs that pass itself (with a
-timestamp past the heartbeat) and lets the dead worker's turn lock expire, instead of waiting
-minutes. Then a healthy worker finishes, and the database and the Graph API double must show one
-booking and one reply, every time. Needs a real Redis (a subprocess cannot share fakeredis).
+The worker runs in a subprocess (workers.processes.InlineWorker, an RQ SimpleWorker: the job runs in
+the worker process, so the kill takes the whole worker down, as `kill -9` or an OOM would). RQ
+requeues a killed job only after its heartbeat expires and a maintenance pass runs: the test runs
+that pass itself (with a timestamp past the heartbeat) and lets the dead worker's turn lock expire,
+instead of waiting minutes. Then a healthy worker finishes, and the database and the Graph API
+double must show one booking and one reply, every time. Needs a real Redis (a subprocess cannot
+share fakeredis).
 """
 
 import json
@@ -33,13 +34,13 @@ import sys
 from datetime import datetime
 from core import clock
 from core.settings import Settings
-from rq import SimpleWorker
+from workers.processes import InlineWorker
 from workers.runtime import build_runtime, set_runtime
 
 clock.set_clock(clock.FrozenClock(datetime.fromisoformat(sys.argv[1])))
 runtime = build_runtime(Settings.from_env())
 set_runtime(runtime)
-SimpleWorker([runtime.queue], connection=runtime.redis).work(burst=True, logging_level="ERROR")
+InlineWorker([runtime.queue], connection=runtime.redis).work(burst=True, logging_level="ERROR")
 """
 
 

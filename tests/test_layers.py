@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from rq import SimpleWorker
 
 from replay.environment import ReplayEnvironment
 from tests.conftest import START
 from tests.factories import TENANT
+from workers.processes import InlineWorker
 
 ROOT = Path(__file__).parent.parent
 PACKAGES = ["cli", "replay", "bot", "workers", "operations", "intake", "agent", "usage",
@@ -79,7 +79,7 @@ def test_jobs_enqueued_under_the_previous_release_names_run(redis_url: str | Non
     try:
         env.add_tenant(TENANT)
         jobs = [env.queue.enqueue(name, kwargs=kwargs) for name, kwargs in PREVIOUS_RELEASE_JOBS]
-        SimpleWorker([env.queue], connection=env.redis).work(burst=True,
+        InlineWorker([env.queue], connection=env.redis).work(burst=True,
                                                               logging_level="ERROR")
         outcomes = {job.func_name: job.get_status(refresh=True) for job in jobs}
         assert outcomes == {name: "finished" for name, _ in PREVIOUS_RELEASE_JOBS}

@@ -30,8 +30,8 @@ import sys
 from datetime import datetime
 from core import clock
 from core.settings import Settings
-from rq import SimpleWorker
 from workers.reminders import reminder_pass
+from workers.processes import InlineWorker
 from workers.runtime import build_runtime, set_runtime
 
 clock.set_clock(clock.FrozenClock(datetime.fromisoformat(sys.argv[1])))
@@ -40,7 +40,7 @@ set_runtime(runtime)
 if sys.argv[2] == "pass":
     reminder_pass(runtime, now=clock.now())
 else:
-    SimpleWorker([runtime.queue], connection=runtime.redis).work(burst=True,
+    InlineWorker([runtime.queue], connection=runtime.redis).work(burst=True,
                                                                   logging_level="ERROR")
 """
 CUSTOMERS = CHUNK + 3  # a killed pass leaves its first chunk queued, the rest scheduled

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from rq import SimpleWorker
 from sqlmodel import select
 
 from agent.loop import run_tool_loop
@@ -19,6 +18,7 @@ from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import turns
 from workers.maintenance import reconcile_pending
+from workers.processes import InlineWorker
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_crash_between_a_tool_use_and_its_results_with_a_message_in_between_is
 
     monkeypatch.setattr(turns._StoreHooks, "on_tool_results", crash_once)
     _post(env, "marca amanhã 14h", 1)
-    SimpleWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
+    InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
     env.clock.advance(timedelta(minutes=2))
     _post(env, "alô?", 2)  # the customer writes before RQ retries the turn
     env.drain()
@@ -111,7 +111,7 @@ def test_a_send_left_claimed_by_a_crash_is_settled_as_unknown_never_resent(
 
     monkeypatch.setattr(env.runtime.graph, "send_text", die)
     _post(env, "oi", 1)
-    SimpleWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
+    InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
     monkeypatch.undo()
     with session_scope(env.engine) as session:
         assert session.exec(select(Outbound)).one().status == "sending"

@@ -5,6 +5,9 @@ RQ's worker exits on most Redis errors (one during a job, a timeout) and retries
 backoff that grows to a minute; its CronScheduler exits on any. Here a lost Redis is waited for,
 with a `waiting_for_redis` line every WAIT_LOG_SECONDS, and then RQ's loop starts again; a
 SIGTERM still stops the process (RQ's warm shutdown while it runs, at once while waiting).
+
+Both worker classes here stop RQ's pub/sub thread at once at teardown (PromptTeardown); RQ's own
+teardown with redis-py 8.2 can wait a minute for it.
 """
 
 import signal
@@ -16,7 +19,7 @@ from typing import Any
 import structlog
 from redis import Redis
 from redis.exceptions import RedisError
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 from rq.cron import CronScheduler
 
 from core.settings import Settings
@@ -26,9 +29,46 @@ log = structlog.get_logger(__name__)
 WAIT_LOG_SECONDS = 5.0
 WAIT_POLL_SECONDS = 0.5
 RESTART_PAUSE_SECONDS = 1.0  # between two runs of RQ's loop, so a bug cannot spin
+PUBSUB_JOIN_SECONDS = 1.0  # RQ's own bound on the wait for its pub/sub thread
 
 
-class PatientWorker(Worker):
+class PromptTeardown:
+    """RQ's `Worker.unsubscribe` (called by its teardown) in the order that lets the pub/sub
+    thread stop at once; a mixin for RQ's worker classes.
+
+    RQ 2.12 sends UNSUBSCRIBE and only then stops the thread. The thread reads the reply, has no
+    subscription left and, its stop flag not yet cleared, enters redis-py's `get_message`, which
+    waits up to RQ's sleep_time (60 s) for a subscription; redis-py 8.2's
+    `PubSubWorkerThread.stop()` joins that thread without a bound, so the worker's teardown
+    (each `work(burst=True)`, each stop of `wagent worker`) could take a minute. Here the flag
+    is cleared first (`stop(timeout=0)`, redis-py >= 8.2), so the thread wakes on the reply and
+    exits; the join is bounded as RQ bounds it, and a Redis that cannot be reached only skips
+    the UNSUBSCRIBE (closing the connection ends the subscription too).
+    """
+
+    pubsub: Any
+    pubsub_thread: Any
+
+    def unsubscribe(self) -> None:
+        thread, pubsub = self.pubsub_thread, self.pubsub
+        if thread is None or pubsub is None:
+            return
+        thread.stop(timeout=0)  # clears the flag only; the bounded join is below
+        try:
+            pubsub.unsubscribe()  # its reply wakes the thread's read
+        except RedisError:
+            pass
+        thread.join(timeout=PUBSUB_JOIN_SECONDS)
+        pubsub.close()
+        self.pubsub_thread = None
+
+
+class InlineWorker(PromptTeardown, SimpleWorker):
+    """RQ's SimpleWorker (each job in the worker's own process) with a prompt teardown: the
+    replay environment's and the tests' worker."""
+
+
+class PatientWorker(PromptTeardown, Worker):
     """RQ's Worker that retries a Redis it cannot reach every few seconds (RQ: up to 60 s) and
     remembers that a signal asked it to stop."""
 
@@ -54,7 +94,7 @@ def run_worker(settings: Settings, *, burst: bool = False) -> int:
                 worker.work(burst=burst, with_scheduler=False)
             except RedisError as exc:  # RQ's teardown could not reach it
                 log.warning("worker_lost_redis", error=type(exc).__name__)
-                _stop_listening(worker)
+                worker.unsubscribe()
             if burst or worker.stop_signalled or not _restart_after(connection):
                 return 0
     finally:
@@ -83,16 +123,6 @@ def run_cron(settings: Settings, jobs: list[tuple[Callable[[], object], int]]) -
                 return 0
     finally:
         keeper.stop()
-
-
-def _stop_listening(worker: Worker) -> None:
-    """The pub/sub thread RQ's teardown would have stopped (it keeps retrying otherwise)."""
-    thread = getattr(worker, "pubsub_thread", None)
-    if thread is not None:
-        try:
-            thread.stop()
-        except RedisError:
-            pass
 
 
 def _restart_after(connection: Redis) -> bool:
