@@ -382,7 +382,8 @@ def test_a_wrong_key_is_shown_plainly(files: Path, monkeypatch: pytest.MonkeyPat
     assert "sk-wrong" not in out
 
 
-@pytest.mark.parametrize("key", ["", "sk-ant-...", "changeme-123", "sk-test-upstream"])
+@pytest.mark.parametrize("key", ["", "sk-ant-...", "changeme-123", "sk-test-upstream",
+                                 "sk-ant-placeholder"])
 def test_a_placeholder_key_for_the_real_api_is_said_plainly_and_nothing_is_sent(
         files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         key: str) -> None:
@@ -392,6 +393,7 @@ def test_a_placeholder_key_for_the_real_api_is_said_plainly_and_nothing_is_sent(
     err = capsys.readouterr().err
     assert "ANTHROPIC_API_KEY (from the environment or .env)" in err
     assert "nothing was sent to https://api.anthropic.com" in err and "--script" in err
+    assert "it looks like sk-ant-api03-" in err  # what a key looks like (issue 35 item 9)
     assert not key or key not in err  # the value itself is never printed
     (files / "rec.json").write_text(json.dumps({"name": "x", "steps": []}), encoding="utf-8")
     assert main(["replay", "--live", str(files / "rec.json")]) == 2
