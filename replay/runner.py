@@ -113,7 +113,7 @@ EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversatio
                "api_errors", "reads", "last_request_contains", "requests"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
-                "appointments": {"service", "start", "status", "confirmed"},
+                "appointments": {"service", "start", "status", "confirmed", "note"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts"}
@@ -826,6 +826,7 @@ class _Expectations:
                                                              col(Appointment.id))).all()
             actual = [{"service": service.code, "status": appointment.status,
                        "confirmed": appointment.confirmed_at is not None,
+                       "note": appointment.note,
                        "start": appointment.start_at.astimezone(tz).replace(tzinfo=None)
                        .isoformat(timespec="minutes")} for appointment, service in rows]
         wanted = [_criteria(e) for e in expected]

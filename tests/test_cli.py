@@ -246,3 +246,16 @@ def test_a_placeholder_for_a_base_url_of_your_own_is_not_refused() -> None:
     assert Settings(anthropic_api_key="sk-ant-placeholder",
                     whatsapp_access_token=REAL_GRAPH_TOKEN).placeholder_secrets() == [
         "ANTHROPIC_API_KEY"]
+
+
+def test_the_web_process_starts_with_placeholders_and_names_them(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import cli.web
+    _placeholder_env(monkeypatch, ANTHROPIC_API_KEY="sk-ant-placeholder")
+    served: list[object] = []
+    monkeypatch.setattr(cli.web, "create_app", lambda settings: served.append(settings))
+    monkeypatch.setattr(cli.web.aiohttp_web, "run_app", lambda *a, **k: None)
+    assert main(["web"]) == 0 and served  # the console works with placeholders
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY: placeholder" in err and "wagent worker" in err
+    assert "sk-ant-placeholder" not in err
