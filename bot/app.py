@@ -15,6 +15,7 @@ from bot.admin.api import setup_admin
 from bot.bodies import BODY_BUDGET, LINGER_SECONDS, BodyBudget
 from bot.console.app import setup_console
 from bot.metrics import setup_metrics
+from bot.routes import route_template
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
@@ -28,7 +29,7 @@ log = structlog.get_logger(__name__)
 @web.middleware
 async def bind_request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
     structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(path=request.path)
+    structlog.contextvars.bind_contextvars(route=route_template(request))
     return await handler(request)
 
 

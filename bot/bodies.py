@@ -28,6 +28,7 @@ import structlog
 from aiohttp import web
 from multidict import MultiDict
 
+from bot.routes import route_template
 from core.settings import LARGE_BODY_SHARE, SMALL_BODY_BYTES
 from intake.keys import SETTINGS
 
@@ -81,7 +82,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     size = limit if length is None else length
     budget = request.app[BODY_BUDGET]
     if not budget.reserve(size):
-        log.warning("body_refused", reason="budget", path=request.path, size=size)
+        log.warning("body_refused", reason="budget", route=route_template(request), size=size)
         raise closing(web.HTTPServiceUnavailable(
             text="too many uploads in progress; try again",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)}))
@@ -112,7 +113,8 @@ async def _read(request: web.Request, buffer: bytearray, limit: int) -> bytes:
                 async with asyncio.timeout(max(wait, 0)):
                     chunk = await request.content.readany()
             except TimeoutError:
-                log.info("body_refused", reason="too_slow", path=request.path,
+                log.info("body_refused", reason="too_slow",
+                         route=route_template(request),
                          received=received, seconds=round(loop.time() - started, 1))
                 too_slow = web.HTTPRequestTimeout(
                     text=f"the body arrived slower than {settings.body_min_rate} bytes/s")

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cli.admin import read_document
-from core.credentials import ANTHROPIC_KEY, looks_like_anthropic_key
+from core.credentials import SECRET_EXAMPLES, is_real_secret
 from core.logs import configure_logging
 from core.settings import DEFAULT_DATABASE_URL
 from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
@@ -31,13 +31,13 @@ def key_problem(relay: Relay) -> str | None:
     empty or does not have the form of one (core/credentials.py), such as the placeholder
     the README's console set-up puts in `.env`. None for a compatible endpoint of your own
     (ANTHROPIC_BASE_URL elsewhere), which may take any key or none."""
-    if relay.base_url.rstrip("/") != DEFAULT_BASE_URL or looks_like_anthropic_key(relay.api_key):
+    name = "ANTHROPIC_API_KEY"
+    if relay.base_url.rstrip("/") != DEFAULT_BASE_URL or is_real_secret(name, relay.api_key):
         return None
-    what = "is empty" if not relay.api_key.strip() else \
-        f"does not look like an Anthropic API key (those start with {ANTHROPIC_KEY}): a " \
-        "placeholder"
-    return (f"ANTHROPIC_API_KEY (from the environment or .env) {what}, so nothing was sent to "
-            f"{DEFAULT_BASE_URL}. Put your real key there.")
+    what = "is empty" if not relay.api_key.strip() else "is a placeholder"
+    return (f"{name} (from the environment or .env) {what}, so nothing was sent to "
+            f"{DEFAULT_BASE_URL}. Put your real key there: it looks like "
+            f"{SECRET_EXAMPLES[name]}.")
 
 
 def relay_from_environment() -> Relay | None:

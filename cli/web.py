@@ -18,6 +18,11 @@ from core.logs import configure_logging
 
 def web(args: argparse.Namespace) -> int:
     settings = settings_or_exit()
+    placeholders = settings.placeholder_secrets()
+    if placeholders:  # fine for the console and the admin API; `wagent worker` refuses them
+        print(f"wagent web: {', '.join(placeholders)}: placeholder; the console and the admin "
+              "API work, `wagent worker` will not start until the real values are in .env",
+              file=sys.stderr)
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     return_large_buffers_to_os()

@@ -8,6 +8,7 @@ inherit (I/O-free in this process: workers/runtime.py).
 
 import argparse
 import os
+import sys
 
 import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
 
@@ -18,6 +19,7 @@ import workers.maintenance  # noqa: F401
 import workers.sweeper  # noqa: F401
 import workers.turns  # noqa: F401
 from cli.environment import settings_or_exit
+from core.credentials import SECRET_EXAMPLES
 from core.logs import configure_logging
 from workers.processes import run_worker
 from workers.runtime import prepare_worker_parent
@@ -25,6 +27,15 @@ from workers.runtime import prepare_worker_parent
 
 def worker(args: argparse.Namespace) -> int:
     settings = settings_or_exit()
+    placeholders = settings.placeholder_secrets()
+    if placeholders:  # README: a placeholder sends nothing, and a worker sends with them
+        what = "; ".join(
+            f"{name} looks like {SECRET_EXAMPLES.get(name, 'the key your provider gave you')}"
+            for name in placeholders)
+        print(f"wagent worker: not started: {', '.join(placeholders)} in the environment or "
+              f".env is empty or a placeholder, and the worker would send with it. {what}.",
+              file=sys.stderr)
+        return 2
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     _lower_cpu_priority(settings.worker_cpu)

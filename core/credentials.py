@@ -34,6 +34,44 @@ def looks_like_anthropic_key(value: str) -> bool:
     return _ANTHROPIC_KEY.fullmatch(value.strip()) is not None
 
 
+# A Graph API access token as Meta issues it (user and system-user tokens): "EAA" and a long
+# alphanumeric rest (Meta, "Access Tokens"; the README's console set-up leaves a placeholder)
+_GRAPH_TOKEN = re.compile(r"EAA[A-Za-z0-9]{20,}")
+# What the secrets that leave this machine must look like, by variable (the rest: any value
+# that is not a placeholder)
+SECRET_FORMS: dict[str, re.Pattern[str]] = {
+    "ANTHROPIC_API_KEY": _ANTHROPIC_KEY,
+    "WHATSAPP_ACCESS_TOKEN": _GRAPH_TOKEN,
+}
+SECRET_EXAMPLES = {
+    "ANTHROPIC_API_KEY": "sk-ant-api03-… (about 100 letters, digits, - and _; Anthropic's "
+                         "console, API keys)",
+    "WHATSAPP_ACCESS_TOKEN": "EAA… (about 200 letters and digits; Meta Business Settings, "
+                             "system users: docs/DEPLOY.md 1.3)",
+}
+# Words (whole, between non-alphanumerics) and marks that only a placeholder holds
+_PLACEHOLDER_WORDS = frozenset({
+    "placeholder", "changeme", "change", "replace", "your", "yours", "example", "dummy",
+    "fake", "todo", "tbd", "none", "null"})
+_PLACEHOLDER_MARKS = ("...", "…", "<", ">", "{", "}")
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def is_real_secret(name: str, value: str) -> bool:
+    """Whether `value` of the environment variable `name` can be a real secret: not empty, no
+    placeholder word ("placeholder", "changeme", "your", "xxx"…, whole words) or mark ("...",
+    "<…>"), and of the variable's form when SECRET_FORMS has one. The one check of the worker
+    (refuses to start), the web process (says which are placeholders) and `wagent chat`."""
+    value = value.strip()
+    if not value or any(mark in value for mark in _PLACEHOLDER_MARKS):
+        return False
+    words = [word.lower() for word in _WORD.findall(value)]
+    if any(word in _PLACEHOLDER_WORDS or set(word) == {"x"} for word in words):
+        return False
+    form = SECRET_FORMS.get(name)
+    return form is None or form.fullmatch(value) is not None
+
+
 def mint(kind: str) -> str:
     """A new secret of `kind` (one of the prefixes above): 256 random bits."""
     return kind + secrets.token_urlsafe(32)

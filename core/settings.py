@@ -5,9 +5,12 @@ from dataclasses import dataclass, field, fields
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from urllib.parse import urlsplit
 
+from core.credentials import is_real_secret
 from core.errors import SettingsError
 
 DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
+ANTHROPIC_API_URL = "https://api.anthropic.com"  # where a placeholder key must not go
+GRAPH_API_URL = "https://graph.facebook.com"
 # `wagent worker`'s CPU priority on cores it shares with `wagent web`: "idle" (Linux
 # SCHED_IDLE: a worker runs only on CPU time no other process wants), "low" (nice 19: a small
 # share is still guaranteed), "normal"
@@ -34,10 +37,10 @@ class Settings:
     whatsapp_app_secret: str = field(default="", repr=False)
     whatsapp_verify_token: str = field(default="", repr=False)
     whatsapp_access_token: str = field(default="", repr=False)
-    graph_api_base_url: str = "https://graph.facebook.com"
+    graph_api_base_url: str = GRAPH_API_URL
     graph_api_version: str = "v25.0"
     anthropic_api_key: str = field(default="", repr=False)
-    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_base_url: str = ANTHROPIC_API_URL
     anthropic_timeout: float = 60.0
     admin_token: str = field(default="", repr=False)
     # signs the payloads of reminder buttons (storage/reminders.py); empty: the app secret
@@ -157,6 +160,20 @@ class Settings:
         """The key of the reminder buttons' HMAC: BUTTON_SECRET, else WHATSAPP_APP_SECRET
         (both secret); a fixed development key only when neither is set (a local demo)."""
         return self.button_secret or self.whatsapp_app_secret or "wagent-development-only"
+
+    def placeholder_secrets(self) -> list[str]:
+        """The variables whose secret would leave this machine but is a placeholder
+        (core/credentials.is_real_secret): ANTHROPIC_API_KEY for api.anthropic.com,
+        WHATSAPP_ACCESS_TOKEN for graph.facebook.com, TRANSCRIPTION_API_KEY when one is set.
+        A base URL of your own (a proxy, the replay's doubles) may take any key."""
+        checked = []
+        if self.anthropic_base_url.rstrip("/") == ANTHROPIC_API_URL:
+            checked.append(("ANTHROPIC_API_KEY", self.anthropic_api_key))
+        if self.graph_api_base_url.rstrip("/") == GRAPH_API_URL:
+            checked.append(("WHATSAPP_ACCESS_TOKEN", self.whatsapp_access_token))
+        if self.transcription_base_url and self.transcription_api_key:
+            checked.append(("TRANSCRIPTION_API_KEY", self.transcription_api_key))
+        return [name for name, value in checked if not is_real_secret(name, value)]
 
     def secret_values(self) -> list[str]:
         """Every configured secret (and the passwords in the database and Redis URLs): the

@@ -2,17 +2,19 @@
 `smb_message_echoes`; whatsapp.inbound.StaffEcho).
 
 Each echo is a staff message of that customer's open conversation (storage/staff.py),
-deduplicated by its wamid; an echo of one of our own sends (its wamid is an outbox part's) is
-ignored; an echo to a customer we never saw opens a contact and a conversation. The
-conversation is then with staff for the tenant's `echo_pause_minutes` (0: echoes never pause
-the agent).
+deduplicated by its wamid; an echo of one of our own sends is ignored: its wamid is an outbox
+part's, or (the echo can arrive before the outbox has stored the wamid the Graph API answered,
+issue 35) it matches a part in flight, one claimed for sending in the last OWN_SEND_GRACE with
+no wamid yet, to the same recipient and, for a text, with the same body; an echo to a
+customer we never saw opens a contact and a conversation. The conversation is then with staff
+for the tenant's `echo_pause_minutes` (0: echoes never pause the agent).
 """
 
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import Engine
-from sqlmodel import select
+from sqlalchemy import Engine, or_
+from sqlmodel import Session, col, select
 
 from storage import contacts, conversations, staff, tenants
 from storage.db import session_scope
@@ -20,6 +22,10 @@ from storage.models import Conversation, Message, Outbound
 from whatsapp.inbound import StaffEcho
 
 log = structlog.get_logger(__name__)
+
+# how long after its claim a part whose wamid is not stored yet still owns a matching echo
+# (a Graph call takes seconds; a part left `unknown` by a crash is matched too, within it)
+OWN_SEND_GRACE = timedelta(minutes=5)
 
 
 def store_echo(engine: Engine, echo: StaffEcho, now: datetime) -> str:
@@ -29,7 +35,8 @@ def store_echo(engine: Engine, echo: StaffEcho, now: datetime) -> str:
         tenant = tenants.get_by_phone_number_id(session, echo.phone_number_id)
         if tenant is None or tenant.id is None:
             return "unknown_tenant"
-        if session.exec(select(Outbound.id).where(Outbound.wamid == echo.wamid)).first():
+        if session.exec(select(Outbound.id).where(Outbound.wamid == echo.wamid)).first() or \
+                _in_flight(session, tenant.id, echo, now):
             return "own_send"
         if session.exec(select(Message.id).where(Message.wamid == echo.wamid)).first():
             return "duplicate"
@@ -53,3 +60,21 @@ def store_echo(engine: Engine, echo: StaffEcho, now: datetime) -> str:
                                    wamid=echo.wamid)
     log.info("staff_echo_stored", wa_type=echo.wa_type)
     return "staff_echo"
+
+
+def _in_flight(session: Session, tenant_id: int, echo: StaffEcho, now: datetime) -> bool:
+    """Whether `echo` matches one of our parts in flight (module docstring): claimed since
+    OWN_SEND_GRACE, no wamid stored, to the echo's recipient (phone or user id), and for a
+    text echo the part's body is the echo's text (else the part is a list, buttons or a
+    template)."""
+    recipients = [col(Outbound.to) == echo.to] if echo.to else []
+    if echo.to_user_id:
+        recipients.append(col(Outbound.recipient) == echo.to_user_id)
+    query = select(Outbound.body, Outbound.kind).where(
+        col(Outbound.tenant_id) == tenant_id, col(Outbound.wamid).is_(None),
+        col(Outbound.status).in_(("sending", "unknown")),
+        col(Outbound.claimed_at) >= now - OWN_SEND_GRACE, or_(*recipients))
+    parts = session.exec(query).all()
+    if echo.wa_type != "text":
+        return any(kind != "text" for _, kind in parts)  # a list, buttons or a template
+    return any(kind == "text" and body.strip() == echo.text.strip() for body, kind in parts)

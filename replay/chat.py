@@ -180,6 +180,8 @@ class ChatSession:
         self.runner = _Runner(self.env, self.result, Path("."), self.lines.append, self.zone,
                               None)
         self.env.add_tenant(self.tenant)
+        if self.database_url is not None:  # earlier chats and other customers stay out
+            self.runner.show_only_own_rows(CHAT_WA_ID)
         if self.relay is not None:
             self.env.messages_api.relay = self.relay
         for step in self.script or []:

@@ -108,7 +108,9 @@ class ReplayEnvironment:
             anthropic_api_key=API_KEY, **{"turn_debounce_seconds": 0, **settings})
         self.queue = Queue(self.namespace, connection=self.redis)
         self.messages_api = MessagesDouble(api_key=API_KEY, advance=self.clock.advance)
-        self.graph_api = GraphDouble(access_token=ACCESS_TOKEN)
+        self.graph_api = GraphDouble(  # a kept database has an earlier run's wamids
+            access_token=ACCESS_TOKEN,
+            wamid_prefix=uuid.uuid4().hex[:12].upper() if keep_database else "")
         self.transcription_api = TranscriptionDouble(api_key=TRANSCRIPTION_KEY)
         self._loop = _LoopThread()
         self._runner: web.AppRunner | None = None

@@ -96,8 +96,12 @@ class RecordedSend:
 class GraphDouble:
     """The double's state and server. `fail(code, times)` queues refusals for the next sends."""
 
-    def __init__(self, *, access_token: str | None = None) -> None:
+    def __init__(self, *, access_token: str | None = None, wamid_prefix: str = "") -> None:
         self.access_token = access_token
+        # the sends' wamids are wamid.OUT<prefix><n>: a double that writes into a kept
+        # database (`wagent chat --database-url`) needs a prefix of its own per run, or its
+        # wamids collide with an earlier run's (outbound.wamid is unique)
+        self.wamid_prefix = wamid_prefix
         self.base_url = ""
         self.sends: list[RecordedSend] = []
         self.reads: list[dict[str, Any]] = []
@@ -336,7 +340,7 @@ class GraphDouble:
             raise _injected_refusal(self._pending_failures.pop(0))
         self._check_template(send)
         self._wamid_seq += 1
-        wamid = f"wamid.OUT{self._wamid_seq:06d}"
+        wamid = f"wamid.OUT{self.wamid_prefix}{self._wamid_seq:06d}"
         self.sends.append(RecordedSend(phone_number_id, send, 200, wamid=wamid))
         return _send_answer(send, wamid)
 

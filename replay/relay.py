@@ -15,10 +15,11 @@ from typing import Any
 import aiohttp
 
 from core.network import network_cause
+from core.settings import ANTHROPIC_API_URL
 
 # what the product sends, as it sends it in production (workers/jobs.py: the purpose header)
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta", "x-wagent-purpose")
-DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_BASE_URL = ANTHROPIC_API_URL
 RELAY_TIMEOUT_SECONDS = 120.0
 UNREACHABLE = "could not reach the Messages API"  # how the relay's own 529 starts
 CAUSE_WORDS = {  # core/network.py's causes, as a developer at a terminal reads them

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 import fakeredis
 import redis
+from sqlalchemy import func
 from sqlmodel import col, select
 
 from core.clock import parse_duration
@@ -112,7 +113,7 @@ EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversatio
                "api_errors", "reads", "last_request_contains", "requests"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
-                "appointments": {"service", "start", "status", "confirmed"},
+                "appointments": {"service", "start", "status", "confirmed", "note"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts"}
@@ -378,8 +379,33 @@ class _Runner:
         self.shown_facts = 0
         self.last_sender: str | None = None
         self.outbox_seen: dict[int, tuple[str, int]] = {}
+        self.tool_base = 0  # ToolCall ids up to this one were there before the replay
+        self.own_wa_id: str | None = None  # show only this customer's rows (None: all)
         self.live = False  # `model` steps skipped: the relay answers (run_scenario's `live`)
         self.taps = 0  # customer taps posted (their wamids)
+
+    def show_only_own_rows(self, wa_id: str) -> None:
+        """A kept database (`wagent chat --database-url`) holds earlier chats and other
+        customers' conversations: from now on the transcript shows only the rows this run
+        makes for the customer `wa_id` (tool calls, facts, outbox parts)."""
+        self.own_wa_id = wa_id
+        with session_scope(self.env.engine) as session:
+            self.tool_base = session.exec(select(func.max(ToolCall.id))).one() or 0
+            self.tool_mark = self.shown_tools = self.tool_base
+            self.shown_facts = session.exec(select(func.max(ContactFact.id))).one() or 0
+            for row in session.exec(select(Outbound)).all():
+                self.outbox_seen[row.id or 0] = (row.status, row.attempts)
+
+    def _own_contacts(self) -> Any:
+        """The ids of the contacts whose rows are shown (a subquery), or None for all."""
+        if self.own_wa_id is None:
+            return None
+        return select(Contact.id).where(Contact.wa_id == self.own_wa_id)
+
+    def _own_conversations(self) -> Any:
+        contacts = self._own_contacts()
+        return None if contacts is None else select(Conversation.id).where(
+            col(Conversation.contact_id).in_(contacts))
 
     def say(self, line: str) -> None:
         self.result.transcript.append(line)
@@ -566,8 +592,10 @@ class _Runner:
 
     def _show_activity(self) -> None:
         with session_scope(self.env.engine) as session:
-            calls = session.exec(select(ToolCall).where(col(ToolCall.id) > self.shown_tools)
-                                 .order_by(col(ToolCall.id))).all()
+            query = select(ToolCall).where(col(ToolCall.id) > self.shown_tools)
+            if (own := self._own_conversations()) is not None:
+                query = query.where(col(ToolCall.conversation_id).in_(own))
+            calls = session.exec(query.order_by(col(ToolCall.id))).all()
             for call in calls:
                 flag = " (error)" if call.is_error else ""
                 self.say(f"   tool {call.name}({json.dumps(call.input, ensure_ascii=False)})"
@@ -595,7 +623,10 @@ class _Runner:
         """A line for each outbox part whose fate changed to anything but sent (the send line
         above shows those): waiting for a retry, failed, refused, unknown."""
         with session_scope(self.env.engine) as session:
-            rows = session.exec(select(Outbound).order_by(col(Outbound.id))).all()
+            query = select(Outbound)
+            if (own := self._own_conversations()) is not None:
+                query = query.where(col(Outbound.conversation_id).in_(own))
+            rows = session.exec(query.order_by(col(Outbound.id))).all()
         for row in rows:
             seen = (row.status, row.attempts)
             if self.outbox_seen.get(row.id or 0) == seen:
@@ -608,8 +639,10 @@ class _Runner:
 
     def _show_facts(self) -> None:
         with session_scope(self.env.engine) as session:
-            facts = session.exec(select(ContactFact).where(col(ContactFact.id) > self.shown_facts)
-                                 .order_by(col(ContactFact.id))).all()
+            query = select(ContactFact).where(col(ContactFact.id) > self.shown_facts)
+            if (contacts := self._own_contacts()) is not None:
+                query = query.where(col(ContactFact.contact_id).in_(contacts))
+            facts = session.exec(query.order_by(col(ContactFact.id))).all()
         for fact in facts:
             self.say(f"   [fact {fact.key} = {fact.value} ({fact.state}, {fact.origin})]")
             self.shown_facts = fact.id or self.shown_facts
@@ -628,8 +661,11 @@ class _Runner:
                              for k in USAGE_KEYS}
         self.result.sent += [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
         with session_scope(self.env.engine) as session:
-            self.result.tool_errors += len(session.exec(select(ToolCall).where(
-                col(ToolCall.is_error).is_(True))).all())
+            query = select(ToolCall).where(col(ToolCall.is_error).is_(True),
+                                            col(ToolCall.id) > self.tool_base)
+            if (own := self._own_conversations()) is not None:
+                query = query.where(col(ToolCall.conversation_id).in_(own))
+            self.result.tool_errors += len(session.exec(query).all())
         if unscripted:
             purposes = sorted({c.purpose for c in api.calls if c.status == 500
                                and "unscripted" in json.dumps(c.response)})
@@ -790,6 +826,7 @@ class _Expectations:
                                                              col(Appointment.id))).all()
             actual = [{"service": service.code, "status": appointment.status,
                        "confirmed": appointment.confirmed_at is not None,
+                       "note": appointment.note,
                        "start": appointment.start_at.astimezone(tz).replace(tzinfo=None)
                        .isoformat(timespec="minutes")} for appointment, service in rows]
         wanted = [_criteria(e) for e in expected]

@@ -19,23 +19,44 @@ from sqlmodel import Session, col, delete, select
 from storage.db import session_scope
 from storage.models import Contact, DeadLetter, DeadLetterRef, Tenant
 
-# the fields of a webhook body that name a number or a person (Sources: WhatsApp §3):
-# metadata.phone_number_id; messages[].from / from_user_id; contacts[].wa_id / user_id;
-# system.wa_id / user_id; statuses[].recipient_id / recipient_user_id
-REF_NAMES = {"phone_number_id": "phone_number_id", "from": "wa_id", "wa_id": "wa_id",
-             "recipient_id": "wa_id", "from_user_id": "user_id", "user_id": "user_id",
+# Every field of a stored body that names a number or a person, and the name it is indexed
+# under, in one place (Sources: WhatsApp §3, and the shared fixtures' README): metadata.
+# phone_number_id; messages[].from / from_user_id; message_echoes[].from (the business) / to /
+# to_user_id (the customer, issue 35); contacts[].wa_id / user_id, and a shared contact card's
+# phones[].phone / wa_id; system.wa_id / user_id; statuses[].recipient_id / recipient_user_id.
+# Any other field whose name ends in "user_id" is a user id too (USER_ID_SUFFIX).
+REF_NAMES = {"phone_number_id": "phone_number_id", "from": "wa_id", "to": "wa_id",
+             "wa_id": "wa_id", "recipient_id": "wa_id", "phone": "wa_id",
+             "from_user_id": "user_id", "to_user_id": "user_id", "user_id": "user_id",
              "recipient_user_id": "user_id"}
+USER_ID_SUFFIX = "user_id"
+DIGITS_ONLY = frozenset({"phone"})  # as a person typed it ("+55 11 98765-4321"): its digits
 REF_CHARS = 160  # DeadLetterRef.value
 REASON_CHARS = 2000
 BATCH = 500  # dead letters deleted per transaction by the retention purge
 _RAW_PAIR = re.compile(rb'"(' + b"|".join(k.encode() for k in REF_NAMES) +
+                       rb'|[A-Za-z_]*' + USER_ID_SUFFIX.encode() +
                        rb')"\s*:\s*"?([^"\\,}\]\s]{1,160})')
+
+
+def ref_name(key: str) -> str | None:
+    """The name field `key` of a body is indexed under, or None when it names nobody."""
+    if key in REF_NAMES:
+        return REF_NAMES[key]
+    return "user_id" if key.endswith(USER_ID_SUFFIX) else None
+
+
+def _ref_value(key: str, value: str) -> str:
+    return re.sub(r"\D", "", value) if key in DIGITS_ONLY else _text(value)
 
 
 def identifiers(body: bytes) -> set[tuple[str, str]]:
     """(name, value) of every identifier `body` names; see the module docstring."""
-    found = {(REF_NAMES[key.decode()], _text(value.decode("utf-8", "replace")))
-             for key, value in _RAW_PAIR.findall(body)}
+    found = set()
+    for key, value in _RAW_PAIR.findall(body):
+        name = ref_name(key.decode())
+        if name is not None:
+            found.add((name, _ref_value(key.decode(), value.decode("utf-8", "replace"))))
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
@@ -45,9 +66,10 @@ def identifiers(body: bytes) -> set[tuple[str, str]]:
         node = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
-                if key in REF_NAMES and isinstance(value, str | int) and \
+                name = ref_name(key) if isinstance(key, str) else None
+                if name is not None and isinstance(value, str | int) and \
                         not isinstance(value, bool) and str(value):
-                    found.add((REF_NAMES[key], _text(str(value))))
+                    found.add((name, _ref_value(key, str(value))))
                 elif isinstance(value, dict | list):
                     stack.append(value)
         elif isinstance(node, list):

@@ -41,8 +41,9 @@ MAX_PAYLOAD = 128
 def cancellation_open(window_minutes: int, start_at: datetime, now: datetime) -> bool:
     """Whether the customer may still cancel an appointment starting at `start_at`: at least
     the tenant's `cancellation_window_minutes` before it (0: until it starts). The one rule:
-    the reminder's Cancelar button (workers/reminders.py) and the agent's cancel_appointment
-    tool both ask it."""
+    the reminder's Cancelar and Remarcar buttons (workers/reminders.py) and the agent's
+    cancel_appointment and reschedule_appointment tools ask it (a move frees the slot as a
+    cancellation does); staff moves and cancellations are not limited."""
     return start_at > now and start_at - now >= timedelta(minutes=window_minutes)
 
 

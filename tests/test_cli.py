@@ -173,3 +173,89 @@ def test_report_shows_what_reached_the_customer(tmp_path: Path,
     replies = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["replies"]
     assert replies["by_state"]["failed"] == 1 and replies["not_delivered"][0]["error_code"] \
         == 131030
+
+
+# -- issue 35 item 9: one check of "is this a real secret" -----------------------------------
+
+REAL_ANTHROPIC_KEY = "sk-ant-api03-" + "a1B2_c3-" * 12
+REAL_GRAPH_TOKEN = "EAAGm0PX4ZCpsBA" + "Zb7x9Qk2LmNpR4sT" * 10
+
+
+@pytest.mark.parametrize(("name", "value", "real"), [
+    ("ANTHROPIC_API_KEY", REAL_ANTHROPIC_KEY, True),
+    ("ANTHROPIC_API_KEY", "", False),
+    ("ANTHROPIC_API_KEY", "sk-ant-placeholder", False),
+    ("ANTHROPIC_API_KEY", "sk-ant-placeholder-0123456789abcdefghij", False),
+    ("ANTHROPIC_API_KEY", "sk-ant-...", False),
+    ("ANTHROPIC_API_KEY", "sk-ant-your-key-here-0123456789abcdef", False),
+    ("ANTHROPIC_API_KEY", "sk-ant-xxxxxxxxxxxxxxxxxxxxxxxxxxxx", False),
+    ("ANTHROPIC_API_KEY", "sk-test-upstream", False),
+    ("WHATSAPP_ACCESS_TOKEN", REAL_GRAPH_TOKEN, True),
+    ("WHATSAPP_ACCESS_TOKEN", "placeholder", False),
+    ("WHATSAPP_ACCESS_TOKEN", "EAA-placeholder-token", False),
+    ("WHATSAPP_ACCESS_TOKEN", "<your system-user token>", False),
+    ("WHATSAPP_ACCESS_TOKEN", "changeme", False),
+    ("WHATSAPP_VERIFY_TOKEN", "minha-senha-do-salao-2026", True),  # no form: any real word
+    ("WHATSAPP_VERIFY_TOKEN", "CHANGE_ME", False),
+])
+def test_is_real_secret(name: str, value: str, real: bool) -> None:
+    from core.credentials import is_real_secret
+    assert is_real_secret(name, value) is real
+
+
+def _placeholder_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    env = {"WHATSAPP_APP_SECRET": "a3f1c9e07b5d42e8a6c1f0b9d7e5c3a1",
+           "WHATSAPP_VERIFY_TOKEN": "minha-senha-do-salao-2026",
+           "WHATSAPP_ACCESS_TOKEN": REAL_GRAPH_TOKEN, "ANTHROPIC_API_KEY": REAL_ANTHROPIC_KEY,
+           "ANTHROPIC_BASE_URL": "https://api.anthropic.com",
+           "GRAPH_API_BASE_URL": "https://graph.facebook.com",
+           "REDIS_URL": "redis://127.0.0.1:1/0", "DATABASE_URL": "sqlite:///:memory:"}
+    for name, value in {**env, **values}.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("placeholder", [
+    {"ANTHROPIC_API_KEY": "sk-ant-placeholder"},
+    {"WHATSAPP_ACCESS_TOKEN": "placeholder"},
+    {"ANTHROPIC_API_KEY": "sk-ant-placeholder", "WHATSAPP_ACCESS_TOKEN": "EAA-placeholder"}])
+def test_the_worker_refuses_to_start_with_a_placeholder_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        placeholder: dict[str, str]) -> None:
+    import cli.worker
+    _placeholder_env(monkeypatch, **placeholder)
+    monkeypatch.setattr(cli.worker, "prepare_worker_parent", _no_clients)
+    monkeypatch.setattr(cli.worker, "run_worker", _no_clients)
+    assert main(["worker", "--burst"]) == 2
+    err = capsys.readouterr().err
+    assert "not started" in err
+    for name, value in placeholder.items():
+        assert name in err
+        assert value == "placeholder" or value not in err  # the value is never printed
+
+
+def _no_clients(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the worker built its clients: it would have called out")
+
+
+def test_a_placeholder_for_a_base_url_of_your_own_is_not_refused() -> None:
+    from core.settings import Settings
+    settings = Settings(anthropic_api_key="replay-api-key", whatsapp_access_token="x",
+                        anthropic_base_url="http://127.0.0.1:9",
+                        graph_api_base_url="http://127.0.0.1:9")
+    assert settings.placeholder_secrets() == []
+    assert Settings(anthropic_api_key="sk-ant-placeholder",
+                    whatsapp_access_token=REAL_GRAPH_TOKEN).placeholder_secrets() == [
+        "ANTHROPIC_API_KEY"]
+
+
+def test_the_web_process_starts_with_placeholders_and_names_them(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import cli.web
+    _placeholder_env(monkeypatch, ANTHROPIC_API_KEY="sk-ant-placeholder")
+    served: list[object] = []
+    monkeypatch.setattr(cli.web, "create_app", lambda settings: served.append(settings))
+    monkeypatch.setattr(cli.web.aiohttp_web, "run_app", lambda *a, **k: None)
+    assert main(["web"]) == 0 and served  # the console works with placeholders
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY: placeholder" in err and "wagent worker" in err
+    assert "sk-ant-placeholder" not in err

@@ -286,6 +286,12 @@ def test_a_professionals_week_and_the_agenda_from_the_cli(
     status, booked, err = run(capsys, "appointments", "book", PNID, "--service", "consulta",
                               "--start", "2030-06-04T10:00", "--phone", "5511988887777")
     assert status == 0 and booked["professional"] == "lia", err
+    # issue 35 item 3: a staff note is held to the rules of every text about a customer
+    for note in ("CPF 529.982.247-25 - 15h", "cobrar metade do preço sempre", "grávida"):
+        status, _, err = run(capsys, "appointments", "book", PNID, "--service", "consulta",
+                             "--start", "2030-06-04T11:00", "--phone", "5511988887777",
+                             "--note", note)
+        assert status == 2 and "note not recorded" in err and note not in err, (note, err)
     status, _, err = run(capsys, "appointments", "book", PNID, "--service", "consulta",
                          "--start", "2030-06-04T09:30", "--phone", "5511988887777")
     assert status == 2 and "lia does not work" not in err and "outside" in err

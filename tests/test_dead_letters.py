@@ -208,3 +208,58 @@ def test_identifiers_are_read_from_any_depth_and_from_bytes_that_do_not_parse() 
         "system": {"user_id": "BR.2"}}, {"phone_number_id": "9"}]).encode()) == {
         ("wa_id", "1"), ("user_id", "BR.2"), ("phone_number_id", "9")}
     assert dead_letters.identifiers(b"\xff\xfe not json") == set()
+
+
+def _echo_body() -> dict[str, Any]:
+    """An owner's reply from the WhatsApp Business app, to Ana (tests/test_staff.py's echo:
+    the shared fixture smb_message_echo_owner_reply.json)."""
+    from tests.test_staff import echo
+    return echo(to=ANA)
+
+
+# issue 35 item 5: every field of dead_letters.REF_NAMES (and any *user_id), each alone in a
+# dead-lettered body: (where in a body, the field, the value naming Ana)
+PERSON_FIELDS = [
+    ("messages", "from", ANA_PHONE), ("messages", "from_user_id", ANA_USER),
+    ("message_echoes", "to", ANA_PHONE), ("message_echoes", "to_user_id", ANA_USER),
+    ("contacts", "wa_id", ANA_PHONE), ("contacts", "user_id", ANA_USER),
+    ("statuses", "recipient_id", ANA_PHONE), ("statuses", "recipient_user_id", ANA_USER),
+    ("system", "wa_id", ANA_PHONE), ("system", "user_id", ANA_USER),
+    ("phones", "phone", "+" + ANA_PHONE[:2] + " (" + ANA_PHONE[2:4] + ") " + ANA_PHONE[4:9]
+     + "-" + ANA_PHONE[9:]),
+    ("phones", "wa_id", ANA_PHONE), ("referral", "parent_user_id", ANA_USER),
+]
+
+
+def test_the_person_fields_are_the_ones_listed() -> None:
+    listed = {key for key, name in dead_letters.REF_NAMES.items() if name != "phone_number_id"}
+    assert listed <= {field for _, field, _ in PERSON_FIELDS}
+
+
+@pytest.mark.parametrize(("where", "field", "value"), PERSON_FIELDS)
+def test_forget_erases_a_dead_letter_naming_the_contact_in_any_person_field(
+        tenants: Engine, where: str, field: str, value: str) -> None:
+    _ingest(tenants, _message("olá", 1))  # Ana's contact, stored
+    item = {"id": "wamid.x", field: value, "text": {"body": SECRET}}
+    body = {"entry": [{"changes": [{"value": {
+        "metadata": {"phone_number_id": PHONE_NUMBER_ID}, where: [item]}}]}]}
+    with session_scope(tenants) as session:
+        dead_letters.add_dead_letter(session, body=json.dumps(body).encode(),
+                                     reason="a bug while storing", now=START)
+        contact = find_contact(session, 1, ANA_PHONE)
+        assert contact is not None and contact.user_id == ANA_USER
+        assert forget_contact(session, contact, now=START)["dead_letters"] == 1
+    assert _tables_naming(tenants, SECRET) == set()
+
+
+def test_forget_erases_a_dead_lettered_owner_echo(tenants: Engine) -> None:
+    """The shared fixture as it comes: the owner's text, to Ana, dead-lettered whole."""
+    _ingest(tenants, _message("olá", 1))
+    body = json.dumps(_echo_body()).encode()
+    with session_scope(tenants) as session:
+        dead_letters.add_dead_letter(session, body=body, reason="a bug while storing",
+                                     now=START, phone_number_id=PHONE_NUMBER_ID)
+        contact = find_contact(session, 1, ANA_PHONE)
+        assert contact is not None
+        assert forget_contact(session, contact, now=START)["dead_letters"] == 1
+    assert _tables_naming(tenants, ANA_PHONE, ANA_USER, "Consigo te encaixar") == set()

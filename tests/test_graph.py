@@ -473,13 +473,24 @@ def test_split_text_never_starts_a_part_inside_a_cluster(text: str, limit: int) 
 
 def test_split_text_prefers_paragraphs_then_lines_then_sentences_then_spaces() -> None:
     # limit 120 → parts of at most 90; limit 80 → at most 60 (a quarter kept as margin)
-    assert split_text("x" * 30 + "\n\n" + "y" * 30 + "\n" + "z" * 40, limit=120) == [
-        "x" * 30, "y" * 30 + "\n" + "z" * 40]
-    assert split_text("a" * 20 + "\n" + "b" * 20 + ". " + "c" * 60, limit=120) == [
-        "a" * 20, "b" * 20 + ". " + "c" * 60]
-    assert split_text("Oi, tudo bem? " + "c" * 29 + " " + "d" * 30, limit=80) == [
-        "Oi, tudo bem?", "c" * 29 + " " + "d" * 30]
+    assert split_text("x" * 50 + "\n\n" + "y" * 10 + "\n" + "z" * 40, limit=120) == [
+        "x" * 50, "y" * 10 + "\n" + "z" * 40]
+    assert split_text("a" * 50 + "\n" + "b" * 20 + ". " + "c" * 40, limit=120) == [
+        "a" * 50, "b" * 20 + ". " + "c" * 40]
+    assert split_text("Oi, tudo bem? " + "c" * 29 + ". " + "d" * 30, limit=80) == [
+        "Oi, tudo bem? " + "c" * 29 + ".", "d" * 30]
     assert split_text("a" * 50 + " " + "b" * 50, limit=80) == ["a" * 50, "b" * 50]
+
+
+def test_split_text_takes_the_last_boundary_when_the_best_kind_comes_too_early() -> None:
+    # An early paragraph or sentence end would make a short first part and one more message:
+    # the last boundary of the best kind that fills half a part wins (limit 80 → parts ≤ 60).
+    assert split_text("Oi!\n\n" + "c" * 29 + ". " + "d" * 30, limit=80) == [
+        "Oi!\n\n" + "c" * 29 + ".", "d" * 30]
+    assert split_text("Oi! " + "c" * 39 + " " + "d" * 30, limit=80) == [
+        "Oi! " + "c" * 39, "d" * 30]
+    # Nothing late enough: the last boundary of any kind, not the first one.
+    assert split_text("Oi! " + "c" * 20 + " " + "d" * 70, limit=80)[0] == "Oi! " + "c" * 20
 
 
 def test_split_text_keeps_margin_below_metas_limit() -> None:
@@ -516,9 +527,39 @@ def test_a_3999_character_emoji_heavy_reply_is_split_within_4096_utf16_units() -
     reply = emoji_heavy(3999)
     assert len(reply) == 3999 and utf16_len(reply) > 4096  # one part by code points, too long
     parts = split_text(reply)
-    assert len(parts) >= 2
+    assert len(parts) == 2
     assert all(utf16_len(part) <= 4096 - 96 for part in parts)
     assert non_space("".join(parts)) == non_space(reply)
+
+
+def test_an_emoji_heavy_reply_that_greets_first_is_split_in_two_not_three() -> None:
+    # Issue 35: the first sentence end ("Oi!") was taken over the last one that fits.
+    for greeting in ("Oi!\n\n", "Oi! ", "Oi!\n"):
+        reply = greeting + emoji_heavy(3999 - len(greeting))
+        assert utf16_len(reply) <= 2 * (4096 - 96)
+        parts = split_text(reply)
+        assert len(parts) == 2, [utf16_len(part) for part in parts]
+        assert non_space("".join(parts)) == non_space(reply)
+
+
+WORDS = st.lists(st.one_of(
+    st.text(alphabet="abcdefghijçãé", min_size=1, max_size=8),
+    st.sampled_from(["😀", "👍🏽", "🇧🇷", "💇\u200d♀️", "Oi!", "bem?", "fim."])),
+    min_size=1, max_size=300)
+GAPS = st.sampled_from([" ", " ", " ", "\n", "\n\n", ". ", "! "])
+
+
+@given(words=WORDS, gaps=st.lists(GAPS, min_size=300, max_size=300), limit=LIMITS)
+def test_split_text_every_part_but_the_last_fills_half_a_part(
+        words: list[str], gaps: list[str], limit: int) -> None:
+    # Words are at most 8 characters (16 units): a good boundary always falls in the second
+    # half of a part, so no part but the last is short, whatever the paragraphs and emoji.
+    text = "".join(word + gap for word, gap in zip(words, gaps, strict=False))
+    budget = limit - min(96, limit // 4)
+    parts = split_text(text, limit)
+    assert non_space("".join(parts)) == non_space(text)
+    assert all(utf16_len(part) <= budget for part in parts)
+    assert all(utf16_len(part) >= budget // 2 - 20 for part in parts[:-1])
 
 
 async def test_double_counts_utf16_units_an_emoji_is_two(double: GraphDouble) -> None:

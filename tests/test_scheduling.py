@@ -337,6 +337,31 @@ def test_the_agent_cannot_cancel_inside_the_tenants_cancellation_window(engine: 
     assert not is_error and text.startswith("Cancelled.")
 
 
+def test_the_agent_cannot_move_a_booking_inside_the_cancellation_window(engine: Engine) -> None:
+    """Issue 35 item 4: a move frees the imminent slot as a cancellation does, so inside the
+    window it is refused the same way (then neither the move nor the cancel of the moved
+    booking gets round the rule); outside it the move goes through."""
+    (a, ca), _ = _setup(engine, cancellation_window_minutes=48 * 60)
+    booked, _ = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                             {"service": "corte", "start": "2026-06-02T14:00"})
+    appointment_id = int(booked.split("#")[1].split()[0].rstrip(".,:;"))
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t2"), "reschedule_appointment",
+                                  {"appointment_id": appointment_id,
+                                   "start": "2026-06-02T16:00"})
+    assert is_error and text.startswith("not moved:") and "staff can still do it" in text
+    with session_scope(engine) as session:
+        assert [(x.status, x.moved_to_id) for x in session.exec(select(Appointment))] == [
+            ("booked", None)]
+    with session_scope(engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        tenant.cancellation_window_minutes = 60
+        session.add(tenant)
+    text, is_error = execute_tool(_ctx(engine, a, ca, "t3"), "reschedule_appointment",
+                                  {"appointment_id": appointment_id,
+                                   "start": "2026-06-02T16:00"})
+    assert not is_error and text.startswith("Moved appointment"), text
+
+
 @pytest.mark.parametrize(("extra", "problem"), [
     ({"after": "15:00", "before": "10:00"}, "after (15:00) must be earlier than before (10:00)"),
     ({"after": "09"}, "after must be a local time HH:MM"),

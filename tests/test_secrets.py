@@ -521,3 +521,25 @@ async def test_console_session_keys_in_redis_hold_no_session_id(
     keys = [k.decode() for k in redis_client.scan_iter("sec:*")]
     assert any(k.startswith("sec:console:session:") for k in keys), keys
     assert not [k for k in keys if sid in k or sid[4:] in k]
+
+
+async def test_a_refused_token_on_a_contact_route_logs_the_route_template_not_the_phone(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
+        captured: Captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 item 7: the contact routes' path is the customer's phone; every line of the
+    request (admin_token_refused, admin_call and the request's bound context) names the
+    route's template instead, at every level."""
+    tenant_id, _ = tenant_token(engine)
+    # `wagent web` runs without aiohttp's access log (cli/web.py); the test server has one
+    monkeypatch.setattr(logging.getLogger("aiohttp.access"), "disabled", True)
+    client = await aiohttp_client(create_app(SETTINGS, engine=engine, redis_client=redis_client))
+    for method, path in (("GET", f"/admin/tenants/{tenant_id}/contacts/{ANA[0]}/export"),
+                         ("DELETE", f"/admin/tenants/{tenant_id}/contacts/{ANA[0]}"),
+                         ("GET", f"/admin/nowhere/{ANA[0]}")):
+        response = await client.request(method, path,
+                                        headers={"Authorization": "Bearer not-a-token-at-all"})
+        assert response.status in (401, 404), path
+    text = captured.text()
+    assert "admin_token_refused" in text
+    assert "/admin/tenants/{tenant_id}/contacts/{contact}" in text
+    captured.assert_no_customer_data([ANA[0]])

@@ -22,10 +22,10 @@ from storage import staff
 from storage.conversations import close_if_open, with_staff
 from storage.db import session_scope
 from storage.errors import TenantConfigError
-from storage.models import Contact, Conversation, DeadLetter, Message, Tenant
+from storage.models import Contact, Conversation, DeadLetter, Message, Outbound, Tenant
 from storage.tenants import validate_config
 from tests.conftest import START
-from tests.factories import BRUNO, TENANT, text_body
+from tests.factories import ANA, BRUNO, TENANT, text_body
 from tests.test_admin_api import OPERATOR, OTHER, call, ids
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -545,3 +545,28 @@ def test_no_disguise_of_a_staff_mark_reaches_the_model_from_a_customer(disguise:
     assert "[equipe" not in disarmed and "[before this message" not in disarmed
     assert disarmed.startswith("(")
     assert staff.disarm("oi 👩\u200d🦰 ［tudo bem］") == "oi 👩\u200d🦰 ［tudo bem］"  # untouched
+
+
+def test_an_echo_of_our_send_that_arrives_before_its_wamid_is_stored_is_ours(
+        env: ReplayEnvironment) -> None:
+    """Issue 35 item 6: the echo of a send can come before the outbox stores the wamid the
+    Graph API answered. It matches the part in flight (recipient and text) and pauses
+    nothing; the owner typing another text to the customer at that moment still does."""
+    env.messages_api.script("turn", [{"text": "Olá!"}])
+    post(env, text_body("oi", 1, sent_at=env.clock.now()))
+    own = env.graph_api.sends[-1].wamid
+    with session_scope(env.engine) as session:  # as the part was while the call was made
+        part = session.exec(select(Outbound)).one()
+        part.status, part.wamid, part.claimed_at = "sending", None, env.clock.now()
+        session.add(part)
+    early = {"from": "5511999990000", "to": ANA[0], "to_user_id": ANA[1], "id": own,
+             "timestamp": str(int(env.clock.now().timestamp())), "type": "text",
+             "text": {"body": "Olá!"}}
+    post(env, echo(item=early))
+    with session_scope(env.engine) as session:
+        assert session.exec(select(Message).where(col(Message.author).is_not(None))).all() == []
+        assert not with_staff(session.get(Conversation, 1), env.clock.now())
+    owner = {**early, "id": "wamid.OWNER1", "text": {"body": "Oi Ana, é a Júlia!"}}
+    post(env, echo(item=owner))  # another text: the owner typing
+    with session_scope(env.engine) as session:
+        assert with_staff(session.get(Conversation, 1), env.clock.now())

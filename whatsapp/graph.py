@@ -40,6 +40,7 @@ __all__ = [
 # at least as strict as counting code points or grapheme clusters: never an error 100.
 MAX_TEXT_CHARS = 4096
 SPLIT_MARGIN = 96  # and parts stay below the limit by this many units
+MIN_PART_SHARE = 2  # a boundary is good when the part before it fills 1/2 of a part
 
 # httpx2 errors raised before any byte of the request was written: the connection itself
 # failed (DNS, refused, TLS handshake, connect timeout, no route), the pool had no connection
@@ -288,7 +289,10 @@ def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
     The margin is 96 (a quarter of `limit` when that is smaller): Meta caps text.body at 4096
     characters without saying how it counts them (Sources: WhatsApp §5.2, §9). Cuts go at
     the last paragraph break ("\\n\\n") that fits, else line break, else sentence end (". ",
-    "! ", "? "), else whitespace, else anywhere between two grapheme clusters; a cluster
+    "! ", "? "), else whitespace, but a boundary counts only when the part before it fills at
+    least half a part (`MIN_PART_SHARE`): an early "Oi!\\n\\n" is not worth a third message.
+    When no boundary is that late, the last one of any kind is taken, else anywhere between
+    two grapheme clusters; a cluster
     (combining marks, variation selectors, skin tones, ZWJ sequences, flags, surrogate pairs)
     is cut only when it alone is longer than a part. Only whitespace at cuts is dropped.
     Raises ValueError when `limit` < 2 (a part must hold one emoji).
@@ -299,7 +303,8 @@ def split_text(text: str, limit: int = MAX_TEXT_CHARS) -> list[str]:
     parts: list[str] = []
     rest = text.strip()
     while utf16_len(rest) > budget:
-        cut = _find_cut(rest, _chars_within(rest, budget))
+        least = _chars_within(rest, budget // MIN_PART_SHARE)
+        cut = _find_cut(rest, _chars_within(rest, budget), least)
         parts.append(rest[:cut].rstrip())
         rest = rest[cut:].lstrip()
     if rest:
@@ -325,18 +330,20 @@ _SEPARATORS: tuple[tuple[tuple[str, int], ...], ...] = (
 )
 
 
-def _find_cut(text: str, budget: int) -> int:
-    """Index in 1..budget where `text` (stripped, longer than budget) is best cut."""
+def _find_cut(text: str, budget: int, least: int) -> int:
+    """Index in 1..budget where `text` (stripped, longer than budget) is best cut: the last
+    boundary of the best kind at or after `least` (characters), else the last of any kind."""
     safe = _safe_cuts(text, budget)
-    for level in _SEPARATORS:
-        cuts = [_last_cut_at(text, budget, safe, sep, keep) for sep, keep in level]
-        if max(cuts) > 0:
-            return max(cuts)
-    at_space = (i for i in range(budget, 0, -1) if safe[i] and text[i].isspace())
+    at_space = next((i for i in range(budget, 0, -1) if safe[i] and text[i].isspace()), 0)
+    by_level = [max(_last_cut_at(text, budget, safe, sep, keep) for sep, keep in level)
+                for level in _SEPARATORS] + [at_space]
+    good = [cut for cut in by_level if cut >= least]
+    if good or max(by_level) > 0:
+        return good[0] if good else max(by_level)
     between_clusters = (i for i in range(budget, 0, -1) if safe[i])
     # Else one cluster is longer than a part: cut it, but never between two surrogate halves.
     forced = budget - 1 if budget > 1 and _is_high_surrogate(text[budget - 1]) else budget
-    return next(at_space, 0) or next(between_clusters, 0) or forced
+    return next(between_clusters, 0) or forced
 
 
 def _last_cut_at(text: str, budget: int, safe: list[bool], sep: str, keep: int) -> int:

@@ -15,7 +15,8 @@
   reminder's button, its payload verified (storage/reminders.verified). Confirmar sets
   `confirmed_at` and acknowledges (a second one: no second acknowledgement); Cancelar
   cancels inside the rules (`cancellation_window_minutes`) and acknowledges; Remarcar, and a
-  Cancelar too late to accept, go to the agent with a text naming the appointment in full; a
+  Cancelar too late to accept, go to the agent with a text naming the appointment in full
+  (inside the cancellation window, saying it can be neither cancelled nor moved now); a
   tap on a cancelled, moved or past appointment, or a forged payload, gets a short
   explanation. None of these but the agent's calls the model.
 """
@@ -384,10 +385,11 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
         return _format(texts.text(language, "reminder_cancelled"), values)
     title = texts.text(language, f"button_{action}")
     said = f"[tapped {title} on the reminder of {describe(session, tenant, appointment)}"
-    if action == "cancel":
+    if action in ("cancel", "reschedule") and not reminders.cancellation_open(
+            tenant.cancellation_window_minutes, appointment.start_at, now):
         said += (f"; it starts in less than the cancellation window of "
-                 f"{tenant.cancellation_window_minutes} minutes, so it was not cancelled: "
-                 "explain the policy]")
+                 f"{tenant.cancellation_window_minutes} minutes, so it cannot be "
+                 f"{'cancelled' if action == 'cancel' else 'moved'} now: explain the policy]")
     else:
         said += "]"
     message.content = [{**b, "text": _TAPPED.sub(lambda _m: said, str(b["text"]))}

@@ -10,11 +10,11 @@ from sqlmodel import Session, select
 
 from agent.errors import ToolError
 from agent.tools.base import Tool, ToolContext
+from agent.tools.content_rules import fold
 from agent.tools.facts_rules import (
     Catalogue,
     Proposal,
     SourceMessage,
-    fold,
     initial_state,
     validate,
     validity,

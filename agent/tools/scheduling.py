@@ -196,12 +196,7 @@ LIST_MY_APPOINTMENTS = Tool(
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
-    window = _tenant(session, ctx.tenant_id).cancellation_window_minutes
-    if not reminders.cancellation_open(window, appointment.start_at, ctx.now):
-        raise ToolError(f"not cancelled: the business takes cancellations up to {window} "
-                        f"minutes before the start, and appointment #{appointment.id} starts "
-                        "sooner. Explain the policy to the customer; if they insist, "
-                        "handoff_to_human lets a person decide.")
+    _check_cancellation_window(session, ctx, appointment, "cancelled", "cancellations")
     appointment.status, appointment.cancelled_at = "cancelled", ctx.now
     session.add(appointment)
     reminders.cancel_for(session, _id(appointment), reason="appointment cancelled")
@@ -220,6 +215,9 @@ CANCEL_APPOINTMENT = Tool(
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     old = _own_upcoming(session, ctx, args.get("appointment_id"))
+    # a move frees the imminent slot as a cancellation does: the same window (staff moves,
+    # operations/agenda.move, are not limited)
+    _check_cancellation_window(session, ctx, old, "moved", "changes")
     service = session.get(Service, old.service_id)
     assert service is not None
     start = _parse_local(args.get("start"), ctx.timezone)
@@ -254,6 +252,18 @@ RESCHEDULE_APPOINTMENT = Tool(
                                                  "(default: the old booking's note)"}},
         "required": ["appointment_id", "start"]},
     handler=reschedule_appointment)
+
+
+def _check_cancellation_window(session: Session, ctx: ToolContext, appointment: Appointment,
+                               done: str, what: str) -> None:
+    """ToolError when `appointment` starts inside the tenant's cancellation window
+    (storage/reminders.cancellation_open, the one rule): neither cancelled nor moved."""
+    window = _tenant(session, ctx.tenant_id).cancellation_window_minutes
+    if not reminders.cancellation_open(window, appointment.start_at, ctx.now):
+        raise ToolError(f"not {done}: the business takes {what} up to {window} minutes before "
+                        f"the start, and appointment #{appointment.id} starts sooner. Explain "
+                        "the policy to the customer; staff can still do it: if they insist, "
+                        "handoff_to_human lets a person decide.")
 
 
 def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,
