@@ -2,10 +2,14 @@
 due, the quiet-hours rule, the signed payloads of their buttons, and the indexed queries of
 the periodic pass (workers/reminders.py sends them; README "Reminders").
 
-- **One reminder per appointment and lead time** (`Tenant.reminder_lead_minutes`, at most 3),
-  made when the appointment is booked (`schedule`), cancelled with it (`cancel_for`; a move
-  cancels the old booking's and schedules the new one's). A booking made inside a lead time
-  gets that reminder `skipped`, with the reason.
+- **One reminder per visit and lead time** (`Tenant.reminder_lead_minutes`, at most 3; issue
+  38: `Reminder.appointment_id` is the visit's booking number, storage/appointments.py), made
+  when the visit is booked (`schedule`), cancelled with it (`cancel_for`; a move cancels the
+  old booking's and schedules the new one's; a visit whose start changed gets its unsent ones
+  made again, `reschedule`). A booking made inside a lead time gets that reminder `skipped`,
+  with the reason. The send checks the visit again (workers/reminders.py): one no longer
+  booked, started, completed or starting at another time than `Reminder.start_at` is not
+  reminded.
 - **Quiet hours** (`Tenant.quiet_hours`, local "HH:MM-HH:MM", may wrap midnight): a reminder
   due then goes out at the last allowed moment before them (one minute before they start),
   or, when that moment had passed at booking, at their end if that is still before the
@@ -112,22 +116,43 @@ def _out_of_quiet(moment: datetime, quiet: str, tz: ZoneInfo, *,
 
 
 def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,
-             now: datetime) -> list[Reminder]:
-    """Make the appointment's reminders, one per lead time of the tenant (scheduled, or
-    skipped with the reason). Called in the booking's transaction (the agent's tool, staff)."""
+             now: datetime, start_at: datetime | None = None,
+             leads: set[int] | None = None) -> list[Reminder]:
+    """Make the reminders of `appointment`'s visit, one per lead time of the tenant (or of
+    `leads`), scheduled or skipped with the reason, for the visit's start `start_at` (default:
+    the appointment's). Called in the booking's transaction (the agent's tool, staff)."""
     assert appointment.id is not None and tenant.id is not None
     tz = ZoneInfo(tenant.timezone)
+    start = start_at or appointment.start_at
     rows = []
     for lead in sorted({int(m) for m in tenant.reminder_lead_minutes or []})[:MAX_LEADS]:
-        due, reason = due_time(appointment.start_at, lead, quiet=tenant.quiet_hours, tz=tz,
-                               booked_at=now)
-        rows.append(Reminder(tenant_id=tenant.id, appointment_id=appointment.id,
+        if leads is not None and lead not in leads:
+            continue
+        due, reason = due_time(start, lead, quiet=tenant.quiet_hours, tz=tz, booked_at=now)
+        rows.append(Reminder(tenant_id=tenant.id,
+                             appointment_id=appointment.visit_id or appointment.id,
                              lead_minutes=lead, due_at=due, reason=reason[:300],
                              status="scheduled" if due is not None else "skipped",
-                             created_at=now))
+                             created_at=now, start_at=start))
     session.add_all(rows)
     session.flush()
     return rows
+
+
+def reschedule(session: Session, tenant: Tenant, head: Appointment, *, start_at: datetime,
+               now: datetime) -> list[Reminder]:
+    """The visit of `head` now starts at `start_at` (one of its services moved or was
+    cancelled): its reminders not queued yet are made again for that start; a lead time
+    whose reminder already went out is not sent twice."""
+    visit_id = head.visit_id or head.id
+    rows = list(session.exec(select(Reminder).where(col(Reminder.appointment_id) == visit_id)))
+    sent = {r.lead_minutes for r in rows if r.status == "queued"}
+    for row in rows:
+        if row.status != "queued":
+            session.delete(row)
+    session.flush()
+    leads = {int(m) for m in tenant.reminder_lead_minutes or []} - sent
+    return schedule(session, tenant, head, now=now, start_at=start_at, leads=leads)
 
 
 def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
