@@ -368,8 +368,9 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
                                    now=ctx.now, professional=hint,
                                    tool_use_id=ctx.tool_use_id if n == 0 else None,
                                    grid=n == 0, visit_id=visit_id))
-        if any(overlaps((row.start_at, row.end_at), o) for o in own):
-            local = row.start_at.astimezone(ctx.timezone)
+        clash = next((o for o in own if overlaps((row.start_at, row.end_at), o)), None)
+        if clash is not None:
+            local = clash[0].astimezone(ctx.timezone)
             raise ToolError(f"this customer already has a booking at "
                             f"{local:%a %Y-%m-%d %H:%M}; call list_my_appointments, or offer "
                             "another time")

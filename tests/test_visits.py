@@ -1,0 +1,157 @@
+"""A visit of several services as one booking (issue 38): one booking number, the quota
+counts visits, slot search for a sequence never overlaps the customer's own booking, moves
+and cancels of the whole visit or of one service, one reminder per visit."""
+
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Engine
+from sqlmodel import col, select
+
+from agent.tools.base import ToolContext
+from agent.tools.registry import execute_tool
+from storage.db import session_scope
+from storage.models import Appointment, Contact, Conversation, Reminder, Service
+from storage.tenants import upsert_tenant
+
+SP = ZoneInfo("America/Sao_Paulo")
+NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
+GARAGE: dict[str, Any] = {
+    "phone_number_id": "109876543210987", "name": "Oficina Exemplo",
+    "timezone": "America/Sao_Paulo", "max_upcoming_bookings": 2,
+    "reminder_lead_minutes": [1440], "quiet_hours": "",
+    "services": [{"code": "oleo", "name": "Troca de óleo", "duration_minutes": 30},
+                 {"code": "alinhamento", "name": "Alinhamento", "duration_minutes": 60},
+                 {"code": "diagnostico", "name": "Diagnóstico", "duration_minutes": 60}],
+    "professionals": [{"code": "pedro", "name": "Pedro",
+                       "services": ["oleo", "alinhamento", "diagnostico"]},
+                      {"code": "rafa", "name": "Rafa", "services": ["diagnostico"]}],
+    "hours": {d: ["08:00-18:00"] for d in ("mon", "tue", "wed", "thu", "fri")},
+}
+THREE = ["oleo", "alinhamento", "diagnostico"]
+
+
+class Customer:
+    def __init__(self, engine: Engine, wa_id: str = "5511999990001") -> None:
+        self.engine, self.n = engine, 0
+        with session_scope(engine) as session:
+            tenant = upsert_tenant(session, GARAGE, now=NOW) if session.get(
+                Contact, 1) is None else None
+            tenant_id = tenant.id if tenant else 1
+            contact = Contact(tenant_id=tenant_id, wa_id=wa_id, created_at=NOW)
+            session.add(contact)
+            session.flush()
+            conversation = Conversation(tenant_id=tenant_id, contact_id=contact.id,
+                                        last_activity_at=NOW, due_at=NOW, opened_at=NOW)
+            session.add(conversation)
+            session.flush()
+            assert contact.id is not None and conversation.id is not None
+            self.contact_id, self.conversation_id = contact.id, conversation.id
+
+    def call(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        self.n += 1
+        ctx = ToolContext(engine=self.engine, tenant_id=1, contact_id=self.contact_id,
+                          conversation_id=self.conversation_id, timezone=SP, now=NOW,
+                          tool_use_id=f"toolu_{self.contact_id}_{self.n}")
+        return execute_tool(ctx, name, args)
+
+
+def _rows(engine: Engine) -> list[tuple[str, str, str, str, int | None]]:
+    with session_scope(engine) as session:
+        return [(s.code, a.start_at.astimezone(SP).strftime("%a %H:%M"), a.status,
+                 str(a.professional_id), a.visit_id) for a, s in session.exec(
+            select(Appointment, Service).join(Service, col(Service.id) == col(
+                Appointment.service_id)).order_by(col(Appointment.id)))]
+
+
+def test_a_visit_of_three_services_is_one_booking_and_counts_once(engine: Engine) -> None:
+    ana = Customer(engine)
+    text, error = ana.call("book_appointment", {"services": THREE, "start": "2026-06-02T09:00"})
+    assert not error, text
+    assert text.startswith("Booked. Appointment #1 on Tue 2026-06-02: Troca de óleo with "
+                           "Pedro 09:00-09:30, Alinhamento with Pedro 09:30-10:30, "
+                           "Diagnóstico with Pedro 10:30-11:30 (booked)"), text
+    rows = _rows(engine)
+    assert [(r[0], r[1], r[4]) for r in rows] == [
+        ("oleo", "Tue 09:00", 1), ("alinhamento", "Tue 09:30", 1),
+        ("diagnostico", "Tue 10:30", 1)]
+    listed, _ = ana.call("list_my_appointments", {})
+    assert listed.count("Appointment #") == 1
+    # the quota of 2 counts the visit once: one more booking fits, a third does not
+    assert not ana.call("book_appointment", {"service": "oleo",
+                                             "start": "2026-06-03T09:00"})[1]
+    text, error = ana.call("book_appointment", {"service": "oleo", "start": "2026-06-04T09:00"})
+    assert error and "already has 2 upcoming appointments" in text
+    with session_scope(engine) as session:
+        assert [(r.appointment_id, r.lead_minutes) for r in session.exec(select(Reminder))
+                .all()] == [(1, 1440), (4, 1440)]
+
+
+def test_slots_for_two_services_never_overlap_the_customers_own_booking(
+        engine: Engine) -> None:
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"service": "diagnostico", "professional": "rafa",
+                                             "start": "2026-06-02T10:00"})[1]
+    text, error = ana.call("find_available_slots", {"services": ["oleo", "alinhamento"],
+                                                    "date": "2026-06-02"})
+    assert not error
+    lines = text.splitlines()
+    assert lines[0] == "Free times for oleo+alinhamento, one after the other:"
+    assert lines[1] == "Tue 2026-06-02 08:00-09:30: oleo pedro, alinhamento pedro"
+    starts = [line.split()[2][:5] for line in lines[1:] if not line.startswith("(")]
+    # pedro is free all day, but Ana is with rafa 10:00-11:00: no visit touching that hour
+    assert "08:30" in starts and "09:00" not in starts and "10:30" not in starts
+    assert "11:00" in starts
+    single, _ = ana.call("find_available_slots", {"service": "oleo", "date": "2026-06-02"})
+    assert "10:00" not in single and "10:30 " not in single and "11:00 pedro" in single
+    text, error = ana.call("book_appointment", {"services": ["oleo", "alinhamento"],
+                                                "start": "2026-06-02T09:00"})
+    assert error and "already has a booking at Tue 2026-06-02 10:00" in text
+
+
+def test_a_move_and_a_cancel_of_one_service_and_of_the_whole_visit(engine: Engine) -> None:
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": THREE,
+                                             "start": "2026-06-03T09:00"})[1]
+    text, error = ana.call("reschedule_appointment", {"appointment_id": 1,
+                                                      "service": "diagnostico",
+                                                      "start": "2026-06-03T14:00"})
+    assert not error, text
+    assert text.startswith("Moved diagnostico of appointment #1.")
+    booked = [r for r in _rows(engine) if r[2] == "booked"]
+    assert [(r[0], r[1], r[4]) for r in booked] == [
+        ("oleo", "Wed 09:00", 1), ("alinhamento", "Wed 09:30", 1),
+        ("diagnostico", "Wed 14:00", 1)]
+    text, error = ana.call("cancel_appointment", {"appointment_id": 1, "service": "oleo"})
+    assert not error and "The visit keeps:" in text
+    with session_scope(engine) as session:  # the visit now starts 09:30: its reminder follows
+        reminder = session.exec(select(Reminder).where(Reminder.status == "scheduled")).one()
+        assert reminder.appointment_id == 1
+        assert reminder.start_at == datetime(2026, 6, 3, 12, 30, tzinfo=UTC)
+    text, error = ana.call("reschedule_appointment", {"appointment_id": 1,
+                                                      "start": "2026-06-04T08:00"})
+    assert not error, text
+    booked = [r for r in _rows(engine) if r[2] == "booked"]
+    assert [(r[0], r[1]) for r in booked] == [("alinhamento", "Thu 08:00"),
+                                              ("diagnostico", "Thu 09:00")]
+    assert len({r[4] for r in booked}) == 1
+    visit = booked[0][4]
+    text, error = ana.call("cancel_appointment", {"appointment_id": visit})
+    assert not error and text.startswith(f"Cancelled. Appointment #{visit} on Thu")
+    assert all(r[2] == "cancelled" for r in _rows(engine))
+    with session_scope(engine) as session:
+        assert not session.exec(select(Reminder).where(Reminder.status == "scheduled")).all()
+
+
+def test_an_unknown_service_of_the_visit_is_refused_and_changes_nothing(
+        engine: Engine) -> None:
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": ["oleo", "alinhamento"],
+                                             "start": "2026-06-02T09:00"})[1]
+    text, error = ana.call("cancel_appointment", {"appointment_id": 1, "service": "pintura"})
+    assert error and "has no service 'pintura'" in text and "oleo" in text
+    assert all(r[2] == "booked" for r in _rows(engine))
+    text, error = ana.call("book_appointment", {"services": "oleo",
+                                                "start": "2026-06-03T09:00"})
+    assert error and "services must be a list" in text
