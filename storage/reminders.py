@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import update
 from sqlmodel import Session, and_, col, or_, select
 
-from storage.models import Appointment, Notice, Reminder, Tenant
+from storage.models import Appointment, Notice, Outbound, Reminder, Tenant
 
 MAX_LEADS = 3
 QUIET_MARGIN = timedelta(minutes=1)  # "before quiet hours": this long before they start
@@ -145,10 +145,12 @@ def reschedule(session: Session, tenant: Tenant, head: Appointment, *, start_at:
     cancelled): its reminders not queued yet are made again for that start; a lead time
     whose reminder already went out is not sent twice."""
     visit_id = head.visit_id or head.id
+    assert visit_id is not None
+    withdraw(session, visit_id, reason="the visit moved")
     rows = list(session.exec(select(Reminder).where(col(Reminder.appointment_id) == visit_id)))
-    sent = {r.lead_minutes for r in rows if r.status == "queued"}
+    sent = {r.lead_minutes for r in rows if r.status == "queued" and not _withdrawn(session, r)}
     for row in rows:
-        if row.status != "queued":
+        if row.lead_minutes not in sent:
             session.delete(row)
     session.flush()
     leads = {int(m) for m in tenant.reminder_lead_minutes or []} - sent
@@ -156,11 +158,35 @@ def reschedule(session: Session, tenant: Tenant, head: Appointment, *, start_at:
 
 
 def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
-    """The appointment was cancelled or moved: its reminders not sent yet are cancelled.
-    Returns how many."""
+    """The visit `appointment_id` was cancelled or moved: its reminders not sent yet are
+    cancelled, and one queued but still waiting in the outbox (a rate limit's retry) is
+    withdrawn (`withdraw`). Returns how many were cancelled."""
     result = session.exec(update(Reminder).where(
         col(Reminder.appointment_id) == appointment_id, col(Reminder.status) == "scheduled",
     ).values(status="cancelled", reason=reason[:300]))
+    withdraw(session, appointment_id, reason=reason)
+    return int(result.rowcount or 0)
+
+
+def _withdrawn(session: Session, reminder: Reminder) -> bool:
+    """Whether a queued reminder never went out: every part of its message refused."""
+    statuses = session.exec(select(Outbound.status).where(
+        Outbound.message_id == reminder.message_id)).all()
+    return bool(statuses) and all(s == "refused" for s in statuses)
+
+
+def withdraw(session: Session, visit_id: int, *, reason: str) -> int:
+    """The outbox parts of the visit's queued reminders not sent yet (pending: waiting for a
+    retry) become refused with `reason`, so a reminder never goes out naming a time the
+    visit no longer has. Compare-and-set on pending: a part the outbox already claimed is
+    left to it. Returns how many."""
+    queued = select(Reminder.message_id).where(col(Reminder.appointment_id) == visit_id,
+                                                col(Reminder.status) == "queued",
+                                                col(Reminder.message_id).is_not(None))
+    result = session.exec(update(Outbound).where(
+        col(Outbound.message_id).in_(queued), col(Outbound.status) == "pending",
+    ).values(status="refused", error_code=None, error_cause=None, retry_at=None,
+             error_reason=f"not sent: {reason}"[:300]))
     return int(result.rowcount or 0)
 
 

@@ -3,14 +3,18 @@ counts visits, slot search for a sequence never overlaps the customer's own book
 and cancels of the whole visit or of one service, one reminder per visit."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
 from sqlalchemy import Engine
 from sqlmodel import col, select
 
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from cli.main import main
+from replay.runner import run_scenario_file
 from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation, Reminder, Service
 from storage.tenants import upsert_tenant
@@ -155,3 +159,13 @@ def test_an_unknown_service_of_the_visit_is_refused_and_changes_nothing(
     text, error = ana.call("book_appointment", {"services": "oleo",
                                                 "start": "2026-06-03T09:00"})
     assert error and "services must be a list" in text
+
+
+SCENARIOS = Path(__file__).parent / "scenarios" / "visits"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SCENARIOS.glob("*.json")))
+def test_visit_scenarios(name: str) -> None:
+    result = run_scenario_file(SCENARIOS / f"{name}.json", cli=main)
+    assert result.passed, "\n".join(result.failures + result.transcript)
+    assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover
