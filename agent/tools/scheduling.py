@@ -54,8 +54,11 @@ FOR_NAME_CHARS = 100  # Appointment.for_name
 MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
 NOTE_PROPERTY = {"type": "string",
-                 "description": "Optional: the customer's request for this visit, in their "
-                                "words, at most 200 characters (e.g. \"coloração sem amônia\")"}
+                 "description": "The customer's request for this visit, in their words, at "
+                                "most 200 characters"}
+_OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: the customer's request for this "
+                                                  "visit, in their words, at most 200 "
+                                                  "characters"}
 _LOCAL_TIME = {"type": "string",
                "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
 
@@ -145,15 +148,14 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
 
 
 SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}
-SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"}, "maxItems": 5,
-                     "description": "Service codes of one visit, in order (instead of "
-                                    "service)"}
+SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
+                     "description": "Or several codes: one visit, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
     name="find_available_slots",
-    description="Free start times for a service, or a visit of several services one after "
-                "the other, on a date or a date range (at most 14 days), one line per time "
-                "with who is free, optionally with one professional and between after and "
-                "before (local HH:MM). Only times the business takes and the customer is "
+    description="Free start times for a service (or several, one after the other) on a "
+                "date or a date range (at most 14 days), one line per time with the "
+                "professionals free at it, optionally with one professional and between after "
+                "and before (local HH:MM). Only times the business takes and the customer is "
                 "free.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
@@ -188,17 +190,16 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 BOOK_APPOINTMENT = Tool(
     name="book_appointment",
-    description="Book one visit (one or more services) for this customer at a start time "
+    description="Book a visit of one or more services for this customer at a start time "
                 "that find_available_slots returned. Only after the customer chose.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
         "start": _LOCAL_TIME,
         "professional": {"type": "string", "description": "Professional code (optional)"},
-        "for_name": {"type": "string", "description": "Optional: who the visit is for when "
-                                                      "not this customer, at most 100 "
-                                                      "characters"},
-        "note": NOTE_PROPERTY},
+        "for_name": {"type": "string", "description": "Optional: who it is for, if not "
+                                                      "this customer"},
+        "note": _OPTIONAL_NOTE},
         "required": ["start"]},
     handler=book_appointment)
 
@@ -228,8 +229,8 @@ LIST_MY_APPOINTMENTS = Tool(
     input_schema={"type": "object", "properties": {}},
     handler=list_my_appointments)
 
-_ONE_SERVICE = {"type": "string", "description": "Optional: the code of one service of the "
-                                                 "visit to act on (default: the whole visit)"}
+_ONE_SERVICE = {"type": "string", "description": "Optional: one service code of the visit "
+                                                 "(default: all)"}
 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -263,8 +264,7 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
 
 CANCEL_APPOINTMENT = Tool(
     name="cancel_appointment",
-    description="Cancel one of this customer's upcoming appointments (the whole visit, or "
-                "one service of it).",
+    description="Cancel one of this customer's upcoming appointments.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE},
         "required": ["appointment_id"]},
@@ -319,8 +319,8 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
 
 RESCHEDULE_APPOINTMENT = Tool(
     name="reschedule_appointment",
-    description="Move one of this customer's upcoming appointments (the whole visit, or one "
-                "service of it) to a new free start time.",
+    description="Move one of this customer's upcoming appointments to a new free start "
+                "time.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
         "service": _ONE_SERVICE,
