@@ -42,7 +42,8 @@ def unblock(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 @run_for_tenant
 def outcome(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    return agenda.set_outcome(session, tenant, args.appointment_id, args.outcome, now=now)
+    return agenda.set_outcome(session, tenant, args.appointment_id, args.outcome, now=now,
+                              note=args.note)
 
 
 @run_for_tenant

@@ -221,6 +221,7 @@ def add_agenda_commands(app_sub: Any) -> None:
     _pnid(outcome)
     outcome.add_argument("appointment_id", type=record_id)
     outcome.add_argument("outcome", choices=("completed", "no_show"))
+    outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")
     day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings "
                              "and blocks")

@@ -95,6 +95,7 @@ class Block(BaseModel):
 class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outcome: str = Field(pattern="^(completed|no_show)$")
+    note: str = Field(default="", max_length=200)  # what was done (issue 38)
 
 
 def phone_digits(text: str) -> str:
@@ -309,18 +310,25 @@ def unblock(session: Session, tenant: Tenant, block_id: int) -> None:
 
 
 def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: str, *,
-                now: datetime) -> dict[str, Any]:
-    """Mark a booked visit that has started completed or no_show (apart from `status`)."""
+                now: datetime, note: str = "") -> dict[str, Any]:
+    """Mark a booked visit that has started completed or no_show (apart from `status`), every
+    booked service of it, with the staff's `note` on what was done (at most 200 characters;
+    issue 38: the history shows it)."""
     if outcome not in OUTCOMES:
         raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}",
                       [f"outcome: {outcome[:20]!r} is not one of {', '.join(OUTCOMES)}"])
+    if not isinstance(note, str) or len(note) > 200:
+        raise Invalid("note: at most 200 characters", ["note: at most 200 characters"])
     row = _appointment(session, tenant, appointment_id)
     if row.status != "booked":
         raise Conflict(f"appointment #{appointment_id} is {row.status}")
     if row.start_at > now:
         raise Conflict(f"appointment #{appointment_id} has not started yet")
-    row.outcome, row.outcome_at = outcome, now
-    session.add(row)
+    for item in appointments.booked(appointments.visit_rows(
+            session, appointments.visit_of(row), lock=True)):
+        item.outcome, item.outcome_at = outcome, now
+        item.outcome_note = " ".join(note.split())
+        session.add(item)
     session.flush()
     return appointment_view(session, row, ZoneInfo(tenant.timezone))
 

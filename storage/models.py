@@ -363,6 +363,7 @@ class Appointment(SQLModel, table=True):
     # after the visit (issue 22), apart from `status`: "" (not marked), completed, no_show
     outcome: str = Field(default="", max_length=16)
     outcome_at: datetime | None = None
+    outcome_note: str = Field(default="", max_length=200)  # the staff's, on what was done
     booked_by: str = Field(default="customer", max_length=16)  # customer or business
     visit_id: int | None = None
     # who the visit is for when not the contact who booked it ("filha: Ana"); it still

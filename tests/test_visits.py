@@ -169,3 +169,38 @@ def test_visit_scenarios(name: str) -> None:
     result = run_scenario_file(SCENARIOS / f"{name}.json", cli=main)
     assert result.passed, "\n".join(result.failures + result.transcript)
     assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover
+
+
+def test_the_history_and_the_usual_line_speak_of_visits(engine: Engine) -> None:
+    """Three drop-offs of oleo+alinhamento, the last with a staff note on what was done and
+    one for the customer's wife: the usual is the visit, counted once per visit."""
+    from datetime import timedelta
+
+    from agent import history
+    from operations import agenda
+    from storage.models import Tenant
+    ana = Customer(engine)
+    with session_scope(engine) as session:
+        upsert_tenant(session, {**GARAGE, "max_upcoming_bookings": 5}, now=NOW)
+    for day in ("03", "04", "05"):
+        assert not ana.call("book_appointment", {"services": ["oleo", "alinhamento"],
+                                                 "start": f"2026-06-{day}T09:00"})[1]
+    assert not ana.call("book_appointment", {"service": "diagnostico", "for_name": "esposa: HB20",
+                                             "start": "2026-06-08T09:00"})[1]
+    later = datetime(2026, 6, 8, 18, 0, tzinfo=UTC)
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        done = agenda.set_outcome(session, tenant, 6, "completed", now=later,
+                                  note="chiado: pastilha de freio gasta, trocada")
+        assert done["visit_id"] == 5 and done["outcome_note"].startswith("chiado")
+        seen = history.load(session, 1, ana.contact_id, later + timedelta(hours=1), SP)
+    assert len(seen.past) == 4 and not seen.upcoming
+    upcoming, past, usual = history.history_lines(seen)
+    assert past[0] == ("#7 Mon 2026-06-08 09:00 diagnostico (Diagnóstico) with pedro (Pedro), "
+                       "visit; for: esposa: HB20")
+    assert past[1] == ("#5 Fri 2026-06-05 09:00 oleo (Troca de óleo) with pedro (Pedro) + "
+                       "alinhamento (Alinhamento) with pedro (Pedro), visit, completed; "
+                       "staff: chiado: pastilha de freio gasta, trocada")
+    assert usual == ("usual (computed from the last 4 visit(s)): service oleo+alinhamento "
+                     "(3 of 4), professional pedro (4 of 4)")

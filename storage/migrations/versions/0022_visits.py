@@ -1,6 +1,7 @@
 """a visit of several services as one booking (issue 38): `appointment.visit_id` (the booking
-number, every existing booking a one-service visit of its own id), `appointment.for_name`, and
-the visit start a reminder was scheduled for (`reminder.start_at`).
+number, every existing booking a one-service visit of its own id), `appointment.for_name`,
+`appointment.outcome_note` (the staff's note on what was done), and the visit start a reminder
+was scheduled for (`reminder.start_at`).
 
 Revision ID: 0022
 Revises: 0018
@@ -27,6 +28,9 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("visit_id", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("for_name", sqlmodel.sql.sqltypes.AutoString(length=100),
                                       nullable=False, server_default=""))
+        batch_op.add_column(sa.Column("outcome_note",
+                                      sqlmodel.sql.sqltypes.AutoString(length=200),
+                                      nullable=False, server_default=""))
     op.execute("UPDATE appointment SET visit_id = id")
     op.create_index("ix_appointment_visit_id", "appointment", ["visit_id"], unique=False)
     with op.batch_alter_table("reminder", schema=None) as batch_op:
@@ -40,5 +44,6 @@ def downgrade() -> None:
         batch_op.drop_column("start_at")
     op.drop_index("ix_appointment_visit_id", table_name="appointment")
     with op.batch_alter_table("appointment", schema=None) as batch_op:
+        batch_op.drop_column("outcome_note")
         batch_op.drop_column("for_name")
         batch_op.drop_column("visit_id")
