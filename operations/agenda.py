@@ -60,6 +60,11 @@ class StaffBooking(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     service: str = Field(min_length=1, max_length=64, description="service code")
+    then: list[str] = Field(default_factory=list, max_length=4,
+                            description="more service codes of the same visit, each "
+                                        "starting when the one before ends (issue 38)")
+    for_name: str = Field("", max_length=100, description="who the visit is for, when not "
+                                                          "the contact")
     start: str = Field(pattern=_LOCAL, description="local YYYY-MM-DDTHH:MM")
     professional: str | None = Field(None, max_length=64,
                                      description="professional code; none: anyone free")
@@ -203,17 +208,34 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     start = _local(body.start, tz, "start")
     if start + timedelta(minutes=service.duration_minutes) <= now:
         raise Invalid("start: that visit would already be over", ["start: in the past"])
+    services = [service, *(_service(session, tenant, code) for code in body.then)]
     contact = contact_for(session, tenant, body, now=now)
-    appointment = _placed(session, tenant, service, body.professional, availability.Placement(
-        service=service, start=start, contact_id=contact.id or 0, now=now,
-        professional=body.professional, by="business", grid=False))
-    appointment.note = " ".join(body.note.split())
-    session.add(appointment)
+    rows: list[Appointment] = []
+    for item in services:  # one visit: each service when the one before ends (issue 38)
+        code = body.professional if body.professional and (
+            not rows or _does(session, tenant, body.professional, item)) else None
+        row = _placed(session, tenant, item, code, availability.Placement(
+            service=item, start=rows[-1].end_at if rows else start,
+            contact_id=contact.id or 0, now=now, professional=code, by="business",
+            grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None))
+        row.note, row.for_name = " ".join(body.note.split()), " ".join(body.for_name.split())
+        session.add(row)
+        rows.append(row)
     session.flush()
-    reminders.schedule(session, tenant, appointment, now=now)  # issue 25, as the agent's
-    webhooks.emit(session, tenant.id or 0, "appointment.booked",
-                  webhooks.appointment_data(session, appointment, by="business"), now=now)
-    return appointment_view(session, appointment, tz)
+    reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
+    for row in rows:
+        webhooks.emit(session, tenant.id or 0, "appointment.booked",
+                      webhooks.appointment_data(session, row, by="business"), now=now)
+    view = appointment_view(session, rows[0], tz)
+    if len(rows) > 1:
+        view["visit"] = [appointment_view(session, row, tz) for row in rows]
+    return view
+
+
+def _does(session: Session, tenant: Tenant, professional: str, service: Service) -> bool:
+    return any(p.code == professional or p.name == professional for p in session.exec(
+        select(Professional).where(Professional.tenant_id == tenant.id))
+        if service.code in p.service_codes)
 
 
 def _appointment(session: Session, tenant: Tenant, appointment_id: int) -> Appointment:
