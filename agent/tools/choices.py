@@ -152,8 +152,7 @@ OFFER_CHOICES = Tool(
     description="Make your next reply offer options the customer taps: a list (up to 10 "
                 "rows; with more options the soonest 9 and a row asking for a narrower "
                 "range) or reply buttons (up to 3 short titles). Each option is a slot, a service "
-                "or just a short text (its title comes back when tapped). Then write the "
-                "question as your reply.",
+                "or a short text. Then write the question as your reply.",
     input_schema={"type": "object", "properties": {
         "style": {"type": "string", "enum": ["list", "buttons"],
                   "description": "list (default) or buttons"},
