@@ -260,20 +260,30 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     start = _local(body.start, tz, "start")
     if start + (old.end_at - old.start_at) <= now:
         raise Invalid("start: that visit would already be over", ["start: in the past"])
+    visit = appointments.booked(appointments.visit_rows(
+        session, appointments.visit_of(old), lock=True))
+    one_of_several = len(visit) > 1  # one service of a visit moves within it (issue 38)
     old.status, old.cancelled_at = "cancelled", now
     session.add(old)
     session.flush()
     code = body.professional or pro.code
     new = _placed(session, tenant, service, code, availability.Placement(
         service=service, start=start, contact_id=old.contact_id, now=now, professional=code,
-        by="business", grid=False))
-    new.note = old.note
+        by="business", grid=False,
+        visit_id=appointments.visit_of(old) if one_of_several else None))
+    new.note, new.for_name = old.note, old.for_name
     session.add(new)
     old.moved_to_id = new.id
     session.add(old)
     session.flush()
-    reminders.cancel_for(session, old.id or 0, reason=f"moved by the business to #{new.id}")
-    reminders.schedule(session, tenant, new, now=now)
+    if one_of_several:
+        reminders.after_change(session, tenant, appointments.visit_of(old),
+                               starts_at=visit[0].start_at, reason="moved by the business",
+                               now=now)
+    else:
+        reminders.cancel_for(session, appointments.visit_of(old),
+                             reason=f"moved by the business to #{new.id}")
+        reminders.schedule(session, tenant, new, now=now)
     reminders.record_notice(session, new, kind="moved", now=now)  # the customer is told
     webhooks.emit(session, tenant.id or 0, "appointment.rescheduled",
                   {**webhooks.appointment_data(session, new, by="business"),

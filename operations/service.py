@@ -574,10 +574,14 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
         raise Conflict(f"appointment #{appointment_id} is {appointment.status}")
     if appointment.end_at <= now:
         raise Conflict(f"appointment #{appointment_id} already took place")
+    visit_id = appointments.visit_of(appointment)
+    starts_at = min(r.start_at for r in appointments.booked(
+        appointments.visit_rows(session, visit_id, lock=True)))
     appointment.status, appointment.cancelled_at = "cancelled", now
     session.add(appointment)
     session.flush()
-    reminders.cancel_for(session, appointment_id, reason="cancelled by the business")
+    reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
+                           reason="cancelled by the business", now=now)
     reminders.record_notice(session, appointment, kind="cancelled", now=now)  # issue 25
     webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                   webhooks.appointment_data(session, appointment, by="business"), now=now)

@@ -168,6 +168,20 @@ def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
     return int(result.rowcount or 0)
 
 
+def after_change(session: Session, tenant: Tenant, visit_id: int, *,
+                 starts_at: datetime, reason: str, now: datetime) -> None:
+    """One service of visit `visit_id` (which started at `starts_at`) was cancelled or moved:
+    with nothing of it booked any more its reminders are cancelled (`cancel_for`), with a new
+    start they are made again (`reschedule`), otherwise they stay."""
+    live = [r for r in session.exec(select(Appointment).where(
+        or_(col(Appointment.visit_id) == visit_id, col(Appointment.id) == visit_id),
+        col(Appointment.status) == "booked").order_by(col(Appointment.start_at)))]
+    if not live:
+        cancel_for(session, visit_id, reason=reason)
+    elif live[0].start_at != starts_at:
+        reschedule(session, tenant, live[0], start_at=live[0].start_at, now=now)
+
+
 def _withdrawn(session: Session, reminder: Reminder) -> bool:
     """Whether a queued reminder never went out: every part of its message refused."""
     statuses = session.exec(select(Outbound.status).where(

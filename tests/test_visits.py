@@ -204,3 +204,35 @@ def test_the_history_and_the_usual_line_speak_of_visits(engine: Engine) -> None:
                        "staff: chiado: pastilha de freio gasta, trocada")
     assert usual == ("usual (computed from the last 4 visit(s)): service oleo+alinhamento "
                      "(3 of 4), professional pedro (4 of 4)")
+
+
+def test_staff_move_and_cancel_one_service_keep_the_visit_and_its_one_reminder(
+        engine: Engine) -> None:
+    from operations import agenda
+    from operations import service as service_ops
+    from storage.models import Tenant
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": THREE,
+                                             "start": "2026-06-03T09:00"})[1]
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        moved = agenda.move(session, tenant, 1, agenda.Move(start="2026-06-03T14:00"), now=NOW)
+        assert moved["visit_id"] == 1 and moved["service"] == "oleo"
+    with session_scope(engine) as session:  # the visit now starts 09:30: its reminder follows
+        reminder = session.exec(select(Reminder).where(Reminder.status == "scheduled")).one()
+        assert (reminder.appointment_id, reminder.start_at) == (
+            1, datetime(2026, 6, 3, 12, 30, tzinfo=UTC))
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        for row_id in (2, 3):
+            service_ops.cancel_appointment(session, tenant, row_id, now=NOW)
+    with session_scope(engine) as session:  # only the oleo at 14:00 is left
+        reminder = session.exec(select(Reminder).where(Reminder.status == "scheduled")).one()
+        assert reminder.start_at == datetime(2026, 6, 3, 17, 0, tzinfo=UTC)
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        service_ops.cancel_appointment(session, tenant, 4, now=NOW)
+    with session_scope(engine) as session:
+        assert not session.exec(select(Reminder).where(Reminder.status == "scheduled")).all()
+    assert [r[2] for r in _rows(engine)] == ["cancelled"] * 4
