@@ -2,7 +2,7 @@
 counts visits, slot search for a sequence never overlaps the customer's own booking, moves
 and cancels of the whole visit or of one service, one reminder per visit."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -236,3 +236,84 @@ def test_staff_move_and_cancel_one_service_keep_the_visit_and_its_one_reminder(
     with session_scope(engine) as session:
         assert not session.exec(select(Reminder).where(Reminder.status == "scheduled")).all()
     assert [r[2] for r in _rows(engine)] == ["cancelled"] * 4
+
+
+# -- property: every visit offered fits and is booked as offered --------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from agent.tools.availability import visit_slots  # noqa: E402
+from agent.tools.slots import overlaps  # noqa: E402
+from storage.db import create_schema, make_engine  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(durations=st.lists(st.sampled_from([15, 30, 45, 60, 90]), min_size=2, max_size=3),
+       buffers=st.lists(st.sampled_from([0, 0, 10, 15]), min_size=3, max_size=3),
+       does=st.lists(st.sets(st.integers(0, 2), min_size=1), min_size=2, max_size=2),
+       mine=st.lists(st.tuples(st.integers(8, 16), st.sampled_from([0, 30]),
+                               st.sampled_from([30, 60])), max_size=2),
+       zone=st.sampled_from(["America/Sao_Paulo", "America/New_York", "Asia/Kolkata"]))
+def test_every_visit_offered_fits_and_is_booked_as_offered(
+        durations: list[int], buffers: list[int], does: list[set[int]],
+        mine: list[tuple[int, int, int]], zone: str) -> None:
+    codes = ["s0", "s1", "s2"][:len(durations)]
+    config = {**GARAGE, "timezone": zone, "max_upcoming_bookings": 10,
+              "services": [{"code": c, "name": c.upper(), "duration_minutes": d,
+                            "buffer_minutes": b} for c, d, b in zip(codes, durations, buffers,
+                                                                    strict=False)],
+              "professionals": [{"code": f"p{n}", "name": f"P{n}",
+                                 "services": sorted(codes[i] for i in group if i < len(codes))
+                                 or [codes[0]]} for n, group in enumerate(does)]}
+    tz = ZoneInfo(zone)
+    now = datetime(2026, 6, 1, 3, 0, tzinfo=tz).astimezone(UTC)
+    engine = make_engine("sqlite://")
+    create_schema(engine)
+    try:
+        with session_scope(engine) as session:
+            tenant = upsert_tenant(session, config, now=now)
+            contact = Contact(tenant_id=tenant.id, wa_id="5511999990001", created_at=now)
+            session.add(contact)
+            session.flush()
+            conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
+                                        last_activity_at=now, due_at=now, opened_at=now)
+            session.add(conversation)
+            session.flush()
+            pair = (contact.id or 0, conversation.id or 0)
+            own = []
+            for n, (hour, minute, length) in enumerate(mine):  # the customer's own bookings
+                start = datetime(2026, 6, 2, hour, minute, tzinfo=tz).astimezone(UTC)
+                own.append((start, start + timedelta(minutes=length)))
+                session.add(Appointment(tenant_id=tenant.id, contact_id=pair[0],
+                                        service_id=1, professional_id=1 + n % 2,
+                                        start_at=own[-1][0], end_at=own[-1][1],
+                                        created_at=now))
+            session.flush()
+            services = [session.exec(select(Service).where(Service.code == c)).one()
+                        for c in codes]
+            from agent.tools.availability import candidates
+            try:
+                groups = [candidates(session, 1, s, None) for s in services]
+            except Exception:  # noqa: BLE001 - nobody does one of them: nothing to offer
+                return
+            visits = visit_slots(session, tenant=tenant, services=services, pros=groups,
+                                 first=datetime(2026, 6, 2).date(),
+                                 last=datetime(2026, 6, 2).date(), now=now, own=own)
+        for items in visits:
+            assert [i.service.code for i in items] == codes
+            for before, after in zip(items, items[1:], strict=False):
+                assert after.start == before.end, "one service after the other"
+            for item in items:
+                assert not any(overlaps((item.start, item.end), o) for o in own)
+        if visits:
+            first = visits[len(visits) // 2]
+            ctx = ToolContext(engine=engine, tenant_id=1, contact_id=pair[0],
+                              conversation_id=pair[1], timezone=tz, now=now,
+                              tool_use_id="toolu_prop")
+            local = first[0].start.astimezone(tz).strftime("%Y-%m-%dT%H:%M")
+            text, error = execute_tool(ctx, "book_appointment",
+                                       {"services": codes, "start": local})
+            assert not error, text
+    finally:
+        engine.dispose()
