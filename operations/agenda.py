@@ -26,6 +26,7 @@ The outcome of a visit (completed, no_show) is stored apart from `status`: every
 """
 
 import re
+from collections import Counter
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -367,7 +368,8 @@ def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: 
 
 def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
     """One local day of the agenda: per professional (catalogue order) their hours that day,
-    their booked appointments and their blocks, by start."""
+    their booked appointments and their blocks, by start; each appointment says how many of
+    the day's appointments its visit has (`visit_size`; issue 38)."""
     if not 2000 <= day.year <= 2100:
         raise Invalid("day: year must be between 2000 and 2100",
                       ["day: year must be between 2000 and 2100"])
@@ -395,4 +397,8 @@ def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
                                                                              exceptions)],
                     "appointments": [appointment_view(session, a, tz) for a in booked],
                     "blocks": [block_view(b, pro.code, tz) for b in blocks]})
+    sizes = Counter(a["visit_id"] for p in out for a in p["appointments"])
+    for pro_view in out:  # a visit of several services: one block per professional, linked
+        for entry in pro_view["appointments"]:
+            entry["visit_size"] = sizes[entry["visit_id"]]
     return {"day": day.isoformat(), "timezone": tenant.timezone, "professionals": out}

@@ -317,3 +317,23 @@ def test_every_visit_offered_fits_and_is_booked_as_offered(
             assert not error, text
     finally:
         engine.dispose()
+
+
+def test_the_days_agenda_links_the_blocks_of_one_visit(engine: Engine) -> None:
+    from operations import agenda
+    from storage.models import Tenant
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": ["oleo", "diagnostico"],
+                                             "professional": "rafa", "for_name": "filha: Ana",
+                                             "start": "2026-06-02T09:00"})[1]
+    assert not ana.call("book_appointment", {"service": "oleo", "start": "2026-06-02T14:00"})[1]
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        day = agenda.day_view(session, tenant, datetime(2026, 6, 2).date())
+    seen = sorted((p["code"], a["service"], a["start"][11:], a["visit_id"], a["visit_size"],
+                   a["for_name"]) for p in day["professionals"] for a in p["appointments"])
+    # rafa does the diagnóstico asked of him; pedro the oil change rafa does not do
+    assert seen == [("pedro", "oleo", "09:00", 1, 2, "filha: Ana"),
+                    ("pedro", "oleo", "14:00", 3, 1, ""),
+                    ("rafa", "diagnostico", "09:30", 1, 2, "filha: Ana")]
