@@ -1,6 +1,7 @@
 """The catalogue in the cached prompt (issue 21; ARCHITECTURE.md, The request layout): the
 tenant's services (code, name, duration, price, description), professionals (code, name,
-what they do), weekly hours and the coming dated exceptions, as the text that ends system[0].
+what they do), weekly hours, the coming dated exceptions and the house rules (the booking
+limits: issue 38), as the text that ends system[0].
 
 It is tenant-wide and cached with the tools and the instructions, so it must not change
 between calls: it changes when the tenant's configuration is written (a service, a price, the
@@ -39,6 +40,34 @@ SERVICES_NAMED = 12  # service codes in a professional's line
 
 
 @dataclass(frozen=True)
+class HouseRules:
+    """The tenant's booking limits (storage/models.Tenant; agent/tools/scheduling.py applies
+    them), stated in the prompt so the agent can say them before they refuse a booking."""
+
+    max_upcoming_bookings: int
+    cancellation_window_minutes: int
+    booking_notice_minutes: int
+    booking_horizon_days: int
+
+
+def _span(minutes: int) -> str:
+    if minutes and minutes % 60 == 0:
+        hours = minutes // 60
+        return f"{hours} hour{'s' if hours != 1 else ''}"
+    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+
+
+def house_rules_line(rules: HouseRules) -> str:
+    """One short line of the catalogue (issue 38): the limits the tools enforce."""
+    window = rules.cancellation_window_minutes
+    return ("House rules (say them before they apply): at most "
+            f"{rules.max_upcoming_bookings} upcoming visits per customer; cancellations "
+            + (f"up to {_span(window)} before the start" if window else "until the start")
+            + f"; bookings at least {_span(rules.booking_notice_minutes)} ahead and at most "
+            f"{rules.booking_horizon_days} days ahead.")
+
+
+@dataclass(frozen=True)
 class CatalogueData:
     """What the catalogue text is made of (plain values: `catalogue_text` is pure)."""
 
@@ -50,6 +79,7 @@ class CatalogueData:
     language: str = "pt-BR"
     today: date | None = None  # professionals' time off and exceptions from today ...
     last: date | None = None  # ... to the end of the booking horizon (issue 22)
+    rules: HouseRules | None = None  # issue 38
 
 
 def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
@@ -60,7 +90,10 @@ def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
     exceptions = [e for e in list_hours_exceptions(session, tenant_id) if today <= e.day <= last]
     return CatalogueData(list_services(session, tenant_id), list_professionals(session, tenant_id),
                          weekly_hours(session, tenant_id), exceptions[:EXCEPTIONS_SHOWN],
-                         tenant.currency, tenant.language, today, last)
+                         tenant.currency, tenant.language, today, last,
+                         HouseRules(tenant.max_upcoming_bookings,
+                                    tenant.cancellation_window_minutes,
+                                    tenant.booking_notice_minutes, tenant.booking_horizon_days))
 
 
 def _clip(text: str, limit: int) -> str:
@@ -138,6 +171,8 @@ def catalogue_text(data: CatalogueData) -> str:
             f"{e.day.isoformat()} {', '.join(e.hours) if e.hours else 'closed'}"
             + (f" ({_clip(e.note, NAME_CHARS)})" if e.note.strip() else "")
             for e in data.exceptions))
+    if data.rules is not None:
+        tail.append(house_rules_line(data.rules))
     budget = CATALOGUE_CHARS - sum(len(line) + 1 for line in head + tail) - 200
     kept_services, budget = _fit(services, budget)
     kept_pros, _ = _fit(pros, budget)

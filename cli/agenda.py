@@ -12,10 +12,12 @@ from operations.service import validated
 
 @run_for_tenant
 def book(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    first, *then = [c.strip() for c in args.service.split(",")]  # "oleo,alinhamento": a visit
     body = validated(agenda.StaffBooking, {
-        k: v for k, v in (("service", args.service), ("start", args.start),
+        k: v for k, v in (("service", first), ("then", then), ("start", args.start),
                           ("professional", args.professional), ("contact", args.contact),
-                          ("phone", args.phone), ("name", args.name), ("note", args.note))
+                          ("phone", args.phone), ("name", args.name), ("note", args.note),
+                          ("for_name", args.for_name))
         if v})
     return agenda.book(session, tenant, body, now=now)
 
@@ -42,7 +44,8 @@ def unblock(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 @run_for_tenant
 def outcome(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    return agenda.set_outcome(session, tenant, args.appointment_id, args.outcome, now=now)
+    return agenda.set_outcome(session, tenant, args.appointment_id, args.outcome, now=now,
+                              note=args.note)
 
 
 @run_for_tenant

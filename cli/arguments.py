@@ -189,7 +189,9 @@ def add_agenda_commands(app_sub: Any) -> None:
     """`wagent appointments book|move|block|unblock|outcome|day` (operations/agenda.py)."""
     book = app_sub.add_parser("book", help="book for a contact (existing, or new by phone)")
     _pnid(book)
-    book.add_argument("--service", required=True)
+    book.add_argument("--service", required=True,
+                      help="code; several, comma-separated: one visit, in order")
+    book.add_argument("--for-name", default="", help="who the visit is for, if not the contact")
     book.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
     book.add_argument("--professional", help="code (default: anyone free)")
     who = book.add_mutually_exclusive_group(required=True)
@@ -221,6 +223,7 @@ def add_agenda_commands(app_sub: Any) -> None:
     _pnid(outcome)
     outcome.add_argument("appointment_id", type=record_id)
     outcome.add_argument("outcome", choices=("completed", "no_show"))
+    outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")
     day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings "
                              "and blocks")

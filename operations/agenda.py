@@ -26,6 +26,7 @@ The outcome of a visit (completed, no_show) is stored apart from `status`: every
 """
 
 import re
+from collections import Counter
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -61,6 +62,11 @@ class StaffBooking(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     service: str = Field(min_length=1, max_length=64, description="service code")
+    then: list[str] = Field(default_factory=list, max_length=4,
+                            description="more service codes of the same visit, each "
+                                        "starting when the one before ends (issue 38)")
+    for_name: str = Field("", max_length=100, description="who the visit is for, when not "
+                                                          "the contact")
     start: str = Field(pattern=_LOCAL, description="local YYYY-MM-DDTHH:MM")
     professional: str | None = Field(None, max_length=64,
                                      description="professional code; none: anyone free")
@@ -96,6 +102,7 @@ class Block(BaseModel):
 class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outcome: str = Field(pattern="^(completed|no_show)$")
+    note: str = Field(default="", max_length=200)  # what was done (issue 38)
 
 
 def phone_digits(text: str) -> str:
@@ -204,17 +211,34 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     if start + timedelta(minutes=service.duration_minutes) <= now:
         raise Invalid("start: that visit would already be over", ["start: in the past"])
     note = staff_note(tenant, body.note)
+    services = [service, *(_service(session, tenant, code) for code in body.then)]
     contact = contact_for(session, tenant, body, now=now)
-    appointment = _placed(session, tenant, service, body.professional, availability.Placement(
-        service=service, start=start, contact_id=contact.id or 0, now=now,
-        professional=body.professional, by="business", grid=False))
-    appointment.note = note
-    session.add(appointment)
+    rows: list[Appointment] = []
+    for item in services:  # one visit: each service when the one before ends (issue 38)
+        code = body.professional if body.professional and (
+            not rows or _does(session, tenant, body.professional, item)) else None
+        row = _placed(session, tenant, item, code, availability.Placement(
+            service=item, start=rows[-1].end_at if rows else start,
+            contact_id=contact.id or 0, now=now, professional=code, by="business",
+            grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None))
+        row.note, row.for_name = note, " ".join(body.for_name.split())
+        session.add(row)
+        rows.append(row)
     session.flush()
-    reminders.schedule(session, tenant, appointment, now=now)  # issue 25, as the agent's
-    webhooks.emit(session, tenant.id or 0, "appointment.booked",
-                  webhooks.appointment_data(session, appointment, by="business"), now=now)
-    return appointment_view(session, appointment, tz)
+    reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
+    for row in rows:
+        webhooks.emit(session, tenant.id or 0, "appointment.booked",
+                      webhooks.appointment_data(session, row, by="business"), now=now)
+    view = appointment_view(session, rows[0], tz)
+    if len(rows) > 1:
+        view["visit"] = [appointment_view(session, row, tz) for row in rows]
+    return view
+
+
+def _does(session: Session, tenant: Tenant, professional: str, service: Service) -> bool:
+    return any(p.code == professional or p.name == professional for p in session.exec(
+        select(Professional).where(Professional.tenant_id == tenant.id))
+        if service.code in p.service_codes)
 
 
 def staff_note(tenant: Tenant, text: str) -> str:
@@ -251,20 +275,30 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     start = _local(body.start, tz, "start")
     if start + (old.end_at - old.start_at) <= now:
         raise Invalid("start: that visit would already be over", ["start: in the past"])
+    visit = appointments.booked(appointments.visit_rows(
+        session, appointments.visit_of(old), lock=True))
+    one_of_several = len(visit) > 1  # one service of a visit moves within it (issue 38)
     old.status, old.cancelled_at = "cancelled", now
     session.add(old)
     session.flush()
     code = body.professional or pro.code
     new = _placed(session, tenant, service, code, availability.Placement(
         service=service, start=start, contact_id=old.contact_id, now=now, professional=code,
-        by="business", grid=False))
-    new.note = old.note
+        by="business", grid=False,
+        visit_id=appointments.visit_of(old) if one_of_several else None))
+    new.note, new.for_name = old.note, old.for_name
     session.add(new)
     old.moved_to_id = new.id
     session.add(old)
     session.flush()
-    reminders.cancel_for(session, old.id or 0, reason=f"moved by the business to #{new.id}")
-    reminders.schedule(session, tenant, new, now=now)
+    if one_of_several:
+        reminders.after_change(session, tenant, appointments.visit_of(old),
+                               starts_at=visit[0].start_at, reason="moved by the business",
+                               now=now)
+    else:
+        reminders.cancel_for(session, appointments.visit_of(old),
+                             reason=f"moved by the business to #{new.id}")
+        reminders.schedule(session, tenant, new, now=now)
     reminders.record_notice(session, new, kind="moved", now=now)  # the customer is told
     webhooks.emit(session, tenant.id or 0, "appointment.rescheduled",
                   {**webhooks.appointment_data(session, new, by="business"),
@@ -323,25 +357,34 @@ def unblock(session: Session, tenant: Tenant, block_id: int) -> None:
 
 
 def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: str, *,
-                now: datetime) -> dict[str, Any]:
-    """Mark a booked visit that has started completed or no_show (apart from `status`)."""
+                now: datetime, note: str = "") -> dict[str, Any]:
+    """Mark a booked visit that has started completed or no_show (apart from `status`), every
+    booked service of it, with the staff's `note` on what was done (at most 200 characters;
+    issue 38: the history shows it)."""
     if outcome not in OUTCOMES:
         raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}",
                       [f"outcome: {outcome[:20]!r} is not one of {', '.join(OUTCOMES)}"])
+    if not isinstance(note, str) or len(note) > 200:
+        raise Invalid("note: at most 200 characters", ["note: at most 200 characters"])
+    note = staff_note(tenant, note)  # the staff's note on what was done: the same rules
     row = _appointment(session, tenant, appointment_id)
     if row.status != "booked":
         raise Conflict(f"appointment #{appointment_id} is {row.status}")
     if row.start_at > now:
         raise Conflict(f"appointment #{appointment_id} has not started yet")
-    row.outcome, row.outcome_at = outcome, now
-    session.add(row)
+    for item in appointments.booked(appointments.visit_rows(
+            session, appointments.visit_of(row), lock=True)):
+        item.outcome, item.outcome_at = outcome, now
+        item.outcome_note = note
+        session.add(item)
     session.flush()
     return appointment_view(session, row, ZoneInfo(tenant.timezone))
 
 
 def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
     """One local day of the agenda: per professional (catalogue order) their hours that day,
-    their booked appointments and their blocks, by start."""
+    their booked appointments and their blocks, by start; each appointment says how many of
+    the day's appointments its visit has (`visit_size`; issue 38)."""
     if not 2000 <= day.year <= 2100:
         raise Invalid("day: year must be between 2000 and 2100",
                       ["day: year must be between 2000 and 2100"])
@@ -369,4 +412,8 @@ def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
                                                                              exceptions)],
                     "appointments": [appointment_view(session, a, tz) for a in booked],
                     "blocks": [block_view(b, pro.code, tz) for b in blocks]})
+    sizes = Counter(a["visit_id"] for p in out for a in p["appointments"])
+    for pro_view in out:  # a visit of several services: one block per professional, linked
+        for entry in pro_view["appointments"]:
+            entry["visit_size"] = sizes[entry["visit_id"]]
     return {"day": day.isoformat(), "timezone": tenant.timezone, "professionals": out}

@@ -543,15 +543,20 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             "start_at": _iso(a.start_at), "status": a.status,
             "cancelled_at": _iso(a.cancelled_at), "note": a.note,
             "confirmed_at": _iso(a.confirmed_at), "outcome": a.outcome or None,
-            "booked_by": a.booked_by, **_reminder_fields(session, a)}
+            "booked_by": a.booked_by,
+            # issue 38: the visit it belongs to (the booking number: rows of one visit share
+            # it), who it is for, the staff's note on what was done
+            "visit_id": a.visit_id or a.id, "for_name": a.for_name,
+            "outcome_note": a.outcome_note, **_reminder_fields(session, a)}
 
 
 def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:
     """Its reminders and the last notice of a business change (issue 25)."""
     assert a.id is not None
     notice = reminders.last_notices(session, [a.id]).get(a.id)
-    return {"reminders": reminders.summary(reminders.of_appointments(session, [a.id])
-                                           .get(a.id, [])),
+    visit = a.visit_id or a.id  # reminders are the visit's (storage/reminders.py)
+    return {"reminders": reminders.summary(reminders.of_appointments(session, [visit])
+                                           .get(visit, [])),
             "notice": {"kind": notice.kind, "status": notice.status, "reason": notice.reason}
             if notice else None}
 
@@ -569,10 +574,14 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
         raise Conflict(f"appointment #{appointment_id} is {appointment.status}")
     if appointment.end_at <= now:
         raise Conflict(f"appointment #{appointment_id} already took place")
+    visit_id = appointments.visit_of(appointment)
+    starts_at = min(r.start_at for r in appointments.booked(
+        appointments.visit_rows(session, visit_id, lock=True)))
     appointment.status, appointment.cancelled_at = "cancelled", now
     session.add(appointment)
     session.flush()
-    reminders.cancel_for(session, appointment_id, reason="cancelled by the business")
+    reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
+                           reason="cancelled by the business", now=now)
     reminders.record_notice(session, appointment, kind="cancelled", now=now)  # issue 25
     webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                   webhooks.appointment_data(session, appointment, by="business"), now=now)

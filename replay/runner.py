@@ -28,6 +28,7 @@ from replay.media_steps import (
 from replay.messages_api import check_item
 from replay.relay import Relay
 from storage import delivery
+from storage.appointments import visit_of
 from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.errors import TenantConfigError
@@ -113,7 +114,8 @@ EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversatio
                "api_errors", "reads", "last_request_contains", "requests"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
-                "appointments": {"service", "start", "status", "confirmed", "note"},
+                "appointments": {"service", "services", "start", "status", "confirmed",
+                                 "for_name", "note"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts"}
@@ -824,11 +826,17 @@ class _Expectations:
                 Service, col(Service.id) == col(Appointment.service_id)).where(
                 Appointment.tenant_id == tenant.id).order_by(col(Appointment.start_at),
                                                              col(Appointment.id))).all()
-            actual = [{"service": service.code, "status": appointment.status,
-                       "confirmed": appointment.confirmed_at is not None,
-                       "note": appointment.note,
-                       "start": appointment.start_at.astimezone(tz).replace(tzinfo=None)
-                       .isoformat(timespec="minutes")} for appointment, service in rows]
+            # one entry per visit and status (a visit of one service: one per booking)
+            groups: dict[tuple[int, str], list[tuple[Appointment, Service]]] = {}
+            for appointment, service in rows:
+                groups.setdefault((visit_of(appointment), appointment.status), []).append(
+                    (appointment, service))
+            actual = [{"service": group[0][1].code, "services": [s.code for _, s in group],
+                       "status": group[0][0].status, "for_name": group[0][0].for_name,
+                       "note": group[0][0].note,
+                       "confirmed": all(a.confirmed_at is not None for a, _ in group),
+                       "start": group[0][0].start_at.astimezone(tz).replace(tzinfo=None)
+                       .isoformat(timespec="minutes")} for group in groups.values()]
         wanted = [_criteria(e) for e in expected]
         if len(actual) != len(wanted) or not all(
                 _subset(e, a) for e, a in zip(_sorted(wanted), _sorted(actual), strict=True)):

@@ -1,15 +1,24 @@
-"""An appointment about to change: the one way to read it for a change.
+"""An appointment about to change: the one way to read it for a change; and the visit a row
+belongs to (issue 38).
 
 Every door that changes a booking (the agent's reschedule and cancel tools, a reminder's tap,
 a staff move, the business's cancel) reads it here, locked until its transaction ends (FOR
 UPDATE on PostgreSQL; SQLite's transactions are serial already) and read again from the
 database, so two changes racing for one booking see each other: one wins, the other finds
 it no longer upcoming.
+
+A visit is the rows sharing one booking number (`VISIT`: `visit_id`, or the row's own id on a
+row written before visits): one row per service, each with its professional and times.
 """
 
-from sqlmodel import Session, select
+from datetime import datetime
+
+from sqlmodel import Session, col, func, or_, select
 
 from storage.models import Appointment
+
+# the booking number of a row, in SQL (COUNT(DISTINCT VISIT) counts visits)
+VISIT = func.coalesce(col(Appointment.visit_id), col(Appointment.id))
 
 
 def locked(session: Session, appointment_id: int) -> Appointment | None:
@@ -17,3 +26,32 @@ def locked(session: Session, appointment_id: int) -> Appointment | None:
     return session.exec(select(Appointment).where(Appointment.id == appointment_id)
                         .with_for_update()
                         .execution_options(populate_existing=True)).first()
+
+
+def visit_of(appointment: Appointment) -> int:
+    """The booking number of `appointment`'s visit."""
+    assert appointment.id is not None
+    return appointment.visit_id or appointment.id
+
+
+def visit_rows(session: Session, visit_id: int, *, lock: bool = False) -> list[Appointment]:
+    """Every row of visit `visit_id` (booked or not), by start then id; `lock`: locked and
+    fresh, as `locked`. Both conditions are indexed (the head row of a visit written before
+    visits has no visit_id)."""
+    statement = select(Appointment).where(or_(
+        col(Appointment.visit_id) == visit_id,
+        (col(Appointment.id) == visit_id) & col(Appointment.visit_id).is_(None)))
+    if lock:
+        statement = statement.with_for_update().execution_options(populate_existing=True)
+    return list(session.exec(statement.order_by(col(Appointment.start_at),
+                                                col(Appointment.id))).all())
+
+
+def booked(rows: list[Appointment]) -> list[Appointment]:
+    return [r for r in rows if r.status == "booked"]
+
+
+def visit_start(rows: list[Appointment]) -> datetime | None:
+    """When the visit starts: its first booked row's start (None: nothing booked)."""
+    starts = [r.start_at for r in booked(rows)]
+    return min(starts) if starts else None

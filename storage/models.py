@@ -333,9 +333,15 @@ class Usage(SQLModel, table=True):
 
 
 class Appointment(SQLModel, table=True):
-    """A booking. `status`: booked or cancelled. Times aware UTC; `end_at` excluded."""
+    """One service of a visit (issue 38): a booking of one or more services is one visit, a row
+    per service with its professional and times, all sharing `visit_id` (the booking number:
+    the id of the visit's first row; NULL on a row written before it, read as its own id:
+    storage/appointments.VISIT). Every "holds a slot" query reads these rows as before; every
+    "upcoming" count counts distinct visits. `status`: booked or cancelled. Times aware UTC;
+    `end_at` excluded."""
 
-    __table_args__ = (Index("ix_appointment_professional_start", "professional_id", "start_at"),)
+    __table_args__ = (Index("ix_appointment_professional_start", "professional_id", "start_at"),
+                      Index("ix_appointment_visit_id", "visit_id"))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
@@ -357,7 +363,12 @@ class Appointment(SQLModel, table=True):
     # after the visit (issue 22), apart from `status`: "" (not marked), completed, no_show
     outcome: str = Field(default="", max_length=16)
     outcome_at: datetime | None = None
+    outcome_note: str = Field(default="", max_length=200)  # the staff's, on what was done
     booked_by: str = Field(default="customer", max_length=16)  # customer or business
+    visit_id: int | None = None
+    # who the visit is for when not the contact who booked it ("filha: Ana"); it still
+    # counts in that contact's upcoming bookings
+    for_name: str = Field(default="", max_length=100)
 
 
 class ScheduleBlock(SQLModel, table=True):
@@ -568,6 +579,9 @@ class Reminder(SQLModel, table=True):
     message_id: int | None = Field(default=None, foreign_key="message.id", ondelete="SET NULL")
     created_at: datetime
     queued_at: datetime | None = None
+    # the visit's start it was scheduled for: a visit that starts at another time by the send
+    # (moved) gets it cancelled, not sent for the old time (NULL: before issue 38)
+    start_at: datetime | None = None
 
 
 class Notice(SQLModel, table=True):

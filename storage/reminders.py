@@ -2,10 +2,14 @@
 due, the quiet-hours rule, the signed payloads of their buttons, and the indexed queries of
 the periodic pass (workers/reminders.py sends them; README "Reminders").
 
-- **One reminder per appointment and lead time** (`Tenant.reminder_lead_minutes`, at most 3),
-  made when the appointment is booked (`schedule`), cancelled with it (`cancel_for`; a move
-  cancels the old booking's and schedules the new one's). A booking made inside a lead time
-  gets that reminder `skipped`, with the reason.
+- **One reminder per visit and lead time** (`Tenant.reminder_lead_minutes`, at most 3; issue
+  38: `Reminder.appointment_id` is the visit's booking number, storage/appointments.py), made
+  when the visit is booked (`schedule`), cancelled with it (`cancel_for`; a move cancels the
+  old booking's and schedules the new one's; a visit whose start changed gets its unsent ones
+  made again, `reschedule`). A booking made inside a lead time gets that reminder `skipped`,
+  with the reason. The send checks the visit again (workers/reminders.py): one no longer
+  booked, started, completed or starting at another time than `Reminder.start_at` is not
+  reminded.
 - **Quiet hours** (`Tenant.quiet_hours`, local "HH:MM-HH:MM", may wrap midnight): a reminder
   due then goes out at the last allowed moment before them (one minute before they start),
   or, when that moment had passed at booking, at their end if that is still before the
@@ -28,7 +32,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import update
 from sqlmodel import Session, and_, col, or_, select
 
-from storage.models import Appointment, Notice, Reminder, Tenant
+from storage.models import Appointment, Notice, Outbound, Reminder, Tenant
 
 MAX_LEADS = 3
 QUIET_MARGIN = timedelta(minutes=1)  # "before quiet hours": this long before they start
@@ -113,30 +117,91 @@ def _out_of_quiet(moment: datetime, quiet: str, tz: ZoneInfo, *,
 
 
 def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,
-             now: datetime) -> list[Reminder]:
-    """Make the appointment's reminders, one per lead time of the tenant (scheduled, or
-    skipped with the reason). Called in the booking's transaction (the agent's tool, staff)."""
+             now: datetime, start_at: datetime | None = None,
+             leads: set[int] | None = None) -> list[Reminder]:
+    """Make the reminders of `appointment`'s visit, one per lead time of the tenant (or of
+    `leads`), scheduled or skipped with the reason, for the visit's start `start_at` (default:
+    the appointment's). Called in the booking's transaction (the agent's tool, staff)."""
     assert appointment.id is not None and tenant.id is not None
     tz = ZoneInfo(tenant.timezone)
+    start = start_at or appointment.start_at
     rows = []
     for lead in sorted({int(m) for m in tenant.reminder_lead_minutes or []})[:MAX_LEADS]:
-        due, reason = due_time(appointment.start_at, lead, quiet=tenant.quiet_hours, tz=tz,
-                               booked_at=now)
-        rows.append(Reminder(tenant_id=tenant.id, appointment_id=appointment.id,
+        if leads is not None and lead not in leads:
+            continue
+        due, reason = due_time(start, lead, quiet=tenant.quiet_hours, tz=tz, booked_at=now)
+        rows.append(Reminder(tenant_id=tenant.id,
+                             appointment_id=appointment.visit_id or appointment.id,
                              lead_minutes=lead, due_at=due, reason=reason[:300],
                              status="scheduled" if due is not None else "skipped",
-                             created_at=now))
+                             created_at=now, start_at=start))
     session.add_all(rows)
     session.flush()
     return rows
 
 
+def reschedule(session: Session, tenant: Tenant, head: Appointment, *, start_at: datetime,
+               now: datetime) -> list[Reminder]:
+    """The visit of `head` now starts at `start_at` (one of its services moved or was
+    cancelled): its reminders not queued yet are made again for that start; a lead time
+    whose reminder already went out is not sent twice."""
+    visit_id = head.visit_id or head.id
+    assert visit_id is not None
+    withdraw(session, visit_id, reason="the visit moved")
+    rows = list(session.exec(select(Reminder).where(col(Reminder.appointment_id) == visit_id)))
+    sent = {r.lead_minutes for r in rows if r.status == "queued" and not _withdrawn(session, r)}
+    for row in rows:
+        if row.lead_minutes not in sent:
+            session.delete(row)
+    session.flush()
+    leads = {int(m) for m in tenant.reminder_lead_minutes or []} - sent
+    return schedule(session, tenant, head, now=now, start_at=start_at, leads=leads)
+
+
 def cancel_for(session: Session, appointment_id: int, *, reason: str) -> int:
-    """The appointment was cancelled or moved: its reminders not sent yet are cancelled.
-    Returns how many."""
+    """The visit `appointment_id` was cancelled or moved: its reminders not sent yet are
+    cancelled, and one queued but still waiting in the outbox (a rate limit's retry) is
+    withdrawn (`withdraw`). Returns how many were cancelled."""
     result = session.exec(update(Reminder).where(
         col(Reminder.appointment_id) == appointment_id, col(Reminder.status) == "scheduled",
     ).values(status="cancelled", reason=reason[:300]))
+    withdraw(session, appointment_id, reason=reason)
+    return int(result.rowcount or 0)
+
+
+def after_change(session: Session, tenant: Tenant, visit_id: int, *,
+                 starts_at: datetime, reason: str, now: datetime) -> None:
+    """One service of visit `visit_id` (which started at `starts_at`) was cancelled or moved:
+    with nothing of it booked any more its reminders are cancelled (`cancel_for`), with a new
+    start they are made again (`reschedule`), otherwise they stay."""
+    live = [r for r in session.exec(select(Appointment).where(
+        or_(col(Appointment.visit_id) == visit_id, col(Appointment.id) == visit_id),
+        col(Appointment.status) == "booked").order_by(col(Appointment.start_at)))]
+    if not live:
+        cancel_for(session, visit_id, reason=reason)
+    elif live[0].start_at != starts_at:
+        reschedule(session, tenant, live[0], start_at=live[0].start_at, now=now)
+
+
+def _withdrawn(session: Session, reminder: Reminder) -> bool:
+    """Whether a queued reminder never went out: every part of its message refused."""
+    statuses = session.exec(select(Outbound.status).where(
+        Outbound.message_id == reminder.message_id)).all()
+    return bool(statuses) and all(s == "refused" for s in statuses)
+
+
+def withdraw(session: Session, visit_id: int, *, reason: str) -> int:
+    """The outbox parts of the visit's queued reminders not sent yet (pending: waiting for a
+    retry) become refused with `reason`, so a reminder never goes out naming a time the
+    visit no longer has. Compare-and-set on pending: a part the outbox already claimed is
+    left to it. Returns how many."""
+    queued = select(Reminder.message_id).where(col(Reminder.appointment_id) == visit_id,
+                                                col(Reminder.status) == "queued",
+                                                col(Reminder.message_id).is_not(None))
+    result = session.exec(update(Outbound).where(
+        col(Outbound.message_id).in_(queued), col(Outbound.status) == "pending",
+    ).values(status="refused", error_code=None, error_cause=None, retry_at=None,
+             error_reason=f"not sent: {reason}"[:300]))
     return int(result.rowcount or 0)
 
 

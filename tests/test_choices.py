@@ -165,7 +165,10 @@ def test_buttons_fall_back_to_a_list_then_to_text() -> None:
 
 @pytest.mark.parametrize(("args", "problem"), [
     ({"options": []}, "options must be a list of 1 to 30"),
-    ({"options": [{"title": "t"}]}, "give exactly one of slot or service"),
+    ({"options": [{"slot": "2026-06-02T14:00", "service": "corte", "title": "t"}]},
+     "give at most one of slot or service"),
+    ({"options": [{"title": "t", "professional": "julia"}]},
+     "professional goes with a slot option only"),
     ({"options": [{"slot": "amanhã 14h", "title": "t"}]}, "slot must be YYYY-MM-DDTHH:MM"),
     ({"options": [{"slot": "2026-06-02T14:00", "title": "t" * 25}]}, "title must be 1 to 24"),
     ({"style": "buttons", "options": [{"service": "corte", "title": "t" * 21}]},
@@ -274,3 +277,26 @@ def test_tap_answers_a_template_quick_reply_as_a_button_message() -> None:
          "parameters": [{"type": "payload", "payload": "Confirmar"}]}]}}
     assert _tap_reply(template, "Confirmar") == {
         "type": "button", "button": {"payload": "Confirmar", "text": "Confirmar"}}
+
+
+def test_free_text_options_come_back_as_their_text() -> None:
+    """Issue 38: any short choice (3 buttons or 10 rows of free text); the tap reaches the
+    model as the option's text."""
+    options = [{"title": "Deixo o carro"}, {"title": "Espero na loja"},
+               {"title": "Outro dia"}]
+    offer = offer_from_input({"style": "buttons", "options": options})
+    assert [c.id for c in offer.choices] == ["text:1", "text:2", "text:3"]
+    rows = offer_from_input({"options": [{"title": f"Opção {n}"} for n in range(10)]})
+    assert shown(rows) == (list(rows.choices), False)  # ten rows: no "narrower range" row
+    result = run_scenario(scenario([
+        {"model": [{"tool": "offer_choices", "input": {"style": "buttons",
+                                                       "options": options}},
+                   {"text": "Como prefere?"}]},
+        {"webhook": text_body("oi", 1), "timestamp": "clock"}, {"drain": True},
+        {"expect": {"sent": [{"type": "interactive",
+                              "options": ["Deixo o carro", "Espero na loja", "Outro dia"]}]}},
+        {"model": [{"text": "Certo, qual dia?"}]},
+        {"tap": "Outro dia"}, {"drain": True},
+        {"expect": {"last_request_contains": ["Outro dia [tapped an option]"],
+                    "tool_errors": 0}}]))
+    assert result.passed, "\n".join(result.failures + result.transcript)

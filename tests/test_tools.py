@@ -95,3 +95,64 @@ def test_a_tool_not_in_the_registry_is_an_error_result_naming_those_that_are(
     assert result["is_error"] is True
     assert result["content"] == ("unknown tool 'check_ping'; available: "
                                  + ", ".join(t.name for t in REGISTRY))
+
+
+def _properties(schema: dict[str, Any], path: str) -> list[tuple[str, str, bool, set[str]]]:
+    """(path, description, required, the sibling names) of every property, nested too."""
+    found = []
+    names = set(schema.get("properties", {}))
+    for name, prop in schema.get("properties", {}).items():
+        found.append((f"{path}.{name}", str(prop.get("description", "")),
+                      name in schema.get("required", []), names - {name}))
+        for inner in (prop, prop.get("items") or {}):
+            if inner.get("type") == "object":
+                found += _properties(inner, f"{path}.{name}")
+    return found
+
+
+def test_each_property_description_agrees_with_required() -> None:
+    """Issue 38: a required property never reads as optional; one that is not required says
+    so ("optional", a default) or names the property it stands in for ("or services",
+    "instead of slot")."""
+    wrong = []
+    for tool in _tools(("preferred_name",)):
+        for path, said, required, siblings in _properties(tool["input_schema"], tool["name"]):
+            text = said.casefold()
+            optional = "optional" in text or "default" in text
+            alternative = text.startswith("or ") or any(
+                f"or {s}" in text or f"instead of {s}" in text for s in siblings)
+            if required and optional:
+                wrong.append(f"{path} is required but described as optional: {said!r}")
+            elif not required and not (optional or alternative):
+                wrong.append(f"{path} is optional but its description does not say so: "
+                             f"{said!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _service_words() -> set[str]:
+    """The codes and names of every service of the repository's test and example tenants."""
+    words: set[str] = set()
+    from pathlib import Path
+    root = Path(__file__).parent.parent
+    for path in [*root.glob("tests/scenarios/**/*.json"), *root.glob("replay/scenarios/*.json"),
+                 *root.glob("examples/**/*.json")]:
+        try:
+            tenant = json.loads(path.read_text()).get("tenant")
+        except (ValueError, AttributeError):
+            continue
+        for service in (tenant or {}).get("services", []) if isinstance(tenant, dict) else []:
+            words |= {service["code"].casefold(), service["name"].casefold()}
+    from tests.factories import TENANT
+    words |= {s["code"].casefold() for s in TENANT["services"]}
+    words |= {"coloração", "amônia", "corte", "escova", "manicure"}  # issue 38's example
+    return words
+
+
+def test_no_tool_description_mentions_a_business_service() -> None:
+    """Issue 38: tools speak of no particular business (they are in every tenant's request)."""
+    text = json.dumps(_tools(("preferred_name",)), ensure_ascii=False).casefold()
+    words = _service_words()
+    assert len(words) > 10
+    import re
+    found = sorted(w for w in words if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text))
+    assert not found, found

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from whatsapp.choice_ids import describe_choice
+from whatsapp.choice_ids import describe_choice, is_text
 
 MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
                "sticker": "sticker"}
@@ -295,8 +295,12 @@ def render_text(item: dict[str, Any], wa_type: str) -> tuple[str, bool]:
 
 def _render_interactive(body: dict[str, Any]) -> str:
     """A pick of our reply buttons or list; an id this product made (whatsapp/interactive.py)
-    also says what it names: "...: the slot 2026-06-02T14:00 with julia"."""
+    also says what it names: "...: the slot 2026-06-02T14:00 with julia"; a free-text option
+    comes back as its text: "Sim, pode ser [tapped an option]"."""
     kind = _str(body.get("type"))
+    picked = _dict(body.get(kind)) if kind in ("button_reply", "list_reply") else {}
+    if is_text(_str(picked.get("id"))):  # a free-text option: its text is the answer
+        return f"{_str(picked.get('title')) or ''} [tapped an option]"
     if kind == "button_reply":
         reply = _dict(body.get("button_reply"))
         return (f"[tapped button \"{_str(reply.get('title')) or ''}\" (id "

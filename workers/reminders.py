@@ -121,28 +121,45 @@ def _pace(runtime: Runtime, paced: dict[int, int], target: tuple[int, int, bool]
 
 
 def fields(session: Session, tenant: Tenant, appointment: Appointment,
-           contact: Contact | None) -> dict[str, str]:
-    """The reminder fields of an appointment (storage/tenants.REMINDER_PARAMETERS), local."""
-    service = session.get(Service, appointment.service_id)
-    pro = session.get(Professional, appointment.professional_id)
-    local = appointment.start_at.astimezone(ZoneInfo(tenant.timezone))
-    weekdays = texts.text(tenant.language, "weekdays").split(",")
-    day = (f"{weekdays[local.weekday()]} {local:%d/%m}" if tenant.language == "pt-BR"
+           contact: Contact | None, rows: list[Appointment] | None = None) -> dict[str, str]:
+    """The reminder fields of an appointment (storage/tenants.REMINDER_PARAMETERS), local;
+    with `rows` (a visit's booked rows, by start), every service and professional of the
+    visit, from its start."""
+    rows = rows or [appointment]
+    language = tenant.language
+    services = [s.name for r in rows if (s := session.get(Service, r.service_id))]
+    pros = list(dict.fromkeys(p.name for r in rows
+                              if (p := session.get(Professional, r.professional_id))))
+    local = rows[0].start_at.astimezone(ZoneInfo(tenant.timezone))
+    weekdays = texts.text(language, "weekdays").split(",")
+    day = (f"{weekdays[local.weekday()]} {local:%d/%m}" if language == "pt-BR"
            else f"{weekdays[local.weekday()]} {local:%Y-%m-%d}")
     name = (contact.profile_name if contact else None) or ""
-    return {"customer_name": name.split(" ")[0] if name else "",
-            "service": service.name if service else "", "professional": pro.name if pro else "",
+    return {"customer_name": name.split(" ")[0] if name.strip() else "",
+            "service": _listed(services, language), "professional": _listed(pros, language),
             "date": day, "time": f"{local:%H:%M}", "address": tenant.address}
 
 
-def describe(session: Session, tenant: Tenant, appointment: Appointment) -> str:
-    """The appointment in full, as the agent reads it: "#12, corte with Júlia, Tue 2026-06-02
-    09:00"."""
-    service = session.get(Service, appointment.service_id)
-    pro = session.get(Professional, appointment.professional_id)
-    local = appointment.start_at.astimezone(ZoneInfo(tenant.timezone))
-    return (f"appointment #{appointment.id}, {service.name if service else '?'} with "
-            f"{pro.name if pro else '?'}, {local:%a %Y-%m-%d %H:%M}")
+def _listed(names: list[str], language: str) -> str:
+    """"a", "a e b", "a, b e c" (the language's "and": workers/texts.py)."""
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} {texts.text(language, 'and')} {names[-1]}"
+
+
+def describe(session: Session, tenant: Tenant, appointment: Appointment,
+             rows: list[Appointment] | None = None) -> str:
+    """The appointment (or the visit of `rows`) in full, as the agent reads it: "#12, corte
+    with Júlia, Tue 2026-06-02 09:00"; a visit: "#12, corte with Júlia, escova with Marcos,
+    Tue 2026-06-02 09:00"."""
+    rows = rows or [appointment]
+    what = []
+    for row in rows:
+        service = session.get(Service, row.service_id)
+        pro = session.get(Professional, row.professional_id)
+        what.append(f"{service.name if service else '?'} with {pro.name if pro else '?'}")
+    local = rows[0].start_at.astimezone(ZoneInfo(tenant.timezone))
+    return f"appointment #{appointment.id}, {', '.join(what)}, {local:%a %Y-%m-%d %H:%M}"
 
 
 def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datetime) -> int:
@@ -228,7 +245,7 @@ def queue_reminder(runtime: Runtime, reminder: Reminder, *, now: datetime) -> Ta
 def _queue_in(session: Session, secret: str, reminder: Reminder,
               now: datetime) -> Target | None:
     assert reminder.id is not None
-    appointment = session.get(Appointment, reminder.appointment_id)
+    appointment = session.get(Appointment, reminder.appointment_id)  # the visit's number
     tenant = session.get(Tenant, reminder.tenant_id)
     contact = session.get(Contact, appointment.contact_id) if appointment else None
     if appointment is None or tenant is None or contact is None \
@@ -236,11 +253,14 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
         reminders.claim(session, reminder.id, status="skipped", now=now,
                         reason="the customer has no WhatsApp address")
         return None
-    if appointment.status != "booked" or appointment.start_at <= now:
-        reminders.claim(session, reminder.id, status="cancelled", now=now,
-                        reason=f"appointment {appointment.status}, not upcoming")
+    # checked at the send, not only when scheduled: the visit may have moved, been cancelled
+    # or completed since (a reminder retried after a rate limit included)
+    live = appointments.booked(appointments.visit_rows(session, reminder.appointment_id))
+    gone = _not_remindable(live, reminder, now)
+    if gone:
+        reminders.claim(session, reminder.id, status="cancelled", now=now, reason=gone)
         return None
-    values = fields(session, tenant, appointment, contact)
+    values = fields(session, tenant, appointment, contact, live)
     payloads = {a: reminders.button_payload(secret, appointment, a)
                 for a in reminders.ACTIONS}
     spec = _template(tenant, tenant.reminder_template)
@@ -263,13 +283,26 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     if not reminders.claim(session, reminder.id, status="queued", now=now):
         return None  # another pass took it
     shown = (f"[reminder {reminder.lead_minutes} min before "
-             f"{describe(session, tenant, appointment)}] {shown}")
+             f"{describe(session, tenant, appointment, live)}] {shown}")
     message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
     row = session.get(Reminder, reminder.id)
     assert row is not None and tenant.id is not None
     row.message_id = message.id
     session.add(row)
     return tenant.id, message.conversation_id, tenant.coexistence
+
+
+def _not_remindable(live: list[Appointment], reminder: Reminder, now: datetime) -> str:
+    """Why the visit of `live` (its booked rows) gets no reminder now ("": it does)."""
+    if not live:
+        return "appointment cancelled, not upcoming"
+    if live[0].start_at <= now:
+        return "the visit has started, not upcoming"
+    if any(r.outcome for r in live):
+        return "the visit is marked done"
+    if reminder.start_at is not None and live[0].start_at != reminder.start_at:
+        return "the visit moved since the reminder was scheduled"
+    return ""
 
 
 def queue_notice(runtime: Runtime, notice: Notice, *,
@@ -305,7 +338,13 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
         return tenant.id, message.conversation_id, tenant.coexistence
 
 
+_NO_NAME = re.compile(r"[,\s]*\{customer_name\}")
+
+
 def _format(template: str, values: dict[str, str]) -> str:
+    """`template` with `values`; with no name known, "Olá, {customer_name}!" reads "Olá!"."""
+    if not values.get("customer_name"):
+        template = _NO_NAME.sub("", template)
     try:
         return template.format(**values)
     except (KeyError, IndexError, ValueError):  # a tenant's text with a stray brace
@@ -360,33 +399,40 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
 
 def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str,
          message: Message, *, now: datetime) -> str | None:
-    """The reply to one verified tap: a text, None (nothing to say), or "" (the agent's)."""
+    """The reply to one verified tap on the reminder of `appointment`'s visit (every booked
+    service of it): a text, None (nothing to say), or "" (the agent's)."""
     language = tenant.language
-    values = fields(session, tenant, appointment, None)
-    if appointment.status != "booked":
-        return _format(texts.text(language, "tap_moved" if appointment.moved_to_id
+    rows = appointments.visit_rows(session, appointments.visit_of(appointment), lock=True)
+    live = appointments.booked(rows)
+    values = fields(session, tenant, appointment, None, live or [appointment])
+    if not live:
+        return _format(texts.text(language, "tap_moved" if any(r.moved_to_id for r in rows)
                                   else "tap_cancelled"), values)
-    if appointment.start_at <= now:
+    if live[0].start_at <= now:
         return _format(texts.text(language, "tap_past"), values)
     if action == "confirm":
-        if appointment.confirmed_at is not None:
+        if all(r.confirmed_at is not None for r in live):
             return None  # a second Confirmar: no second acknowledgement
-        appointment.confirmed_at = now
-        session.add(appointment)
+        for row in live:
+            row.confirmed_at = row.confirmed_at or now
+            session.add(row)
         return _format(texts.text(language, "reminder_confirmed"), values)
     if action == "cancel" and reminders.cancellation_open(tenant.cancellation_window_minutes,
-                                                          appointment.start_at, now):
-        appointment.status, appointment.cancelled_at = "cancelled", now
-        session.add(appointment)
+                                                          live[0].start_at, now):
+        for row in live:
+            row.status, row.cancelled_at = "cancelled", now
+            session.add(row)
         session.flush()
-        reminders.cancel_for(session, appointment.id or 0, reason="appointment cancelled")
-        webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
-                      webhooks.appointment_data(session, appointment, by="customer"), now=now)
+        reminders.cancel_for(session, appointments.visit_of(appointment),
+                             reason="appointment cancelled")
+        for row in live:
+            webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
+                          webhooks.appointment_data(session, row, by="customer"), now=now)
         return _format(texts.text(language, "reminder_cancelled"), values)
     title = texts.text(language, f"button_{action}")
-    said = f"[tapped {title} on the reminder of {describe(session, tenant, appointment)}"
+    said = f"[tapped {title} on the reminder of {describe(session, tenant, appointment, live)}"
     if action in ("cancel", "reschedule") and not reminders.cancellation_open(
-            tenant.cancellation_window_minutes, appointment.start_at, now):
+            tenant.cancellation_window_minutes, live[0].start_at, now):
         said += (f"; it starts in less than the cancellation window of "
                  f"{tenant.cancellation_window_minutes} minutes, so it cannot be "
                  f"{'cancelled' if action == 'cancel' else 'moved'} now: explain the policy]")

@@ -31,6 +31,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "notice_moved": "Olá, {customer_name}. Seu horário de {service} com {professional} "
                         "mudou para {date} às {time}. Se não puder, me avise.",
         "weekdays": "seg,ter,qua,qui,sex,sáb,dom",
+        "and": "e",
     },
     "en": {
         "apology": "Sorry, I'm having trouble right now and couldn't answer. Could you send "
@@ -59,6 +60,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "notice_moved": "Hi {customer_name}. Your {service} with {professional} moved to "
                         "{date} at {time}. Let me know if that does not suit you.",
         "weekdays": "Mon,Tue,Wed,Thu,Fri,Sat,Sun",
+        "and": "and",
     },
 }
 

@@ -240,6 +240,7 @@ class Placement:
     by: str = "customer"  # customer (the agent's tools) or business (staff)
     grid: bool = True  # staff may book off the slot grid
     except_id: int | None = None  # an appointment being moved (its own time is free)
+    visit_id: int | None = None  # the visit it joins (None: a new visit of its own)
 
 
 def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
@@ -292,9 +293,12 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     appointment = Appointment(tenant_id=tenant_id, contact_id=p.contact_id,
                               service_id=p.service.id or 0, professional_id=pro.id or 0,
                               start_at=p.start, end_at=p.start + duration,
-                              tool_use_id=p.tool_use_id, created_at=p.now, booked_by=p.by)
+                              tool_use_id=p.tool_use_id, created_at=p.now, booked_by=p.by,
+                              visit_id=p.visit_id)
     session.add(appointment)
     session.flush()
+    if appointment.visit_id is None:
+        appointment.visit_id = appointment.id
     return appointment
 
 
@@ -328,3 +332,90 @@ def candidates(session: Session, tenant_id: int, service: Service,
     if not pros:
         raise ToolError(f"nobody does {service.code} at the moment")
     return pros
+
+
+# -- visits of several services (issue 38) -------------------------------------------------
+
+MAX_VISIT_SERVICES = 5  # services in one visit, at most
+
+
+@dataclass(frozen=True)
+class Item:
+    """One service of a visit found free: its professional and times (aware UTC)."""
+
+    service: Service
+    professional_id: int
+    start: datetime
+    end: datetime
+
+
+def own_intervals(session: Session, contact_id: int, since: datetime,
+                  until: datetime) -> list[Interval]:
+    """The customer's own booked time overlapping [since, until) (any professional): a time
+    offered to them never overlaps it. One indexed read (the contact's rows)."""
+    return [(a.start_at, a.end_at) for a in session.exec(select(Appointment).where(
+        Appointment.contact_id == contact_id, Appointment.status == "booked",
+        col(Appointment.start_at) < until, col(Appointment.end_at) > since))]
+
+
+def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service],
+                pros: Sequence[Sequence[Professional]], first: date, last: date,
+                now: datetime, after: time | None = None, before: time | None = None,
+                own: Sequence[Interval] = ()) -> list[list[Item]]:
+    """Start times where the whole sequence of `services` fits, one after the other, each
+    with one of its `pros` (the same index), and none overlaps `own` (the customer's own
+    bookings): one visit (a list of items) per start, by start. The visit's start follows the
+    rules of `free_slots` (grid, notice, `after`/`before`); each next service starts when the
+    one before ends, with the professional of the one before when they do it and are free,
+    else the first free in catalogue order (the time after a professional's own earlier item
+    keeps that service's buffer)."""
+    tz = ZoneInfo(tenant.timezone)
+    business = business_hours(session, tenant.id or 0)
+    exceptions = business_exceptions(session, tenant.id or 0)
+    everyone = {p.id or 0: p for group in pros for p in group}
+    weeks = {pid: week_of(p, business) for pid, p in everyone.items()}
+    since = local_to_utc(first, "00:00", tz) - timedelta(days=1)
+    until = local_to_utc(last + timedelta(days=3), "00:00", tz)
+    taken = {pid: _Busy(i) for pid, i in busy_intervals(session, list(everyone), since,
+                                                         until).items()}
+    mine = _Busy(own)
+    visits: list[list[Item]] = []
+    found: set[datetime] = set()
+    for slot in free_slots(session, tenant=tenant, service=services[0], pros=pros[0],
+                           first=first, last=last, now=now, after=after, before=before):
+        if slot.start in found or mine.overlaps(slot.start, slot.end):
+            continue
+        items = [Item(services[0], slot.professional_id, slot.start, slot.end)]
+        for service, group in zip(services[1:], pros[1:], strict=True):
+            item = _next_item(items, service, group, weeks, taken, mine, tz, exceptions)
+            if item is None:
+                break
+            items.append(item)
+        if len(items) == len(services):
+            visits.append(items)
+            found.add(slot.start)
+    return visits
+
+
+def _next_item(items: list[Item], service: Service, group: Sequence[Professional],
+               weeks: Mapping[int, Week], taken: Mapping[int, "_Busy"], mine: "_Busy",
+               tz: ZoneInfo, exceptions: Mapping[date, LocalIntervals]) -> Item | None:
+    start = items[-1].end
+    previous = items[-1].professional_id
+    ordered = sorted(group, key=lambda p: p.id != previous)  # the one before first, if any
+    buffer = timedelta(minutes=service.buffer_minutes)
+    for pro in ordered:
+        week = weeks[pro.id or 0]
+        duration = duration_of(service, week)
+        end = start + duration
+        if working_interval(week, start, duration, tz, exceptions) is None \
+                or taken[week.professional_id].overlaps(start, end + buffer) \
+                or mine.overlaps(start, end):
+            continue
+        if any(i.professional_id == week.professional_id and overlaps(
+                (start, end + buffer),
+                (i.start, i.end + timedelta(minutes=i.service.buffer_minutes)))
+               for i in items):
+            continue
+        return Item(service, week.professional_id, start, end)
+    return None

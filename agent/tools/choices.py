@@ -4,7 +4,8 @@ buttons (issue 26; the rules in agent/choices.py, Meta's limits in whatsapp/inte
 It sends nothing itself: the reply the model writes next is the list's or buttons' body, and
 goes out through the outbox like any reply (workers/choices.py), at most once. Only inside the
 24-hour customer service window (whatsapp/window.py). Each option names a slot or a service,
-so the customer's pick comes back as that slot or service (whatsapp.interactive ids).
+so the customer's pick comes back as that slot or service (whatsapp.interactive ids), or is a
+free short text (issue 38), whose pick comes back as that text.
 """
 
 import re
@@ -17,7 +18,7 @@ from agent.choices import Offer, shown
 from agent.errors import ToolError
 from agent.tools.base import Tool, ToolContext, echo, some_codes
 from storage.models import Contact, Professional, Service
-from whatsapp.choice_ids import service_id, slot_id
+from whatsapp.choice_ids import service_id, slot_id, text_id
 from whatsapp.graph import utf16_len
 from whatsapp.interactive import LIMITS, Choice
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
@@ -38,7 +39,7 @@ def offer_from_input(args: dict[str, Any]) -> Offer:
     problems, choices = [], []
     for n, option in enumerate(options):
         try:
-            choices.append(_choice(option, title_limit))
+            choices.append(_choice(option, title_limit, n + 1))
         except ToolError as exc:
             problems.append(f"options[{n}]: {exc}")
     button = args.get("button")
@@ -57,7 +58,7 @@ def offer_from_input(args: dict[str, Any]) -> Offer:
                  button=button.strip() if isinstance(button, str) else None)
 
 
-def _choice(option: Any, title_limit: int) -> Choice:
+def _choice(option: Any, title_limit: int, n: int) -> Choice:
     if not isinstance(option, dict):
         raise ToolError("must be an object")
     title, description = option.get("title"), option.get("description")
@@ -67,9 +68,13 @@ def _choice(option: Any, title_limit: int) -> Choice:
                                     or utf16_len(description) > LIMITS.row_description):
         raise ToolError(f"description must be at most {LIMITS.row_description} characters")
     slot, service = option.get("slot"), option.get("service")
-    if (slot is None) == (service is None):
-        raise ToolError("give exactly one of slot or service")
-    if slot is not None:
+    if slot is not None and service is not None:
+        raise ToolError("give at most one of slot or service")
+    if slot is None and service is None:  # a free-text option: the pick is its title
+        if option.get("professional") is not None:
+            raise ToolError("professional goes with a slot option only")
+        choice_id = text_id(n)
+    elif slot is not None:
         try:
             if not _SLOT.fullmatch(str(slot)):  # strptime alone takes 2026-6-2T4:0
                 raise ValueError(slot)
@@ -131,9 +136,10 @@ def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]
 
 
 _OPTION = {"type": "object", "properties": {
-    "slot": {"type": "string", "description": "A start time find_available_slots returned, "
-             "local YYYY-MM-DDTHH:MM"},
-    "professional": {"type": "string", "description": "Professional code of that slot"},
+    "slot": {"type": "string", "description": "Optional: a start time find_available_slots "
+             "returned, local YYYY-MM-DDTHH:MM"},
+    "professional": {"type": "string", "description": "Optional: professional code of that "
+                     "slot"},
     "service": {"type": "string", "description": "A service code (instead of slot)"},
     "title": {"type": "string", "description": f"What the customer sees: at most "
               f"{LIMITS.row_title} characters in a list, {LIMITS.button_title} on a button"},
@@ -145,8 +151,8 @@ OFFER_CHOICES = Tool(
     name="offer_choices",
     description="Make your next reply offer options the customer taps: a list (up to 10 "
                 "rows; with more options the soonest 9 and a row asking for a narrower "
-                "range) or reply buttons (up to 3 short titles). Each option is a slot or a "
-                "service. Then write the question as your reply.",
+                "range) or reply buttons (up to 3 short titles). Each option is a slot, a service "
+                "or a short text. Then write the question as your reply.",
     input_schema={"type": "object", "properties": {
         "style": {"type": "string", "enum": ["list", "buttons"],
                   "description": "list (default) or buttons"},

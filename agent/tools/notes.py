@@ -28,8 +28,8 @@ def add_appointment_note(session: Session, ctx: ToolContext, args: dict[str, Any
 
 ADD_APPOINTMENT_NOTE = Tool(
     name="add_appointment_note",
-    description="Attach the customer's request to one of their upcoming appointments (e.g. "
-                "\"coloração sem amônia\") so the professional sees it; replaces its note.",
+    description="Attach the customer's request to one of their upcoming appointments so "
+                "the professional sees it; replaces its note.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "note": NOTE_PROPERTY},
         "required": ["appointment_id", "note"]},

@@ -31,6 +31,8 @@ from agent.tools.facts_rules import note_problem
 from agent.tools.slots import (
     Slot,
     local_exists,
+    local_to_utc,
+    overlaps,
     too_soon,
 )
 from storage import appointments, reminders, webhooks
@@ -48,11 +50,15 @@ DEFAULT_RANGE_DAYS = 7
 SERVICES_CHARS = 3000  # list_services: lines until this, then "N more left out"
 PROFESSIONALS_NAMED = 3  # names of who does a service in a list_services line
 APPOINTMENTS_LISTED = 10  # list_my_appointments
+FOR_NAME_CHARS = 100  # Appointment.for_name
 MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
 NOTE_PROPERTY = {"type": "string",
-                 "description": "Optional: the customer's request for this visit, in their "
-                                "words, at most 200 characters (e.g. \"coloração sem amônia\")"}
+                 "description": "The customer's request for this visit, in their words, at "
+                                "most 200 characters"}
+_OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: the customer's request for this "
+                                                  "visit, in their words, at most 200 "
+                                                  "characters"}
 _LOCAL_TIME = {"type": "string",
                "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
 
@@ -100,7 +106,7 @@ def _who(service: Service, pros: list[Professional]) -> str:
 
 
 def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    service = _service(session, ctx.tenant_id, args.get("service"))
+    services = _services_of(session, ctx.tenant_id, args)
     today = ctx.now.astimezone(ctx.timezone).date()
     first = _parse_date(args.get("date"), "date") if args.get("date") else today
     last = _parse_date(args.get("date_to"), "date_to") if args.get("date_to") else (
@@ -111,29 +117,49 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
     first, last = max(first, today), min(last, _last_bookable_day(tenant, today))
     if first > last:
         raise ToolError(_too_far(tenant, today))
-    pros = _candidates(session, ctx.tenant_id, service, args.get("professional"))
+    groups = _visit_candidates(session, ctx.tenant_id, services, args.get("professional"))
     after, before = _parse_hhmm(args.get("after"), "after"), _parse_hhmm(args.get("before"),
                                                                          "before")
     if after is not None and before is not None and after >= before:
         raise ToolError(f"after ({after:%H:%M}) must be earlier than before ({before:%H:%M})")
-    slots = availability.free_slots(session, tenant=tenant, service=service, pros=pros,
-                                    first=first, last=last, now=ctx.now, after=after,
-                                    before=before)
-    if not slots:
-        return (f"No free slots for {service.code} between {first.isoformat()} and "
+    own = availability.own_intervals(
+        session, ctx.contact_id, local_to_utc(first, "00:00", ctx.timezone) - timedelta(days=1),
+        local_to_utc(last + timedelta(days=3), "00:00", ctx.timezone))
+    pros = {p.id: p for group in groups for p in group}
+    codes = "+".join(s.code for s in services)
+    if len(services) == 1:
+        slots = [s for s in availability.free_slots(
+            session, tenant=tenant, service=services[0], pros=groups[0], first=first,
+            last=last, now=ctx.now, after=after, before=before)
+            if not any(overlaps((s.start, s.end), o) for o in own)]
+        found = bool(slots)
+    else:
+        visits = availability.visit_slots(session, tenant=tenant, services=services,
+                                          pros=groups, first=first, last=last, now=ctx.now,
+                                          after=after, before=before, own=own)
+        found = bool(visits)
+    if not found:
+        return (f"No free slots for {codes} between {first.isoformat()} and "
                 f"{last.isoformat()}" + (f" from {after:%H:%M}" if after else "")
                 + (f" before {before:%H:%M}" if before else "") + ".")
-    return _format_times(slots, {p.id: p for p in pros}, ctx.timezone, service)
+    if len(services) == 1:
+        return _format_times(slots, pros, ctx.timezone, services[0])
+    return _format_visits(visits, pros, ctx.timezone)
 
 
+SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}
+SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
+                     "description": "Or several codes: one visit, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
     name="find_available_slots",
-    description="Free start times for a service on a date or a date range (at most 14 "
-                "days), one line per time with the professionals free at it, optionally "
-                "with one professional and between after and before (local HH:MM). Only "
-                "times the business takes: never past, too soon or too far ahead.",
+    description="Free start times for a service (or several, one after the other) on a "
+                "date or a date range (at most 14 days), one line per time with the "
+                "professionals free at it, optionally with one professional and between after "
+                "and before (local HH:MM). Only times the business takes and the customer is "
+                "free.",
     input_schema={"type": "object", "properties": {
-        "service": {"type": "string", "description": "Service code"},
+        "service": SERVICE_PROPERTY,
+        "services": SERVICES_PROPERTY,
         "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
         "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
         "professional": {"type": "string", "description": "Professional code (optional: "
@@ -142,48 +168,58 @@ FIND_AVAILABLE_SLOTS = Tool(
                                                    "time, HH:MM (optional; e.g. 12:00 for the "
                                                    "afternoon)"},
         "before": {"type": "string", "description": "Only starts before this local time, "
-                                                    "HH:MM (optional)"}},
-        "required": ["service"]},
+                                                    "HH:MM (optional)"}}},
     handler=find_available_slots)
 
 
 def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    service = _service(session, ctx.tenant_id, args.get("service"))
+    services = _services_of(session, ctx.tenant_id, args)
     start = _parse_local(args.get("start"), ctx.timezone)
     note = checked_note(session, ctx, args.get("note"))
-    appointment = _place(session, ctx, service, start, args.get("professional"))
-    appointment.note = note
-    session.add(appointment)
-    reminders.schedule(session, _tenant(session, ctx.tenant_id), appointment, now=ctx.now)
-    webhooks.emit(session, ctx.tenant_id, "appointment.booked",
-                  webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
-    return "Booked. " + _describe(session, appointment, ctx.timezone)
+    for_name = _for_name(args.get("for_name"))
+    rows = _place_visit(session, ctx, services, start, args.get("professional"))
+    for row in rows:
+        row.note, row.for_name = note, for_name
+        session.add(row)
+    reminders.schedule(session, _tenant(session, ctx.tenant_id), rows[0], now=ctx.now)
+    for row in rows:
+        webhooks.emit(session, ctx.tenant_id, "appointment.booked",
+                      webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
+    return "Booked. " + _describe_visit(session, rows, ctx.timezone)
 
 
 BOOK_APPOINTMENT = Tool(
     name="book_appointment",
-    description="Book an appointment for this customer at a start time that "
-                "find_available_slots returned. Only after the customer chose.",
+    description="Book a visit of one or more services for this customer at a start time "
+                "that find_available_slots returned. Only after the customer chose.",
     input_schema={"type": "object", "properties": {
-        "service": {"type": "string", "description": "Service code"},
+        "service": SERVICE_PROPERTY,
+        "services": SERVICES_PROPERTY,
         "start": _LOCAL_TIME,
         "professional": {"type": "string", "description": "Professional code (optional)"},
-        "note": NOTE_PROPERTY},
-        "required": ["service", "start"]},
+        "for_name": {"type": "string", "description": "Optional: who it is for, if not "
+                                                      "this customer"},
+        "note": _OPTIONAL_NOTE},
+        "required": ["start"]},
     handler=book_appointment)
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
-    """The next APPOINTMENTS_LISTED bookings, then how many more there are."""
-    rows = session.exec(select(Appointment).where(*_upcoming(ctx)).order_by(
-        col(Appointment.start_at)).limit(APPOINTMENTS_LISTED)).all()
-    if not rows:
+    """The next APPOINTMENTS_LISTED visits, then how many more there are."""
+    first_start = func.min(col(Appointment.start_at))
+    visit_ids = [v for v, _ in session.exec(select(appointments.VISIT, first_start).where(
+        *_upcoming(ctx)).group_by(appointments.VISIT).order_by(first_start)
+        .limit(APPOINTMENTS_LISTED)).all()]
+    if not visit_ids:
         return "This customer has no upcoming appointments."
-    lines = ["Upcoming appointments:", *("- " + _describe(session, a, ctx.timezone)
-                                        for a in rows)]
+    lines = ["Upcoming appointments:"]
+    for visit_id in visit_ids:
+        rows = appointments.booked(appointments.visit_rows(session, visit_id))
+        lines.append("- " + _describe_visit(session, rows, ctx.timezone))
     total = _count_upcoming(session, ctx)
-    if total > len(rows):
-        lines.append(f"({total - len(rows)} more left out: the next {len(rows)} are shown)")
+    if total > len(visit_ids):
+        lines.append(f"({total - len(visit_ids)} more left out: the next {len(visit_ids)} "
+                     "are shown)")
     return "\n".join(lines)
 
 
@@ -193,60 +229,100 @@ LIST_MY_APPOINTMENTS = Tool(
     input_schema={"type": "object", "properties": {}},
     handler=list_my_appointments)
 
+_ONE_SERVICE = {"type": "string", "description": "Optional: one service code of the visit "
+                                                 "(default: all)"}
+
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    appointment = _own_upcoming(session, ctx, args.get("appointment_id"))
-    _check_cancellation_window(session, ctx, appointment, "cancelled", "cancellations")
-    appointment.status, appointment.cancelled_at = "cancelled", ctx.now
-    session.add(appointment)
-    reminders.cancel_for(session, _id(appointment), reason="appointment cancelled")
-    webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
-                  webhooks.appointment_data(session, appointment, by="customer"), now=ctx.now)
-    return "Cancelled. " + _describe(session, appointment, ctx.timezone)
+    rows = _own_visit(session, ctx, args.get("appointment_id"))
+    starts_at = rows[0].start_at  # the visit's start: the rules apply to it
+    _check_cancellation_window(session, ctx, starts_at, _visit(rows), "cancelled",
+                               "cancellations")
+    one = _one_service(session, rows, args.get("service"))
+    cancelled = [one] if one is not None else rows
+    for row in cancelled:
+        row.status, row.cancelled_at = "cancelled", ctx.now
+        session.add(row)
+    session.flush()
+    kept = [r for r in rows if r.status == "booked"]
+    if not kept:
+        reminders.cancel_for(session, _visit(rows), reason="appointment cancelled")
+    elif kept[0].start_at != starts_at:
+        reminders.reschedule(session, _tenant(session, ctx.tenant_id), kept[0],
+                             start_at=kept[0].start_at, now=ctx.now)
+    for row in cancelled:
+        webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
+                      webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
+    said = "Cancelled. " + _describe_visit(session, cancelled, ctx.timezone)
+    return said + (f" The visit keeps: {_describe_visit(session, kept, ctx.timezone)}"
+                   if kept else "")
 
 
 CANCEL_APPOINTMENT = Tool(
     name="cancel_appointment",
     description="Cancel one of this customer's upcoming appointments.",
     input_schema={"type": "object", "properties": {
-        "appointment_id": {"type": "integer"}}, "required": ["appointment_id"]},
+        "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE},
+        "required": ["appointment_id"]},
     handler=cancel_appointment)
 
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    old = _own_upcoming(session, ctx, args.get("appointment_id"))
+    rows = _own_visit(session, ctx, args.get("appointment_id"))
+    starts_at, visit_id = rows[0].start_at, _visit(rows)  # the visit's start and number
     # a move frees the imminent slot as a cancellation does: the same window (staff moves,
     # operations/agenda.move, are not limited)
-    _check_cancellation_window(session, ctx, old, "moved", "changes")
-    service = session.get(Service, old.service_id)
-    assert service is not None
+    _check_cancellation_window(session, ctx, starts_at, visit_id, "moved", "changes")
     start = _parse_local(args.get("start"), ctx.timezone)
     note = checked_note(session, ctx, args.get("note")) if args.get("note") is not None \
-        else old.note  # the request follows the visit unless a new one is given
-    old.status, old.cancelled_at = "cancelled", ctx.now  # frees its own slot for the check
-    session.add(old)
+        else rows[0].note  # the request follows the visit unless a new one is given
+    one = _one_service(session, rows, args.get("service"))
+    if one is not None and len(rows) == 1:
+        one = None  # the only service: the whole visit moves
+    moving = [one] if one is not None else rows
+    for row in moving:
+        row.status, row.cancelled_at = "cancelled", ctx.now  # frees its slot for the check
+        session.add(row)
     session.flush()
-    pro_code = args.get("professional") or _pro_code(session, old.professional_id)
-    new = _place(session, ctx, service, start, pro_code)
-    new.note = note
-    session.add(new)
-    old.moved_to_id = new.id
-    reminders.cancel_for(session, _id(old), reason=f"appointment moved to #{new.id}")
-    reminders.schedule(session, _tenant(session, ctx.tenant_id), new, now=ctx.now)
-    webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
-                  {**webhooks.appointment_data(session, new, by="customer"),
-                   "previous_appointment_id": old.id,
-                   "previous_start_at": old.start_at.isoformat()}, now=ctx.now)
-    return (f"Moved appointment #{old.id} to a new booking. "
-            + _describe(session, new, ctx.timezone))
+    services = [_service_row(session, r) for r in moving]
+    hints = [args.get("professional") or _pro_code(session, r.professional_id) for r in moving]
+    new = _place_visit(session, ctx, services, start, args.get("professional"), hints=hints,
+                       visit_id=visit_id if one is not None else None)
+    tenant = _tenant(session, ctx.tenant_id)
+    for row in new:
+        row.note, row.for_name = note, rows[0].for_name
+        session.add(row)
+    for old, row in zip(moving, new, strict=True):
+        old.moved_to_id = row.id if one is not None else _visit(new)
+        session.add(old)
+    if one is None:
+        reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_visit(new)}")
+        reminders.schedule(session, tenant, new[0], now=ctx.now)
+    else:
+        kept = appointments.booked(appointments.visit_rows(session, visit_id))
+        if kept[0].start_at != starts_at:
+            reminders.reschedule(session, tenant, kept[0], start_at=kept[0].start_at,
+                                 now=ctx.now)
+    for old, row in zip(moving, new, strict=True):
+        webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
+                      {**webhooks.appointment_data(session, row, by="customer"),
+                       "previous_appointment_id": old.id,
+                       "previous_start_at": old.start_at.isoformat()}, now=ctx.now)
+    if one is not None:
+        kept = appointments.booked(appointments.visit_rows(session, visit_id))
+        return (f"Moved {services[0].code} of appointment #{visit_id}. "
+                + _describe_visit(session, kept, ctx.timezone))
+    return (f"Moved appointment #{visit_id} to a new booking. "
+            + _describe_visit(session, new, ctx.timezone))
 
 
 RESCHEDULE_APPOINTMENT = Tool(
     name="reschedule_appointment",
     description="Move one of this customer's upcoming appointments to a new free start "
-                "time (same service).",
+                "time.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
+        "service": _ONE_SERVICE,
         "professional": {"type": "string", "description": "Professional code (optional)"},
         "note": {**NOTE_PROPERTY, "description": "Optional: a new request for the visit "
                                                  "(default: the old booking's note)"}},
@@ -254,33 +330,65 @@ RESCHEDULE_APPOINTMENT = Tool(
     handler=reschedule_appointment)
 
 
-def _check_cancellation_window(session: Session, ctx: ToolContext, appointment: Appointment,
-                               done: str, what: str) -> None:
-    """ToolError when `appointment` starts inside the tenant's cancellation window
-    (storage/reminders.cancellation_open, the one rule): neither cancelled nor moved."""
+def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: datetime,
+                               visit_id: int, done: str, what: str) -> None:
+    """ToolError when the visit starting at `starts_at` is inside the tenant's cancellation
+    window (storage/reminders.cancellation_open, the one rule): neither cancelled nor moved."""
     window = _tenant(session, ctx.tenant_id).cancellation_window_minutes
-    if not reminders.cancellation_open(window, appointment.start_at, ctx.now):
+    if not reminders.cancellation_open(window, starts_at, ctx.now):
         raise ToolError(f"not {done}: the business takes {what} up to {window} minutes before "
-                        f"the start, and appointment #{appointment.id} starts sooner. Explain "
+                        f"the start, and appointment #{visit_id} starts sooner. Explain "
                         "the policy to the customer; staff can still do it: if they insist, "
                         "handoff_to_human lets a person decide.")
 
 
-def _place(session: Session, ctx: ToolContext, service: Service, start: datetime,
-           professional: Any, except_id: int | None = None) -> Appointment:
-    """Check and insert in this transaction; raises ToolError when the time is not bookable:
-    past, sooner than the tenant's notice, beyond its horizon, the customer already at the
-    tenant's limit of upcoming bookings, or, with the professional(s) (availability.place):
-    outside their hours, off the slot grid, or taken. Each message says why, so the model can
-    explain it in the customer's words."""
+def _place_visit(session: Session, ctx: ToolContext, services: list[Service], start: datetime,
+                 professional: Any, *, hints: list[Any] | None = None,
+                 visit_id: int | None = None) -> list[Appointment]:
+    """Check and insert the visit's rows in this transaction, one service after the other
+    from `start`; raises ToolError when the time is not bookable: past, sooner than the
+    tenant's notice, beyond its horizon (the visit's start), the customer already at the
+    tenant's limit of upcoming visits (not checked when joining `visit_id`), overlapping the
+    customer's own booking, or, with the professional(s) (availability.place): outside their
+    hours, off the slot grid (the visit's start), or taken. `hints`: a professional per
+    service (a move keeps each one's); else the one find_available_slots would have offered.
+    Each message says why, so the model can explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
-    _check_time(session, ctx, tenant, service, start)
-    _check_upcoming(session, ctx, tenant)
-    return availability.place(
-        session, tenant, _candidates(session, ctx.tenant_id, service, professional),
-        availability.Placement(service=service, start=start, contact_id=ctx.contact_id,
-                               now=ctx.now, professional=professional,
-                               tool_use_id=ctx.tool_use_id, except_id=except_id))
+    _check_time(session, ctx, tenant, services[0], start)
+    if visit_id is None:
+        _check_upcoming(session, ctx, tenant)
+    own = availability.own_intervals(session, ctx.contact_id, start - timedelta(days=1),
+                                     start + availability.MAX_VISIT * len(services))
+    groups = _visit_candidates(session, ctx.tenant_id, services, professional)
+    if hints is None and len(services) > 1:
+        local = start.astimezone(ctx.timezone)
+        offered = [v for v in availability.visit_slots(
+            session, tenant=tenant, services=services, pros=groups, first=local.date(),
+            last=local.date(), now=ctx.now, after=local.time(), own=own)
+            if v[0].start == start]
+        by_id = {p.id: p.code for group in groups for p in group}
+        hints = [by_id[i.professional_id] for i in offered[0]] if offered else None
+    rows: list[Appointment] = []
+    at = start
+    for n, service in enumerate(services):
+        hint = hints[n] if hints else professional
+        row = availability.place(
+            session, tenant,
+            _candidates(session, ctx.tenant_id, service, hint) if hint else groups[n],
+            availability.Placement(service=service, start=at, contact_id=ctx.contact_id,
+                                   now=ctx.now, professional=hint,
+                                   tool_use_id=ctx.tool_use_id if n == 0 else None,
+                                   grid=n == 0, visit_id=visit_id))
+        clash = next((o for o in own if overlaps((row.start_at, row.end_at), o)), None)
+        if clash is not None:
+            local = clash[0].astimezone(ctx.timezone)
+            raise ToolError(f"this customer already has a booking at "
+                            f"{local:%a %Y-%m-%d %H:%M}; call list_my_appointments, or offer "
+                            "another time")
+        visit_id = appointments.visit_of(row)
+        rows.append(row)
+        at = row.end_at
+    return rows
 
 
 def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
@@ -302,8 +410,9 @@ def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Ser
 
 
 def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
-    """At most `max_upcoming_bookings` booked and still ahead per customer (a move cancels the
-    old booking first, so it never counts twice)."""
+    """At most `max_upcoming_bookings` visits booked and still ahead per customer (a visit of
+    several services counts one; a move cancels the old booking first, so it never counts
+    twice)."""
     upcoming = _count_upcoming(session, ctx)
     if upcoming >= tenant.max_upcoming_bookings:
         raise ToolError(f"this customer already has {upcoming} upcoming appointments, the most "
@@ -318,7 +427,8 @@ def _upcoming(ctx: ToolContext) -> tuple[Any, ...]:
 
 
 def _count_upcoming(session: Session, ctx: ToolContext) -> int:
-    return int(session.exec(select(func.count()).select_from(Appointment).where(
+    """This customer's upcoming visits: one query."""
+    return int(session.exec(select(func.count(func.distinct(appointments.VISIT))).where(
         *_upcoming(ctx))).one())
 
 
@@ -353,7 +463,9 @@ def checked_note(session: Session, ctx: ToolContext, value: Any) -> str:
     return note
 
 
-def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Appointment:
+def _own_visit(session: Session, ctx: ToolContext, appointment_id: Any) -> list[Appointment]:
+    """The booked rows of this customer's upcoming visit `appointment_id` (its booking number,
+    or the id of one of its rows), locked, by start; ToolError otherwise."""
     if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
             or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
@@ -363,9 +475,38 @@ def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Ap
             or appointment.contact_id != ctx.contact_id):
         raise ToolError(f"no appointment #{appointment_id} for this customer; "
                         "call list_my_appointments")
-    if appointment.status != "booked" or appointment.start_at <= ctx.now:
+    rows = appointments.booked(appointments.visit_rows(
+        session, appointments.visit_of(appointment), lock=True))
+    if not rows or rows[0].start_at <= ctx.now:
         raise ToolError(f"appointment #{appointment_id} is not an upcoming booking")
-    return appointment
+    return rows
+
+
+def _own_upcoming(session: Session, ctx: ToolContext, appointment_id: Any) -> Appointment:
+    return _own_visit(session, ctx, appointment_id)[0]
+
+
+def _one_service(session: Session, rows: list[Appointment], code: Any) -> Appointment | None:
+    """The row of service `code` in the visit (None: no code, the whole visit)."""
+    if code is None or code == "":
+        return None
+    for row in rows:
+        service = _service_row(session, row)
+        if isinstance(code, str) and code.strip().lower() in (service.code.lower(),
+                                                              service.name.lower()):
+            return row
+    raise ToolError(f"appointment #{_visit(rows)} has no service {echo(code)}; its services: "
+                    f"{some_codes([_service_row(session, r).code for r in rows])}")
+
+
+def _service_row(session: Session, appointment: Appointment) -> Service:
+    service = session.get(Service, appointment.service_id)
+    assert service is not None
+    return service
+
+
+def _visit(rows: list[Appointment]) -> int:
+    return appointments.visit_of(rows[0])
 
 
 def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
@@ -375,10 +516,29 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     end = appointment.end_at.astimezone(tz)
     what = clip(service.name, NAME_CHARS) if service else "?"
     who = clip(pro.name, NAME_CHARS) if pro else "?"
-    return (f"Appointment #{appointment.id}: {what} with {who} on {local:%a %Y-%m-%d} "
-            f"{local:%H:%M}-{end:%H:%M} "
-            f"({appointment.status})" + (f"; note: {appointment.note}" if appointment.note
-                                         else ""))
+    return (f"Appointment #{appointments.visit_of(appointment)}: {what} with {who} on "
+            f"{local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} ({appointment.status})"
+            + (f"; for: {appointment.for_name}" if appointment.for_name else "")
+            + (f"; note: {appointment.note}" if appointment.note else ""))
+
+
+def _describe_visit(session: Session, rows: list[Appointment], tz: ZoneInfo) -> str:
+    """A visit as results show it: one service as `_describe`; several, each with its
+    professional and times, then the status, who it is for and the note."""
+    if len(rows) == 1:
+        return _describe(session, rows[0], tz)
+    parts = []
+    for row in rows:
+        service = session.get(Service, row.service_id)
+        pro = session.get(Professional, row.professional_id)
+        start, end = row.start_at.astimezone(tz), row.end_at.astimezone(tz)
+        parts.append(f"{clip(service.name, NAME_CHARS) if service else '?'} with "
+                     f"{clip(pro.name, NAME_CHARS) if pro else '?'} {start:%H:%M}-{end:%H:%M}")
+    head = rows[0]
+    return (f"Appointment #{appointments.visit_of(head)} on "
+            f"{head.start_at.astimezone(tz):%a %Y-%m-%d}: {', '.join(parts)} ({head.status})"
+            + (f"; for: {head.for_name}" if head.for_name else "")
+            + (f"; note: {head.note}" if head.note else ""))
 
 
 def _id(appointment: Appointment) -> int:
@@ -389,6 +549,40 @@ def _id(appointment: Appointment) -> int:
 _busy = availability.busy_intervals  # each professional's busy time (its one home: there)
 own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)
 describe = _describe  # an appointment as results show it (notes.py)
+
+
+def _services_of(session: Session, tenant_id: int, args: dict[str, Any]) -> list[Service]:
+    """The services of the visit: `services` (a list of codes, in order), else `service`."""
+    codes = args.get("services")
+    if codes is None or codes == []:
+        return [_service(session, tenant_id, args.get("service"))]
+    if not isinstance(codes, list) or len(codes) > availability.MAX_VISIT_SERVICES:
+        raise ToolError(f"services must be a list of at most "
+                        f"{availability.MAX_VISIT_SERVICES} service codes")
+    return [_service(session, tenant_id, code) for code in codes]
+
+
+def _visit_candidates(session: Session, tenant_id: int, services: list[Service],
+                      code: Any) -> list[list[Professional]]:
+    """Who may do each service: the professional asked for on every service they do (anyone
+    on the others); ToolError when they do none of them, or nobody does one."""
+    if len(services) == 1 or not code:
+        return [_candidates(session, tenant_id, s, code) for s in services]
+    everyone = [_candidates(session, tenant_id, s, None) for s in services]
+    named = [[p for p in group if isinstance(code, str)
+              and code.strip().lower() in (p.code.lower(), p.name.lower())]
+             for group in everyone]
+    if not any(named):
+        _candidates(session, tenant_id, services[0], code)  # raises: who does it
+    return [chosen or group for chosen, group in zip(named, everyone, strict=True)]
+
+
+def _for_name(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > FOR_NAME_CHARS:
+        raise ToolError(f"for_name must be a text of at most {FOR_NAME_CHARS} characters")
+    return " ".join(value.split())
 
 
 def _service(session: Session, tenant_id: int, code: Any) -> Service:
@@ -491,6 +685,30 @@ def _format_times(slots: list[Slot], pros: dict[int | None, Professional], tz: Z
     left: dict[str, list[datetime]] = {}
     for start in rest:
         left.setdefault(f"{start.astimezone(tz):%a %Y-%m-%d}", []).append(start)
+    for day, starts in left.items():
+        lines.append(f"({day}: {len(starts)} more times from "
+                     f"{starts[0].astimezone(tz):%H:%M} to {starts[-1].astimezone(tz):%H:%M}; "
+                     "ask for that date, or narrow with after/before)")
+    return "\n".join(lines)
+
+
+MAX_VISITS_LISTED = 20  # find_available_slots for several services: lines of visits
+
+
+def _format_visits(visits: list[list[availability.Item]], pros: dict[int | None, Professional],
+                   tz: ZoneInfo) -> str:
+    """One line per local start of a visit of several services: "Tue 2026-06-09 14:00-15:30:
+    corte julia, escova marcos", at most MAX_VISITS_LISTED, then one line per other day."""
+    first = visits[0]
+    lines = [f"Free times for {'+'.join(i.service.code for i in first)}, one after the other:"]
+    for items in visits[:MAX_VISITS_LISTED]:
+        start, end = items[0].start.astimezone(tz), items[-1].end.astimezone(tz)
+        lines.append(f"{start:%a %Y-%m-%d %H:%M}-{end:%H:%M}: " + ", ".join(
+            f"{i.service.code} {pros[i.professional_id].code}" for i in items))
+    left: dict[str, list[datetime]] = {}
+    for items in visits[MAX_VISITS_LISTED:]:
+        left.setdefault(f"{items[0].start.astimezone(tz):%a %Y-%m-%d}", []).append(
+            items[0].start)
     for day, starts in left.items():
         lines.append(f"({day}: {len(starts)} more times from "
                      f"{starts[0].astimezone(tz):%H:%M} to {starts[-1].astimezone(tz):%H:%M}; "

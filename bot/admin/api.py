@@ -410,7 +410,8 @@ def move_appointment(call: Call) -> tuple[int, Any]:
 def appointment_outcome(call: Call) -> tuple[int, Any]:
     body: agenda.Outcome = validated(agenda.Outcome, call.body)
     return 200, agenda.set_outcome(call.session, call.the_tenant(),
-                                   call.path["appointment_id"], body.outcome, now=call.now)
+                                   call.path["appointment_id"], body.outcome, now=call.now,
+                                   note=body.note)
 
 
 def add_block(call: Call) -> tuple[int, Any]:
