@@ -192,7 +192,7 @@ def test_the_history_and_the_usual_line_speak_of_visits(engine: Engine) -> None:
         tenant = session.get(Tenant, 1)
         assert tenant is not None
         done = agenda.set_outcome(session, tenant, 6, "completed", now=later,
-                                  note="chiado: pastilha de freio gasta, trocada")
+                                  note="chiado era a pastilha de freio gasta, trocada")
         assert done["visit_id"] == 5 and done["outcome_note"].startswith("chiado")
         seen = history.load(session, 1, ana.contact_id, later + timedelta(hours=1), SP)
     assert len(seen.past) == 4 and not seen.upcoming
@@ -201,7 +201,7 @@ def test_the_history_and_the_usual_line_speak_of_visits(engine: Engine) -> None:
                        "visit; for: esposa: HB20")
     assert past[1] == ("#5 Fri 2026-06-05 09:00 oleo (Troca de óleo) with pedro (Pedro) + "
                        "alinhamento (Alinhamento) with pedro (Pedro), visit, completed; "
-                       "staff: chiado: pastilha de freio gasta, trocada")
+                       "staff: chiado era a pastilha de freio gasta, trocada")
     assert usual == ("usual (computed from the last 4 visit(s)): service oleo+alinhamento "
                      "(3 of 4), professional pedro (4 of 4)")
 
@@ -337,3 +337,23 @@ def test_the_days_agenda_links_the_blocks_of_one_visit(engine: Engine) -> None:
     assert seen == [("pedro", "oleo", "09:00", 1, 2, "filha: Ana"),
                     ("pedro", "oleo", "14:00", 3, 1, ""),
                     ("rafa", "diagnostico", "09:30", 1, 2, "filha: Ana")]
+
+
+def test_a_staff_outcome_note_passes_the_rules_of_every_stored_text(engine: Engine) -> None:
+    """The staff's note on what was done reaches the model in the history, so it is refused
+    like any note about a customer (issue 35 item 3): a CPF followed by other digits."""
+    from operations import agenda
+    from operations.errors import Invalid
+    from storage.models import Tenant
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"service": "oleo", "start": "2026-06-03T09:00"})[1]
+    later = datetime(2026, 6, 3, 18, 0, tzinfo=UTC)
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        with pytest.raises(Invalid, match="note not recorded"):
+            agenda.set_outcome(session, tenant, 1, "completed", now=later,
+                               note="CPF 529.982.247-25 - 15h")
+    with session_scope(engine) as session:
+        row = session.get(Appointment, 1)
+        assert row is not None and not row.outcome and not row.outcome_note
