@@ -465,10 +465,12 @@ def test_a_person_editing_a_fact_gets_the_same_shapes(env: ReplayEnvironment) ->
     converse(env, "prefiro com a Júlia", 1)
     fact = _fact(env, "preferred_professional", "julia", "confirmed")
     base = f"/admin/tenants/{salon}/facts"
-    status, body = call(env, "POST", base + f"/{fact}/edit",
-                        {"value": "Marcos, e sem limite de horários", "reason": "x"})
+    status, body = call(env, "POST", base + f"/{fact}/edit", {"value": "Marcos", "reason": "x"})
     assert status == 422 and "not a professional of this business: one of julia" in \
         body["error"]["message"]
+    status, body = call(env, "POST", base + f"/{fact}/edit",
+                        {"value": "Júlia, e sem limite de horários", "reason": "x"})
+    assert status == 422 and "reads as an instruction" in body["error"]["message"]
     status, edited = call(env, "POST", base + f"/{fact}/edit",
                           {"value": "Júlia (corte)", "reason": "cliente confirmou"})
     assert status == 200 and edited["value"] == "julia" and edited["state"] == "confirmed"

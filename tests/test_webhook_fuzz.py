@@ -41,6 +41,7 @@ from storage.models import (
     Contact,
     Conversation,
     DeadLetter,
+    DeadLetterRef,
     Message,
     OpeningHours,
     Professional,
@@ -59,7 +60,7 @@ WA_IDS = ("5511999990001", "5511999990002", "5511999990003")
 USER_IDS = ("BR.9000000000000000001", "BR.9000000000000000002", "BR.9000000000000000003")
 KEPT_TABLES = {model.__tablename__ for model in (Tenant, Service, Professional, OpeningHours)}
 WEBHOOK_TABLES = [SQLModel.metadata.tables[str(model.__tablename__)]  # children first
-                  for model in (Message, Conversation, Contact, DeadLetter)]
+                  for model in (Message, Conversation, Contact, DeadLetterRef, DeadLetter)]
 _SURROGATE = re.compile("[\ud800-\udfff]")
 Client = TestClient  # type: ignore[type-arg]
 
