@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.tools.base import Tool
+from storage.marks import disarm
 
 INSTRUCTIONS_TTL = "1h"  # tools + instructions are shared by every conversation of a tenant
 # The tail's TTL was chosen by measurement: customers answer minutes to hours apart, and on
@@ -123,7 +124,7 @@ def context_block(facts: Sequence[str], summary: str, *,
     block). Rendered at session start and at compaction only, and stored, so system[1] changes
     in the same steps as the window.
     """
-    name = data_text(profile_name or "")
+    name = data_text(disarm(profile_name or ""))  # the customer's own words (marks.py)
     lines = [f"whatsapp_profile_name: {name}"] if name else []
     lines += _rendered(facts)
     waiting = _rendered(awaiting)

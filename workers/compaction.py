@@ -16,6 +16,7 @@ import structlog
 
 from agent import media as agent_media
 from agent.loop import dump_content
+from agent.timeline import timeline, who
 from agent.window import (
     Stored,
     estimate_tokens,
@@ -88,8 +89,7 @@ def render_transcript(messages: list[Stored]) -> str:
         for block in message.content:
             kind = block.get("type")
             if kind == "text" and str(block.get("text", "")).strip():
-                who = "Customer" if message.role == "user" else "Agent"
-                lines.append(f"{who}: {block['text'].strip()}")
+                lines.append(f"{who(message)}: {block['text'].strip()}")
             elif kind == "tool_use":
                 lines.append(f"Agent called {block.get('name')} "
                              f"{json.dumps(block.get('input'), ensure_ascii=False)}")
@@ -138,7 +138,7 @@ def handle_compaction(runtime: Runtime, conversation_id: int, *, attempt: int = 
         rows = memory.window_rows(session, conversation_id, after_position=start)
         expected = conversation.summarized_until_id
         previous, old_pruned = conversation.summary, conversation.pruned_until_id
-    window = [Stored(m.id or 0, m.role, m.content, m.position or 0) for m in rows]
+    window = timeline(rows)
     plan = pick_compactable(window, keep=tenant.keep_messages)
     if plan is None or plan.freed_tokens < tenant.compaction_min_gain_tokens:
         log.info("compaction_nothing_to_do")
@@ -224,7 +224,7 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
         expected, contact_id = conversation.summarized_until_id, conversation.contact_id
         rows = memory.rows_until(session, conversation_id,
                                  position=memory.position_of(session, expected))
-    covered = [Stored(m.id or 0, m.role, m.content, m.position or 0) for m in rows]
+    covered = timeline(rows)
     try:
         summary = _summarize(runtime, tenant, conversation_id, "", covered)
     except RETRY_POLICIES["rederive"].transient as exc:
@@ -257,7 +257,7 @@ def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
         rows = memory.window_rows(session, conversation_id, after_position=start,
                                   tail=runtime.settings.max_window_messages)
         last_input_tokens = conversation.last_input_tokens
-    window = [Stored(m.id or 0, m.role, m.content, m.position or 0) for m in rows]
+    window = timeline(rows)
     plan = pick_compactable(window, keep=tenant.keep_messages)
     if plan is None or not should_compact(
             last_input_tokens=last_input_tokens, threshold=tenant.compaction_threshold_tokens,

@@ -29,9 +29,10 @@ from zoneinfo import ZoneInfo
 import structlog
 from sqlmodel import Session
 
+from agent.timeline import buttons_note
 from core import clock
 from core.faults import crash_point
-from storage import appointments, reminders, webhooks
+from storage import appointments, marks, reminders, webhooks
 from storage import contacts as contact_repo
 from storage import messages as message_repo
 from storage.conversations import get_open, inactivity_timeout, open_new
@@ -162,13 +163,18 @@ def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datet
 
 
 def _store(session: Session, tenant: Tenant, contact: Contact, *, shown: str, kind: str,
-           body: str, now: datetime) -> Message:
-    """An outbound message of the contact's open conversation with its one outbox part."""
+           body: str, now: datetime, author: str, buttons: list[str] | None = None) -> Message:
+    """An outbound message of the contact's open conversation with its one outbox part;
+    `buttons` (the titles a reminder offers) are stored as a second text block
+    (agent/timeline.py renders both)."""
     assert tenant.id is not None
     conversation_id = _conversation(session, tenant, contact, now)
+    content = [{"type": "text", "text": shown}]
+    if buttons:
+        content.append({"type": "text", "text": buttons_note(buttons)})
     message = message_repo.append(session, tenant_id=tenant.id, conversation_id=conversation_id,
-                                  role="assistant", direction="outbound",
-                                  content=[{"type": "text", "text": shown}], now=now)
+                                  role="assistant", direction="outbound", content=content,
+                                  now=now, author=author)
     to, recipient = contact_repo.address(contact)
     message_repo.add_outbound(session, message=message, parts=[body], to=to,
                               recipient=recipient, now=now, kind=kind)
@@ -243,12 +249,15 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     payloads = {a: reminders.button_payload(secret, appointment, a)
                 for a in reminders.ACTIONS}
     spec = _template(tenant, tenant.reminder_template)
+    titles: list[str] = []
     if not window_closed(contact.last_inbound_at, now):
         text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
                        values)
+        titles = [texts.text(tenant.language, f"button_{a}")
+                  for a in ("confirm", "reschedule", "cancel")]
         body = json.dumps(buttons_message(body=text, buttons=[
-            Choice(payloads[a], texts.text(tenant.language, f"button_{a}"))
-            for a in ("confirm", "reschedule", "cancel")]), ensure_ascii=False)
+            Choice(payloads[a], title) for a, title in zip(
+                ("confirm", "reschedule", "cancel"), titles, strict=True)]), ensure_ascii=False)
         kind, shown = "interactive", text
     elif spec is not None:
         body, kind = _template_body(spec, values, payloads), "template"
@@ -263,7 +272,8 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
         return None  # another pass took it
     shown = (f"[reminder {reminder.lead_minutes} min before "
              f"{describe(session, tenant, appointment)}] {shown}")
-    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
+                     author=marks.product_author("reminder"), buttons=titles)
     row = session.get(Reminder, reminder.id)
     assert row is not None and tenant.id is not None
     row.message_id = message.id
@@ -297,7 +307,8 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
             session.add(row)
             return None
         shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"
-        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
+                         author=marks.product_author("notice"))
         row.status, row.message_id = "queued", message.id
         session.add(row)
         assert tenant.id is not None
@@ -349,7 +360,8 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
         message = message_repo.append(
             session, tenant_id=tenant.id or 0, conversation_id=conversation.id,
             role="assistant", direction="outbound",
-            content=[{"type": "text", "text": "\n".join(replies)}], now=now)
+            content=[{"type": "text", "text": "\n".join(replies)}], now=now,
+            author=marks.product_author("tap_ack"))
         to, recipient = contact_repo.address(contact)
         message_repo.add_outbound(session, message=message, parts=split_text("\n".join(replies)),
                                   to=to, recipient=recipient, now=now)

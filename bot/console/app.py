@@ -47,6 +47,7 @@ from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
 from storage import delivery
+from storage.marks import author_kind
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.keys import console_session_key
@@ -658,7 +659,7 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
             continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
-            if m.get("author"):  # a staff message: shown without its "[equipe: NAME]" mark
+            if author_kind(m.get("author"))[0] == "staff":  # without its "[equipe: NAME]" mark
                 kind, text = "staff", text.split("] ", 1)[-1]
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
