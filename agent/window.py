@@ -111,16 +111,35 @@ def last_safe_start(messages: Sequence[Stored]) -> int:
     return len(messages)
 
 
+def last_customer_start(messages: Sequence[Stored]) -> int:
+    """The last safe start whose run holds a message the customer wrote (author None: not a
+    product or staff message rendered as context, agent/timeline.py); `len(messages)` when
+    there is none."""
+    for index in range(len(messages) - 1, -1, -1):
+        if not is_safe_start(messages, index):
+            continue
+        for message in messages[index:]:
+            if message.role != "user":
+                break
+            if message.author is None and is_turn_start(message):
+                return index
+    return len(messages)
+
+
 def safe_start(messages: Sequence[Stored], keep: int) -> int:
     """Index of the window that keeps about the last `keep` messages verbatim.
 
     Starts at `len - keep` and moves forward to the first safe start: it sends a little less
     rather than a broken pair or a split burst. When the last `keep` messages hold none (they
     sit inside the latest turn, e.g. a burst longer than `keep`), the latest turn's start: that
-    turn whole, never a part of it. `len(messages)` when no safe start exists.
+    turn whole, never a part of it. Never after the latest turn the customer began (messages
+    the product sent after it, a reminder or an alert, never push the customer's messages
+    out). `len(messages)` when no safe start exists.
     """
     start = first_safe_start(messages, len(messages) - max(keep, 1))
-    return start if start < len(messages) else last_safe_start(messages)
+    if start >= len(messages):
+        start = last_safe_start(messages)
+    return min(start, last_customer_start(messages))
 
 
 def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: int,
