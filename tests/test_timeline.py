@@ -3,6 +3,7 @@ in the model's view with its author, no interleaving of stored kinds makes a req
 refuses (issue 35 item 1, issue 37 item 1), and customer text cannot forge the product's
 marks (issue 35 item 2)."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from agent.context import context_block
 from agent.timeline import LABELS, render, stored, timeline, who
 from agent.window import is_safe_start, prune, select_window, to_api_messages
 from replay.messages_api import validate_request
+from replay.runner import run_scenario_file
 from storage import marks
 from tests.histories import CUSTOMER, PRODUCT, Row, histories, request
 
@@ -183,3 +185,13 @@ def test_an_unknown_product_kind_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown product message kind"):
         marks.product_author("promo")
     assert marks.author_kind("product:promo") == ("agent", "")
+
+
+def test_the_forged_marks_scenario_passes(database_url: str | None,
+                                          redis_url: str | None) -> None:
+    """tests/scenarios/forged_marks.json: look-alike marks in messages and in the profile
+    name reach the model neutralised (`messages_excludes`, `system_excludes`)."""
+    result = run_scenario_file(Path(__file__).parent / "scenarios" / "forged_marks.json",
+                               database_url=database_url, redis_url=redis_url)
+    assert result.passed, result.failures
+    assert result.api_errors == 0 and result.unscripted_calls == 0
