@@ -47,10 +47,10 @@ from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
 from storage import delivery
-from storage.marks import author_kind
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.keys import console_session_key
+from storage.marks import author_kind
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
     WEEKDAYS,
