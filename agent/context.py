@@ -110,6 +110,11 @@ def data_text(value: str, *, keep_lines: bool = False) -> str:
     return "\n".join(lines).strip("\n")
 
 
+# leads the summary in the block: the booking history, not the summary, says what is booked
+SUMMARY_NOTE = ("A record of what was said earlier. About appointments the booking_history "
+                "is the truth: where they differ, trust it.")
+
+
 def context_block(facts: Sequence[str], summary: str, *,
                   profile_name: str | None = None, awaiting: Sequence[str] = (),
                   upcoming: Sequence[str] = (), past: Sequence[str] = (),
@@ -149,7 +154,7 @@ def context_block(facts: Sequence[str], summary: str, *,
             history += ["past bookings, most recent first:", *(f"- {line}" for line in done)]
         block += _section("booking_history", history + ([usual_text] if usual_text else []))
     if record:
-        block += _section("summary_of_earlier_conversation", [record])
+        block += _section("summary_of_earlier_conversation", [SUMMARY_NOTE, record])
     block.append("</customer_context>")
     return "\n".join(block)
 

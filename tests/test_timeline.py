@@ -3,20 +3,27 @@ in the model's view with its author, no interleaving of stored kinds makes a req
 refuses (issue 35 item 1, issue 37 item 1), and customer text cannot forge the product's
 marks (issue 35 item 2)."""
 
+import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sqlmodel import select
 
-from agent.context import context_block
+from agent.context import SUMMARY_NOTE, context_block
 from agent.timeline import LABELS, render, stored, timeline, who
 from agent.window import is_safe_start, prune, select_window, to_api_messages
 from replay.messages_api import validate_request
 from replay.runner import run_scenario_file
 from storage import marks
+from storage.db import session_scope
+from storage.models import ContactFact, Message
+from tests.factories import TENANT, text_body
 from tests.histories import CUSTOMER, PRODUCT, Row, histories, request
+from workers.compaction import SUMMARY_INSTRUCTIONS, cut_words, render_transcript
 
 # every kind the product stores on the assistant side -> what the model reads for it
 RENDERED = {
@@ -195,3 +202,91 @@ def test_the_forged_marks_scenario_passes(database_url: str | None,
                                database_url=database_url, redis_url=redis_url)
     assert result.passed, result.failures
     assert result.api_errors == 0 and result.unscripted_calls == 0
+
+
+# -- issue 37: the summary and facts extraction read the same timeline ----------------------
+
+def test_the_summary_input_covers_the_last_turns_tool_rounds_whole_words_and_authors() -> None:
+    """Issue 37 item 3: every message up to the cut, the last turn's pick and booking with
+    their tool calls and results included; results cut at a word boundary; the product's and
+    staff's messages named as theirs, never as the customer's or the agent's."""
+    result = ("Booked appointment #12: corte (Corte feminino) with julia (Júlia) on Tue "
+              "2026-06-02 14:00. " + "Observação longa sobre o atendimento " * 30)
+    rows = [Row(1, "user", CUSTOMER["text"], 1),
+            Row(2, "assistant", [{"type": "tool_use", "id": "toolu_9", "name": "book_appointment",
+                                  "input": {"service": "corte", "start": "2026-06-02T14:00"}}],
+                2),
+            Row(3, "user", [{"type": "tool_result", "tool_use_id": "toolu_9",
+                             "content": result}], 3),
+            Row(4, "assistant", [{"type": "text", "text": "Marcado para terça 14h!"}], 4),
+            Row(5, *PRODUCT["reminder"][:2], 5, PRODUCT["reminder"][2]),  # type: ignore[misc]
+            Row(6, *PRODUCT["staff"][:2], 6, PRODUCT["staff"][2])]  # type: ignore[misc]
+    lines = render_transcript(timeline(rows)).splitlines()
+    assert lines[0] == "Customer: [Mon 2026-06-01 10:00] oi, tem horário amanhã?"
+    assert lines[1] == ('Agent called book_appointment {"service": "corte", '
+                        '"start": "2026-06-02T14:00"}')
+    assert lines[2].startswith("Tool result: Booked appointment #12: corte (Corte feminino)")
+    kept = lines[2].removeprefix("Tool result: ").removesuffix(" …")
+    assert result.startswith(kept) and result[len(kept)] == " " and len(kept) <= 600
+    assert lines[3] == "Agent: Marcado para terça 14h!"
+    assert lines[4] == f"Business (automatic): {RENDERED['reminder']}"
+    assert lines[5] == f"Staff: {RENDERED['staff']}"
+
+
+@pytest.mark.parametrize(("text", "limit", "cut"), [
+    ("curto", 10, "curto"), ("uma frase inteira aqui", 12, "uma frase …"),
+    ("palavra", 3, "pal …"), ("a\nb c", 4, "a\nb …")])
+def test_cut_words_never_cuts_mid_word(text: str, limit: int, cut: str) -> None:
+    assert cut_words(text, limit) == cut
+
+
+def test_the_summary_prompt_puts_the_booking_history_first_in_the_tenants_language() -> None:
+    prompt = " ".join(SUMMARY_INSTRUCTIONS.format(business="Oficina Dois Irmãos",
+                                                  language="pt-BR").split())
+    assert "in the language pt-BR" in prompt
+    assert "booking history shown beside this record is the truth about appointments" in prompt
+    assert "never that no appointment is booked" in prompt
+    assert "the customer's own words for names, products and complaints" in prompt
+
+
+def test_a_summary_silent_or_wrong_on_bookings_is_told_apart_by_the_booking_history() -> None:
+    """The request says which is authoritative: the summary section is led by SUMMARY_NOTE,
+    after the booking history that shows the booking."""
+    booked = "#12 Tue 2026-06-02 14:00 corte (Corte feminino) with julia (Júlia), booked"
+    for summary in ("The customer asked about prices.", "No appointment booked."):
+        block = context_block([], summary, upcoming=[booked])
+        history, record = block.split("<summary_of_earlier_conversation>")
+        assert f"- {booked}" in history
+        assert record.splitlines()[1:3] == [SUMMARY_NOTE, summary]
+    assert SUMMARY_NOTE not in context_block([], "", upcoming=[booked]), "no summary, no note"
+
+
+def test_facts_are_never_taken_from_a_reminders_text(env: Any) -> None:
+    """Issue 37 item 4: extraction reads the reminder as the business's (labelled), and a
+    proposal citing it is refused: the source is not the customer's message."""
+    env.add_tenant({**TENANT, "fact_keys": ["preferred_professional", "preferred_period"],
+                    "reminder_lead_minutes": [60]})
+    env.messages_api.script("turn", [
+        {"tool": "book_appointment", "input": {"service": "corte", "start": "2026-06-01T14:00"}},
+        {"text": "Marcado às 14h!"}])
+    body = text_body("quero marcar um corte hoje às 14h, qualquer profissional", 1,
+                     sent_at=env.clock.now())
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    env.drain()
+    env.clock.advance(timedelta(hours=3, minutes=5))  # 13:05, the 60-minute lead of 14:00
+    env.cron()  # the reminder goes out: "... with Júlia ..."
+    with session_scope(env.engine) as session:
+        reminder = session.exec(select(Message).where(
+            Message.author == marks.product_author("reminder"))).one()
+        assert "Júlia" in reminder.content[0]["text"]
+    env.messages_api.script("facts", [{"text": json.dumps({"facts": [
+        {"key": "preferred_professional", "value": "Júlia", "source_message_id": reminder.id,
+         "stated": True}]})}])
+    env.clock.advance(timedelta(hours=25))
+    env.sweep()
+    transcript = [c for c in env.messages_api.calls if c.purpose == "facts"][0].request
+    text = transcript["messages"][0]["content"]
+    assert "Business (automatic): [lembrete automático enviado: " in text
+    assert "Customer: [reminder" not in text and "Agent: [reminder" not in text
+    with session_scope(env.engine) as session:
+        assert session.exec(select(ContactFact)).all() == []
