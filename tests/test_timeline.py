@@ -16,6 +16,7 @@ from sqlmodel import select
 from agent.context import SUMMARY_NOTE, context_block
 from agent.timeline import LABELS, render, stored, timeline, who
 from agent.window import is_safe_start, prune, select_window, to_api_messages
+from cli.main import main
 from replay.messages_api import validate_request
 from replay.runner import run_scenario_file
 from storage import marks
@@ -290,3 +291,15 @@ def test_facts_are_never_taken_from_a_reminders_text(env: Any) -> None:
     assert "Customer: [reminder" not in text and "Agent: [reminder" not in text
     with session_scope(env.engine) as session:
         assert session.exec(select(ContactFact)).all() == []
+
+
+TIMELINE_SCENARIOS = Path(__file__).parent / "scenarios" / "timeline"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in TIMELINE_SCENARIOS.glob("*.json")))
+def test_timeline_scenarios(name: str) -> None:
+    """Issue 37, "How to show it": a reminder then a question about it, a business
+    cancellation then "por que cancelaram?", a compaction right after a booking."""
+    result = run_scenario_file(TIMELINE_SCENARIOS / f"{name}.json", cli=main)
+    assert result.passed, "\n".join(result.failures + result.transcript)
+    assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover
