@@ -351,6 +351,7 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
             reply = _tap(session, tenant, appointment, action, message, now=now)
             if reply == "":  # the agent answers it
                 continue
+            _name_tap(session, tenant, appointment, action, message)
         message.answered_at, message.status_reason = now, HANDLED
         session.add(message)
         handled += 1
@@ -394,15 +395,21 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
         webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                       webhooks.appointment_data(session, appointment, by="customer"), now=now)
         return _format(texts.text(language, "reminder_cancelled"), values)
-    title = texts.text(language, f"button_{action}")
+    _name_tap(session, tenant, appointment, action, message, note=(
+        f"it starts in less than the cancellation window of "
+        f"{tenant.cancellation_window_minutes} minutes, so it was not cancelled: explain the "
+        "policy") if action == "cancel" else "")
+    return ""
+
+
+def _name_tap(session: Session, tenant: Tenant, appointment: Appointment, action: str,
+              message: Message, *, note: str = "") -> None:
+    """A verified tap's text names the reminder it answered, in full (issue 37): "[tapped
+    Confirmar on the reminder of appointment #1, Corte feminino with Júlia, Tue ...]", with
+    `note` for the agent."""
+    title = texts.text(tenant.language, f"button_{action}")
     said = f"[tapped {title} on the reminder of {describe(session, tenant, appointment)}"
-    if action == "cancel":
-        said += (f"; it starts in less than the cancellation window of "
-                 f"{tenant.cancellation_window_minutes} minutes, so it was not cancelled: "
-                 "explain the policy]")
-    else:
-        said += "]"
+    said += f"; {note}]" if note else "]"
     message.content = [{**b, "text": _TAPPED.sub(lambda _m: said, str(b["text"]))}
                        if b.get("type") == "text" else b for b in message.content]
     session.add(message)
-    return ""
