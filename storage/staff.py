@@ -9,10 +9,11 @@ unanswered; the reconciler leaves them while staff handle it); a staff message m
 message before it handled by staff (`answered_by_staff`). When the staff state ends without
 one (a hand-back, the timeout), the agent answers what still waits. A staff message (a reply
 from the console, the admin API or the CLI, or an echo of what the owner sent from the
-WhatsApp Business app) is stored as assistant-side text led by `[equipe: NAME]`, with
-its `author`, so later turns see who wrote it (never a `system` message: the Messages API takes
-none mid-conversation). The staff state ends after the tenant's `staff_timeout_minutes` without
-a staff message, by a hand-back, or when the conversation closes.
+WhatsApp Business app) is stored as outbound text led by `[equipe: NAME]`, with its `author`
+(`storage/marks.py`), so later turns see who wrote it: `agent/timeline.py` puts it on the user
+side of the request as context, where it was sent (never a `system` message: the Messages API
+takes none mid-conversation). The staff state ends after the tenant's `staff_timeout_minutes`
+without a staff message, by a hand-back, or when the conversation closes.
 """
 
 import unicodedata
@@ -72,8 +73,6 @@ def clean_author(author: str) -> str:
     return " ".join(kept.split())[:MAX_AUTHOR].strip() or "staff"
 
 
-# what leads a customer message when staff wrote before it (agent/window.py staff_lead_in)
-STAFF_LEAD_IN = "[before this message, staff wrote: {text}]"
 def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, *, reason: str,
                   summary: str, now: datetime) -> bool:
     """The agent hands the conversation to staff for `staff_timeout_minutes`, and emits
