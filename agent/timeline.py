@@ -11,7 +11,8 @@ agent's own words, and never as a message the request could end on (the Messages
 request whose last message is the assistant's: replay/messages_api.py). The labels are the
 product's marks: customer text can never carry one (`storage.marks.disarm`).
 
-The same rendering feeds the turn's window, the summary's transcript and facts extraction.
+The same rendering feeds the turn's window, the summary's transcript, facts extraction and the
+console's transcript (bot/console/app.py).
 """
 
 from collections.abc import Sequence

@@ -303,3 +303,19 @@ def test_timeline_scenarios(name: str) -> None:
     result = run_scenario_file(TIMELINE_SCENARIOS / f"{name}.json", cli=main)
     assert result.passed, "\n".join(result.failures + result.transcript)
     assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover
+
+
+def test_the_console_shows_each_product_message_as_the_model_reads_it() -> None:
+    """One rendering (agent/timeline.py) for the model and the console's transcript."""
+    from bot.console.app import _transcript
+
+    messages = []
+    for kind in ("reminder", "notice", "alert", "tap_ack", "staff"):
+        _, content, author = PRODUCT[kind]
+        messages.append({"direction": "outbound", "content": content, "author": author,
+                         "received_at": None, "delivery": None, "offered": None})
+    items = _transcript({"messages": messages}, "en")
+    assert [(i["kind"], i["text"]) for i in items] == [
+        ("agent", RENDERED["reminder"]), ("agent", RENDERED["notice"]),
+        ("agent", RENDERED["alert"]), ("agent", RENDERED["tap_ack"]),
+        ("staff", "Inclui sim!")]

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
+from agent import timeline
 from agent.context import TenantPrompt, context_block, instructions_text
 from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
 from agent.window import tool_result_text
@@ -659,8 +660,11 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
             continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
-            if author_kind(m.get("author"))[0] == "staff":  # without its "[equipe: NAME]" mark
+            author, _ = author_kind(m.get("author"))
+            if author == "staff":  # without its "[equipe: NAME]" mark
                 kind, text = "staff", text.split("] ", 1)[-1]
+            elif author != "agent":  # a product message: as the model reads it
+                text = timeline.render(author, texts)
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
             items.append({"kind": kind, "text": translate_notes(text, language),
