@@ -111,18 +111,23 @@ def last_safe_start(messages: Sequence[Stored]) -> int:
     return len(messages)
 
 
+def customer_run(messages: Sequence[Stored], index: int) -> bool:
+    """True when the run of user messages from `index` holds one the customer wrote (author
+    None: not a product or staff message rendered as context, agent/timeline.py)."""
+    for message in messages[index:]:
+        if message.role != "user":
+            return False
+        if message.author is None and is_turn_start(message):
+            return True
+    return False
+
+
 def last_customer_start(messages: Sequence[Stored]) -> int:
-    """The last safe start whose run holds a message the customer wrote (author None: not a
-    product or staff message rendered as context, agent/timeline.py); `len(messages)` when
+    """The last safe start whose run holds a message the customer wrote; `len(messages)` when
     there is none."""
     for index in range(len(messages) - 1, -1, -1):
-        if not is_safe_start(messages, index):
-            continue
-        for message in messages[index:]:
-            if message.role != "user":
-                break
-            if message.author is None and is_turn_start(message):
-                return index
+        if is_safe_start(messages, index) and customer_run(messages, index):
+            return index
     return len(messages)
 
 
@@ -212,9 +217,11 @@ def tool_result_text(content: Any) -> str:
 
 def prune_boundary(messages: Sequence[Stored], *, keep_user_turns: int) -> int:
     """Position up to which tool results may be pruned: just before the start of the
-    `keep_user_turns`-th last turn the customer began. 0 when there are not that many turns.
+    `keep_user_turns`-th last turn the customer began (a run holding a customer message: a
+    reminder alone is not a turn). 0 when there are not that many turns.
     """
-    starts = [i for i, m in enumerate(messages) if is_turn_start(m) and starts_run(messages, i)]
+    starts = [i for i, m in enumerate(messages) if is_turn_start(m) and starts_run(messages, i)
+              and customer_run(messages, i)]
     if keep_user_turns <= 0:
         return messages[-1].position if messages else 0
     if len(starts) < keep_user_turns:

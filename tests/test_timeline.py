@@ -15,7 +15,7 @@ from sqlmodel import select
 
 from agent.context import SUMMARY_NOTE, context_block
 from agent.timeline import LABELS, render, stored, timeline, who
-from agent.window import is_safe_start, prune, select_window, to_api_messages
+from agent.window import is_safe_start, prune, prune_boundary, select_window, to_api_messages
 from cli.main import main
 from replay.messages_api import validate_request
 from replay.runner import run_scenario_file
@@ -319,3 +319,17 @@ def test_the_console_shows_each_product_message_as_the_model_reads_it() -> None:
         ("agent", RENDERED["reminder"]), ("agent", RENDERED["notice"]),
         ("agent", RENDERED["alert"]), ("agent", RENDERED["tap_ack"]),
         ("staff", "Inclui sim!")]
+
+
+def test_a_reminder_alone_is_not_a_customer_turn_for_pruning() -> None:
+    """The prune boundary keeps the tool results of the last `prune_after_user_turns` turns
+    the customer began: a reminder sent after them does not push them out."""
+    rows = [Row(1, "user", CUSTOMER["text"], 1),
+            Row(2, "assistant", [{"type": "tool_use", "id": "t1", "name": "list_services",
+                                  "input": {}}], 2),
+            Row(3, "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}], 3),
+            Row(4, "assistant", [{"type": "text", "text": "Feito!"}], 4),
+            Row(5, *PRODUCT["reminder"][:2], 5, PRODUCT["reminder"][2])]  # type: ignore[misc]
+    assert prune_boundary(timeline(rows), keep_user_turns=1) == 0
+    rows.append(Row(6, "user", CUSTOMER["text"], 6))
+    assert prune_boundary(timeline(rows), keep_user_turns=1) == 4, "the reminder's run is hers"
