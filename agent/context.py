@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.tools.base import Tool
+from storage.marks import disarm
 
 INSTRUCTIONS_TTL = "1h"  # tools + instructions are shared by every conversation of a tenant
 # The tail's TTL was chosen by measurement: customers answer minutes to hours apart, and on
@@ -109,6 +110,11 @@ def data_text(value: str, *, keep_lines: bool = False) -> str:
     return "\n".join(lines).strip("\n")
 
 
+# leads the summary in the block: the booking history, not the summary, says what is booked
+SUMMARY_NOTE = ("A record of what was said earlier. About appointments the booking_history "
+                "is the truth: where they differ, trust it.")
+
+
 def context_block(facts: Sequence[str], summary: str, *,
                   profile_name: str | None = None, awaiting: Sequence[str] = (),
                   upcoming: Sequence[str] = (), past: Sequence[str] = (),
@@ -123,7 +129,7 @@ def context_block(facts: Sequence[str], summary: str, *,
     block). Rendered at session start and at compaction only, and stored, so system[1] changes
     in the same steps as the window.
     """
-    name = data_text(profile_name or "")
+    name = data_text(disarm(profile_name or ""))  # the customer's own words (marks.py)
     lines = [f"whatsapp_profile_name: {name}"] if name else []
     lines += _rendered(facts)
     waiting = _rendered(awaiting)
@@ -148,7 +154,7 @@ def context_block(facts: Sequence[str], summary: str, *,
             history += ["past bookings, most recent first:", *(f"- {line}" for line in done)]
         block += _section("booking_history", history + ([usual_text] if usual_text else []))
     if record:
-        block += _section("summary_of_earlier_conversation", [record])
+        block += _section("summary_of_earlier_conversation", [SUMMARY_NOTE, record])
     block.append("</customer_context>")
     return "\n".join(block)
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import media
-from storage.staff import STAFF_LEAD_IN, staff_label
 
 Block = dict[str, Any]
 _SLOT = re.compile(r"\b\d{2}:\d{2}\b")
@@ -35,6 +34,7 @@ class Stored:
     role: str
     content: list[Block]
     position: int = 0
+    author: str | None = None  # Message.author: None for the customer's and the agent's
 
 
 def has_tool_result(message: Stored) -> bool:
@@ -111,16 +111,40 @@ def last_safe_start(messages: Sequence[Stored]) -> int:
     return len(messages)
 
 
+def customer_run(messages: Sequence[Stored], index: int) -> bool:
+    """True when the run of user messages from `index` holds one the customer wrote (author
+    None: not a product or staff message rendered as context, agent/timeline.py)."""
+    for message in messages[index:]:
+        if message.role != "user":
+            return False
+        if message.author is None and is_turn_start(message):
+            return True
+    return False
+
+
+def last_customer_start(messages: Sequence[Stored]) -> int:
+    """The last safe start whose run holds a message the customer wrote; `len(messages)` when
+    there is none."""
+    for index in range(len(messages) - 1, -1, -1):
+        if is_safe_start(messages, index) and customer_run(messages, index):
+            return index
+    return len(messages)
+
+
 def safe_start(messages: Sequence[Stored], keep: int) -> int:
     """Index of the window that keeps about the last `keep` messages verbatim.
 
     Starts at `len - keep` and moves forward to the first safe start: it sends a little less
     rather than a broken pair or a split burst. When the last `keep` messages hold none (they
     sit inside the latest turn, e.g. a burst longer than `keep`), the latest turn's start: that
-    turn whole, never a part of it. `len(messages)` when no safe start exists.
+    turn whole, never a part of it. Never after the latest turn the customer began (messages
+    the product sent after it, a reminder or an alert, never push the customer's messages
+    out). `len(messages)` when no safe start exists.
     """
     start = first_safe_start(messages, len(messages) - max(keep, 1))
-    return start if start < len(messages) else last_safe_start(messages)
+    if start >= len(messages):
+        start = last_safe_start(messages)
+    return min(start, last_customer_start(messages))
 
 
 def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: int,
@@ -132,31 +156,6 @@ def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: in
     after = [m for m in messages if m.position > summarized_until]
     start = safe_start(after, keep) if hard_cap else first_safe_start(after)
     return after[start:]
-
-
-STAFF_MARK = staff_label("").removesuffix("]")  # how a staff message's text starts
-
-
-def staff_lead_in(messages: Sequence[Stored], window: Sequence[Stored]) -> list[Stored]:
-    """The window, its first customer message led by what staff wrote before it when staff
-    opened the conversation (a reply or an echo from the WhatsApp Business app before any
-    customer message: assistant text a safe start never begins with). Only when no customer
-    message precedes the window, so the lead-in is the same bytes every turn until
-    compaction moves the start (storage/staff.py)."""
-    if not window:
-        return list(window)
-    first = window[0].position
-    before = [m for m in messages if m.position < first]
-    texts = [str(b.get("text", "")).strip() for m in before for b in m.content
-             if b.get("type") == "text" and str(b.get("text", "")).strip()]
-    staff_only = all(m.role == "assistant" and all(
-        b.get("type") == "text" and str(b.get("text", "")).startswith(STAFF_MARK)
-        for b in m.content) for m in before)
-    if not texts or not staff_only:  # e.g. the agent's reply before a compacted window
-        return list(window)
-    lead = {"type": "text", "text": STAFF_LEAD_IN.format(text=" / ".join(texts))}
-    head = window[0]
-    return [Stored(head.id, head.role, [lead, *head.content], head.position), *window[1:]]
 
 
 def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
@@ -178,7 +177,8 @@ def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
                    if b.get("type") == "tool_result"
                    else media.omitted_note(b) if media.is_media(b) else b
                    for b in message.content]
-        pruned.append(Stored(message.id, message.role, content, message.position))
+        pruned.append(Stored(message.id, message.role, content, message.position,
+                             message.author))
     return pruned
 
 
@@ -217,9 +217,11 @@ def tool_result_text(content: Any) -> str:
 
 def prune_boundary(messages: Sequence[Stored], *, keep_user_turns: int) -> int:
     """Position up to which tool results may be pruned: just before the start of the
-    `keep_user_turns`-th last turn the customer began. 0 when there are not that many turns.
+    `keep_user_turns`-th last turn the customer began (a run holding a customer message: a
+    reminder alone is not a turn). 0 when there are not that many turns.
     """
-    starts = [i for i, m in enumerate(messages) if is_turn_start(m) and starts_run(messages, i)]
+    starts = [i for i, m in enumerate(messages) if is_turn_start(m) and starts_run(messages, i)
+              and customer_run(messages, i)]
     if keep_user_turns <= 0:
         return messages[-1].position if messages else 0
     if len(starts) < keep_user_turns:
@@ -263,11 +265,18 @@ def _block_estimate(block: Block) -> int:
                          .encode()) / 4)
 
 
+SENT_NOTE = "[enviado ao cliente: {text}]"  # agent/timeline.py LABELS["sent"]
+
+
 def to_api_messages(messages: Sequence[Stored]) -> list[dict[str, Any]]:
     """Stored messages → Messages API `messages`.
 
     Consecutive same-role messages merge; in a merged user message tool_result blocks come
     first; empty or whitespace-only text blocks are dropped, and so is a message left empty.
+    A request never ends on the assistant's side (the API refuses it: "must end with a user
+    message"): trailing assistant text (a message stored after the customer's, e.g. one
+    written before authors were recorded, agent/timeline.py) goes to the user side as a note
+    of what was sent.
     """
     merged: list[dict[str, Any]] = []
     for message in messages:
@@ -278,6 +287,15 @@ def to_api_messages(messages: Sequence[Stored]) -> list[dict[str, Any]]:
             merged[-1]["content"].extend(blocks)
         else:
             merged.append({"role": message.role, "content": list(blocks)})
+    if merged and merged[-1]["role"] == "assistant" and not any(
+            b.get("type") == "tool_use" for b in merged[-1]["content"]):
+        texts = [str(b.get("text", "")).strip() for b in merged.pop()["content"]
+                 if b.get("type") == "text"]
+        note = {"type": "text", "text": SENT_NOTE.format(text="\n".join(texts))}
+        if merged:
+            merged[-1]["content"].append(note)
+        else:
+            merged.append({"role": "user", "content": [note]})
     for api_message in merged:
         if api_message["role"] == "user":
             results = [b for b in api_message["content"] if b.get("type") == "tool_result"]

@@ -25,9 +25,9 @@ from storage import (
     conversations,
     dead_letters,
     lookups,
+    marks,
     memory,
     messages,
-    staff,
     tenants,
 )
 from storage.db import session_scope
@@ -401,7 +401,7 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     than 15 minutes after the customer sent it says so, so the answer can acknowledge the delay:
     ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
     (", sent Sun 2025-11-30 10:00"). `unstamp` takes it off again (the console, fact
-    extraction's length). The customer's text is disarmed (storage/staff.py `disarm`): it can
+    extraction's length). The customer's text is disarmed (storage/marks.py `disarm`): it can
     never carry the staff mark `[equipe: NAME]`.
     """
     zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
@@ -409,7 +409,7 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     late = ""
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
         late = f", delivered late: sent {local_when(sent_at, local)}"
-    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {staff.disarm(text)}"
+    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {marks.disarm(text)}"
 
 
 STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?", re.MULTILINE)

@@ -1,11 +1,12 @@
 """What the model saw: the `expect.requests` expectation of a replay (docs/REPLAY.md).
 
 `{"requests": {"purpose": "turn", "calls": 2, "system_contains": [...], "system_excludes": [...],
-"messages_contain": [...], "tools_include": [...], "block_types": ["image"]}}` looks at the
+"messages_contain": [...], "messages_excludes": [...], "tools_include": [...],
+"block_types": ["image"]}}` looks at the
 Messages API calls of one purpose (default `turn`) that the double received since the previous
 `expect`: `calls` is their number; each string of a `*_contains` / `*_include` list must be
-found in at least one of them, each string of `system_excludes` in none; `block_types` must
-all appear in the messages of one of them. Every key is optional. Pure: no I/O.
+found in at least one of them, each string of `system_excludes` / `messages_excludes` in none;
+`block_types` must all appear in the messages of one of them. Every key is optional. Pure: no I/O.
 
 The texts compared, per request body:
 - system: the text of every system block, joined by newlines (a plain string system as is);
@@ -18,8 +19,8 @@ from collections.abc import Iterable
 from typing import Any
 
 PURPOSES = ("turn", "summary", "facts")
-LIST_KEYS = ("system_contains", "system_excludes", "messages_contain", "tools_include",
-             "block_types")
+LIST_KEYS = ("system_contains", "system_excludes", "messages_contain", "messages_excludes",
+             "tools_include", "block_types")
 KEYS = frozenset({"purpose", "calls", *LIST_KEYS})
 
 
@@ -119,6 +120,11 @@ def failures(spec: dict[str, Any], bodies: list[dict[str, Any]]) -> list[str]:
     for wanted in spec.get("messages_contain", []):
         if not any(wanted in text for text in messages):
             found.append(f"requests: no {purpose} call's messages contain {wanted!r}")
+    for unwanted in spec.get("messages_excludes", []):
+        hits = [n for n, text in enumerate(messages) if unwanted in text]
+        if hits:
+            found.append(f"requests: the messages of {purpose} call(s) {hits} (since the "
+                         f"previous expect, from 0) contain {unwanted!r}")
     for wanted in spec.get("tools_include", []):
         if not any(wanted in names for names in tools):
             found.append(f"requests: no {purpose} call lists the tool {wanted!r}")

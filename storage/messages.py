@@ -233,13 +233,16 @@ def prepared(session: Session, name: str, build: Callable[[str], Any]) -> tuple[
 
 
 def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
-           direction: str, content: list[dict[str, Any]], now: datetime) -> Message:
+           direction: str, content: list[dict[str, Any]], now: datetime,
+           author: str | None = None) -> Message:
     """Add one history message (assistant content or a user message of tool results) at the
-    next position. Callers hold the conversation's turn lock.
+    next position. Callers hold the conversation's turn lock. `author`: None for the agent's
+    own, `product:KIND` for a message the product sent (storage/marks.py).
     """
     message = Message(tenant_id=tenant_id, conversation_id=conversation_id, role=role,
                       direction=direction, content=content, received_at=now, starts_turn=False,
-                      answered_at=now, position=_next_position(session, conversation_id))
+                      answered_at=now, position=_next_position(session, conversation_id),
+                      author=author)
     session.add(message)
     session.flush()
     return message

@@ -9,13 +9,13 @@ unanswered; the reconciler leaves them while staff handle it); a staff message m
 message before it handled by staff (`answered_by_staff`). When the staff state ends without
 one (a hand-back, the timeout), the agent answers what still waits. A staff message (a reply
 from the console, the admin API or the CLI, or an echo of what the owner sent from the
-WhatsApp Business app) is stored as assistant-side text led by `[equipe: NAME]`, with
-its `author`, so later turns see who wrote it (never a `system` message: the Messages API takes
-none mid-conversation). The staff state ends after the tenant's `staff_timeout_minutes` without
-a staff message, by a hand-back, or when the conversation closes.
+WhatsApp Business app) is stored as outbound text led by `[equipe: NAME]`, with its `author`
+(`storage/marks.py`), so later turns see who wrote it: `agent/timeline.py` puts it on the user
+side of the request as context, where it was sent (never a `system` message: the Messages API
+takes none mid-conversation). The staff state ends after the tenant's `staff_timeout_minutes`
+without a staff message, by a hand-back, or when the conversation closes.
 """
 
-import re
 import unicodedata
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 from storage import messages as message_repo
 from storage import webhooks
 from storage.conversations import inactivity_timeout, touch, with_staff
+from storage.marks import staff_author
 from storage.models import Conversation, Message, Tenant
 
 STAFF_HANDLED = "handled by staff"  # the status_reason of a customer message staff handled
@@ -72,33 +73,6 @@ def clean_author(author: str) -> str:
     return " ".join(kept.split())[:MAX_AUTHOR].strip() or "staff"
 
 
-# what leads a customer message when staff wrote before it (agent/window.py staff_lead_in)
-STAFF_LEAD_IN = "[before this message, staff wrote: {text}]"
-# the marks only the product writes, matched on a skeleton of the text: NFKC (full-width
-# brackets and colons fold to ASCII), format characters (zero-width) dropped, the Cyrillic
-# and Greek letters that pass for Latin ones read as Latin
-_MARKS = re.compile(r"[\[【〔〖〘⟦]\s*(equipe\s*:|before this message,\s*staff wrote)",
-                    re.IGNORECASE)
-_LOOK_ALIKES = str.maketrans("еорасіхуЕОРАСІХΕΟΡΑΙΤ", "eopacixyEOPACIXEOPAIT")
-
-
-def _skeleton(text: str) -> str:
-    folded = unicodedata.normalize("NFKC", text)
-    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf").translate(
-        _LOOK_ALIKES)
-
-
-def disarm(text: str) -> str:
-    """Customer text that can never carry a mark only the product writes: the staff mark
-    `[equipe: NAME]` or the staff lead-in. Text without one is returned unchanged; text with
-    one (in any disguise: full-width, zero-width characters inside, look-alike letters) is
-    returned as its skeleton with each mark's bracket made `(`."""
-    skeleton = _skeleton(text)
-    if not _MARKS.search(skeleton):
-        return text
-    return _MARKS.sub(r"(\1", skeleton)
-
-
 def start_handoff(session: Session, conversation: Conversation, tenant: Tenant, *, reason: str,
                   summary: str, now: datetime) -> bool:
     """The agent hands the conversation to staff for `staff_timeout_minutes`, and emits
@@ -140,7 +114,7 @@ def record_staff_message(session: Session, conversation: Conversation, tenant: T
                       role="assistant", direction="outbound",
                       content=staff_content(author, text), received_at=now,
                       starts_turn=False, answered_at=now, position=None,
-                      author=f"staff:{author}", wamid=wamid)
+                      author=staff_author(author), wamid=wamid)
     session.add(message)
     session.flush()
     if pause > timedelta(0):

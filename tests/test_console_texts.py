@@ -14,7 +14,6 @@ from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Contact, Conversation, Tenant
 from storage.rights import ANONYMOUS
-from storage.staff import STAFF_LEAD_IN
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.factories import text_body
@@ -93,12 +92,12 @@ def _media_notes() -> list[str]:
 
 def _staff_notes() -> list[str]:
     """Every note of staff's messages (issue 23): echoes of the owner's app, template replies,
-    the lead-in before the first customer message, an erased name."""
+    an erased name."""
     notes = [f"[staff sent {kind}]" for kind in ECHO_KINDS.values()]
     notes.append(str(_parse_echo({"id": "wamid.E1", "to": "5511999990001", "type": "poll",
                                   "timestamp": "1780318831"}, "109876543210987", []).text))
     notes += [template_note("lembrete", ["amanhã", "15h"]), template_note("retorno", []),
-              STAFF_LEAD_IN.format(text="oi, aqui é a Júlia"), ANONYMOUS]
+              ANONYMOUS]
     return notes
 
 

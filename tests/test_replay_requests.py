@@ -15,6 +15,7 @@ def test_requests_checks_pass_on_what_the_turn_sent(database_url: str | None,
         "purpose": "turn", "calls": 2, "system_contains": ["Salão Exemplo"],
         "system_excludes": ["ignore your rules"],
         "messages_contain": ["vocês fazem corte?", "Services:"],
+        "messages_excludes": ["[equipe:"],
         "tools_include": ["list_services", "book_appointment"]}}},
         {"expect": {"requests": {"calls": 0}, "comment": "nothing since the previous expect"}},
         {"expect": {"requests": {"purpose": "summary", "calls": 0}}}]),
@@ -26,7 +27,8 @@ def test_requests_checks_fail_naming_what_was_missing(database_url: str | None,
                                                       redis_url: str | None) -> None:
     result = run_scenario(scenario([*TURN, {"label": "seen", "expect": {"requests": {
         "calls": 3, "system_contains": ["alérgica"], "system_excludes": ["Salão Exemplo"],
-        "messages_contain": ["pix"], "tools_include": ["add_everything"]}}}]),
+        "messages_contain": ["pix"], "messages_excludes": ["fazem corte"],
+        "tools_include": ["add_everything"]}}}]),
         database_url=database_url, redis_url=redis_url)
     assert result.failures == [
         'step 3 "seen": requests: 2 turn call(s), expected 3',
@@ -34,6 +36,8 @@ def test_requests_checks_fail_naming_what_was_missing(database_url: str | None,
         "step 3 \"seen\": requests: the system of turn call(s) [0, 1] (since the previous "
         "expect, from 0) contains 'Salão Exemplo'",
         "step 3 \"seen\": requests: no turn call's messages contain 'pix'",
+        "step 3 \"seen\": requests: the messages of turn call(s) [0, 1] (since the previous "
+        "expect, from 0) contain 'fazem corte'",
         "step 3 \"seen\": requests: no turn call lists the tool 'add_everything'"]
 
 
@@ -43,7 +47,8 @@ def test_a_malformed_requests_expectation_fails_before_anything_runs() -> None:
         "messages_contain": [""]}}}]))
     assert result.failures == [
         "invalid scenario: step 0: requests: unknown key 'system_contain' (known: block_types, "
-        "calls, messages_contain, purpose, system_contains, system_excludes, tools_include)",
+        "calls, messages_contain, messages_excludes, purpose, system_contains, system_excludes, "
+        "tools_include)",
         "invalid scenario: step 0: requests.purpose must be one of turn, summary, facts",
         "invalid scenario: step 0: requests.calls must be a whole number, 0 or more",
         "invalid scenario: step 0: requests.messages_contain must be a list of non-empty strings",

@@ -3,6 +3,7 @@ in the navigation, the reply box and the hand-back button on a conversation; CSR
 tenant isolation over HTTP, then the same in a real headless Chromium at a phone's width.
 """
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from storage.db import session_scope
 from storage.models import Conversation, Message, Tenant
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
+from tests.factories import text_body
 from tests.test_console import Browser
 from tests.test_console_browser import (  # noqa: F401  (driver, shots: fixtures)
     CHROMEDRIVER,
@@ -169,3 +171,33 @@ def test_on_a_phone_the_owner_finds_the_handoff_replies_and_hands_back(
         conversation = session.get(Conversation, seeded.salon_conversation_id)
         assert conversation is not None and not with_staff(conversation, env.clock.now())
 
+
+
+def test_a_console_reply_reaches_the_model_labelled_when_the_agent_resumes(
+        env: ReplayEnvironment) -> None:
+    """Issue 37: a staff reply typed in the console, then a hand-back and the customer
+    writes: the turn request carries the reply with its `[equipe: NAME]` label, as context
+    on the user side (agent/timeline.py)."""
+    seeded = handed_off(env)
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    path = f"/console/conversations/{seeded.salon_conversation_id}"
+    browser.request(path)
+    status, _, _ = browser.request(path + "/reply", {
+        "csrf": browser.csrf, "text": "Oi Ana, aqui é a Júlia: seu corte de terça está mantido.",
+        "author": "Júlia"})
+    assert status == 303
+    env.drain()
+    status, _, _ = browser.request(path + "/hand-back", {"csrf": browser.csrf})
+    assert status == 303
+    env.clock.advance(timedelta(minutes=2))
+    env.messages_api.script("turn", [{"text": "Combinado, até terça!"}])
+    body = text_body("obrigada, Júlia!", 77, sent_at=env.clock.now())
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    env.drain()
+    request = env.messages_api.last_requests["turn"]
+    last = request["messages"][-1]
+    assert last["role"] == "user" and env.messages_api.api_errors == 0
+    texts = [b.get("text", "") for b in last["content"]]
+    assert "[equipe: Júlia] Oi Ana, aqui é a Júlia: seu corte de terça está mantido." in texts
+    assert texts[-1].endswith("obrigada, Júlia!")

@@ -336,19 +336,24 @@ def test_a_message_with_nothing_to_send_neither_starts_nor_joins_a_burst() -> No
         "an empty row between a tool_use and a text hides nothing: no start there"
 
 
-def test_a_staff_lead_in_only_for_staff_messages_before_the_first_customer_message() -> None:
-    from agent.window import Stored, staff_lead_in
+def test_a_conversation_staff_opened_starts_with_the_staff_message_as_context() -> None:
+    """Staff wrote first (a reply or an owner's echo before any customer message): the window
+    starts with it, labelled, on the user side, merged with the customer's message."""
+    from agent.timeline import stored
 
-    staff_row = Stored(1, "assistant", [{"type": "text", "text": "[equipe: Júlia] Oi!"}], 1)
-    agent_row = Stored(1, "assistant", [{"type": "text", "text": "Olá, posso ajudar?"}], 1)
-    customer = Stored(2, "user", [{"type": "text", "text": "oi"}], 2)
-    led = staff_lead_in([staff_row, customer], [customer])
-    assert led[0].content == [{"type": "text", "text": "[before this message, staff wrote: "
-                                                       "[equipe: Júlia] Oi!]"},
-                              {"type": "text", "text": "oi"}]
-    assert staff_lead_in([agent_row, customer], [customer]) == [customer]  # a compacted start
-    assert staff_lead_in([customer], [customer]) == [customer]
-    assert staff_lead_in([], []) == []
+    class Row:
+        def __init__(self, id: int, role: str, text: str, author: str | None) -> None:
+            self.id, self.role, self.position, self.author = id, role, id, author
+            self.content = [{"type": "text", "text": text}]
+    history = [stored(Row(1, "assistant", "[equipe: Júlia] Oi!", "staff:Júlia")),
+               stored(Row(2, "user", "oi", None))]
+    messages = to_api_messages(select_window(history, summarized_until=0, keep=4,
+                                             hard_cap=False))
+    assert messages == [{"role": "user", "content": [
+        {"type": "text", "text": "[equipe: Júlia] Oi!"}, {"type": "text", "text": "oi"}]}]
+    assert validate_request(_request(messages)) is None
+
+
 def test_a_customer_message_with_a_photo_is_a_turn_start_and_a_tool_result_never() -> None:
     photo = _at(1, "user", [{"type": "text", "text": "[Mon] quero esse corte"}, PHOTO])
     alone = _at(1, "user", [PHOTO])

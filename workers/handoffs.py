@@ -12,8 +12,8 @@ import structlog
 from agent.tools.handoff import text
 from core import metrics
 from storage import contacts as contact_repo
+from storage import marks, staff
 from storage import messages as message_repo
-from storage import staff
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
 from storage.models import Contact, Conversation
@@ -39,7 +39,8 @@ def alert_unanswered(runtime: Runtime, *, now: datetime) -> int:
                 message = message_repo.append(
                     session, tenant_id=row.tenant_id, conversation_id=int(row.id or 0),
                     role="assistant", direction="outbound",
-                    content=[{"type": "text", "text": waiting}], now=now)
+                    content=[{"type": "text", "text": waiting}], now=now,
+                    author=marks.product_author("alert"))
                 to, recipient = contact_repo.address(contact)
                 message_repo.add_outbound(session, message=message, parts=[waiting], to=to,
                                           recipient=recipient, now=now)

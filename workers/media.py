@@ -34,8 +34,8 @@ from sqlmodel import col, select
 from agent import media as rules
 from core import clock
 from intake.ingest import STAMP
+from storage import marks
 from storage import media as media_repo
-from storage import staff
 from storage.db import session_scope
 from storage.models import Message
 from whatsapp.media import MediaClient, MediaError
@@ -106,7 +106,7 @@ def _resolve_one(runtime: Runtime, message_id: int, content: list[dict[str, Any]
                 or message.media.get("state") != "pending":
             return
         # the caption and the transcript are the customer's words: disarmed as intake's are
-        new_content = [{"type": "text", "text": prefix + staff.disarm(text)}] \
+        new_content = [{"type": "text", "text": prefix + marks.disarm(text)}] \
             if text is not None else list(message.content)
         if data is not None and fields is not None:
             file_id = media_repo.add_file(session, message=message, data=data,

@@ -30,9 +30,10 @@ from zoneinfo import ZoneInfo
 import structlog
 from sqlmodel import Session
 
+from agent.timeline import buttons_note
 from core import clock
 from core.faults import crash_point
-from storage import appointments, reminders, webhooks
+from storage import appointments, marks, reminders, webhooks
 from storage import contacts as contact_repo
 from storage import messages as message_repo
 from storage.conversations import get_open, inactivity_timeout, open_new
@@ -180,13 +181,18 @@ def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datet
 
 
 def _store(session: Session, tenant: Tenant, contact: Contact, *, shown: str, kind: str,
-           body: str, now: datetime) -> Message:
-    """An outbound message of the contact's open conversation with its one outbox part."""
+           body: str, now: datetime, author: str, buttons: list[str] | None = None) -> Message:
+    """An outbound message of the contact's open conversation with its one outbox part;
+    `buttons` (the titles a reminder offers) are stored as a second text block
+    (agent/timeline.py renders both)."""
     assert tenant.id is not None
     conversation_id = _conversation(session, tenant, contact, now)
+    content = [{"type": "text", "text": shown}]
+    if buttons:
+        content.append({"type": "text", "text": buttons_note(buttons)})
     message = message_repo.append(session, tenant_id=tenant.id, conversation_id=conversation_id,
-                                  role="assistant", direction="outbound",
-                                  content=[{"type": "text", "text": shown}], now=now)
+                                  role="assistant", direction="outbound", content=content,
+                                  now=now, author=author)
     to, recipient = contact_repo.address(contact)
     message_repo.add_outbound(session, message=message, parts=[body], to=to,
                               recipient=recipient, now=now, kind=kind)
@@ -264,12 +270,15 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     payloads = {a: reminders.button_payload(secret, appointment, a)
                 for a in reminders.ACTIONS}
     spec = _template(tenant, tenant.reminder_template)
+    titles: list[str] = []
     if not window_closed(contact.last_inbound_at, now):
         text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
                        values)
+        titles = [texts.text(tenant.language, f"button_{a}")
+                  for a in ("confirm", "reschedule", "cancel")]
         body = json.dumps(buttons_message(body=text, buttons=[
-            Choice(payloads[a], texts.text(tenant.language, f"button_{a}"))
-            for a in ("confirm", "reschedule", "cancel")]), ensure_ascii=False)
+            Choice(payloads[a], title) for a, title in zip(
+                ("confirm", "reschedule", "cancel"), titles, strict=True)]), ensure_ascii=False)
         kind, shown = "interactive", text
     elif spec is not None:
         body, kind = _template_body(spec, values, payloads), "template"
@@ -284,7 +293,8 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
         return None  # another pass took it
     shown = (f"[reminder {reminder.lead_minutes} min before "
              f"{describe(session, tenant, appointment, live)}] {shown}")
-    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
+                     author=marks.product_author("reminder"), buttons=titles)
     row = session.get(Reminder, reminder.id)
     assert row is not None and tenant.id is not None
     row.message_id = message.id
@@ -331,7 +341,8 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
             session.add(row)
             return None
         shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"
-        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now)
+        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
+                         author=marks.product_author("notice"))
         row.status, row.message_id = "queued", message.id
         session.add(row)
         assert tenant.id is not None
@@ -380,6 +391,7 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
             reply = _tap(session, tenant, appointment, action, message, now=now)
             if reply == "":  # the agent answers it
                 continue
+            _name_tap(session, tenant, appointment, action, message)
         message.answered_at, message.status_reason = now, HANDLED
         session.add(message)
         handled += 1
@@ -389,7 +401,8 @@ def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation
         message = message_repo.append(
             session, tenant_id=tenant.id or 0, conversation_id=conversation.id,
             role="assistant", direction="outbound",
-            content=[{"type": "text", "text": "\n".join(replies)}], now=now)
+            content=[{"type": "text", "text": "\n".join(replies)}], now=now,
+            author=marks.product_author("tap_ack"))
         to, recipient = contact_repo.address(contact)
         message_repo.add_outbound(session, message=message, parts=split_text("\n".join(replies)),
                                   to=to, recipient=recipient, now=now)
@@ -429,16 +442,26 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
             webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                           webhooks.appointment_data(session, row, by="customer"), now=now)
         return _format(texts.text(language, "reminder_cancelled"), values)
-    title = texts.text(language, f"button_{action}")
+    blocked = action in ("cancel", "reschedule") and not reminders.cancellation_open(
+        tenant.cancellation_window_minutes, live[0].start_at, now)
+    _name_tap(session, tenant, appointment, action, message, note=(
+        f"it starts in less than the cancellation window of "
+        f"{tenant.cancellation_window_minutes} minutes, so it cannot be "
+        f"{'cancelled' if action == 'cancel' else 'moved'} now: explain the policy")
+        if blocked else "")
+    return ""
+
+
+def _name_tap(session: Session, tenant: Tenant, appointment: Appointment, action: str,
+              message: Message, *, note: str = "") -> None:
+    """A verified tap's text names the reminder it answered, in full (issue 37): "[tapped
+    Confirmar on the reminder of appointment #1, Corte feminino with Júlia, Tue ...]" (every
+    booked service of its visit), with `note` for the agent."""
+    live = appointments.booked(appointments.visit_rows(session, appointments.visit_of(
+        appointment))) or None
+    title = texts.text(tenant.language, f"button_{action}")
     said = f"[tapped {title} on the reminder of {describe(session, tenant, appointment, live)}"
-    if action in ("cancel", "reschedule") and not reminders.cancellation_open(
-            tenant.cancellation_window_minutes, live[0].start_at, now):
-        said += (f"; it starts in less than the cancellation window of "
-                 f"{tenant.cancellation_window_minutes} minutes, so it cannot be "
-                 f"{'cancelled' if action == 'cancel' else 'moved'} now: explain the policy]")
-    else:
-        said += "]"
+    said += f"; {note}]" if note else "]"
     message.content = [{**b, "text": _TAPPED.sub(lambda _m: said, str(b["text"]))}
                        if b.get("type") == "text" else b for b in message.content]
     session.add(message)
-    return ""

@@ -23,6 +23,7 @@ from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, RequestBuilder, run_tool_loop
 from agent.media import inline, is_media, stored_media_ids
+from agent.timeline import timeline
 from agent.tools.base import ToolContext
 from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
 from agent.tools.registry import REGISTRY, execute_tool
@@ -31,13 +32,12 @@ from agent.window import (
     find_dangling,
     prune,
     select_window,
-    staff_lead_in,
     to_api_messages,
 )
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
-from storage import memory, staff
+from storage import marks, memory, staff
 from storage import messages as message_repo
 from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
@@ -170,7 +170,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         log.error("turn_context_window_exceeded_twice")
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
     _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to),
-            offers=kind == "answered")  # an apology offers no choices
+            offers=kind == "answered",  # an apology offers no choices
+            author=marks.product_author(kind) if kind in ("apology", "handoff") else None)
     flush_outbox(runtime, conversation_id)
     if maybe_enqueue_compaction(runtime, conversation_id):
         log.info("compaction_enqueued")
@@ -255,9 +256,8 @@ def prepare_window(runtime: Runtime, state: TurnState, *,
         context_block = conversation.context_block
     if hard_cap:
         log.warning("turn_hard_cap_window", forced=force_hard_cap)
-    stored = [Stored(_id(m), m.role, m.content, m.position or 0) for m in rows]
+    stored = timeline(rows)  # product and staff messages as context (agent/timeline.py)
     window = select_window(stored, summarized_until=start, keep=keep, hard_cap=hard_cap)
-    window = staff_lead_in(stored, window)  # a conversation staff opened
     return Window(prune(window, pruned_until=pruned), context_block, hard_cap)
 
 
@@ -290,7 +290,7 @@ def repair_dangling_tool_use(runtime: Runtime, state: TurnState) -> int:
         assert conversation is not None
         start = memory.position_of(session, conversation.summarized_until_id)
         rows = memory.window_rows(session, conversation_id, after_position=start)
-    stored = [Stored(_id(m), m.role, m.content, m.position or 0) for m in rows]
+    stored = timeline(rows)  # a reminder stored between a tool_use and its results: user side
     dangling = find_dangling(stored)
     for index, uses in reversed(dangling):  # from the end: earlier positions stay valid
         results = []
@@ -407,7 +407,7 @@ def _reply_text(outcome: LoopOutcome, language: str) -> str:
 
 
 def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int,
-            offers: bool = False) -> bool:
+            offers: bool = False, author: str | None = None) -> bool:
     """Store the reply, its outbox rows and the answered marks in one transaction.
 
     `offers`: the reply may carry the choices of this turn's `offer_choices` (workers/choices.py).
@@ -427,7 +427,7 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
         message = message_repo.append(
             session, tenant_id=_id(state.tenant), conversation_id=_id(state.conversation),
             role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
-            now=now)
+            now=now, author=author)
         message_repo.add_outbound(session, message=message, parts=parts, to=to,
                                   recipient=recipient, now=now, kind=kind)
         conversation = session.get(Conversation, _id(state.conversation))
@@ -460,7 +460,8 @@ def _window_closed_turn(runtime: Runtime, session: Any, state: TurnState, last_p
         session, tenant_id=_id(state.tenant), conversation_id=conversation_id, role="assistant",
         direction="outbound", content=[{"type": "text", "text": f"[follow-up template "
                                         f"{template}: the reply window had closed]"}],
-        now=now)  # its delivery state, not this text, says whether it went out
+        now=now, author=marks.product_author("template"))
+    # its delivery state, not this text, says whether it went out
     message_repo.add_outbound(session, message=message, parts=[template], to=to,
                               recipient=recipient, now=now, kind="template")
     log.warning("turn_window_closed_template_queued")

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, col, select
 
+from agent import timeline
 from agent.context import TenantPrompt, context_block, instructions_text
 from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
 from agent.window import tool_result_text
@@ -50,6 +51,7 @@ from storage import delivery
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.keys import console_session_key
+from storage.marks import author_kind
 from storage.models import AdminToken, Tenant
 from storage.tenants import (
     WEEKDAYS,
@@ -658,8 +660,11 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
             continue
         if text and m["direction"] in ("inbound", "outbound"):
             kind = "customer" if m["direction"] == "inbound" else "agent"
-            if m.get("author"):  # a staff message: shown without its "[equipe: NAME]" mark
+            author, _ = author_kind(m.get("author"))
+            if author == "staff":  # without its "[equipe: NAME]" mark
                 kind, text = "staff", text.split("] ", 1)[-1]
+            elif author != "agent":  # a product message: as the model reads it
+                text = timeline.render(author, texts)
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
             items.append({"kind": kind, "text": translate_notes(text, language),

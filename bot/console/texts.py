@@ -336,7 +336,7 @@ def translate_problem(text: str, language: str) -> str:
 # the notes the product writes into a transcript for the model, in English (whatsapp/inbound.py:
 # render_text, edit_text, staff echoes; workers/turns.py: the follow-up template;
 # workers/media.py: photos, PDFs and voice notes; operations/staff.py: a staff template;
-# agent/window.py: the staff lead-in; storage/rights.py: an erased name), as a business owner
+# storage/rights.py: an erased name), as a business owner
 # reads them in Portuguese; the stored text is unchanged (every match is replaced)
 _MEDIA_PT_BR = {"voice note": "uma mensagem de voz", "image": "uma imagem", "video": "um vídeo",
                 "audio": "um áudio", "document": "um documento", "sticker": "uma figurinha",
@@ -379,8 +379,6 @@ _PT_BR_NOTES: list[tuple[str, str | Callable[[re.Match[str]], str]]] = [
     (r"\[staff sent a message of type (.*?)\]", r"[a equipe enviou uma mensagem do tipo \1]"),
     (r"\[staff sent (.*?)\]",
      lambda m: f"[a equipe enviou {_STAFF_SENT_PT_BR.get(m.group(1), m.group(1))}]"),
-    (r"\[before this message, staff wrote: (.*?)\]",
-     r"[antes desta mensagem, a equipe escreveu: \1]"),
     (r"\[template (\S+?)(: .*?)?\]", r"[modelo \1\2]"),
     (r"\[erased\]", "[apagado]"),
     (r"\[the customer deleted a message\]", "[o cliente apagou uma mensagem]"),
