@@ -37,6 +37,7 @@ from storage import messages as message_repo
 from storage.conversations import get_open, inactivity_timeout, open_new
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
+from storage.tenants import check_placeholders
 from storage.models import (
     Appointment,
     Contact,
@@ -244,8 +245,14 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
                 for a in reminders.ACTIONS}
     spec = _template(tenant, tenant.reminder_template)
     if not window_closed(contact.last_inbound_at, now):
-        text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
-                       values)
+        try:
+            text = render(tenant.reminder_text or texts.text(tenant.language, "reminder"),
+                          values)
+        except ValueError as exc:  # a text stored before the check at write
+            reminders.claim(session, reminder.id, status="skipped", now=now,
+                            reason=f"reminder_text does not render: {exc}"[:300])
+            log.info("reminder_skipped_text", reminder_id=reminder.id)
+            return None
         body = json.dumps(buttons_message(body=text, buttons=[
             Choice(payloads[a], texts.text(tenant.language, f"button_{a}"))
             for a in ("confirm", "reschedule", "cancel")]), ensure_ascii=False)
@@ -304,10 +311,17 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
         return tenant.id, message.conversation_id, tenant.coexistence
 
 
+def render(template: str, values: dict[str, str]) -> str:
+    """A tenant's text with its fields filled in; ValueError when it has a field it may not
+    have (storage/tenants.check_placeholders, the rule applied at write)."""
+    check_placeholders(template, tuple(values))
+    return template.format(**values)
+
+
 def _format(template: str, values: dict[str, str]) -> str:
     try:
-        return template.format(**values)
-    except (KeyError, IndexError, ValueError):  # a tenant's text with a stray brace
+        return render(template, values)
+    except ValueError:  # the product's own texts: never; kept whole rather than lost
         return template
 
 
