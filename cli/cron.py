@@ -10,6 +10,7 @@ from core.logs import configure_logging
 from storage.webhooks import SWEEP_PERIOD_SECONDS
 from workers import webhooks
 from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, reconcile
+from workers.outages import PROBE_PERIOD_SECONDS, run_probe
 from workers.processes import run_cron
 from workers.reminders import REMINDERS_PERIOD_SECONDS, run_reminders
 from workers.sweeper import sweep_inactive
@@ -23,6 +24,7 @@ JOBS: tuple[tuple[str, Callable[[], object], int], ...] = (
     ("retention purge", purge_retention, 3600),
     ("webhooks sweep", webhooks.sweep, SWEEP_PERIOD_SECONDS),
     ("reminders pass", run_reminders, REMINDERS_PERIOD_SECONDS),
+    ("provider probe", run_probe, PROBE_PERIOD_SECONDS),
 )
 
 

@@ -22,7 +22,7 @@ from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import consume_token
-from storage.keys import lock_key
+from storage.keys import lock_key, provider_down_key
 from storage.models import Usage
 from workers.runtime import Runtime, get_runtime
 
@@ -250,14 +250,34 @@ def call_model(runtime: Runtime, purpose: str, **request: Any) -> Any:
     class (`error_class`) before re-raising it unchanged.
     """
     try:
-        return runtime.anthropic.messages.create(**request,
-                                                 extra_headers={"x-wagent-purpose": purpose})
+        response = runtime.anthropic.messages.create(
+            **request, extra_headers={"x-wagent-purpose": purpose})
+        provider_answered(runtime)
+        return response
     except anthropic.APIError as exc:
         _record(runtime, metrics.inc("wagent_claude_errors_total",
                                      {"purpose": purpose, "class": error_class(exc)}))
         raise
     finally:
         _record(runtime, metrics.inc("wagent_claude_calls_total", {"purpose": purpose}))
+
+
+RECOVER_JOB = "workers.outages.run_recover"
+
+
+def provider_answered(runtime: Runtime) -> bool:
+    """A Messages API call answered: when the provider was marked down (workers/outages.py),
+    take the mark off and enqueue the late answers (one caller wins the mark). One Redis
+    DELETE per call. Returns whether it enqueued."""
+    try:
+        if not runtime.redis.delete(provider_down_key(runtime.settings.redis_prefix)):
+            return False
+        runtime.queue.enqueue(RECOVER_JOB, job_timeout=300, result_ttl=0)
+    except RedisError as exc:  # the answer stands; the cron's probe finds the mark again
+        log.warning("provider_back_recovery_not_enqueued", error=type(exc).__name__)
+        return False
+    log.info("provider_back_recovery_enqueued")
+    return True
 
 
 def error_class(exc: anthropic.APIError) -> str:
