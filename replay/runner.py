@@ -115,7 +115,7 @@ MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"
                 "appointments": {"service", "start", "status", "confirmed"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
-PURPOSES = {"turn", "summary", "facts"}
+PURPOSES = {"turn", "summary", "facts", "probe"}
 
 
 def validate_scenario(scenario: Any, base: Path) -> list[str]:

@@ -109,12 +109,17 @@ def to_recover(session: Session, *, now: datetime, limit: int = 500) -> list[Con
     ).order_by(col(Conversation.outage_at)).limit(limit)))
 
 
+def may_recover(conversation: Conversation, now: datetime) -> bool:
+    """An apologised conversation is still answered late when the provider is back."""
+    return conversation.outage_state == APOLOGIZED and conversation.outage_at is not None \
+        and conversation.outage_at >= now - RECOVER_WITHIN
+
+
 def reopen(session: Session, conversation: Conversation, *, now: datetime) -> int:
     """Before a real turn of an apologised conversation (within RECOVER_WITHIN): the messages
     the apology covered and those held since are unanswered again, so the turn answers them;
     returns how many. An older apology reopens nothing."""
-    if conversation.outage_state != APOLOGIZED or conversation.outage_at is None \
-            or conversation.outage_at < now - RECOVER_WITHIN:
+    if not may_recover(conversation, now):
         return 0
     result = session.exec(update(Message).where(
         col(Message.conversation_id) == conversation.id, col(Message.direction) == "inbound",

@@ -46,7 +46,7 @@ from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
-from storage import delivery
+from storage import delivery, failures
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.keys import console_session_key
@@ -381,7 +381,11 @@ async def logout(request: web.Request) -> web.StreamResponse:
 # -- pages ------------------------------------------------------------------------------------
 
 def home(p: Page) -> PageResult:
-    return "home.html", {"counts": service.counts(p.session, p.tenant)}
+    assert p.tenant.id is not None  # the banner: a provider failed in the last minutes
+    recent = failures.recent(p.session, p.tenant.id, now=p.now)
+    return "home.html", {"counts": service.counts(p.session, p.tenant),
+                         "provider_failures": [service.failure_view(f) for f in recent],
+                         "tz": ZoneInfo(p.tenant.timezone)}
 
 
 def set_language(p: Page) -> PageResult:
