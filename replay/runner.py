@@ -410,7 +410,7 @@ class _Runner:
             done = self.env.cron()
             self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
                      f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
-                     "reconciled]")
+                     f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
             self._show_activity()
         elif "sweep" in step:
             closed = self.env.sweep()

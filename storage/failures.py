@@ -38,9 +38,11 @@ def kind_of(status: int | None) -> str:
 
 def record(session: Session, *, tenant_id: int | None, conversation_id: int | None,
            provider: str, purpose: str, status: int | None, attempt: int, now: datetime,
-           outcome: str = "retrying") -> ProviderFailure:
+           outcome: str = "retrying", kind: str | None = None) -> ProviderFailure:
     """Store attempt `attempt` of a failed call: a new row at attempt 1 (or when there is no
-    row of this job yet), else the latest row of the conversation and purpose counts it."""
+    row of this job yet), else the latest row of the conversation and purpose counts it.
+    `kind`: by default `kind_of(status)` (Graph names a rate limit by its error code)."""
+    kind = kind or kind_of(status)
     row = None
     if attempt > 1 and conversation_id is not None:
         row = session.exec(select(ProviderFailure).where(
@@ -50,11 +52,11 @@ def record(session: Session, *, tenant_id: int | None, conversation_id: int | No
         ).order_by(col(ProviderFailure.id).desc())).first()
     if row is None:
         row = ProviderFailure(tenant_id=tenant_id, conversation_id=conversation_id,
-                              provider=provider, purpose=purpose, kind=kind_of(status),
+                              provider=provider, purpose=purpose, kind=kind,
                               status=status, tries=attempt, outcome=outcome, first_at=now,
                               last_at=now)
     else:
-        row.kind, row.status, row.tries = kind_of(status), status, attempt
+        row.kind, row.status, row.tries = kind, status, attempt
         row.outcome, row.last_at = outcome, now
     session.add(row)
     session.flush()

@@ -341,7 +341,8 @@ class ProviderFailure(SQLModel, table=True):
     anthropic) or the Graph API (graph). `kind`: rate_limit (429), overloaded (529),
     server_error (5xx), connection (no answer, a timeout) or rejected (another 4xx); `tries`
     the attempts made so far; `outcome` retrying, recovered (a later attempt answered),
-    apology (the customer got the apology), held (already apologised: waits) or gave_up."""
+    apology (the customer got the apology), held (already apologised: waits), gave_up or
+    unknown (a send with no answer: it may have arrived)."""
 
     __tablename__ = "provider_failure"
     __table_args__ = (Index("ix_provider_failure_tenant_last", "tenant_id", "last_at"),)

@@ -4,17 +4,20 @@ Messages API answers again (the cron's probe, or the next successful call of any
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 from sqlmodel import select
 
 from operations import service
 from replay.environment import ReplayEnvironment
+from replay.runner import run_scenario_file
 from storage import failures
 from storage.db import session_scope
 from storage.models import Conversation, Message, ProviderFailure, Tenant
 from tests.factories import ANA, BRUNO, TENANT, text_body
 from tests.test_console import Browser
 
+SCENARIOS = Path(__file__).parent / "scenarios"
 APOLOGY = "Desculpe, estou com uma instabilidade agora"
 
 
@@ -124,3 +127,30 @@ def test_past_two_hours_nothing_is_sent_and_the_conversation_stays_listed(
     assert len(_texts(env)) == 1 and env.messages_api.unscripted_calls == 0
     page = browser.request("/console/attention")[1]
     assert 'id="not-answered"' in page and "responda você" in page
+
+
+def test_the_outage_scenario(database_url: str | None, redis_url: str | None) -> None:
+    """tests/scenarios/provider_outage.json: the issue's "How to show it", as a replay."""
+    result = run_scenario_file(SCENARIOS / "provider_outage.json", database_url=database_url,
+                               redis_url=redis_url)
+    assert result.passed, "\n".join(result.failures + result.transcript)
+
+
+def test_a_graph_rate_limit_shows_in_the_same_places_with_its_own_words(
+        env: ReplayEnvironment) -> None:
+    env.add_tenant(TENANT)
+    browser = _console(env)
+    env.graph_api.fail(130429, times=1)
+    env.messages_api.script("turn", [{"text": "Olá!"}])
+    _post(env, "oi", 1)
+    env.drain()
+    page = browser.request("/console/")[1]
+    assert 'id="provider-down"' in page and "WhatsApp: limite de uso atingido" in page
+    page = browser.request("/console/conversations/1")[1]
+    assert "WhatsApp: limite de uso atingido (400) · 1 tentativa · tentando de novo" in page
+    env.clock.advance(timedelta(seconds=30))
+    env.drain()
+    assert _texts(env) == ["Olá!"]
+    page = browser.request("/console/conversations/1")[1]
+    assert "respondeu numa nova tentativa" in page
+    assert 'id="provider-down"' not in browser.request("/console/")[1]  # recovered: no banner
