@@ -15,7 +15,6 @@ from workers.processes import run_cron
 from workers.reminders import REMINDERS_PERIOD_SECONDS, run_reminders
 from workers.sweeper import sweep_inactive
 
-
 # what `wagent cron` runs: (name, job, period in seconds); deploy/systemd/wagent-cron.service
 # names each (tests/test_deploy.py)
 JOBS: tuple[tuple[str, Callable[[], object], int], ...] = (

@@ -3,11 +3,12 @@ once the Messages API answers again (storage/failures.py).
 
 `provider_failed` sets a Redis mark (storage/keys.provider_down_key) with each failed call of a
 turn; the next successful call of any purpose takes the mark off and enqueues `run_recover`
-(workers/jobs.call_model, `provider_answered`), and while the mark is set `wagent cron`'s `probe` makes one cheap
-call (purpose `probe`, one output token) every PROBE_PERIOD_SECONDS. `recover` enqueues one
-turn for each open conversation apologised within RECOVER_WITHIN (2 h) whose 24-hour window is
-still open; the turn answers what the customer wrote (storage/failures.reopen). Outside the
-window nothing is sent and the conversation stays listed in the console.
+(workers/jobs.call_model, `provider_answered`), and while the mark is set `wagent cron`'s
+`probe` makes one cheap call (purpose `probe`, one output token) every PROBE_PERIOD_SECONDS.
+`recover` enqueues one turn for each open conversation apologised within RECOVER_WITHIN (2 h)
+whose 24-hour window is still open; the turn answers what the customer wrote
+(storage/failures.reopen). Outside the window nothing is sent and the conversation stays
+listed in the console.
 """
 
 from datetime import datetime

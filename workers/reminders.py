@@ -37,7 +37,6 @@ from storage import messages as message_repo
 from storage.conversations import get_open, inactivity_timeout, open_new
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
-from storage.tenants import check_placeholders
 from storage.models import (
     Appointment,
     Contact,
@@ -49,6 +48,7 @@ from storage.models import (
     Service,
     Tenant,
 )
+from storage.tenants import check_placeholders
 from whatsapp.graph import split_text
 from whatsapp.interactive import Choice, buttons_message
 from whatsapp.window import window_closed
