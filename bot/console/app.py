@@ -46,6 +46,7 @@ from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
+from bot.console import labels
 from storage import delivery, failures
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
@@ -147,6 +148,7 @@ def _environment() -> jinja2.Environment:
     env.globals["price_text"] = price_text  # the one rendering of a price: storage/tenants.py
     env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
     env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
+    env.globals["label"] = labels.label  # fact keys, states, tools: bot/console/labels.py
     return env
 
 
@@ -857,7 +859,8 @@ def agenda_outcome(p: Page) -> PageResult:
 
 def agenda_move(p: Page) -> PageResult:
     def act(day: str) -> str:
-        body = service.validated(agenda_ops.Move, {"start": _form(p, "start")})
+        start = _form(p, "start") or f"{_form(p, 'move_date')}T{_form(p, 'move_time')}"
+        body = service.validated(agenda_ops.Move, {"start": start})  # the date and time inputs
         moved = agenda_ops.move(p.session, p.tenant, _record(p, "appointment_id"), body,
                                 now=p.now)
         return f"{agenda_texts(_language(p))['moved']}: {moved['start'].replace('T', ' ')}"
