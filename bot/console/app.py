@@ -33,6 +33,7 @@ from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
+from bot.console import labels
 from bot.console.agenda_texts import agenda_problem, agenda_texts
 from bot.console.texts import LANGUAGES, texts_for, translate_notes, translate_problem
 from bot.errors import http_status
@@ -46,7 +47,6 @@ from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
-from bot.console import labels
 from storage import delivery, failures
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
