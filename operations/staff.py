@@ -173,7 +173,7 @@ def attention(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, A
 
 def counts(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, int]:
     """The navigation's counts: conversations with staff, handoffs waiting, facts to review,
-    failed or unknown replies."""
+    failed or unknown replies, conversations the assistant could not answer."""
     def count(model: Any, *conditions: Any) -> int:
         return int(session.exec(select(func.count()).select_from(model).where(
             *conditions)).one())
@@ -188,6 +188,9 @@ def counts(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, int]
         "failed_replies": count(Message, Message.tenant_id == tenant.id,
                                 Message.direction == "outbound",
                                 col(Message.delivery_status).in_(FAILED)),
+        "not_answered": count(Conversation, Conversation.tenant_id == tenant.id,
+                              Conversation.status == "open",
+                              Conversation.outage_state == failures.APOLOGIZED),
     }
 
 

@@ -58,7 +58,8 @@ def test_two_messages_in_an_outage_get_one_apology_then_one_real_answer(
     assert len(_texts(env)) == 1 and APOLOGY in _texts(env)[0]
     page = browser.request("/console/attention")[1]
     assert 'id="not-answered"' in page and "O assistente não conseguiu responder" in page
-    assert 'id="provider-down"' in browser.request("/console/")[1]
+    home = browser.request("/console/")[1]
+    assert 'id="provider-down"' in home and 'id="attention-count">1<' in home
     env.clock.advance(timedelta(minutes=1))
     _post(env, "amanhã às 10h pode ser?", 2)
     _through_every_retry(env)
