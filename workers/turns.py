@@ -426,14 +426,15 @@ def _provider_failed(runtime: Runtime, state: TurnState, exc: BaseException, *,
                      attempt: int, last: bool) -> str:
     """Store attempt `attempt` of a failed call (storage/failures.py) and mark the provider
     down (workers/outages.py). On the `last` attempt: "held" when the conversation already
-    got the apology in this outage, else "apology"; "retrying" before."""
+    got the apology in this outage (within storage/failures.RECOVER_WITHIN), else "apology";
+    "retrying" before."""
     now = clock.now()
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, _id(state.conversation))
         outcome = "retrying"
         if last:
             outcome = "held" if conversation is not None and \
-                conversation.outage_state == failures.APOLOGIZED else "apology"
+                failures.may_recover(conversation, now) else "apology"  # an older: again
         failures.record(session, tenant_id=_id(state.tenant),
                         conversation_id=_id(state.conversation), provider="anthropic",
                         purpose="turn", status=getattr(exc, "status_code", None),
