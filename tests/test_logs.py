@@ -15,11 +15,21 @@ from workers import runtime
 
 @pytest.fixture
 def restored_logging() -> Iterator[None]:
+    """RQ's loggers as a fresh worker process has them (a replay's worker quiets them), and
+    everything as it was afterwards."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    rq = [logging.getLogger(name) for name in ("rq.worker", "rq.job", "rq.cron")]
+    before = [(r.level, r.disabled, r.propagate) for r in rq]
+    for r in rq:
+        r.setLevel(logging.NOTSET)
+        r.disabled, r.propagate = False, True
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for r, (r_level, disabled, propagate) in zip(rq, before, strict=True):
+        r.setLevel(r_level)
+        r.disabled, r.propagate = disabled, propagate
 
 
 def _run_jobs(level: str, jobs: int = 3) -> str:
@@ -29,7 +39,7 @@ def _run_jobs(level: str, jobs: int = 3) -> str:
     queue = Queue("logs-test", connection=connection)
     for _ in range(jobs):
         queue.enqueue("os.getpid")
-    SimpleWorker([queue], connection=connection).work(burst=True)
+    SimpleWorker([queue], connection=connection).work(burst=True, logging_level=level)
     return stream.getvalue()
 
 
