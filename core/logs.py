@@ -14,6 +14,7 @@ What a line may hold (README, Security):
 """
 
 import logging
+import re
 import sys
 from collections.abc import Iterable, MutableMapping
 from typing import Any, TextIO
@@ -31,6 +32,12 @@ REDACTED = "[redacted]"
 # libraries whose DEBUG lines quote whole requests (the Messages API's body holds the customer's
 # words; the HTTP clients' the URLs and headers): kept at INFO even when the product logs DEBUG
 QUIET_AT_DEBUG = ("anthropic", "httpx", "httpcore", "httpx2", "httpcore2", "urllib3")
+# RQ's own lines about each job (dequeued, "Job OK", result kept, completed, registries
+# cleaned, the cron's "Enqueued job"): 89% of an idle worker's INFO lines, so DEBUG here
+# (issue 36); its lines about the worker itself (started, listening, shutdown) stay INFO
+RQ_LOGGERS = ("rq.worker", "rq.job", "rq.cron")
+RQ_PER_JOB = re.compile(r"Worker %s: %s: %s|Worker %s: job %s result|Successfully completed"
+                        r"|Worker %s: cleaning registries|Enqueued job ")
 MIN_SCRUBBED_LENGTH = 8  # a shorter configured "secret" would blank ordinary words
 
 
@@ -56,6 +63,21 @@ class ScrubSecrets:
             if value in line:
                 line = line.replace(value, REDACTED)
         return MINTED.sub(REDACTED, line)
+
+
+class DemotePerJobLines(logging.Filter):
+    """On RQ's loggers: an INFO line about one job (RQ_PER_JOB) becomes DEBUG, written only
+    when the root logger takes DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and isinstance(record.msg, str) \
+                and RQ_PER_JOB.match(record.msg):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+_DEMOTE = DemotePerJobLines()
 
 
 def renderers(fmt: str) -> list[Any]:
@@ -104,3 +126,5 @@ def configure_logging(level: str = "INFO", fmt: str = "json", *, secrets: Iterab
     root.setLevel(level.upper())
     for name in QUIET_AT_DEBUG:  # their DEBUG lines dump request bodies: customer text
         logging.getLogger(name).setLevel(max(logging.INFO, root.level))
+    for name in RQ_LOGGERS:
+        logging.getLogger(name).addFilter(_DEMOTE)  # the same filter once, however often

@@ -96,7 +96,7 @@ class Settings:
     log_format: str = "json"
     web_host: str = "0.0.0.0"
     web_port: int = 8080
-    worker_cpu: str = "idle"  # idle | low | normal: the CPU priority of `wagent worker`
+    worker_cpu: str = "normal"  # idle | low | normal: the CPU priority of `wagent worker`
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     REQUIRED_IN_PRODUCTION = (
@@ -125,7 +125,7 @@ class Settings:
                 values[f.name] = _coerce(f.type, raw)
             except ValueError:
                 problems.append(f"{f.name.upper()}={raw!r} is not a valid {f.type}")
-        if values.get("worker_cpu", "idle") not in WORKER_CPU_POLICIES:
+        if values.get("worker_cpu", "normal") not in WORKER_CPU_POLICIES:
             problems.append(f"WORKER_CPU={values['worker_cpu']!r} is not one of "
                             f"{', '.join(WORKER_CPU_POLICIES)}")
         if isinstance(spill_at := values.get("webhook_spill_at"), int) and not (

@@ -28,7 +28,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import appointments, delivery, reminders, rights, webhooks
+from storage import appointments, delivery, failures, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.conversations import with_staff
@@ -43,6 +43,7 @@ from storage.models import (
     Message,
     Outbound,
     Professional,
+    ProviderFailure,
     Service,
     Tenant,
     Usage,
@@ -331,6 +332,9 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "summary": conversation.summary,
         "context_block": conversation.context_block,
         "messages_total": total,
+        "outage_state": conversation.outage_state, "outage_at": _iso(conversation.outage_at),
+        "failures": [failure_view(f) for f in failures.of_conversation(session,
+                                                                       conversation_id)],
         "facts_in_context": [fact_view(f) for f in facts],
         "messages": [{"id": m.id, "position": m.position, "role": m.role,
                       "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
@@ -353,6 +357,15 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                   "peak_context_tokens": totals["peak_context"],
                   "cost_usd": totals["cost_usd"]},
     }
+
+
+def failure_view(row: ProviderFailure) -> dict[str, Any]:
+    """A failed provider call (storage/failures.py): when, which provider, what failed (kind
+    and HTTP status), how many tries, how it ended."""
+    return {"id": row.id, "first_at": _iso(row.first_at), "last_at": _iso(row.last_at),
+            "provider": row.provider, "purpose": row.purpose, "kind": row.kind,
+            "status": row.status, "tries": row.tries, "outcome": row.outcome,
+            "conversation_id": row.conversation_id}
 
 
 # -- contacts --------------------------------------------------------------------------------

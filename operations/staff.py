@@ -18,7 +18,7 @@ from sqlmodel import Session, col, func, select
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import clean_text, validated
 from storage import contacts as contact_repo
-from storage import delivery, staff
+from storage import delivery, failures, staff
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.conversations import with_staff
@@ -133,14 +133,17 @@ def staff_state(conversation: Conversation, now: datetime) -> dict[str, Any]:
 
 
 def attention(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, Any]:
-    """What needs a person, newest first: conversations staff handle (`handoff_waiting`
-    when no staff message answered the handoff yet), facts awaiting review, replies whose
-    delivery failed or is unknown; `counts` of each for the navigation."""
+    """What needs a person, newest first: conversations whose customer got the apology and
+    no answer (`not_answered`, oldest first; `waiting`: still to be answered when the provider
+    is back, storage/failures.py), conversations staff handle (`handoff_waiting` when no staff
+    message answered the handoff yet), facts awaiting review, replies whose delivery failed or
+    is unknown; `counts` of each for the navigation."""
     assert tenant.id is not None
     conversations = staff.with_staff_conversations(session, tenant.id, now=now,
                                                    limit=ATTENTION_LIMIT)
-    contacts = {c.id: c for c in session.exec(select(Contact).where(
-        col(Contact.id).in_([c.contact_id for c in conversations])))} if conversations else {}
+    contacts: dict[int | None, Contact | None] = {c.id: c for c in session.exec(select(
+        Contact).where(col(Contact.id).in_([c.contact_id for c in conversations])))} \
+        if conversations else {}
     handled = [{"conversation_id": c.id, "contact": _who(contacts.get(c.contact_id)),
                 "last_activity_at": _iso(c.last_activity_at), **staff_state(c, now)}
                for c in conversations]
@@ -151,7 +154,13 @@ def attention(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, A
         Message.tenant_id == tenant.id, Message.direction == "outbound",
         col(Message.delivery_status).in_(FAILED))
         .order_by(col(Message.id).desc()).limit(ATTENTION_LIMIT)).all()
+    apologized = failures.apologized(session, tenant.id, limit=ATTENTION_LIMIT)
+    for c in apologized:
+        contacts.setdefault(c.contact_id, session.get(Contact, c.contact_id))
     return {
+        "not_answered": [{"conversation_id": c.id, "contact": _who(contacts.get(c.contact_id)),
+                          "apologized_at": _iso(c.outage_at),
+                          "waiting": failures.may_recover(c, now)} for c in apologized],
         "with_staff": handled,
         "facts_to_review": [{"fact_id": f.id, "contact_id": f.contact_id, "key": f.key,
                              "value": f.value, "state": f.state} for f in review],
@@ -164,7 +173,7 @@ def attention(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, A
 
 def counts(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, int]:
     """The navigation's counts: conversations with staff, handoffs waiting, facts to review,
-    failed or unknown replies."""
+    failed or unknown replies, conversations the assistant could not answer."""
     def count(model: Any, *conditions: Any) -> int:
         return int(session.exec(select(func.count()).select_from(model).where(
             *conditions)).one())
@@ -179,6 +188,9 @@ def counts(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, int]
         "failed_replies": count(Message, Message.tenant_id == tenant.id,
                                 Message.direction == "outbound",
                                 col(Message.delivery_status).in_(FAILED)),
+        "not_answered": count(Conversation, Conversation.tenant_id == tenant.id,
+                              Conversation.status == "open",
+                              Conversation.outage_state == failures.APOLOGIZED),
     }
 
 

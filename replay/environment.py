@@ -34,6 +34,7 @@ from storage.scheduled import enqueue_due
 from storage.tenants import upsert_tenant
 from whatsapp.signature import sign
 from workers.maintenance import reconcile_pending
+from workers.outages import probe
 from workers.processes import InlineWorker
 from workers.reminders import reminder_pass
 from workers.runtime import build_runtime, set_runtime
@@ -198,15 +199,17 @@ class ReplayEnvironment:
 
     def cron(self) -> dict[str, int]:
         """The periodic jobs `wagent cron` runs, at the product's clock: the sweeper, the
-        reconciler and the reminders pass (workers/reminders.py); then the workers drain.
-        Returns what each did."""
+        reconciler, the reminders pass (workers/reminders.py) and the provider probe
+        (workers/outages.py); then the workers drain. Returns what each did."""
         now = self.clock.now()
         closed = close_due(self.engine, now=now, due_by=sweep_horizon(self.engine, now=now),
                            on_closed=lambda cid: enqueue_facts(self.queue, self.namespace, cid))
         reconciled = reconcile_pending(self.runtime, now=now)
         queued = reminder_pass(self.runtime, now=now)
+        probed = probe(self.runtime, now=now)
         self.drain()
-        return {"closed": closed, "reconciled": reconciled, "reminders": queued}
+        return {"closed": closed, "reconciled": reconciled, "reminders": queued,
+                "probe": probed}
 
     def _forget_redis_keys(self) -> None:
         """Leave the configured Redis as it was: our keys, RQ's keys for our queue and jobs."""

@@ -118,7 +118,7 @@ MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"
                                  "for_name", "note"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
-PURPOSES = {"turn", "summary", "facts"}
+PURPOSES = {"turn", "summary", "facts", "probe"}
 
 
 def validate_scenario(scenario: Any, base: Path) -> list[str]:
@@ -438,7 +438,7 @@ class _Runner:
             done = self.env.cron()
             self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
                      f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
-                     "reconciled]")
+                     f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
             self._show_activity()
         elif "sweep" in step:
             closed = self.env.sweep()

@@ -18,7 +18,7 @@ The texts compared, per request body:
 from collections.abc import Iterable
 from typing import Any
 
-PURPOSES = ("turn", "summary", "facts")
+PURPOSES = ("turn", "summary", "facts", "probe")
 LIST_KEYS = ("system_contains", "system_excludes", "messages_contain", "messages_excludes",
              "tools_include", "block_types")
 KEYS = frozenset({"purpose", "calls", *LIST_KEYS})

@@ -43,6 +43,17 @@ def alive_key(prefix: str) -> str:
     return f"{prefix}:alive"
 
 
+def beats_key(prefix: str) -> str:
+    """Sorted set of running jobs' heartbeats, scored by wall time (workers/heartbeats.py)."""
+    return f"{prefix}:beats"
+
+
+def provider_down_key(prefix: str) -> str:
+    """Set while a provider call failed and no call answered since (workers/outages.py): the
+    next successful call, or the cron's probe, starts the late answers."""
+    return f"{prefix}:provider:down"
+
+
 def recovery_key(prefix: str) -> str:
     """The guard of one recovery reconcile per Redis loss (workers/keeper.py)."""
     return f"{prefix}:recovery"

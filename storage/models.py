@@ -203,6 +203,10 @@ class Conversation(SQLModel, table=True):
     staff_reason: str = Field(default="", max_length=500)
     handoff_at: datetime | None = None
     handoff_alerted_at: datetime | None = None
+    # a provider outage (storage/failures.py): "apologized" at `outage_at` (one apology, later
+    # messages held), "answered_late" once a real turn answered them; "" otherwise
+    outage_state: str = Field(default="", max_length=16)
+    outage_at: datetime | None = None
 
 
 class Message(SQLModel, table=True):
@@ -330,6 +334,30 @@ class Usage(SQLModel, table=True):
     cache_read_input_tokens: int = 0
     output_tokens: int = 0
     created_at: datetime
+
+
+class ProviderFailure(SQLModel, table=True):
+    """A failed call to a provider (storage/failures.py): the Messages API (`provider`
+    anthropic) or the Graph API (graph). `kind`: rate_limit (429), overloaded (529),
+    server_error (5xx), connection (no answer, a timeout) or rejected (another 4xx); `tries`
+    the attempts made so far; `outcome` retrying, recovered (a later attempt answered),
+    apology (the customer got the apology), held (already apologised: waits), gave_up or
+    unknown (a send with no answer: it may have arrived)."""
+
+    __tablename__ = "provider_failure"
+    __table_args__ = (Index("ix_provider_failure_tenant_last", "tenant_id", "last_at"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenant.id", ondelete="CASCADE")
+    conversation_id: int | None = Field(default=None, foreign_key="conversation.id",
+                                        ondelete="CASCADE", index=True)
+    provider: str = Field(max_length=16)
+    purpose: str = Field(max_length=16)
+    kind: str = Field(max_length=16)
+    status: int | None = None
+    tries: int = 1
+    outcome: str = Field(default="retrying", max_length=16)
+    first_at: datetime
+    last_at: datetime
 
 
 class Appointment(SQLModel, table=True):

@@ -99,14 +99,15 @@ def record_staff_message(session: Session, conversation: Conversation, tenant: T
     """Store one staff message, to be placed at the end of the history by the next turn (the
     customer messages it follows are marked handled by staff first), and keep staff on the
     conversation for `pause` from now (None: the tenant's `staff_timeout_minutes`; zero: no
-    pause, as an echo with `echo_pause_minutes` 0: the agent answers what the customer writes
-    next). The handoff waiting, if any, is answered. `author` is cleaned (`clean_author`)."""
+    pause, as an echo with `echo_pause_minutes` 0: the message is kept in the history and
+    changes nothing else, so the agent still answers every customer message, those before it
+    included; issue 36). The handoff waiting, if any, is answered. `author` is cleaned
+    (`clean_author`)."""
     assert conversation.id is not None
     if pause is None:
         pause = timedelta(minutes=tenant.staff_timeout_minutes)
-    # what came before it is answered (the owner replied to it), even by an echo that pauses
-    # nothing: the agent then answers only what the customer writes after it
-    answered_by_staff(session, conversation.id, now=now)
+    if pause > timedelta(0):  # what came before it is answered (the owner replied to it)
+        answered_by_staff(session, conversation.id, now=now)
     author = clean_author(author)
     # placed in the history by the next turn (message_repo.assign_positions, under the
     # conversation's lock), never now: a turn may be between its tool_use and tool_result

@@ -4,6 +4,7 @@ hours and their exceptions (holidays). Used by the admin API, the CLI and replay
 """
 
 from datetime import date, datetime
+from string import Formatter
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -147,6 +148,27 @@ class FactKeySpec(_Strict):
 
 
 REMINDER_PARAMETERS = ("customer_name", "service", "professional", "date", "time", "address")
+
+
+def check_placeholders(text: str, allowed: tuple[str, ...] = REMINDER_PARAMETERS) -> str:
+    """A tenant text with placeholders (`reminder_text`): only plain `{name}` fields of
+    `allowed`, `{{`/`}}` for a literal brace. Raises ValueError naming the first fault:
+    an unknown field, an attribute or index (`{service.x}`, `{service[0]}`), a conversion or
+    format spec, or a lone brace. The rule str.format applies when the text is sent
+    (workers/reminders.py)."""
+    try:
+        parts = list(Formatter().parse(text))
+    except ValueError as exc:  # a lone { or }
+        raise ValueError(f"{exc}; write {{{{ or }}}} for a brace") from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in allowed or spec or conversion:
+            shown = "{" + field + (f"!{conversion}" if conversion else "") \
+                + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"{shown} is not a field; use plain {{name}} with one of "
+                             + ", ".join("{" + a + "}" for a in allowed))
+    return text
 BUTTON_ACTIONS = ("confirm", "reschedule", "cancel")
 
 
@@ -270,6 +292,11 @@ class TenantSettings(_Strict):
                 raise ValueError(f"{value!r} is not an IANA zone (e.g. America/Sao_Paulo)")\
                     from None
         return value
+
+    @field_validator("reminder_text")
+    @classmethod
+    def _placeholders(cls, value: str | None) -> str | None:
+        return value if value is None else check_placeholders(value)
 
     @field_validator("fact_keys")
     @classmethod

@@ -94,10 +94,19 @@ def test_the_day_agenda_books_blocks_and_refuses_with_reasons(env: ReplayEnviron
                     {"csrf": browser.csrf, "day": "2026-06-02", "outcome": "no_show"})
     _, page, _ = browser.request("/console/agenda?day=2026-06-02")
     assert f"o agendamento #{seeded_booking.id} ainda não começou" in _flash(page)
+    _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+    assert 'type="date" name="move_date" value="2026-06-02"' in page  # Remarcar: date, time
+    assert 'type="time" name="move_time"' in page and 'name="start"' not in page
     browser.request(f"/console/agenda/appointments/{seeded_booking.id}/move",
-                    {"csrf": browser.csrf, "day": "2026-06-02", "start": "2026-06-02T17:00"})
+                    {"csrf": browser.csrf, "day": "2026-06-02", "move_date": "2026-06-02",
+                     "move_time": "17:00"})
     _, page, _ = browser.request("/console/agenda?day=2026-06-02")
     assert "Remarcado: 2026-06-02 17:00" in _flash(page)
+    browser.request(f"/console/agenda/appointments/{seeded_booking.id}/move",
+                    {"csrf": browser.csrf, "day": "2026-06-02", "move_date": "2026-06-02",
+                     "move_time": ""})  # a time left out: refused, nothing moved
+    _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+    assert "Remarcado" not in _flash(page)
 
 
 def test_the_catalogue_page_shows_a_professionals_own_week(env: ReplayEnvironment) -> None:

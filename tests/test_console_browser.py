@@ -192,3 +192,30 @@ def test_another_tenants_conversation_is_not_found_in_the_browser(
     driver.get(f"{env.web_url}/console/conversations/{seeded.salon_conversation_id}")  # type: ignore
     assert driver.find_element(By.ID, "message").text == "Não encontrado."  # type: ignore
     assert "amônia" not in driver.page_source  # type: ignore[attr-defined]
+
+
+PHONE_PAGES = ("/console/", "/console/settings", "/console/catalog", "/console/review",
+               "/console/conversations", "/console/conversations/{conversation}",
+               "/console/attention", "/console/appointments?week=2026-06-01",
+               "/console/agenda?day=2026-06-02", "/console/webhooks")
+
+
+def test_no_console_page_scrolls_sideways_on_a_phone(
+        env: ReplayEnvironment, driver: object, shots: Path) -> None:
+    """Issue 36: at 390 × 844 every page fits its width (the catalogue was 455 px wide and
+    Conversas 408 px)."""
+    d = driver
+    seeded: Seeded = seed(env)
+    sign_in(d, env, seeded.salon_token)
+    d.set_window_size(390, 844)  # type: ignore[attr-defined]
+    wide: dict[str, list[int]] = {}
+    for page in PHONE_PAGES:
+        d.get(env.web_url + page.format(  # type: ignore[attr-defined]
+            conversation=seeded.salon_conversation_id))
+        assert "/console/login" not in d.current_url  # type: ignore[attr-defined]
+        width = d.execute_script(  # type: ignore[attr-defined]
+            "return [document.documentElement.scrollWidth, window.innerWidth]")
+        if width[0] > width[1]:
+            wide[page] = width
+            snap(d, shots, "phone-" + page.strip("/").replace("/", "-").split("?")[0])
+    assert wide == {}, f"pages that scroll sideways on a phone: {wide}"

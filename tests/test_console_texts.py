@@ -1,6 +1,7 @@
 """The console's Portuguese pages have no English left: the product's notes in a transcript,
 the chart's labels, the prompt preview's headings; a conversation without calls shows no chart."""
 
+import html
 import json
 import re
 from collections.abc import Iterator
@@ -8,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from agent.tools.registry import REGISTRY
 from bot.console.texts import TEXTS, translate_notes
 from operations.staff import template_note
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
+from storage.fact_keys import DEFAULT_KEYS
+from storage.facts import CURRENT
 from storage.models import Contact, Conversation, Tenant
 from storage.rights import ANONYMOUS
 from tests.conftest import START
@@ -208,3 +212,32 @@ def test_a_list_offered_and_the_customers_pick_read_plainly_in_both_languages(
                                           "next": path})
     _, page, _ = browser.request(path)
     assert "Picked: Ter 02/06 16:00" in page and "List of options «Ver horários»:" in page
+
+
+def _visible(page: str) -> str:
+    """The text a person reads: no tags, no attribute values, no form fields' contents, no
+    folded technical detail (a tool round's input and result, as stored, in a <pre>)."""
+    page = re.sub(r"<(script|style|textarea|select|pre)\b.*?</\1>", " ", page, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def test_no_raw_names_in_the_portuguese_pages(env: ReplayEnvironment) -> None:
+    """Issue 36: fact keys, fact states and origins, tool names and delivery states read as
+    words in pt-BR (bot/console/labels.py), on every page that shows them."""
+    seeded: Seeded = seed(env)
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    raw = [*(tool.name for tool in REGISTRY), *DEFAULT_KEYS, *CURRENT, "unknown", "extracted"]
+    for path in ("/console/", "/console/attention", "/console/review",
+                 f"/console/conversations/{seeded.salon_conversation_id}",
+                 "/console/conversations", "/console/catalog", "/console/appointments",
+                 "/console/agenda?day=2026-06-02", "/console/settings"):
+        status, page, _ = browser.request(path)
+        assert status == 200, path
+        words = set(re.findall(r"[a-z_]+", _visible(page)))
+        assert not words & set(raw), (path, sorted(words & set(raw)))
+    page = _visible(browser.request(
+        f"/console/conversations/{seeded.salon_conversation_id}")[1])
+    assert "Ferramentas usadas: buscou horários" in page or "Ferramentas usadas: agendou" \
+        in page
+    assert "alergias" in _visible(browser.request("/console/review")[1])

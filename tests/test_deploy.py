@@ -26,6 +26,7 @@ from rq import Queue
 
 from bot import metrics as web_metrics
 from cli import main as cli
+from cli.cron import JOBS
 from cli.environment import settings_or_exit
 from core import clock, metrics
 from core.settings import Settings
@@ -225,6 +226,12 @@ def test_the_units_run_the_procfile_processes_with_commands_the_cli_has() -> Non
         # `wagent` reads the .env of the directory it runs in (cli/main.py main)
         assert sections["Service"]["WorkingDirectory"] == [INSTALL_DIR], name
     assert {argv[1] for argv in procfile.values()} == set(run)
+
+
+def test_the_cron_unit_names_every_job_cron_runs() -> None:
+    (description,) = services()["wagent-cron.service"]["Unit"]["Description"]
+    named = description.partition("(")[2].rstrip(")").split(", ")
+    assert named == [name for name, _, _ in JOBS]
 
 
 def test_the_units_belong_to_the_target_that_restarts_them_together() -> None:

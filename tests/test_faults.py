@@ -36,6 +36,8 @@ def _run(case: str) -> CaseResult:
 def test_sigkill_of_the_worker_moving_due_jobs_delays_them_less_than_30_s() -> None:
     result = _run("kill_keeper")
     assert result.max_overdue_s <= 30, result
+    # its turn in flight is found from its silence (workers/heartbeats.py), not the reconciler
+    assert result.after_fault_s["max"] <= 30, result
 
 
 def test_a_rolling_restart_of_both_workers_leaves_no_due_job_waiting_30_s() -> None:
@@ -52,7 +54,7 @@ def test_a_horse_killed_mid_turn_has_its_conversation_answered_within_30_s() -> 
 def test_a_horse_starved_past_its_lock_is_fenced_out_and_its_turn_answered_once() -> None:
     result = _run("stop_horse")
     answered = result.extra["answered_by_another_turn_after_s"]
-    assert answered is not None and answered <= 60, result
+    assert answered is not None and answered <= 30, result  # heartbeats: issue 36
     assert result.extra["fenced_turns"] >= 1, result
 
 

@@ -147,7 +147,7 @@ def test_tokens_that_never_settle_end_in_an_error_not_a_loop(
 
 
 def test_worker_cpu_setting_is_checked() -> None:
-    assert Settings.from_env({}, require=False).worker_cpu == "idle"
+    assert Settings.from_env({}, require=False).worker_cpu == "normal"
     with pytest.raises(SettingsError, match="WORKER_CPU='fast' is not one of idle, low"):
         Settings.from_env({"WORKER_CPU": "fast"}, require=False)
 

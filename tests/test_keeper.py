@@ -4,8 +4,11 @@ Real Redis when reachable (the test's db, flushed), else the in-process stand-in
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import redis
@@ -17,11 +20,13 @@ from core import clock
 from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from storage.jobs import enqueue_turn, enqueue_turns
-from storage.keys import keeper_lock_key
+from storage.keys import beats_key, keeper_lock_key, lock_key
 from storage.scheduled import enqueue_due, overdue_seconds
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from tests.test_metrics import scrape, value
+from workers import heartbeats
+from workers.jobs import held_lock
 from workers.keeper import KEEPER_LOCK_TTL, Keeper
 
 PREFIX = "keeper-test"
@@ -170,3 +175,44 @@ def test_a_keeper_that_cannot_reach_redis_logs_once_and_asks_for_recovery_when_b
     events = [e["event"] for e in logs]
     assert events.count("redis_unavailable") == 1
     assert "redis_back" in events and "recovery_reconcile_enqueued" in events
+
+
+def test_a_silent_turn_has_its_lock_freed_and_a_new_turn_enqueued_a_beating_one_not(
+        redis_client: redis.Redis, frozen: clock.FrozenClock) -> None:
+    """Issue 36: a work horse killed or stopped mid-turn stops beating; the keeper holding its
+    lock frees that turn's lock and enqueues a new turn after heartbeats.SILENCE_SECONDS, while
+    a job that beats keeps its lock."""
+    keeper = _keeper(redis_client, "worker:a")
+    runtime: Any = SimpleNamespace(redis=redis_client, settings=Settings(
+        redis_prefix=PREFIX, turn_lock_timeout=20))
+    silent = lock_key(PREFIX, "turn", 7)
+    redis_client.set(silent, "dead-horse", ex=20)
+    heartbeats.beat(redis_client, PREFIX, "turn", 7, "dead-horse")
+    redis_client.set(lock_key(PREFIX, "turn", 8), "someone-else", ex=20)  # taken since
+    heartbeats.beat(redis_client, PREFIX, "turn", 8, "older-horse")
+    later = time.time() + heartbeats.SILENCE_SECONDS + 1
+    with held_lock(runtime, "turn", 9, blocking_timeout=0) as held:
+        assert held
+        time.sleep(heartbeats.BEAT_SECONDS * 1.5)  # the renewing thread beats meanwhile
+        scores = dict(redis_client.zrange(beats_key(PREFIX), 0, -1, withscores=True))
+        beating = next(s for m, s in scores.items() if m.startswith(b"turn:9:"))
+        assert beating > scores[b"turn:7:dead-horse"]
+        assert heartbeats.reap(redis_client, keeper.queue, PREFIX, job_timeout=300,
+                               now=beating + heartbeats.SILENCE_SECONDS - 0.5) == [7, 8]
+        assert redis_client.exists(lock_key(PREFIX, "turn", 9)) == 1, "it beats: kept"
+    assert redis_client.zcard(beats_key(PREFIX)) == 0, "a clean end says so"
+    assert redis_client.exists(silent) == 0 and \
+        redis_client.get(lock_key(PREFIX, "turn", 8)) == b"someone-else"
+    queued = [Job.fetch(j, connection=redis_client) for j in keeper.queue.job_ids]
+    assert sorted(j.kwargs["conversation_id"] for j in queued) == [7, 8]
+    assert heartbeats.reap(redis_client, keeper.queue, PREFIX, job_timeout=300,
+                           now=later) == []  # reaped once
+    redis_client.set(silent, "dead-again", ex=20)
+    heartbeats.beat(redis_client, PREFIX, "turn", 7, "dead-again")
+    with capture_logs() as logs:
+        keeper.tick()  # the keeper holding its lock reaps on its own tick (wall time)
+        assert redis_client.exists(silent) == 1, "not silent long enough yet"
+        redis_client.zadd(beats_key(PREFIX), {"turn:7:dead-again": time.time() - 6})
+        keeper.tick()
+    assert redis_client.exists(silent) == 0
+    assert "job_silent_lock_freed" in [e["event"] for e in logs]

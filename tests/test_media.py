@@ -198,6 +198,20 @@ def test_without_a_transcription_endpoint_the_agent_is_told(
         env.close()
 
 
+def test_a_voice_note_over_25_mb_gets_the_audio_limit(media_env: ReplayEnvironment) -> None:
+    """Issue 36: the note names the audio limit, not the image limits."""
+    env = media_env
+    data = b"OggS" + b"\x05" * 500
+    sha = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    env.graph_api.add_media(AUDIO_ID, data, "audio/ogg", "oversize")
+    env.messages_api.script("turn", [{"text": "Não consegui ouvir, pode escrever?"}])
+    _post(env, audio_body(sha))
+    text = _texts(env)
+    assert "voice note too large for us to open (at most 25 MB)" in text
+    assert "px" not in text and env.transcription_api.requests == []
+    assert len(env.graph_api.accepted) == 1
+
+
 def test_a_voice_note_in_another_language_reaches_the_agent_as_said(
         media_env: ReplayEnvironment) -> None:
     env = media_env

@@ -8,6 +8,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rq.registry import ScheduledJobRegistry
 from sqlalchemy import Engine, event
 from sqlmodel import select
@@ -32,7 +34,12 @@ from storage.models import (
     Service,
     Tenant,
 )
-from storage.tenants import archive_service, upsert_tenant
+from storage.tenants import (
+    REMINDER_PARAMETERS,
+    archive_service,
+    check_placeholders,
+    upsert_tenant,
+)
 from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
 from tests.test_admin_api import call
@@ -152,6 +159,12 @@ TEMPLATE = {"name": "lembrete", "language": "pt_BR", "parameters": ["customer_na
     ({"templates": [{**TEMPLATE, "buttons": [{"title": "Sim", "action": "pay"}]}]},
      "templates.0.buttons"),
     ({"cancellation_window_minutes": -1}, "cancellation_window_minutes"),
+    ({"reminder_text": "Oi {customer_name.x}"}, "{customer_name.x} is not a field"),
+    ({"reminder_text": "Oi {service[a]}"}, "{service[a]} is not a field"),
+    ({"reminder_text": "Oi {cpf}"}, "{cpf} is not a field"),
+    ({"reminder_text": "Às {time:>9}"}, "{time:>9} is not a field"),
+    ({"reminder_text": "Oi {}"}, "{} is not a field"),
+    ({"reminder_text": "Oi {customer_name"}, "write {{ or }} for a brace"),
 ])
 def test_bad_reminder_settings_are_refused_and_change_nothing(
         engine: Engine, changes: dict[str, Any], problem: str) -> None:
@@ -182,6 +195,87 @@ def test_reminder_settings_through_the_cli(engine: Engine, monkeypatch: pytest.M
         assert (tenant.reminder_lead_minutes, tenant.quiet_hours, tenant.reminder_template,
                 tenant.cancellation_window_minutes) == ([120, 1440], "22:00-07:30",
                                                         "lembrete", 240)
+
+
+def test_a_reminder_text_with_fields_it_may_not_have_is_refused_everywhere(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 36: the API answers 422, the CLI exits 2, the console shows the error; the stored
+    text stays the one before."""
+    seeded = seed(env)
+    with session_scope(env.engine) as session:
+        salon = session.exec(select(Tenant).where(
+            Tenant.phone_number_id == SALON["phone_number_id"])).one()
+    status, body = call(env, "PATCH", f"/admin/tenants/{salon.id}",
+                        {"reminder_text": "Oi {customer_name.upper}"},
+                        token=seeded.salon_token)
+    assert status == 422 and "{customer_name.upper} is not a field" in body["error"]["message"]
+    monkeypatch.setenv("DATABASE_URL", env.engine.url.render_as_string(hide_password=False))
+    assert main(["tenant", "update", SALON["phone_number_id"], "--set",
+                 "reminder_text=Oi {service[0]}"]) == 2
+    assert "{service[0]} is not a field" in capsys.readouterr().err
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    form = {"csrf": browser.csrf, "instructions": "Oi", "inactivity_timeout_minutes": "1440",
+            "retention_days": "180", "language": "pt-BR", "fact_keys": "preferred_name",
+            "followup_template": "", "followup_template_language": "pt_BR",
+            "reminder_lead_minutes": "1440", "quiet_hours": "21:00-08:00",
+            "cancellation_window_minutes": "0", "reminder_template": "",
+            "notice_template": "", "reminder_text": "Oi {cpf}"}
+    status, page, _ = browser.request("/console/settings", form)
+    assert status == 422 and 'id="error-reminder_text"' in page and "{cpf}" in page
+    status, _, _ = browser.request("/console/settings",
+                                   {**form, "reminder_text": "Oi {customer_name}, {{ok}}"})
+    assert status == 303
+    with session_scope(env.engine) as session:
+        assert session.get(Tenant, salon.id).reminder_text == "Oi {customer_name}, {{ok}}"
+
+
+def test_a_stored_reminder_text_that_does_not_render_is_skipped_with_its_reason(
+        env: ReplayEnvironment) -> None:
+    """A text written before the check (or by hand) never leaves its reminder `scheduled`:
+    it is skipped, the reason names the field, and nothing is sent."""
+    env.add_tenant(TENANT)
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        tenant.reminder_text = "Oi {customer_name.x}, {service[a]}"
+        session.add(tenant)
+        contact = Contact(tenant_id=tenant.id or 0, wa_id="5511999900000",
+                          last_inbound_at=now, created_at=now)
+        session.add(contact)
+        session.flush()
+        start = now + timedelta(hours=23, minutes=30)
+        booking = Appointment(tenant_id=tenant.id or 0, contact_id=contact.id or 0,
+                              service_id=1, professional_id=1, start_at=start,
+                              end_at=start + timedelta(hours=1),
+                              created_at=now - timedelta(days=2))
+        session.add(booking)
+        session.flush()
+        reminders.schedule(session, tenant, booking, now=now - timedelta(days=2))
+    assert reminder_pass(env.runtime, now=now) == 0
+    with session_scope(env.engine) as session:
+        row = session.exec(select(Reminder)).one()
+    assert row.status == "skipped" and "{customer_name.x} is not a field" in row.reason
+    env.drain()
+    assert env.graph_api.accepted == []
+
+
+@given(st.text(alphabet="{}.[]:!ab_ xé" + "".join(REMINDER_PARAMETERS), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_the_check_at_write_and_the_render_at_send_agree(text: str) -> None:
+    """Whatever is accepted at write renders without error at send, to a text with no field
+    left; what is refused is refused at send too (so it is skipped, never half-sent)."""
+    values = dict.fromkeys(REMINDER_PARAMETERS, "§")
+    try:
+        check_placeholders(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            worker_reminders.render(text, values)
+        return
+    rendered = worker_reminders.render(text, values)
+    assert rendered.count("§") == sum(text.count("{" + p + "}") - text.count("{{" + p + "}}")
+                                      for p in REMINDER_PARAMETERS) or "{{{" in text
 
 
 # -- confirmed_at: "holds the slot" and "upcoming" are unchanged ----------------------------

@@ -49,7 +49,8 @@ def test_a_malformed_requests_expectation_fails_before_anything_runs() -> None:
         "invalid scenario: step 0: requests: unknown key 'system_contain' (known: block_types, "
         "calls, messages_contain, messages_excludes, purpose, system_contains, system_excludes, "
         "tools_include)",
-        "invalid scenario: step 0: requests.purpose must be one of turn, summary, facts",
+        "invalid scenario: step 0: requests.purpose must be one of turn, summary, facts, "
+        "probe",
         "invalid scenario: step 0: requests.calls must be a whole number, 0 or more",
         "invalid scenario: step 0: requests.messages_contain must be a list of non-empty strings",
         "invalid scenario: step 0: requests.tools_include must be a list of non-empty strings"]

@@ -476,22 +476,30 @@ def test_a_staff_reply_marks_what_it_answers_handled_by_staff(env: ReplayEnviron
     assert status == 202
 
 
-def test_an_echo_that_pauses_nothing_answers_what_came_before_and_the_agent_the_rest(
-        env: ReplayEnvironment) -> None:
-    """With `echo_pause_minutes` 0 the owner's reply from the phone answers the question it
-    follows (the agent does not talk over it) and the agent answers the next one at once."""
+def test_an_echo_that_pauses_nothing_marks_nothing_handled(env: ReplayEnvironment) -> None:
+    """With `echo_pause_minutes` 0 the owner's reply from the phone pauses nothing and marks
+    no customer message handled (issue 36): the agent answers the question it follows, with
+    the echo in the history, and the next one at once."""
     with session_scope(env.engine) as session:
         tenant = session.exec(select(Tenant).where(
             Tenant.phone_number_id == TENANT["phone_number_id"])).one()
         tenant.echo_pause_minutes = 0
         session.add(tenant)
-    env.messages_api.script("turn", [{"text": "Olá!"}, {"text": "Tenho 11h também."}])
+    env.messages_api.script("turn", [{"text": "Olá!"}, {"text": "Às 10h está livre."},
+                                     {"text": "Tenho 11h também."}])
     post(env, text_body("oi", 1, sent_at=env.clock.now()))
     assert env.post_webhook(json.dumps(text_body(
         "quero marcar amanhã 10h", 2, sent_at=env.clock.now())).encode()) == 200
     assert env.post_webhook(json.dumps(echo("wamid.ECHOZERO")).encode()) == 200
+    with session_scope(env.engine) as session:
+        asked = session.exec(select(Message).where(
+            col(Message.wamid).endswith("000002"))).one()
+        assert asked.status_reason != staff.STAFF_HANDLED and asked.answered_at is None
     env.drain()
-    assert texts_sent(env) == ["Olá!"] and env.messages_api.api_errors == 0
+    assert texts_sent(env) == ["Olá!", "Às 10h está livre."]
+    assert env.messages_api.api_errors == 0
+    seen = json.dumps(env.messages_api.last_requests["turn"]["messages"], ensure_ascii=False)
+    assert "quero marcar amanhã 10h" in seen and "[equipe: WhatsApp Business app]" in seen
     env.clock.advance(timedelta(minutes=1))
     post(env, text_body("e às 11h?", 3, sent_at=env.clock.now()))
     assert texts_sent(env)[-1] == "Tenho 11h também." and env.messages_api.api_errors == 0

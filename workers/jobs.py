@@ -2,6 +2,7 @@
 and the retries of a job a database or Redis outage stopped."""
 
 import contextvars
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,8 +23,9 @@ from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import consume_token
-from storage.keys import lock_key
+from storage.keys import lock_key, provider_down_key
 from storage.models import Usage
+from workers import heartbeats
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
@@ -158,8 +160,11 @@ def held_lock(runtime: Runtime, kind: str, conversation_id: int, *,
         yield False
         return
     stop = threading.Event()
+    beat = functools.partial(heartbeats.beat, runtime.redis, runtime.settings.redis_prefix,
+                             kind, conversation_id, _token(lock))
+    beat()  # the keeper reaps a job silent for heartbeats.SILENCE_SECONDS
     renewer = threading.Thread(target=contextvars.copy_context().run,
-                               args=(_renew, lock, ttl, stop, kind), daemon=True,
+                               args=(_renew, lock, ttl, stop, kind, beat), daemon=True,
                                name=f"{kind}-lock-{conversation_id}")
     renewer.start()
     try:
@@ -168,6 +173,11 @@ def held_lock(runtime: Runtime, kind: str, conversation_id: int, *,
         stop.set()
         renewer.join(timeout=5)
         try:
+            heartbeats.stop(runtime.redis, runtime.settings.redis_prefix, kind,
+                            conversation_id, _token(lock))
+        except RedisError:  # reaped later: its lock is released (or expired) by then
+            pass
+        try:
             lock.release()
         except LockError:
             log.warning("job_lock_lost", kind=kind)
@@ -175,14 +185,28 @@ def held_lock(runtime: Runtime, kind: str, conversation_id: int, *,
             log.warning("job_lock_not_released", kind=kind)
 
 
-def _renew(lock: Lock, ttl: float, stop: threading.Event, kind: str) -> None:
-    while not stop.wait(ttl / LOCK_REFRESHES):
+def _token(lock: Lock) -> str:
+    token = lock.local.token
+    return token.decode() if isinstance(token, bytes) else str(token)
+
+
+def _renew(lock: Lock, ttl: float, stop: threading.Event, kind: str,
+           beat: Callable[[], None]) -> None:
+    """Beat every heartbeats.BEAT_SECONDS (or a third of a shorter TTL) and extend the lock
+    every third of its TTL."""
+    period = min(heartbeats.BEAT_SECONDS, ttl / LOCK_REFRESHES)
+    every = max(1, round(ttl / LOCK_REFRESHES / period))  # beats per extension
+    beats = 0
+    while not stop.wait(period):
         try:
-            lock.extend(ttl, replace_ttl=True)
+            beat()
+            beats += 1
+            if beats % every == 0:
+                lock.extend(ttl, replace_ttl=True)
         except LockNotOwnedError:  # expired (we were starved) or taken by another job
             log.warning("job_lock_lost", kind=kind)
             return
-        except RedisError as exc:  # a blip: try again at the next renewal
+        except RedisError as exc:  # a blip: try again at the next beat
             log.warning("job_lock_renewal_failed", kind=kind, error=type(exc).__name__)
 
 
@@ -250,14 +274,34 @@ def call_model(runtime: Runtime, purpose: str, **request: Any) -> Any:
     class (`error_class`) before re-raising it unchanged.
     """
     try:
-        return runtime.anthropic.messages.create(**request,
-                                                 extra_headers={"x-wagent-purpose": purpose})
+        response = runtime.anthropic.messages.create(
+            **request, extra_headers={"x-wagent-purpose": purpose})
+        provider_answered(runtime)
+        return response
     except anthropic.APIError as exc:
         _record(runtime, metrics.inc("wagent_claude_errors_total",
                                      {"purpose": purpose, "class": error_class(exc)}))
         raise
     finally:
         _record(runtime, metrics.inc("wagent_claude_calls_total", {"purpose": purpose}))
+
+
+RECOVER_JOB = "workers.outages.run_recover"
+
+
+def provider_answered(runtime: Runtime) -> bool:
+    """A Messages API call answered: when the provider was marked down (workers/outages.py),
+    take the mark off and enqueue the late answers (one caller wins the mark). One Redis
+    DELETE per call. Returns whether it enqueued."""
+    try:
+        if not runtime.redis.delete(provider_down_key(runtime.settings.redis_prefix)):
+            return False
+        runtime.queue.enqueue(RECOVER_JOB, job_timeout=300, result_ttl=0)
+    except RedisError as exc:  # the answer stands; the cron's probe finds the mark again
+        log.warning("provider_back_recovery_not_enqueued", error=type(exc).__name__)
+        return False
+    log.info("provider_back_recovery_enqueued")
+    return True
 
 
 def error_class(exc: anthropic.APIError) -> str:

@@ -7,6 +7,10 @@ why). When its process dies the lock expires and another keeper takes over withi
 KEEPER_LOCK_TTL + TICK_SECONDS; one that stops cleanly (a deploy) releases it at once. Moving is
 safe from two keepers at once, so a keeper that lost its lock while starved of CPU does no harm.
 
+The keeper holding the lock also reaps silent jobs (workers/heartbeats.py): a turn whose
+work horse died or stopped is given to another worker within heartbeats.SILENCE_SECONDS and a
+tick, instead of waiting for its lock's TTL and the reconciler (issue 36).
+
 Every keeper also watches Redis. It logs `redis_unavailable` when a tick fails and `redis_back`
 when one works again; when Redis comes back after an outage, or has lost the product's marker
 key (`{prefix}:alive`: it restarted empty), it enqueues `workers.maintenance.reconcile(
@@ -30,10 +34,11 @@ from core.settings import Settings
 from storage.db import connect_redis
 from storage.keys import alive_key, keeper_lock_key, recovery_key
 from storage.scheduled import enqueue_due
+from workers import heartbeats
 
 log = structlog.get_logger(__name__)
 TICK_SECONDS = 1.0
-KEEPER_LOCK_TTL = 10  # seconds: a dead keeper's successor starts within this and a tick
+KEEPER_LOCK_TTL = 5  # seconds: a dead keeper's successor starts within this and a tick
 RECOVERY_GUARD = 30  # seconds: one recovery reconcile per Redis loss, whoever notices it
 RECONCILE_JOB = "workers.maintenance.reconcile"
 
@@ -45,6 +50,7 @@ class Keeper:
 
     def __init__(self, settings: Settings, *, name: str, redis: Redis | None = None) -> None:
         self.prefix = settings.redis_prefix
+        self.turn_job_timeout = settings.turn_job_timeout
         self.redis = redis or connect_redis(settings.redis_url)
         self.queue = Queue(settings.queue_name, connection=self.redis)
         self.token = f"{name}:{uuid.uuid4().hex[:8]}"
@@ -81,6 +87,8 @@ class Keeper:
             self._watch()
             if not self._hold():
                 return 0
+            heartbeats.reap(self.redis, self.queue, self.prefix,
+                            job_timeout=self.turn_job_timeout)  # a dead horse's turn
             return enqueue_due(self.queue, now=clock.now())
         except RedisError as exc:
             if self.down_since is None:

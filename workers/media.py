@@ -251,6 +251,8 @@ def _failure_text(described: dict[str, Any], reason: str) -> str:
     if reason in ("too_large", "too_wide", "too_many_pages"):
         limits = (f"at most {rules.MAX_PDF_BYTES // 2**20} MB and {rules.MAX_PDF_PAGES} pages"
                   if label == "document" else
+                  f"at most {rules.MAX_AUDIO_BYTES // 2**20} MB"
+                  if described.get("kind") == "audio" else
                   f"at most {rules.MAX_IMAGE_BYTES // 2**20} MB and {rules.MAX_IMAGE_SIDE} px a "
                   "side")
         return (f"[sent a {label}{_caption(described)} too large for us to open ({limits}); "

@@ -37,6 +37,7 @@ import structlog
 
 from core import clock, metrics
 from core.faults import crash_point
+from storage import failures
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.fences import unfenced
@@ -47,6 +48,7 @@ from whatsapp.errors import (
     GraphAuthError,
     GraphError,
     GraphNoAnswer,
+    GraphRateLimited,
     GraphUnreachable,
     GraphWindowClosed,
 )
@@ -143,6 +145,10 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
     crash_point("after_send_before_mark")
     with unfenced():  # it went out: recorded even by a turn that lost its lock meanwhile
         _mark(runtime, row, status="sent", wamid=wamid, attempts=row.attempts + 1)
+        if row.attempts:  # a retried send went out: its failure row says so
+            with session_scope(runtime.engine) as session:
+                failures.settle(session, row.conversation_id, provider="graph",
+                                purpose="send", outcome="recovered")
     log.info("reply_sent", outbound_id=row.id, part=row.part)
     return "sent"
 
@@ -176,6 +182,7 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError, *, early: bool =
     fields: dict[str, Any] = {"code": exc.code, "cause": exc.cause, "reason": str(exc),
                               "attempts": tries}
     if isinstance(exc, GraphNoAnswer):  # it may have reached Meta: never sent twice
+        _graph_failed(runtime, row, exc, tries, "unknown")
         _mark(runtime, row, status="unknown", **fields)
         log.error("send_outcome_unknown", outbound_id=row.id, cause=exc.cause)
         return "unknown"
@@ -184,12 +191,14 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError, *, early: bool =
             assert row.retry_at is not None
             retry_at, fields["attempts"] = row.retry_at, row.attempts
         elif tries >= MAX_SEND_ATTEMPTS:
+            _graph_failed(runtime, row, exc, tries, "gave_up")
             _fail(runtime, row, **{**fields, "reason": f"gave up after {tries} tries: {exc}"})
             log.error("send_gave_up", outbound_id=row.id, tries=tries, code=exc.code,
                       cause=exc.cause)
             return "failed"
         else:
             retry_at = clock.now() + retry_delay(tries)
+            _graph_failed(runtime, row, exc, tries, "retrying")
         _mark(runtime, row, status="pending", retry_at=retry_at, **fields)
         with session_scope(runtime.engine) as session:
             message_repo.wait_behind(session, row, retry_at)
@@ -205,6 +214,19 @@ def _on_error(runtime: Runtime, row: Outbound, exc: GraphError, *, early: bool =
     _fail(runtime, row, status="refused" if isinstance(exc, GraphWindowClosed) else "failed",
           **fields)
     return "failed"
+
+
+def _graph_failed(runtime: Runtime, row: Outbound, exc: GraphError, tries: int,
+                  outcome: str) -> None:
+    """A Graph outage, stored where the owner looks (storage/failures.py): a rate limit, a
+    transient error, no connection or no answer; not a refusal of this one message."""
+    kind = "rate_limit" if isinstance(exc, GraphRateLimited) else "connection" \
+        if isinstance(exc, GraphNoAnswer | GraphUnreachable) or not exc.http_status \
+        else "server_error"  # a transient error Meta answered
+    with session_scope(runtime.engine) as session:
+        failures.record(session, tenant_id=row.tenant_id, conversation_id=row.conversation_id,
+                        provider="graph", purpose="send", status=exc.http_status or None,
+                        attempt=tries, now=clock.now(), outcome=outcome, kind=kind)
 
 
 def error_code(exc: GraphError) -> str:

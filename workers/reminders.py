@@ -50,6 +50,7 @@ from storage.models import (
     Service,
     Tenant,
 )
+from storage.tenants import check_placeholders
 from whatsapp.graph import split_text
 from whatsapp.interactive import Choice, buttons_message
 from whatsapp.window import window_closed
@@ -272,8 +273,14 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     spec = _template(tenant, tenant.reminder_template)
     titles: list[str] = []
     if not window_closed(contact.last_inbound_at, now):
-        text = _format(tenant.reminder_text or texts.text(tenant.language, "reminder"),
-                       values)
+        try:
+            text = render(tenant.reminder_text or texts.text(tenant.language, "reminder"),
+                          values)
+        except ValueError as exc:  # a text stored before the check at write
+            reminders.claim(session, reminder.id, status="skipped", now=now,
+                            reason=f"reminder_text does not render: {exc}"[:300])
+            log.info("reminder_skipped_text", reminder_id=reminder.id)
+            return None
         titles = [texts.text(tenant.language, f"button_{a}")
                   for a in ("confirm", "reschedule", "cancel")]
         body = json.dumps(buttons_message(body=text, buttons=[
@@ -352,13 +359,21 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
 _NO_NAME = re.compile(r"[,\s]*\{customer_name\}")
 
 
-def _format(template: str, values: dict[str, str]) -> str:
-    """`template` with `values`; with no name known, "Olá, {customer_name}!" reads "Olá!"."""
+def render(template: str, values: dict[str, str]) -> str:
+    """A tenant's text with its fields filled in; with no name known, "Olá, {customer_name}!"
+    reads "Olá!"; ValueError when it has a field it may not have
+    (storage/tenants.check_placeholders, the rule applied at write)."""
+    check_placeholders(template, tuple(values))
     if not values.get("customer_name"):
         template = _NO_NAME.sub("", template)
+    return template.format(**values)
+
+
+def _format(template: str, values: dict[str, str]) -> str:
+    """`template` with `values` (render), or whole when it does not render."""
     try:
-        return template.format(**values)
-    except (KeyError, IndexError, ValueError):  # a tenant's text with a stray brace
+        return render(template, values)
+    except ValueError:  # the product's own texts: never; kept whole rather than lost
         return template
 
 

@@ -3,6 +3,7 @@ queue, the Anthropic client and the Graph API client.
 """
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 
@@ -110,6 +111,18 @@ def _warm_sdk_parsers() -> None:
                         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
     transport = httpx2.MockTransport(lambda _: httpx2.Response(
         200, content=json.dumps(answer).encode(), headers={"content-type": "application/json"}))
+    # the client's INFO line "HTTP Request: POST http://warm.invalid/..." would read as a real
+    # call in the worker's start-up log (issue 36): its logger is quiet for this one call
+    http_log = logging.getLogger("httpx2")
+    level = http_log.level
+    http_log.setLevel(logging.WARNING)
+    try:
+        _warm_call(transport)
+    finally:
+        http_log.setLevel(level)
+
+
+def _warm_call(transport: httpx2.MockTransport) -> None:
     with httpx2.Client(transport=transport) as http:
         client = anthropic.Anthropic(api_key="warm", base_url="http://warm.invalid",
                                      max_retries=0, http_client=http)

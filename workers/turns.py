@@ -37,7 +37,7 @@ from agent.window import (
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
-from storage import marks, memory, staff
+from storage import failures, marks, memory, staff
 from storage import messages as message_repo
 from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
@@ -48,7 +48,7 @@ from storage.media import load_files
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
-from workers import texts
+from workers import outages, texts
 from workers.choices import reply_parts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.facts import render_context_block
@@ -129,6 +129,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
             held = staff.hold_for_staff(session, conversation_id, now=now)
             log.info("turn_skipped_with_staff", held=held)
             return "with_staff"  # staff answer: no model call, nothing sent or marked read
+        if conversation is not None and not window_closed(state.contact.last_inbound_at, now) \
+                and failures.reopen(session, conversation, now=now):  # after an apology
+            _late_note(session, conversation, now)
         if not message_repo.pending_inbound(session, conversation_id):
             return "idle"
     resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
@@ -156,11 +159,20 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
             with session_scope(runtime.engine) as session:
                 reply, kind = handoff_reply(session, state.tenant, clock.now()), "handoff"
     except RETRY.transient as exc:
-        if RETRY.may_retry(attempt, runtime):
+        last = not RETRY.may_retry(attempt, runtime)
+        failed = _provider_failed(runtime, state, exc, attempt=attempt, last=last)
+        if not last:
             return retry_later(runtime, "turn", conversation_id, attempt=attempt, exc=exc,
                                reenqueue=_reenqueue, event="turn")
         log.error("turn_provider_failed", attempts=attempt, error=type(exc).__name__,
                   cause=connection_cause(exc))
+        if failed == "held":  # one apology per conversation per outage
+            with session_scope(runtime.engine) as session:
+                message_repo.mark_answered(
+                    session, conversation_id, reason=failures.HELD_REASON, now=clock.now(),
+                    up_to_position=max(last_position, hooks.folded_up_to))
+            log.info("turn_done", kind="held", attempt=attempt)
+            return "held"
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
     except anthropic.APIStatusError as exc:  # a 400 is our bug: never retried blindly
         log.error("turn_request_rejected", status=exc.status_code, request_id=exc.request_id,
@@ -169,9 +181,14 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     except ContextWindowExceeded:  # even the hard-capped window was too big
         log.error("turn_context_window_exceeded_twice")
         reply, kind = texts.text(state.tenant.language, "apology"), "apology"
+    if attempt > 1 and kind != "apology":  # a retried turn answered
+        with session_scope(runtime.engine) as session:
+            failures.settle(session, conversation_id, provider="anthropic", purpose="turn",
+                            outcome="recovered")
     _finish(runtime, state, reply, up_to_position=max(last_position, hooks.folded_up_to),
             offers=kind == "answered",  # an apology offers no choices
-            author=marks.product_author(kind) if kind in ("apology", "handoff") else None)
+            author=marks.product_author(kind) if kind in ("apology", "handoff") else None,
+            apology=kind == "apology")
     flush_outbox(runtime, conversation_id)
     if maybe_enqueue_compaction(runtime, conversation_id):
         log.info("compaction_enqueued")
@@ -406,8 +423,47 @@ def _reply_text(outcome: LoopOutcome, language: str) -> str:
     return outcome.final_text or texts.text(language, "fallback")
 
 
+def _provider_failed(runtime: Runtime, state: TurnState, exc: BaseException, *,
+                     attempt: int, last: bool) -> str:
+    """Store attempt `attempt` of a failed call (storage/failures.py) and mark the provider
+    down (workers/outages.py). On the `last` attempt: "held" when the conversation already
+    got the apology in this outage (within storage/failures.RECOVER_WITHIN), else "apology";
+    "retrying" before."""
+    now = clock.now()
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, _id(state.conversation))
+        outcome = "retrying"
+        if last:
+            outcome = "held" if conversation is not None and \
+                failures.may_recover(conversation, now) else "apology"  # an older: again
+        failures.record(session, tenant_id=_id(state.tenant),
+                        conversation_id=_id(state.conversation), provider="anthropic",
+                        purpose="turn", status=getattr(exc, "status_code", None),
+                        attempt=attempt, now=now, outcome=outcome)
+    outages.provider_failed(runtime)
+    return outcome
+
+
+LATE_NOTE = ("[the assistant could not answer the customer's messages above (a provider "
+             "outage) and they got an apology: answer them now]")
+
+
+def _late_note(session: Any, conversation: Conversation, now: datetime) -> None:
+    """The messages an apology covered are answered again: when the history ends with the
+    apology (an assistant message), a note of the product's follows it, so the request ends
+    with a user message and the model knows why it answers late."""
+    last = session.exec(select(Message.role).where(
+        Message.conversation_id == conversation.id, col(Message.position).is_not(None))
+        .order_by(col(Message.position).desc())).first()
+    if last == "assistant":
+        message_repo.append(session, tenant_id=conversation.tenant_id,
+                            conversation_id=_id(conversation), role="user",
+                            direction="internal",
+                            content=[{"type": "text", "text": LATE_NOTE}], now=now)
+
+
 def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: int,
-            offers: bool = False, author: str | None = None) -> bool:
+            offers: bool = False, author: str | None = None, apology: bool = False) -> bool:
     """Store the reply, its outbox rows and the answered marks in one transaction.
 
     `offers`: the reply may carry the choices of this turn's `offer_choices` (workers/choices.py).
@@ -419,7 +475,8 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
     to, recipient = contact_repo.address(state.contact)
     with session_scope(runtime.engine) as session:
         if not message_repo.mark_answered(session, _id(state.conversation),
-                                          up_to_position=up_to_position, now=now):
+                                          up_to_position=up_to_position, now=now,
+                                          reason=failures.APOLOGY_REASON if apology else None):
             log.warning("turn_reply_dropped_already_answered")
             return False
         kind, parts = reply_parts(session, _id(state.conversation), reply,  # a list, buttons
@@ -434,6 +491,10 @@ def _finish(runtime: Runtime, state: TurnState, reply: str, *, up_to_position: i
         assert conversation is not None
         touch(conversation, now=now, inactivity_timeout=inactivity_timeout(
             state.tenant.inactivity_timeout_minutes))
+        if apology:  # one apology per conversation per outage (storage/failures.py)
+            conversation.outage_state, conversation.outage_at = failures.APOLOGIZED, now
+        else:
+            failures.after_reply(session, conversation, now=now)
         session.add(conversation)
     return True
 

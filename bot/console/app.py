@@ -34,6 +34,7 @@ from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
+from bot.console import labels
 from bot.console.agenda_texts import agenda_problem, agenda_texts
 from bot.console.texts import LANGUAGES, texts_for, translate_notes, translate_problem
 from bot.errors import http_status
@@ -47,7 +48,7 @@ from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
-from storage import delivery
+from storage import delivery, failures
 from storage.db import session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.keys import console_session_key
@@ -149,6 +150,7 @@ def _environment() -> jinja2.Environment:
     env.globals["price_text"] = price_text  # the one rendering of a price: storage/tenants.py
     env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
     env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
+    env.globals["label"] = labels.label  # fact keys, states, tools: bot/console/labels.py
     return env
 
 
@@ -383,7 +385,11 @@ async def logout(request: web.Request) -> web.StreamResponse:
 # -- pages ------------------------------------------------------------------------------------
 
 def home(p: Page) -> PageResult:
-    return "home.html", {"counts": service.counts(p.session, p.tenant)}
+    assert p.tenant.id is not None  # the banner: a provider failed in the last minutes
+    recent = failures.recent(p.session, p.tenant.id, now=p.now)
+    return "home.html", {"counts": service.counts(p.session, p.tenant),
+                         "provider_failures": [service.failure_view(f) for f in recent],
+                         "tz": ZoneInfo(p.tenant.timezone)}
 
 
 def set_language(p: Page) -> PageResult:
@@ -858,7 +864,8 @@ def agenda_outcome(p: Page) -> PageResult:
 
 def agenda_move(p: Page) -> PageResult:
     def act(day: str) -> str:
-        body = service.validated(agenda_ops.Move, {"start": _form(p, "start")})
+        start = _form(p, "start") or f"{_form(p, 'move_date')}T{_form(p, 'move_time')}"
+        body = service.validated(agenda_ops.Move, {"start": start})  # the date and time inputs
         moved = agenda_ops.move(p.session, p.tenant, _record(p, "appointment_id"), body,
                                 now=p.now)
         return f"{agenda_texts(_language(p))['moved']}: {moved['start'].replace('T', ' ')}"

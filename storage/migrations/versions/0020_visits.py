@@ -3,8 +3,8 @@ number, every existing booking a one-service visit of its own id), `appointment.
 `appointment.outcome_note` (the staff's note on what was done), and the visit start a reminder
 was scheduled for (`reminder.start_at`).
 
-Revision ID: 0022
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-05 22:00:00.000000
 """
 
@@ -15,8 +15,8 @@ import sqlmodel.sql.sqltypes
 from alembic import op
 
 # revision identifiers, used by Alembic.
-revision: str = "0022"
-down_revision: str | Sequence[str] | None = "0018"
+revision: str = "0020"
+down_revision: str | Sequence[str] | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
