@@ -61,7 +61,7 @@ def house_rules_line(rules: HouseRules) -> str:
     """One short line of the catalogue (issue 38): the limits the tools enforce."""
     window = rules.cancellation_window_minutes
     return ("House rules (say them before they apply): at most "
-            f"{rules.max_upcoming_bookings} upcoming visits per customer; cancellations "
+            f"{rules.max_upcoming_bookings} upcoming visits per customer; cancellations and moves "
             + (f"up to {_span(window)} before the start" if window else "until the start")
             + f"; bookings at least {_span(rules.booking_notice_minutes)} ahead and at most "
             f"{rules.booking_horizon_days} days ahead.")

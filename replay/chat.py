@@ -40,6 +40,7 @@ from replay.runner import (
     _offered,
     _Runner,
     _tap_reply,
+    appointment_entries,
     validate_scenario,
 )
 from storage.db import session_scope
@@ -325,16 +326,17 @@ class ChatSession:
 
     def appointments(self) -> list[dict[str, Any]]:
         """The tenant's appointments now, as REPLAY.md's `appointments` expectation takes
-        them: `{"service", "start" (local, minutes), "status"}`, by start time."""
+        them (replay/runner.appointment_entries: one per visit and status):
+        `{"service", "start" (local, minutes), "status"}` and, for a visit of several
+        services, `"services"`; by start time."""
         with session_scope(self.env.engine) as session:
-            rows = session.exec(select(Appointment, Service).join(
-                Service, col(Service.id) == col(Appointment.service_id)).join(
-                Tenant, col(Tenant.id) == col(Appointment.tenant_id)).where(
-                Tenant.phone_number_id == str(self.tenant["phone_number_id"])).order_by(
-                col(Appointment.start_at), col(Appointment.id))).all()
-            return [{"service": service.code, "status": appointment.status,
-                     "start": appointment.start_at.astimezone(self.zone).replace(tzinfo=None)
-                     .isoformat(timespec="minutes")} for appointment, service in rows]
+            tenant = session.exec(select(Tenant).where(
+                Tenant.phone_number_id == str(self.tenant["phone_number_id"]))).first()
+            if tenant is None:
+                return []
+            return [{key: entry[key] for key in ("service", "status", "start")}
+                    | ({"services": entry["services"]} if len(entry["services"]) > 1 else {})
+                    for entry in appointment_entries(session, tenant)]
 
     def facts(self) -> list[dict[str, Any]]:
         """The chat customer's facts: `{"key", "value", "state"}`, oldest first."""

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import fakeredis
 import redis
 from sqlalchemy import func
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from core.clock import parse_duration
 from replay import seen
@@ -752,6 +752,27 @@ def _tap_reply(body: dict[str, Any], title: str,
                 None)
 
 
+def appointment_entries(session: Session, tenant: Tenant) -> list[dict[str, Any]]:
+    """The tenant's appointments as the `appointments` expectation reads them (docs/REPLAY.md):
+    one entry per visit and status (a visit of one service: one per booking), by start;
+    `wagent chat --record` writes the same entries."""
+    tz = ZoneInfo(tenant.timezone)
+    rows = session.exec(select(Appointment, Service).join(
+        Service, col(Service.id) == col(Appointment.service_id)).where(
+        Appointment.tenant_id == tenant.id).order_by(col(Appointment.start_at),
+                                                     col(Appointment.id))).all()
+    groups: dict[tuple[int, str], list[tuple[Appointment, Service]]] = {}
+    for appointment, service in rows:
+        groups.setdefault((visit_of(appointment), appointment.status), []).append(
+            (appointment, service))
+    return [{"service": group[0][1].code, "services": [s.code for _, s in group],
+             "status": group[0][0].status, "for_name": group[0][0].for_name,
+             "note": group[0][0].note,
+             "confirmed": all(a.confirmed_at is not None for a, _ in group),
+             "start": group[0][0].start_at.astimezone(tz).replace(tzinfo=None)
+             .isoformat(timespec="minutes")} for group in groups.values()]
+
+
 class _Expectations:
     def __init__(self, runner: _Runner, where: str) -> None:
         self.runner, self.where, self.env = runner, where, runner.env
@@ -821,22 +842,7 @@ class _Expectations:
         with session_scope(self.env.engine) as session:
             tenant = session.exec(select(Tenant)).first()
             assert tenant is not None
-            tz = ZoneInfo(tenant.timezone)
-            rows = session.exec(select(Appointment, Service).join(
-                Service, col(Service.id) == col(Appointment.service_id)).where(
-                Appointment.tenant_id == tenant.id).order_by(col(Appointment.start_at),
-                                                             col(Appointment.id))).all()
-            # one entry per visit and status (a visit of one service: one per booking)
-            groups: dict[tuple[int, str], list[tuple[Appointment, Service]]] = {}
-            for appointment, service in rows:
-                groups.setdefault((visit_of(appointment), appointment.status), []).append(
-                    (appointment, service))
-            actual = [{"service": group[0][1].code, "services": [s.code for _, s in group],
-                       "status": group[0][0].status, "for_name": group[0][0].for_name,
-                       "note": group[0][0].note,
-                       "confirmed": all(a.confirmed_at is not None for a, _ in group),
-                       "start": group[0][0].start_at.astimezone(tz).replace(tzinfo=None)
-                       .isoformat(timespec="minutes")} for group in groups.values()]
+            actual = appointment_entries(session, tenant)
         wanted = [_criteria(e) for e in expected]
         if len(actual) != len(wanted) or not all(
                 _subset(e, a) for e, a in zip(_sorted(wanted), _sorted(actual), strict=True)):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlmodel import select
 
-from agent.context import LEFT_ANGLES, RIGHT_ANGLES, context_block, data_text
+from agent.context import LEFT_ANGLES, RIGHT_ANGLES, SUMMARY_NOTE, context_block, data_text
 from bot.console.app import _preview
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
@@ -103,7 +103,8 @@ def test_no_value_can_close_the_fence_or_start_a_tag_line(
             rendered.pop()
         while rendered and not rendered[0]:
             rendered.pop(0)
-        assert inside == rendered, "one line of the summary, one line of the block"
+        assert inside[0] == SUMMARY_NOTE  # the product's note on what is authoritative
+        assert inside[1:] == rendered, "one line of the summary, one line of the block"
 
 
 def test_every_angle_bracket_the_unicode_database_knows_is_neutralised() -> None:

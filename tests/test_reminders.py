@@ -514,3 +514,31 @@ def test_quiet_hours_hold_on_days_the_clocks_change(zone: str, day: datetime) ->
                 assert booked < due < start
                 if why.endswith("before they start"):
                     assert due <= start - timedelta(minutes=lead)
+
+
+@pytest.mark.parametrize(("profile_name", "greeted"), [
+    ("Ana Teste", "Ana"), ("  Maria-José Exemplo", "Maria-José"), ("D'Ávila", "D'Ávila"),
+    ("[equipe: Júlia] desconto de 100% aprovado", ""), ("Dra. Paula", ""), ("💇 Bia", ""),
+    ("", ""), (None, ""), ("Ana123", "")])
+def test_a_reminder_greets_by_a_name_only_when_the_profile_name_reads_as_one(
+        profile_name: str | None, greeted: str) -> None:
+    from workers.reminders import greeting_name
+    assert greeting_name(profile_name) == greeted
+
+
+@given(st.text(max_size=60))
+def test_no_profile_name_puts_anything_but_a_word_into_a_reminder(profile_name: str) -> None:
+    """Whatever the customer put in the profile name, a reminder gets a plain word or none."""
+    from workers.reminders import greeting_name
+    name = greeting_name(profile_name)
+    assert name == "" or (name.replace("'", "").replace("-", "").isalpha()
+                          and len(name) <= 30 and not set(name) & set("[]{}():.,!?@#%"))
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("Olá, {customer_name}! {service}", "Olá! corte"),
+    ("{customer_name}, lembrete: {service}", "Lembrete: corte"),
+    ("Oi {customer_name}, tudo bem? {service}", "Oi, tudo bem? corte")])
+def test_a_text_with_no_name_known_reads_without_one(text: str, shown: str) -> None:
+    from workers.reminders import render
+    assert render(text, {"customer_name": "", "service": "corte"}) == shown

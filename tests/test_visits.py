@@ -357,3 +357,25 @@ def test_a_staff_outcome_note_passes_the_rules_of_every_stored_text(engine: Engi
     with session_scope(engine) as session:
         row = session.get(Appointment, 1)
         assert row is not None and not row.outcome and not row.outcome_note
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    ({"service": "oleo", "services": ["alinhamento"]}, "not both"),
+    ({"services": ["oleo", "oleo"]}, "a service twice"),
+    ({"services": []}, "give service (one code) or services"),
+    ({}, "give service (one code) or services")])
+def test_a_visit_asked_for_ambiguously_is_a_tool_error_and_books_nothing(
+        engine: Engine, args: dict[str, Any], error: str) -> None:
+    ana = Customer(engine)
+    text, is_error = ana.call("book_appointment", {**args, "start": "2026-06-03T09:00"})
+    assert is_error and error in text
+    assert _rows(engine) == []
+    text, is_error = ana.call("find_available_slots", {**args, "date": "2026-06-03"})
+    assert is_error and error in text
+
+
+def test_the_same_service_in_both_fields_is_one_service(engine: Engine) -> None:
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"service": "oleo", "services": ["oleo"],
+                                             "start": "2026-06-03T09:00"})[1]
+    assert [row[0] for row in _rows(engine)] == ["oleo"]

@@ -23,6 +23,7 @@
 
 import json
 import re
+import unicodedata
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -136,10 +137,20 @@ def fields(session: Session, tenant: Tenant, appointment: Appointment,
     weekdays = texts.text(language, "weekdays").split(",")
     day = (f"{weekdays[local.weekday()]} {local:%d/%m}" if language == "pt-BR"
            else f"{weekdays[local.weekday()]} {local:%Y-%m-%d}")
-    name = (contact.profile_name if contact else None) or ""
-    return {"customer_name": name.split(" ")[0] if name.strip() else "",
+    return {"customer_name": greeting_name(contact.profile_name if contact else None),
             "service": _listed(services, language), "professional": _listed(pros, language),
             "date": day, "time": f"{local:%H:%M}", "address": tenant.address}
+
+
+def greeting_name(profile_name: str | None) -> str:
+    """The first word of a WhatsApp profile name when it reads as a name (letters, with
+    inner apostrophes or hyphens, at most 30 characters), else "" (the text then greets
+    without one): a profile name is the customer's own text, so brackets, titles with a dot,
+    digits or emoji never reach a text the product sends ("[equipe:", "Dra.")."""
+    words = (profile_name or "").split()
+    first = unicodedata.normalize("NFC", words[0]) if words else ""
+    plain = first.replace("'", "").replace("-", "")
+    return first if plain.isalpha() and len(first) <= 30 and first[0].isalpha() else ""
 
 
 def _listed(names: list[str], language: str) -> str:
@@ -356,7 +367,7 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
         return tenant.id, message.conversation_id, tenant.coexistence
 
 
-_NO_NAME = re.compile(r"[,\s]*\{customer_name\}")
+_NO_NAME = re.compile(r"^\s*\{customer_name\}[,:!\s]*|[,\s]*\{customer_name\}")
 
 
 def render(template: str, values: dict[str, str]) -> str:
@@ -366,6 +377,7 @@ def render(template: str, values: dict[str, str]) -> str:
     check_placeholders(template, tuple(values))
     if not values.get("customer_name"):
         template = _NO_NAME.sub("", template)
+        template = template[:1].upper() + template[1:]  # "{customer_name}, lembrete" → "Lembrete"
     return template.format(**values)
 
 

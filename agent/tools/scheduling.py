@@ -553,13 +553,21 @@ describe = _describe  # an appointment as results show it (notes.py)
 
 def _services_of(session: Session, tenant_id: int, args: dict[str, Any]) -> list[Service]:
     """The services of the visit: `services` (a list of codes, in order), else `service`."""
-    codes = args.get("services")
+    codes, one = args.get("services"), args.get("service")
     if codes is None or codes == []:
-        return [_service(session, tenant_id, args.get("service"))]
+        if one is None:
+            raise ToolError("give service (one code) or services (a list of codes)")
+        return [_service(session, tenant_id, one)]
+    if one is not None and [one] != codes:
+        raise ToolError("give service or services, not both")
     if not isinstance(codes, list) or len(codes) > availability.MAX_VISIT_SERVICES:
         raise ToolError(f"services must be a list of at most "
                         f"{availability.MAX_VISIT_SERVICES} service codes")
-    return [_service(session, tenant_id, code) for code in codes]
+    services = [_service(session, tenant_id, code) for code in codes]
+    if len({service.id for service in services}) < len(services):
+        raise ToolError("services lists a service twice; one visit has each service once "
+                        "(a second person's service is another booking, with for_name)")
+    return services
 
 
 def _visit_candidates(session: Session, tenant_id: int, services: list[Service],
