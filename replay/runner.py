@@ -534,8 +534,7 @@ class _Runner:
         main = self.cli
         if main is None:
             raise ScenarioError(f"{where}: a wagent step needs the CLI (run_scenario(..., cli=))")
-        args = [str(self.base / a) if (self.base / a).is_file() else a
-                for a in step["wagent"]]
+        args = [str(self.base / a) if _beside(self.base, a) else a for a in step["wagent"]]
         environ = {name.upper(): str(value) for name, value in self.env.settings.__dict__.items()
                    if name != "extra"}
         environ["DATABASE_URL"] = self.env.engine.url.render_as_string(hide_password=False)
@@ -750,6 +749,15 @@ def _tap_reply(body: dict[str, Any], title: str,
                declared: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     return next((reply for offered, reply in _offered(body, declared) if offered == title),
                 None)
+
+
+def _beside(base: Path, argument: str) -> bool:
+    """Whether a `wagent` step's argument names a file next to the scenario; an argument no
+    file can be named by (too long, a NUL) is plain text, not an OSError."""
+    try:
+        return (base / argument).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def appointment_entries(session: Session, tenant: Tenant) -> list[dict[str, Any]]:

@@ -503,6 +503,7 @@ def test_extraction_of_the_evasions_confirms_none_and_names_the_shapes(
 
 NOTE_PROBES = [  # (text, what the refusal says)
     ("CPF 529.982.247-25 - 15h", "CPF or a card number"),
+    ("Cpf529982247251", "CPF or a card number"),  # named, glued to a 12th digit
     ("cpf 52998224725 às 15h", "CPF or a card number"),
     ("cartao 4111 1111 1111 1111 12/30", "CPF or a card number"),
     ("cartão 4111111111111111 validade 12/30 cvv 123", "CPF or a card number"),

@@ -1,7 +1,9 @@
 """The replay's `expect.requests` (docs/REPLAY.md, replay/seen.py): what the model saw."""
 
+from pathlib import Path
+
 from replay import seen
-from replay.runner import run_scenario
+from replay.runner import _beside, run_scenario
 from tests.factories import scenario, text_body
 
 TURN = [{"model": [{"tool": "list_services", "input": {}}, {"text": "Temos corte, sim."}]},
@@ -74,3 +76,11 @@ def test_the_texts_compared_are_system_blocks_text_and_tool_results() -> None:
     assert seen.failures({"messages_contain": ["'q'"]}, [body]), "tool_use input is not text"
     assert seen.failures({"system_contains": ["a"]}, []) == [
         "requests: no turn call's system contains 'a'"]
+
+
+def test_a_long_argument_of_a_wagent_step_is_text_not_a_crash(tmp_path: Path) -> None:
+    """An argument no file can be named by (5,000 characters) reaches the CLI as text."""
+
+    assert not _beside(tmp_path, "x" * 5000) and not _beside(tmp_path, "a\0b")
+    (tmp_path / "body.json").write_text("{}")
+    assert _beside(tmp_path, "body.json")

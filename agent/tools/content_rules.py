@@ -62,6 +62,9 @@ def _candidates(text: str, kind: str) -> Iterator[str]:
         if len(digits) in _LENGTHS[kind]:
             yield digits
     groups = re.findall(r"\d+", spelled)
+    if kind == "cpf" and "cpf" in spelled:  # named, then glued to other digits: "Cpf529…251"
+        for group in groups:
+            yield from (group[i:i + 11] for i in range(len(group) - 10))
     for layout in NUMBER_LAYOUTS[kind]:
         for start in range(len(groups) - len(layout) + 1):
             window = groups[start:start + len(layout)]

@@ -1,5 +1,5 @@
 """The add_appointment_note tool (`ADD_APPOINTMENT_NOTE`, one `Tool` of the registry): attach
-the customer's request ("coloração sem amônia") to one of their upcoming bookings (issue 21).
+the customer's request for the visit to one of their upcoming bookings (issue 21).
 
 The note's rules are those of `book_appointment`'s and `reschedule_appointment`'s `note`
 (`scheduling.checked_note`, whose checks live in facts_rules.note_problem): at most 200
