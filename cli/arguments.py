@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from storage.tenants import TenantSettings
+
 
 def record_id(text: str) -> int:
     """An argparse type: a database id (1 … 2^31-1)."""
@@ -37,11 +39,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
     update = tenant_sub.add_parser(
         "update", help="change settings; the next turn uses them (a new "
         "inactivity_timeout_minutes also moves the open conversations' due times)",
-        description="Keys: name, timezone, language, instructions, inactivity_timeout_minutes, "
-        "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
-        "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "
-        "booking_horizon_days, booking_notice_minutes, max_upcoming_bookings, "
-        "retention_days, followup_template, followup_template_language, fact_keys.")
+        description="Keys: " + ", ".join(TenantSettings.model_fields) + ".")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "

@@ -302,3 +302,13 @@ def test_a_professionals_week_and_the_agenda_from_the_cli(
     assert status == 0 and day["professionals"][0]["hours"] == ["10:00-12:00"]
     status, _, err = run(capsys, "appointments", "outcome", PNID, str(booked["id"]), "no_show")
     assert status == 2 and "not started yet" in err
+
+
+def test_tenant_update_help_names_every_setting_a_business_may_change(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from storage.tenants import TenantSettings
+    with pytest.raises(SystemExit):
+        main(["tenant", "update", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert all(key in shown for key in TenantSettings.model_fields)
+    assert "reminder_text" in shown and "cancellation_window_minutes" in shown
