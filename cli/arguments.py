@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from storage.tenants import TenantSettings
-
 
 def record_id(text: str) -> int:
     """An argparse type: a database id (1 … 2^31-1)."""
@@ -39,7 +37,16 @@ def add_tenant_commands(tenant_sub: Any) -> None:
     update = tenant_sub.add_parser(
         "update", help="change settings; the next turn uses them (a new "
         "inactivity_timeout_minutes also moves the open conversations' due times)",
-        description="Keys: " + ", ".join(TenantSettings.model_fields) + ".")
+        description="Keys (storage/tenants.TenantSettings; a test keeps them equal): "
+        "name, timezone, language, instructions, inactivity_timeout_minutes, "
+        "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
+        "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "
+        "booking_horizon_days, booking_notice_minutes, max_upcoming_bookings, "
+        "retention_days, followup_template, followup_template_language, fact_keys, "
+        "handoff_text, staff_timeout_minutes, handoff_alert_minutes, echo_pause_minutes, "
+        "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
+        "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "
+        "notice_template, address, coexistence.")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "
