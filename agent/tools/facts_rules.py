@@ -267,7 +267,7 @@ def note_problem(note: str, *, health_allowed: bool) -> str | None:
     topic = sensitive_topic(note)
     if topic == "health" and not health_allowed:
         return ("this business does not keep health details in appointment notes; record "
-                "what is asked for the visit without the health detail")
+                "the request without the health detail")
     if topic is not None and topic != "health":
         return f"{topic} data is not kept in appointment notes; record the request without it"
     kind = instruction_kind(note)
