@@ -134,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
 
         for posts in groups[:WARMUP_GROUPS]:
             webhook.store_posts(stores, posts)
-        originals = (webhook.store_group, webhook._enqueue_turns, webhook._inbound_only)
-        webhook.store_group = timed("store", webhook.store_group)  # type: ignore[assignment]
-        webhook._enqueue_turns = timed("enqueue", webhook._enqueue_turns)  # type: ignore[assignment]
-        webhook._inbound_only = timed("parse", webhook._inbound_only)  # type: ignore[assignment]
+        steps = {"store_group": "store", "_enqueue_turns": "enqueue", "_inbound_only": "parse"}
+        originals = {name: getattr(webhook, name) for name in steps}
+        for name, label in steps.items():
+            setattr(webhook, name, timed(label, originals[name]))
         profile = cProfile.Profile(time.process_time) if args.profile else None
         pg_before, cpu_before, wall_before = postgres_cpu_seconds(), time.process_time(), \
             time.perf_counter()
@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu = time.process_time() - cpu_before
         wall = time.perf_counter() - wall_before
         pg = postgres_cpu_seconds() - pg_before
-        webhook.store_group, webhook._enqueue_turns, webhook._inbound_only = originals
+        for name, original in originals.items():
+            setattr(webhook, name, original)
         sys.stdout = sys.__stdout__
         posts_count = args.group * args.groups
         print(json.dumps({

@@ -78,7 +78,7 @@ class GroupCommit:
 
     Up to `IN_FLIGHT` groups are stored at once; a POST that finds them all busy waits, and the
     POSTs that waited then go together: their customer messages are stored with a few
-    set-based statements and one commit (`ingest.store_group`), their turns enqueued, and only
+    set-based statements and one commit (`intake.group.store_group`), their turns enqueued, and only
     then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
     anything but customer messages (statuses, identity changes, bad items), is stored by
     itself (`_store_and_enqueue`: its messages a group of one), and so is one the group could

@@ -153,7 +153,7 @@ def _answer(stores: Stores, post: tuple[bytes, datetime], pending: Pending | Non
 
 
 def _store_group(stores: Stores, group: list[Pending]) -> BaseException | None:
-    """`ingest.store_group` on the POSTs of a group (none: nothing to do). None when stored;
+    """`intake.group.store_group` on the POSTs of a group (none: nothing to do). None when stored;
     StoreUnavailable when the database is down; another error when the group must be stored
     POST by POST instead (a deadlock, a race, a value the database refused: nothing of the
     group was kept)."""
