@@ -1,7 +1,7 @@
 """Micro-benchmark: the CPU a webhook process spends storing and enqueueing a group commit,
 without HTTP, and what PostgreSQL spends on it.
 
-Calls `intake.posts.store_posts` (the group thread's work: parse, `ingest.store_group`, the
+Calls `intake.posts.store_posts` (the group thread's work: parse, `intake.group.store_group`, the
 group's turn enqueue) on groups of `--group` POSTs, each one new contact's text message, as in
 the web process (JSON logs at INFO, the debounce on). Prints CPU milliseconds per POST of this
 process, of every PostgreSQL process (from /proc, so other PostgreSQL work counts too), and
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import intake.posts as webhook
     from bot.app import create_app
+    from bot.webhook import stores_of
     from core.logs import configure_logging
     from core.settings import Settings
     from storage.db import create_schema, make_engine, session_scope
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging("INFO", "json")
         settings = Settings(database_url=url, redis_url=REDIS_URL, whatsapp_app_secret="x",
                             redis_prefix="wagent-ws", queue_name="wagent-ws")
-        app = create_app(settings, engine=engine, redis_client=client)
+        stores = stores_of(create_app(settings, engine=engine, redis_client=client))
         now = datetime.now(UTC)
 
         def group(k: int) -> list[tuple[bytes, datetime]]:
@@ -132,18 +133,18 @@ def main(argv: list[str] | None = None) -> int:
             return run
 
         for posts in groups[:WARMUP_GROUPS]:
-            webhook.store_posts(app, posts)
-        originals = (webhook.store_group, webhook._enqueue_turns, webhook._inbound_only)
-        webhook.store_group = timed("store", webhook.store_group)  # type: ignore[assignment]
-        webhook._enqueue_turns = timed("enqueue", webhook._enqueue_turns)  # type: ignore[assignment]
-        webhook._inbound_only = timed("parse", webhook._inbound_only)  # type: ignore[assignment]
+            webhook.store_posts(stores, posts)
+        steps = {"store_group": "store", "_enqueue_turns": "enqueue", "_inbound_only": "parse"}
+        originals = {name: getattr(webhook, name) for name in steps}
+        for name, label in steps.items():
+            setattr(webhook, name, timed(label, originals[name]))
         profile = cProfile.Profile(time.process_time) if args.profile else None
         pg_before, cpu_before, wall_before = postgres_cpu_seconds(), time.process_time(), \
             time.perf_counter()
         if profile:
             profile.enable()
         for posts in groups[WARMUP_GROUPS:]:
-            outcomes = webhook.store_posts(app, posts)
+            outcomes = webhook.store_posts(stores, posts)
             failures = [o for o in outcomes if isinstance(o, BaseException)]
             if failures:
                 raise RuntimeError(f"a POST was refused: {failures[0]!r}")
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu = time.process_time() - cpu_before
         wall = time.perf_counter() - wall_before
         pg = postgres_cpu_seconds() - pg_before
-        webhook.store_group, webhook._enqueue_turns, webhook._inbound_only = originals
+        for name, original in originals.items():
+            setattr(webhook, name, original)
         sys.stdout = sys.__stdout__
         posts_count = args.group * args.groups
         print(json.dumps({

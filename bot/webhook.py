@@ -18,9 +18,9 @@ from bot.metrics import SPILLED, record_updates
 from core import clock
 from core.settings import MAX_GROUP_POSTS, SMALL_BODY_BYTES
 from intake.errors import StoreUnavailable
-from intake.ingest import IngestResult
-from intake.keys import SETTINGS
+from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from intake.posts import Stores, spill_posts, store_posts
+from intake.result import IngestResult
 from whatsapp.signature import is_well_formed, verify_signature
 
 log = structlog.get_logger(__name__)
@@ -78,7 +78,7 @@ class GroupCommit:
 
     Up to `IN_FLIGHT` groups are stored at once; a POST that finds them all busy waits, and the
     POSTs that waited then go together: their customer messages are stored with a few
-    set-based statements and one commit (`ingest.store_group`), their turns enqueued, and only
+    set-based statements and one commit (`intake.group.store_group`), their turns enqueued, and only
     then is each answered, 200 or 503, as if alone. A POST that arrives alone, or that holds
     anything but customer messages (statuses, identity changes, bad items), is stored by
     itself (`_store_and_enqueue`: its messages a group of one), and so is one the group could
@@ -101,6 +101,7 @@ class GroupCommit:
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
+        self.stores = stores_of(app)
         self.waiting: list[tuple[bytes, datetime, asyncio.Future[IngestResult]]] = []
         self.running: set[asyncio.Task[None]] = set()
         self.beside: set[asyncio.Task[None]] = set()  # large bodies, each on its own
@@ -155,7 +156,7 @@ class GroupCommit:
             spill_posts if spill else store_posts
         try:
             outcomes = await asyncio.get_running_loop().run_in_executor(pool, partial(
-                store, self.app, [(body, now) for body, now, _ in group]))
+                store, self.stores, [(body, now) for body, now, _ in group]))
         except BaseException as exc:  # the answer must never hang
             outcomes = [exc] * len(group)
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
@@ -172,6 +173,11 @@ _GROUPS: "weakref.WeakKeyDictionary[web.Application, GroupCommit]" = weakref.Wea
 # the threads that parse and store bodies over SMALL_BODY_BYTES, apart from the groups' (the
 # event loop's default executor), so that they never take all of those
 _LARGE_BODIES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="webhook-large-body")
+
+
+def stores_of(app: web.Application) -> Stores:
+    """What storing a POST needs, from the web app (`intake.posts.Stores`)."""
+    return Stores(engine=app[ENGINE], settings=app[SETTINGS], queue=app[TURN_QUEUE])
 
 
 def _group_commit(app: web.Application) -> GroupCommit:

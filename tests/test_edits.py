@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
-from intake.posts import store_posts
+from intake.posts import Stores, store_posts
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Conversation, Message
@@ -168,7 +167,7 @@ def test_another_customers_follow_up_arriving_first_cannot_keep_a_message_from_b
 
 def test_in_a_group_too_another_customers_claim_is_voided_and_the_message_stored(
         env: ReplayEnvironment) -> None:
-    app = {ENGINE: env.engine, SETTINGS: env.settings, TURN_QUEUE: env.queue}
+    app = Stores(engine=env.engine, settings=env.settings, queue=env.queue)
     now = env.clock.now()
     bruno_revoke = json.dumps(follow_up("revoke", "wamid.BRUNO.R9", ORIGINAL_WAMID,
                                         who=BRUNO)).encode()
@@ -262,7 +261,7 @@ def test_a_group_commit_stores_a_late_original_as_the_one_post_path_does(
     """Concurrent POSTs of customer messages share a transaction (store_group); an edit or a
     deletion among them is stored alone after the set-based pass, and an original that
     arrives in a group after its deletion is a redelivery there too."""
-    app = {ENGINE: env.engine, SETTINGS: env.settings, TURN_QUEUE: env.queue}  # workers.inbox's
+    app = Stores(engine=env.engine, settings=env.settings, queue=env.queue)  # workers.inbox's
     now = env.clock.now()
     bruno = json.dumps(text_body("oi", 1, who=BRUNO)).encode()
     first = store_posts(app, [(fixture("message_revoke.json"), now), (bruno, now)])
@@ -282,7 +281,7 @@ def test_a_deletion_and_its_original_in_one_group_keep_their_order(
         env: ReplayEnvironment) -> None:
     """Meta orders nothing: in one group, a deletion POSTed before its original claims it, so
     the original is a redelivery (never stored nor answered), as when POSTed one by one."""
-    app = {ENGINE: env.engine, SETTINGS: env.settings, TURN_QUEUE: env.queue}
+    app = Stores(engine=env.engine, settings=env.settings, queue=env.queue)
     now = env.clock.now()
     results = store_posts(app, [(fixture("message_revoke.json"), now),
                                 (fixture("message_text.json"), now)])

@@ -1,4 +1,4 @@
-"""Group commit (intake/ingest.py `store_group`, bot/webhook.py `GroupCommit`): concurrent POSTs
+"""Group commit (intake/group.py `store_group`, bot/webhook.py `GroupCommit`): concurrent POSTs
 stored in one transaction must end exactly as if each had been stored alone, in order.
 
 Each case builds a list of webhook bodies (bursts, redeliveries inside and across groups, a
@@ -23,9 +23,15 @@ from sqlalchemy import Engine, text
 from sqlmodel import select
 
 from bot.app import create_app
+from bot.webhook import stores_of
 from core import clock
 from core.settings import Settings
+from intake import group as intake_group
 from intake import ingest
+from intake.group import store_group
+from intake.items import Pending
+from intake.result import IngestResult
+from storage import messages
 from storage.db import session_scope
 from storage.messages import wamid_hash
 from storage.models import Contact, Conversation, DeadLetter, Message, WamidTombstone
@@ -132,7 +138,7 @@ def _setup(engine: Engine) -> None:
         ingest.ingest_body(engine, raw, now=START + timedelta(seconds=n))
 
 
-def _one_by_one(engine: Engine) -> list[ingest.IngestResult]:
+def _one_by_one(engine: Engine) -> list[IngestResult]:
     results = []
     for g, group in enumerate(GROUPS):
         for raw in group:
@@ -140,15 +146,15 @@ def _one_by_one(engine: Engine) -> list[ingest.IngestResult]:
     return results
 
 
-def _grouped(engine: Engine) -> list[ingest.IngestResult]:
+def _grouped(engine: Engine) -> list[IngestResult]:
     """Each group's POSTs of customer messages through one `store_group`, then the others (a
     status) one by one."""
     results = []
     for g, group in enumerate(GROUPS):
         now = START + timedelta(minutes=g + 1)
-        pendings = [ingest.Pending(found, now) if (found := ingest.inbound_only(raw)) else None
+        pendings = [Pending(found, now) if (found := ingest.inbound_only(raw)) else None
                     for raw in group]
-        ingest.store_group(engine, [p for p in pendings if p is not None])
+        store_group(engine, [p for p in pendings if p is not None])
         for raw, pending in zip(group, pendings, strict=True):
             if pending is None:
                 results.append(ingest.ingest_body(engine, raw, now=now))
@@ -186,7 +192,7 @@ def _state(engine: Engine) -> dict[str, Any]:
         }
 
 
-def _turns(engine: Engine, results: list[ingest.IngestResult]) -> list[Any]:
+def _turns(engine: Engine, results: list[IngestResult]) -> list[Any]:
     """Which POST asked for which turns and fact extractions, by the sessions' first wamid."""
     with session_scope(engine) as session:
         def first(conversation_id: int) -> str:
@@ -224,11 +230,11 @@ def test_a_group_that_fails_stores_nothing(engine: Engine,
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("refused")
 
-    monkeypatch.setattr(ingest.messages, "insert_inbound_many", broken)
-    pendings = [ingest.Pending(parse_update(json.loads(raw)), START)  # type: ignore[arg-type]
+    monkeypatch.setattr(messages, "insert_inbound_many", broken)
+    pendings = [Pending(parse_update(json.loads(raw)), START)  # type: ignore[arg-type]
                 for raw in GROUPS[0][:3]]
     with pytest.raises(RuntimeError):
-        ingest.store_group(engine, pendings)
+        store_group(engine, pendings)
     assert _state(engine) == before
 
 
@@ -293,7 +299,7 @@ async def test_concurrent_posts_get_503_when_the_database_is_down(
     def down(_: Engine) -> Any:
         raise OperationalError("connect", {}, Exception("connection refused"))
 
-    monkeypatch.setattr(ingest, "session_scope", down)
+    monkeypatch.setattr(intake_group, "session_scope", down)
     bodies = [body(f"wamid.Y{i}", "oi", wa_id=f"55118{i:08d}", user_id=None) for i in range(12)]
     assert await asyncio.gather(*(_post(client, raw) for raw in bodies)) == [503] * 12
     monkeypatch.undo()
@@ -333,7 +339,7 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
     if grouped:
         bodies.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
                        later))
-    outcomes = posts.store_posts(app, bodies)
+    outcomes = posts.store_posts(stores_of(app), bodies)
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:
@@ -350,14 +356,14 @@ def test_a_big_post_is_stored_in_chunks_and_a_bad_message_loses_nothing_else(
     with session_scope(engine) as session:
         upsert_tenant(session, TENANT, now=START)
     monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 2)
-    real_insert = ingest.messages.insert_inbound_many
+    real_insert = messages.insert_inbound_many
 
     def refusing(session: Any, rows: list[dict[str, Any]]) -> Any:
         if any(row["wamid"] == "wamid.K3" for row in rows):
             raise RuntimeError("a value the database refuses")
         return real_insert(session, rows)
 
-    monkeypatch.setattr(ingest.messages, "insert_inbound_many", refusing)
+    monkeypatch.setattr(messages, "insert_inbound_many", refusing)
     raw = body("wamid.K0", "m0", **ANA)
     for wamid in ("wamid.K1", "wamid.K2", "wamid.K3", "wamid.K0", "wamid.K4"):
         raw = two_messages(raw, body(wamid, wamid[-2:], **ANA))

@@ -25,7 +25,6 @@ from core.clock import FrozenClock, set_clock
 from core.errors import SettingsError
 from core.settings import SMALL_BODY_BYTES, Settings
 from intake import posts
-from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
 from storage import inbox
 from storage.db import session_scope
 from storage.jobs import INBOX_KEY, enqueue_drain, enqueue_turn
@@ -343,7 +342,7 @@ def test_erasing_a_contact_reaches_the_inbox(
     ana = {"wa_id": "5511900000001", "user_id": "BR.A1"}
     bia = {"wa_id": "5511900000002", "user_id": "BR.B2"}
     rt = runtime(engine, redis_client)
-    posts.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+    posts.store_posts(posts.Stores(engine=engine, settings=rt.settings, queue=rt.queue),
                         [(body("wamid.E0", "oi", **ana), START)])
     inbox.add_many(engine, [(body("wamid.E1", "segredo", **ana), START),
                             (two_messages(body("wamid.E2", "segredo", **ana),
@@ -423,7 +422,7 @@ def test_the_sweeper_leaves_open_a_session_with_a_message_waiting_in_the_inbox(
         upsert_tenant(session, TENANT, now=START)
     ana = {"wa_id": "5511900000001", "user_id": None}
     rt = runtime(engine, redis_client)
-    stores = {ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue}
+    stores = posts.Stores(engine=engine, settings=rt.settings, queue=rt.queue)
     posts.store_posts(stores, [(body("wamid.S1", "oi", **ana), START)])
     with session_scope(engine) as session:
         first = session.exec(select(Conversation)).one()
@@ -479,7 +478,7 @@ def test_forgetting_survives_an_inbox_body_too_deep_to_parse(
         upsert_tenant(session, TENANT, now=START)
     ana = {"wa_id": "5511900000001", "user_id": None}
     rt = runtime(engine, redis_client)
-    posts.store_posts({ENGINE: engine, SETTINGS: rt.settings, TURN_QUEUE: rt.queue},
+    posts.store_posts(posts.Stores(engine=engine, settings=rt.settings, queue=rt.queue),
                         [(body("wamid.D0", "oi", **ana), START)])
     deep = (b'{"a":' * 100_000 + b'"' + PHONE_NUMBER_ID.encode() + b" " + ana["wa_id"].encode()
             + b'"' + b"}" * 100_000)

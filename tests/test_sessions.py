@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
-from intake.ingest import stamp, unstamp
+from intake.stamp import stamp, unstamp
 from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario
 from storage.db import session_scope

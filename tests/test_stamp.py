@@ -1,4 +1,4 @@
-"""The received-time stamp: written by `intake.ingest.stamp`, read back by `unstamp` only (the
+"""The received-time stamp: written by `intake.stamp.stamp`, read back by `unstamp` only (the
 console's transcript and fact extraction's length both go through it)."""
 
 from datetime import UTC, datetime, timedelta
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from intake.ingest import stamp, unstamp
+from intake.stamp import stamp, unstamp
 from storage.models import Message
 from workers.facts import customer_text_length
 

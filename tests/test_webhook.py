@@ -26,6 +26,7 @@ from sqlmodel import select
 from bot.app import create_app
 from core import clock
 from core.settings import Settings
+from intake import group as intake_group
 from intake import ingest
 from storage import contacts, messages
 from storage import facts as fact_repo
@@ -836,7 +837,7 @@ async def test_database_failing_mid_request_is_503_then_redelivery_lands(
     def down(_: Engine) -> Any:
         raise OperationalError("connect", {}, Exception("connection refused"))
 
-    monkeypatch.setattr(ingest, "session_scope", down)
+    monkeypatch.setattr(intake_group, "session_scope", down)
     raw = fixture_bytes("batch_two_messages_two_contacts.json")
     assert (await post(client, raw))[0] == 503
     monkeypatch.undo()
@@ -853,19 +854,19 @@ async def test_database_lost_midway_through_a_batch(
     and queues both turns (the first message is still unanswered). A POST's messages share a
     transaction up to UPDATES_PER_TRANSACTION; here one each, as in a big POST's chunks."""
     monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 1)
-    real_scope, calls = ingest.session_scope, iter(range(100))
+    real_scope, calls = intake_group.session_scope, iter(range(100))
 
     def flaky(eng: Engine) -> Any:
         if next(calls) == 1:
             raise OperationalError("connect", {}, Exception("server closed the connection"))
         return real_scope(eng)
 
-    monkeypatch.setattr(ingest, "session_scope", flaky)
+    monkeypatch.setattr(intake_group, "session_scope", flaky)
     raw = fixture_bytes("batch_two_messages_two_contacts.json")
     assert (await post(client, raw))[0] == 503
     assert count(engine, Message) == 1
     assert turn_jobs(redis_client) == 0
-    monkeypatch.setattr(ingest, "session_scope", real_scope)
+    monkeypatch.setattr(intake_group, "session_scope", real_scope)
     assert (await post(client, raw))[0] == 200
     assert count(engine, Message) == 2
     assert turn_jobs(redis_client) == 2

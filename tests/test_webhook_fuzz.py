@@ -498,7 +498,7 @@ ENCODINGS = st.sampled_from(["ascii", "meta", "utf8", "pretty"])
 
 
 def claims(items: Iterable[dict[str, Any]]) -> set[str]:
-    """The wamids that edits and deletions among `items` name (intake/ingest.py `_follow_up`
+    """The wamids that edits and deletions among `items` name (intake/follow_ups.py `follow_up`
     stores a row under each one not stored yet)."""
     named = set()
     for item in items:

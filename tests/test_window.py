@@ -319,7 +319,7 @@ def test_the_hard_cap_sends_a_long_pending_burst_whole() -> None:
 
 def test_a_message_with_nothing_to_send_neither_starts_nor_joins_a_burst() -> None:
     """An edit that arrives before its original claims the original's wamid with an empty row
-    (intake/ingest.py `_follow_up`); that row is placed in the history but sends nothing, so the
+    (intake/follow_ups.py `follow_up`); that row is placed in the history but sends nothing, so the
     edit right after it is still the start of its turn, and the window is never empty."""
     history = _conversation((["oi"], "Olá!")) + [
         _at(3, "user", []),

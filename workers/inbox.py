@@ -21,16 +21,15 @@ from sqlalchemy.exc import DBAPIError
 
 from core import clock, metrics
 from intake.errors import StoreUnavailable
-from intake.ingest import describe, store_unparsable
-from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
-from intake.posts import store_posts
+from intake.failures import describe, store_unparsable
+from intake.posts import Stores, store_posts
 from storage import inbox
 from storage.jobs import INBOX_KEY, TOKEN_TTL_SECONDS, consume_token, enqueue_drain
 from storage.keys import token_key
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
-BATCH = 200  # POSTs stored per transaction of `intake.ingest.store_group`
+BATCH = 200  # POSTs stored per transaction of `intake.group.store_group`
 LINGER_SECONDS = 0.5  # an empty inbox is polled this long before the job ends
 POLL_SECONDS = 0.05
 MAX_SECONDS = 30.0  # then a fresh drain, queued behind the turns waiting meanwhile, takes over
@@ -110,7 +109,7 @@ def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
     A POST whose storing raised something else than StoreUnavailable (a bug) is kept whole in
     the dead letters, so one bad entry cannot stop the inbox. Raises StoreUnavailable.
     """
-    stores = {ENGINE: runtime.engine, SETTINGS: runtime.settings, TURN_QUEUE: runtime.queue}
+    stores = Stores(engine=runtime.engine, settings=runtime.settings, queue=runtime.queue)
     with inbox.claim(runtime.engine, limit) as entries:
         if not entries:
             return 0

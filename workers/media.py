@@ -33,7 +33,7 @@ from sqlmodel import col, select
 
 from agent import media as rules
 from core import clock
-from intake.ingest import STAMP
+from intake.stamp import STAMP
 from storage import marks
 from storage import media as media_repo
 from storage.db import session_scope
