@@ -7,17 +7,16 @@ from typing import Any
 
 from cli.admin import read_document, run_for_tenant
 from operations import service as operations
-from storage.tenants import (
-    HoursExceptionSpec,
+from storage.catalogue import (
     archive_professional,
     archive_service,
     change_professional,
     change_service,
     delete_hours_exception,
-    parse_price,
     put_hours_exception,
     set_hours,
 )
+from storage.tenant_config import HoursExceptionSpec, parse_price
 
 
 @run_for_tenant

@@ -18,11 +18,7 @@ from storage.db import connect_redis, make_engine, session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
-from storage.tenants import (
-    get_by_phone_number_id,
-    resume_sending,
-    upsert_tenant,
-)
+from storage.tenants import get_by_phone_number_id, resume_sending, upsert_tenant
 
 
 def create(args: argparse.Namespace) -> int:

@@ -31,6 +31,13 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
 from storage import appointments, delivery, failures, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
+from storage.catalogue import (
+    catalogue_names,
+    list_hours_exceptions,
+    list_professionals,
+    list_services,
+    weekly_hours,
+)
 from storage.conversations import with_staff
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.fact_keys import resolve_keys
@@ -49,18 +56,8 @@ from storage.models import (
     Usage,
 )
 from storage.rights import export_contact, forget_contact
-from storage.tenants import (
-    TenantSettings,
-    catalogue_names,
-    get_by_phone_number_id,
-    list_hours_exceptions,
-    list_professionals,
-    list_services,
-    problems_of,
-    update_settings,
-    upsert_tenant,
-    weekly_hours,
-)
+from storage.tenant_config import TenantSettings, problems_of
+from storage.tenants import get_by_phone_number_id, update_settings, upsert_tenant
 from usage.report import call_of, summarize_calls
 
 MAX_PAGE = 500

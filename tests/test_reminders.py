@@ -283,7 +283,7 @@ def test_the_check_at_write_and_the_render_at_send_agree(text: str) -> None:
 def test_a_confirmed_booking_still_holds_its_slot_and_is_upcoming(engine: Engine) -> None:
     """The queries that mean "holds the slot" or "upcoming" read `status == "booked"` (and the
     times), never `confirmed_at`: agent/tools/scheduling.py `_busy` (free slots, the overlap
-    check) and `_upcoming` (list_my_appointments, max_upcoming_bookings), storage/tenants.py
+    check) and `_upcoming` (list_my_appointments, max_upcoming_bookings), storage/catalogue.py
     `_refuse_if_booked` (catalogue removals), operations/service.py `counts`, agent/history.py
     (the context block's upcoming bookings)."""
     with session_scope(engine) as session:

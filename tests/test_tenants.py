@@ -9,7 +9,8 @@ from sqlmodel import Session
 
 from operations import service
 from storage.errors import TenantConfigError
-from storage.tenants import upsert_tenant, validate_config
+from storage.tenant_config import validate_config
+from storage.tenants import upsert_tenant
 
 BAD = {"phone_number_id": "100", "name": "Salão", "timezone": "Mars/Base", "keep_messages": -1}
 

@@ -40,10 +40,19 @@ from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
 from operations.service import clean_text, validated
+from storage.catalogue import (
+    archive_professional,
+    archive_service,
+    change_professional,
+    change_service,
+    delete_hours_exception,
+    put_hours_exception,
+    set_hours,
+)
 from storage.db import is_postgres, session_scope
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.models import Tenant
-from storage.tenants import (
+from storage.tenant_config import (
     MAX_PRICE_CENTS,
     HoursExceptionSpec,
     Intervals,
@@ -53,15 +62,8 @@ from storage.tenants import (
     TenantSettings,
     TimeOffSpec,
     WeeklyHours,
-    archive_professional,
-    archive_service,
-    change_professional,
-    change_service,
-    delete_hours_exception,
-    put_hours_exception,
-    resume_sending,
-    set_hours,
 )
+from storage.tenants import resume_sending
 
 log = structlog.get_logger(__name__)
 MAX_ID = 2**31 - 1
@@ -107,7 +109,7 @@ class ServiceBody(_Body):
 
 
 class ProfessionalBody(_Body):
-    """Fields left out keep their value (their week: storage/tenants.ProfessionalSpec)."""
+    """Fields left out keep their value (their week: storage/tenant_config.ProfessionalSpec)."""
 
     name: str | None = Field(None, max_length=200)
     services: list[str] | None = Field(None, max_length=200,

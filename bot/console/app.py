@@ -49,29 +49,31 @@ from operations import webhooks as hook_ops
 from operations.errors import MAPPED, AdminError, Conflict, Invalid, NotFound, admin_error
 from operations.service import clean_text
 from storage import delivery, failures
-from storage.db import session_scope
-from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
-from storage.keys import console_session_key
-from storage.marks import author_kind
-from storage.models import AdminToken, Tenant
-from storage.tenants import (
-    WEEKDAYS,
-    HoursExceptionSpec,
-    ProfessionalSpec,
-    ServiceSpec,
-    TenantSettings,
+from storage.catalogue import (
     archive_professional,
     archive_service,
     change_professional,
     change_service,
     delete_hours_exception,
     list_services,
-    parse_price,
-    price_text,
     put_hours_exception,
     set_hours,
-    update_settings,
 )
+from storage.db import session_scope
+from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
+from storage.keys import console_session_key
+from storage.marks import author_kind
+from storage.models import AdminToken, Tenant
+from storage.tenant_config import (
+    WEEKDAYS,
+    HoursExceptionSpec,
+    ProfessionalSpec,
+    ServiceSpec,
+    TenantSettings,
+    parse_price,
+    price_text,
+)
+from storage.tenants import update_settings
 from storage.webhooks import DEFAULT_GRACE, EVENT_TYPES
 from usage.report import render_svg
 
@@ -147,7 +149,7 @@ def _environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(["html"]),
                              undefined=jinja2.StrictUndefined)
     env.filters["localtime"] = _localtime
-    env.globals["price_text"] = price_text  # the one rendering of a price: storage/tenants.py
+    env.globals["price_text"] = price_text  # the one rendering of a price: storage/tenant_config.py
     env.globals["delivery_label"] = delivery.label  # the states' words: storage/delivery.py
     env.globals["NOT_DELIVERED"] = delivery.NOT_DELIVERED
     env.globals["label"] = labels.label  # fact keys, states, tools: bot/console/labels.py
