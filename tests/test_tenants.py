@@ -8,6 +8,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from operations import service
+from operations import settings as settings_ops
 from storage.errors import TenantConfigError
 from storage.tenant_config import validate_config
 from storage.tenants import upsert_tenant
@@ -30,6 +31,6 @@ def test_the_admin_service_passes_the_list_on(engine: Engine) -> None:
         with pytest.raises(TenantConfigError) as direct:
             upsert_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
         with pytest.raises(service.Invalid) as caught:
-            service.create_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
+            settings_ops.create_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
     assert caught.value.problems == direct.value.problems
     assert len(caught.value.problems) == 2

@@ -15,6 +15,7 @@ unavailable). Operations are in operations/service.py, shared with the CLI.
 
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -36,27 +37,14 @@ from bot.admin.schemas import (
 )
 from intake.keys import SETTINGS, TURN_QUEUE
 from operations import agenda, service
+from operations import catalogue as catalogue_ops
+from operations import settings as settings_ops
 from operations import staff as staff_ops
 from operations import webhooks as hook_ops
 from operations.service import validated
-from storage.catalogue import (
-    archive_professional,
-    archive_service,
-    change_professional,
-    change_service,
-    delete_hours_exception,
-    put_hours_exception,
-    set_hours,
-)
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.models import Tenant
-from storage.tenant_config import (
-    HoursExceptionSpec,
-    ProfessionalSpec,
-    ServiceSpec,
-    TenantSettings,
-)
-from storage.tenants import resume_sending
+from storage.tenant_config import TenantSettings
 
 # -- handlers ----------------------------------------------------------------------------------
 
@@ -70,7 +58,7 @@ def list_tenants(call: Call) -> tuple[int, Any]:
 
 def create_tenant(call: Call) -> tuple[int, Any]:
     validated(TenantCreate, call.body)
-    tenant = service.create_tenant(call.session, call.body, now=call.now)
+    tenant = settings_ops.create_tenant(call.session, call.body, now=call.now)
     return 201, service.tenant_view(tenant)
 
 
@@ -80,17 +68,17 @@ def get_tenant(call: Call) -> tuple[int, Any]:
 
 
 def update_tenant(call: Call) -> tuple[int, Any]:
-    return 200, service.tenant_view(service.update_tenant(call.session, call.the_tenant(),
-                                                          call.body))
+    change = settings_ops.settings_change(call.body)
+    return 200, service.tenant_view(settings_ops.apply_settings(call.session, call.the_tenant(),
+                                                                change))
 
 
 def resume(call: Call) -> tuple[int, Any]:
-    tenant = call.the_tenant()
-    waiting = resume_sending(call.session, tenant.id or 0)
+    waiting = settings_ops.resume_sending(call.session, call.the_tenant())
     app = call.request.app
     for conversation_id in waiting:
-        call.after_commit.append(lambda c=conversation_id: enqueue_flush(
-            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c))
+        call.after_commit.append(partial(enqueue_flush, app[TURN_QUEUE],
+                                         app[SETTINGS].redis_prefix, conversation_id))
     return 200, {"sending_paused_reason": "", "conversations_with_replies_waiting": len(waiting)}
 
 
@@ -106,67 +94,69 @@ def revoke_token(call: Call) -> tuple[int, Any]:
 
 
 def get_catalogue(call: Call) -> tuple[int, Any]:
-    return 200, service.catalogue_view(call.session, call.the_tenant())
+    return 200, catalogue_ops.catalogue_view(call.session, call.the_tenant())
 
 
 def put_catalogue(call: Call) -> tuple[int, Any]:
     validated(CatalogueBody, call.body)
-    return 200, service.replace_catalogue(call.session, call.the_tenant(), call.body,
-                                          now=call.now)
+    return 200, catalogue_ops.replace_catalogue(call.session, call.the_tenant(), call.body,
+                                                now=call.now)
 
 
 def put_service_route(call: Call) -> tuple[int, Any]:
     body: ServiceBody = validated(ServiceBody, call.body)
-    validated(ServiceSpec, {"code": call.path["code"], "duration_minutes": 5})
-    given = body.model_dump(include={"price_cents", "price_from", "description",
-                                     "buffer_minutes"}, exclude_unset=True)
-    # a null price clears it; a null flag or description keeps its value
-    fields = {k: v for k, v in given.items() if v is not None or k == "price_cents"}
-    row, created = change_service(call.session, call.the_tenant().id or 0, call.path["code"],
-                                  name=body.name, duration_minutes=body.duration_minutes,
-                                  **fields)
-    return (201 if created else 200), service.service_view(row)
+    # a null price clears it; a null flag, description or buffer keeps its value
+    change = catalogue_ops.ServiceChange(
+        code=call.path["code"], name=body.name, duration_minutes=body.duration_minutes,
+        price_cents=body.price_cents if "price_cents" in body.model_fields_set
+        else catalogue_ops.KEEP, price_from=body.price_from, description=body.description,
+        buffer_minutes=body.buffer_minutes)
+    row, created = catalogue_ops.save_service(call.session, call.the_tenant(), change)
+    return (201 if created else 200), catalogue_ops.service_view(row)
 
 
 def delete_service(call: Call) -> tuple[int, Any]:
-    archive_service(call.session, call.the_tenant().id or 0, call.path["code"], now=call.now)
+    catalogue_ops.remove_service(call.session, call.the_tenant(), call.path["code"],
+                                 now=call.now)
     return 204, None
 
 
 def put_professional_route(call: Call) -> tuple[int, Any]:
-    keys = ("hours", "time_off", "hours_exceptions", "durations")
+    keys = catalogue_ops.WEEK_KEYS
     sent = call.body if isinstance(call.body, dict) else {}
     body: ProfessionalBody = validated(ProfessionalBody, {
         k: v for k, v in sent.items() if k not in keys} if sent else call.body)
-    validated(ProfessionalSpec, {"code": call.path["code"]})
-    week = {k: v for k, v in sent.items() if k in keys}  # the spec names every problem
-    row, created = change_professional(call.session, call.the_tenant().id or 0,
-                                       call.path["code"], name=body.name,
-                                       services=body.services, now=call.now, **week)
-    return (201 if created else 200), service.professional_view(row)
+    change = catalogue_ops.ProfessionalChange(
+        code=call.path["code"], name=body.name, services=body.services,
+        week={k: v for k, v in sent.items() if k in keys})  # the spec names every problem
+    row, created = catalogue_ops.save_professional(call.session, call.the_tenant(), change,
+                                                   now=call.now)
+    return (201 if created else 200), catalogue_ops.professional_view(row)
 
 
 def delete_professional(call: Call) -> tuple[int, Any]:
-    archive_professional(call.session, call.the_tenant().id or 0, call.path["code"],
-                         now=call.now)
+    catalogue_ops.remove_professional(call.session, call.the_tenant(), call.path["code"],
+                                      now=call.now)
     return 204, None
 
 
 def put_hours(call: Call) -> tuple[int, Any]:
     body: HoursBody = validated(HoursBody, call.body)
-    return 200, set_hours(call.session, call.the_tenant().id or 0, body.hours)
+    week = {str(day): intervals for day, intervals in body.hours.items()}
+    return 200, catalogue_ops.set_opening_hours(call.session, call.the_tenant(),
+                                                catalogue_ops.OpeningHoursChange(week))
 
 
 def put_exception(call: Call) -> tuple[int, Any]:
     body: HoursExceptionBody = validated(HoursExceptionBody, call.body)
-    spec = validated(HoursExceptionSpec, {"day": call.path["day"], **body.model_dump()})
-    row, created = put_hours_exception(call.session, call.the_tenant().id or 0, spec)
-    return (201 if created else 200), {"day": row.day.isoformat(), "hours": row.hours,
-                                       "note": row.note}
+    change = catalogue_ops.HoursExceptionChange(day=call.path["day"], hours=body.hours,
+                                                note=body.note)
+    view, created = catalogue_ops.save_hours_exception(call.session, call.the_tenant(), change)
+    return (201 if created else 200), view
 
 
 def delete_exception(call: Call) -> tuple[int, Any]:
-    delete_hours_exception(call.session, call.the_tenant().id or 0, call.path["day"])
+    catalogue_ops.remove_hours_exception(call.session, call.the_tenant(), call.path["day"])
     return 204, None
 
 

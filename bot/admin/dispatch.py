@@ -56,7 +56,7 @@ class Call:
     query: Any
     body: Any
     now: datetime
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    after_commit: list[Callable[[], object]] = field(default_factory=list)
 
     @property
     def by(self) -> str:

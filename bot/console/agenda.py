@@ -6,14 +6,12 @@ from datetime import date, timedelta
 from zoneinfo import ZoneInfo
 
 from bot.console.agenda_texts import agenda_problem, agenda_texts
-from bot.console.frame import Page, PageResult, Redirect, _language, _tenant_id
+from bot.console.frame import Page, PageResult, Redirect, _language
 from bot.console.texts import translate_problem
 from operations import agenda as agenda_ops
+from operations import catalogue as catalogue_ops
 from operations import service
-from operations.errors import MAPPED, Conflict, admin_error
-from storage.catalogue import (
-    list_services,
-)
+from operations.errors import MAPPED, Conflict, NotFound, admin_error
 from storage.tenant_config import (
     WEEKDAYS,
 )
@@ -49,7 +47,7 @@ def appointments_page(p: Page) -> PageResult:
 def cancel(p: Page) -> PageResult:
     raw = p.request.match_info["appointment_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise service.NotFound("no such appointment")
+        raise NotFound("no such appointment")
     appointment = service.cancel_appointment(p.session, p.tenant, int(raw), now=p.now)
     return Redirect(f"/console/appointments?week={appointment['start'][:10]}",
                     p.t["cancelled"])
@@ -80,7 +78,7 @@ def agenda_page(p: Page) -> PageResult:
     return "agenda.html", {"agenda": view, "day": day.isoformat(), "day_label": label,
                            "previous_day": (day - timedelta(days=1)).isoformat(),
                            "next_day": (day + timedelta(days=1)).isoformat(),
-                           "services": list_services(p.session, _tenant_id(p)),
+                           "services": catalogue_ops.active_services(p.session, p.tenant),
                            "at": agenda_texts(_language(p))}
 
 
@@ -133,7 +131,7 @@ def agenda_block(p: Page) -> PageResult:
 def _record(p: Page, key: str) -> int:
     raw = p.request.match_info[key]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise service.NotFound("no such record")
+        raise NotFound("no such record")
     return int(raw)
 
 

@@ -13,7 +13,7 @@ from intake.ingest import unstamp
 from intake.keys import SETTINGS, TURN_QUEUE
 from operations import service
 from operations import staff as staff_ops
-from operations.errors import Conflict, Invalid
+from operations.errors import Conflict, Invalid, NotFound
 from storage.jobs import enqueue_flush, enqueue_turn
 from storage.marks import author_kind
 from usage.report import render_svg
@@ -27,7 +27,7 @@ def conversations_page(p: Page) -> PageResult:
     try:
         rows = service.list_conversations(p.session, p.tenant, query, language=_language(p))
         error = ""
-    except service.NotFound as exc:
+    except NotFound as exc:
         rows, error = [], str(exc)
     return "conversations.html", {"conversations": rows, "query": query, "error": error,
                                   "tz": ZoneInfo(p.tenant.timezone)}
@@ -36,7 +36,7 @@ def conversations_page(p: Page) -> PageResult:
 def conversation_page(p: Page) -> PageResult:
     raw = p.request.match_info["conversation_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise service.NotFound("no such conversation")
+        raise NotFound("no such conversation")
     view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now, latest=True,
                                      limit=TRANSCRIPT_MESSAGES, language=_language(p))
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
@@ -90,7 +90,7 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
 def _conversation_id(p: Page) -> int:
     raw = p.request.match_info["conversation_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise service.NotFound("no such conversation")
+        raise NotFound("no such conversation")
     return int(raw)
 
 

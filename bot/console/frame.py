@@ -53,7 +53,7 @@ class Page:
     state: dict[str, Any]  # the console session: tenant_id, token_id, csrf, lang
     form: dict[str, Any]
     now: datetime
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    after_commit: list[Callable[[], object]] = field(default_factory=list)
 
     @property
     def t(self) -> dict[str, str]:
@@ -188,7 +188,7 @@ def _requested_language(request: web.Request) -> str:
 
 def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
          handler: Handler, name: str) -> tuple[PageResult | None, Any]:
-    after: list[Callable[[], None]] = []
+    after: list[Callable[[], object]] = []
     with session_scope(request.app[ENGINE]) as session:
         token = session.get(AdminToken, state.get("token_id", 0))
         tenant = session.get(Tenant, state.get("tenant_id", 0))
@@ -231,10 +231,6 @@ def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
     message = "; ".join(translate_problem(part, language)
                         for part in refused.problems or [str(refused)])
     return Redirect(PAGE_URLS.get(name, "/console/"), message, bad=True)
-
-
-def _tenant_id(p: Page) -> int:
-    return int(p.tenant.id or 0)
 
 
 def _language(p: Page) -> str:

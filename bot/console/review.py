@@ -2,6 +2,7 @@
 from bot.console.frame import Page, PageResult, Redirect
 from intake.keys import TURN_QUEUE
 from operations import service
+from operations.errors import NotFound
 
 
 def review_page(p: Page) -> PageResult:
@@ -15,7 +16,7 @@ def _by(p: Page) -> str:
 def _fact_id(p: Page) -> int:
     raw = p.request.match_info["fact_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise service.NotFound("no such fact")
+        raise NotFound("no such fact")
     return int(raw)
 
 

@@ -11,13 +11,10 @@ from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
 from bot.console.frame import Page, PageResult, Redirect
 from bot.console.texts import translate_problem
 from core import clock
-from operations import service
+from operations import settings as settings_ops
+from operations.errors import Invalid
 from operations.service import clean_text
 from storage.models import Tenant
-from storage.tenant_config import (
-    TenantSettings,
-)
-from storage.tenants import update_settings
 
 log = structlog.get_logger(__name__)
 
@@ -44,15 +41,15 @@ def settings_page(p: Page) -> PageResult:
                      if name not in p.form})  # a form without them (an older page) keeps them
         changes, errors = _settings_changes(form)
         try:
-            spec: TenantSettings = service.validated(TenantSettings, changes)
-        except service.Invalid as exc:
+            change = settings_ops.settings_change(changes)
+        except Invalid as exc:
             errors = {**_field_errors([translate_problem(problem, p.state.get("lang", "pt-BR"))
                                        for problem in exc.problems]), **errors}
         else:
             if not errors:
-                update_settings(p.session, tenant, spec.settings())
+                settings_ops.apply_settings(p.session, tenant, change)
                 log.info("console_settings_saved", tenant_id=tenant.id,
-                         fields=sorted(spec.settings()))
+                         fields=sorted(change.settings()))
                 return Redirect("/console/settings", p.t["saved"])
     return "settings.html", {"form": form, "errors": errors, **_preview(tenant, form),
                              "status": 422 if errors else 200}

@@ -5,8 +5,8 @@ from zoneinfo import ZoneInfo
 
 from bot.console.frame import Page, PageResult, Redirect
 from intake.keys import TURN_QUEUE
-from operations import service
 from operations import webhooks as hook_ops
+from operations.errors import NotFound
 from storage.jobs import enqueue_webhooks
 from storage.webhooks import DEFAULT_GRACE, EVENT_TYPES
 
@@ -29,7 +29,7 @@ def webhook_log(p: Page) -> PageResult:
 def _endpoint_id(p: Page) -> int:
     raw = p.request.match_info["endpoint_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise service.NotFound("no such webhook endpoint")
+        raise NotFound("no such webhook endpoint")
     return int(raw)
 
 
