@@ -23,6 +23,7 @@ from operations import service as service_ops
 from replay.environment import APP_SECRET, ReplayEnvironment
 from replay.runner import run_scenario, run_scenario_file
 from storage import reminders
+from storage.catalogue import archive_service
 from storage.db import session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import (
@@ -34,12 +35,8 @@ from storage.models import (
     Service,
     Tenant,
 )
-from storage.tenants import (
-    REMINDER_PARAMETERS,
-    archive_service,
-    check_placeholders,
-    upsert_tenant,
-)
+from storage.tenant_config import REMINDER_PARAMETERS, check_placeholders
+from storage.tenants import upsert_tenant
 from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
 from tests.test_admin_api import call
