@@ -258,14 +258,8 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "failures": [failure_view(f) for f in failures.of_conversation(session,
                                                                        conversation_id)],
         "facts_in_context": [fact_view(f) for f in facts],
-        "messages": [{"id": m.id, "position": m.position, "role": m.role,
-                      "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
-                      "author": m.author,
-                      "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
-                      "delivery_status": delivery.state_of(m.delivery_status),
-                      "delivery": delivery_view(parts.get(int(m.id or 0), []), language),
-                      "offered": offered_view(parts.get(int(m.id or 0), [])),
-                      "deleted_at": _iso(m.deleted_at)} for m in messages],
+        "messages": [_message_view(m, parts.get(int(m.id or 0), []), language)
+                     for m in messages],
         "usage": {"calls": [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
                              "request_id": u.request_id, "input_tokens": u.input_tokens,
                              "cache_creation_input_tokens": u.cache_creation_input_tokens,
@@ -279,6 +273,16 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                   "peak_context_tokens": totals["peak_context"],
                   "cost_usd": totals["cost_usd"]},
     }
+
+
+def _message_view(m: Message, parts: list[Outbound], language: str) -> dict[str, Any]:
+    """A message of `conversation_view`, with its reply's delivery and what it offered."""
+    return {"id": m.id, "position": m.position, "role": m.role, "direction": m.direction,
+            "content": m.content, "wa_type": m.wa_type, "author": m.author,
+            "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
+            "delivery_status": delivery.state_of(m.delivery_status),
+            "delivery": delivery_view(parts, language), "offered": offered_view(parts),
+            "deleted_at": _iso(m.deleted_at)}
 
 
 def failure_view(row: ProviderFailure) -> dict[str, Any]:

@@ -143,33 +143,10 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
         known = refused
         try:
             path = _path_params(request, route)
-            query = None
-            if route.query is not None:
-                problems = clean_text(dict(request.query), "query")
-                if problems:
-                    raise Invalid(problems[0], problems)
-                query = validated(route.query, dict(request.query))
-            elif request.query:
-                raise Invalid(f"unknown query parameter(s): {', '.join(request.query)}")
-            body = None
-            if route.method in ("POST", "PUT", "PATCH"):
-                try:
-                    raw = await read_body(request, ADMIN_BODY_BYTES)
-                except web.HTTPException as exc:  # 408, 413, 503: said in JSON
-                    return _as_json(exc)
-                if raw.strip():
-                    try:
-                        body = json.loads(raw)
-                    except (ValueError, RecursionError):
-                        return error(400, "bad_json", "the body is not valid JSON")
-                    problems = clean_text(body)
-                    if problems:
-                        raise Invalid(problems[0], problems)
-                if route.body is not None and not isinstance(body, dict) and not (
-                        body is None and route.body in (Decision, TokenCreate,
-                                                        hook_ops.SecretRotation)):
-                    raise Invalid("the body must be a JSON object",
-                                  ["body: must be a JSON object"])
+            query = _query(request, route)
+            body = await _body(request, route)
+            if isinstance(body, web.Response):
+                return body
             return await run_admin(request.app, _run, request, route, auth[0], known, path,
                                    query, body)
         except AdminError as exc:
@@ -178,6 +155,46 @@ def make_handler(route: Route) -> Callable[[web.Request], Any]:
     handle.__name__ = route.handler.__name__
     return handle
 
+
+def _query(request: web.Request, route: Route) -> Any:
+    """The route's query, validated; Invalid for parameters of a route that takes none."""
+    if route.query is not None:
+        problems = clean_text(dict(request.query), "query")
+        if problems:
+            raise Invalid(problems[0], problems)
+        return validated(route.query, dict(request.query))
+    if request.query:
+        raise Invalid(f"unknown query parameter(s): {', '.join(request.query)}")
+    return None
+
+
+OPTIONAL_BODIES: tuple[type[BaseModel], ...] = (Decision, TokenCreate, hook_ops.SecretRotation)
+
+
+async def _body(request: web.Request, route: Route) -> Any:
+    """The JSON body of a POST, PUT or PATCH (None when empty or another method), or the
+    refusal to answer with: 408, 413 or 503 while reading it, 400 when it is not JSON. Invalid
+    when it holds what cannot be stored, or is not an object where the route takes one (an
+    OPTIONAL_BODIES route may be sent none)."""
+    if route.method not in ("POST", "PUT", "PATCH"):
+        return None
+    try:
+        raw = await read_body(request, ADMIN_BODY_BYTES)
+    except web.HTTPException as exc:  # 408, 413, 503: said in JSON
+        return _as_json(exc)
+    body = None
+    if raw.strip():
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            return error(400, "bad_json", "the body is not valid JSON")
+        problems = clean_text(body)
+        if problems:
+            raise Invalid(problems[0], problems)
+    if route.body is not None and not isinstance(body, dict) and not (
+            body is None and route.body in OPTIONAL_BODIES):
+        raise Invalid("the body must be a JSON object", ["body: must be a JSON object"])
+    return body
 
 
 def _as_json(refusal: web.HTTPException) -> web.Response:
@@ -248,27 +265,15 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
     """The route's handler in one transaction; `tenant_token_id`: the tenant of the (already
     checked) tenant token, None for the operator."""
     engine = request.app[ENGINE]
-    call: Call | None = None
     try:
         with session_scope(engine) as session:
-            tenant = None
-            if not operator:
-                if route.operator_only:
-                    return error(403, "forbidden", "this operation needs the operator token")
-            if "tenant_id" in path:
-                tenant = session.get(Tenant, path["tenant_id"])
-                if tenant is None or (not operator and tenant.id != tenant_token_id):
-                    raise NotFound(f"no tenant #{path['tenant_id']}")
-                if route.method != "GET":
-                    lock_tenant(session, path["tenant_id"])
-                    session.refresh(tenant)
-            elif not operator:
-                tenant = session.get(Tenant, tenant_token_id)
-            if not operator and route.body is TenantSettings and isinstance(body, dict):
-                held = sorted(OPERATOR_FIELDS & body.keys())
-                if held:
-                    return error(403, "forbidden", f"{', '.join(held)}: only the operator "
-                                 "changes these (models and memory tuning)")
+            if not operator and route.operator_only:
+                return error(403, "forbidden", "this operation needs the operator token")
+            tenant = _tenant_of_call(session, route, operator, tenant_token_id, path)
+            held = _operator_fields(route, operator, body)
+            if held:
+                return error(403, "forbidden", f"{', '.join(held)}: only the operator "
+                             "changes these (models and memory tuning)")
             call = Call(request=request, session=session, tenant=tenant, operator=operator,
                         path=path, query=query, body=body, now=clock.now())
             status, payload = route.handler(call)
@@ -291,3 +296,25 @@ def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: in
     if status == 204:
         return web.Response(status=204)
     return web.json_response(payload, status=status)
+
+
+def _tenant_of_call(session: Session, route: Route, operator: bool,
+                    tenant_token_id: int | None, path: dict[str, Any]) -> Tenant | None:
+    """The tenant a call acts on: the path's (NotFound when it is not the token's; locked
+    for a change), else the tenant token's, else None (the operator's, on no tenant)."""
+    if "tenant_id" in path:
+        tenant = session.get(Tenant, path["tenant_id"])
+        if tenant is None or (not operator and tenant.id != tenant_token_id):
+            raise NotFound(f"no tenant #{path['tenant_id']}")
+        if route.method != "GET":
+            lock_tenant(session, path["tenant_id"])
+            session.refresh(tenant)
+        return tenant
+    return None if operator else session.get(Tenant, tenant_token_id)
+
+
+def _operator_fields(route: Route, operator: bool, body: Any) -> list[str]:
+    """The OPERATOR_FIELDS a tenant token tries to change (none for the operator)."""
+    if operator or route.body is not TenantSettings or not isinstance(body, dict):
+        return []
+    return sorted(OPERATOR_FIELDS & body.keys())

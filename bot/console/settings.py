@@ -76,8 +76,19 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
         changes["reminder_lead_minutes"] = [int(m) for m in leads]
     else:
         errors["reminder_lead_minutes"] = "1440, 120"
+    keys, bad = _fact_keys(form["fact_keys"])
+    if bad:
+        errors["fact_keys"] = bad
+    changes["fact_keys"] = keys
+    return changes, errors
+
+
+def _fact_keys(text: str) -> tuple[list[Any], str]:
+    """The fact keys box, one a line: a default key's name, or a key of the tenant's own as a
+    JSON object; returns (the keys read, the error of the last unreadable line or "")."""
     keys: list[Any] = []
-    for line in form["fact_keys"].splitlines():
+    error = ""
+    for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -85,16 +96,15 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
             try:
                 parsed = json.loads(line)
             except (ValueError, RecursionError):
-                errors["fact_keys"] = f"{line[:40]}: JSON inválido / invalid JSON"
+                error = f"{line[:40]}: JSON inválido / invalid JSON"
                 continue
             if clean_text(parsed):
-                errors["fact_keys"] = f"{line[:40]}: JSON inválido / invalid JSON"
+                error = f"{line[:40]}: JSON inválido / invalid JSON"
                 continue
             keys.append(parsed)
         else:
             keys.append(line)
-    changes["fact_keys"] = keys
-    return changes, errors
+    return keys, error
 
 
 def _field_errors(problems: list[str]) -> dict[str, str]:
