@@ -31,9 +31,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
 from storage import appointments, delivery, failures, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
-from storage.catalogue import (
-    catalogue_names,
-)
+from storage.catalogue import catalogue_names
 from storage.conversations import with_staff
 from storage.fact_keys import resolve_keys
 from storage.models import (

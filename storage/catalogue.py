@@ -19,8 +19,8 @@ from storage.models import (
     Service,
 )
 from storage.tenant_config import (
-    _WEEKLY_HOURS,
     WEEKDAYS,
+    WEEKLY_HOURS,
     HoursExceptionSpec,
     ProfessionalSpec,
     ServiceSpec,
@@ -248,7 +248,7 @@ def set_hours(session: Session, tenant_id: int, hours: Any) -> dict[str, list[st
     left out is closed. Validated here (`WeeklyHours`); TenantConfigError names every problem.
     Returns the hours as stored."""
     try:
-        valid = _WEEKLY_HOURS.validate_python(hours)
+        valid = WEEKLY_HOURS.validate_python(hours)
     except ValidationError as exc:
         raise TenantConfigError(*(f"hours.{p}" for p in problems_of(exc))) from None
     session.exec(delete(OpeningHours).where(col(OpeningHours.tenant_id) == tenant_id))

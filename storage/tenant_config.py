@@ -380,7 +380,7 @@ class HoursExceptionSpec(_Strict):
 
 ProfessionalSpec.model_rebuild()
 WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals]
-_WEEKLY_HOURS: TypeAdapter[WeeklyHours] = TypeAdapter(WeeklyHours)
+WEEKLY_HOURS: TypeAdapter[WeeklyHours] = TypeAdapter(WeeklyHours)
 
 
 class TenantConfig(TenantSettings):

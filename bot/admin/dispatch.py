@@ -30,9 +30,7 @@ from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
 from operations.service import clean_text, validated
 from storage.db import is_postgres, session_scope
 from storage.models import Tenant
-from storage.tenant_config import (
-    TenantSettings,
-)
+from storage.tenant_config import TenantSettings
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

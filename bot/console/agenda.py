@@ -12,9 +12,7 @@ from operations import agenda as agenda_ops
 from operations import catalogue as catalogue_ops
 from operations import service
 from operations.errors import MAPPED, Conflict, NotFound, admin_error
-from storage.tenant_config import (
-    WEEKDAYS,
-)
+from storage.tenant_config import WEEKDAYS
 
 
 def appointments_page(p: Page) -> PageResult:

@@ -31,9 +31,7 @@ from operations.service import clean_text
 from storage import delivery
 from storage.db import session_scope
 from storage.models import AdminToken, Tenant
-from storage.tenant_config import (
-    price_text,
-)
+from storage.tenant_config import price_text
 
 log = structlog.get_logger(__name__)
 
