@@ -51,12 +51,12 @@ from bot.console.frame import (
     Page,
     PageResult,
     Redirect,
-    _environment,
+    environment,
     guarded,
     page,
 )
 from bot.console.review import approve, edit, reject, review_page
-from bot.console.session import COOKIE, _save_session
+from bot.console.session import COOKIE, save_session
 from bot.console.settings import settings_page
 from bot.console.signin import login, login_form, logout
 from bot.console.texts import LANGUAGES
@@ -85,7 +85,7 @@ def set_language(p: Page) -> PageResult:
     language = str(p.form.get("language", ""))
     if language in LANGUAGES:
         p.state["lang"] = language
-        _save_session(p.request, p.request.cookies[COOKIE], p.state)
+        save_session(p.request, p.request.cookies[COOKIE], p.state)
     target = str(p.form.get("next") or "/console/")
     return Redirect(target if target.startswith("/console/") and "//" not in target
                     else "/console/")
@@ -93,7 +93,7 @@ def set_language(p: Page) -> PageResult:
 
 def setup_console(app: web.Application) -> None:
     """Add the /console pages to `app`."""
-    app[CONSOLE_ENV] = _environment()
+    app[CONSOLE_ENV] = environment()
     app.router.add_get("/console", _redirect_home)
     app.router.add_get("/console/login", login_form)
     app.router.add_post("/console/login", guarded(login))

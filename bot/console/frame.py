@@ -20,7 +20,7 @@ from sqlmodel import Session
 from bot.admin.dispatch import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, read_form
 from bot.console import labels
-from bot.console.session import _csrf_ok, _key, _load_session, _save_session
+from bot.console.session import csrf_ok, load_session, redis_key, save_session
 from bot.console.texts import LANGUAGES, texts_for, translate_problem
 from bot.errors import http_status
 from core import clock
@@ -69,7 +69,7 @@ PageResult = tuple[str, dict[str, Any]] | Redirect
 
 # -- rendering --------------------------------------------------------------------------------
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                              autoescape=jinja2.select_autoescape(["html"]),
                              undefined=jinja2.StrictUndefined)
@@ -87,7 +87,7 @@ def _localtime(value: str | None, tz: ZoneInfo) -> str:
     return datetime.fromisoformat(value).astimezone(tz).strftime("%d/%m/%Y %H:%M")
 
 
-def _render(request: web.Request, template: str, context: dict[str, Any], *,
+def render(request: web.Request, template: str, context: dict[str, Any], *,
             status: int = 200) -> web.Response:
     html = request.app[CONSOLE_ENV].get_template(template).render(**context)
     response = web.Response(text=html, content_type="text/html", status=status)
@@ -109,7 +109,7 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
     """An aiohttp handler: session check, CSRF on POST, the handler in a thread with one
     transaction, then the template (or a redirect with a flash message)."""
     async def handle(request: web.Request) -> web.StreamResponse:
-        loaded = await run_admin(request.app, _load_session, request)
+        loaded = await run_admin(request.app, load_session, request)
         if loaded is None:
             raise web.HTTPSeeOther("/console/login")
         sid, state = loaded
@@ -118,7 +118,7 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
             posted = await read_form(request, FORM_BODY_BYTES)
             form = {k: (posted.getall(k) if k in ("services", "events") else posted.get(k))
                     for k in posted}
-            if not _csrf_ok(state.get("csrf", ""), form):
+            if not csrf_ok(state.get("csrf", ""), form):
                 t = texts_for(state.get("lang", "pt-BR"))
                 return web.Response(status=403, text=t["forbidden"])
         text_fields = {k: v for k, v in {**form, **request.query}.items()
@@ -128,19 +128,19 @@ def page(name: str, handler: Handler) -> Callable[[web.Request], Awaitable[web.S
         result, tenant_view = await run_admin(request.app, _run, request, state, form, handler,
                                               name)
         if result is None:  # the token was revoked or the tenant is gone
-            await run_admin(request.app, request.app[REDIS].delete, _key(request, sid))
+            await run_admin(request.app, request.app[REDIS].delete, redis_key(request, sid))
             raise web.HTTPSeeOther("/console/login")
         if isinstance(result, Redirect):
             if result.flash:
                 state["flash"], state["flash_bad"] = result.flash, result.bad
-                await run_admin(request.app, _save_session, request, sid, state)
+                await run_admin(request.app, save_session, request, sid, state)
             raise web.HTTPSeeOther(result.location)
         template, context = result
         flash, flash_bad = state.pop("flash", ""), state.pop("flash_bad", False)
         if flash:
-            await run_admin(request.app, _save_session, request, sid, state)
+            await run_admin(request.app, save_session, request, sid, state)
         lang = state.get("lang", "pt-BR")
-        return _render(request, template, {
+        return render(request, template, {
             "t": texts_for(lang), "lang": lang, "page": name, "tenant": tenant_view,
             "csrf": state["csrf"], "path": request.path_qs, "flash": flash,
             "flash_bad": flash_bad, **context}, status=int(context.pop("status", 200)))
@@ -169,9 +169,9 @@ def guarded(handler: Answer) -> Answer:
 def _message(request: web.Request, text: str, *, status: int,
              headers: dict[str, str] | None = None) -> web.Response:
     """A page with one sentence of texts.py, signed out (no navigation)."""
-    lang = _requested_language(request)
+    lang = requested_language(request)
     t = texts_for(lang)
-    response = _render(request, "message.html", {
+    response = render(request, "message.html", {
         "t": t, "lang": lang, "page": "sign_in", "tenant": None, "csrf": "",
         "path": request.path, "flash": "", "flash_bad": False, "message": t[text]},
         status=status)
@@ -179,7 +179,7 @@ def _message(request: web.Request, text: str, *, status: int,
     return response
 
 
-def _requested_language(request: web.Request) -> str:
+def requested_language(request: web.Request) -> str:
     lang = request.query.get("lang", "pt-BR")
     return lang if lang in LANGUAGES else "pt-BR"
 

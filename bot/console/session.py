@@ -17,29 +17,29 @@ SESSION_SECONDS = 8 * 3600
 
 # -- sessions ---------------------------------------------------------------------------------
 
-def _key(request: web.Request, sid: str) -> str:
+def redis_key(request: web.Request, sid: str) -> str:
     return console_session_key(request.app[SETTINGS].redis_prefix, sid)
 
 
-def _load_session(request: web.Request) -> tuple[str, dict[str, Any]] | None:
+def load_session(request: web.Request) -> tuple[str, dict[str, Any]] | None:
     sid = request.cookies.get(COOKIE, "")
     if not sid or len(sid) > 100:
         return None
-    raw = request.app[REDIS].get(_key(request, sid))
+    raw = request.app[REDIS].get(redis_key(request, sid))
     return (sid, json.loads(raw)) if raw else None
 
 
-def _save_session(request: web.Request, sid: str, state: dict[str, Any]) -> None:
-    request.app[REDIS].set(_key(request, sid), json.dumps(state), ex=SESSION_SECONDS)
+def save_session(request: web.Request, sid: str, state: dict[str, Any]) -> None:
+    request.app[REDIS].set(redis_key(request, sid), json.dumps(state), ex=SESSION_SECONDS)
 
 
-def _set_cookie(request: web.Request, response: web.StreamResponse, name: str, value: str,
+def set_cookie(request: web.Request, response: web.StreamResponse, name: str, value: str,
                 max_age: int) -> None:
     behind_tls = request.headers.get("X-Forwarded-Proto", "").lower() == "https"
     response.set_cookie(name, value, max_age=max_age, path="/console", httponly=True,
                         samesite="Strict", secure=request.secure or behind_tls)
 
 
-def _csrf_ok(expected: str, form: dict[str, Any]) -> bool:
+def csrf_ok(expected: str, form: dict[str, Any]) -> bool:
     given = str(form.get("csrf", ""))
     return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())

@@ -9,16 +9,16 @@ from sqlmodel import col, select
 from bot import guard
 from bot.admin.dispatch import run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
-from bot.console.frame import _render, _requested_language
+from bot.console.frame import render, requested_language
 from bot.console.session import (
     COOKIE,
     LOGIN_COOKIE,
     SESSION_SECONDS,
-    _csrf_ok,
-    _key,
-    _load_session,
-    _save_session,
-    _set_cookie,
+    csrf_ok,
+    load_session,
+    redis_key,
+    save_session,
+    set_cookie,
 )
 from bot.console.texts import texts_for
 from core.credentials import CSRF_TOKEN, SESSION_ID, mint
@@ -31,7 +31,7 @@ log = structlog.get_logger(__name__)
 
 
 async def login_form(request: web.Request) -> web.Response:
-    lang = _requested_language(request)
+    lang = requested_language(request)
     return _login_page(request, lang, texts_for(lang)["bad_token"]
                        if request.query.get("failed") else "")
 
@@ -40,11 +40,11 @@ def _login_page(request: web.Request, lang: str, error: str, *,
                 status: int = 200) -> web.Response:
     """The sign-in form with a fresh double-submit CSRF token (in the form and a cookie)."""
     nonce = mint(CSRF_TOKEN)
-    response = _render(request, "login.html", {
+    response = render(request, "login.html", {
         "t": texts_for(lang), "lang": lang, "page": "sign_in", "tenant": None, "csrf": nonce,
         "path": request.path, "flash": "", "flash_bad": False, "error": error},
         status=status)
-    _set_cookie(request, response, LOGIN_COOKIE, nonce, 900)
+    set_cookie(request, response, LOGIN_COOKIE, nonce, 900)
     return response
 
 
@@ -52,7 +52,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     """Sign in with a tenant token. Refused before it is looked at while the client or the
     tenant it names used up its failed attempts (429); a wrong token counts as one."""
     form = await read_form(request, SIGN_IN_BODY_BYTES)
-    if not _csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), dict(form)):
+    if not csrf_ok(request.cookies.get(LOGIN_COOKIE, ""), dict(form)):
         return web.Response(status=403, text=texts_for("pt-BR")["forbidden"])
     token = str(form.get("token", "")).strip()
     address = guard.client_address(request)
@@ -74,10 +74,10 @@ async def login(request: web.Request) -> web.StreamResponse:
     sid = mint(SESSION_ID)
     state = {"tenant_id": tenant_id, "token_id": token_id, "csrf": mint(CSRF_TOKEN),
              "lang": "en" if language == "en" else "pt-BR"}
-    await run_admin(request.app, _save_session, request, sid, state)
+    await run_admin(request.app, save_session, request, sid, state)
     log.info("console_signed_in", tenant_id=tenant_id)
     response = web.Response(status=303, headers={"Location": "/console/"})
-    _set_cookie(request, response, COOKIE, sid, SESSION_SECONDS)
+    set_cookie(request, response, COOKIE, sid, SESSION_SECONDS)
     response.del_cookie(LOGIN_COOKIE, path="/console")
     return response
 
@@ -94,13 +94,13 @@ def _token_row(request: web.Request, token: str) -> tuple[int, int, str] | None:
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
-    loaded = await run_admin(request.app, _load_session, request)
+    loaded = await run_admin(request.app, load_session, request)
     if loaded is not None:
         sid, state = loaded
         form = await read_form(request, FORM_BODY_BYTES)
-        if not _csrf_ok(state.get("csrf", ""), dict(form)):
+        if not csrf_ok(state.get("csrf", ""), dict(form)):
             return web.Response(status=403, text=texts_for(state.get("lang", ""))["forbidden"])
-        await run_admin(request.app, request.app[REDIS].delete, _key(request, sid))
+        await run_admin(request.app, request.app[REDIS].delete, redis_key(request, sid))
     response = web.Response(status=303, headers={"Location": "/console/login"})
     response.del_cookie(COOKIE, path="/console")
     return response
