@@ -22,15 +22,9 @@ from datetime import date, timedelta
 from sqlmodel import Session
 
 from agent.context import data_text
+from storage.catalogue import list_hours_exceptions, list_professionals, list_services, weekly_hours
 from storage.models import HoursException, Professional, Service, Tenant
-from storage.tenants import (
-    WEEKDAYS,
-    list_hours_exceptions,
-    list_professionals,
-    list_services,
-    price_text,
-    weekly_hours,
-)
+from storage.tenant_config import WEEKDAYS, price_text
 
 CATALOGUE_CHARS = 8000  # the rendered catalogue, at most (about 2,000 tokens)
 EXCEPTIONS_SHOWN = 30  # coming dated exceptions (holidays), at most

@@ -2,7 +2,7 @@
 
 Each package defines its own errors (operations/errors.py, intake/errors.py, storage/errors.py,
 agent/errors.py, whatsapp/errors.py, core/errors.py, replay/errors.py; docs/ARCHITECTURE.md,
-Errors); the web edge (bot/webhook.py, bot/admin/api.py, bot/console/app.py) answers with what
+Errors); the web edge (bot/webhook.py, bot/admin/, bot/console/) answers with what
 this table says and nothing of its own. The layers below do not know HTTP.
 
     operations.NotFound        404 not_found    an unknown id, or one of another tenant

@@ -18,11 +18,12 @@ import yaml
 
 from cli.environment import settings_or_exit
 from core import clock
-from operations.service import AdminError, NotFound, clean_text
+from operations.errors import AdminError, NotFound
+from operations.service import clean_text
+from operations.settings import find_tenant
 from storage.db import make_engine, session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import ContactFact, Conversation, Tenant
-from storage.tenants import get_by_phone_number_id
 
 TenantAction = Callable[[argparse.Namespace, Any, Any, datetime], Any]
 
@@ -72,7 +73,7 @@ def conversation_ref(args: argparse.Namespace, command: str, engine: Any) -> int
         return _conversation_id(args.phone_number_id)
     conversation_id = _conversation_id(args.conversation_id)
     with session_scope(engine) as session:
-        tenant = get_by_phone_number_id(session, args.phone_number_id)
+        tenant = find_tenant(session, args.phone_number_id)
         if tenant is None:
             raise ValueError(f"no tenant with phone_number_id {args.phone_number_id}")
         found = session.get(Conversation, conversation_id)
@@ -99,7 +100,7 @@ def run_for_tenant(action: TenantAction) -> Callable[[argparse.Namespace], int]:
     `args.phone_number_id`; print its result; map errors to a message and exit status 2."""
     def run(args: argparse.Namespace) -> int:
         def act(session: Any, now: datetime) -> Any:
-            tenant = get_by_phone_number_id(session, args.phone_number_id)
+            tenant = find_tenant(session, args.phone_number_id)
             if tenant is None:
                 raise NotFound(f"no tenant with phone_number_id {args.phone_number_id}")
             return action(args, session, tenant, now)

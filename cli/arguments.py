@@ -37,7 +37,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
     update = tenant_sub.add_parser(
         "update", help="change settings; the next turn uses them (a new "
         "inactivity_timeout_minutes also moves the open conversations' due times)",
-        description="Keys (storage/tenants.TenantSettings; a test keeps them equal): "
+        description="Keys (storage/tenant_config.TenantSettings; a test keeps them equal): "
         "name, timezone, language, instructions, inactivity_timeout_minutes, "
         "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
         "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "

@@ -6,49 +6,33 @@ from datetime import date, datetime
 from typing import Any
 
 from cli.admin import read_document, run_for_tenant
-from operations import service as operations
-from storage.tenants import (
-    HoursExceptionSpec,
-    archive_professional,
-    archive_service,
-    change_professional,
-    change_service,
-    delete_hours_exception,
-    parse_price,
-    put_hours_exception,
-    set_hours,
-)
+from operations import catalogue as catalogue_ops
+from storage.tenant_config import parse_price
 
 
 @run_for_tenant
 def show(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    return operations.catalogue_view(session, tenant)
+    return catalogue_ops.catalogue_view(session, tenant)
 
 
 @run_for_tenant
 def replace(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    return operations.replace_catalogue(session, tenant, read_document(args.file), now=now)
+    return catalogue_ops.replace_catalogue(session, tenant, read_document(args.file), now=now)
 
 
 @run_for_tenant
 def service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    fields: dict[str, Any] = {}
-    if args.price is not None:
-        fields["price_cents"] = parse_price(args.price)
-    if args.price_from is not None:
-        fields["price_from"] = args.price_from
-    if args.description is not None:
-        fields["description"] = args.description
-    if getattr(args, "buffer", None) is not None:
-        fields["buffer_minutes"] = args.buffer
-    row = change_service(session, tenant.id, args.code, name=args.name,
-                         duration_minutes=args.duration, **fields)[0]
-    return operations.service_view(row)
+    change = catalogue_ops.ServiceChange(
+        code=args.code, name=args.name, duration_minutes=args.duration,
+        price_cents=catalogue_ops.KEEP if args.price is None else parse_price(args.price),
+        price_from=args.price_from, description=args.description,
+        buffer_minutes=getattr(args, "buffer", None))
+    return catalogue_ops.service_view(catalogue_ops.save_service(session, tenant, change)[0])
 
 
 @run_for_tenant
 def remove_service(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    archive_service(session, tenant.id, args.code, now=now)
+    catalogue_ops.remove_service(session, tenant, args.code, now=now)
     return {"removed": args.code}
 
 
@@ -57,18 +41,18 @@ def professional(args: argparse.Namespace, session: Any, tenant: Any, now: datet
     services = None if args.services is None else [
         s.strip() for s in args.services.split(",") if s.strip()]
     week = read_document(args.week) if getattr(args, "week", None) else {}
-    if not isinstance(week, dict) or set(week) - {"hours", "time_off", "hours_exceptions",
-                                                  "durations"}:
+    if not isinstance(week, dict) or set(week) - set(catalogue_ops.WEEK_KEYS):
         raise ValueError("--week: an object with hours, time_off, hours_exceptions, durations")
-    row = change_professional(session, tenant.id, args.code, name=args.name,
-                              services=services, now=now, **week)[0]
-    return operations.professional_view(row)
+    change = catalogue_ops.ProfessionalChange(code=args.code, name=args.name,
+                                              services=services, week=week)
+    row = catalogue_ops.save_professional(session, tenant, change, now=now)[0]
+    return catalogue_ops.professional_view(row)
 
 
 @run_for_tenant
 def remove_professional(args: argparse.Namespace, session: Any, tenant: Any,
                         now: datetime) -> Any:
-    archive_professional(session, tenant.id, args.code, now=now)
+    catalogue_ops.remove_professional(session, tenant, args.code, now=now)
     return {"removed": args.code}
 
 
@@ -83,19 +67,18 @@ def hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) ->
             raise ValueError(f"{day.strip()} given twice: put its intervals in one argument, "
                              f"{day.strip()}=09:00-12:00,13:00-18:00")
         weekly[day.strip()] = [i.strip() for i in intervals.split(",") if i.strip()]
-    return set_hours(session, tenant.id, weekly)
+    return catalogue_ops.set_opening_hours(session, tenant,
+                                           catalogue_ops.OpeningHoursChange(weekly))
 
 
 @run_for_tenant
 def exception(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     intervals = [i.strip() for value in args.hours or [] for i in value.split(",") if i.strip()]
-    spec = operations.validated(HoursExceptionSpec, {"day": args.day, "hours": intervals,
-                                                     "note": args.note})
-    row = put_hours_exception(session, tenant.id, spec)[0]
-    return {"day": row.day.isoformat(), "hours": row.hours, "note": row.note}
+    change = catalogue_ops.HoursExceptionChange(day=args.day, hours=intervals, note=args.note)
+    return catalogue_ops.save_hours_exception(session, tenant, change)[0]
 
 
 @run_for_tenant
 def remove_exception(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    delete_hours_exception(session, tenant.id, date.fromisoformat(args.day))
+    catalogue_ops.remove_hours_exception(session, tenant, date.fromisoformat(args.day))
     return {"removed": args.day}

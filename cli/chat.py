@@ -17,7 +17,7 @@ from core.settings import DEFAULT_DATABASE_URL
 from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
 from replay.relay import DEFAULT_BASE_URL, Relay
 from storage.errors import TenantConfigError
-from storage.tenants import validate_config
+from storage.tenant_config import validate_config
 
 EXAMPLE_TENANT = Path(__file__).resolve().parent.parent / "examples" / "tenant.yaml"
 NO_MODEL = ("wagent chat: no model to talk to. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL, "

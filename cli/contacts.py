@@ -7,14 +7,14 @@ from typing import Any
 
 from cli.environment import settings_or_exit
 from core import clock
+from operations.settings import find_tenant
 from storage.db import make_engine, session_scope
 from storage.rights import export_contact, find_contact, forget_contact
-from storage.tenants import get_by_phone_number_id
 
 
 def _lookup(args: argparse.Namespace, session: Any) -> Any:
-    tenant = get_by_phone_number_id(session, args.phone_number_id)
-    contact = find_contact(session, tenant.id, args.contact) if tenant else None
+    tenant = find_tenant(session, args.phone_number_id)
+    contact = find_contact(session, tenant.id, args.contact) if tenant and tenant.id else None
     if contact is None:
         print(f"no contact {args.contact!r} for phone_number_id {args.phone_number_id}",
               file=sys.stderr)

@@ -13,14 +13,14 @@ from rq import Queue
 from cli.admin import conversation_ref, run_for_fact, run_for_tenant
 from cli.environment import settings_or_exit
 from operations import service
+from operations.settings import find_tenant
 from storage.db import connect_redis, make_engine, session_scope
 from storage.jobs import enqueue_facts
-from storage.tenants import get_by_phone_number_id
 
 
 def review(args: argparse.Namespace) -> int:
     with session_scope(make_engine(settings_or_exit(require=False).database_url)) as session:
-        tenant = get_by_phone_number_id(session, args.phone_number_id)
+        tenant = find_tenant(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2

@@ -13,16 +13,12 @@ from cli.admin import parse_assignments, print_json, read_document, run_for_tena
 from cli.environment import settings_or_exit
 from core import clock
 from operations import service
+from operations import settings as settings_ops
 from operations.service import clean_text
 from storage.db import connect_redis, make_engine, session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.jobs import enqueue_flush
 from storage.models import Tenant
-from storage.tenants import (
-    get_by_phone_number_id,
-    resume_sending,
-    upsert_tenant,
-)
 
 
 def create(args: argparse.Namespace) -> int:
@@ -30,7 +26,7 @@ def create(args: argparse.Namespace) -> int:
     try:
         config = read_document(args.file)
         with session_scope(make_engine(settings.database_url)) as session:
-            tenant = upsert_tenant(session, config, now=clock.now())
+            tenant = settings_ops.apply_config(session, config, now=clock.now())
             print(f"tenant {tenant.id} ({tenant.name}) for phone_number_id "
                   f"{tenant.phone_number_id}")
     except (OSError, ValueError, TenantConfigError, CatalogueConflict) as exc:
@@ -42,11 +38,11 @@ def create(args: argparse.Namespace) -> int:
 def resume(args: argparse.Namespace) -> int:
     settings = settings_or_exit(require=False)  # needs the database and Redis only
     with session_scope(make_engine(settings.database_url)) as session:
-        tenant = get_by_phone_number_id(session, args.phone_number_id)
+        tenant = settings_ops.find_tenant(session, args.phone_number_id)
         if tenant is None or tenant.id is None:
             print(f"no tenant {args.phone_number_id}", file=sys.stderr)
             return 2
-        waiting = resume_sending(session, tenant.id)
+        waiting = settings_ops.resume_sending(session, tenant)
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
     for conversation_id in waiting:
         enqueue_flush(queue, settings.redis_prefix, conversation_id)
@@ -80,7 +76,8 @@ def update(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
     problems = clean_text(changes, "set")
     if problems:
         raise ValueError("; ".join(problems))
-    return service.tenant_view(service.update_tenant(session, tenant, changes))
+    return service.tenant_view(settings_ops.apply_settings(
+        session, tenant, settings_ops.settings_change(changes)))
 
 
 @run_for_tenant

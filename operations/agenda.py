@@ -50,7 +50,7 @@ HOLDS_THE_SLOT = (
     "agent.tools.availability._fewest_that_day (any professional)",
     "agent.tools.scheduling._upcoming (list_my_appointments, the per-customer limit)",
     "agent.history.load (upcoming)",
-    "storage.tenants._refuse_if_booked (catalogue removals)",
+    "storage.catalogue._refuse_if_booked (catalogue removals)",
     "operations.service.counts (booked_appointments)",
 )
 _LOCAL = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$"

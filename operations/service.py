@@ -31,8 +31,8 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
 from storage import appointments, delivery, failures, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
+from storage.catalogue import catalogue_names
 from storage.conversations import with_staff
-from storage.errors import CatalogueConflict, TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import (
     AdminToken,
@@ -49,18 +49,7 @@ from storage.models import (
     Usage,
 )
 from storage.rights import export_contact, forget_contact
-from storage.tenants import (
-    TenantSettings,
-    catalogue_names,
-    get_by_phone_number_id,
-    list_hours_exceptions,
-    list_professionals,
-    list_services,
-    problems_of,
-    update_settings,
-    upsert_tenant,
-    weekly_hours,
-)
+from storage.tenant_config import problems_of
 from usage.report import call_of, summarize_calls
 
 MAX_PAGE = 500
@@ -107,29 +96,6 @@ def tenant_view(tenant: Tenant) -> dict[str, Any]:
     return dict(tenant.model_dump(mode="json"))
 
 
-def create_tenant(session: Session, body: Any, *, now: datetime) -> Tenant:
-    """A new tenant (and optionally its catalogue) from a `TenantConfig` dict."""
-    if not isinstance(body, dict):
-        raise Invalid("the tenant must be a JSON object")
-    if get_by_phone_number_id(session, str(body.get("phone_number_id", ""))) is not None:
-        raise Conflict(f"a tenant with phone_number_id {body['phone_number_id']} exists; "
-                       "update it instead")
-    return _apply_config(session, body, now=now)
-
-
-def _apply_config(session: Session, body: dict[str, Any], *, now: datetime) -> Tenant:
-    try:
-        return upsert_tenant(session, body, now=now)
-    except (TenantConfigError, CatalogueConflict) as exc:
-        raise admin_error(exc) from None
-
-
-def update_tenant(session: Session, tenant: Tenant, body: Any) -> Tenant:
-    """Change some settings (`TenantSettings`); the next turn reads them."""
-    spec: TenantSettings = validated(TenantSettings, body)
-    return update_settings(session, tenant, spec.settings())
-
-
 def create_token(session: Session, tenant: Tenant, *, label: str, now: datetime) -> dict[str, Any]:
     """A new bearer token that sees only this tenant. The token is returned once; only its
     SHA-256 is stored."""
@@ -161,52 +127,6 @@ def tenant_for_token(session: Session, token: str) -> int | None:
     return row.tenant_id if row else None
 
 
-# -- catalogue -------------------------------------------------------------------------------
-
-def catalogue_view(session: Session, tenant: Tenant) -> dict[str, Any]:
-    assert tenant.id is not None
-    return {
-        "services": [service_view(s) for s in list_services(session, tenant.id)],
-        "professionals": [professional_view(p) for p in list_professionals(session, tenant.id)],
-        "hours": weekly_hours(session, tenant.id),
-        "hours_exceptions": [{"day": e.day.isoformat(), "hours": e.hours, "note": e.note}
-                             for e in list_hours_exceptions(session, tenant.id)],
-        "slot_granularity_minutes": tenant.slot_granularity_minutes,
-        "timezone": tenant.timezone,
-    }
-
-
-def replace_catalogue(session: Session, tenant: Tenant, body: Any, *,
-                      now: datetime) -> dict[str, Any]:
-    """Replace the parts of the catalogue given: services, professionals, hours,
-    hours_exceptions (and slot_granularity_minutes)."""
-    if not isinstance(body, dict):
-        raise Invalid("the catalogue must be a JSON object")
-    allowed = {"services", "professionals", "hours", "hours_exceptions",
-               "slot_granularity_minutes"}
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise Invalid(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    _apply_config(session, {**body, "phone_number_id": tenant.phone_number_id}, now=now)
-    return catalogue_view(session, tenant)
-
-
-def service_view(service: Service) -> dict[str, Any]:
-    return {"code": service.code, "name": service.name,
-            "duration_minutes": service.duration_minutes, "price_cents": service.price_cents,
-            "price_from": service.price_from, "description": service.description,
-            **({"buffer_minutes": service.buffer_minutes} if service.buffer_minutes else {})}
-
-
-def professional_view(pro: Professional) -> dict[str, Any]:
-    """Code, name, services; their own week's keys (hours, time_off, hours_exceptions,
-    durations) only when set (left out: the business's hours, no time off)."""
-    week = {"hours": pro.hours, "time_off": pro.time_off,
-            "hours_exceptions": pro.hours_exceptions, "durations": pro.durations}
-    return {"code": pro.code, "name": pro.name, "services": pro.service_codes,
-            **{k: v for k, v in week.items() if v}}
-
-
 # -- conversations ---------------------------------------------------------------------------
 
 class ConversationQuery(BaseModel):
@@ -234,8 +154,8 @@ def list_conversations(session: Session, tenant: Tenant, query: ConversationQuer
         statement = statement.where(col(Conversation.id) < query.before_id)
     rows = session.exec(statement.order_by(col(Conversation.id).desc()).limit(query.limit)).all()
     last = last_reply_views(session, [int(c.id or 0) for c, _ in rows], language)
-    return [{**_conversation_head(c), "contact": contact_view(k), "last_reply": last.get(c.id)}
-            for c, k in rows]
+    return [{**_conversation_head(c), "contact": contact_view(k),
+             "last_reply": last.get(int(c.id or 0))} for c, k in rows]
 
 
 def last_reply_views(session: Session, conversation_ids: list[int],
@@ -336,14 +256,8 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "failures": [failure_view(f) for f in failures.of_conversation(session,
                                                                        conversation_id)],
         "facts_in_context": [fact_view(f) for f in facts],
-        "messages": [{"id": m.id, "position": m.position, "role": m.role,
-                      "direction": m.direction, "content": m.content, "wa_type": m.wa_type,
-                      "author": m.author,
-                      "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
-                      "delivery_status": delivery.state_of(m.delivery_status),
-                      "delivery": delivery_view(parts.get(int(m.id or 0), []), language),
-                      "offered": offered_view(parts.get(int(m.id or 0), [])),
-                      "deleted_at": _iso(m.deleted_at)} for m in messages],
+        "messages": [_message_view(m, parts.get(int(m.id or 0), []), language)
+                     for m in messages],
         "usage": {"calls": [{"at": _iso(u.created_at), "purpose": u.purpose, "model": u.model,
                              "request_id": u.request_id, "input_tokens": u.input_tokens,
                              "cache_creation_input_tokens": u.cache_creation_input_tokens,
@@ -357,6 +271,16 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
                   "peak_context_tokens": totals["peak_context"],
                   "cost_usd": totals["cost_usd"]},
     }
+
+
+def _message_view(m: Message, parts: list[Outbound], language: str) -> dict[str, Any]:
+    """A message of `conversation_view`, with its reply's delivery and what it offered."""
+    return {"id": m.id, "position": m.position, "role": m.role, "direction": m.direction,
+            "content": m.content, "wa_type": m.wa_type, "author": m.author,
+            "received_at": _iso(m.received_at), "answered_at": _iso(m.answered_at),
+            "delivery_status": delivery.state_of(m.delivery_status),
+            "delivery": delivery_view(parts, language), "offered": offered_view(parts),
+            "deleted_at": _iso(m.deleted_at)}
 
 
 def failure_view(row: ProviderFailure) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from storage.models import (
     Tenant,
     ToolCall,
 )
-from storage.tenants import validate_config
+from storage.tenant_config import validate_config
 from whatsapp.inbound import InboundMessage, edit_text, parse_update
 from workers.maintenance import find_stranded_sends
 

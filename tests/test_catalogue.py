@@ -1,5 +1,5 @@
 """The catalogue in the cached prompt and prices (issue 21): rendering and its bounds
-(agent/catalogue.py), price parsing and display (storage/tenants.py), the admin API, its
+(agent/catalogue.py), price parsing and display (storage/tenant_config.py), the admin API, its
 OpenAPI document, the console's catalogue page, and what list_services returns."""
 
 from collections.abc import Iterator
@@ -22,13 +22,9 @@ from bot.admin.api import ROUTES
 from bot.admin.openapi import openapi_document
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
+from storage.errors import TenantConfigError
 from storage.models import HoursException, Professional, Service, Tenant
-from storage.tenants import (
-    TenantConfigError,
-    parse_price,
-    price_text,
-    validate_config,
-)
+from storage.tenant_config import parse_price, price_text, validate_config
 from tests.conftest import START
 from tests.console_helpers import seed
 from tests.factories import TENANT

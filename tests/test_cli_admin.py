@@ -306,7 +306,7 @@ def test_a_professionals_week_and_the_agenda_from_the_cli(
 
 def test_tenant_update_help_names_every_setting_a_business_may_change(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from storage.tenants import TenantSettings
+    from storage.tenant_config import TenantSettings
     with pytest.raises(SystemExit):
         main(["tenant", "update", "--help"])
     shown = " ".join(capsys.readouterr().out.split())

@@ -249,7 +249,7 @@ def test_errors_read_in_portuguese_in_the_portuguese_console(env: ReplayEnvironm
 
 def test_a_long_conversation_shows_its_latest_messages(env: ReplayEnvironment, seeded: Seeded,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("bot.console.app.TRANSCRIPT_MESSAGES", 4)
+    monkeypatch.setattr("bot.console.conversations.TRANSCRIPT_MESSAGES", 4)
     browser = Browser(env.web_url)
     browser.sign_in(seeded.salon_token)
     _, page, _ = browser.request(f"/console/conversations/{seeded.salon_conversation_id}")

@@ -11,9 +11,9 @@ import pytest
 from sqlmodel import select
 
 from replay.environment import ReplayEnvironment
+from storage.catalogue import change_professional
 from storage.db import session_scope
 from storage.models import Appointment, Contact, ScheduleBlock
-from storage.tenants import change_professional
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.test_console import Browser

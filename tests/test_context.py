@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sqlmodel import select
 
 from agent.context import LEFT_ANGLES, RIGHT_ANGLES, SUMMARY_NOTE, context_block, data_text
-from bot.console.app import _preview
+from bot.console.settings import _preview
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Conversation, Tenant

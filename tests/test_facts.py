@@ -462,7 +462,7 @@ def test_a_name_two_professionals_share_is_refused_until_the_code_is_given() -> 
 def test_a_custom_key_may_declare_a_shape() -> None:
     from storage.errors import TenantConfigError
     from storage.fact_keys import resolve_keys
-    from storage.tenants import validate_config
+    from storage.tenant_config import validate_config
 
     keys = resolve_keys([{"name": "colorist", "kind": "preference", "shape": "professional"}])
     assert _verdict("colorist", "Júlia (mechas)", keys=keys) == Verdict("julia")

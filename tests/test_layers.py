@@ -44,13 +44,17 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
     ("workers/keeper.py", "import bot.webhook", "The HTTP edge and the job shells are independent"),
     ("storage/keys.py", "import intake.ingest", "storage and core import no product package"),
     ("storage/facts.py", "import storage.contacts", "No cycles are allowed in storage"),
+    ("bot/console/catalogue.py", "import storage.catalogue",
+     "bot is not allowed to import storage.catalogue"),
+    ("cli/catalog.py", "from storage.tenants import upsert_tenant",
+     "cli is not allowed to import storage.tenants"),
 ])
 def test_a_planted_violation_breaks_the_contract_and_the_tree_without_it_keeps_them(
         tmp_path: Path, module: str, planted: str, broken: str) -> None:
     tree = _copy(tmp_path)
     clean = _lint(tree)
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "4 kept, 0 broken" in clean.stdout
+    assert "5 kept, 0 broken" in clean.stdout
     with (tree / module).open("a") as source:
         source.write(f"\n\ndef _planted() -> None:\n    {planted}  # noqa\n")
     dirty = _lint(tree)

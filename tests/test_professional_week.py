@@ -13,10 +13,11 @@ from sqlmodel import select
 from agent.catalogue import EXCEPTIONS_SHOWN, catalogue_text, load
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from storage.catalogue import change_professional
 from storage.db import session_scope
 from storage.errors import TenantConfigError
 from storage.models import Appointment, Contact, Conversation, Tenant
-from storage.tenants import change_professional, upsert_tenant
+from storage.tenants import upsert_tenant
 from tests.factories import TENANT
 
 SP = ZoneInfo("America/Sao_Paulo")

@@ -23,6 +23,7 @@ from operations import service as service_ops
 from replay.environment import APP_SECRET, ReplayEnvironment
 from replay.runner import run_scenario, run_scenario_file
 from storage import reminders
+from storage.catalogue import archive_service
 from storage.db import session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import (
@@ -34,12 +35,8 @@ from storage.models import (
     Service,
     Tenant,
 )
-from storage.tenants import (
-    REMINDER_PARAMETERS,
-    archive_service,
-    check_placeholders,
-    upsert_tenant,
-)
+from storage.tenant_config import REMINDER_PARAMETERS, check_placeholders
+from storage.tenants import upsert_tenant
 from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
 from tests.test_admin_api import call
@@ -283,7 +280,7 @@ def test_the_check_at_write_and_the_render_at_send_agree(text: str) -> None:
 def test_a_confirmed_booking_still_holds_its_slot_and_is_upcoming(engine: Engine) -> None:
     """The queries that mean "holds the slot" or "upcoming" read `status == "booked"` (and the
     times), never `confirmed_at`: agent/tools/scheduling.py `_busy` (free slots, the overlap
-    check) and `_upcoming` (list_my_appointments, max_upcoming_bookings), storage/tenants.py
+    check) and `_upcoming` (list_my_appointments, max_upcoming_bookings), storage/catalogue.py
     `_refuse_if_booked` (catalogue removals), operations/service.py `counts`, agent/history.py
     (the context block's upcoming bookings)."""
     with session_scope(engine) as session:

@@ -26,11 +26,11 @@ from rq.registry import FailedJobRegistry
 from sqlalchemy import Engine, text
 from sqlmodel import select
 
-import bot.console.app
+import bot.console.signin
 import bot.webhook
 import operations.service
 from bot.app import create_app
-from bot.console.app import COOKIE
+from bot.console.session import COOKIE
 from core.logs import configure_logging
 from core.settings import Settings
 from operations import service
@@ -234,7 +234,7 @@ async def test_errors_on_every_path_holding_a_secret_log_tracebacks_without_it(
     webhook = json.dumps(text_body(CUSTOMER_TEXT, 1, sent_at=START)).encode()
     with monkeypatch.context() as patch:  # a bug under each path
         patch.setattr(operations.service, "counts", broken)  # console home, admin GET tenant
-        patch.setattr(bot.console.app, "_token_row", broken)  # console sign-in
+        patch.setattr(bot.console.signin, "_token_row", broken)  # console sign-in
         patch.setattr(bot.webhook, "store_posts", broken)  # a signed webhook POST
         assert (await client.get("/console/")).status == 500
         nonce = await login_nonce(client)

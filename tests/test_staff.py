@@ -23,7 +23,7 @@ from storage.conversations import close_if_open, with_staff
 from storage.db import session_scope
 from storage.errors import TenantConfigError
 from storage.models import Contact, Conversation, DeadLetter, Message, Outbound, Tenant
-from storage.tenants import validate_config
+from storage.tenant_config import validate_config
 from tests.conftest import START
 from tests.factories import ANA, BRUNO, TENANT, text_body
 from tests.test_admin_api import OPERATOR, OTHER, call, ids

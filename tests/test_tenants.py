@@ -8,8 +8,10 @@ from sqlalchemy import Engine
 from sqlmodel import Session
 
 from operations import service
+from operations import settings as settings_ops
 from storage.errors import TenantConfigError
-from storage.tenants import upsert_tenant, validate_config
+from storage.tenant_config import validate_config
+from storage.tenants import upsert_tenant
 
 BAD = {"phone_number_id": "100", "name": "Salão", "timezone": "Mars/Base", "keep_messages": -1}
 
@@ -29,6 +31,6 @@ def test_the_admin_service_passes_the_list_on(engine: Engine) -> None:
         with pytest.raises(TenantConfigError) as direct:
             upsert_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
         with pytest.raises(service.Invalid) as caught:
-            service.create_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
+            settings_ops.create_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
     assert caught.value.problems == direct.value.problems
     assert len(caught.value.problems) == 2

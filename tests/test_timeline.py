@@ -307,7 +307,7 @@ def test_timeline_scenarios(name: str) -> None:
 
 def test_the_console_shows_each_product_message_as_the_model_reads_it() -> None:
     """One rendering (agent/timeline.py) for the model and the console's transcript."""
-    from bot.console.app import _transcript
+    from bot.console.conversations import _transcript
 
     messages = []
     for kind in ("reminder", "notice", "alert", "tap_ack", "staff"):

@@ -51,7 +51,7 @@ from storage.models import (
     Service,
     Tenant,
 )
-from storage.tenants import check_placeholders
+from storage.tenant_config import check_placeholders
 from whatsapp.graph import split_text
 from whatsapp.interactive import Choice, buttons_message
 from whatsapp.window import window_closed
@@ -125,7 +125,7 @@ def _pace(runtime: Runtime, paced: dict[int, int], target: tuple[int, int, bool]
 
 def fields(session: Session, tenant: Tenant, appointment: Appointment,
            contact: Contact | None, rows: list[Appointment] | None = None) -> dict[str, str]:
-    """The reminder fields of an appointment (storage/tenants.REMINDER_PARAMETERS), local;
+    """The reminder fields of an appointment (storage/tenant_config.REMINDER_PARAMETERS), local;
     with `rows` (a visit's booked rows, by start), every service and professional of the
     visit, from its start."""
     rows = rows or [appointment]
@@ -373,7 +373,7 @@ _NO_NAME = re.compile(r"^\s*\{customer_name\}[,:!\s]*|[,\s]*\{customer_name\}")
 def render(template: str, values: dict[str, str]) -> str:
     """A tenant's text with its fields filled in; with no name known, "Olá, {customer_name}!"
     reads "Olá!"; ValueError when it has a field it may not have
-    (storage/tenants.check_placeholders, the rule applied at write)."""
+    (storage/tenant_config.check_placeholders, the rule applied at write)."""
     check_placeholders(template, tuple(values))
     if not values.get("customer_name"):
         template = _NO_NAME.sub("", template)

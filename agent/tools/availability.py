@@ -51,9 +51,9 @@ from storage.models import (
     Service,
     Tenant,
 )
-from storage.tenants import WEEKDAYS
+from storage.tenant_config import WEEKDAYS
 
-MAX_BUFFER_MINUTES = 240  # storage/tenants.ServiceSpec.buffer_minutes, at most
+MAX_BUFFER_MINUTES = 240  # storage/tenant_config.ServiceSpec.buffer_minutes, at most
 MAX_VISIT = timedelta(minutes=1440 + MAX_BUFFER_MINUTES)  # a duration (ServiceSpec) + buffer
 MAX_BLOCK = timedelta(days=31)  # a block, at most (longer: time off); operations/agenda.py
 LocalIntervals = Sequence[tuple[str, str]]

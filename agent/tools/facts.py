@@ -21,9 +21,9 @@ from agent.tools.facts_rules import (
 )
 from core import clock
 from storage import facts as fact_repo
+from storage.catalogue import catalogue_names
 from storage.fact_keys import resolve_keys
 from storage.models import ContactFact, ErasureReceipt, Message, Tenant
-from storage.tenants import catalogue_names
 
 log = structlog.get_logger(__name__)
 

@@ -54,7 +54,7 @@ class SourceMessage:
 @dataclass(frozen=True)
 class Catalogue:
     """The tenant's active services and professionals, code → name: what a fact of a
-    `service` or `professional` key may name (storage.tenants.catalogue_names)."""
+    `service` or `professional` key may name (storage.catalogue.catalogue_names)."""
 
     services: Mapping[str, str] = field(default_factory=dict)
     professionals: Mapping[str, str] = field(default_factory=dict)

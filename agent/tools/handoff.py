@@ -16,8 +16,8 @@ from agent.errors import ToolError
 from agent.tools.base import Tool, ToolContext
 from agent.tools.slots import opening_intervals
 from storage import staff
+from storage.catalogue import list_hours, list_hours_exceptions
 from storage.models import Conversation, Tenant
-from storage.tenants import list_hours, list_hours_exceptions
 
 MAX_REASON = 200
 MAX_SUMMARY = 300

@@ -42,7 +42,7 @@ from storage.models import (
     Service,
     Tenant,
 )
-from storage.tenants import price_text
+from storage.tenant_config import price_text
 
 MAX_RANGE_DAYS = 14
 DEFAULT_RANGE_DAYS = 7

@@ -13,185 +13,38 @@ with the state), 413 (a body over 1 MiB), 422 (validation), 429 or 503 (database
 unavailable). Operations are in operations/service.py, shared with the CLI.
 """
 
-import asyncio
-import hmac
-import json
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import timedelta
+from functools import partial
+from typing import Any
 
-import structlog
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import RedisError
-from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
-from bot import guard
+from bot.admin.dispatch import ADMIN_EXECUTOR, Call, Route, make_handler
 from bot.admin.openapi import openapi_document
-from bot.bodies import ADMIN_BODY_BYTES, read_body
-from bot.errors import BODY_REFUSALS, http_status
-from core import clock
-from intake.keys import ENGINE, SETTINGS, TURN_QUEUE
+from bot.admin.schemas import (
+    CatalogueBody,
+    Decision,
+    HoursBody,
+    HoursExceptionBody,
+    MessagesPage,
+    Page,
+    ProfessionalBody,
+    ServiceBody,
+    TenantCreate,
+    TokenCreate,
+)
+from intake.keys import SETTINGS, TURN_QUEUE
 from operations import agenda, service
+from operations import catalogue as catalogue_ops
+from operations import settings as settings_ops
 from operations import staff as staff_ops
 from operations import webhooks as hook_ops
-from operations.errors import MAPPED, AdminError, Invalid, NotFound, admin_error
-from operations.service import clean_text, validated
-from storage.db import is_postgres, session_scope
+from operations.service import validated
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
 from storage.models import Tenant
-from storage.tenants import (
-    MAX_PRICE_CENTS,
-    HoursExceptionSpec,
-    Intervals,
-    ProfessionalSpec,
-    ServiceSpec,
-    TenantConfig,
-    TenantSettings,
-    TimeOffSpec,
-    WeeklyHours,
-    archive_professional,
-    archive_service,
-    change_professional,
-    change_service,
-    delete_hours_exception,
-    put_hours_exception,
-    resume_sending,
-    set_hours,
-)
-
-log = structlog.get_logger(__name__)
-MAX_ID = 2**31 - 1
-T = TypeVar("T")
-# settings that change cost and behaviour beyond the business's own: the operator's to change
-OPERATOR_FIELDS = frozenset({"agent_model", "summary_model", "compaction_threshold_tokens",
-                             "compaction_min_gain_tokens", "keep_messages",
-                             "prune_after_user_turns"})
-
-
-# -- request bodies that exist only at the HTTP edge -----------------------------------------
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-
-
-class TenantCreate(TenantConfig):
-    """A new tenant: as `TenantConfig`, with its name required."""
-
-    name: str = Field(min_length=1, max_length=200)
-
-
-class TokenCreate(_Body):
-    label: str = Field("", max_length=100, description="who or what uses the token")
-
-
-class Decision(_Body):
-    reason: str = Field("", max_length=500, description="kept with the decision")
-
-
-class ServiceBody(_Body):
-    """Fields left out keep their value; a new service needs its duration."""
-
-    name: str | None = Field(None, max_length=200)
-    duration_minutes: int | None = Field(None, ge=5, le=1440)
-    price_cents: int | None = Field(None, ge=0, le=MAX_PRICE_CENTS,
-                                    description="price in cents of the tenant's currency "
-                                                "(8000 = R$ 80,00); null clears it")
-    price_from: bool | None = Field(None, description='the price is a minimum ("a partir de")')
-    description: str | None = Field(None, max_length=300)
-    buffer_minutes: int | None = Field(None, ge=0, le=240, description="minutes busy after "
-                                       "the visit (clean-up)")
-
-
-class ProfessionalBody(_Body):
-    """Fields left out keep their value (their week: storage/tenants.ProfessionalSpec)."""
-
-    name: str | None = Field(None, max_length=200)
-    services: list[str] | None = Field(None, max_length=200,
-                                       description="codes of the services they do")
-    hours: WeeklyHours | None = Field(None, description="their weekly hours; null: the "
-                                                        "business's")
-    time_off: list[TimeOffSpec] | None = Field(None, max_length=200)
-    hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=366)
-    durations: dict[str, int] | None = Field(None, description="minutes by service code")
-
-
-class HoursExceptionBody(_Body):
-    hours: Intervals = Field(default_factory=list,
-                             description="HH:MM-HH:MM intervals; empty: closed all day")
-    note: str = Field("", max_length=200)
-
-
-class HoursBody(_Body):
-    hours: WeeklyHours = Field(description='{"mon": ["09:00-18:00"], ...}; days left out '
-                                           "are closed")
-
-
-class CatalogueBody(_Body):
-    services: list[ServiceSpec] | None = None
-    professionals: list[ProfessionalSpec] | None = None
-    hours: WeeklyHours | None = None
-    hours_exceptions: list[HoursExceptionSpec] | None = None
-    slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
-
-
-class Page(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    limit: int = Field(50, ge=1, le=service.MAX_PAGE)
-    after_id: int = Field(0, ge=0, le=MAX_ID)
-
-
-class MessagesPage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    limit: int = Field(service.MAX_PAGE, ge=1, le=service.MAX_PAGE)
-    after_id: int = Field(0, ge=0, le=MAX_ID, description="messages after this id")
-
-
-# -- the call context --------------------------------------------------------------------------
-
-@dataclass
-class Call:
-    """What a handler gets: an open transaction, the tenant it acts on, parsed input."""
-
-    request: web.Request
-    session: Session
-    tenant: Tenant | None
-    operator: bool
-    path: dict[str, Any]
-    query: Any
-    body: Any
-    now: datetime
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def by(self) -> str:
-        return "operator" if self.operator else f"tenant:{self.tenant.id if self.tenant else 0}"
-
-    def the_tenant(self) -> Tenant:
-        assert self.tenant is not None
-        return self.tenant
-
-
-Handler = Callable[[Call], tuple[int, Any]]
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str  # OpenAPI form: /admin/tenants/{tenant_id}
-    handler: Handler
-    summary: str
-    tag: str
-    body: type[BaseModel] | None = None
-    query: type[BaseModel] | None = None
-    operator_only: bool = False
-    ok: int = 200
-    path_types: tuple[tuple[str, str], ...] = ()  # (name, "integer" | "string" | "date")
-    returns: str | None = None  # the answer's schema in bot/admin/openapi.py, when described
-
+from storage.tenant_config import TenantSettings
 
 # -- handlers ----------------------------------------------------------------------------------
 
@@ -205,7 +58,7 @@ def list_tenants(call: Call) -> tuple[int, Any]:
 
 def create_tenant(call: Call) -> tuple[int, Any]:
     validated(TenantCreate, call.body)
-    tenant = service.create_tenant(call.session, call.body, now=call.now)
+    tenant = settings_ops.create_tenant(call.session, call.body, now=call.now)
     return 201, service.tenant_view(tenant)
 
 
@@ -215,17 +68,17 @@ def get_tenant(call: Call) -> tuple[int, Any]:
 
 
 def update_tenant(call: Call) -> tuple[int, Any]:
-    return 200, service.tenant_view(service.update_tenant(call.session, call.the_tenant(),
-                                                          call.body))
+    change = settings_ops.settings_change(call.body)
+    return 200, service.tenant_view(settings_ops.apply_settings(call.session, call.the_tenant(),
+                                                                change))
 
 
 def resume(call: Call) -> tuple[int, Any]:
-    tenant = call.the_tenant()
-    waiting = resume_sending(call.session, tenant.id or 0)
+    waiting = settings_ops.resume_sending(call.session, call.the_tenant())
     app = call.request.app
     for conversation_id in waiting:
-        call.after_commit.append(lambda c=conversation_id: enqueue_flush(
-            app[TURN_QUEUE], app[SETTINGS].redis_prefix, c))
+        call.after_commit.append(partial(enqueue_flush, app[TURN_QUEUE],
+                                         app[SETTINGS].redis_prefix, conversation_id))
     return 200, {"sending_paused_reason": "", "conversations_with_replies_waiting": len(waiting)}
 
 
@@ -241,67 +94,69 @@ def revoke_token(call: Call) -> tuple[int, Any]:
 
 
 def get_catalogue(call: Call) -> tuple[int, Any]:
-    return 200, service.catalogue_view(call.session, call.the_tenant())
+    return 200, catalogue_ops.catalogue_view(call.session, call.the_tenant())
 
 
 def put_catalogue(call: Call) -> tuple[int, Any]:
     validated(CatalogueBody, call.body)
-    return 200, service.replace_catalogue(call.session, call.the_tenant(), call.body,
-                                          now=call.now)
+    return 200, catalogue_ops.replace_catalogue(call.session, call.the_tenant(), call.body,
+                                                now=call.now)
 
 
 def put_service_route(call: Call) -> tuple[int, Any]:
     body: ServiceBody = validated(ServiceBody, call.body)
-    validated(ServiceSpec, {"code": call.path["code"], "duration_minutes": 5})
-    given = body.model_dump(include={"price_cents", "price_from", "description",
-                                     "buffer_minutes"}, exclude_unset=True)
-    # a null price clears it; a null flag or description keeps its value
-    fields = {k: v for k, v in given.items() if v is not None or k == "price_cents"}
-    row, created = change_service(call.session, call.the_tenant().id or 0, call.path["code"],
-                                  name=body.name, duration_minutes=body.duration_minutes,
-                                  **fields)
-    return (201 if created else 200), service.service_view(row)
+    # a null price clears it; a null flag, description or buffer keeps its value
+    change = catalogue_ops.ServiceChange(
+        code=call.path["code"], name=body.name, duration_minutes=body.duration_minutes,
+        price_cents=body.price_cents if "price_cents" in body.model_fields_set
+        else catalogue_ops.KEEP, price_from=body.price_from, description=body.description,
+        buffer_minutes=body.buffer_minutes)
+    row, created = catalogue_ops.save_service(call.session, call.the_tenant(), change)
+    return (201 if created else 200), catalogue_ops.service_view(row)
 
 
 def delete_service(call: Call) -> tuple[int, Any]:
-    archive_service(call.session, call.the_tenant().id or 0, call.path["code"], now=call.now)
+    catalogue_ops.remove_service(call.session, call.the_tenant(), call.path["code"],
+                                 now=call.now)
     return 204, None
 
 
 def put_professional_route(call: Call) -> tuple[int, Any]:
-    keys = ("hours", "time_off", "hours_exceptions", "durations")
+    keys = catalogue_ops.WEEK_KEYS
     sent = call.body if isinstance(call.body, dict) else {}
     body: ProfessionalBody = validated(ProfessionalBody, {
         k: v for k, v in sent.items() if k not in keys} if sent else call.body)
-    validated(ProfessionalSpec, {"code": call.path["code"]})
-    week = {k: v for k, v in sent.items() if k in keys}  # the spec names every problem
-    row, created = change_professional(call.session, call.the_tenant().id or 0,
-                                       call.path["code"], name=body.name,
-                                       services=body.services, now=call.now, **week)
-    return (201 if created else 200), service.professional_view(row)
+    change = catalogue_ops.ProfessionalChange(
+        code=call.path["code"], name=body.name, services=body.services,
+        week={k: v for k, v in sent.items() if k in keys})  # the spec names every problem
+    row, created = catalogue_ops.save_professional(call.session, call.the_tenant(), change,
+                                                   now=call.now)
+    return (201 if created else 200), catalogue_ops.professional_view(row)
 
 
 def delete_professional(call: Call) -> tuple[int, Any]:
-    archive_professional(call.session, call.the_tenant().id or 0, call.path["code"],
-                         now=call.now)
+    catalogue_ops.remove_professional(call.session, call.the_tenant(), call.path["code"],
+                                      now=call.now)
     return 204, None
 
 
 def put_hours(call: Call) -> tuple[int, Any]:
     body: HoursBody = validated(HoursBody, call.body)
-    return 200, set_hours(call.session, call.the_tenant().id or 0, body.hours)
+    week = {str(day): intervals for day, intervals in body.hours.items()}
+    return 200, catalogue_ops.set_opening_hours(call.session, call.the_tenant(),
+                                                catalogue_ops.OpeningHoursChange(week))
 
 
 def put_exception(call: Call) -> tuple[int, Any]:
     body: HoursExceptionBody = validated(HoursExceptionBody, call.body)
-    spec = validated(HoursExceptionSpec, {"day": call.path["day"], **body.model_dump()})
-    row, created = put_hours_exception(call.session, call.the_tenant().id or 0, spec)
-    return (201 if created else 200), {"day": row.day.isoformat(), "hours": row.hours,
-                                       "note": row.note}
+    change = catalogue_ops.HoursExceptionChange(day=call.path["day"], hours=body.hours,
+                                                note=body.note)
+    view, created = catalogue_ops.save_hours_exception(call.session, call.the_tenant(), change)
+    return (201 if created else 200), view
 
 
 def delete_exception(call: Call) -> tuple[int, Any]:
-    delete_hours_exception(call.session, call.the_tenant().id or 0, call.path["day"])
+    catalogue_ops.remove_hours_exception(call.session, call.the_tenant(), call.path["day"])
     return 204, None
 
 
@@ -578,214 +433,6 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
-# -- dispatch ----------------------------------------------------------------------------------
-
-def error(status: int, code: str, message: str, problems: list[str] | None = None,
-          headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message,
-                                        "problems": problems or []}},
-                             status=status, headers=headers)
-
-
-def _authenticate(request: web.Request) -> tuple[bool, str] | None:
-    """(is_operator, token) from the Authorization header, or None."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or len(token) > 512:
-        return None
-    operator_token = request.app[SETTINGS].admin_token
-    is_operator = bool(operator_token) and hmac.compare_digest(
-        token.encode("utf-8", "surrogatepass"), operator_token.encode())
-    return is_operator, token
-
-
-def _path_params(request: web.Request, route: Route) -> dict[str, Any]:
-    """Typed path parameters; an impossible id is simply not found."""
-    values: dict[str, Any] = {}
-    for name, kind in route.path_types:
-        raw = request.match_info[name]
-        if clean_text(raw):
-            raise NotFound(f"no {name} {raw!r}")
-        if kind == "integer":
-            if not raw.isascii() or not raw.isdigit() or not 0 < int(raw) <= MAX_ID:
-                raise NotFound(f"no {name.removesuffix('_id')} {raw!r}")
-            values[name] = int(raw)
-        elif kind == "date":
-            try:
-                values[name] = date.fromisoformat(raw)
-            except ValueError:
-                raise Invalid(f"{name}: {raw!r} is not a YYYY-MM-DD date",
-                              [f"{name}: not a YYYY-MM-DD date"]) from None
-        else:
-            if len(raw) > 160:
-                raise NotFound(f"no {name} {raw[:40]!r}…")
-            values[name] = raw
-    return values
-
-
-def make_handler(route: Route) -> Callable[[web.Request], Any]:
-    async def handle(request: web.Request) -> web.StreamResponse:
-        auth = _authenticate(request)
-        if auth is None:
-            return error(401, "unauthorized", "send Authorization: Bearer <token>",
-                         headers={"WWW-Authenticate": 'Bearer realm="wagent-admin"'})
-        refused = await _checked_token(request, *auth)
-        if isinstance(refused, web.Response):
-            return refused
-        known = refused
-        try:
-            path = _path_params(request, route)
-            query = None
-            if route.query is not None:
-                problems = clean_text(dict(request.query), "query")
-                if problems:
-                    raise Invalid(problems[0], problems)
-                query = validated(route.query, dict(request.query))
-            elif request.query:
-                raise Invalid(f"unknown query parameter(s): {', '.join(request.query)}")
-            body = None
-            if route.method in ("POST", "PUT", "PATCH"):
-                try:
-                    raw = await read_body(request, ADMIN_BODY_BYTES)
-                except web.HTTPException as exc:  # 408, 413, 503: said in JSON
-                    return _as_json(exc)
-                if raw.strip():
-                    try:
-                        body = json.loads(raw)
-                    except (ValueError, RecursionError):
-                        return error(400, "bad_json", "the body is not valid JSON")
-                    problems = clean_text(body)
-                    if problems:
-                        raise Invalid(problems[0], problems)
-                if route.body is not None and not isinstance(body, dict) and not (
-                        body is None and route.body in (Decision, TokenCreate,
-                                                        hook_ops.SecretRotation)):
-                    raise Invalid("the body must be a JSON object",
-                                  ["body: must be a JSON object"])
-            return await run_admin(request.app, _run, request, route, auth[0], known, path,
-                                   query, body)
-        except AdminError as exc:
-            return error(*http_status(exc), str(exc), exc.problems)
-
-    handle.__name__ = route.handler.__name__
-    return handle
-
-
-
-def _as_json(refusal: web.HTTPException) -> web.Response:
-    """bot/bodies.py's refusal of a body as the API's JSON error (the connection still
-    closes after it)."""
-    headers = {k: v for k, v in refusal.headers.items() if k == "Retry-After"}
-    response = error(refusal.status, BODY_REFUSALS.get(refusal.status, "refused"),
-                     refusal.text or refusal.reason, headers=headers)
-    response.force_close()
-    return response
-
-
-async def _checked_token(request: web.Request, operator: bool,
-                         token: str) -> int | None | web.Response:
-    """Before anything is read or validated: 429 while the client or the tenant the token
-    names used up its failed attempts (bot/guard.py), 401 for an unknown token (a failure
-    counted), 503 when Redis or the database cannot say. Else the tenant id of a tenant
-    token, None for the operator's."""
-    address = guard.client_address(request)
-    try:
-        wait = await run_admin(request.app, guard.wait_seconds, request.app, address, token)
-    except RedisError as exc:
-        return error(*http_status(exc), "the attempt limits cannot be checked; try again")
-    if wait:
-        log.warning("admin_attempts_refused", retry_after=wait)
-        return error(429, "too_many_attempts", f"too many failed attempts; try again in "
-                     f"{wait} s", headers={"Retry-After": str(wait)})
-    if operator:
-        return None
-    try:
-        known = await run_admin(request.app, _tenant_of_token, request.app, token)
-    except OperationalError as exc:
-        return error(*http_status(exc), "the database is unavailable; try again")
-    if known is not None:
-        return known
-    try:
-        await run_admin(request.app, guard.count_failure, request.app, address, token)
-    except RedisError:
-        log.warning("admin_failure_not_counted")
-    log.info("admin_token_refused")
-    return error(401, "unauthorized", "unknown or revoked token",
-                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-
-
-ADMIN_EXECUTOR = web.AppKey("admin_executor", ThreadPoolExecutor)
-
-
-async def run_admin(app: web.Application, func: Callable[..., T], *args: Any) -> T:
-    """Run blocking admin or console work on their own small thread pool, so a heavy admin
-    request never takes the threads the webhook stores Meta's updates with."""
-    return await asyncio.get_running_loop().run_in_executor(app[ADMIN_EXECUTOR], func, *args)
-
-
-def _tenant_of_token(app: web.Application, token: str) -> int | None:
-    with session_scope(app[ENGINE]) as session:
-        return service.tenant_for_token(session, token)
-
-
-def lock_tenant(session: Session, tenant_id: int) -> None:
-    """Serialise the changes of one tenant (PostgreSQL row lock; SQLite writes are already
-    serial): two concurrent PUTs of the hours end as one of them, never both merged."""
-    if is_postgres(session.get_bind()):  # type: ignore[arg-type]
-        session.exec(select(Tenant).where(Tenant.id == tenant_id).with_for_update()).first()
-
-
-def _run(request: web.Request, route: Route, operator: bool, tenant_token_id: int | None,
-         path: dict[str, Any], query: Any, body: Any) -> web.StreamResponse:
-    """The route's handler in one transaction; `tenant_token_id`: the tenant of the (already
-    checked) tenant token, None for the operator."""
-    engine = request.app[ENGINE]
-    call: Call | None = None
-    try:
-        with session_scope(engine) as session:
-            tenant = None
-            if not operator:
-                if route.operator_only:
-                    return error(403, "forbidden", "this operation needs the operator token")
-            if "tenant_id" in path:
-                tenant = session.get(Tenant, path["tenant_id"])
-                if tenant is None or (not operator and tenant.id != tenant_token_id):
-                    raise NotFound(f"no tenant #{path['tenant_id']}")
-                if route.method != "GET":
-                    lock_tenant(session, path["tenant_id"])
-                    session.refresh(tenant)
-            elif not operator:
-                tenant = session.get(Tenant, tenant_token_id)
-            if not operator and route.body is TenantSettings and isinstance(body, dict):
-                held = sorted(OPERATOR_FIELDS & body.keys())
-                if held:
-                    return error(403, "forbidden", f"{', '.join(held)}: only the operator "
-                                 "changes these (models and memory tuning)")
-            call = Call(request=request, session=session, tenant=tenant, operator=operator,
-                        path=path, query=query, body=body, now=clock.now())
-            status, payload = route.handler(call)
-    except MAPPED as exc:
-        refused = admin_error(exc)
-        return error(*http_status(refused), str(refused), refused.problems)
-    except IntegrityError as exc:
-        log.warning("admin_integrity_conflict", route=route.path)
-        return error(*http_status(exc), "the change clashes with a concurrent one; try again")
-    except OperationalError as exc:
-        log.error("admin_database_unavailable", error=str(exc).splitlines()[0][:200])
-        return error(*http_status(exc), "the database is unavailable; try again")
-    for action in call.after_commit:
-        try:
-            action()
-        except Exception as exc:  # the change is committed; the job is retried by the reconciler
-            log.error("admin_after_commit_failed", route=route.path, error=str(exc)[:200])
-    log.info("admin_call", method=route.method, route=route.path, status=status,
-             operator=operator)
-    if status == 204:
-        return web.Response(status=204)
-    return web.json_response(payload, status=status)
-
-
 def setup_admin(app: web.Application) -> None:
     """Add the /admin routes and the OpenAPI document to `app`, and the admin thread pool."""
     app[ADMIN_EXECUTOR] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="admin")
@@ -803,4 +450,3 @@ def setup_admin(app: web.Application) -> None:
     app.router.add_get("/admin/openapi.json", openapi)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, make_handler(route))
-

@@ -13,7 +13,7 @@ from storage.webhooks import EVENT_TYPES
 
 
 class Route(Protocol):
-    """What the document reads of a route (`bot.admin.api.Route`, whose table it describes)."""
+    """What the document reads of a route (`bot.admin.dispatch.Route`, whose table it describes)."""
 
     @property
     def method(self) -> str: ...

@@ -1,0 +1,158 @@
+"""The console's appointments: the week, cancelling, and the day agenda (issue 22;
+operations/agenda.py) with its forms to book, move, block and mark a visit."""
+
+from collections.abc import Callable
+from datetime import date, timedelta
+from zoneinfo import ZoneInfo
+
+from bot.console.agenda_texts import agenda_problem, agenda_texts
+from bot.console.frame import Page, PageResult, Redirect, _language
+from bot.console.texts import translate_problem
+from operations import agenda as agenda_ops
+from operations import catalogue as catalogue_ops
+from operations import service
+from operations.errors import MAPPED, Conflict, NotFound, admin_error
+from storage.tenant_config import WEEKDAYS
+
+
+def appointments_page(p: Page) -> PageResult:
+    tz = ZoneInfo(p.tenant.timezone)
+    today = p.now.astimezone(tz).date()
+    try:
+        anchor = date.fromisoformat(p.request.query.get("week", "")) \
+            if p.request.query.get("week") else today
+    except ValueError:
+        anchor = today
+    if not 2001 <= anchor.year <= 2099:
+        anchor = today
+    monday = anchor - timedelta(days=anchor.weekday())
+    query = service.validated(service.AppointmentQuery, {
+        "from": monday.isoformat(), "to": (monday + timedelta(days=6)).isoformat()})
+    rows = service.list_appointments(p.session, p.tenant, query)
+    days = []
+    for offset in range(7):
+        day = monday + timedelta(days=offset)
+        label = f"{p.t['weekday_' + WEEKDAYS[offset]]} {day:%d/%m}"
+        days.append((label, [a for a in rows if a["start"].startswith(day.isoformat())]))
+    return "appointments.html", {"days": days, "week_start": f"{monday:%d/%m/%Y}",
+                                 "iso_days": [(monday + timedelta(days=n)).isoformat()
+                                              for n in range(7)],
+                                 "day_link": agenda_texts(_language(p))["day_link"],
+                                 "previous_week": (monday - timedelta(days=7)).isoformat(),
+                                 "next_week": (monday + timedelta(days=7)).isoformat()}
+
+
+def cancel(p: Page) -> PageResult:
+    raw = p.request.match_info["appointment_id"]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
+        raise NotFound("no such appointment")
+    appointment = service.cancel_appointment(p.session, p.tenant, int(raw), now=p.now)
+    return Redirect(f"/console/appointments?week={appointment['start'][:10]}",
+                    p.t["cancelled"])
+
+
+# -- the day agenda (issue 22; operations/agenda.py) -------------------------------------------
+
+def _agenda_day(p: Page, raw: str) -> date:
+    today = p.now.astimezone(ZoneInfo(p.tenant.timezone)).date()
+    try:
+        day = date.fromisoformat(raw) if raw else today
+    except ValueError:
+        return today
+    return day if 2001 <= day.year <= 2099 else today
+
+
+def agenda_page(p: Page) -> PageResult:
+    """Each professional's day (hours, bookings and blocks by start), with the forms to book,
+    move, block and mark a visit; one column, usable on a phone."""
+    day = _agenda_day(p, p.request.query.get("day", ""))
+    view = agenda_ops.day_view(p.session, p.tenant, day)
+    for pro in view["professionals"]:
+        entries = [{**a, "kind": "appointment",
+                    "started": a["start_at"] <= p.now.isoformat()} for a in pro["appointments"]]
+        entries += [{**b, "kind": "block"} for b in pro["blocks"]]
+        pro["entries"] = sorted(entries, key=lambda e: e["start"])
+    label = f"{p.t['weekday_' + WEEKDAYS[day.weekday()]]} {day:%d/%m/%Y}"
+    return "agenda.html", {"agenda": view, "day": day.isoformat(), "day_label": label,
+                           "previous_day": (day - timedelta(days=1)).isoformat(),
+                           "next_day": (day + timedelta(days=1)).isoformat(),
+                           "services": catalogue_ops.active_services(p.session, p.tenant),
+                           "at": agenda_texts(_language(p))}
+
+
+def _agenda_action(p: Page, action: Callable[[str], str]) -> PageResult:
+    """Run `action(day)` → a flash; a refusal comes back to the same day with its reasons."""
+    day = _agenda_day(p, str(p.form.get("day", ""))).isoformat()
+    try:
+        flash = action(day)
+    except MAPPED as exc:
+        p.session.rollback()
+        refused = admin_error(exc)
+        said = str(refused)  # the reason, then the problems that add to it (the bookings)
+        parts = [said] if not refused.problems or isinstance(refused, Conflict) else [
+            part for part in refused.problems if said not in part] or refused.problems
+        message = "; ".join(agenda_problem(part, _language(p))
+                            or translate_problem(part, _language(p)) for part in parts)
+        return Redirect(f"/console/agenda?day={day}", message, bad=True)
+    return Redirect(f"/console/agenda?day={day}", flash)
+
+
+def _form(p: Page, name: str) -> str:
+    return str(p.form.get(name, "") or "").strip()
+
+
+def agenda_book(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        body = service.validated(agenda_ops.StaffBooking, {
+            "service": _form(p, "service"), "start": f"{day}T{_form(p, 'time')}",
+            **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note")
+               if _form(p, k)}})
+        booked = agenda_ops.book(p.session, p.tenant, body, now=p.now)
+        return f"{agenda_texts(_language(p))['booked']}: {booked['start'][11:]} " \
+               f"{booked['professional_name']}"
+    return _agenda_action(p, act)
+
+
+def agenda_block(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        body = service.validated(agenda_ops.Block, {
+            "professional": _form(p, "professional"), "start": f"{day}T{_form(p, 'time')}",
+            "end": f"{day}T{_form(p, 'until')}", "note": _form(p, "note"),
+            "force": bool(p.form.get("force"))})
+        done = agenda_ops.block(p.session, p.tenant, body, now=p.now)
+        at = agenda_texts(_language(p))
+        kept = ", ".join(f"#{a['id']}" for a in done["kept"])
+        return at["block_saved"] + (f" ({kept} {at['kept']})" if kept else "")
+    return _agenda_action(p, act)
+
+
+def _record(p: Page, key: str) -> int:
+    raw = p.request.match_info[key]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
+        raise NotFound("no such record")
+    return int(raw)
+
+
+def agenda_unblock(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        agenda_ops.unblock(p.session, p.tenant, _record(p, "block_id"))
+        return agenda_texts(_language(p))["block_removed"]
+    return _agenda_action(p, act)
+
+
+def agenda_outcome(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        agenda_ops.set_outcome(p.session, p.tenant, _record(p, "appointment_id"),
+                               _form(p, "outcome"), now=p.now)
+        return agenda_texts(_language(p))["marked"]
+    return _agenda_action(p, act)
+
+
+def agenda_move(p: Page) -> PageResult:
+    def act(day: str) -> str:
+        start = _form(p, "start") or f"{_form(p, 'move_date')}T{_form(p, 'move_time')}"
+        body = service.validated(agenda_ops.Move, {"start": start})  # the date and time inputs
+        moved = agenda_ops.move(p.session, p.tenant, _record(p, "appointment_id"), body,
+                                now=p.now)
+        return f"{agenda_texts(_language(p))['moved']}: {moved['start'].replace('T', ' ')}"
+    return _agenda_action(p, act)

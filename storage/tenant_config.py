@@ -1,0 +1,428 @@
+"""The configuration schema of a tenant: what a business may set and how it is validated
+(`TenantSettings`, `TenantConfig`, the catalogue's specs), the readable problems of a refusal
+(`problems_of`), and the pure rules of prices and reminder texts. Pure: no session, no rows
+written; storage/catalogue.py and storage/tenants.py apply what it validates.
+"""
+
+from datetime import date
+from string import Formatter
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from storage.errors import TenantConfigError
+from storage.fact_keys import resolve_keys
+from storage.models import Tenant
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+TENANT_FIELDS = tuple(name for name in Tenant.model_fields
+                      if name not in ("id", "phone_number_id", "created_at",
+                                      "sending_paused_reason"))
+
+_INTERVAL = r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
+_CODE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+Interval = Annotated[str, StringConstraints(pattern=_INTERVAL)]
+
+
+def _check_intervals(intervals: list[str]) -> list[str]:
+    for interval in intervals:
+        if interval[:5] >= interval[6:]:
+            raise ValueError(f"{interval!r}: opens must be before closes")
+    ordered = sorted(intervals)
+    for before, after in zip(ordered, ordered[1:], strict=False):
+        if after[:5] < before[6:]:
+            raise ValueError(f"{before!r} and {after!r} overlap")
+    return ordered
+
+
+Intervals = Annotated[list[Interval], Field(max_length=10), AfterValidator(_check_intervals)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class FactKeySpec(_Strict):
+    """A key of the tenant's own (storage/fact_keys.py)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{1,40}$")
+    kind: Literal["preference", "agreement", "restriction", "registration", "occurrence"]
+    validity_days: int = Field(365, ge=1, le=36_500)
+    review_days: int | None = Field(None, ge=1, le=36_500)
+    risk: Literal["low", "high"] = "low"
+    sensitive: bool = False
+    shape: Literal["text", "name", "period", "weekday", "service", "professional"] = "text"
+
+
+REMINDER_PARAMETERS = ("customer_name", "service", "professional", "date", "time", "address")
+
+
+def check_placeholders(text: str, allowed: tuple[str, ...] = REMINDER_PARAMETERS) -> str:
+    """A tenant text with placeholders (`reminder_text`): only plain `{name}` fields of
+    `allowed`, `{{`/`}}` for a literal brace. Raises ValueError naming the first fault:
+    an unknown field, an attribute or index (`{service.x}`, `{service[0]}`), a conversion or
+    format spec, or a lone brace. The rule str.format applies when the text is sent
+    (workers/reminders.py)."""
+    try:
+        parts = list(Formatter().parse(text))
+    except ValueError as exc:  # a lone { or }
+        raise ValueError(f"{exc}; write {{{{ or }}}} for a brace") from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in allowed or spec or conversion:
+            shown = "{" + field + (f"!{conversion}" if conversion else "") \
+                + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"{shown} is not a field; use plain {{name}} with one of "
+                             + ", ".join("{" + a + "}" for a in allowed))
+    return text
+BUTTON_ACTIONS = ("confirm", "reschedule", "cancel")
+
+
+class TemplateButton(_Strict):
+    """A quick-reply button of a template, in order: its `title` as Meta's template shows it
+    (the send carries only the payload) and what a tap does (issue 25, workers/reminders.py)."""
+
+    title: str = Field(min_length=1, max_length=25)
+    action: Literal["confirm", "reschedule", "cancel"]
+
+
+class TemplateSpec(_Strict):
+    """An approved WhatsApp template the tenant may send outside the 24-hour window (staff
+    replies now; later capabilities reuse it). `parameters`: the names of its body variables,
+    in order ({{1}}, {{2}}...), each filled in by whoever sends it; `buttons`: its quick-reply
+    buttons' texts. Sources: WhatsApp §5.2 (template messages)."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]{1,512}$")
+    language: str = Field("pt_BR", pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
+    parameters: list[Annotated[str, StringConstraints(min_length=1, max_length=60)]] = Field(
+        default_factory=list, max_length=20)
+    buttons: list[Annotated[str, StringConstraints(min_length=1, max_length=25)]
+                  | TemplateButton] = Field(default_factory=list, max_length=10)
+
+
+def _unique_templates(value: list[TemplateSpec] | None) -> list[TemplateSpec] | None:
+    if value is not None:
+        seen = [(t.name, t.language) for t in value]
+        doubles = sorted({f"{n} ({lang})" for n, lang in seen if seen.count((n, lang)) > 1})
+        if doubles:
+            raise ValueError(f"declared twice: {', '.join(doubles)}")
+    return value
+
+
+class TenantSettings(_Strict):
+    """The fields of a tenant a business may change (all optional: only those given apply)."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    timezone: str | None = Field(None, max_length=64, description="IANA zone")
+    language: Literal["pt-BR", "en"] | None = Field(
+        None, description="the default language of replies and of the product's own texts")
+    instructions: str | None = Field(None, max_length=50_000,
+                                     description="the agent's instructions (system prompt)")
+    inactivity_timeout_minutes: int | None = Field(None, ge=1, le=43_200)
+    compaction_threshold_tokens: int | None = Field(None, ge=0, le=1_000_000_000)
+    compaction_min_gain_tokens: int | None = Field(None, ge=0, le=1_000_000_000)
+    keep_messages: int | None = Field(None, ge=1, le=500,
+                                      description="messages kept verbatim after compaction")
+    prune_after_user_turns: int | None = Field(None, ge=0, le=1000)
+    agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
+    summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
+    slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
+    booking_horizon_days: int | None = Field(
+        None, ge=1, le=3650, description="bookings open at most this many days ahead")
+    booking_notice_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="a booking starts at least this long after now")
+    max_upcoming_bookings: int | None = Field(
+        None, ge=1, le=1000, description="upcoming bookings one customer may hold at once")
+    retention_days: int | None = Field(None, ge=1, le=36_500)
+    followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
+                                          description="approved template sent when the "
+                                                      "24 h window closed; empty: none")
+    followup_template_language: str | None = Field(None, pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
+    fact_keys: list[Annotated[str, StringConstraints(max_length=64)] | FactKeySpec] | None = \
+        Field(None, max_length=50, description="names of default keys, or keys of your own")
+    # a person takes over (storage/staff.py)
+    handoff_text: str | None = Field(None, max_length=1000, description="what the customer is "
+                                     "told when the agent hands off; empty: the product's")
+    staff_timeout_minutes: int | None = Field(
+        None, ge=1, le=43_200, description="back to the agent after this long without a "
+                                           "staff message")
+    handoff_alert_minutes: int | None = Field(
+        None, ge=1, le=43_200, description="a handoff nobody answered alerts again after this")
+    echo_pause_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="how long a message sent from the WhatsApp "
+                                           "Business app pauses the agent; 0: never")
+    templates: Annotated[list[TemplateSpec] | None, AfterValidator(_unique_templates)] = Field(
+        None, max_length=100, description="approved templates for outside the 24-hour window")
+    currency: str | None = Field(None, pattern=r"^[A-Z]{3}$",
+                                 description="ISO 4217 code of the services' prices (BRL)")
+    appointment_notes_sensitive: bool | None = Field(
+        None, description="appointment notes may hold health details (an allergy); "
+                          "default false")
+    # reminders (issue 25; storage/reminders.py)
+    reminder_lead_minutes: list[Annotated[int, Field(ge=15, le=20_160)]] | None = Field(
+        None, max_length=3, description="reminders this many minutes before the start, up "
+                                        "to three (default [1440]); [] sends none")
+    quiet_hours: str | None = Field(
+        None, pattern=r"^$|" + _INTERVAL,
+        description="local HH:MM-HH:MM (may wrap midnight) when no reminder goes out "
+                    "(default 21:00-08:00); empty: none")
+    reminder_template: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{0,512}$",
+        description="one of `templates`, sent as the reminder outside the 24-hour window; "
+                    "empty: none (such reminders are skipped)")
+    reminder_text: str | None = Field(
+        None, max_length=900, description="the reminder inside the 24-hour window ({service}, "
+                                          "{professional}, {date}, {time}, {customer_name}, "
+                                          "{address}); empty: the product's")
+    cancellation_window_minutes: int | None = Field(
+        None, ge=0, le=43_200, description="a tapped Cancelar cancels only at least this "
+                                           "long before the start; 0: any time before")
+    notice_template: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{0,512}$",
+        description="one of `templates`, telling the customer of a cancel or move by the "
+                    "business outside the 24-hour window; empty: none")
+    address: str | None = Field(None, max_length=300,
+                                description="the business's address (a reminder field)")
+    coexistence: bool | None = Field(
+        None, description="the number is also used in the WhatsApp Business app (sends "
+                          "paced at 20/s instead of 80/s)")
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "America" is a
+                # directory of the zone database, not a zone
+                raise ValueError(f"{value!r} is not an IANA zone (e.g. America/Sao_Paulo)")\
+                    from None
+        return value
+
+    @field_validator("reminder_text")
+    @classmethod
+    def _placeholders(cls, value: str | None) -> str | None:
+        return value if value is None else check_placeholders(value)
+
+    @field_validator("fact_keys")
+    @classmethod
+    def _keys(cls, value: list[Any] | None) -> list[Any] | None:
+        if value is not None:
+            try:
+                resolve_keys([k.model_dump(exclude_none=True) if isinstance(k, BaseModel)
+                              else k for k in value])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def settings(self) -> dict[str, Any]:
+        return self.model_dump(exclude_unset=True, exclude_none=True)
+
+
+MAX_PRICE_CENTS = 100_000_000  # one million in the tenant's currency
+
+
+def parse_price(text: str) -> int | None:
+    """A price as an owner types it → cents: "80", "80,00", "80.5", "R$ 1.200,00" (Brazilian
+    thousands dots), "1200.00"; "" → None (no price). Raises TenantConfigError when it is not
+    an amount (at most two decimals, not negative, at most MAX_PRICE_CENTS)."""
+    raw = text.strip().removeprefix("R$").strip().replace(" ", "")
+    if not raw:
+        return None
+    if "," in raw:  # Brazilian: dots group thousands, the comma is the decimal mark
+        raw = raw.replace(".", "").replace(",", ".")
+    whole, _, cents = raw.partition(".")
+    if not whole.isdigit() or not (cents == "" or (cents.isdigit() and len(cents) <= 2)):
+        raise TenantConfigError(f"price: {text[:40]!r} is not an amount (e.g. 80 or 80,00)")
+    value = int(whole) * 100 + int(cents.ljust(2, "0") or 0)
+    if value > MAX_PRICE_CENTS:
+        raise TenantConfigError(f"price: at most {MAX_PRICE_CENTS // 100}")
+    return value
+
+
+CURRENCY_SIGNS = {"BRL": "R$", "USD": "US$", "EUR": "€"}  # others: the ISO code
+
+
+def price_text(cents: int | None, currency: str = "BRL", *, minimum: bool = False,
+               language: str = "pt-BR") -> str:
+    """A price as people read it: "R$ 1.200,00", "a partir de R$ 80,00" (pt-BR), "from
+    R$ 80.00" (en); "" when there is none. The one rendering of a price (console, prompt)."""
+    if cents is None:
+        return ""
+    whole, rest = divmod(cents, 100)
+    if language == "pt-BR":
+        amount = f"{whole:,}".replace(",", ".") + f",{rest:02d}"
+    else:
+        amount = f"{whole:,}.{rest:02d}"
+    text = f"{CURRENCY_SIGNS.get(currency, currency)} {amount}"
+    if minimum:
+        text = ("a partir de " if language == "pt-BR" else "from ") + text
+    return text
+
+
+class ServiceSpec(_Strict):
+    code: str = Field(pattern=_CODE)
+    name: str = Field("", max_length=200)
+    duration_minutes: int = Field(ge=5, le=1440)
+    price_cents: int | None = Field(None, ge=0, le=MAX_PRICE_CENTS,
+                                    description="price in cents of the tenant's currency "
+                                                "(e.g. 8000 = R$ 80,00); none: not stated")
+    price_from: bool = Field(False, description="the price is a minimum (\"a partir de\")")
+    description: str = Field("", max_length=300, description="one line the model may quote")
+    buffer_minutes: int = Field(0, ge=0, le=240, description="minutes the professional stays "
+                                "busy after the visit (clean-up); default 0")
+
+    @field_validator("price_from")
+    @classmethod
+    def _from_needs_price(cls, value: bool, info: Any) -> bool:
+        if value and info.data.get("price_cents") is None:
+            raise ValueError("price_from needs price_cents")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return " ".join(value.split())
+
+
+class TimeOffSpec(_Strict):
+    """Days a professional does not work (a holiday): `from` to `to`, both included."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, populate_by_name=True)
+    start: date = Field(alias="from", description="first local day off, YYYY-MM-DD")
+    end: date = Field(alias="to", description="last local day off, YYYY-MM-DD (included)")
+    note: str = Field("", max_length=200)
+
+    @field_validator("end")
+    @classmethod
+    def _ordered(cls, value: date, info: Any) -> date:
+        start = info.data.get("start")
+        if start is not None and value < start:
+            raise ValueError(f"ends ({value.isoformat()}) before it starts "
+                             f"({start.isoformat()})")
+        return value
+
+    def stored(self) -> dict[str, str]:
+        return {"from": self.start.isoformat(), "to": self.end.isoformat(), "note": self.note}
+
+
+class ProfessionalSpec(_Strict):
+    """A professional and their own week (issue 22; agent/tools/availability.py): `hours` in
+    the business's shape (left out: the business's hours), `time_off` ranges, `hours_exceptions`
+    of their own (the business's apply on top), `durations` {service code: minutes} where a
+    service takes them another time than the service's."""
+
+    code: str = Field(pattern=_CODE)
+    name: str = Field("", max_length=200)
+    services: list[str] = Field(default_factory=list, max_length=200,
+                                description="codes of the services this professional does")
+    hours: dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals] | None = \
+        Field(None, description="their weekly hours, {\"mon\": [\"09:00-18:00\"]}; "
+                                "none: the business's")
+    time_off: list[TimeOffSpec] = Field(default_factory=list, max_length=200)
+    hours_exceptions: list["HoursExceptionSpec"] = Field(default_factory=list, max_length=366)
+    durations: dict[str, Annotated[int, Field(ge=5, le=1440)]] = Field(
+        default_factory=dict, max_length=200,
+        description="minutes a service takes with this professional, by service code")
+
+    @field_validator("services")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+    @field_validator("durations")
+    @classmethod
+    def _done_here(cls, value: dict[str, int], info: Any) -> dict[str, int]:
+        services = info.data.get("services")
+        if services is not None:
+            stray = sorted(set(value) - set(services))
+            if stray:
+                raise ValueError(f"{', '.join(stray)}: not a service this professional does "
+                                 f"(does: {', '.join(services) or 'none'})")
+        return value
+
+    @field_validator("hours_exceptions")
+    @classmethod
+    def _one_per_day(cls, value: list[Any]) -> list[Any]:
+        days = [e.day for e in value]
+        doubles = sorted({d.isoformat() for d in days if days.count(d) > 1})
+        if doubles:
+            raise ValueError(f"more than one exception on {', '.join(doubles)}")
+        return value
+
+    def week(self) -> dict[str, Any]:
+        """The Professional columns of the week: hours, time_off, hours_exceptions, durations."""
+        return {"hours": {d: list(i) for d, i in self.hours.items()} if self.hours is not None
+                else None,
+                "time_off": [t.stored() for t in self.time_off],
+                "hours_exceptions": [{"day": e.day.isoformat(), "hours": list(e.hours),
+                                      "note": e.note} for e in self.hours_exceptions],
+                "durations": dict(self.durations)}
+
+
+class HoursExceptionSpec(_Strict):
+    day: date = Field(description="local date, YYYY-MM-DD")
+    hours: Intervals = Field(default_factory=list,
+                             description="HH:MM-HH:MM intervals; empty: closed all day")
+    note: str = Field("", max_length=200)
+
+
+ProfessionalSpec.model_rebuild()
+WeeklyHours = dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals]
+WEEKLY_HOURS: TypeAdapter[WeeklyHours] = TypeAdapter(WeeklyHours)
+
+
+class TenantConfig(TenantSettings):
+    """A whole tenant as `wagent tenant create` and replays take it."""
+
+    phone_number_id: str = Field(pattern=r"^[0-9]{1,64}$")
+    services: list[ServiceSpec] | None = Field(None, max_length=200)
+    professionals: list[ProfessionalSpec] | None = Field(None, max_length=100)
+    hours: WeeklyHours | None = None
+    hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=1000)
+
+    def settings(self) -> dict[str, Any]:
+        return {k: v for k, v in super().settings().items() if k in TENANT_FIELDS}
+
+
+# What a pattern means, said to the owner instead of the regular expression itself
+_PATTERN_MEANS = {
+    _INTERVAL: "use HH:MM-HH:MM, times from 00:00 to 23:59 (e.g. 09:00-18:00)",
+    _CODE: "use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+}
+
+
+def problems_of(exc: ValidationError) -> list[str]:
+    """Readable "where: what" lines of a pydantic error (for API details and the CLI); a
+    pattern the value missed is said in words (`_PATTERN_MEANS`), the value echoed."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "body"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        pattern = (error.get("ctx") or {}).get("pattern")
+        if error["type"] == "string_pattern_mismatch" and pattern in _PATTERN_MEANS:
+            message = f"{str(error['input'])[:40]!r}: {_PATTERN_MEANS[pattern]}"
+        lines.append(f"{where}: {message}")
+    return lines
+
+
+def validate_config(config: Any) -> TenantConfig:
+    """Validate a whole tenant dict; raises TenantConfigError naming every problem at once
+    (a bad timezone would otherwise fail every message later)."""
+    if not isinstance(config, dict):
+        raise TenantConfigError("the tenant must be a JSON object")
+    try:
+        return TenantConfig.model_validate(config)
+    except ValidationError as exc:
+        raise TenantConfigError(*problems_of(exc)) from None
