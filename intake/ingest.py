@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select
 
 from intake.echoes import store_echo
 from intake.errors import StoreUnavailable
+from intake.masking import mask
 from storage import (
     contacts,
     conversations,
@@ -256,7 +257,8 @@ def _store_one(engine: Engine, update: Update, now: datetime) -> str:
 
 
 def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact_id: int,
-               timezone: str, now: datetime, sent_at: datetime) -> int | None:
+               timezone: str, now: datetime, sent_at: datetime,
+               keep_cpf: bool = False) -> int | None:
     """Apply an edit or a deletion to the message it names (`msg.refers_to`), and set what is
     stored for it (`stored`: content, starts_turn, deleted_at). Returns the id of an open
     conversation whose summary covers the deleted message (the caller enqueues
@@ -281,7 +283,8 @@ def _follow_up(session: Session, msg: InboundMessage, stored: Message, *, contac
     message_revoke.json.
     """
     def stamped(text: str, sent: datetime | None = sent_at) -> list[dict[str, Any]]:
-        return [{"type": "text", "text": stamp(text, now, timezone, sent_at=sent)}]
+        return [{"type": "text", "text": stamp(text, now, timezone, sent_at=sent,
+                                               keep_cpf=keep_cpf)}]
 
     revoke, wamid = msg.wa_type == "revoke", msg.refers_to
     if revoke:
@@ -393,7 +396,7 @@ LATE_AFTER = timedelta(minutes=15)  # Meta redelivers after outages, sometimes h
 
 
 def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
-          sent_at: datetime | None = None) -> str:
+          sent_at: datetime | None = None, keep_cpf: bool = False) -> str:
     """Prefix the received time in the tenant's timezone, e.g. "[Mon 2026-06-01 10:00] oi".
 
     The time lives in the message itself so `system` stays byte-identical between turns and the
@@ -402,14 +405,15 @@ def stamp(text: str, received_at: datetime, tenant: Tenant | str, *,
     ", delivered late: sent Mon 10:00" on the day it arrived, with the date on any other day
     (", sent Sun 2025-11-30 10:00"). `unstamp` takes it off again (the console, fact
     extraction's length). The customer's text is disarmed (storage/marks.py `disarm`): it can
-    never carry the staff mark `[equipe: NAME]`.
+    never carry the staff mark `[equipe: NAME]`, and its card and CPF numbers are masked
+    (intake/masking.py; a CPF kept with `keep_cpf`, the tenant's setting).
     """
     zone = _zone(tenant if isinstance(tenant, str) else tenant.timezone)
     local = received_at.astimezone(zone)
     late = ""
     if sent_at is not None and received_at - sent_at > LATE_AFTER:
         late = f", delivered late: sent {local_when(sent_at, local)}"
-    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {marks.disarm(text)}"
+    return f"[{local:%a %Y-%m-%d %H:%M}{late}] {marks.disarm(mask(text, keep_cpf))}"
 
 
 STAMP = re.compile(r"^\[[A-Z][a-z]{2} \d{4}-\d{2}-\d{2} \d{2}:\d{2}[^\]\n]*\] ?", re.MULTILINE)
@@ -608,6 +612,7 @@ class _Tenant:
     id: int
     timezone: str
     inactivity_timeout_minutes: int
+    keep_cpf: bool = False
 
 
 @dataclass
@@ -723,7 +728,8 @@ def _store_alone(session: Session, item: _Item) -> None:
     if head.tenant_id is None:
         _unknown_number(session, msg, result, item.pending.now)
         return
-    item.tenant = _Tenant(head.tenant_id, head.timezone, head.inactivity_timeout_minutes)
+    item.tenant = _Tenant(head.tenant_id, head.timezone, head.inactivity_timeout_minutes,
+                          bool(head.keep_cpf))
     sent_at = customer_sent_at(msg.timestamp, now)
     contact_id, item.seen = _contact(session, msg, head.tenant_id,
                                      _fit(msg.profile_name, PROFILE_NAME_CHARS), now, sent_at)
@@ -738,7 +744,8 @@ def _store_alone(session: Session, item: _Item) -> None:
     if msg.wa_type in FOLLOW_UPS:
         stored = Message(**row)
         rederive = _follow_up(session, msg, stored, contact_id=contact_id,
-                              timezone=head.timezone, now=now, sent_at=sent_at)
+                              timezone=head.timezone, now=now, sent_at=sent_at,
+                              keep_cpf=bool(head.keep_cpf))
         if rederive is not None:
             result.rederive_conversation_ids.append(rederive)
         stored.answered_at = None if stored.starts_turn else now
@@ -809,7 +816,7 @@ def _message_row(item: _Item) -> dict[str, Any]:
     return {**_MESSAGE_DEFAULTS,
             "tenant_id": item.tenant.id, "conversation_id": item.conversation_id,
             "content": [{"type": "text", "text": stamp(
-                msg.text, now, item.tenant.timezone,
+                msg.text, now, item.tenant.timezone, keep_cpf=bool(item.tenant.keep_cpf),
                 sent_at=customer_sent_at(msg.timestamp, now))}],
             "wamid": msg.wamid, "wa_type": _fit(msg.wa_type, WA_TYPE_CHARS),
             "meta_timestamp": msg.timestamp, "received_at": arrival(now, item.index),
