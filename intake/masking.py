@@ -2,8 +2,8 @@
 
 Pure. A customer's text, caption, transcript or edit goes through `mask` once, before it is
 stored, logged or sent on (intake/ingest.py `stamp`, workers/media.py), and migration 0022 ran
-it over the messages stored before. A number is a run of digit groups joined by one separator
-(space, dash, dot, or one of those between spaces) laid out as core/numbers.NUMBER_LAYOUTS says;
+it over the messages stored before. A number is a run of digit groups joined by spaces
+and at most one dash, dot, slash or comma laid out as core/numbers.NUMBER_LAYOUTS says;
 the checks are core/numbers' (python-stdnum: Luhn, CPF check digits), those that refuse such
 numbers in notes and facts. A run right after "+" is a phone number, never a card.
 """
@@ -15,7 +15,8 @@ from core.numbers import IS_NUMBER, NUMBER_LAYOUTS
 MASK = "*"
 KEEP_CARD_DIGITS = 4  # PCI DSS 3.4: at most the last four digits are shown
 _GROUP = re.compile(r"\d+")
-_JOIN = re.compile(r" ?[-.\u2010-\u2015] ?| |\u00a0")  # what may join two groups of one number
+# what may join two groups of one number: spaces, a dash, dot, slash or comma between them
+_JOIN = re.compile(r"\s{0,4}[-./,\u2010-\u2015]?\s{0,4}")
 
 
 def mask(text: str, keep_cpf: bool = False) -> str:
@@ -50,7 +51,8 @@ def _runs(text: str) -> list[list[Span]]:
     previous: Span | None = None
     for match in _GROUP.finditer(text):
         span = match.span()
-        joined = previous is not None and _JOIN.fullmatch(text[previous[1]:span[0]])
+        gap = "" if previous is None else text[previous[1]:span[0]]
+        joined = previous is not None and gap != "" and _JOIN.fullmatch(gap)
         if joined:
             runs[-1].append(span)
         else:
