@@ -1,10 +1,10 @@
 """Public holidays: which calendar a tenant follows, and the holidays of a date range (issue 42).
 
 Pure but for reading the tz database's zone.tab once (the `tzdata` package). A calendar is
-"CC" (an ISO 3166 country) or "CC-SUB" (a state or city the `holidays` library knows, e.g.
-"BR-SP", "BR-São Paulo Capital"); "" means the country of the tenant's timezone (America/Sao_Paulo -> BR); "none"
-means no public holidays. Holidays are the library's public ones, named in the tenant's
-language when the library has it (else the country's own).
+"CC" (an ISO 3166 country) or "CC-SUB" (a state or city the `holidays` library knows,
+e.g. "BR-SP", "BR-São Paulo Capital"); "" means the country of the tenant's timezone
+(America/Sao_Paulo -> BR); "none" means no public holidays. Holidays are the library's
+public ones, named in the tenant's language when the library has it (else the country's own).
 """
 
 import functools

@@ -28,10 +28,10 @@ def is_tombstoned(session: Session, wamid: str) -> bool:
 
 def inbound_lookup(session: Session, *, wamid: str, phone_number_id: str) -> Any:
     """What storing an inbound message needs to know first, in one round trip: the tenant of
-    `phone_number_id` (`tenant_id`, `timezone`, `inactivity_timeout_minutes`, `keep_cpf`; None when
-    unknown), whether the wamid is tombstoned (`tombstoned`), and the stored message with this
-    wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`, `wa_type`; None when
-    new).
+    `phone_number_id` (`tenant_id`, `timezone`, `inactivity_timeout_minutes`, `keep_cpf`;
+    None when unknown), whether the wamid is tombstoned (`tombstoned`), and the stored
+    message with this wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`,
+    `wa_type`; None when new).
     """
     connection, statement = prepared(session, "inbound_lookup", _build_inbound_lookup)
     return connection.execute(statement, {
@@ -59,7 +59,8 @@ def lookup_many(session: Session, *, wamids: list[str],
                 phone_number_ids: list[str]) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
     """For a group of inbound messages, in three round trips: the stored messages by wamid
     (`id`, `conversation_id`, `starts_turn`, `answered_at`, `wa_type`), the tombstoned wamids,
-    and the tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`, `keep_cpf`)."""
+    and the tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`,
+    `keep_cpf`)."""
     m = Message.__table__  # type: ignore[attr-defined]
     w = WamidTombstone.__table__  # type: ignore[attr-defined]
     t = Tenant.__table__  # type: ignore[attr-defined]

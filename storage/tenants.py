@@ -20,8 +20,8 @@ from pydantic import (
 )
 from sqlmodel import Session, col, delete, select
 
-from storage import conversations
 from core.holidays import parse_calendar
+from storage import conversations
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import (

@@ -13,11 +13,12 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session
 
 from agent.errors import ToolError
+from agent.tools.availability import business_exceptions
 from agent.tools.base import Tool, ToolContext
 from agent.tools.slots import opening_intervals
 from storage import staff
 from storage.models import Conversation, Tenant
-from storage.tenants import list_hours, list_hours_exceptions
+from storage.tenants import list_hours
 
 MAX_REASON = 200
 MAX_SUMMARY = 300
@@ -60,8 +61,7 @@ def next_opening(session: Session, tenant: Tenant, now: datetime) -> datetime | 
     hours: dict[int, list[tuple[str, str]]] = {}
     for row in list_hours(session, tenant.id):
         hours.setdefault(row.weekday, []).append((row.opens, row.closes))
-    exceptions = {row.day: [(i[:5], i[6:]) for i in row.hours]
-                  for row in list_hours_exceptions(session, tenant.id)}
+    exceptions = business_exceptions(session, tenant.id)  # public holidays too
     local = now.astimezone(tz)
     for offset in range(LOOK_AHEAD_DAYS + 1):
         day: date = local.date() + timedelta(days=offset)
