@@ -253,3 +253,48 @@ def test_the_summary_request_names_the_language_and_the_limit(env: ReplayEnviron
     with session_scope(env.engine) as session:
         summary = session.exec(select(Conversation)).one().summary
     assert len(summary.split()) == 201 and summary.endswith(" …")
+
+
+# -- 3. the same setting on the console's hours page, the admin API and the CLI ------------------
+
+def test_the_hours_page_lists_the_coming_holidays_each_with_a_switch(
+        env: ReplayEnvironment) -> None:
+    from operations import service
+    from tests.test_console import Browser
+
+    with session_scope(env.engine) as session:
+        token = service.create_token(session, session.exec(select(Tenant)).one(), label="t",
+                                     now=env.clock.now())["token"]
+    browser = Browser(env.web_url)
+    browser.sign_in(token)
+    _, page, _ = browser.request("/console/catalog")
+    assert "Feriados oficiais" in page and "Calendário: BR" in page
+    assert "2026-09-07</td><td>Independência do Brasil</td><td>fechado" in page
+    status, _, _ = browser.request("/console/catalog/public-holidays",
+                                   {"csrf": browser.csrf, "day": "2026-09-07", "open": "1"})
+    assert status == 303
+    _, page, _ = browser.request("/console/catalog")
+    assert "2026-09-07</td><td>Independência do Brasil</td><td>aberto" in page
+    assert _tenant(env).open_holidays == ["2026-09-07"]
+    browser.request("/console/catalog/public-holidays",
+                    {"csrf": browser.csrf, "day": "2026-09-07", "open": "0"})
+    assert _tenant(env).open_holidays == []
+
+
+def test_the_admin_api_changes_the_same_settings(env: ReplayEnvironment) -> None:
+    from operations import service
+    from tests.test_admin_api import call
+
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        token, path = service.create_token(session, tenant, label="t", now=env.clock.now())[
+            "token"], f"/admin/tenants/{tenant.id}"
+    status, _ = call(env, "PATCH", path, {
+        "holiday_calendar": "BR-SP", "open_holidays": ["2026-11-20"], "keep_cpf": True},
+        token=token)
+    assert status == 200
+    tenant = _tenant(env)
+    assert (tenant.holiday_calendar, tenant.open_holidays, tenant.keep_cpf) == (
+        "BR-SP", ["2026-11-20"], True)
+    status, body = call(env, "PATCH", path, {"holiday_calendar": "BR-XX"}, token=token)
+    assert status == 422 and "is not a subdivision of BR" in json.dumps(body)

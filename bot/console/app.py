@@ -34,6 +34,7 @@ from agent.window import tool_result_text
 from bot import guard
 from bot.admin.api import lock_tenant, run_admin
 from bot.bodies import FORM_BODY_BYTES, SIGN_IN_BODY_BYTES, read_form
+from bot.console import holidays as public_holidays
 from bot.console import labels
 from bot.console.agenda_texts import agenda_problem, agenda_texts
 from bot.console.texts import LANGUAGES, texts_for, translate_notes, translate_problem
@@ -508,7 +509,16 @@ def _preview(tenant: Tenant, form: dict[str, Any]) -> dict[str, str]:
 def catalog_page(p: Page) -> PageResult:
     return "catalog.html", {"catalogue": service.catalogue_view(p.session, p.tenant),
                             "weekdays": WEEKDAYS, "error": "",
-                            "currency": p.tenant.currency}
+                            "currency": p.tenant.currency,
+                            "public_holidays": public_holidays.coming_holidays(p.tenant, p.now)}
+
+
+def switch_public_holiday(p: Page) -> PageResult:
+    """A public holiday's switch: the business opens that day, or closes again (issue 42)."""
+    today = p.now.astimezone(ZoneInfo(p.tenant.timezone)).date()
+    public_holidays.switch_holiday(p.session, p.tenant, str(p.form.get("day", "")),
+                                   p.form.get("open") == "1", today)
+    return Redirect("/console/catalog", p.t["saved"])
 
 
 def _tenant_id(p: Page) -> int:
@@ -940,6 +950,7 @@ def setup_console(app: web.Application) -> None:
         ("POST", "/console/catalog/hours", "catalog", save_hours),
         ("POST", "/console/catalog/holidays", "catalog", add_holiday),
         ("POST", "/console/catalog/holidays/remove", "catalog", remove_holiday),
+        ("POST", "/console/catalog/public-holidays", "catalog", switch_public_holiday),
         ("GET", "/console/review", "review", review_page),
         ("POST", "/console/review/{fact_id}/approve", "review", approve),
         ("POST", "/console/review/{fact_id}/reject", "review", reject),
