@@ -28,6 +28,7 @@ from storage.models import Conversation, Message, Tenant
 from storage.tenants import TenantSettings
 from tests.conftest import START
 from tests.factories import TENANT, text_body
+from tests.test_media import media_env  # noqa: F401  (a fixture)
 
 SCENARIOS = Path(__file__).parent / "scenarios" / "edges"
 
@@ -298,3 +299,18 @@ def test_the_admin_api_changes_the_same_settings(env: ReplayEnvironment) -> None
         "BR-SP", ["2026-11-20"], True)
     status, body = call(env, "PATCH", path, {"holiday_calendar": "BR-XX"}, token=token)
     assert status == 422 and "is not a subdivision of BR" in json.dumps(body)
+
+
+def test_a_transcript_is_masked_as_a_text_is(
+        media_env: ReplayEnvironment) -> None:  # noqa: F811  (the fixture)
+    from tests.test_media import AUDIO_ID, _post, _stored, _texts, audio_body
+
+    env = media_env
+    sha = env.graph_api.add_media(AUDIO_ID, b"OggS" + b"\x01" * 2000, "audio/ogg")
+    env.transcription_api.script(["meu cartão é 4111 1111 1111 1111 e cpf 529.982.247-25"])
+    env.messages_api.script("turn", [{"text": "Não guardamos cartão nem CPF."}])
+    _post(env, audio_body(sha))
+    stored = " ".join(str(b.get("text", "")) for b in _stored(env).content)
+    for seen in (stored, _texts(env)):
+        assert "**** **** **** 1111 e cpf ***.***.***-**" in seen
+        assert "4111 1111" not in seen and "529.982" not in seen
