@@ -52,6 +52,7 @@ class LoopOutcome:
     rounds: int
     tool_errors: int = 0
     tool_calls: list[str] = field(default_factory=list)
+    stopped_by: Block | None = None  # kind stopped: the tool_use block that ended the turn
 
     @property
     def final_text(self) -> str:
@@ -94,9 +95,10 @@ def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
             messages.append({"role": "user", "content": results})
             hooks.on_tool_results(results)
             messages[-1]["content"].extend(hooks.fold_new_messages())  # results stay first
-            if stop_after and any(_is_tool_use(b) and b.get("name") in stop_after
-                                  and not _failed(results, b) for b in content):
-                outcome.kind = "stopped"
+            stops = [b for b in content if _is_tool_use(b) and b.get("name") in stop_after
+                     and not _failed(results, b)]
+            if stops:
+                outcome.kind, outcome.stopped_by = "stopped", stops[0]
                 return outcome
             continue
         outcome.final_content = [b for b in content if b.get("type") == "text"]

@@ -46,7 +46,8 @@ def add_tenant_commands(tenant_sub: Any) -> None:
         "handoff_text, staff_timeout_minutes, handoff_alert_minutes, echo_pause_minutes, "
         "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
         "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "
-        "notice_template, address, coexistence.")
+        "notice_template, address, coexistence, keep_cpf, holiday_calendar, "
+        "open_holidays.")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "

@@ -19,7 +19,8 @@ DELETED_REASON = "not answered: the customer deleted it"
 
 
 def follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact_id: int,
-              timezone: str, now: datetime, sent_at: datetime) -> int | None:
+              timezone: str, now: datetime, sent_at: datetime,
+              keep_cpf: bool = False) -> int | None:
     """Apply an edit or a deletion to the message it names (`msg.refers_to`), and set what is
     stored for it (`stored`: content, starts_turn, deleted_at). Returns the id of an open
     conversation whose summary covers the deleted message (the caller enqueues
@@ -43,7 +44,8 @@ def follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact
     if revoke:
         stored.content, stored.starts_turn = [], False
     else:
-        stored.content = content(edit_text(msg.text, None), now, timezone, sent_at=sent_at)
+        stored.content = content(edit_text(msg.text, None), now, timezone, sent_at=sent_at,
+                                 keep_cpf=keep_cpf)
     if wamid is None or messages.is_tombstoned(session, wamid) or \
             _claim(session, msg, stored, wamid, timezone=timezone, now=now):
         return None
@@ -64,7 +66,8 @@ def follow_up(session: Session, msg: InboundMessage, stored: Message, *, contact
         when = None if original.meta_timestamp is None else local_when(
             customer_sent_at(original.meta_timestamp, original.received_at),
             now.astimezone(zone(timezone)))
-        stored.content = content(edit_text(msg.text, when), now, timezone, sent_at=sent_at)
+        stored.content = content(edit_text(msg.text, when), now, timezone, sent_at=sent_at,
+                                 keep_cpf=keep_cpf)
     return None
 
 

@@ -155,7 +155,8 @@ def _store_alone(session: Session, item: Item) -> None:
     if head.tenant_id is None:
         _unknown_number(session, msg, result, item.now)
         return
-    item.tenant = Tenant(head.tenant_id, head.timezone, head.inactivity_timeout_minutes)
+    item.tenant = Tenant(head.tenant_id, head.timezone, head.inactivity_timeout_minutes,
+                         bool(head.keep_cpf))
     contact_id, item.seen = contact_of(session, msg, head.tenant_id,
                                        fit(msg.profile_name, PROFILE_NAME_CHARS), item.now,
                                        item.sent_at)
@@ -183,7 +184,8 @@ def _follow_up_row(session: Session, item: Item, row: dict[str, Any]) -> dict[st
     stored = Message(**row)
     rederive = follow_up(session, item.msg, stored, contact_id=item.contact_id,
                          timezone=item.known_tenant.timezone, now=item.now,
-                         sent_at=item.sent_at)
+                         sent_at=item.sent_at,
+                         keep_cpf=bool(item.known_tenant.keep_cpf))
     if rederive is not None:
         item.result.rederive_conversation_ids.append(rederive)
     stored.answered_at = None if stored.starts_turn else item.now
@@ -243,7 +245,8 @@ def _message_row(item: Item) -> dict[str, Any]:
     msg, now, tenant = item.msg, item.now, item.known_tenant
     return {**_MESSAGE_DEFAULTS,
             "tenant_id": tenant.id, "conversation_id": item.conversation_id,
-            "content": content(msg.text, now, tenant.timezone, sent_at=item.sent_at),
+            "content": content(msg.text, now, tenant.timezone, sent_at=item.sent_at,
+                               keep_cpf=bool(tenant.keep_cpf)),
             "wamid": msg.wamid, "wa_type": fit(msg.wa_type, WA_TYPE_CHARS),
             "meta_timestamp": msg.timestamp, "received_at": arrival(now, item.index),
             "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now,

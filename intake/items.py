@@ -37,6 +37,8 @@ class TenantRow(Protocol):
     def timezone(self) -> str: ...
     @property
     def inactivity_timeout_minutes(self) -> int: ...
+    @property
+    def keep_cpf(self) -> bool | None: ...
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Tenant:
     id: int
     timezone: str
     inactivity_timeout_minutes: int
+    keep_cpf: bool | None = False
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ _GROUP_LOOKUPS = (  # PostgreSQL, psycopg's placeholders; table names as in stor
     "SELECT wamid, id, conversation_id, starts_turn, answered_at, wa_type FROM message "
     "WHERE wamid = ANY(%s)",
     "SELECT wamid_hash FROM wamidtombstone WHERE wamid_hash = ANY(%s)",
-    "SELECT phone_number_id, id, timezone, inactivity_timeout_minutes FROM tenant "
+    "SELECT phone_number_id, id, timezone, inactivity_timeout_minutes, keep_cpf FROM tenant "
     "WHERE phone_number_id = ANY(%s)",
     "SELECT c.tenant_id, c.id, c.user_id, c.wa_id, c.profile_name, c.last_inbound_at, "
     "v.id AS conversation_id, v.last_activity_at, "

@@ -28,10 +28,10 @@ def is_tombstoned(session: Session, wamid: str) -> bool:
 
 def inbound_lookup(session: Session, *, wamid: str, phone_number_id: str) -> Any:
     """What storing an inbound message needs to know first, in one round trip: the tenant of
-    `phone_number_id` (`tenant_id`, `timezone`, `inactivity_timeout_minutes`; None when
-    unknown), whether the wamid is tombstoned (`tombstoned`), and the stored message with this
-    wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`, `wa_type`; None when
-    new).
+    `phone_number_id` (`tenant_id`, `timezone`, `inactivity_timeout_minutes`, `keep_cpf`;
+    None when unknown), whether the wamid is tombstoned (`tombstoned`), and the stored
+    message with this wamid (`message_id`, `conversation_id`, `starts_turn`, `answered_at`,
+    `wa_type`; None when new).
     """
     connection, statement = prepared(session, "inbound_lookup", _build_inbound_lookup)
     return connection.execute(statement, {
@@ -47,7 +47,8 @@ def _build_inbound_lookup(_: str) -> Any:
     tombstoned = sa_select(w.c.wamid_hash).where(
         w.c.wamid_hash == bindparam("wamid_hash")).exists().label("tombstoned")
     return sa_select(
-        t.c.id.label("tenant_id"), t.c.timezone, t.c.inactivity_timeout_minutes, tombstoned,
+        t.c.id.label("tenant_id"), t.c.timezone, t.c.inactivity_timeout_minutes, t.c.keep_cpf,
+        tombstoned,
         m.c.id.label("message_id"), m.c.conversation_id, m.c.starts_turn, m.c.answered_at,
         m.c.wa_type,
     ).select_from(one.outerjoin(t, t.c.phone_number_id == bindparam("phone_number_id"))
@@ -58,7 +59,8 @@ def lookup_many(session: Session, *, wamids: list[str],
                 phone_number_ids: list[str]) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
     """For a group of inbound messages, in three round trips: the stored messages by wamid
     (`id`, `conversation_id`, `starts_turn`, `answered_at`, `wa_type`), the tombstoned wamids,
-    and the tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`)."""
+    and the tenants by phone_number_id (`id`, `timezone`, `inactivity_timeout_minutes`,
+    `keep_cpf`)."""
     m = Message.__table__  # type: ignore[attr-defined]
     w = WamidTombstone.__table__  # type: ignore[attr-defined]
     t = Tenant.__table__  # type: ignore[attr-defined]
@@ -68,7 +70,7 @@ def lookup_many(session: Session, *, wamids: list[str],
     _, tombs = prepared(session, "tombstones_by_hash", lambda dialect: sa_select(
         w.c.wamid_hash).where(one_of(w.c.wamid_hash, "hashes", dialect)))
     _, tenants = prepared(session, "tenants_by_number", lambda dialect: sa_select(
-        t.c.phone_number_id, t.c.id, t.c.timezone, t.c.inactivity_timeout_minutes,
+        t.c.phone_number_id, t.c.id, t.c.timezone, t.c.inactivity_timeout_minutes, t.c.keep_cpf,
     ).where(one_of(t.c.phone_number_id, "numbers", dialect)))
     by_hash = {wamid_hash(x): x for x in wamids}
     return ({r.wamid: r for r in connection.execute(stored, {"wamids": wamids})},

@@ -77,6 +77,12 @@ class Tenant(SQLModel, table=True):
     # the declared template that tells the customer of a business's cancel or move outside
     # the 24-hour window (empty: such a notice is recorded as not sent)
     notice_template: str = Field(default="", max_length=512)
+    # issue 42: CPF numbers kept in stored customer text (else masked at intake,
+    # intake/masking.py); the public-holiday calendar ("BR", "BR-SP"; "": the timezone's
+    # country; "none") and the holidays the business opens on (ISO dates), core/holidays.py
+    keep_cpf: bool = False
+    holiday_calendar: str = Field(default="", max_length=64)
+    open_holidays: list[Any] = Field(default_factory=list, sa_type=JSONType)
 
 
 class Service(SQLModel, table=True):

@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from core.holidays import parse_calendar
 from storage.errors import TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import Tenant
@@ -120,6 +121,14 @@ def _unique_templates(value: list[TemplateSpec] | None) -> list[TemplateSpec] | 
     return value
 
 
+def _iso_day(value: str) -> str:
+    """A YYYY-MM-DD day, kept as its ISO text (a JSON column)."""
+    try:
+        return date.fromisoformat(value.strip()).isoformat()
+    except ValueError:
+        raise ValueError(f"{value[:20]!r} is not a day YYYY-MM-DD") from None
+
+
 class TenantSettings(_Strict):
     """The fields of a tenant a business may change (all optional: only those given apply)."""
 
@@ -197,6 +206,14 @@ class TenantSettings(_Strict):
     coexistence: bool | None = Field(
         None, description="the number is also used in the WhatsApp Business app (sends "
                           "paced at 20/s instead of 80/s)")
+    # issue 42: CPF kept in stored text; public holidays (core/holidays.py)
+    keep_cpf: bool | None = Field(None, description="keep CPF numbers customers send (a "
+                                  "clinic that issues invoices); default false: masked")
+    holiday_calendar: str | None = Field(
+        None, max_length=64, description="public holidays: BR, BR-SP (a state or city); "
+                                         "empty: the timezone's country; none: no holidays")
+    open_holidays: list[Annotated[str, AfterValidator(_iso_day)]] | None = Field(
+        None, max_length=100, description="public holidays (YYYY-MM-DD) the business opens")
 
     @field_validator("timezone")
     @classmethod
@@ -208,6 +225,13 @@ class TenantSettings(_Strict):
                 # directory of the zone database, not a zone
                 raise ValueError(f"{value!r} is not an IANA zone (e.g. America/Sao_Paulo)")\
                     from None
+        return value
+
+    @field_validator("holiday_calendar")
+    @classmethod
+    def _calendar(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_calendar(value)  # ValueError names the fault
         return value
 
     @field_validator("reminder_text")

@@ -50,7 +50,7 @@ def _facts(env: ReplayEnvironment) -> list[ContactFact]:
 
 
 def _end_session(env: ReplayEnvironment, facts: list[dict[str, Any]]) -> None:
-    env.messages_api.script("facts", [{"text": json.dumps({"facts": facts})}])
+    env.messages_api.script("facts", [{"tool": "record_facts", "input": {"facts": facts}}])
     env.clock.advance(timedelta(hours=25))
     env.sweep()
 
@@ -149,7 +149,8 @@ def test_extraction_stores_only_valid_candidates_and_the_next_session_carries_th
         ("preferred_name", "Aninha", "confirmed"), ("preferred_period", "manhã", "confirmed"),
         ("allergies", "amônia", "pending_review")}
     extraction = [c for c in env.messages_api.calls if c.purpose == "facts"][0].request
-    schema = extraction["output_config"]["format"]["schema"]
+    assert extraction["tool_choice"] == {"type": "tool", "name": "record_facts"}
+    schema = extraction["tools"][0]["input_schema"]
     assert "preferred_name" in schema["properties"]["facts"]["items"]["properties"]["key"]["enum"]
     env.messages_api.script("turn", [{"text": "Oi, Aninha!"}])
     env.clock.advance(timedelta(days=2))

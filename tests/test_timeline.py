@@ -243,8 +243,9 @@ def test_cut_words_never_cuts_mid_word(text: str, limit: int, cut: str) -> None:
 
 def test_the_summary_prompt_puts_the_booking_history_first_in_the_tenants_language() -> None:
     prompt = " ".join(SUMMARY_INSTRUCTIONS.format(business="Oficina Dois Irmãos",
-                                                  language="pt-BR").split())
-    assert "in the language pt-BR" in prompt
+                                                  language="Brazilian Portuguese",
+                                                  words=200).split())
+    assert "in Brazilian Portuguese (staff read it)" in prompt and "At most 200 words" in prompt
     assert "booking history shown beside this record is the truth about appointments" in prompt
     assert "never that no appointment is booked" in prompt
     assert "the customer's own words for names, products and complaints" in prompt

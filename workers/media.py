@@ -34,10 +34,10 @@ from sqlmodel import col, select
 from agent import media as rules
 from core import clock
 from intake.stamp import STAMP
-from storage import marks
+from intake.text import normalise
 from storage import media as media_repo
 from storage.db import session_scope
-from storage.models import Message
+from storage.models import Message, Tenant
 from whatsapp.media import MediaClient, MediaError
 from workers.runtime import Runtime
 from workers.transcription import Transcriber, TranscriptionFailed, language_of
@@ -105,8 +105,11 @@ def _resolve_one(runtime: Runtime, message_id: int, content: list[dict[str, Any]
         if message is None or not isinstance(message.media, dict) \
                 or message.media.get("state") != "pending":
             return
-        # the caption and the transcript are the customer's words: disarmed as intake's are
-        new_content = [{"type": "text", "text": prefix + marks.disarm(text)}] \
+        # the caption and the transcript are the customer's words: normalised as intake's
+        # are (intake/text.py: masked and disarmed)
+        keep_cpf = bool(session.exec(select(Tenant.keep_cpf).where(
+            Tenant.id == message.tenant_id)).first())
+        new_content = [{"type": "text", "text": prefix + normalise(text, keep_cpf=keep_cpf)}] \
             if text is not None else list(message.content)
         if data is not None and fields is not None:
             file_id = media_repo.add_file(session, message=message, data=data,

@@ -25,7 +25,7 @@ from agent.loop import LoopOutcome, RequestBuilder, run_tool_loop
 from agent.media import inline, is_media, stored_media_ids
 from agent.timeline import timeline
 from agent.tools.base import ToolContext
-from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
+from agent.tools.handoff import STOPS_THE_TURN, closed_note, handoff_reply, with_note
 from agent.tools.registry import REGISTRY, execute_tool
 from agent.window import (
     Stored,
@@ -157,7 +157,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         reply, kind = _reply_text(outcome, state.tenant.language), outcome.kind
         if outcome.kind == "stopped":  # handed off: the customer gets the handoff text only
             with session_scope(runtime.engine) as session:
-                reply, kind = handoff_reply(session, state.tenant, clock.now()), "handoff"
+                reply, kind = handoff_reply(session, state.tenant, clock.now(),
+                                            outcome.stopped_by), "handoff"
     except RETRY.transient as exc:
         last = not RETRY.may_retry(attempt, runtime)
         failed = _provider_failed(runtime, state, exc, attempt=attempt, last=last)
@@ -286,11 +287,12 @@ def turn_request(runtime: Runtime, state: TurnState, context_block: str) -> Requ
         today = clock.now().astimezone(ZoneInfo(state.tenant.timezone)).date()
         tenant = replace(tenant, catalogue=catalogue.catalogue_text(
             catalogue.load(session, state.tenant, today)))
+        closed = closed_note(session, state.tenant, clock.now())  # handoff.py, issue 42
     user_id = opaque_user_id(_id(state.tenant), _id(state.contact))
 
     def request_for(messages: list[dict[str, Any]]) -> dict[str, Any]:
         return build_request(tenant=tenant, tools=REGISTRY, context=context_block,
-                             messages=messages, max_tokens=max_tokens,
+                             messages=with_note(messages, closed), max_tokens=max_tokens,
                              metadata_user_id=user_id)
     return request_for
 

@@ -31,6 +31,7 @@ from sqlmodel import Session, col, func, select
 
 from agent.errors import ToolError
 from agent.tools.base import echo, some_codes
+from agent.tools.days_off import DaysOff, closed_label
 from agent.tools.slots import (
     Interval,
     Slot,
@@ -102,10 +103,16 @@ def business_hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str
     return hours
 
 
-def business_exceptions(session: Session, tenant_id: int) -> dict[date, list[tuple[str, str]]]:
-    """Dates whose opening hours differ from their weekday's ([] = closed)."""
-    return {row.day: _pairs(row.hours) for row in session.exec(
+def business_exceptions(session: Session, tenant_id: int) -> DaysOff:
+    """Dates whose opening hours differ from their weekday's ([] = closed): the hours
+    exceptions and the public holidays the business does not open (agent/tools/days_off.py)."""
+    tenant = session.get(Tenant, tenant_id)
+    exceptions = {row.day: _pairs(row.hours) for row in session.exec(
         select(HoursException).where(HoursException.tenant_id == tenant_id))}
+    if tenant is None:
+        return DaysOff(exceptions, calendar="none", timezone="UTC", language="en")
+    return DaysOff(exceptions, calendar=tenant.holiday_calendar, timezone=tenant.timezone,
+                   language=tenant.language, open_days=tenant.open_holidays)
 
 
 def week_of(pro: Professional, business: Mapping[int, LocalIntervals]) -> Week:
@@ -266,6 +273,9 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
             continue
         working.append((pro, week, duration))
     if not working:
+        if (holiday := exceptions.holiday(local.date())) is not None:
+            raise ToolError(f"{local:%a %Y-%m-%d} {closed_label(tenant.language, holiday)} "
+                            "(a public holiday); offer another day")
         if grid_miss is not None:
             raise ToolError(f"{local:%H:%M} is not a start time: appointments start every "
                             f"{tenant.slot_granularity_minutes} minutes from {grid_miss}; "

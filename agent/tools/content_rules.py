@@ -6,7 +6,8 @@ Pure: no I/O. Every check runs on a folded form (`fold`: accents, invisible and 
 characters removed, case folded), so "psoríase" and "psoriase", "ig\u200bnore" are one.
 Detection is by tables, each tested with the probes of tests/test_facts.py:
 
-- NUMBER_LAYOUTS: how a CPF (python-stdnum: check digits) or a payment card (Luhn) is written.
+- NUMBER_LAYOUTS (core/numbers.py, shared with intake's masking): how a CPF (python-stdnum:
+  check digits) or a payment card (Luhn) is written.
   A number is found in each stretch of digits and separators as a whole (spaced or spelled out,
   "cinco dois nove…") and as a run of consecutive digit groups laid out like one, so the
   digits that follow ("CPF 529.982.247-25 - 15h", "4111 1111 1111 1111 12/30") do not hide it.
@@ -18,8 +19,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-from stdnum import luhn
-from stdnum.br import cpf
+from core.numbers import LENGTHS, NUMBER_LAYOUTS, is_card_number, is_cpf
 
 
 def fold(text: str) -> str:
@@ -42,14 +42,6 @@ NUMBER_WORDS = {"zero": 0, "um": 1, "uma": 1, "dois": 2, "duas": 2, "tres": 3, "
                 "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
                 "nine": 9}  # folded; "meia" is how Brazilians say a six in a number
 _NUMBER_WORD = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r")\b")
-# the digit groups of a written number, in order (a group alone: its whole length)
-NUMBER_LAYOUTS: dict[str, tuple[tuple[int, ...], ...]] = {
-    "cpf": ((11,), (9, 2), (3, 3, 3, 2), (3, 3, 5), (6, 5)),
-    "card": tuple((n,) for n in range(13, 20)) + (
-        (4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 4, 4, 4, 2), (4, 4, 4, 4, 4, 3), (4, 6, 5),
-        (4, 6, 4), (4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3), (4, 4, 5), (6, 13), (8, 8)),
-}
-_LENGTHS = {"cpf": range(11, 12), "card": range(13, 20)}
 
 
 def _candidates(text: str, kind: str) -> Iterator[str]:
@@ -59,7 +51,7 @@ def _candidates(text: str, kind: str) -> Iterator[str]:
     spelled = _NUMBER_WORD.sub(lambda m: str(NUMBER_WORDS[m.group(1)]), fold(text))
     for stretch in [*re.split(r"[^\W\d_]+", spelled), spelled]:
         digits = re.sub(r"\D", "", stretch)
-        if len(digits) in _LENGTHS[kind]:
+        if len(digits) in LENGTHS[kind]:
             yield digits
     groups = re.findall(r"\d+", spelled)
     if kind == "cpf" and "cpf" in spelled:  # named, then glued to other digits: "Cpf529…251"
@@ -74,12 +66,12 @@ def _candidates(text: str, kind: str) -> Iterator[str]:
 
 def has_cpf(text: str) -> bool:
     """A Brazilian CPF: 11 digits whose two check digits match (not all one digit)."""
-    return any(len(set(d)) > 1 and cpf.is_valid(d) for d in _candidates(text, "cpf"))
+    return any(is_cpf(d) for d in _candidates(text, "cpf"))
 
 
 def has_card_number(text: str) -> bool:
     """A payment card number: 13 to 19 digits that pass the Luhn check."""
-    return any(len(set(d)) > 1 and luhn.is_valid(d) for d in _candidates(text, "card"))
+    return any(is_card_number(d) for d in _candidates(text, "card"))
 
 
 # -- topics ------------------------------------------------------------------------------------

@@ -13,14 +13,16 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session
 
 from agent.errors import ToolError
+from agent.tools.availability import business_exceptions
 from agent.tools.base import Tool, ToolContext
 from agent.tools.slots import opening_intervals
 from storage import staff
-from storage.catalogue import list_hours, list_hours_exceptions
+from storage.catalogue import list_hours
 from storage.models import Conversation, Tenant
 
 MAX_REASON = 200
 MAX_SUMMARY = 300
+MAX_MESSAGE = 1000  # the customer's line (a WhatsApp text takes 4096)
 LOOK_AHEAD_DAYS = 14  # how far the next opening is looked for
 
 # the customer-facing texts of a handoff (Brazilian Portuguese by default; the tenant's language)
@@ -60,8 +62,7 @@ def next_opening(session: Session, tenant: Tenant, now: datetime) -> datetime | 
     hours: dict[int, list[tuple[str, str]]] = {}
     for row in list_hours(session, tenant.id):
         hours.setdefault(row.weekday, []).append((row.opens, row.closes))
-    exceptions = {row.day: [(i[:5], i[6:]) for i in row.hours]
-                  for row in list_hours_exceptions(session, tenant.id)}
+    exceptions = business_exceptions(session, tenant.id)  # public holidays too
     local = now.astimezone(tz)
     for offset in range(LOOK_AHEAD_DAYS + 1):
         day: date = local.date() + timedelta(days=offset)
@@ -75,9 +76,15 @@ def next_opening(session: Session, tenant: Tenant, now: datetime) -> datetime | 
     return None
 
 
-def handoff_reply(session: Session, tenant: Tenant, now: datetime) -> str:
-    """What the customer gets when the agent hands off: the tenant's `handoff_text` (or the
+def handoff_reply(session: Session, tenant: Tenant, now: datetime,
+                  stopped_by: dict[str, Any] | None = None) -> str:
+    """What the customer gets when the agent hands off: the `message` the model wrote in the
+    handoff_to_human call `stopped_by` (its tool_use block; issue 42: why, and when a person
+    answers), as it is; when that is missing or empty, the tenant's `handoff_text` (or the
     product's), and outside opening hours when someone will answer."""
+    message = _message((stopped_by or {}).get("input"))
+    if message:
+        return message
     reply = tenant.handoff_text.strip() or text(tenant.language, "handoff")
     opening = next_opening(session, tenant, now)
     if opening is None:
@@ -90,6 +97,36 @@ def handoff_reply(session: Session, tenant: Tenant, now: datetime) -> str:
         weekday = text(tenant.language, "weekdays").split(",")[opening.weekday()]
         when = text(tenant.language, "day").format(weekday=weekday, hhmm=hhmm)
     return f"{reply} {text(tenant.language, 'closed').format(when=when)}"
+
+
+def _message(args: Any) -> str:
+    """The customer's line of a handoff_to_human input, stripped and cut to MAX_MESSAGE."""
+    value = args.get("message") if isinstance(args, dict) else None
+    return value.strip()[:MAX_MESSAGE] if isinstance(value, str) else ""
+
+
+def closed_note(session: Session, tenant: Tenant, now: datetime) -> str:
+    """The product's note to the model while the business is closed at `now` (issue 42: a
+    handoff's message can say when a person answers): "[closed now: staff answer from Mon
+    2026-06-08 09:00]"; "" while open, or when no opening is known."""
+    opening = next_opening(session, tenant, now)
+    return "" if opening is None else f"[closed now: staff answer from {opening:%a %Y-%m-%d %H:%M}]"
+
+
+def with_note(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
+    """`messages` with `note` as a last text block of the last customer message (a user
+    message with text: it stays the same message over the turn's rounds, so each round reads
+    the previous one's cached prefix); the input is not mutated. No note: `messages` itself."""
+    if not note:
+        return messages
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        content = message["content"]
+        if message["role"] == "user" and isinstance(content, list) and any(
+                b.get("type") == "text" for b in content):
+            noted = {**message, "content": [*content, {"type": "text", "text": note}]}
+            return [*messages[:index], noted, *messages[index + 1:]]
+    return messages
 
 
 def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -109,14 +146,15 @@ def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 HANDOFF_TO_HUMAN = Tool(
     name="handoff_to_human",
-    description="Pass the conversation to a person on the business's staff. Use it when you "
-                "cannot answer a question with your tools or instructions, when the customer "
-                "complains, or when they ask for a person. The customer is told a person will "
-                "answer; you stop answering until staff hand the conversation back.",
+    description="Pass the conversation to the business's staff, only when a person must act. "
+                "Ends the turn: `message` is the last thing sent; you stop answering until "
+                "staff hand the conversation back.",
     input_schema={"type": "object", "properties": {
         "reason": {"type": "string", "description": "why a person should answer"},
         "summary": {"type": "string",
-                    "description": "one line for staff: what the customer needs"}},
+                    "description": "one line for staff: what the customer needs"},
+        "message": {"type": "string",
+                    "description": "to the customer: why, and when a person answers"}},
         "required": ["reason", "summary"]},
     handler=handoff_to_human)
 

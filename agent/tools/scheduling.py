@@ -27,6 +27,7 @@ from agent.tools.base import (
     echo,
     some_codes,
 )
+from agent.tools.days_off import closed_label
 from agent.tools.facts_rules import note_problem
 from agent.tools.slots import (
     Slot,
@@ -138,13 +139,22 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
                                           pros=groups, first=first, last=last, now=ctx.now,
                                           after=after, before=before, own=own)
         found = bool(visits)
+    closed = _holidays_said(session, tenant, first, last)
     if not found:
         return (f"No free slots for {codes} between {first.isoformat()} and "
                 f"{last.isoformat()}" + (f" from {after:%H:%M}" if after else "")
-                + (f" before {before:%H:%M}" if before else "") + ".")
+                + (f" before {before:%H:%M}" if before else "") + "." + closed)
     if len(services) == 1:
-        return _format_times(slots, pros, ctx.timezone, services[0])
-    return _format_visits(visits, pros, ctx.timezone)
+        return _format_times(slots, pros, ctx.timezone, services[0]) + closed
+    return _format_visits(visits, pros, ctx.timezone) + closed
+
+
+def _holidays_said(session: Session, tenant: Tenant, first: date, last: date) -> str:
+    """One line per public holiday the business is closed on in the range (issue 42), so the
+    agent can say why: "\nMon 2026-09-07 fechado: Independência do Brasil"."""
+    days_off = availability.business_exceptions(session, tenant.id or 0)
+    return "".join(f"\n{day:%a %Y-%m-%d} {closed_label(tenant.language, name)}"
+                   for day, name in days_off.closed_between(first, last).items())
 
 
 SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}

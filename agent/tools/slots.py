@@ -23,7 +23,7 @@ def opening_intervals(day: date, hours: WeeklyHours,
                       exceptions: HoursExceptions | None = None) -> Sequence[tuple[str, str]]:
     """The local ("HH:MM", "HH:MM") intervals of `day`: its exception (a holiday: none) when it
     has one, else its weekday's."""
-    if exceptions and day in exceptions:
+    if exceptions is not None and day in exceptions:
         return exceptions[day]
     return hours.get(day.weekday(), ())
 

@@ -37,6 +37,7 @@ from bot.console.catalogue import (
     remove_professional,
     remove_service,
     save_hours,
+    switch_public_holiday,
 )
 from bot.console.conversations import (
     attention_page,
@@ -111,6 +112,7 @@ def setup_console(app: web.Application) -> None:
         ("POST", "/console/catalog/hours", "catalog", save_hours),
         ("POST", "/console/catalog/holidays", "catalog", add_holiday),
         ("POST", "/console/catalog/holidays/remove", "catalog", remove_holiday),
+        ("POST", "/console/catalog/public-holidays", "catalog", switch_public_holiday),
         ("GET", "/console/review", "review", review_page),
         ("POST", "/console/review/{fact_id}/approve", "review", approve),
         ("POST", "/console/review/{fact_id}/reject", "review", reject),

@@ -2,7 +2,9 @@
 is translated into its change of operations/catalogue.py, which the API and the CLI apply too."""
 
 from datetime import date
+from zoneinfo import ZoneInfo
 
+from bot.console import holidays as public_holidays
 from bot.console.frame import Page, PageResult, Redirect
 from operations import catalogue as catalogue_ops
 from operations.errors import Invalid
@@ -12,7 +14,16 @@ from storage.tenant_config import WEEKDAYS, parse_price
 def catalog_page(p: Page) -> PageResult:
     return "catalog.html", {"catalogue": catalogue_ops.catalogue_view(p.session, p.tenant),
                             "weekdays": WEEKDAYS, "error": "",
-                            "currency": p.tenant.currency}
+                            "currency": p.tenant.currency,
+                            "public_holidays": public_holidays.coming_holidays(p.tenant, p.now)}
+
+
+def switch_public_holiday(p: Page) -> PageResult:
+    """A public holiday's switch: the business opens that day, or closes again (issue 42)."""
+    today = p.now.astimezone(ZoneInfo(p.tenant.timezone)).date()
+    public_holidays.switch_holiday(p.session, p.tenant, str(p.form.get("day", "")),
+                                   p.form.get("open") == "1", today)
+    return Redirect("/console/catalog", p.t["saved"])
 
 
 def add_service(p: Page) -> PageResult:

@@ -1,0 +1,165 @@
+"""Card and CPF numbers masked before a customer's words are stored (issue 42 item 2):
+intake/masking.py `mask` (property tests), the intake path, and migration 0022 over the
+messages stored before, on SQLite and PostgreSQL."""
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import text
+from stdnum import luhn
+
+from agent.tools.content_rules import has_card_number, has_cpf
+from intake.masking import mask
+from storage.db import make_engine
+from storage.migrate import MIGRATIONS, sqlalchemy_url, upgrade
+from tests.test_migrations import postgres_schema_url  # noqa: F401  (a fixture)
+
+CARD_LAYOUTS = {16: (4, 4, 4, 4), 15: (4, 6, 5), 14: (4, 6, 4), 19: (4, 4, 4, 4, 3)}
+WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyzçãé ,!?", max_size=30)
+
+
+@st.composite
+def card_numbers(draw: st.DrawFn) -> str:
+    """A Luhn-valid card number (not all one digit)."""
+    length = draw(st.sampled_from(sorted(CARD_LAYOUTS)))
+    body = draw(st.text(alphabet="0123456789", min_size=length - 1, max_size=length - 1)
+                .filter(lambda d: d[0] in "3456" and len(set(d)) > 1))
+    return body + luhn.calc_check_digit(body)
+
+
+@st.composite
+def cpfs(draw: st.DrawFn) -> str:
+    from stdnum.br import cpf
+    body = draw(st.text(alphabet="0123456789", min_size=9, max_size=9)
+                .filter(lambda d: len(set(d)) > 1))
+    for last in range(100):
+        number = body + f"{last:02d}"
+        if cpf.is_valid(number):
+            return number
+    raise AssertionError("every 9 digits have a CPF")
+
+
+def laid_out(digits: str, separator: str) -> str:
+    groups, at = [], 0
+    for size in CARD_LAYOUTS.get(len(digits), (len(digits),)):
+        groups.append(digits[at:at + size])
+        at += size
+    return separator.join(groups)
+
+
+@given(WORDS, card_numbers(), st.sampled_from([" ", "-", "", " - "]), WORDS)
+def test_a_card_number_keeps_only_its_last_four_digits(before: str, number: str,
+                                                        separator: str, after: str) -> None:
+    message = f"{before} {laid_out(number, separator)} {after}"
+    masked = mask(message)
+    assert "".join(c for c in masked if c.isdigit()) == number[-4:]  # the last four only
+    assert not has_card_number(masked)
+    assert masked.startswith(before) and masked.endswith(after)  # the words are kept
+
+
+@given(WORDS, cpfs(), st.booleans(), WORDS)
+def test_a_cpf_is_masked_unless_the_business_keeps_them(before: str, number: str,
+                                                        dotted: bool, after: str) -> None:
+    written = f"{number[:3]}.{number[3:6]}.{number[6:9]}-{number[9:]}" if dotted else number
+    message = f"{before} cpf {written} {after}"
+    assert not has_cpf(mask(message)) and written not in mask(message)
+    assert mask(message, keep_cpf=True) == message
+
+
+@given(st.text(max_size=80), st.booleans())
+def test_masking_is_idempotent_and_keeps_the_length(message: str, keep_cpf: bool) -> None:
+    once = mask(message, keep_cpf)
+    assert mask(once, keep_cpf) == once
+    assert len(once) == len(message)
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Nd",)), max_size=80))
+def test_a_text_without_digits_is_unchanged(message: str) -> None:
+    assert mask(message) == message
+
+
+@pytest.mark.parametrize("message", [
+    "meu celular é +55 11 99999-0000", "dia 07/09 às 15:00", "R$ 1.200,00", "4111 1111 1111 1112",
+    "111.111.111-11", "pedido 12345"])
+def test_what_is_not_a_card_or_cpf_stays(message: str) -> None:
+    assert mask(message) == message
+
+
+def test_the_probes_of_the_trial_are_masked() -> None:
+    said = "pode guardar meu cpf 529.982.247-25 e o cartão 4111 1111 1111 1111 validade 12/30"
+    assert mask(said) == ("pode guardar meu cpf ***.***.***-** e o cartão **** **** **** 1111 "
+                          "validade 12/30")
+
+
+def _migration() -> ModuleType:
+    path = MIGRATIONS / "versions" / "0022_masking_and_holidays.py"
+    spec = importlib.util.spec_from_file_location("migration_0022", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STORED = [  # (role, direction, text, text after 0022)
+    ("user", "inbound", "[Mon 2026-06-01 10:00] cartão 4111 1111 1111 1111",
+     "[Mon 2026-06-01 10:00] cartão **** **** **** 1111"),
+    ("user", "inbound", "[Mon 2026-06-01 10:01] cpf 52998224725", "[Mon 2026-06-01 10:01] cpf "
+     "***********"),
+    ("user", "inbound", "[Mon 2026-06-01 10:02] oi", "[Mon 2026-06-01 10:02] oi"),
+    ("assistant", "outbound", "final 4111 1111 1111 1111?", "final 4111 1111 1111 1111?"),
+]
+
+
+def _masks_stored_messages(url: str) -> None:
+    upgrade(url, "0020")
+    engine = make_engine(sqlalchemy_url(url))
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO tenant (phone_number_id, name, timezone, language, instructions, "
+                "inactivity_timeout_minutes, compaction_threshold_tokens, "
+                "compaction_min_gain_tokens, keep_messages, prune_after_user_turns, agent_model, "
+                "summary_model, slot_granularity_minutes, retention_days, followup_template, "
+                "sending_paused_reason, followup_template_language, fact_keys, created_at) "
+                "VALUES ('1', 'Salão', 'UTC', 'pt-BR', '', 1, 1, 1, 1, 1, 'a', "
+                "'b', 30, 1, '', '', 'pt_BR', '[]', '2026-06-01 13:00:00+00')"))
+            connection.execute(text(
+                "INSERT INTO contact (tenant_id, wa_id, created_at) VALUES (1, '5511999990001', "
+                "'2026-06-01 13:00:00+00')"))
+            connection.execute(text(
+                "INSERT INTO conversation (tenant_id, contact_id, status, summary, "
+                "summarized_until_id, pruned_until_id, context_block, context_built, "
+                "compactions, last_input_tokens, last_activity_at, due_at, opened_at) VALUES "
+                "(1, 1, 'open', '', 0, 0, '', false, 0, 0, '2026-06-01 13:00:00+00', "
+                "'2026-06-02 13:00:00+00', '2026-06-01 13:00:00+00')"))
+            for role, direction, said, _ in STORED:
+                connection.execute(text(
+                    "INSERT INTO message (tenant_id, conversation_id, role, direction, content, "
+                    "received_at, starts_turn) VALUES (1, 1, :r, :d, :c, "
+                    "'2026-06-01 13:00:00+00', false)"),
+                    {"r": role, "d": direction,
+                     "c": json.dumps([{"type": "text", "text": said}])})
+        upgrade(url, "0022")
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT content FROM message ORDER BY id")).scalars()
+            texts = [(c if isinstance(c, list) else json.loads(c))[0]["text"] for c in rows]
+        assert texts == [after for *_, after in STORED]
+        with engine.begin() as connection:  # a rerun (a batch repeated) changes nothing
+            assert _migration().mask_messages(connection, batch=1) == 0
+    finally:
+        engine.dispose()
+
+
+def test_0022_masks_the_stored_messages_on_sqlite(tmp_path: Path) -> None:
+    _masks_stored_messages(f"sqlite:///{tmp_path}/wagent.db")
+
+
+@pytest.mark.postgres
+def test_0022_masks_the_stored_messages_on_postgres(
+        postgres_schema_url: str) -> None:  # noqa: F811
+    _masks_stored_messages(postgres_schema_url)
