@@ -25,7 +25,7 @@ from replay.runner import run_scenario_file
 from storage.db import session_scope
 from storage.fact_keys import resolve_keys
 from storage.models import Conversation, Message, Tenant
-from storage.tenants import TenantSettings
+from storage.tenant_config import TenantSettings
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from tests.test_media import media_env  # noqa: F401  (a fixture)
