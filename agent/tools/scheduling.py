@@ -547,8 +547,10 @@ def _id(appointment: Appointment) -> int:
 
 
 _busy = availability.busy_intervals  # each professional's busy time (its one home: there)
-own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)
-describe = _describe  # an appointment as results show it (notes.py)
+own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError
+own_visit = _own_visit  # its booked rows, locked (notes.py)
+describe = _describe  # an appointment as results show it
+describe_visit = _describe_visit  # a visit as results show it (notes.py)
 
 
 def _services_of(session: Session, tenant_id: int, args: dict[str, Any]) -> list[Service]:
