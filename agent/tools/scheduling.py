@@ -245,11 +245,8 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
         session.add(row)
     session.flush()
     kept = [r for r in rows if r.status == "booked"]
-    if not kept:
-        reminders.cancel_for(session, _visit(rows), reason="appointment cancelled")
-    elif kept[0].start_at != starts_at:
-        reminders.reschedule(session, _tenant(session, ctx.tenant_id), kept[0],
-                             start_at=kept[0].start_at, now=ctx.now)
+    reminders.after_change(session, _tenant(session, ctx.tenant_id), _visit(rows),
+                           starts_at=starts_at, reason="appointment cancelled", now=ctx.now)
     for row in cancelled:
         webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
@@ -299,10 +296,8 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
         reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_visit(new)}")
         reminders.schedule(session, tenant, new[0], now=ctx.now)
     else:
-        kept = appointments.booked(appointments.visit_rows(session, visit_id))
-        if kept[0].start_at != starts_at:
-            reminders.reschedule(session, tenant, kept[0], start_at=kept[0].start_at,
-                                 now=ctx.now)
+        reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
+                               reason=f"{services[0].code} moved", now=ctx.now)
     for old, row in zip(moving, new, strict=True):
         webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
                       {**webhooks.appointment_data(session, row, by="customer"),
