@@ -42,7 +42,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
         "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
         "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "
         "booking_horizon_days, booking_notice_minutes, max_upcoming_bookings, "
-        "retention_days, followup_template, followup_template_language, fact_keys, "
+        "parallel_services, retention_days, followup_template, followup_template_language, fact_keys, "
         "handoff_text, staff_timeout_minutes, handoff_alert_minutes, echo_pause_minutes, "
         "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
         "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "

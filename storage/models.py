@@ -39,6 +39,9 @@ class Tenant(SQLModel, table=True):
     booking_horizon_days: int = 90
     booking_notice_minutes: int = 60
     max_upcoming_bookings: int = 5  # per contact
+    # service codes that may run at once with the service before them in a visit, by another
+    # professional (a manicure beside a haircut; issue 38, agent/tools/availability.py)
+    parallel_services: list[Any] = Field(default_factory=list, sa_type=JSONType)
     retention_days: int = 180
     followup_template: str = Field(default="", max_length=512)
     # set when the Graph API rejected the access token (190): nothing is sent until resumed

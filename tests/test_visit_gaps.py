@@ -11,9 +11,21 @@ from sqlalchemy import Engine
 from sqlmodel import col, select
 
 from agent import history as history_repo
+from agent.tools.base import ToolContext
+from agent.tools.registry import execute_tool
 from storage import reminders
 from storage.db import session_scope
-from storage.models import Appointment, Contact, Outbound, Reminder
+from storage.models import (
+    Appointment,
+    Contact,
+    Conversation,
+    Outbound,
+    Professional,
+    Reminder,
+    ScheduleBlock,
+    Service,
+)
+from storage.tenants import upsert_tenant
 from tests.test_visits import NOW, SP, THREE, Customer
 from workers.reminders import queue_reminder
 
@@ -95,3 +107,80 @@ def test_a_split_visit_is_reminded_with_each_services_time(engine: Engine) -> No
     assert ("Troca de óleo, Alinhamento e Diagnóstico com Pedro, qua 03/06 às 09:00 "
             "(Troca de óleo e Alinhamento) e 14:00 (Diagnóstico)") in json.loads(body)["body"][
                 "text"]
+
+
+# -- services the business runs at once (parallel_services) ---------------------------------
+
+SALON: dict[str, Any] = {
+    "phone_number_id": "109876543210988", "name": "Salão Exemplo",
+    "timezone": "America/Sao_Paulo", "reminder_lead_minutes": [1440], "quiet_hours": "",
+    "parallel_services": ["manicure"],
+    "services": [{"code": "corte", "name": "Corte", "duration_minutes": 60},
+                 {"code": "manicure", "name": "Manicure", "duration_minutes": 45}],
+    "professionals": [{"code": "julia", "name": "Júlia", "services": ["corte"]},
+                      {"code": "bia", "name": "Bia", "services": ["manicure"]}],
+    "hours": {d: ["08:00-18:00"] for d in ("mon", "tue", "wed", "thu", "fri")},
+}
+
+
+def _salon_customer(engine: Engine, **changes: Any) -> Any:
+    with session_scope(engine) as session:
+        tenant = upsert_tenant(session, {**SALON, **changes}, now=NOW)
+        contact = Contact(tenant_id=tenant.id or 0, wa_id="5511999990002", created_at=NOW)
+        session.add(contact)
+        session.flush()
+        conversation = Conversation(tenant_id=tenant.id or 0, contact_id=contact.id or 0,
+                                    last_activity_at=NOW, due_at=NOW, opened_at=NOW)
+        session.add(conversation)
+        session.flush()
+        ids = (tenant.id or 0, contact.id or 0, conversation.id or 0)
+    calls = iter(range(1000))
+
+    def call(name: str, args: dict[str, Any]) -> tuple[str, bool]:
+        return execute_tool(ToolContext(
+            engine=engine, tenant_id=ids[0], contact_id=ids[1], conversation_id=ids[2],
+            timezone=SP, now=NOW, tool_use_id=f"toolu_{next(calls)}"), name, args)
+    return call, ids[1]
+
+
+def _times(engine: Engine) -> list[tuple[str, str, str]]:
+    with session_scope(engine) as session:
+        return [(s.code, p.code, a.start_at.astimezone(SP).strftime("%H:%M"))
+                for a, s, p in session.exec(select(Appointment, Service, Professional).join(
+                    Service, col(Service.id) == col(Appointment.service_id)).join(
+                    Professional, col(Professional.id) == col(Appointment.professional_id))
+                    .where(Appointment.status == "booked").order_by(col(Appointment.id)))]
+
+
+def test_a_service_the_business_runs_at_once_starts_with_the_one_before(
+        engine: Engine) -> None:
+    call, contact_id = _salon_customer(engine)
+    text, error = call("find_available_slots", {"services": ["corte", "manicure"],
+                                                "date": "2026-06-03"})
+    assert not error, text
+    assert "Wed 2026-06-03 09:00-10:00: corte julia, manicure bia 09:00" in text, text
+    text, error = call("book_appointment", {"services": ["corte", "manicure"],
+                                            "start": "2026-06-03T09:00"})
+    assert not error, text
+    assert _times(engine) == [("corte", "julia", "09:00"), ("manicure", "bia", "09:00")]
+    [body] = _send_due(engine, contact_id)
+    assert "Corte e Manicure com Júlia e Bia, qua 03/06 às 09:00 (Corte e Manicure)." in body
+    # bia is busy at 10:00 on Thursday: the manicure follows the haircut instead
+    with session_scope(engine) as session:
+        bia = session.exec(select(Professional).where(Professional.code == "bia")).one()
+        session.add(ScheduleBlock(tenant_id=bia.tenant_id, professional_id=bia.id or 0,
+                                  start_at=datetime(2026, 6, 4, 13, 0, tzinfo=UTC),
+                                  end_at=datetime(2026, 6, 4, 14, 0, tzinfo=UTC),
+                                  created_at=NOW))
+    text, error = call("book_appointment", {"services": ["corte", "manicure"],
+                                            "start": "2026-06-04T10:00"})
+    assert not error, text
+    assert _times(engine)[-2:] == [("corte", "julia", "10:00"), ("manicure", "bia", "11:00")]
+
+
+def test_without_the_setting_every_service_follows_the_one_before(engine: Engine) -> None:
+    call, _ = _salon_customer(engine, parallel_services=[])
+    text, error = call("book_appointment", {"services": ["corte", "manicure"],
+                                            "start": "2026-06-03T09:00"})
+    assert not error, text
+    assert _times(engine) == [("corte", "julia", "09:00"), ("manicure", "bia", "10:00")]

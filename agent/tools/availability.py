@@ -365,10 +365,12 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
     """Start times where the whole sequence of `services` fits, one after the other, each
     with one of its `pros` (the same index), and none overlaps `own` (the customer's own
     bookings): one visit (a list of items) per start, by start. The visit's start follows the
-    rules of `free_slots` (grid, notice, `after`/`before`); each next service starts when the
-    one before ends, with the professional of the one before when they do it and are free,
-    else the first free in catalogue order (the time after a professional's own earlier item
-    keeps that service's buffer)."""
+    rules of `free_slots` (grid, notice, `after`/`before`); each next service starts when
+    every one before it has ended, with the professional of the one before when they do it
+    and are free, else the first free in catalogue order (the time after a professional's own
+    earlier item keeps that service's buffer). A service of the tenant's `parallel_services`
+    starts with the one before it instead, by another professional, when one is free then
+    (a manicure beside a haircut); otherwise it follows as the others do."""
     tz = ZoneInfo(tenant.timezone)
     business = business_hours(session, tenant.id or 0)
     exceptions = business_exceptions(session, tenant.id or 0)
@@ -387,7 +389,8 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
             continue
         items = [Item(services[0], slot.professional_id, slot.start, slot.end)]
         for service, group in zip(services[1:], pros[1:], strict=True):
-            item = _next_item(items, service, group, weeks, taken, mine, tz, exceptions)
+            item = _next_item(items, service, group, weeks, taken, mine, tz, exceptions,
+                              parallel=service.code in (tenant.parallel_services or []))
             if item is None:
                 break
             items.append(item)
@@ -399,23 +402,26 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
 
 def _next_item(items: list[Item], service: Service, group: Sequence[Professional],
                weeks: Mapping[int, Week], taken: Mapping[int, "_Busy"], mine: "_Busy",
-               tz: ZoneInfo, exceptions: Mapping[date, LocalIntervals]) -> Item | None:
-    start = items[-1].end
+               tz: ZoneInfo, exceptions: Mapping[date, LocalIntervals], *,
+               parallel: bool = False) -> Item | None:
+    after = max(i.end for i in items)  # every service before it has ended
+    starts = [items[-1].start, after] if parallel else [after]
     previous = items[-1].professional_id
-    ordered = sorted(group, key=lambda p: p.id != previous)  # the one before first, if any
     buffer = timedelta(minutes=service.buffer_minutes)
-    for pro in ordered:
-        week = weeks[pro.id or 0]
-        duration = duration_of(service, week)
-        end = start + duration
-        if working_interval(week, start, duration, tz, exceptions) is None \
-                or taken[week.professional_id].overlaps(start, end + buffer) \
-                or mine.overlaps(start, end):
-            continue
-        if any(i.professional_id == week.professional_id and overlaps(
-                (start, end + buffer),
-                (i.start, i.end + timedelta(minutes=i.service.buffer_minutes)))
-               for i in items):
-            continue
-        return Item(service, week.professional_id, start, end)
+    for start in starts:
+        ordered = sorted(group, key=lambda p: p.id != previous)  # the one before first
+        for pro in ordered:
+            week = weeks[pro.id or 0]
+            duration = duration_of(service, week)
+            end = start + duration
+            if working_interval(week, start, duration, tz, exceptions) is None \
+                    or taken[week.professional_id].overlaps(start, end + buffer) \
+                    or mine.overlaps(start, end):
+                continue
+            if any(i.professional_id == week.professional_id and overlaps(
+                    (start, end + buffer),
+                    (i.start, i.end + timedelta(minutes=i.service.buffer_minutes)))
+                   for i in items):
+                continue  # one professional does one thing at a time
+            return Item(service, week.professional_id, start, end)
     return None

@@ -341,7 +341,8 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
                  professional: Any, *, hints: list[Any] | None = None,
                  visit_id: int | None = None) -> list[Appointment]:
     """Check and insert the visit's rows in this transaction, one service after the other
-    from `start`; raises ToolError when the time is not bookable: past, sooner than the
+    from `start` (a service of the tenant's `parallel_services` with the one before, as
+    availability.visit_slots places it); raises ToolError when the time is not bookable: past, sooner than the
     tenant's notice, beyond its horizon (the visit's start), the customer already at the
     tenant's limit of upcoming visits (not checked when joining `visit_id`), overlapping the
     customer's own booking, or, with the professional(s) (availability.place): outside their
@@ -355,14 +356,20 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     own = availability.own_intervals(session, ctx.contact_id, start - timedelta(days=1),
                                      start + availability.MAX_VISIT * len(services))
     groups = _visit_candidates(session, ctx.tenant_id, services, professional)
-    if hints is None and len(services) > 1:
+    starts: list[datetime] = []
+    if len(services) > 1:  # as find_available_slots offered it: who, and when each starts
+        if hints:
+            groups = [_candidates(session, ctx.tenant_id, s, h) if h else g
+                      for s, h, g in zip(services, hints, groups, strict=True)]
         local = start.astimezone(ctx.timezone)
         offered = [v for v in availability.visit_slots(
             session, tenant=tenant, services=services, pros=groups, first=local.date(),
             last=local.date(), now=ctx.now, after=local.time(), own=own)
             if v[0].start == start]
         by_id = {p.id: p.code for group in groups for p in group}
-        hints = [by_id[i.professional_id] for i in offered[0]] if offered else None
+        if offered:
+            hints = [by_id[i.professional_id] for i in offered[0]]
+            starts = [i.start for i in offered[0]]
     rows: list[Appointment] = []
     at = start
     for n, service in enumerate(services):
@@ -370,7 +377,8 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
         row = availability.place(
             session, tenant,
             _candidates(session, ctx.tenant_id, service, hint) if hint else groups[n],
-            availability.Placement(service=service, start=at, contact_id=ctx.contact_id,
+            availability.Placement(service=service, start=starts[n] if starts else at,
+                                   contact_id=ctx.contact_id,
                                    now=ctx.now, professional=hint,
                                    tool_use_id=ctx.tool_use_id if n == 0 else None,
                                    grid=n == 0, visit_id=visit_id))
@@ -382,7 +390,7 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
                             "another time")
         visit_id = appointments.visit_of(row)
         rows.append(row)
-        at = row.end_at
+        at = max(r.end_at for r in rows)
     return rows
 
 
@@ -700,16 +708,26 @@ def _format_times(slots: list[Slot], pros: dict[int | None, Professional], tz: Z
 MAX_VISITS_LISTED = 20  # find_available_slots for several services: lines of visits
 
 
+def _at_once(items: list[availability.Item]) -> bool:
+    return any(b.start != a.end for a, b in zip(items, items[1:], strict=False))
+
+
 def _format_visits(visits: list[list[availability.Item]], pros: dict[int | None, Professional],
                    tz: ZoneInfo) -> str:
     """One line per local start of a visit of several services: "Tue 2026-06-09 14:00-15:30:
-    corte julia, escova marcos", at most MAX_VISITS_LISTED, then one line per other day."""
+    corte julia, escova marcos", at most MAX_VISITS_LISTED, then one line per other day; a
+    service that does not start when the one before ends gets its start ("manicure bia
+    14:00": at once with the one before, `parallel_services`)."""
     first = visits[0]
-    lines = [f"Free times for {'+'.join(i.service.code for i in first)}, one after the other:"]
+    lines = [f"Free times for {'+'.join(i.service.code for i in first)}, one after the other"
+             + (" unless a start is given:" if any(
+                 _at_once(items) for items in visits[:MAX_VISITS_LISTED]) else ":")]
     for items in visits[:MAX_VISITS_LISTED]:
-        start, end = items[0].start.astimezone(tz), items[-1].end.astimezone(tz)
+        start, end = items[0].start.astimezone(tz), max(i.end for i in items).astimezone(tz)
         lines.append(f"{start:%a %Y-%m-%d %H:%M}-{end:%H:%M}: " + ", ".join(
-            f"{i.service.code} {pros[i.professional_id].code}" for i in items))
+            f"{i.service.code} {pros[i.professional_id].code}"
+            + (f" {i.start.astimezone(tz):%H:%M}" if n and i.start != items[n - 1].end else "")
+            for n, i in enumerate(items)))
     left: dict[str, list[datetime]] = {}
     for items in visits[MAX_VISITS_LISTED:]:
         left.setdefault(f"{items[0].start.astimezone(tz):%a %Y-%m-%d}", []).append(
