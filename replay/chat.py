@@ -29,6 +29,7 @@ from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from sqlmodel import col, select
 
+from bot.console.texts import texts_for
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment
 from replay.messages_api import RecordedCall, check_item
@@ -43,7 +44,6 @@ from replay.runner import (
     appointment_entries,
     validate_scenario,
 )
-from bot.console.texts import texts_for
 from storage.appointments import visit_of
 from storage.db import session_scope
 from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
