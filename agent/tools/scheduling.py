@@ -344,8 +344,8 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     from `start` (a service of the tenant's `parallel_services` with the one before, as
     availability.visit_slots places it); raises ToolError when the time is not bookable:
     past, sooner than the tenant's notice, beyond its horizon (the visit's start), the
-    customer already at the tenant's limit of upcoming visits (not checked when joining `visit_id`), overlapping the
-    customer's own booking, or, with the professional(s) (availability.place): outside their
+    customer already at the tenant's limit of upcoming visits (not checked when joining
+    `visit_id`), overlapping the customer's own booking, or, with the professional(s) (availability.place): outside their
     hours, off the slot grid (the visit's start), or taken. `hints`: a professional per
     service (a move keeps each one's); else the one find_available_slots would have offered.
     Each message says why, so the model can explain it in the customer's words."""
