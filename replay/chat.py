@@ -44,7 +44,7 @@ from replay.runner import (
     appointment_entries,
     validate_scenario,
 )
-from storage.appointments import visit_of
+from storage.appointments import number_of
 from storage.db import session_scope
 from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
 from storage.models import Appointment, Contact, ContactFact, Professional, Service, Tenant
@@ -365,7 +365,7 @@ class ChatSession:
                 col(Appointment.start_at), col(Appointment.id))).all()
             visits: dict[tuple[int, str], list[tuple[Appointment, Service, Professional]]] = {}
             for a, s, p, _ in rows:
-                visits.setdefault((visit_of(a), a.status), []).append((a, s, p))
+                visits.setdefault((number_of(a), a.status), []).append((a, s, p))
             said = texts_for(rows[0][3].language if rows else "pt-BR")
             lines = [f"   #{number} {group[0][0].start_at.astimezone(self.zone):{LOCAL_FORMAT}}  "
                      + ", ".join(f"{s.name} ({p.name}) {a.start_at.astimezone(self.zone):%H:%M}"

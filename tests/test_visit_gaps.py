@@ -184,3 +184,24 @@ def test_without_the_setting_every_service_follows_the_one_before(engine: Engine
                                             "start": "2026-06-03T09:00"})
     assert not error, text
     assert _times(engine) == [("corte", "julia", "09:00"), ("manicure", "bia", "10:00")]
+
+
+# -- booking numbers: consecutive per tenant ---------------------------------------------------
+
+def test_booking_numbers_are_consecutive_per_tenant_whatever_the_rows(engine: Engine) -> None:
+    """A visit of three services takes three row ids, and another tenant's bookings take
+    more: the customer still hears #1, #2, #3, and acts on them by those numbers."""
+    ana = Customer(engine)  # the garage's
+    salon_call, _ = _salon_customer(engine)
+    assert "Appointment #1 on" in salon_call("book_appointment", {
+        "services": ["corte", "manicure"], "start": "2026-06-03T09:00"})[0]
+    text, _ = ana.call("book_appointment", {"services": THREE, "start": "2026-06-02T09:00"})
+    assert text.startswith("Booked. Appointment #1 on Tue"), text
+    ana.call("book_appointment", {"service": "oleo", "start": "2026-06-03T09:00"})
+    text, _ = ana.call("list_my_appointments", {})
+    assert "Appointment #1 on Tue" in text and "Appointment #2: Troca de óleo" in text, text
+    text, error = ana.call("cancel_appointment", {"appointment_id": 2})
+    assert not error and text.startswith("Cancelled. Appointment #2: Troca de óleo"), text
+    assert salon_call("book_appointment", {"service": "corte",
+                                           "start": "2026-06-05T09:00"})[0].startswith(
+        "Booked. Appointment #2: Corte")

@@ -196,7 +196,8 @@ def describe(session: Session, tenant: Tenant, appointment: Appointment,
         pro = session.get(Professional, row.professional_id)
         what.append(f"{service.name if service else '?'} with {pro.name if pro else '?'}")
     local = rows[0].start_at.astimezone(ZoneInfo(tenant.timezone))
-    return f"appointment #{appointment.id}, {', '.join(what)}, {local:%a %Y-%m-%d %H:%M}"
+    return (f"appointment #{appointments.number_of(rows[0])}, {', '.join(what)}, "
+            f"{local:%a %Y-%m-%d %H:%M}")
 
 
 def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datetime) -> int:

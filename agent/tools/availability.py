@@ -41,6 +41,7 @@ from agent.tools.slots import (
     too_soon,
     wall_starts,
 )
+from storage.appointments import next_number
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -295,6 +296,11 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
                               start_at=p.start, end_at=p.start + duration,
                               tool_use_id=p.tool_use_id, created_at=p.now, booked_by=p.by,
                               visit_id=p.visit_id)
+    if p.visit_id is None:
+        appointment.booking_number = next_number(session, tenant_id)
+    else:  # a service joining a visit: the visit's number
+        head = session.get(Appointment, p.visit_id)
+        appointment.booking_number = head.booking_number if head else None
     session.add(appointment)
     session.flush()
     if appointment.visit_id is None:

@@ -236,7 +236,7 @@ _ONE_SERVICE = {"type": "string", "description": "Optional: one service code of 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     rows = _own_visit(session, ctx, args.get("appointment_id"))
     starts_at = rows[0].start_at  # the visit's start: the rules apply to it
-    _check_cancellation_window(session, ctx, starts_at, _visit(rows), "cancelled",
+    _check_cancellation_window(session, ctx, starts_at, _number(rows), "cancelled",
                                "cancellations")
     one = _one_service(session, rows, args.get("service"))
     cancelled = [one] if one is not None else rows
@@ -269,7 +269,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     starts_at, visit_id = rows[0].start_at, _visit(rows)  # the visit's start and number
     # a move frees the imminent slot as a cancellation does: the same window (staff moves,
     # operations/agenda.move, are not limited)
-    _check_cancellation_window(session, ctx, starts_at, visit_id, "moved", "changes")
+    _check_cancellation_window(session, ctx, starts_at, _number(rows), "moved", "changes")
     start = _parse_local(args.get("start"), ctx.timezone)
     note = checked_note(session, ctx, args.get("note")) if args.get("note") is not None \
         else rows[0].note  # the request follows the visit unless a new one is given
@@ -293,7 +293,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
         old.moved_to_id = row.id if one is not None else _visit(new)
         session.add(old)
     if one is None:
-        reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_visit(new)}")
+        reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_number(new)}")
         reminders.schedule(session, tenant, new[0], now=ctx.now)
     else:
         reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
@@ -305,9 +305,9 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
                        "previous_start_at": old.start_at.isoformat()}, now=ctx.now)
     if one is not None:
         kept = appointments.booked(appointments.visit_rows(session, visit_id))
-        return (f"Moved {services[0].code} of appointment #{visit_id}. "
+        return (f"Moved {services[0].code} of appointment #{_number(rows)}. "
                 + _describe_visit(session, kept, ctx.timezone))
-    return (f"Moved appointment #{visit_id} to a new booking. "
+    return (f"Moved appointment #{_number(rows)} to a new booking. "
             + _describe_visit(session, new, ctx.timezone))
 
 
@@ -326,13 +326,13 @@ RESCHEDULE_APPOINTMENT = Tool(
 
 
 def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: datetime,
-                               visit_id: int, done: str, what: str) -> None:
+                               number: int, done: str, what: str) -> None:
     """ToolError when the visit starting at `starts_at` is inside the tenant's cancellation
     window (storage/reminders.cancellation_open, the one rule): neither cancelled nor moved."""
     window = _tenant(session, ctx.tenant_id).cancellation_window_minutes
     if not reminders.cancellation_open(window, starts_at, ctx.now):
         raise ToolError(f"not {done}: the business takes {what} up to {window} minutes before "
-                        f"the start, and appointment #{visit_id} starts sooner. Explain "
+                        f"the start, and appointment #{number} starts sooner. Explain "
                         "the policy to the customer; staff can still do it: if they insist, "
                         "handoff_to_human lets a person decide.")
 
@@ -468,13 +468,13 @@ def checked_note(session: Session, ctx: ToolContext, value: Any) -> str:
 
 
 def _own_visit(session: Session, ctx: ToolContext, appointment_id: Any) -> list[Appointment]:
-    """The booked rows of this customer's upcoming visit `appointment_id` (its booking number,
-    or the id of one of its rows), locked, by start; ToolError otherwise."""
+    """The booked rows of this customer's upcoming visit `appointment_id` (the booking number
+    results show: storage/appointments.number_of), locked, by start; ToolError otherwise."""
     if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
             or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
     # locked, and read again: a staff move or a second turn may be changing it right now
-    appointment = appointments.locked(session, appointment_id)
+    appointment = appointments.by_number(session, ctx.tenant_id, appointment_id)
     if (appointment is None or appointment.tenant_id != ctx.tenant_id
             or appointment.contact_id != ctx.contact_id):
         raise ToolError(f"no appointment #{appointment_id} for this customer; "
@@ -499,7 +499,7 @@ def _one_service(session: Session, rows: list[Appointment], code: Any) -> Appoin
         if isinstance(code, str) and code.strip().lower() in (service.code.lower(),
                                                               service.name.lower()):
             return row
-    raise ToolError(f"appointment #{_visit(rows)} has no service {echo(code)}; its services: "
+    raise ToolError(f"appointment #{_number(rows)} has no service {echo(code)}; its services: "
                     f"{some_codes([_service_row(session, r).code for r in rows])}")
 
 
@@ -513,6 +513,11 @@ def _visit(rows: list[Appointment]) -> int:
     return appointments.visit_of(rows[0])
 
 
+def _number(rows: list[Appointment]) -> int:
+    """The booking number the customer is told (storage/appointments.number_of)."""
+    return appointments.number_of(rows[0])
+
+
 def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     service = session.get(Service, appointment.service_id)
     pro = session.get(Professional, appointment.professional_id)
@@ -520,7 +525,7 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     end = appointment.end_at.astimezone(tz)
     what = clip(service.name, NAME_CHARS) if service else "?"
     who = clip(pro.name, NAME_CHARS) if pro else "?"
-    return (f"Appointment #{appointments.visit_of(appointment)}: {what} with {who} on "
+    return (f"Appointment #{appointments.number_of(appointment)}: {what} with {who} on "
             f"{local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} ({appointment.status})"
             + (f"; for: {appointment.for_name}" if appointment.for_name else "")
             + (f"; note: {appointment.note}" if appointment.note else ""))
@@ -539,7 +544,7 @@ def _describe_visit(session: Session, rows: list[Appointment], tz: ZoneInfo) -> 
         parts.append(f"{clip(service.name, NAME_CHARS) if service else '?'} with "
                      f"{clip(pro.name, NAME_CHARS) if pro else '?'} {start:%H:%M}-{end:%H:%M}")
     head = rows[0]
-    return (f"Appointment #{appointments.visit_of(head)} on "
+    return (f"Appointment #{appointments.number_of(head)} on "
             f"{head.start_at.astimezone(tz):%a %Y-%m-%d}: {', '.join(parts)} ({head.status})"
             + (f"; for: {head.for_name}" if head.for_name else "")
             + (f"; note: {head.note}" if head.note else ""))
