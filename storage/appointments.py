@@ -42,10 +42,12 @@ def number_of(appointment: Appointment) -> int:
 
 def next_number(session: Session, tenant_id: int) -> int:
     """The tenant's next booking number: one more than its highest (the tenant's row locked
-    FOR UPDATE on PostgreSQL until the transaction ends, so two bookings never share one;
-    SQLite's transactions are serial already). Numbers once told are never reused: a
-    cancelled visit keeps its own."""
-    session.exec(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update()).first()
+    FOR NO KEY UPDATE on PostgreSQL until the transaction ends, so two bookings never share
+    one, while rows that only reference the tenant, a new contact, are not held up; SQLite's
+    transactions are serial already). Numbers once told are never reused: a cancelled visit
+    keeps its own. Call it before locking a professional (availability.place)."""
+    session.exec(select(Tenant.id).where(Tenant.id == tenant_id)
+                 .with_for_update(key_share=True)).first()
     highest = session.exec(select(func.max(col(Appointment.booking_number))).where(
         Appointment.tenant_id == tenant_id)).one()
     return int(highest or 0) + 1

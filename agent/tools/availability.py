@@ -251,6 +251,9 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     day are named), off the wall-clock grid, or taken (by a booking, a buffer or a block)."""
     tz = ZoneInfo(tenant.timezone)
     tenant_id = tenant.id or 0
+    # a new visit's number first: the tenant's row is locked before any professional's, the
+    # one order every booking takes (no deadlock)
+    number = next_number(session, tenant_id) if p.visit_id is None else None
     business = business_hours(session, tenant_id)
     exceptions = business_exceptions(session, tenant_id)
     step = timedelta(minutes=tenant.slot_granularity_minutes)
@@ -297,7 +300,7 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
                               tool_use_id=p.tool_use_id, created_at=p.now, booked_by=p.by,
                               visit_id=p.visit_id)
     if p.visit_id is None:
-        appointment.booking_number = next_number(session, tenant_id)
+        appointment.booking_number = number
     else:  # a service joining a visit: the visit's number
         head = session.get(Appointment, p.visit_id)
         appointment.booking_number = head.booking_number if head else None
