@@ -205,3 +205,17 @@ def test_booking_numbers_are_consecutive_per_tenant_whatever_the_rows(engine: En
     assert salon_call("book_appointment", {"service": "corte",
                                            "start": "2026-06-05T09:00"})[0].startswith(
         "Booked. Appointment #2: Corte")
+
+
+def test_staff_book_a_service_the_business_runs_at_once_as_the_agent_does(
+        engine: Engine) -> None:
+    from operations import agenda
+    from storage.models import Tenant
+    _salon_customer(engine)
+    with session_scope(engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        booked = agenda.book(session, tenant, agenda.StaffBooking(
+            service="corte", then=["manicure"], start="2026-06-03T09:00",
+            phone="5511988880001"), now=NOW)
+    assert [(r["service"], r["professional"], r["start"][11:]) for r in booked["visit"]] == [
+        ("corte", "julia", "09:00"), ("manicure", "bia", "09:00")]
