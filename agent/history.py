@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, select
 
-from storage.appointments import VISIT, visit_of
+from storage.appointments import VISIT, number_of, visit_of
 from storage.models import Appointment, Professional, Service
 
 UPCOMING_SHOWN = 5  # visits
@@ -103,7 +103,7 @@ def _visits(rows: Sequence[tuple[Appointment, Service, Professional]], tz: ZoneI
         group.sort(key=lambda r: (r[0].start_at, r[0].id or 0))
         (appointment, service, pro), rest = group[0], group[1:]
         visits.append(Booking(
-            visit_of(appointment), appointment.start_at.astimezone(tz), service.code,
+            number_of(appointment), appointment.start_at.astimezone(tz), service.code,
             service.name, pro.code, pro.name, appointment.status, appointment.note,
             appointment.outcome,
             more=tuple((s.code, s.name, p.code, p.name) for _, s, p in rest),

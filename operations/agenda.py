@@ -27,6 +27,7 @@ The outcome of a visit (completed, no_show) is stored apart from `status`: every
 
 import re
 from collections import Counter
+from dataclasses import replace
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -202,6 +203,20 @@ def _placed(session: Session, tenant: Tenant, service: Service, code: str | None
         raise Invalid(str(exc), [f"start: {exc}"]) from None
 
 
+def _next_placed(session: Session, tenant: Tenant, service: Service, code: str | None,
+                 rows: list[Appointment], placement: availability.Placement) -> Appointment:
+    """A service of the tenant's `parallel_services` starts with the one before it, by
+    anyone else free then (availability.visit_slots' rule, as the agent books it); when
+    nobody is, and for every other service, at `placement.start`."""
+    if rows and service.code in (tenant.parallel_services or []):
+        try:
+            return _placed(session, tenant, service, None, replace(
+                placement, start=rows[-1].start_at, professional=None))
+        except (Conflict, Invalid):
+            pass  # nobody free at once: after the others
+    return _placed(session, tenant, service, code, placement)
+
+
 def book(session: Session, tenant: Tenant, body: StaffBooking, *,
          now: datetime) -> dict[str, Any]:
     """A booking by the business (module docstring). Returns the appointment's view."""
@@ -214,11 +229,11 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     services = [service, *(_service(session, tenant, code) for code in body.then)]
     contact = contact_for(session, tenant, body, now=now)
     rows: list[Appointment] = []
-    for item in services:  # one visit: each service when the one before ends (issue 38)
+    for item in services:  # one visit: each service when the ones before end (issue 38)
         code = body.professional if body.professional and (
             not rows or _does(session, tenant, body.professional, item)) else None
-        row = _placed(session, tenant, item, code, availability.Placement(
-            service=item, start=rows[-1].end_at if rows else start,
+        row = _next_placed(session, tenant, item, code, rows, availability.Placement(
+            service=item, start=max(r.end_at for r in rows) if rows else start,
             contact_id=contact.id or 0, now=now, professional=code, by="business",
             grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None))
         row.note, row.for_name = note, " ".join(body.for_name.split())

@@ -29,6 +29,7 @@ from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from sqlmodel import col, select
 
+from bot.console.texts import texts_for
 from core.clock import parse_duration
 from replay.environment import ReplayEnvironment
 from replay.messages_api import RecordedCall, check_item
@@ -43,6 +44,7 @@ from replay.runner import (
     appointment_entries,
     validate_scenario,
 )
+from storage.appointments import number_of
 from storage.db import session_scope
 from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
 from storage.models import Appointment, Contact, ContactFact, Professional, Service, Tenant
@@ -349,17 +351,27 @@ class ChatSession:
             return [{"key": f.key, "value": f.value, "state": f.state} for f in rows]
 
     def show_appointments(self) -> list[str]:
-        """One line per appointment: local date and time as the console shows them, the service
-        and professional as the tenant named them, the status."""
+        """One line per visit (and status: a service cancelled apart is its own line), by
+        start, in the tenant's language: its booking number, local day and time as the
+        console shows them, each service with its professional and start, and the status
+        ("#1 02/06/2026 09:00  Troca de óleo (Pedro) 09:00, Alinhamento (Pedro) 09:30
+        marcado")."""
         with session_scope(self.env.engine) as session:
-            rows = session.exec(select(Appointment, Service, Professional).join(
+            rows = session.exec(select(Appointment, Service, Professional, Tenant).join(
                 Service, col(Service.id) == col(Appointment.service_id)).join(
                 Professional, col(Professional.id) == col(Appointment.professional_id)).join(
                 Tenant, col(Tenant.id) == col(Appointment.tenant_id)).where(
                 Tenant.phone_number_id == str(self.tenant["phone_number_id"])).order_by(
                 col(Appointment.start_at), col(Appointment.id))).all()
-            lines = [f"   {a.start_at.astimezone(self.zone):{LOCAL_FORMAT}}  {s.name} with {p.name}"
-                     f"  {a.status}" for a, s, p in rows]
+            visits: dict[tuple[int, str], list[tuple[Appointment, Service, Professional]]] = {}
+            for a, s, p, _ in rows:
+                visits.setdefault((number_of(a), a.status), []).append((a, s, p))
+            said = texts_for(rows[0][3].language if rows else "pt-BR")
+            lines = [f"   #{number} {group[0][0].start_at.astimezone(self.zone):{LOCAL_FORMAT}}  "
+                     + ", ".join(f"{s.name} ({p.name}) {a.start_at.astimezone(self.zone):%H:%M}"
+                                 for a, s, p in group)
+                     + f"  {said.get('status_' + status, status)}"
+                     for (number, status), group in visits.items()]
         return lines or ["   (no appointments)"]
 
     def show_facts(self) -> list[str]:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from sqlmodel import Session, col, func, or_, select
 
-from storage.models import Appointment
+from storage.models import Appointment, Tenant
 
 # the booking number of a row, in SQL (COUNT(DISTINCT VISIT) counts visits)
 VISIT = func.coalesce(col(Appointment.visit_id), col(Appointment.id))
@@ -32,6 +32,37 @@ def visit_of(appointment: Appointment) -> int:
     """The booking number of `appointment`'s visit."""
     assert appointment.id is not None
     return appointment.visit_id or appointment.id
+
+
+def number_of(appointment: Appointment) -> int:
+    """The booking number the customer is told for `appointment`'s visit: consecutive per
+    tenant (`next_number`); a row written before numbers: its visit's id."""
+    return appointment.booking_number or visit_of(appointment)
+
+
+def next_number(session: Session, tenant_id: int) -> int:
+    """The tenant's next booking number: one more than its highest (the tenant's row locked
+    FOR NO KEY UPDATE on PostgreSQL until the transaction ends, so two bookings never share
+    one, while rows that only reference the tenant, a new contact, are not held up; SQLite's
+    transactions are serial already). Numbers once told are never reused: a cancelled visit
+    keeps its own. Call it before locking a professional (availability.place)."""
+    session.exec(select(Tenant.id).where(Tenant.id == tenant_id)
+                 .with_for_update(key_share=True)).first()
+    highest = session.exec(select(func.max(col(Appointment.booking_number))).where(
+        Appointment.tenant_id == tenant_id)).one()
+    return int(highest or 0) + 1
+
+
+def by_number(session: Session, tenant_id: int, number: int) -> Appointment | None:
+    """A row of the tenant's visit told as `number` (`number_of`), locked and fresh; the
+    latest such row when several visits were told it (a visit written before numbers:
+    its id). One indexed read."""
+    return session.exec(select(Appointment).where(
+        Appointment.tenant_id == tenant_id,
+        or_(col(Appointment.booking_number) == number,
+            col(Appointment.booking_number).is_(None) & (VISIT == number)))
+        .order_by(col(Appointment.id).desc()).with_for_update()
+        .execution_options(populate_existing=True)).first()
 
 
 def visit_rows(session: Session, visit_id: int, *, lock: bool = False) -> list[Appointment]:

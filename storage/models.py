@@ -39,6 +39,9 @@ class Tenant(SQLModel, table=True):
     booking_horizon_days: int = 90
     booking_notice_minutes: int = 60
     max_upcoming_bookings: int = 5  # per contact
+    # service codes that may run at once with the service before them in a visit, by another
+    # professional (a manicure beside a haircut; issue 38, agent/tools/availability.py)
+    parallel_services: list[Any] = Field(default_factory=list, sa_type=JSONType)
     retention_days: int = 180
     followup_template: str = Field(default="", max_length=512)
     # set when the Graph API rejected the access token (190): nothing is sent until resumed
@@ -375,7 +378,8 @@ class Appointment(SQLModel, table=True):
     `end_at` excluded."""
 
     __table_args__ = (Index("ix_appointment_professional_start", "professional_id", "start_at"),
-                      Index("ix_appointment_visit_id", "visit_id"))
+                      Index("ix_appointment_visit_id", "visit_id"),
+                      Index("ix_appointment_tenant_number", "tenant_id", "booking_number"))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
@@ -400,6 +404,9 @@ class Appointment(SQLModel, table=True):
     outcome_note: str = Field(default="", max_length=200)  # the staff's, on what was done
     booked_by: str = Field(default="customer", max_length=16)  # customer or business
     visit_id: int | None = None
+    # the number the customer is told ("#3"): consecutive per tenant, one per visit, on every
+    # row of it (storage/appointments.next_number); NULL: its visit_id is told
+    booking_number: int | None = None
     # who the visit is for when not the contact who booked it ("filha: Ana"); it still
     # counts in that contact's upcoming bookings
     for_name: str = Field(default="", max_length=100)

@@ -173,7 +173,8 @@ def after_change(session: Session, tenant: Tenant, visit_id: int, *,
                  starts_at: datetime, reason: str, now: datetime) -> None:
     """One service of visit `visit_id` (which started at `starts_at`) was cancelled or moved:
     with nothing of it booked any more its reminders are cancelled (`cancel_for`), with a new
-    start they are made again (`reschedule`), otherwise they stay."""
+    start they are made again (`reschedule`), otherwise they stay, and one queued but not
+    sent yet is written again from the visit as it is now (`requeue`)."""
     live = [r for r in session.exec(select(Appointment).where(
         or_(col(Appointment.visit_id) == visit_id, col(Appointment.id) == visit_id),
         col(Appointment.status) == "booked").order_by(col(Appointment.start_at)))]
@@ -181,6 +182,8 @@ def after_change(session: Session, tenant: Tenant, visit_id: int, *,
         cancel_for(session, visit_id, reason=reason)
     elif live[0].start_at != starts_at:
         reschedule(session, tenant, live[0], start_at=live[0].start_at, now=now)
+    else:
+        requeue(session, visit_id, reason=reason, now=now)
 
 
 def _withdrawn(session: Session, reminder: Reminder) -> bool:
@@ -188,6 +191,22 @@ def _withdrawn(session: Session, reminder: Reminder) -> bool:
     statuses = session.exec(select(Outbound.status).where(
         Outbound.message_id == reminder.message_id)).all()
     return bool(statuses) and all(s == "refused" for s in statuses)
+
+
+def requeue(session: Session, visit_id: int, *, reason: str, now: datetime) -> int:
+    """The visit's services changed but not its start: its queued reminders still waiting in
+    the outbox (`withdraw`) are scheduled again, due `now`, so the next pass renders them
+    from the visit as it is then (never naming a service it no longer has). One already
+    sent, or being sent, is left. Returns how many."""
+    withdraw(session, visit_id, reason=reason)
+    again = [r for r in session.exec(select(Reminder).where(
+        col(Reminder.appointment_id) == visit_id, col(Reminder.status) == "queued")
+        .execution_options(populate_existing=True)) if _withdrawn(session, r)]
+    for row in again:
+        row.status, row.due_at, row.message_id, row.queued_at = "scheduled", now, None, None
+        session.add(row)
+    session.flush()
+    return len(again)
 
 
 def withdraw(session: Session, visit_id: int, *, reason: str) -> int:

@@ -153,6 +153,10 @@ class TenantSettings(_Strict):
         None, ge=0, le=43_200, description="a booking starts at least this long after now")
     max_upcoming_bookings: int | None = Field(
         None, ge=1, le=1000, description="upcoming bookings one customer may hold at once")
+    parallel_services: list[Annotated[str, StringConstraints(max_length=64)]] | None = Field(
+        None, max_length=100, description="service codes that may run at once with the "
+                                          "service before them in a visit, with another "
+                                          "professional (e.g. a manicure beside a haircut)")
     retention_days: int | None = Field(None, ge=1, le=36_500)
     followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
                                           description="approved template sent when the "

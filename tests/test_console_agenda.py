@@ -123,3 +123,26 @@ def test_the_catalogue_page_shows_a_professionals_own_week(env: ReplayEnvironmen
     assert "Horário: 13:00-18:00" in day
     _, monday, _ = browser.request("/console/agenda?day=2026-06-01")
     assert "Não trabalha neste dia" in monday
+
+
+def test_the_booking_form_books_a_visit_of_several_services(env: ReplayEnvironment) -> None:
+    from storage.tenants import change_service
+    seeded: Seeded = seed(env)
+    with session_scope(env.engine) as session:
+        change_service(session, 1, "escova", name="Escova", duration_minutes=30)
+        change_professional(session, 1, "julia", services=["corte", "escova"])
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+    assert page.count('<select name="services">') == 2 and "Depois, na mesma visita" in page
+    browser.request("/console/agenda/book", {
+        "csrf": browser.csrf, "day": "2026-06-02", "service": "corte", "services": ["escova", ""],
+        "professional": "julia", "time": "10:00", "phone": "+55 21 98888-0002"})
+    _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+    assert "Agendado: 10:00 Corte feminino (Júlia), 11:00 Escova (Júlia)" in _flash(page), \
+        _flash(page)
+    with session_scope(env.engine) as session:
+        bia = session.exec(select(Contact).where(Contact.wa_id == "5521988880002")).one()
+        rows = session.exec(select(Appointment).where(Appointment.contact_id == bia.id)
+                            .order_by(Appointment.start_at)).all()
+        assert len(rows) == 2 and rows[0].visit_id == rows[1].visit_id == rows[0].id

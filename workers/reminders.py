@@ -139,7 +139,31 @@ def fields(session: Session, tenant: Tenant, appointment: Appointment,
            else f"{weekdays[local.weekday()]} {local:%Y-%m-%d}")
     return {"customer_name": greeting_name(contact.profile_name if contact else None),
             "service": _listed(services, language), "professional": _listed(pros, language),
-            "date": day, "time": f"{local:%H:%M}", "address": tenant.address}
+            "date": day, "time": _times(session, tenant, rows), "address": tenant.address}
+
+
+def _times(session: Session, tenant: Tenant, rows: list[Appointment]) -> str:
+    """The visit's time: its start ("09:00") when its services run one after the other with
+    no gap; otherwise the start of each part with what it holds, a part being services back
+    to back or at once ("09:00 (Corte e Manicure)", "09:00 (Troca de óleo e Alinhamento) e
+    14:00 (Diagnóstico)"), so a visit split in time or run in parallel is never told as one
+    simple run from its start."""
+    tz = ZoneInfo(tenant.timezone)
+    parts: list[tuple[datetime, list[str]]] = []
+    previous: Appointment | None = None
+    for row in rows:
+        service = session.get(Service, row.service_id)
+        name = service.name if service else "?"
+        if previous is not None and row.start_at in (previous.end_at, parts[-1][0]):
+            parts[-1][1].append(name)
+        else:
+            parts.append((row.start_at, [name]))
+        previous = row
+    start = f"{rows[0].start_at.astimezone(tz):%H:%M}"
+    if len(parts) == 1 and len({r.start_at for r in rows}) == len(rows):
+        return start
+    return _listed([f"{at.astimezone(tz):%H:%M} ({_listed(names, tenant.language)})"
+                    for at, names in parts], tenant.language)
 
 
 def greeting_name(profile_name: str | None) -> str:
@@ -172,7 +196,8 @@ def describe(session: Session, tenant: Tenant, appointment: Appointment,
         pro = session.get(Professional, row.professional_id)
         what.append(f"{service.name if service else '?'} with {pro.name if pro else '?'}")
     local = rows[0].start_at.astimezone(ZoneInfo(tenant.timezone))
-    return f"appointment #{appointment.id}, {', '.join(what)}, {local:%a %Y-%m-%d %H:%M}"
+    return (f"appointment #{appointments.number_of(rows[0])}, {', '.join(what)}, "
+            f"{local:%a %Y-%m-%d %H:%M}")
 
 
 def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datetime) -> int:

@@ -42,6 +42,7 @@ from agent.tools.slots import (
     too_soon,
     wall_starts,
 )
+from storage.appointments import next_number
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -257,6 +258,9 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     day are named), off the wall-clock grid, or taken (by a booking, a buffer or a block)."""
     tz = ZoneInfo(tenant.timezone)
     tenant_id = tenant.id or 0
+    # a new visit's number first: the tenant's row is locked before any professional's, the
+    # one order every booking takes (no deadlock)
+    number = next_number(session, tenant_id) if p.visit_id is None else None
     business = business_hours(session, tenant_id)
     exceptions = business_exceptions(session, tenant_id)
     step = timedelta(minutes=tenant.slot_granularity_minutes)
@@ -305,6 +309,11 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
                               start_at=p.start, end_at=p.start + duration,
                               tool_use_id=p.tool_use_id, created_at=p.now, booked_by=p.by,
                               visit_id=p.visit_id)
+    if p.visit_id is None:
+        appointment.booking_number = number
+    else:  # a service joining a visit: the visit's number
+        head = session.get(Appointment, p.visit_id)
+        appointment.booking_number = head.booking_number if head else None
     session.add(appointment)
     session.flush()
     if appointment.visit_id is None:
@@ -375,10 +384,12 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
     """Start times where the whole sequence of `services` fits, one after the other, each
     with one of its `pros` (the same index), and none overlaps `own` (the customer's own
     bookings): one visit (a list of items) per start, by start. The visit's start follows the
-    rules of `free_slots` (grid, notice, `after`/`before`); each next service starts when the
-    one before ends, with the professional of the one before when they do it and are free,
-    else the first free in catalogue order (the time after a professional's own earlier item
-    keeps that service's buffer)."""
+    rules of `free_slots` (grid, notice, `after`/`before`); each next service starts when
+    every one before it has ended, with the professional of the one before when they do it
+    and are free, else the first free in catalogue order (the time after a professional's own
+    earlier item keeps that service's buffer). A service of the tenant's `parallel_services`
+    starts with the one before it instead, by another professional, when one is free then
+    (a manicure beside a haircut); otherwise it follows as the others do."""
     tz = ZoneInfo(tenant.timezone)
     business = business_hours(session, tenant.id or 0)
     exceptions = business_exceptions(session, tenant.id or 0)
@@ -397,7 +408,8 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
             continue
         items = [Item(services[0], slot.professional_id, slot.start, slot.end)]
         for service, group in zip(services[1:], pros[1:], strict=True):
-            item = _next_item(items, service, group, weeks, taken, mine, tz, exceptions)
+            item = _next_item(items, service, group, weeks, taken, mine, tz, exceptions,
+                              parallel=service.code in (tenant.parallel_services or []))
             if item is None:
                 break
             items.append(item)
@@ -409,23 +421,26 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
 
 def _next_item(items: list[Item], service: Service, group: Sequence[Professional],
                weeks: Mapping[int, Week], taken: Mapping[int, "_Busy"], mine: "_Busy",
-               tz: ZoneInfo, exceptions: Mapping[date, LocalIntervals]) -> Item | None:
-    start = items[-1].end
+               tz: ZoneInfo, exceptions: Mapping[date, LocalIntervals], *,
+               parallel: bool = False) -> Item | None:
+    after = max(i.end for i in items)  # every service before it has ended
+    starts = [items[-1].start, after] if parallel else [after]
     previous = items[-1].professional_id
-    ordered = sorted(group, key=lambda p: p.id != previous)  # the one before first, if any
     buffer = timedelta(minutes=service.buffer_minutes)
-    for pro in ordered:
-        week = weeks[pro.id or 0]
-        duration = duration_of(service, week)
-        end = start + duration
-        if working_interval(week, start, duration, tz, exceptions) is None \
-                or taken[week.professional_id].overlaps(start, end + buffer) \
-                or mine.overlaps(start, end):
-            continue
-        if any(i.professional_id == week.professional_id and overlaps(
-                (start, end + buffer),
-                (i.start, i.end + timedelta(minutes=i.service.buffer_minutes)))
-               for i in items):
-            continue
-        return Item(service, week.professional_id, start, end)
+    for start in starts:
+        ordered = sorted(group, key=lambda p: p.id != previous)  # the one before first
+        for pro in ordered:
+            week = weeks[pro.id or 0]
+            duration = duration_of(service, week)
+            end = start + duration
+            if working_interval(week, start, duration, tz, exceptions) is None \
+                    or taken[week.professional_id].overlaps(start, end + buffer) \
+                    or mine.overlaps(start, end):
+                continue
+            if any(i.professional_id == week.professional_id and overlaps(
+                    (start, end + buffer),
+                    (i.start, i.end + timedelta(minutes=i.service.buffer_minutes)))
+                   for i in items):
+                continue  # one professional does one thing at a time
+            return Item(service, week.professional_id, start, end)
     return None

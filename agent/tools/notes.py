@@ -13,17 +13,20 @@ from sqlmodel import Session
 
 from agent.errors import ToolError
 from agent.tools.base import Tool, ToolContext
-from agent.tools.scheduling import NOTE_PROPERTY, checked_note, describe, own_upcoming
+from agent.tools.scheduling import NOTE_PROPERTY, checked_note, describe_visit, own_visit
 
 
 def add_appointment_note(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
-    appointment = own_upcoming(session, ctx, args.get("appointment_id"))
+    """The note belongs to the visit: every booked service of it carries it, as
+    book_appointment writes it (the history and the console read any of them)."""
+    rows = own_visit(session, ctx, args.get("appointment_id"))
     note = checked_note(session, ctx, args.get("note"))
     if not note:
         raise ToolError("note is required: the customer's request for the visit")
-    appointment.note = note
-    session.add(appointment)
-    return "Note saved. " + describe(session, appointment, ctx.timezone)
+    for row in rows:
+        row.note = note
+        session.add(row)
+    return "Note saved. " + describe_visit(session, rows, ctx.timezone)
 
 
 ADD_APPOINTMENT_NOTE = Tool(

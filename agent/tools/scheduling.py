@@ -246,7 +246,7 @@ _ONE_SERVICE = {"type": "string", "description": "Optional: one service code of 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     rows = _own_visit(session, ctx, args.get("appointment_id"))
     starts_at = rows[0].start_at  # the visit's start: the rules apply to it
-    _check_cancellation_window(session, ctx, starts_at, _visit(rows), "cancelled",
+    _check_cancellation_window(session, ctx, starts_at, _number(rows), "cancelled",
                                "cancellations")
     one = _one_service(session, rows, args.get("service"))
     cancelled = [one] if one is not None else rows
@@ -255,11 +255,8 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
         session.add(row)
     session.flush()
     kept = [r for r in rows if r.status == "booked"]
-    if not kept:
-        reminders.cancel_for(session, _visit(rows), reason="appointment cancelled")
-    elif kept[0].start_at != starts_at:
-        reminders.reschedule(session, _tenant(session, ctx.tenant_id), kept[0],
-                             start_at=kept[0].start_at, now=ctx.now)
+    reminders.after_change(session, _tenant(session, ctx.tenant_id), _visit(rows),
+                           starts_at=starts_at, reason="appointment cancelled", now=ctx.now)
     for row in cancelled:
         webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
@@ -282,7 +279,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     starts_at, visit_id = rows[0].start_at, _visit(rows)  # the visit's start and number
     # a move frees the imminent slot as a cancellation does: the same window (staff moves,
     # operations/agenda.move, are not limited)
-    _check_cancellation_window(session, ctx, starts_at, visit_id, "moved", "changes")
+    _check_cancellation_window(session, ctx, starts_at, _number(rows), "moved", "changes")
     start = _parse_local(args.get("start"), ctx.timezone)
     note = checked_note(session, ctx, args.get("note")) if args.get("note") is not None \
         else rows[0].note  # the request follows the visit unless a new one is given
@@ -306,13 +303,11 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
         old.moved_to_id = row.id if one is not None else _visit(new)
         session.add(old)
     if one is None:
-        reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_visit(new)}")
+        reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_number(new)}")
         reminders.schedule(session, tenant, new[0], now=ctx.now)
     else:
-        kept = appointments.booked(appointments.visit_rows(session, visit_id))
-        if kept[0].start_at != starts_at:
-            reminders.reschedule(session, tenant, kept[0], start_at=kept[0].start_at,
-                                 now=ctx.now)
+        reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
+                               reason=f"{services[0].code} moved", now=ctx.now)
     for old, row in zip(moving, new, strict=True):
         webhooks.emit(session, ctx.tenant_id, "appointment.rescheduled",
                       {**webhooks.appointment_data(session, row, by="customer"),
@@ -320,9 +315,9 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
                        "previous_start_at": old.start_at.isoformat()}, now=ctx.now)
     if one is not None:
         kept = appointments.booked(appointments.visit_rows(session, visit_id))
-        return (f"Moved {services[0].code} of appointment #{visit_id}. "
+        return (f"Moved {services[0].code} of appointment #{_number(rows)}. "
                 + _describe_visit(session, kept, ctx.timezone))
-    return (f"Moved appointment #{visit_id} to a new booking. "
+    return (f"Moved appointment #{_number(rows)} to a new booking. "
             + _describe_visit(session, new, ctx.timezone))
 
 
@@ -341,13 +336,13 @@ RESCHEDULE_APPOINTMENT = Tool(
 
 
 def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: datetime,
-                               visit_id: int, done: str, what: str) -> None:
+                               number: int, done: str, what: str) -> None:
     """ToolError when the visit starting at `starts_at` is inside the tenant's cancellation
     window (storage/reminders.cancellation_open, the one rule): neither cancelled nor moved."""
     window = _tenant(session, ctx.tenant_id).cancellation_window_minutes
     if not reminders.cancellation_open(window, starts_at, ctx.now):
         raise ToolError(f"not {done}: the business takes {what} up to {window} minutes before "
-                        f"the start, and appointment #{visit_id} starts sooner. Explain "
+                        f"the start, and appointment #{number} starts sooner. Explain "
                         "the policy to the customer; staff can still do it: if they insist, "
                         "handoff_to_human lets a person decide.")
 
@@ -356,13 +351,15 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
                  professional: Any, *, hints: list[Any] | None = None,
                  visit_id: int | None = None) -> list[Appointment]:
     """Check and insert the visit's rows in this transaction, one service after the other
-    from `start`; raises ToolError when the time is not bookable: past, sooner than the
-    tenant's notice, beyond its horizon (the visit's start), the customer already at the
-    tenant's limit of upcoming visits (not checked when joining `visit_id`), overlapping the
-    customer's own booking, or, with the professional(s) (availability.place): outside their
-    hours, off the slot grid (the visit's start), or taken. `hints`: a professional per
-    service (a move keeps each one's); else the one find_available_slots would have offered.
-    Each message says why, so the model can explain it in the customer's words."""
+    from `start` (a service of the tenant's `parallel_services` with the one before, as
+    availability.visit_slots places it); raises ToolError when the time is not bookable:
+    past, sooner than the tenant's notice, beyond its horizon (the visit's start), the
+    customer already at the tenant's limit of upcoming visits (not checked when joining
+    `visit_id`), overlapping the customer's own booking, or, with the professional(s)
+    (availability.place): outside their hours, off the slot grid (the visit's start), or
+    taken. `hints`: a professional per service (a move keeps each one's); else the one
+    find_available_slots would have offered. Each message says why, so the model can
+    explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, services[0], start)
     if visit_id is None:
@@ -370,14 +367,20 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     own = availability.own_intervals(session, ctx.contact_id, start - timedelta(days=1),
                                      start + availability.MAX_VISIT * len(services))
     groups = _visit_candidates(session, ctx.tenant_id, services, professional)
-    if hints is None and len(services) > 1:
+    starts: list[datetime] = []
+    if len(services) > 1:  # as find_available_slots offered it: who, and when each starts
+        if hints:
+            groups = [_candidates(session, ctx.tenant_id, s, h) if h else g
+                      for s, h, g in zip(services, hints, groups, strict=True)]
         local = start.astimezone(ctx.timezone)
         offered = [v for v in availability.visit_slots(
             session, tenant=tenant, services=services, pros=groups, first=local.date(),
             last=local.date(), now=ctx.now, after=local.time(), own=own)
             if v[0].start == start]
         by_id = {p.id: p.code for group in groups for p in group}
-        hints = [by_id[i.professional_id] for i in offered[0]] if offered else None
+        if offered:
+            hints = [by_id[i.professional_id] for i in offered[0]]
+            starts = [i.start for i in offered[0]]
     rows: list[Appointment] = []
     at = start
     for n, service in enumerate(services):
@@ -385,7 +388,8 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
         row = availability.place(
             session, tenant,
             _candidates(session, ctx.tenant_id, service, hint) if hint else groups[n],
-            availability.Placement(service=service, start=at, contact_id=ctx.contact_id,
+            availability.Placement(service=service, start=starts[n] if starts else at,
+                                   contact_id=ctx.contact_id,
                                    now=ctx.now, professional=hint,
                                    tool_use_id=ctx.tool_use_id if n == 0 else None,
                                    grid=n == 0, visit_id=visit_id))
@@ -397,7 +401,7 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
                             "another time")
         visit_id = appointments.visit_of(row)
         rows.append(row)
-        at = row.end_at
+        at = max(r.end_at for r in rows)
     return rows
 
 
@@ -474,13 +478,13 @@ def checked_note(session: Session, ctx: ToolContext, value: Any) -> str:
 
 
 def _own_visit(session: Session, ctx: ToolContext, appointment_id: Any) -> list[Appointment]:
-    """The booked rows of this customer's upcoming visit `appointment_id` (its booking number,
-    or the id of one of its rows), locked, by start; ToolError otherwise."""
+    """The booked rows of this customer's upcoming visit `appointment_id` (the booking number
+    results show: storage/appointments.number_of), locked, by start; ToolError otherwise."""
     if not isinstance(appointment_id, int) or isinstance(appointment_id, bool) \
             or not 0 < appointment_id <= MAX_ID:
         raise ToolError("appointment_id must be an integer from list_my_appointments")
     # locked, and read again: a staff move or a second turn may be changing it right now
-    appointment = appointments.locked(session, appointment_id)
+    appointment = appointments.by_number(session, ctx.tenant_id, appointment_id)
     if (appointment is None or appointment.tenant_id != ctx.tenant_id
             or appointment.contact_id != ctx.contact_id):
         raise ToolError(f"no appointment #{appointment_id} for this customer; "
@@ -505,7 +509,7 @@ def _one_service(session: Session, rows: list[Appointment], code: Any) -> Appoin
         if isinstance(code, str) and code.strip().lower() in (service.code.lower(),
                                                               service.name.lower()):
             return row
-    raise ToolError(f"appointment #{_visit(rows)} has no service {echo(code)}; its services: "
+    raise ToolError(f"appointment #{_number(rows)} has no service {echo(code)}; its services: "
                     f"{some_codes([_service_row(session, r).code for r in rows])}")
 
 
@@ -519,6 +523,11 @@ def _visit(rows: list[Appointment]) -> int:
     return appointments.visit_of(rows[0])
 
 
+def _number(rows: list[Appointment]) -> int:
+    """The booking number the customer is told (storage/appointments.number_of)."""
+    return appointments.number_of(rows[0])
+
+
 def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     service = session.get(Service, appointment.service_id)
     pro = session.get(Professional, appointment.professional_id)
@@ -526,7 +535,7 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     end = appointment.end_at.astimezone(tz)
     what = clip(service.name, NAME_CHARS) if service else "?"
     who = clip(pro.name, NAME_CHARS) if pro else "?"
-    return (f"Appointment #{appointments.visit_of(appointment)}: {what} with {who} on "
+    return (f"Appointment #{appointments.number_of(appointment)}: {what} with {who} on "
             f"{local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} ({appointment.status})"
             + (f"; for: {appointment.for_name}" if appointment.for_name else "")
             + (f"; note: {appointment.note}" if appointment.note else ""))
@@ -545,7 +554,7 @@ def _describe_visit(session: Session, rows: list[Appointment], tz: ZoneInfo) -> 
         parts.append(f"{clip(service.name, NAME_CHARS) if service else '?'} with "
                      f"{clip(pro.name, NAME_CHARS) if pro else '?'} {start:%H:%M}-{end:%H:%M}")
     head = rows[0]
-    return (f"Appointment #{appointments.visit_of(head)} on "
+    return (f"Appointment #{appointments.number_of(head)} on "
             f"{head.start_at.astimezone(tz):%a %Y-%m-%d}: {', '.join(parts)} ({head.status})"
             + (f"; for: {head.for_name}" if head.for_name else "")
             + (f"; note: {head.note}" if head.note else ""))
@@ -557,8 +566,10 @@ def _id(appointment: Appointment) -> int:
 
 
 _busy = availability.busy_intervals  # each professional's busy time (its one home: there)
-own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError (notes.py)
-describe = _describe  # an appointment as results show it (notes.py)
+own_upcoming = _own_upcoming  # this customer's upcoming booking, or ToolError
+own_visit = _own_visit  # its booked rows, locked (notes.py)
+describe = _describe  # an appointment as results show it
+describe_visit = _describe_visit  # a visit as results show it (notes.py)
 
 
 def _services_of(session: Session, tenant_id: int, args: dict[str, Any]) -> list[Service]:
@@ -713,16 +724,26 @@ def _format_times(slots: list[Slot], pros: dict[int | None, Professional], tz: Z
 MAX_VISITS_LISTED = 20  # find_available_slots for several services: lines of visits
 
 
+def _at_once(items: list[availability.Item]) -> bool:
+    return any(b.start != a.end for a, b in zip(items, items[1:], strict=False))
+
+
 def _format_visits(visits: list[list[availability.Item]], pros: dict[int | None, Professional],
                    tz: ZoneInfo) -> str:
     """One line per local start of a visit of several services: "Tue 2026-06-09 14:00-15:30:
-    corte julia, escova marcos", at most MAX_VISITS_LISTED, then one line per other day."""
+    corte julia, escova marcos", at most MAX_VISITS_LISTED, then one line per other day; a
+    service that does not start when the one before ends gets its start ("manicure bia
+    14:00": at once with the one before, `parallel_services`)."""
     first = visits[0]
-    lines = [f"Free times for {'+'.join(i.service.code for i in first)}, one after the other:"]
+    lines = [f"Free times for {'+'.join(i.service.code for i in first)}, one after the other"
+             + (" unless a start is given:" if any(
+                 _at_once(items) for items in visits[:MAX_VISITS_LISTED]) else ":")]
     for items in visits[:MAX_VISITS_LISTED]:
-        start, end = items[0].start.astimezone(tz), items[-1].end.astimezone(tz)
+        start, end = items[0].start.astimezone(tz), max(i.end for i in items).astimezone(tz)
         lines.append(f"{start:%a %Y-%m-%d %H:%M}-{end:%H:%M}: " + ", ".join(
-            f"{i.service.code} {pros[i.professional_id].code}" for i in items))
+            f"{i.service.code} {pros[i.professional_id].code}"
+            + (f" {i.start.astimezone(tz):%H:%M}" if n and i.start != items[n - 1].end else "")
+            for n, i in enumerate(items)))
     left: dict[str, list[datetime]] = {}
     for items in visits[MAX_VISITS_LISTED:]:
         left.setdefault(f"{items[0].start.astimezone(tz):%a %Y-%m-%d}", []).append(

@@ -103,13 +103,17 @@ def _form(p: Page, name: str) -> str:
 
 def agenda_book(p: Page) -> PageResult:
     def act(day: str) -> str:
+        then = [str(c).strip() for c in p.form.get("services") or [] if str(c).strip()]
         body = service.validated(agenda_ops.StaffBooking, {
             "service": _form(p, "service"), "start": f"{day}T{_form(p, 'time')}",
+            "then": then,  # the visit's next services, in order (issue 38)
             **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note")
                if _form(p, k)}})
         booked = agenda_ops.book(p.session, p.tenant, body, now=p.now)
-        return f"{agenda_texts(_language(p))['booked']}: {booked['start'][11:]} " \
-               f"{booked['professional_name']}"
+        said = f"{booked['start'][11:]} {booked['professional_name']}" if "visit" not in \
+            booked else ", ".join(f"{row['start'][11:]} {row['service_name']} "
+                                  f"({row['professional_name']})" for row in booked["visit"])
+        return f"{agenda_texts(_language(p))['booked']}: {said}"
     return _agenda_action(p, act)
 
 

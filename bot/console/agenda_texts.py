@@ -17,7 +17,7 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "booked": "Agendado", "moved": "Remarcado", "block_saved": "Horário bloqueado",
         "block_removed": "Bloqueio removido", "marked": "Anotado", "kept": "mantidos",
         "day_link": "Ver o dia", "nothing": "Nada marcado.", "new_start": "Novo início",
-        "visit": "Visita",
+        "visit": "Visita", "then_service": "Depois, na mesma visita (opcional)",
     },
     "en": {
         "title": "Day agenda", "previous_day": "← Previous day", "next_day": "Next day →",
@@ -32,7 +32,7 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "booked": "Booked", "moved": "Moved", "block_saved": "Time blocked",
         "block_removed": "Block removed", "marked": "Noted", "kept": "kept",
         "day_link": "See the day", "nothing": "Nothing booked.", "new_start": "New start",
-        "visit": "Visit",
+        "visit": "Visit", "then_service": "Then, in the same visit (optional)",
     },
 }
 

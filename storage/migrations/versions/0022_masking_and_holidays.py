@@ -24,7 +24,7 @@ from intake.masking import mask
 
 # revision identifiers, used by Alembic.
 revision: str = "0022"
-down_revision: str | Sequence[str] | None = "0020"
+down_revision: str | Sequence[str] | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
