@@ -11,7 +11,7 @@ import pytest
 from sqlmodel import select
 
 from replay.environment import ReplayEnvironment
-from storage.catalogue import change_professional
+from storage.catalogue import change_professional, change_service
 from storage.db import session_scope
 from storage.models import Appointment, Contact, ScheduleBlock
 from tests.conftest import START
@@ -126,7 +126,6 @@ def test_the_catalogue_page_shows_a_professionals_own_week(env: ReplayEnvironmen
 
 
 def test_the_booking_form_books_a_visit_of_several_services(env: ReplayEnvironment) -> None:
-    from storage.tenants import change_service
     seeded: Seeded = seed(env)
     with session_scope(env.engine) as session:
         change_service(session, 1, "escova", name="Escova", duration_minutes=30)
