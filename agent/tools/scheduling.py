@@ -10,6 +10,7 @@ transactions are BEGIN IMMEDIATE).
 """
 
 import re
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -28,6 +29,13 @@ from agent.tools.base import (
     some_codes,
 )
 from agent.tools.facts_rules import note_problem
+from agent.tools.replies import (
+    REPLY_PROPERTY,
+    VisitFacts,
+    checked_reply,
+    reply_note,
+    sent_reply,
+)
 from agent.tools.slots import (
     Slot,
     local_exists,
@@ -175,6 +183,7 @@ FIND_AVAILABLE_SLOTS = Tool(
 def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     services = _services_of(session, ctx.tenant_id, args)
     start = _parse_local(args.get("start"), ctx.timezone)
+    reply = checked_reply(args.get("reply"))
     note = checked_note(session, ctx, args.get("note"))
     for_name = _for_name(args.get("for_name"))
     rows = _place_visit(session, ctx, services, start, args.get("professional"))
@@ -185,7 +194,8 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
-    return "Booked. " + _describe_visit(session, rows, ctx.timezone)
+    return "Booked. " + _describe_visit(session, rows, ctx.timezone) + reply_note(
+        reply, _facts(session, ctx, rows))
 
 
 BOOK_APPOINTMENT = Tool(
@@ -199,9 +209,9 @@ BOOK_APPOINTMENT = Tool(
         "professional": {"type": "string", "description": "Professional code (optional)"},
         "for_name": {"type": "string", "description": "Optional: who it is for, if not "
                                                       "this customer"},
-        "note": _OPTIONAL_NOTE},
+        "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY},
         "required": ["start"]},
-    handler=book_appointment)
+    handler=book_appointment, reply=sent_reply)
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
@@ -235,6 +245,7 @@ _ONE_SERVICE = {"type": "string", "description": "Optional: one service code of 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     rows = _own_visit(session, ctx, args.get("appointment_id"))
+    reply = checked_reply(args.get("reply"))
     starts_at = rows[0].start_at  # the visit's start: the rules apply to it
     _check_cancellation_window(session, ctx, starts_at, _visit(rows), "cancelled",
                                "cancellations")
@@ -255,16 +266,18 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
     said = "Cancelled. " + _describe_visit(session, cancelled, ctx.timezone)
     return said + (f" The visit keeps: {_describe_visit(session, kept, ctx.timezone)}"
-                   if kept else "")
+                   if kept else "") + reply_note(reply, _facts(session, ctx, cancelled,
+                                                               names=False))
 
 
 CANCEL_APPOINTMENT = Tool(
     name="cancel_appointment",
     description="Cancel one of this customer's upcoming appointments.",
     input_schema={"type": "object", "properties": {
-        "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE},
+        "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
+        "reply": REPLY_PROPERTY},
         "required": ["appointment_id"]},
-    handler=cancel_appointment)
+    handler=cancel_appointment, reply=sent_reply)
 
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -274,6 +287,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     # operations/agenda.move, are not limited)
     _check_cancellation_window(session, ctx, starts_at, visit_id, "moved", "changes")
     start = _parse_local(args.get("start"), ctx.timezone)
+    reply = checked_reply(args.get("reply"))
     note = checked_note(session, ctx, args.get("note")) if args.get("note") is not None \
         else rows[0].note  # the request follows the visit unless a new one is given
     one = _one_service(session, rows, args.get("service"))
@@ -311,9 +325,12 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     if one is not None:
         kept = appointments.booked(appointments.visit_rows(session, visit_id))
         return (f"Moved {services[0].code} of appointment #{visit_id}. "
-                + _describe_visit(session, kept, ctx.timezone))
+                + _describe_visit(session, kept, ctx.timezone)
+                + reply_note(reply, _facts(session, ctx, new, also=[starts_at, *(
+                    r.start_at for r in kept)])))
     return (f"Moved appointment #{visit_id} to a new booking. "
-            + _describe_visit(session, new, ctx.timezone))
+            + _describe_visit(session, new, ctx.timezone)
+            + reply_note(reply, _facts(session, ctx, new, also=[starts_at])))
 
 
 RESCHEDULE_APPOINTMENT = Tool(
@@ -325,9 +342,24 @@ RESCHEDULE_APPOINTMENT = Tool(
         "service": _ONE_SERVICE,
         "professional": {"type": "string", "description": "Professional code (optional)"},
         "note": {**NOTE_PROPERTY, "description": "Optional: a new request for the visit "
-                                                 "(default: the old booking's note)"}},
+                                                 "(default: the old booking's note)"},
+        "reply": REPLY_PROPERTY},
         "required": ["appointment_id", "start"]},
-    handler=reschedule_appointment)
+    handler=reschedule_appointment, reply=sent_reply)
+
+
+def _facts(session: Session, ctx: ToolContext, rows: list[Appointment], *, names: bool = True,
+           also: Sequence[datetime] = ()) -> VisitFacts:
+    """What a `reply` about the visit `rows` is checked against (agent/tools/replies.py): its
+    start, the clock times it may name (its rows' starts and ends, and `also`: a move's old
+    start), its professionals (when `names`), in the tenant's timezone."""
+    local = [t.astimezone(ctx.timezone) for r in rows for t in (r.start_at, r.end_at)]
+    local += [t.astimezone(ctx.timezone) for t in also]
+    pros = [session.get(Professional, r.professional_id) for r in rows] if names else []
+    return VisitFacts(start=rows[0].start_at.astimezone(ctx.timezone),
+                      times=frozenset((t.hour, t.minute) for t in local),
+                      names=tuple(dict.fromkeys(p.name for p in pros if p is not None)),
+                      today=ctx.now.astimezone(ctx.timezone).date())
 
 
 def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: datetime,
