@@ -10,9 +10,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.context import TenantPrompt, build_request
 from agent.loop import run_tool_loop
+from agent.tools.registry import REGISTRY
 from agent.tools.replies import VisitFacts, clock_times, reply_problem, sent_reply
+from replay.messages_api import count_tokens
 from replay.runner import run_scenario_file
+from storage.fact_keys import resolve_keys
+from storage.models import Tenant
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 TODAY = date(2026, 6, 1)  # a Monday
@@ -140,3 +145,16 @@ def test_the_scenario_makes_exactly_the_calls_it_scripts() -> None:
     assert result.passed, result.failures
     assert (result.requests, len(result.sent), result.unscripted_calls) == (8, 5, 0)
     assert "15h30 com a Júlia" not in " ".join(s.get("text") or "" for s in result.sent)
+
+
+def test_the_fixed_prefix_stays_under_1500_tokens_by_the_doubles_counter() -> None:
+    """Issue 41: tools plus the product's rules (no business instructions, no catalogue) under
+    1,500 tokens by replay/messages_api.count_tokens, with every tool offered (fact keys)."""
+    request = build_request(tenant=TenantPrompt(
+        name="Salão Exemplo", timezone="America/Sao_Paulo", language="pt-BR", instructions="",
+        model="m", fact_keys=tuple(sorted(resolve_keys(Tenant.model_fields[
+            "fact_keys"].default_factory())))),  # type: ignore[misc]
+        tools=REGISTRY, context="", messages=[], max_tokens=1, metadata_user_id="u")
+    assert len(request["tools"]) == len(REGISTRY)
+    prefix = sum(count_tokens(b) for b in [*request["tools"], *request["system"]])
+    assert prefix < 1500, prefix

@@ -144,29 +144,24 @@ def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]
 
 
 _OPTION = {"type": "object", "properties": {
-    "slot": {"type": "string", "description": "Optional: a start time find_available_slots "
-             "returned, local YYYY-MM-DDTHH:MM"},
-    "professional": {"type": "string", "description": "Optional: professional code of that "
-                     "slot"},
-    "service": {"type": "string", "description": "A service code (instead of slot)"},
-    "title": {"type": "string", "description": f"What the customer sees: at most "
-              f"{LIMITS.row_title} characters in a list, {LIMITS.button_title} on a button"},
-    "description": {"type": "string", "description": f"A second line in a list, at most "
-                    f"{LIMITS.row_description} characters (optional)"}},
+    "slot": {"type": "string", "description": "Optional: a start find_available_slots "
+                                              "returned"},
+    "professional": {"type": "string", "description": "Optional"},  # of that slot
+    "service": {"type": "string", "description": "Or a service code"},
+    "title": {"type": "string", "description": f"≤{LIMITS.row_title} chars, button "
+                                               f"≤{LIMITS.button_title}"},
+    "description": {"type": "string", "description": "Optional"}},  # a row's second line
     "required": ["title"]}
 
 OFFER_CHOICES = Tool(
     name="offer_choices",
-    description="Send your reply with options the customer taps: a list (10 rows; more: "
-                "the soonest 9 and a row asking to narrow) or buttons (3 short titles). Each "
-                "option is a slot, a service or a short text. Ends your turn.",
+    description="Send your reply with options to tap (slots, services or texts) as a list of "
+                "≤10 rows or ≤3 buttons. Ends the turn.",
     input_schema={"type": "object", "properties": {
-        "body": {"type": "string", "description": "Your message above the options"},
-        "style": {"type": "string", "enum": ["list", "buttons"],
-                  "description": "list (default) or buttons"},
-        "button": {"type": "string", "description": f"Label of the button that opens the "
-                   f"list, at most {LIMITS.list_button} characters (optional)"},
-        "options": {"type": "array", "items": _OPTION, "minItems": 1,
-                    "maxItems": MAX_OPTIONS}},
+        "body": {"type": "string", "description": "Your message"},
+        "style": {"type": "string", "enum": ["list", "buttons"], "description": "Default list"},
+        "button": {"type": "string", "description": f"Optional: list button label, "
+                                                    f"≤{LIMITS.list_button}"},
+        "options": {"type": "array", "items": _OPTION}},
         "required": ["body", "options"]},
     handler=offer_choices, reply=offer_body)

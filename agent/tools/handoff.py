@@ -109,14 +109,10 @@ def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 HANDOFF_TO_HUMAN = Tool(
     name="handoff_to_human",
-    description="Pass the conversation to a person on the business's staff. Use it when you "
-                "cannot answer a question with your tools or instructions, when the customer "
-                "complains, or when they ask for a person. The customer is told a person will "
-                "answer; you stop answering until staff hand the conversation back.",
+    description="Pass the conversation to staff (when: the rules); the customer is told.",
     input_schema={"type": "object", "properties": {
-        "reason": {"type": "string", "description": "why a person should answer"},
-        "summary": {"type": "string",
-                    "description": "one line for staff: what the customer needs"}},
+        "reason": {"type": "string", "description": "Why a person should answer"},
+        "summary": {"type": "string", "description": "For staff: what the customer needs"}},
         "required": ["reason", "summary"]},
     handler=handoff_to_human)
 

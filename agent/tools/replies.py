@@ -22,9 +22,7 @@ REPLY_SENT = "Your reply was sent."
 NOT_SENT = "Your reply was NOT sent"
 
 REPLY_PROPERTY = {"type": "string",
-                  "description": "Optional: your message to the customer if it succeeds "
-                                 "(with day, time, professional); it is sent and the turn "
-                                 "ends"}
+                  "description": "Optional: your message if it succeeds; ends the turn"}
 
 MONTHS = ("janeiro fevereiro marco abril maio junho julho agosto setembro outubro novembro "
           "dezembro").split(), ("january february march april may june july august september "

@@ -61,14 +61,14 @@ APPOINTMENTS_LISTED = 10  # list_my_appointments
 FOR_NAME_CHARS = 100  # Appointment.for_name
 MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
+# the schemas say what the model needs, once (issue 41: every token is paid on every call);
+# "optional" is what `required` already says
 NOTE_PROPERTY = {"type": "string",
-                 "description": "The customer's request for this visit, in their words, at "
-                                "most 200 characters"}
-_OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: the customer's request for this "
-                                                  "visit, in their words, at most 200 "
-                                                  "characters"}
-_LOCAL_TIME = {"type": "string",
-               "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
+                 "description": "Customer's request, their words, ≤200 chars"}
+_OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: c" + NOTE_PROPERTY[
+    "description"][1:]}
+_LOCAL_TIME = {"type": "string", "description": "Local YYYY-MM-DDTHH:MM"}
+_CODE = {"type": "string", "description": "Optional"}  # a professional's code: the name says it
 
 
 def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -96,12 +96,10 @@ def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
 
 LIST_SERVICES = Tool(
     name="list_services",
-    description="The services offered, their codes, durations, prices and professionals "
-                "(with their codes). A long catalogue is listed in part: search it with "
-                "query.",
+    description="The services with codes, prices and professionals, searchable (a long "
+                "catalogue is cut).",
     input_schema={"type": "object", "properties": {
-        "query": {"type": "string",
-                  "description": "Part of a service's name or code (optional: all)"}}},
+        "query": {"type": "string", "description": "Optional: part of a name or code"}}},
     handler=list_services)
 
 
@@ -157,26 +155,19 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
 
 SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}
 SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
-                     "description": "Or several codes: one visit, in order"}
+                     "description": "Or several, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
     name="find_available_slots",
-    description="Free start times for a service (or several, one after the other) on a "
-                "date or a date range (at most 14 days), one line per time with the "
-                "professionals free at it, optionally with one professional and between after "
-                "and before (local HH:MM). Only times the business takes and the customer is "
-                "free.",
+    description="Free start times with the professionals free, for a service (or several in "
+                "a row), over ≤14 days.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
-        "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
-        "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
-        "professional": {"type": "string", "description": "Professional code (optional: "
-                                                           "anyone who does the service)"},
-        "after": {"type": "string", "description": "Only starts at or after this local "
-                                                   "time, HH:MM (optional; e.g. 12:00 for the "
-                                                   "afternoon)"},
-        "before": {"type": "string", "description": "Only starts before this local time, "
-                                                    "HH:MM (optional)"}}},
+        "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
+        "date_to": {"type": "string", "description": "Last day, default date"},
+        "professional": _CODE,
+        "after": {"type": "string", "description": "Optional: starts from HH:MM"},
+        "before": {"type": "string", "description": "Optional: starts before HH:MM"}}},
     handler=find_available_slots)
 
 
@@ -200,15 +191,13 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 BOOK_APPOINTMENT = Tool(
     name="book_appointment",
-    description="Book a visit of one or more services for this customer at a start time "
-                "that find_available_slots returned. Only after the customer chose.",
+    description="Book a visit (one or more services) for this customer.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
         "start": _LOCAL_TIME,
-        "professional": {"type": "string", "description": "Professional code (optional)"},
-        "for_name": {"type": "string", "description": "Optional: who it is for, if not "
-                                                      "this customer"},
+        "professional": _CODE,
+        "for_name": {"type": "string", "description": "Optional: who, if someone else"},
         "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY},
         "required": ["start"]},
     handler=book_appointment, reply=sent_reply)
@@ -239,8 +228,7 @@ LIST_MY_APPOINTMENTS = Tool(
     input_schema={"type": "object", "properties": {}},
     handler=list_my_appointments)
 
-_ONE_SERVICE = {"type": "string", "description": "Optional: one service code of the visit "
-                                                 "(default: all)"}
+_ONE_SERVICE = {"type": "string", "description": "Optional: only this service of the visit"}
 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -272,7 +260,7 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
 
 CANCEL_APPOINTMENT = Tool(
     name="cancel_appointment",
-    description="Cancel one of this customer's upcoming appointments.",
+    description="Cancel an upcoming appointment of this customer.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
         "reply": REPLY_PROPERTY},
@@ -335,14 +323,12 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
 
 RESCHEDULE_APPOINTMENT = Tool(
     name="reschedule_appointment",
-    description="Move one of this customer's upcoming appointments to a new free start "
-                "time.",
+    description="Move an upcoming appointment of this customer to a free start.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
         "service": _ONE_SERVICE,
-        "professional": {"type": "string", "description": "Professional code (optional)"},
-        "note": {**NOTE_PROPERTY, "description": "Optional: a new request for the visit "
-                                                 "(default: the old booking's note)"},
+        "professional": _CODE,
+        "note": {**NOTE_PROPERTY, "description": "New request (default: the old)"},
         "reply": REPLY_PROPERTY},
         "required": ["appointment_id", "start"]},
     handler=reschedule_appointment, reply=sent_reply)
