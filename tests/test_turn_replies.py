@@ -158,3 +158,15 @@ def test_the_fixed_prefix_stays_under_1500_tokens_by_the_doubles_counter() -> No
     assert len(request["tools"]) == len(REGISTRY)
     prefix = sum(count_tokens(b) for b in [*request["tools"], *request["system"]])
     assert prefix < 1500, prefix
+
+
+def test_a_short_salon_conversation_costs_under_1_3_calls_and_one_message_a_message() -> None:
+    """Issue 41's targets on a realistic short conversation: ≤ 1.3 model calls and ≤ 1.1
+    WhatsApp messages per customer message, as the replay reports them."""
+    result = run_scenario_file(SCENARIOS / "salon_short_booking.json")
+    assert result.passed, result.failures
+    assert (result.customer_messages, result.turn_calls, len(result.sent)) == (6, 7, 6)
+    per = result.per_customer_message()
+    assert per["model_calls"] is not None and per["model_calls"] <= 1.3
+    assert per["whatsapp_messages"] is not None and per["whatsapp_messages"] <= 1.1
+    assert result.to_json()["per_customer_message"] == per
