@@ -20,7 +20,13 @@ from storage.models import Conversation, Message
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import compaction
-from workers.compaction import pick_compactable, should_compact
+from workers.compaction import (
+    CACHE_LIFETIME,
+    HARD_CEILING_FACTOR,
+    compaction_due,
+    pick_compactable,
+    should_compact,
+)
 
 SUMMARY = "The customer Ana asked about haircuts; nothing booked yet (record)."
 SMALL = {"compaction_threshold_tokens": 700, "keep_messages": 4,
@@ -46,6 +52,23 @@ def _conversation(env: ReplayEnvironment) -> Conversation:
         return session.exec(select(Conversation)).one()
 
 
+def _until_idle_compaction(env: ReplayEnvironment, limit: int = 30) -> int:
+    """Turns 30 s apart until the context passes the tenant's threshold, then the customer
+    goes quiet past the cache's lifetime and the worker runs what is due (issue 41: an active
+    conversation compacts only when idle, or past the hard ceiling). Returns the turns."""
+    n = 0
+    while n < limit:
+        n += 1
+        _turn(env, n)
+        if n >= 3 and _conversation(env).last_input_tokens > SMALL[
+                "compaction_threshold_tokens"]:
+            break  # 6 messages: past the 4 kept, something to fold
+    assert _summary_calls(env) == 0, "no compaction while the conversation is active"
+    env.clock.advance(CACHE_LIFETIME)
+    env.drain()
+    return n
+
+
 def _summary_calls(env: ReplayEnvironment) -> int:
     return sum(1 for call in env.messages_api.calls if call.purpose == "summary"
                and call.status == 200)
@@ -55,10 +78,7 @@ def test_compaction_folds_old_messages_and_the_next_request_carries_the_summary(
         env: ReplayEnvironment) -> None:
     env.add_tenant({**TENANT, **SMALL})
     env.messages_api.script("summary", [{"text": SUMMARY}])
-    n = 0
-    while _summary_calls(env) == 0 and n < 30:
-        n += 1
-        _turn(env, n)
+    n = _until_idle_compaction(env)
     assert _summary_calls(env) == 1, "the context passed the threshold and compaction ran"
     conversation = _conversation(env)
     assert conversation.summary == SUMMARY and conversation.compactions == 1
@@ -96,10 +116,8 @@ def test_a_failed_summary_call_changes_nothing_and_is_retried(env: ReplayEnviron
     env.add_tenant({**TENANT, **SMALL})
     env.messages_api.fail("summary", 529, times=1)
     env.messages_api.script("summary", [{"text": SUMMARY}])
-    n = 0
-    while not any(c.purpose == "summary" for c in env.messages_api.calls) and n < 30:
-        n += 1
-        _turn(env, n)
+    _until_idle_compaction(env)
+    assert any(c.purpose == "summary" for c in env.messages_api.calls)
     before = _conversation(env)
     assert before.summary == "" and before.summarized_until_id == 0
     env.clock.advance(timedelta(seconds=30))
@@ -185,3 +203,39 @@ def test_compaction_pays_for_itself() -> None:
                               min_gain=2_000)
     assert not should_compact(last_input_tokens=15_000, threshold=20_000, freed_tokens=9_000,
                               min_gain=2_000)
+
+
+def test_compaction_waits_for_the_cache_to_expire_unless_past_the_hard_ceiling() -> None:
+    """Issue 41: a compaction that pays runs once the cached window has expired, at once past
+    HARD_CEILING_FACTOR x the threshold, never at all when it frees too little."""
+    last = START
+    pays = {"threshold": 20_000, "freed_tokens": 3_000, "min_gain": 2_000,
+            "last_activity_at": last}
+    soon = last + timedelta(minutes=5)
+    assert compaction_due(last_input_tokens=25_000, now=soon, **pays) == last + CACHE_LIFETIME
+    later = last + CACHE_LIFETIME + timedelta(minutes=1)
+    assert compaction_due(last_input_tokens=25_000, now=later, **pays) == later
+    ceiling = 20_000 * HARD_CEILING_FACTOR + 1
+    assert compaction_due(last_input_tokens=ceiling, now=soon, **pays) == soon
+    assert compaction_due(last_input_tokens=15_000, now=later, **pays) is None
+    assert compaction_due(last_input_tokens=ceiling, now=soon,
+                          **{**pays, "freed_tokens": 500}) is None
+
+
+def test_a_customer_back_before_the_cache_expires_defers_the_compaction(
+        env: ReplayEnvironment) -> None:
+    """The job planned at the cache's expiry finds the conversation active again: it is
+    planned anew for the new expiry, and runs then."""
+    env.add_tenant({**TENANT, **SMALL})
+    env.messages_api.script("summary", [{"text": SUMMARY}])
+    for n in range(1, 4):  # past the threshold, something to fold
+        _turn(env, n)
+    assert _conversation(env).last_input_tokens > SMALL["compaction_threshold_tokens"]
+    env.clock.advance(CACHE_LIFETIME - timedelta(minutes=5))
+    _turn(env, 4)  # back just in time: the cache is warm
+    env.clock.advance(timedelta(minutes=10))
+    env.drain()  # the first plan is due: the conversation was active since
+    assert _summary_calls(env) == 0
+    env.clock.advance(CACHE_LIFETIME)
+    env.drain()
+    assert _summary_calls(env) == 1 and _conversation(env).compactions == 1

@@ -16,7 +16,9 @@ from datetime import date, datetime
 from typing import Any
 
 from agent.errors import ToolError
-from whatsapp.graph import MAX_TEXT_CHARS, utf16_len
+from whatsapp.graph import MAX_TEXT_CHARS, SPLIT_MARGIN, utf16_len
+
+REPLY_CHARS = MAX_TEXT_CHARS - SPLIT_MARGIN  # what split_text sends as one message
 
 REPLY_SENT = "Your reply was sent."
 NOT_SENT = "Your reply was NOT sent"
@@ -97,12 +99,13 @@ def reply_problem(reply: str, facts: VisitFacts) -> str | None:
 
 def checked_reply(value: Any) -> str | None:
     """The `reply` input as given (None when absent); ToolError before anything changes when
-    it is not a text WhatsApp can send as one message (Meta: a text body is at most 4096)."""
+    it is not a text sent as one message (Meta: a text body is at most 4096; whatsapp.graph
+    keeps SPLIT_MARGIN below it)."""
     if value is None or value == "":
         return None
     if not isinstance(value, str) or not value.strip() \
-            or utf16_len(value.strip()) > MAX_TEXT_CHARS:
-        raise ToolError(f"reply must be a text of at most {MAX_TEXT_CHARS} characters; "
+            or utf16_len(value.strip()) > REPLY_CHARS:
+        raise ToolError(f"reply must be a text of at most {REPLY_CHARS} characters; "
                         "nothing was changed")
     return value.strip()
 
