@@ -52,21 +52,8 @@ def _conversation(env: ReplayEnvironment) -> Conversation:
         return session.exec(select(Conversation)).one()
 
 
-def _until_idle_compaction(env: ReplayEnvironment, limit: int = 30) -> int:
-    """Turns 30 s apart until the context passes the tenant's threshold, then the customer
-    goes quiet past the cache's lifetime and the worker runs what is due (issue 41: an active
-    conversation compacts only when idle, or past the hard ceiling). Returns the turns."""
-    n = 0
-    while n < limit:
-        n += 1
-        _turn(env, n)
-        if n >= 3 and _conversation(env).last_input_tokens > SMALL[
-                "compaction_threshold_tokens"]:
-            break  # 6 messages: past the 4 kept, something to fold
-    assert _summary_calls(env) == 0, "no compaction while the conversation is active"
-    env.clock.advance(CACHE_LIFETIME)
-    env.drain()
-    return n
+# past its threshold from the third turn on, far from the hard ceiling (2 x 1,500)
+IDLE = {**SMALL, "compaction_threshold_tokens": 1500}
 
 
 def _summary_calls(env: ReplayEnvironment) -> int:
@@ -78,7 +65,10 @@ def test_compaction_folds_old_messages_and_the_next_request_carries_the_summary(
         env: ReplayEnvironment) -> None:
     env.add_tenant({**TENANT, **SMALL})
     env.messages_api.script("summary", [{"text": SUMMARY}])
-    n = _until_idle_compaction(env)
+    n = 0
+    while _summary_calls(env) == 0 and n < 30:
+        n += 1
+        _turn(env, n)
     assert _summary_calls(env) == 1, "the context passed the threshold and compaction ran"
     conversation = _conversation(env)
     assert conversation.summary == SUMMARY and conversation.compactions == 1
@@ -116,8 +106,10 @@ def test_a_failed_summary_call_changes_nothing_and_is_retried(env: ReplayEnviron
     env.add_tenant({**TENANT, **SMALL})
     env.messages_api.fail("summary", 529, times=1)
     env.messages_api.script("summary", [{"text": SUMMARY}])
-    _until_idle_compaction(env)
-    assert any(c.purpose == "summary" for c in env.messages_api.calls)
+    n = 0
+    while not any(c.purpose == "summary" for c in env.messages_api.calls) and n < 30:
+        n += 1
+        _turn(env, n)
     before = _conversation(env)
     assert before.summary == "" and before.summarized_until_id == 0
     env.clock.advance(timedelta(seconds=30))
@@ -226,11 +218,13 @@ def test_a_customer_back_before_the_cache_expires_defers_the_compaction(
         env: ReplayEnvironment) -> None:
     """The job planned at the cache's expiry finds the conversation active again: it is
     planned anew for the new expiry, and runs then."""
-    env.add_tenant({**TENANT, **SMALL})
+    env.add_tenant({**TENANT, **IDLE})
     env.messages_api.script("summary", [{"text": SUMMARY}])
-    for n in range(1, 4):  # past the threshold, something to fold
+    for n in range(1, 4):  # past the threshold, something to fold, under the ceiling
         _turn(env, n)
-    assert _conversation(env).last_input_tokens > SMALL["compaction_threshold_tokens"]
+    last = _conversation(env).last_input_tokens
+    assert IDLE["compaction_threshold_tokens"] < last < IDLE[
+        "compaction_threshold_tokens"] * HARD_CEILING_FACTOR
     env.clock.advance(CACHE_LIFETIME - timedelta(minutes=5))
     _turn(env, 4)  # back just in time: the cache is warm
     env.clock.advance(timedelta(minutes=10))

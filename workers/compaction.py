@@ -96,7 +96,7 @@ def should_compact(*, last_input_tokens: int, threshold: int, freed_tokens: int,
 # compaction then costs only its summary call; past HARD_CEILING_FACTOR times the tenant's
 # threshold the window costs more each call than a rewrite does, and it compacts at once.
 CACHE_LIFETIME = parse_duration(TAIL_TTL)  # agent/context.py: the window's breakpoint TTL
-HARD_CEILING_FACTOR = 4
+HARD_CEILING_FACTOR = 2
 
 
 def compaction_due(*, last_input_tokens: int, threshold: int, freed_tokens: int,
