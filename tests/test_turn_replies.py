@@ -47,6 +47,9 @@ def test_a_reply_that_disagrees_with_the_visit_says_why() -> None:
         "Agendado terça 02/06 às 15h com a Júlia (chegue 16h30).", facts) or "")
     assert "date" in (reply_problem("Agendado às 15h com a Júlia.", facts) or "")
     assert "Júlia" in (reply_problem("Agendado terça 02/06 às 15h.", facts) or "")
+    ana = _facts(datetime(2026, 6, 2, 15, 0), names=("Ana Paula",))
+    assert "Ana Paula" in (reply_problem("Agendado para a semana, 02/06 às 15h.", ana) or "")
+    assert reply_problem("Agendado: 02/06 às 15h com a Ana.", ana) is None
     # a weekday names the date only within the coming week
     far = _facts(datetime(2026, 6, 16, 15, 0))
     assert "date" in (reply_problem("Agendado terça às 15h com a Júlia.", far) or "")

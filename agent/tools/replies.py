@@ -91,7 +91,8 @@ def reply_problem(reply: str, facts: VisitFacts) -> str | None:
         problems.append("it names a time that is not the visit's ("
                         + ", ".join(f"{h:02d}:{m:02d}" for h, m in sorted(times - facts.times))
                         + ")")
-    missing = [n for n in facts.names if fold(n.split()[0]) not in text] if facts.names else []
+    missing = [n for n in facts.names if n.split() and not re.search(
+        rf"\b{re.escape(fold(n.split()[0]))}\b", text)]  # "Ana" is not in "semana"
     if missing:
         problems.append(f"it does not name {', '.join(missing)}")
     return "; ".join(problems) or None
