@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.errors import ContextWindowExceeded
+from agent.tools.registry import tool_reply
 
 Block = dict[str, Any]
 MAX_PAUSE_CONTINUATIONS = 5
@@ -33,6 +34,8 @@ class LoopHooks(Protocol):
 
 
 ToolExecutor = Callable[[Block], tuple[str, bool]]
+# a tool_use block and its successful result -> the customer's reply that ends the turn, or None
+FinalReply = Callable[[Block, str], str | None]
 # messages -> every argument of `messages.create` for that round (context.build_request, bound)
 RequestBuilder = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
@@ -41,6 +44,7 @@ RequestBuilder = Callable[[list[dict[str, Any]]], dict[str, Any]]
 class LoopOutcome:
     """What happened. `kind`: answered, refusal, truncated, max_rounds, empty, or stopped (a
     tool of `stop_after` succeeded: no further call; the caller sends its own reply).
+    A turn ended by a tool's own reply (`final_reply`) is answered, that reply its text.
 
     `final_content` is the last assistant content (text blocks only, possibly empty) still to be
     stored; `rounds` counts API calls; `tool_errors` counts results sent with `is_error`.
@@ -64,13 +68,17 @@ def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
                   messages: list[dict[str, Any]], execute: ToolExecutor, hooks: LoopHooks,
                   max_rounds: int,
                   fatal: tuple[type[BaseException], ...] = (),
-                  stop_after: frozenset[str] = frozenset()) -> LoopOutcome:
+                  stop_after: frozenset[str] = frozenset(),
+                  final_reply: FinalReply = tool_reply) -> LoopOutcome:
     """Run the loop. `create` is `client.messages.create` (with the purpose header bound);
     each round sends `request_for(messages)`, the whole request as the builder makes it, its
     breakpoints included; `messages` grows here (the caller's list).
     A tool that raises becomes an `is_error` result, except for the `fatal` exceptions (the
     job's timeout), which propagate. A round in which a tool named in `stop_after` succeeded
-    ends the loop once its results are stored (`kind` stopped: the handoff).
+    ends the loop once its results are stored (`kind` stopped: the handoff). A round whose
+    calls all succeeded, one or more of them carrying the customer's reply (`final_reply`:
+    offer_choices' body, a booking's checked `reply`; issue 41), ends the loop answered with
+    those replies as one text, unless customer messages were folded in after its results.
 
     Raises the SDK's errors unchanged and ContextWindowExceeded.
     """
@@ -94,17 +102,33 @@ def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
                        if _is_tool_use(block)]
             messages.append({"role": "user", "content": results})
             hooks.on_tool_results(results)
-            messages[-1]["content"].extend(hooks.fold_new_messages())  # results stay first
+            folded = hooks.fold_new_messages()
+            messages[-1]["content"].extend(folded)  # results stay first
             stops = [b for b in content if _is_tool_use(b) and b.get("name") in stop_after
                      and not _failed(results, b)]
             if stops:
                 outcome.kind, outcome.stopped_by = "stopped", stops[0]
+                return outcome
+            replies = [] if folded else _replies(content, results, final_reply)
+            if replies:
+                outcome.kind = "answered"
+                outcome.final_content = [{"type": "text", "text": "\n\n".join(replies)}]
                 return outcome
             continue
         outcome.final_content = [b for b in content if b.get("type") == "text"]
         outcome.kind = _final_kind(response.stop_reason, outcome.final_content)
         return outcome
     return outcome
+
+
+def _replies(content: list[Block], results: list[Block], final_reply: FinalReply) -> list[str]:
+    """The replies the round's tools carry, when every call of the round succeeded (an error
+    is for the model to read: it is called again)."""
+    if any(r.get("is_error") for r in results):
+        return []
+    texts = {r["tool_use_id"]: r["content"] for r in results}
+    replies = (final_reply(b, str(texts.get(b["id"], ""))) for b in content if _is_tool_use(b))
+    return [r.strip() for r in replies if r and r.strip()]
 
 
 def _final_kind(stop_reason: str | None, text_blocks: list[Block]) -> str:

@@ -1,19 +1,29 @@
-"""Benchmark: a long scripted conversation through the real pipeline, against two baselines.
+"""Benchmark: a long scripted conversation through the real pipeline, against baselines,
+cut at every length (issue 41: 10, 25, 50, 100 and 200 customer turns in one run).
 
-Replays 200 customer turns (two tool rounds each, a 20-slot search result every turn, a booking
-and a cancellation now and then) through the real web app, RQ worker, anthropic SDK and the
-Messages API double's pinned token and cache model, on the product's clock, with gaps between
-customer turns cycling through GAPS (20 seconds to 3 hours). Then it prices, on the same
-conversation and the same clock, two baselines rebuilt from the stored history:
+Replays 200 customer turns (in every 10: three 20-slot searches answered by a list that
+carries its body, a booking and its cancellation each with its reply, five plain answers:
+13 model calls) through the real web app, RQ worker, anthropic SDK and the Messages API
+double's pinned token and cache model, on the product's clock, with gaps between customer
+turns cycling through GAPS (20 seconds to 3 hours); the worker runs what falls due in the
+gaps. Then it prices, on the same conversation and the same clock, baselines rebuilt from the
+stored history:
 
 * full history: every message every call, with the same cache breakpoints;
+* full history pruned: the same, old tool results pruned as the product prunes them, the
+  boundary moving every customer turn;
 * last N: the last `keep_messages` stored messages, cut with no care for tool pairs (requests
   the API would reject are counted and not priced).
+
+Each length reports billed-equivalent and input against the full histories, the cache-read
+share, model calls and WhatsApp messages per customer turn, and US dollars (Sonnet turns,
+Haiku summaries, the market's WhatsApp utility rate per message).
 
 It also times building a turn's request with 1,000 and 100,000 stored messages, when all but the
 recent ones are summarised and when none is (the hard cap applies).
 
-Usage: python bench/long_conversation.py [--turns 200] [--out FILE.json]
+Usage: python bench/long_conversation.py [--lengths 10,25,50,100,200] [--out FILE.json]
+       [--table FILE.md] [--cost-plot FILE.svg] [--no-build-timing]
 Prints one JSON object. A script that prints figures, not a timed test.
 """
 
@@ -35,8 +45,17 @@ from sqlmodel import col, select  # noqa: E402
 
 from agent import catalogue, context  # noqa: E402
 from agent.context import TenantPrompt, build_request  # noqa: E402
-from agent.tools.registry import REGISTRY  # noqa: E402
-from agent.window import Stored, to_api_messages  # noqa: E402
+from agent.tools.registry import (
+    REGISTRY,  # noqa: E402
+    tool_reply,  # noqa: E402
+)
+from agent.window import (  # noqa: E402
+    Stored,
+    prune,
+    prune_boundary,
+    to_api_messages,
+    tool_result_text,
+)
 from core.logs import configure_logging  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from replay.environment import ReplayEnvironment  # noqa: E402
@@ -45,7 +64,13 @@ from storage.db import create_schema, make_engine, session_scope  # noqa: E402
 from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
-from usage.report import Call, render_svg, summarize_calls  # noqa: E402
+from usage.report import (  # noqa: E402
+    PRICES,
+    WHATSAPP_UTILITY_USD,
+    Call,
+    render_svg,
+    summarize_calls,
+)
 from workers.turns import TurnState, prepare_window, turn_request  # noqa: E402
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # Monday 09:00 in São Paulo
@@ -117,38 +142,68 @@ def body(n: int, text: str, now: datetime) -> bytes:
         {"id": "102030405060708", "changes": [{"field": "messages", "value": value}]}]}).encode()
 
 
-def script_turn(env: ReplayEnvironment, n: int, booked: list[int]) -> None:
-    day = (env.clock.now().astimezone(TZ) + timedelta(days=1 + n % 3)).date().isoformat()
-    items: list[dict[str, Any]] = [
-        {"tool": "find_available_slots",
-         "input": {"service": "corte", "date": day, "professional": "julia"}},
-        {"tool": "list_my_appointments", "input": {}},
-    ]
-    if n % 10 == 5:
-        items.append({"tool": "book_appointment",
-                      "input": {"service": "corte", "start": f"{day}T18:30"}})
-        booked.append(len(booked) + 1)
+SEARCH_TURNS = (1, 4, 9)  # n % 10: a slot search answered with a list (2 calls)
+
+
+def script_turn(env: ReplayEnvironment, n: int, booked: list[tuple[int, datetime]]) -> None:
+    """The model's side of customer turn `n`, as issue 41's product calls it: in every 10
+    turns, 3 slot searches (20 slots) answered by offer_choices with its body (2 calls
+    each), a booking and, the turn after, its cancellation, each with its checked reply (1
+    call each), and 5 plain answers (1 call each): 13 calls per 10 turns."""
+    local = env.clock.now().astimezone(TZ)
+    day = (local + timedelta(days=1 + n % 3)).date()
+    items: list[dict[str, Any]]
+    if n % 10 in SEARCH_TURNS:
+        items = [{"tool": "find_available_slots",
+                  "input": {"service": "corte", "date": day.isoformat(),
+                            "professional": "julia"}},
+                 {"tool": "offer_choices", "input": {
+                     "body": f"Claro! Para {day:%d/%m} a Júlia tem estes horários. Qual "
+                             f"prefere? (resposta {n})",
+                     "options": [{"slot": f"{day.isoformat()}T{h}:00", "professional": "julia",
+                                  "title": f"{day:%d/%m} {h}:00"} for h in (10, 14, 16)]}}]
+    elif n % 10 == 5:
+        start = datetime.combine(day, datetime.min.time()).replace(hour=18, minute=30)
+        items = [{"tool": "book_appointment", "input": {
+            "service": "corte", "start": f"{day.isoformat()}T18:30",
+            "reply": f"Agendado! {day:%d/%m} às 18h30 com a Júlia. (resposta {n})"}}]
+        booked.append((len(booked) + 1, start))
     elif n % 10 == 6 and booked:
-        items.append({"tool": "cancel_appointment", "input": {"appointment_id": booked[-1]}})
-    items.append({"text": f"Claro! Para {day} a Júlia tem vários horários livres, de manhã e à "
-                          f"tarde. Quer que eu reserve algum? (resposta {n})"})
+        number, start = booked[-1]
+        items = [{"tool": "cancel_appointment", "input": {
+            "appointment_id": number,
+            "reply": f"Cancelado o horário de {start:%d/%m} às 18h30. (resposta {n})"}}]
+    else:
+        items = [{"text": f"Claro! A Júlia atende de segunda a domingo, das 9h às 19h30; é só "
+                          f"me dizer o dia que prefere. (resposta {n})"}]
     env.messages_api.script("turn", items)
     if env.messages_api.leftover().get("summary", 0) < 2:
         env.messages_api.script("summary", [{"text": SUMMARY}] * 4)
 
 
-def run_product(turns: int, tenant: dict[str, Any]) -> tuple[dict[str, Any], list[Stored],
-                                                              list[Call]]:
+def run_product(turns: int, tenant: dict[str, Any],
+                cuts: list[tuple[int, int]] | None = None) -> tuple[dict[str, Any],
+                                                                         list[Stored],
+                                                                         list[Call]]:
+    """The conversation through the product; `cuts` gets, after each customer turn n, (model
+    calls made so far, WhatsApp messages sent so far): what a
+    conversation of n turns would have cost, the worker having run what fell due while the
+    customer was away (a compaction once the cache expired)."""
     env = ReplayEnvironment(start=START)
     try:
         env.add_tenant(tenant)
-        booked: list[int] = []
+        booked: list[tuple[int, datetime]] = []
         for n in range(1, turns + 1):
             script_turn(env, n, booked)
             status = env.post_webhook(body(n, CUSTOMER[n % len(CUSTOMER)], env.clock.now()))
             assert status == 200, status
             env.drain()
             env.clock.advance(GAPS[(n - 1) % len(GAPS)])
+            env.drain()  # what fell due while the customer was away
+            if cuts is not None:
+                with session_scope(env.engine) as session:
+                    made = len(session.exec(select(Usage.id)).all())
+                cuts.append((made, len([s for s in env.graph_api.sends if s.wamid])))
         with session_scope(env.engine) as session:
             conversation = session.exec(select(Conversation)).one()
             rows = session.exec(select(Message).order_by(col(Message.position))).all()
@@ -175,13 +230,32 @@ def run_product(turns: int, tenant: dict[str, Any]) -> tuple[dict[str, Any], lis
 
 
 def call_points(history: list[Stored]) -> list[int]:
-    """Indices where the product called the model: the end of every run of user messages."""
+    """Indices where the product called the model: the end of every run of user messages,
+    except tool results whose round ended the turn with a tool's own reply (issue 41:
+    agent/loop.py, the offer's body, a booking's sent reply)."""
     return [i for i, m in enumerate(history)
-            if m.role == "user" and (i + 1 == len(history) or history[i + 1].role != "user")]
+            if m.role == "user" and (i + 1 == len(history) or history[i + 1].role != "user")
+            and not (i > 0 and _ended_by_tool(history[i - 1], m))]
+
+
+def _ended_by_tool(assistant: Stored, results: Stored) -> bool:
+    """The round of `assistant`'s tool calls ended the turn: every result succeeded and one
+    carries the customer's reply (as agent/loop.py decides)."""
+    uses = [b for b in assistant.content if b.get("type") == "tool_use"]
+    texts = {b.get("tool_use_id"): b for b in results.content if b.get("type") == "tool_result"}
+    if assistant.role != "assistant" or not uses or any(
+            r.get("is_error") for r in texts.values()):
+        return False
+    return any(tool_reply(u, tool_result_text(texts[u["id"]].get("content"))) for u in uses
+               if u["id"] in texts)
 
 
 def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int | None,
-                   prompt: TenantPrompt) -> dict[str, Any]:
+                   prompt: TenantPrompt, prune_turns: int | None = None) -> dict[str, Any]:
+    """The history priced as a naive agent would send it at each of the product's call
+    `times`: all of it (`last_n` None) or its last `last_n` messages; with `prune_turns`, the
+    tool results before the last `prune_turns` customer turns pruned as the product prunes
+    them (agent/window.prune), the boundary moving every turn (no compaction)."""
     now = {"t": times[0]}
     cache = PromptCache(lambda: now["t"], 1024)
     calls, rejected = [], 0
@@ -189,6 +263,9 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
         now["t"] = at
         chosen = history[: point + 1] if last_n is None else history[max(0, point + 1 - last_n):
                                                                      point + 1]
+        if prune_turns is not None:
+            chosen = prune(chosen, pruned_until=prune_boundary(chosen,
+                                                               keep_user_turns=prune_turns))
         request = build_request(tenant=prompt, tools=REGISTRY, context="",
                                 messages=to_api_messages(chosen), max_tokens=1024,
                                 metadata_user_id="bench")
@@ -201,6 +278,96 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
                           usage["cache_creation"]["ephemeral_1h_input_tokens"],
                           usage["cache_read_input_tokens"], 0))
     return {**summarize_calls(calls), "requests_rejected": rejected}
+
+
+def at_length(turns: int, calls: list[Call], cuts: list[tuple[int, int]],
+              history: list[Stored], prompt: TenantPrompt, *, prune_turns: int,
+              whatsapp_rate: float) -> dict[str, Any]:
+    """The conversation cut after `turns` customer turns: the product's calls and WhatsApp
+    messages so far, against the full history and the full history pruned as the product
+    prunes, priced at the same call times on a cold cache; US dollars at the list prices of
+    the models used (usage/report.PRICES: Sonnet turns, Haiku summaries and facts) and
+    `whatsapp_rate` per message (the baselines send the same replies, and their model writes
+    the same output as the product's turns)."""
+    made, sends = cuts[turns - 1]
+    mine = calls[:made]
+    times = [c.at for c in mine if c.purpose == "turn"]
+    product = summarize_calls(mine)
+    full = price_baseline(history, times, last_n=None, prompt=prompt)
+    pruned = price_baseline(history, times, last_n=None, prompt=prompt, prune_turns=prune_turns)
+    output = sum(c.output_tokens for c in mine if c.purpose == "turn")
+    price_in, price_out = PRICES["sonnet"]
+    whatsapp = round(sends * whatsapp_rate, 4)
+
+    def usd(figures: dict[str, Any]) -> float:
+        return round((figures["billed_equivalent_input"] * price_in + output * price_out)
+                     / 1_000_000 + whatsapp, 4)
+
+    def ratios(base: dict[str, Any]) -> dict[str, float]:
+        return {"input": round(product["input_tokens_total"] / base["input_tokens_total"], 4),
+                "billed_equivalent": round(product["billed_equivalent_input"]
+                                           / base["billed_equivalent_input"], 4)}
+    return {"turns": turns, "model_calls": len(times),
+            "model_calls_per_turn": round(len(times) / turns, 2),
+            "summary_calls": sum(1 for c in mine if c.purpose == "summary"),
+            "whatsapp_messages": sends, "whatsapp_per_turn": round(sends / turns, 2),
+            "cache_read_share": product["cache_read_share"],
+            "billed_equivalent_input": {"product": product["billed_equivalent_input"],
+                                        "full": full["billed_equivalent_input"],
+                                        "full_pruned": pruned["billed_equivalent_input"]},
+            "input_tokens": {"product": product["input_tokens_total"],
+                             "full": full["input_tokens_total"],
+                             "full_pruned": pruned["input_tokens_total"]},
+            "vs_full": ratios(full), "vs_full_pruned": ratios(pruned),
+            "usd": {"product": round(product["cost_usd"] + whatsapp, 4), "full": usd(full),
+                    "full_pruned": usd(pruned), "whatsapp": whatsapp},
+            "requests_rejected": {"full": full["requests_rejected"],
+                                  "full_pruned": pruned["requests_rejected"]}}
+
+
+def lengths_svg(rows: list[dict[str, Any]], *, width: int = 640, height: int = 320) -> str:
+    """US dollars against customer turns, product and the two baselines, as a standalone
+    SVG (no plotting dependency; usage/report.render_svg draws one series)."""
+    pad, top = 60, 30
+    series = (("product", "#1f77b4"), ("full", "#d62728"), ("full_pruned", "#ff7f0e"))
+    peak = max(r["usd"][k] for r in rows for k, _ in series) or 1.0
+    last = max(r["turns"] for r in rows)
+
+    def xy(turns: int, usd: float) -> str:
+        return (f"{pad + turns / last * (width - 2 * pad):.1f},"
+                f"{height - pad - usd / peak * (height - pad - top):.1f}")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             'font-family="sans-serif" font-size="12"><rect width="100%" height="100%" '
+             'fill="white"/><text x="60" y="18">US dollars per conversation against its '
+             'customer turns</text>',
+             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
+             f'stroke="#999"/><line x1="{pad}" y1="{top}" x2="{pad}" y2="{height - pad}" '
+             f'stroke="#999"/><text x="4" y="{top + 4}">${peak:.2f}</text>'
+             f'<text x="4" y="{height - pad}">$0</text>']
+    for r in rows:
+        x = xy(r["turns"], 0).split(",")[0]
+        parts.append(f'<text x="{float(x) - 8:.1f}" y="{height - pad + 16}">{r["turns"]}</text>')
+    for n, (key, colour) in enumerate(series):
+        points = " ".join(xy(r["turns"], r["usd"][key]) for r in rows)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+                     f'points="{points}"/><text x="{width - pad - 150}" y="{top + 16 * n + 10}" '
+                     f'fill="{colour}">{key.replace("_", " ")}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def lengths_table(rows: list[dict[str, Any]]) -> str:
+    """The `by_length` figures as the Markdown table of bench/README.md."""
+    lines = ["| customer turns | billed-eq. vs full | vs full pruned | input vs full | "
+             "cache reads | model calls / turn | WhatsApp / turn | USD product | USD full | "
+             "USD full pruned |", "|" + "---|" * 10]
+    for r in rows:
+        lines.append(
+            f"| {r['turns']} | {r['vs_full']['billed_equivalent']:.1%} | "
+            f"{r['vs_full_pruned']['billed_equivalent']:.1%} | {r['vs_full']['input']:.1%} | "
+            f"{r['cache_read_share']:.1%} | {r['model_calls_per_turn']:.2f} | "
+            f"{r['whatsapp_per_turn']:.2f} | {r['usd']['product']:.4f} | {r['usd']['full']:.4f}"
+            f" | {r['usd']['full_pruned']:.4f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _conversation_with(count: int, *, summarized: bool, directory: str) -> tuple[Any, Any]:
@@ -303,7 +470,6 @@ def saved_round_estimate(prompt: TenantPrompt) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path, help="SVG of context tokens per turn call")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -312,7 +478,17 @@ def main() -> None:
                         help="TTL of the breakpoint on the last message (default: the product's)")
     parser.add_argument("--no-catalogue", action="store_true",
                         help="leave the catalogue out of system[0] (the prefix before issue 21)")
+    parser.add_argument("--lengths", default="10,25,50,100,200",
+                        help="customer turns to cut the conversation at (issue 41)")
+    parser.add_argument("--market", default="BR", choices=sorted(WHATSAPP_UTILITY_USD),
+                        help="WhatsApp utility rate of this market (USD per message)")
+    parser.add_argument("--cost-plot", type=Path, help="SVG of USD against customer turns")
+    parser.add_argument("--table", type=Path, help="the lengths as a Markdown table")
+    parser.add_argument("--no-build-timing", action="store_true",
+                        help="skip timing the request building (minutes on a loaded machine)")
     args = parser.parse_args()
+    lengths = sorted({int(n) for n in args.lengths.split(",")})
+    args.turns = lengths[-1]  # one run of the longest, cut at each length
     if args.no_catalogue:
         catalogue.catalogue_text = lambda data: ""  # what workers/turns.py renders
     if args.tail_ttl:
@@ -320,7 +496,8 @@ def main() -> None:
     overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
     TENANT.update(overrides)
     configure_logging("ERROR", "console")
-    product, history, calls = run_product(args.turns, TENANT)
+    cuts: list[tuple[int, int]] = []
+    product, history, calls = run_product(args.turns, TENANT, cuts)
     prompt = TenantPrompt(name=TENANT["name"], timezone=TENANT["timezone"], language="pt-BR",
                           instructions=INSTRUCTIONS, model=Tenant.model_fields[
                               "agent_model"].default, fact_keys=tuple(sorted(resolve_keys(
@@ -331,8 +508,16 @@ def main() -> None:
     full = price_baseline(history, times, last_n=None, prompt=prompt)
     keep = int(TENANT.get("keep_messages", Tenant.model_fields["keep_messages"].default))
     naive = price_baseline(history, times, last_n=keep, prompt=prompt)
-    building = {kind: time_request_building((1_000, 100_000), summarized=kind == "summarized")
-                for kind in ("summarized", "hard_cap")}
+    prune_turns = int(TENANT.get("prune_after_user_turns",
+                                 Tenant.model_fields["prune_after_user_turns"].default))
+    by_length = [at_length(n, calls, cuts, history, prompt, prune_turns=prune_turns,
+                           whatsapp_rate=WHATSAPP_UTILITY_USD[args.market])
+                 for n in lengths if n <= args.turns]
+    building: dict[str, Any] = {}
+    if not args.no_build_timing:
+        building = {kind: time_request_building((1_000, 100_000),
+                                                summarized=kind == "summarized")
+                    for kind in ("summarized", "hard_cap")}
     for figures in building.values():
         figures["ratio_100k_vs_1k"] = round(figures["100000"] / figures["1000"], 3)
     report = {
@@ -354,7 +539,12 @@ def main() -> None:
                       "chars": len(prompt.catalogue),
                       "tokens": count_tokens({"type": "text", "text": prompt.catalogue})},
         "saved_list_services_round": saved_round_estimate(prompt),
+        "by_length": by_length, "whatsapp_market": args.market,
     }
+    if args.cost_plot:
+        args.cost_plot.write_text(lengths_svg(by_length), encoding="utf-8")
+    if args.table:
+        args.table.write_text(lengths_table(by_length), encoding="utf-8")
     if args.plot:
         args.plot.write_text(render_svg([c.context_tokens for c in calls if c.purpose == "turn"],
                                         title=f"{args.turns} turns: context tokens per call"),

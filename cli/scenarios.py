@@ -68,6 +68,11 @@ def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
           f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "
           f"cache write {usage['cache_creation_input_tokens']}, "
           f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']}")
+    per = result.per_customer_message()
+    if per["model_calls"] is not None:
+        print(f"   per customer message ({result.customer_messages}): "
+              f"{per['model_calls']:.2f} model call(s), "
+              f"{per['whatsapp_messages']:.2f} WhatsApp message(s)")
     for failure in result.failures:
         print(f"   ✗ {failure}")
     print()

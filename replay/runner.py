@@ -38,6 +38,7 @@ from storage.models import (
     Contact,
     ContactFact,
     Conversation,
+    Message,
     Outbound,
     Service,
     Tenant,
@@ -74,6 +75,14 @@ class ScenarioResult:
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
     leftover: dict[str, int] = field(default_factory=dict)
     transcript: list[str] = field(default_factory=list)
+    customer_messages: int = 0  # inbound messages stored (a burst answered at once counts each)
+    turn_calls: int = 0  # Messages API calls of purpose turn
+
+    def per_customer_message(self) -> dict[str, float | None]:
+        """Issue 41: model calls (turn) and WhatsApp messages sent per customer message."""
+        n = self.customer_messages
+        return {"model_calls": round(self.turn_calls / n, 2) if n else None,
+                "whatsapp_messages": round(len(self.sent) / n, 2) if n else None}
 
     def fail(self, message: str) -> None:
         self.passed = False
@@ -83,7 +92,9 @@ class ScenarioResult:
         return {"name": self.name, "passed": self.passed, "failures": self.failures,
                 "sent": self.sent, "requests": self.requests, "api_errors": self.api_errors,
                 "unscripted_calls": self.unscripted_calls, "tool_errors": self.tool_errors,
-                "usage": self.usage, "leftover": self.leftover}
+                "usage": self.usage, "leftover": self.leftover,
+                "customer_messages": self.customer_messages, "turn_calls": self.turn_calls,
+                "per_customer_message": self.per_customer_message()}
 
 
 def run_scenario_file(path: str | Path, *, echo: Callable[[str], None] | None = None,
@@ -653,6 +664,7 @@ class _Runner:
         step collects the one it ends)."""
         api = self.env.messages_api
         self.result.requests += len(api.calls)
+        self.result.turn_calls += sum(1 for c in api.calls if c.purpose == "turn")
         self.result.api_errors += api.api_errors
         unscripted = api.unscripted_calls
         self.result.unscripted_calls += unscripted
@@ -667,6 +679,10 @@ class _Runner:
             if (own := self._own_conversations()) is not None:
                 query = query.where(col(ToolCall.conversation_id).in_(own))
             self.result.tool_errors += len(session.exec(query).all())
+            inbound = select(Message.id).where(Message.direction == "inbound")
+            if own is not None:
+                inbound = inbound.where(col(Message.conversation_id).in_(own))
+            self.result.customer_messages += len(session.exec(inbound).all())
         if unscripted:
             purposes = sorted({c.purpose for c in api.calls if c.status == 500
                                and "unscripted" in json.dumps(c.response)})

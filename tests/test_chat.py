@@ -208,11 +208,11 @@ def test_a_recording_keeps_what_came_before_a_reset_and_replays_it(
 
 
 CHOICES: list[dict[str, Any]] = [
-    {"model": [{"tool": "offer_choices", "input": {"button": "Ver horários", "options": [
-        {"slot": f"2026-12-02T{hour}:00", "professional": "julia",
-         "title": f"Qua 02/12 {hour}:00", "description": "com a Júlia"}
-        for hour in ("14", "15")]}},
-        {"text": "Amanhã tenho estes horários. Qual prefere?"}]},
+    {"model": [{"tool": "offer_choices", "input": {
+        "button": "Ver horários", "body": "Amanhã tenho estes horários. Qual prefere?",
+        "options": [{"slot": f"2026-12-02T{hour}:00", "professional": "julia",
+                     "title": f"Qua 02/12 {hour}:00", "description": "com a Júlia"}
+                    for hour in ("14", "15")]}}]},
     {"model": [{"tool": "book_appointment", "input": {"service": "corte",
                                                       "start": "2026-12-02T15:00"}},
                {"text": "Prontinho! Quarta às 15h com a Júlia."}]},

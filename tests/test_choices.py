@@ -216,8 +216,9 @@ def test_the_agent_reads_the_pick_and_the_next_reply_is_plain_text() -> None:
     try:
         env.add_tenant(TENANT)
         env.messages_api.script("turn", [
-            {"tool": "offer_choices", "input": {"options": _slots([14, 15])}},
-            {"text": "Qual prefere?"}, {"text": "Anotado."}])
+            {"tool": "offer_choices", "input": {"body": "Qual prefere?",
+                                                "options": _slots([14, 15])}},
+            {"text": "Anotado."}])
         assert env.post_webhook(json.dumps(text_body("horário?", 1)).encode()) == 200
         env.drain()
         offered = env.graph_api.accepted[0]
@@ -237,12 +238,17 @@ def test_the_agent_reads_the_pick_and_the_next_reply_is_plain_text() -> None:
         env.close()
 
 
-def test_a_long_body_goes_as_text_listing_the_options() -> None:
+def test_a_body_too_long_for_one_list_is_refused_and_the_model_writes_again() -> None:
+    """Issue 41: one message per reply; a body past the list's 4096 is a tool error (nothing
+    sent), the model is called again, and its fitting offer goes out as the one list."""
     result = run_scenario(scenario([
-        {"model": [{"tool": "offer_choices", "input": {"options": _slots([14, 15])}},
-                   {"text": "Olá! " * 1000}]},
+        {"model": [{"tool": "offer_choices", "input": {"body": "Olá! " * 1000,
+                                                       "options": _slots([14, 15])}},
+                   {"tool": "offer_choices", "input": {"body": "Qual prefere?",
+                                                       "options": _slots([14, 15])}}]},
         {"webhook": text_body("oi", 1)}, {"drain": True},
-        {"expect": {"sent": [{"type": "text", "text_contains": "- Ter 15:00"}]}}]))
+        {"expect": {"sent_count": 1, "sent": [{"type": "interactive"}], "tool_errors": 1,
+                    "requests": {"calls": 2}}}]))
     assert result.passed, result.failures
 
 
@@ -251,7 +257,7 @@ def test_no_choices_outside_the_window_and_the_outbox_refuses_a_late_list() -> N
     try:
         env.add_tenant(TENANT)
         env.messages_api.script("turn", [
-            {"tool": "offer_choices", "input": {"options": _slots([14])}}, {"text": "Qual?"}])
+            {"tool": "offer_choices", "input": {"body": "Qual?", "options": _slots([14])}}])
         env.graph_api.fail(130429)  # the list waits for a retry...
         assert env.post_webhook(json.dumps(text_body("oi", 1)).encode()) == 200
         env.drain()
@@ -290,8 +296,8 @@ def test_free_text_options_come_back_as_their_text() -> None:
     assert shown(rows) == (list(rows.choices), False)  # ten rows: no "narrower range" row
     result = run_scenario(scenario([
         {"model": [{"tool": "offer_choices", "input": {"style": "buttons",
-                                                       "options": options}},
-                   {"text": "Como prefere?"}]},
+                                                       "body": "Como prefere?",
+                                                       "options": options}}]},
         {"webhook": text_body("oi", 1), "timestamp": "clock"}, {"drain": True},
         {"expect": {"sent": [{"type": "interactive",
                               "options": ["Deixo o carro", "Espero na loja", "Outro dia"]}]}},

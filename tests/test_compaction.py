@@ -20,7 +20,13 @@ from storage.models import Conversation, Message
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from workers import compaction
-from workers.compaction import pick_compactable, should_compact
+from workers.compaction import (
+    CACHE_LIFETIME,
+    HARD_CEILING_FACTOR,
+    compaction_due,
+    pick_compactable,
+    should_compact,
+)
 
 SUMMARY = "The customer Ana asked about haircuts; nothing booked yet (record)."
 SMALL = {"compaction_threshold_tokens": 700, "keep_messages": 4,
@@ -44,6 +50,10 @@ def _turn(env: ReplayEnvironment, n: int, reply: str = "ok") -> None:
 def _conversation(env: ReplayEnvironment) -> Conversation:
     with session_scope(env.engine) as session:
         return session.exec(select(Conversation)).one()
+
+
+# past its threshold from the third turn on, far from the hard ceiling (2 x 1,500)
+IDLE = {**SMALL, "compaction_threshold_tokens": 1500}
 
 
 def _summary_calls(env: ReplayEnvironment) -> int:
@@ -185,3 +195,41 @@ def test_compaction_pays_for_itself() -> None:
                               min_gain=2_000)
     assert not should_compact(last_input_tokens=15_000, threshold=20_000, freed_tokens=9_000,
                               min_gain=2_000)
+
+
+def test_compaction_waits_for_the_cache_to_expire_unless_past_the_hard_ceiling() -> None:
+    """Issue 41: a compaction that pays runs once the cached window has expired, at once past
+    HARD_CEILING_FACTOR x the threshold, never at all when it frees too little."""
+    last = START
+    pays = {"threshold": 20_000, "freed_tokens": 3_000, "min_gain": 2_000,
+            "last_activity_at": last}
+    soon = last + timedelta(minutes=5)
+    assert compaction_due(last_input_tokens=25_000, now=soon, **pays) == last + CACHE_LIFETIME
+    later = last + CACHE_LIFETIME + timedelta(minutes=1)
+    assert compaction_due(last_input_tokens=25_000, now=later, **pays) == later
+    ceiling = 20_000 * HARD_CEILING_FACTOR + 1
+    assert compaction_due(last_input_tokens=ceiling, now=soon, **pays) == soon
+    assert compaction_due(last_input_tokens=15_000, now=later, **pays) is None
+    assert compaction_due(last_input_tokens=ceiling, now=soon,
+                          **{**pays, "freed_tokens": 500}) is None
+
+
+def test_a_customer_back_before_the_cache_expires_defers_the_compaction(
+        env: ReplayEnvironment) -> None:
+    """The job planned at the cache's expiry finds the conversation active again: it is
+    planned anew for the new expiry, and runs then."""
+    env.add_tenant({**TENANT, **IDLE})
+    env.messages_api.script("summary", [{"text": SUMMARY}])
+    for n in range(1, 4):  # past the threshold, something to fold, under the ceiling
+        _turn(env, n)
+    last = _conversation(env).last_input_tokens
+    assert IDLE["compaction_threshold_tokens"] < last < IDLE[
+        "compaction_threshold_tokens"] * HARD_CEILING_FACTOR
+    env.clock.advance(CACHE_LIFETIME - timedelta(minutes=5))
+    _turn(env, 4)  # back just in time: the cache is warm
+    env.clock.advance(timedelta(minutes=10))
+    env.drain()  # the first plan is due: the conversation was active since
+    assert _summary_calls(env) == 0
+    env.clock.advance(CACHE_LIFETIME)
+    env.drain()
+    assert _summary_calls(env) == 1 and _conversation(env).compactions == 1

@@ -178,11 +178,11 @@ def test_a_list_offered_and_the_customers_pick_read_plainly_in_both_languages(
         env: ReplayEnvironment) -> None:
     seeded: Seeded = seed(env)
     env.messages_api.script("turn", [
-        {"tool": "offer_choices", "input": {"button": "Ver horários", "options": [
-            {"slot": f"2026-06-02T{hour}:00", "professional": "julia",
-             "title": f"Ter 02/06 {hour}:00", "description": "com a Júlia"}
-            for hour in ("14", "16")]}},
-        {"text": "Tenho estes horários. Qual prefere?"}])
+        {"tool": "offer_choices", "input": {
+            "button": "Ver horários", "body": "Tenho estes horários. Qual prefere?",
+            "options": [{"slot": f"2026-06-02T{hour}:00", "professional": "julia",
+                         "title": f"Ter 02/06 {hour}:00", "description": "com a Júlia"}
+                        for hour in ("14", "16")]}}])
     ask = text_body("tem outro horário amanhã?", 70, sent_at=env.clock.now())
     assert env.post_webhook(json.dumps(ask).encode()) == 200
     env.drain()

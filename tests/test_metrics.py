@@ -20,6 +20,7 @@ from storage.db import session_scope
 from storage.models import Usage
 from tests.conftest import START
 from tests.factories import TENANT, text_body
+from workers.compaction import CACHE_LIFETIME
 from workers.sweeper import sweep_inactive
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -150,6 +151,9 @@ def test_metrics_show_the_saw_tooth_of_a_compacted_conversation_and_the_cache_re
     compactions: list[float] = []
     for n in range(1, 17):
         turn(env, n, reply=FILLER)
+        if n % 4 == 0:  # the customer pauses past the cache's lifetime: it compacts (issue 41)
+            env.clock.advance(CACHE_LIFETIME)
+            env.drain()
         samples = scrape(env)
         series.append(value(samples, "wagent_context_tokens_last", purpose="turn"))
         compactions.append(value(samples, "wagent_compactions_total", outcome="compacted"))

@@ -20,6 +20,9 @@ from storage.models import Conversation, Message, Usage
 # Anthropic list prices, USD per million tokens (input, output) — Sources: Anthropic §6.
 PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
 CACHE_READ, WRITE_5M, WRITE_1H = 0.1, 1.25, 2.0
+# Meta's utility rate per message, USD, by market: since 2026-10-01 every free-form reply in
+# the 24-hour window is billed at it (issue 41). Brazil by default.
+WHATSAPP_UTILITY_USD = {"BR": 0.0068}
 
 
 @dataclass(frozen=True)

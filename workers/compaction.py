@@ -9,12 +9,13 @@ summary call changes nothing and is retried on the product's clock.
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import anthropic
 import structlog
 
 from agent import media as agent_media
+from agent.context import TAIL_TTL
 from agent.loop import dump_content
 from agent.prompts import SUMMARY_MAX_WORDS, language_name, within_words
 from agent.timeline import timeline, who
@@ -26,7 +27,8 @@ from agent.window import (
     safe_start,
     tool_result_text,
 )
-from core import metrics
+from core import clock, metrics
+from core.clock import parse_duration
 from storage import media, memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction, enqueue_rederive
@@ -87,6 +89,42 @@ def should_compact(*, last_input_tokens: int, threshold: int, freed_tokens: int,
     return last_input_tokens > threshold and freed_tokens >= min_gain
 
 
+# Issue 41: when compaction pays. Measured with bench/long_conversation.py (bench/README.md):
+# compacting an active conversation rewrites its warm cache (the window at 2.0 instead of 0.1
+# per token, plus the summary call) and a short one never earns it back (a 10-turn
+# conversation cost 106% of resending everything). Once the cached window has expired
+# (CACHE_LIFETIME after the last call) the next turn writes the whole prefix anyway, so a
+# compaction then costs only its summary call; past HARD_CEILING_FACTOR times the tenant's
+# threshold the window costs more each call than a rewrite does, and it compacts at once.
+CACHE_LIFETIME = parse_duration(TAIL_TTL)  # agent/context.py: the window's breakpoint TTL
+HARD_CEILING_FACTOR = 2
+
+
+def compaction_due(*, last_input_tokens: int, threshold: int, freed_tokens: int,
+                   min_gain: int, last_activity_at: datetime,
+                   now: datetime) -> datetime | None:
+    """When to compact a conversation whose last call's context was `last_input_tokens`
+    (the cache accounting the product keeps: input + cache writes + cache reads), last active
+    at `last_activity_at` (aware datetimes). None: not at all (`should_compact` says it does
+    not pay); `now` when past the hard ceiling (HARD_CEILING_FACTOR x `threshold`) or idle past
+    CACHE_LIFETIME already; else `last_activity_at + CACHE_LIFETIME`, when the cache expires.
+    Pure; the rule and its figures: the comment above, bench/README.md."""
+    if not should_compact(last_input_tokens=last_input_tokens, threshold=threshold,
+                          freed_tokens=freed_tokens, min_gain=min_gain):
+        return None
+    return compaction_time(last_input_tokens=last_input_tokens, threshold=threshold,
+                           last_activity_at=last_activity_at, now=now)
+
+
+def compaction_time(*, last_input_tokens: int, threshold: int, last_activity_at: datetime,
+                    now: datetime) -> datetime:
+    """When a compaction that pays should run (`compaction_due`): `now` past the hard ceiling,
+    else when the cache expires (`now` if it has). Pure."""
+    if last_input_tokens > threshold * HARD_CEILING_FACTOR:
+        return now
+    return max(now, last_activity_at + CACHE_LIFETIME)
+
+
 def cut_words(text: str, limit: int) -> str:
     """`text` within `limit` characters, cut at the last whitespace (never mid-word) with "…";
     as it is when it fits. A single word longer than `limit` is cut at `limit`."""
@@ -124,8 +162,33 @@ def compact_conversation(conversation_id: int, attempt: int = 1, outage: int = 0
     """RQ job: compact one conversation. Returns what happened."""
     return run_coalesced(
         "compact", conversation_id, attempt, outage=outage,
-        handle=lambda rt, cid, n: _counted(rt, handle_compaction(rt, cid, attempt=n)),
+        handle=lambda rt, cid, n: _counted(rt, _when_idle(rt, cid, attempt=n)),
         reenqueue=_reenqueue_compaction)
+
+
+def _when_idle(runtime: Runtime, conversation_id: int, *, attempt: int) -> str:
+    """`handle_compaction`, unless the conversation, past its threshold, was active since the
+    job was planned and the cache has not expired (`compaction_time`): it is planned again for
+    then ("deferred"). A trigger under the threshold (an explicit one) runs as asked."""
+    now = clock.now()
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        tenant = session.get(Tenant, conversation.tenant_id) if conversation else None
+        due = None if conversation is None or tenant is None or \
+            conversation.last_input_tokens <= tenant.compaction_threshold_tokens else \
+            compaction_time(last_input_tokens=conversation.last_input_tokens,
+                            threshold=tenant.compaction_threshold_tokens,
+                            last_activity_at=_aware(conversation.last_activity_at), now=now)
+    if due is not None and due > now:
+        _reenqueue_compaction(runtime, conversation_id, due, attempt, 0)
+        log.info("compaction_deferred", due_in_s=int((due - now).total_seconds()))
+        return "deferred"
+    return handle_compaction(runtime, conversation_id, attempt=attempt)
+
+
+def _aware(at: datetime) -> datetime:
+    """A stored time as aware UTC (SQLite returns it naive)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _reenqueue_compaction(runtime: Runtime, conversation_id: int, at: datetime, attempt: int,
@@ -266,7 +329,8 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
 
 
 def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
-    """After a turn: enqueue a compaction when it pays for itself (ARCHITECTURE.md)."""
+    """After a turn: enqueue a compaction for when it pays (`compaction_due`: at once past the
+    hard ceiling, else once the cache has expired; ARCHITECTURE.md)."""
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
         tenant = session.get(Tenant, conversation.tenant_id) if conversation else None
@@ -277,10 +341,15 @@ def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
         rows = memory.window_rows(session, conversation_id, after_position=start,
                                   tail=runtime.settings.max_window_messages)
         last_input_tokens = conversation.last_input_tokens
+        last_activity_at = _aware(conversation.last_activity_at)
     window = timeline(rows)
     plan = pick_compactable(window, keep=tenant.keep_messages)
-    if plan is None or not should_compact(
-            last_input_tokens=last_input_tokens, threshold=tenant.compaction_threshold_tokens,
-            freed_tokens=plan.freed_tokens, min_gain=tenant.compaction_min_gain_tokens):
+    now = clock.now()
+    due = None if plan is None else compaction_due(
+        last_input_tokens=last_input_tokens, threshold=tenant.compaction_threshold_tokens,
+        freed_tokens=plan.freed_tokens, min_gain=tenant.compaction_min_gain_tokens,
+        last_activity_at=last_activity_at, now=now)
+    if due is None:
         return None
-    return enqueue_compaction(runtime.queue, runtime.settings.redis_prefix, conversation_id)
+    return enqueue_compaction(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                              at=due if due > now else None)

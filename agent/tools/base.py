@@ -34,6 +34,8 @@ class ToolContext:
 
 
 Handler = Callable[[Session, "ToolContext", dict[str, Any]], str]
+# (the call's input, its successful result) -> the reply that ends the turn, or None (issue 41)
+Reply = Callable[[dict[str, Any], str], str | None]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Tool:
     and returns the result text, or raises ToolError (see `registry.execute_tool`).
     `fact_key_property` names the input property that takes one of the tenant's fact keys: its
     schema gets those keys as its `enum`, and a tenant with no fact keys is not offered the tool.
+    `reply(input, result)`, when set, gives the customer's reply carried by a successful call:
+    the turn then ends with it and no further model call (agent/loop.py; issue 41).
     """
 
     name: str
@@ -52,6 +56,7 @@ class Tool:
     input_schema: Mapping[str, Any]
     handler: Handler
     fact_key_property: str | None = None
+    reply: Reply | None = None
 
     def definition(self, fact_keys: Sequence[str]) -> dict[str, Any] | None:
         """The tool as the request lists it, for a tenant with `fact_keys`, or None

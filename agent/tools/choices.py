@@ -1,9 +1,10 @@
 """The `offer_choices` tool: the turn's reply offers options as a WhatsApp list or reply
 buttons (issue 26; the rules in agent/choices.py, Meta's limits in whatsapp/interactive.py).
 
-It sends nothing itself: the reply the model writes next is the list's or buttons' body, and
-goes out through the outbox like any reply (workers/choices.py), at most once. Only inside the
-24-hour customer service window (whatsapp/window.py). Each option names a slot or a service,
+It sends nothing itself: its `body` is the turn's reply (issue 41: the call ends the turn, no
+further model call, `Tool.reply`), which goes out as the list or buttons through the outbox
+like any reply (workers/choices.py), at most once, as one message. Only inside the 24-hour
+customer service window (whatsapp/window.py). Each option names a slot or a service,
 so the customer's pick comes back as that slot or service (whatsapp.interactive ids), or is a
 free short text (issue 38), whose pick comes back as that text.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from agent.choices import Offer, shown
+from agent.choices import Offer, shown, style_used
 from agent.errors import ToolError
 from agent.tools.base import Tool, ToolContext, echo, some_codes
 from storage.models import Contact, Professional, Service
@@ -106,19 +107,26 @@ def offer_choices(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
     if contact is None or window_closed(contact.last_inbound_at, ctx.now):
         raise ToolError(f"cannot offer choices: {SERVICE_WINDOW_CLOSED}")
     offer = offer_from_input(args)
+    body = args.get("body")
+    if not isinstance(body, str) or not body.strip() or utf16_len(body) > LIMITS.list_body:
+        raise ToolError(f"body must be the message text, 1 to {LIMITS.list_body} characters")
     _check_codes(session, ctx.tenant_id, args["options"])
     choices, more = shown(offer)
-    how = "reply buttons" if offer.style == "buttons" and not more and \
-        len(choices) <= LIMITS.buttons else "a list"
-    lines = [f"Your next reply is sent as {how}; its text is the message body (at most "
-             f"{LIMITS.button_body if how == 'reply buttons' else LIMITS.list_body} "
-             "characters, else it goes as plain text with the options listed). Options shown:"]
+    how = {"buttons": "reply buttons", "list": "a list"}.get(style_used(offer, body),
+                                                              "text listing the options")
+    lines = [f"Sent with your body as {how}. Options shown:"]
     lines += [f"- {c.title} (id {c.id})" for c in choices]
     if more:
         lines.append(f"({len(offer.choices) - len(choices)} more left out: the last row asks "
                      "the customer for a narrower range)")
     lines.append("The customer's pick arrives as a message naming the option's id.")
     return "\n".join(lines)
+
+
+def offer_body(tool_input: dict[str, Any], _result: str) -> str | None:
+    """`OFFER_CHOICES.reply`: a successful offer's body is the turn's reply."""
+    body = tool_input.get("body")
+    return body.strip() if isinstance(body, str) else None
 
 
 def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]) -> None:
@@ -136,29 +144,24 @@ def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]
 
 
 _OPTION = {"type": "object", "properties": {
-    "slot": {"type": "string", "description": "Optional: a start time find_available_slots "
-             "returned, local YYYY-MM-DDTHH:MM"},
-    "professional": {"type": "string", "description": "Optional: professional code of that "
-                     "slot"},
-    "service": {"type": "string", "description": "A service code (instead of slot)"},
-    "title": {"type": "string", "description": f"What the customer sees: at most "
-              f"{LIMITS.row_title} characters in a list, {LIMITS.button_title} on a button"},
-    "description": {"type": "string", "description": f"A second line in a list, at most "
-                    f"{LIMITS.row_description} characters (optional)"}},
+    "slot": {"type": "string", "description": "Optional: a start find_available_slots "
+                                              "returned"},
+    "professional": {"type": "string", "description": "Optional"},  # of that slot
+    "service": {"type": "string", "description": "Or a service code"},
+    "title": {"type": "string", "description": f"≤{LIMITS.row_title} chars, button "
+                                               f"≤{LIMITS.button_title}"},
+    "description": {"type": "string", "description": "Optional"}},  # a row's second line
     "required": ["title"]}
 
 OFFER_CHOICES = Tool(
     name="offer_choices",
-    description="Make your next reply offer options the customer taps: a list (up to 10 "
-                "rows; with more options the soonest 9 and a row asking for a narrower "
-                "range) or reply buttons (up to 3 short titles). Each option is a slot, a service "
-                "or a short text. Then write the question as your reply.",
+    description="Send your reply with options to tap (slots, services or texts) as a list of "
+                "≤10 rows or ≤3 buttons. Ends the turn.",
     input_schema={"type": "object", "properties": {
-        "style": {"type": "string", "enum": ["list", "buttons"],
-                  "description": "list (default) or buttons"},
-        "button": {"type": "string", "description": f"Label of the button that opens the "
-                   f"list, at most {LIMITS.list_button} characters (optional)"},
-        "options": {"type": "array", "items": _OPTION, "minItems": 1,
-                    "maxItems": MAX_OPTIONS}},
-        "required": ["options"]},
-    handler=offer_choices)
+        "body": {"type": "string", "description": "Your message"},
+        "style": {"type": "string", "enum": ["list", "buttons"], "description": "Default list"},
+        "button": {"type": "string", "description": f"Optional: list button label, "
+                                                    f"≤{LIMITS.list_button}"},
+        "options": {"type": "array", "items": _OPTION}},
+        "required": ["body", "options"]},
+    handler=offer_choices, reply=offer_body)

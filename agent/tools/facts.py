@@ -99,9 +99,8 @@ def forgotten_marker(contact_id: int, key: str, value: str) -> str:
 
 REMEMBER_FACT = Tool(
     name="remember_fact",
-    description="Record a fact about this customer that they just stated or confirmed, for "
-                "future conversations. One of the allowed keys; a short value. Never ids, "
-                "card numbers or anything they did not say.",
+    description="Save a fact the customer stated, for later conversations; never ids or "
+                "card numbers.",
     input_schema={"type": "object", "properties": {
         "key": {"type": "string"},  # its enum: the tenant's keys (stable per tenant)
         "value": {"type": "string"}}, "required": ["key", "value"]},

@@ -146,15 +146,13 @@ def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 HANDOFF_TO_HUMAN = Tool(
     name="handoff_to_human",
-    description="Pass the conversation to the business's staff, only when a person must act. "
-                "Ends the turn: `message` is the last thing sent; you stop answering until "
-                "staff hand the conversation back.",
+    description="Pass the conversation to staff (when: the rules). Ends the turn: `message` "
+                "is the last thing sent until staff hand it back.",
     input_schema={"type": "object", "properties": {
-        "reason": {"type": "string", "description": "why a person should answer"},
-        "summary": {"type": "string",
-                    "description": "one line for staff: what the customer needs"},
+        "reason": {"type": "string", "description": "Why a person should answer"},
+        "summary": {"type": "string", "description": "For staff: what the customer needs"},
         "message": {"type": "string",
-                    "description": "to the customer: why, and when a person answers"}},
+                    "description": "Optional. To the customer: why, and when a person answers"}},
         "required": ["reason", "summary"]},
     handler=handoff_to_human)
 

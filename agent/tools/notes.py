@@ -31,8 +31,7 @@ def add_appointment_note(session: Session, ctx: ToolContext, args: dict[str, Any
 
 ADD_APPOINTMENT_NOTE = Tool(
     name="add_appointment_note",
-    description="Attach the customer's request to one of their upcoming appointments so "
-                "the professional sees it; replaces its note.",
+    description="Set an upcoming appointment's note for the professional (replaces it).",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "note": NOTE_PROPERTY},
         "required": ["appointment_id", "note"]},

@@ -60,6 +60,17 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
             return done.result, done.is_error
 
 
+def tool_reply(block: dict[str, Any], result: str, *,
+               tools: Sequence[Tool] = REGISTRY) -> str | None:
+    """The customer's reply a successful call of `block` (a tool_use) carries, by its tool's
+    `reply` (agent/tools/base.Tool); None when it carries none."""
+    tool = next((t for t in tools if t.name == block.get("name")), None)
+    tool_input = block.get("input")
+    if tool is None or tool.reply is None or not isinstance(tool_input, dict):
+        return None
+    return tool.reply(tool_input, result)
+
+
 def _record(session: Session, ctx: ToolContext, name: str, tool_input: Any, text: str, *,
             is_error: bool) -> None:
     session.add(ToolCall(conversation_id=ctx.conversation_id, tool_use_id=ctx.tool_use_id,

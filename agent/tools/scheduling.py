@@ -10,6 +10,7 @@ transactions are BEGIN IMMEDIATE).
 """
 
 import re
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -29,6 +30,13 @@ from agent.tools.base import (
 )
 from agent.tools.days_off import closed_label
 from agent.tools.facts_rules import note_problem
+from agent.tools.replies import (
+    REPLY_PROPERTY,
+    VisitFacts,
+    checked_reply,
+    reply_note,
+    sent_reply,
+)
 from agent.tools.slots import (
     Slot,
     local_exists,
@@ -54,14 +62,14 @@ APPOINTMENTS_LISTED = 10  # list_my_appointments
 FOR_NAME_CHARS = 100  # Appointment.for_name
 MAX_ID = 2**31 - 1  # an INTEGER primary key: a larger id cannot exist (nor be queried)
 
+# the schemas say what the model needs, once (issue 41: every token is paid on every call);
+# "optional" is what `required` already says
 NOTE_PROPERTY = {"type": "string",
-                 "description": "The customer's request for this visit, in their words, at "
-                                "most 200 characters"}
-_OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: the customer's request for this "
-                                                  "visit, in their words, at most 200 "
-                                                  "characters"}
-_LOCAL_TIME = {"type": "string",
-               "description": "Local date and time in the business's timezone, YYYY-MM-DDTHH:MM"}
+                 "description": "Customer's request, their words, ≤200 chars"}
+_OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: c" + NOTE_PROPERTY[
+    "description"][1:]}
+_LOCAL_TIME = {"type": "string", "description": "Local YYYY-MM-DDTHH:MM"}
+_CODE = {"type": "string", "description": "Optional"}  # a professional's code: the name says it
 
 
 def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -89,12 +97,10 @@ def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
 
 LIST_SERVICES = Tool(
     name="list_services",
-    description="The services offered, their codes, durations, prices and professionals "
-                "(with their codes). A long catalogue is listed in part: search it with "
-                "query.",
+    description="The services with codes, prices and professionals, searchable (a long "
+                "catalogue is cut).",
     input_schema={"type": "object", "properties": {
-        "query": {"type": "string",
-                  "description": "Part of a service's name or code (optional: all)"}}},
+        "query": {"type": "string", "description": "Optional: part of a name or code"}}},
     handler=list_services)
 
 
@@ -159,32 +165,26 @@ def _holidays_said(session: Session, tenant: Tenant, first: date, last: date) ->
 
 SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}
 SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
-                     "description": "Or several codes: one visit, in order"}
+                     "description": "Or several, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
     name="find_available_slots",
-    description="Free start times for a service (or several, one after the other) on a "
-                "date or a date range (at most 14 days), one line per time with the "
-                "professionals free at it, optionally with one professional and between after "
-                "and before (local HH:MM). Only times the business takes and the customer is "
-                "free.",
+    description="Free start times with the professionals free, for a service (or several in "
+                "a row), over ≤14 days.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
-        "date": {"type": "string", "description": "First day, YYYY-MM-DD (default today)"},
-        "date_to": {"type": "string", "description": "Last day, YYYY-MM-DD (default: date)"},
-        "professional": {"type": "string", "description": "Professional code (optional: "
-                                                           "anyone who does the service)"},
-        "after": {"type": "string", "description": "Only starts at or after this local "
-                                                   "time, HH:MM (optional; e.g. 12:00 for the "
-                                                   "afternoon)"},
-        "before": {"type": "string", "description": "Only starts before this local time, "
-                                                    "HH:MM (optional)"}}},
+        "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
+        "date_to": {"type": "string", "description": "Last day, default date"},
+        "professional": _CODE,
+        "after": {"type": "string", "description": "Optional: starts from HH:MM"},
+        "before": {"type": "string", "description": "Optional: starts before HH:MM"}}},
     handler=find_available_slots)
 
 
 def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     services = _services_of(session, ctx.tenant_id, args)
     start = _parse_local(args.get("start"), ctx.timezone)
+    reply = checked_reply(args.get("reply"))
     note = checked_note(session, ctx, args.get("note"))
     for_name = _for_name(args.get("for_name"))
     rows = _place_visit(session, ctx, services, start, args.get("professional"))
@@ -195,23 +195,22 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
-    return "Booked. " + _describe_visit(session, rows, ctx.timezone)
+    return "Booked. " + _describe_visit(session, rows, ctx.timezone) + reply_note(
+        reply, _facts(session, ctx, rows))
 
 
 BOOK_APPOINTMENT = Tool(
     name="book_appointment",
-    description="Book a visit of one or more services for this customer at a start time "
-                "that find_available_slots returned. Only after the customer chose.",
+    description="Book a visit (one or more services) for this customer.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
         "start": _LOCAL_TIME,
-        "professional": {"type": "string", "description": "Professional code (optional)"},
-        "for_name": {"type": "string", "description": "Optional: who it is for, if not "
-                                                      "this customer"},
-        "note": _OPTIONAL_NOTE},
+        "professional": _CODE,
+        "for_name": {"type": "string", "description": "Optional: who, if someone else"},
+        "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY},
         "required": ["start"]},
-    handler=book_appointment)
+    handler=book_appointment, reply=sent_reply)
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
@@ -239,12 +238,12 @@ LIST_MY_APPOINTMENTS = Tool(
     input_schema={"type": "object", "properties": {}},
     handler=list_my_appointments)
 
-_ONE_SERVICE = {"type": "string", "description": "Optional: one service code of the visit "
-                                                 "(default: all)"}
+_ONE_SERVICE = {"type": "string", "description": "Optional: only this service of the visit"}
 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     rows = _own_visit(session, ctx, args.get("appointment_id"))
+    reply = checked_reply(args.get("reply"))
     starts_at = rows[0].start_at  # the visit's start: the rules apply to it
     _check_cancellation_window(session, ctx, starts_at, _number(rows), "cancelled",
                                "cancellations")
@@ -262,16 +261,18 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
     said = "Cancelled. " + _describe_visit(session, cancelled, ctx.timezone)
     return said + (f" The visit keeps: {_describe_visit(session, kept, ctx.timezone)}"
-                   if kept else "")
+                   if kept else "") + reply_note(reply, _facts(session, ctx, cancelled,
+                                                               names=False))
 
 
 CANCEL_APPOINTMENT = Tool(
     name="cancel_appointment",
-    description="Cancel one of this customer's upcoming appointments.",
+    description="Cancel an upcoming appointment of this customer.",
     input_schema={"type": "object", "properties": {
-        "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE},
+        "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
+        "reply": REPLY_PROPERTY},
         "required": ["appointment_id"]},
-    handler=cancel_appointment)
+    handler=cancel_appointment, reply=sent_reply)
 
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -281,6 +282,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     # operations/agenda.move, are not limited)
     _check_cancellation_window(session, ctx, starts_at, _number(rows), "moved", "changes")
     start = _parse_local(args.get("start"), ctx.timezone)
+    reply = checked_reply(args.get("reply"))
     note = checked_note(session, ctx, args.get("note")) if args.get("note") is not None \
         else rows[0].note  # the request follows the visit unless a new one is given
     one = _one_service(session, rows, args.get("service"))
@@ -316,23 +318,39 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     if one is not None:
         kept = appointments.booked(appointments.visit_rows(session, visit_id))
         return (f"Moved {services[0].code} of appointment #{_number(rows)}. "
-                + _describe_visit(session, kept, ctx.timezone))
+                + _describe_visit(session, kept, ctx.timezone)
+                + reply_note(reply, _facts(session, ctx, new, also=[starts_at, *(
+                    r.start_at for r in kept)])))
     return (f"Moved appointment #{_number(rows)} to a new booking. "
-            + _describe_visit(session, new, ctx.timezone))
+            + _describe_visit(session, new, ctx.timezone)
+            + reply_note(reply, _facts(session, ctx, new, also=[starts_at])))
 
 
 RESCHEDULE_APPOINTMENT = Tool(
     name="reschedule_appointment",
-    description="Move one of this customer's upcoming appointments to a new free start "
-                "time.",
+    description="Move an upcoming appointment of this customer to a free start.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
         "service": _ONE_SERVICE,
-        "professional": {"type": "string", "description": "Professional code (optional)"},
-        "note": {**NOTE_PROPERTY, "description": "Optional: a new request for the visit "
-                                                 "(default: the old booking's note)"}},
+        "professional": _CODE,
+        "note": {**NOTE_PROPERTY, "description": "New request (default: the old)"},
+        "reply": REPLY_PROPERTY},
         "required": ["appointment_id", "start"]},
-    handler=reschedule_appointment)
+    handler=reschedule_appointment, reply=sent_reply)
+
+
+def _facts(session: Session, ctx: ToolContext, rows: list[Appointment], *, names: bool = True,
+           also: Sequence[datetime] = ()) -> VisitFacts:
+    """What a `reply` about the visit `rows` is checked against (agent/tools/replies.py): its
+    start, the clock times it may name (its rows' starts and ends, and `also`: a move's old
+    start), its professionals (when `names`), in the tenant's timezone."""
+    local = [t.astimezone(ctx.timezone) for r in rows for t in (r.start_at, r.end_at)]
+    local += [t.astimezone(ctx.timezone) for t in also]
+    pros = [session.get(Professional, r.professional_id) for r in rows] if names else []
+    return VisitFacts(start=rows[0].start_at.astimezone(ctx.timezone),
+                      times=frozenset((t.hour, t.minute) for t in local),
+                      names=tuple(dict.fromkeys(p.name for p in pros if p is not None)),
+                      today=ctx.now.astimezone(ctx.timezone).date())
 
 
 def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: datetime,
