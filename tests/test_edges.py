@@ -44,12 +44,12 @@ def test_edge_scenarios(name: str) -> None:
 
 def test_the_rules_say_when_to_hand_off_and_when_to_answer() -> None:
     rules = " ".join(PRODUCT_RULES.split())
-    for case in ("asked for one", "a complaint, refund or damage", "what only the business "
-                 "decides", "another person's booking", "privacy, medical"):
+    for case in ("asked for one", "complaint, refund, damage", "a business decision",
+                 "another person's booking", "privacy, medical"):
         assert case in rules
     schema = HANDOFF_TO_HUMAN.input_schema["properties"]
     assert "message" in schema and "message" not in HANDOFF_TO_HUMAN.input_schema["required"]
-    assert "Ends the turn" in HANDOFF_TO_HUMAN.description
+    assert "ends the turn" in HANDOFF_TO_HUMAN.description
 
 
 def _tenant(env: ReplayEnvironment) -> Tenant:

@@ -146,13 +146,12 @@ def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 HANDOFF_TO_HUMAN = Tool(
     name="handoff_to_human",
-    description="Pass the conversation to staff (when: the rules). Ends the turn: `message` "
-                "is the last thing sent until staff hand it back.",
+    description="Pass the conversation to staff (see the rules); ends the turn.",
     input_schema={"type": "object", "properties": {
         "reason": {"type": "string", "description": "Why a person should answer"},
         "summary": {"type": "string", "description": "For staff: what the customer needs"},
         "message": {"type": "string",
-                    "description": "Optional. To the customer: why, and when a person answers"}},
+                    "description": "Optional. To the customer: why, when a person answers"}},
         "required": ["reason", "summary"]},
     handler=handoff_to_human)
 
