@@ -196,12 +196,32 @@ def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
             held = staff.hold_for_staff(session, conversation_id, now=now)
             log.info("turn_skipped_with_staff", held=held)
             return Outcome.WITH_STAFF  # no model call, nothing sent or marked read
-        if not window_closed(state.contact.last_inbound_at, now):
-            failures.reopen(session, state.conversation, now=now)  # after an apology
+        if not window_closed(state.contact.last_inbound_at, now) \
+                and failures.reopen(session, state.conversation, now=now):  # after an apology
+            _late_note(session, state, now)
         if not message_repo.pending_inbound(session, conversation_id):
             return Outcome.IDLE
         ensure_context_block(session, state.conversation)
         return _Ready(state, now, dangling_rounds(session, state.conversation))
+
+
+LATE_NOTE = ("[the assistant could not answer the customer's messages above (a provider "
+             "outage) and they got an apology: answer them now]")
+
+
+def _late_note(session: Session, state: ConversationState, now: datetime) -> None:
+    """The messages an apology covered are answered again: when the history ends with the
+    apology, a note of the product's follows it, so the model knows why it answers late (the
+    window would end the request on the user side anyway: agent/timeline.py,
+    agent/window.to_api_messages; the note's words are what it adds)."""
+    last = session.exec(select(Message.role).where(
+        Message.conversation_id == state.conversation_id, col(Message.position).is_not(None))
+        .order_by(col(Message.position).desc())).first()
+    if last == "assistant":
+        message_repo.append(session, tenant_id=state.tenant_id,
+                            conversation_id=state.conversation_id, role="user",
+                            direction="internal",
+                            content=[{"type": "text", "text": LATE_NOTE}], now=now)
 
 
 def _place(runtime: Runtime, state: ConversationState, now: datetime
