@@ -46,7 +46,8 @@ from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
 from usage.report import Call, render_svg, summarize_calls  # noqa: E402
-from workers.turns import TurnState, prepare_window, turn_request  # noqa: E402
+from workers.turn_window import prepare_window, turn_request  # noqa: E402
+from workers.turns import TurnState  # noqa: E402
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # Monday 09:00 in São Paulo
 TZ = ZoneInfo("America/Sao_Paulo")

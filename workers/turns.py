@@ -169,18 +169,18 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     state = ready.state
     resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
     repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
-    last_position, placed = _place(runtime, state, ready.now)
-    if isinstance(placed, Outcome):  # answered without the model
+    placed = _place(runtime, state, ready.now)
+    if isinstance(placed.next, Outcome):  # answered without the model
         flush_outbox(runtime, conversation_id)
-        return placed
-    hooks = _StoreHooks(runtime, state, placed)
+        return placed.next
+    hooks = _StoreHooks(runtime, state, placed.next, placed.source)
     hooks.typing.start()  # read receipt + "typing…" (workers/receipts.py), best effort
     reply = _converse_or_apologise(runtime, state, hooks, attempt=attempt,
-                                   last_position=last_position)
+                                   last_position=placed.last_position)
     if isinstance(reply, Outcome):  # a retry later, or held
         return reply
     return _finish_turn(runtime, state, hooks, reply, attempt=attempt,
-                        up_to_position=max(last_position, hooks.folded_up_to))
+                        up_to_position=max(placed.last_position, hooks.folded_up_to))
 
 
 def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
@@ -224,20 +224,39 @@ def _late_note(session: Session, state: ConversationState, now: datetime) -> Non
                             content=[{"type": "text", "text": LATE_NOTE}], now=now)
 
 
-def _place(runtime: Runtime, state: ConversationState, now: datetime
-           ) -> tuple[int, "Outcome | Prepared"]:
+@dataclass
+class _Placed:
+    """What `_place` hands on: the last history position placed, the turn's end without the
+    model or its prepared first request, and the latest customer message placed."""
+
+    last_position: int
+    next: "Outcome | Prepared"
+    source: "_Source"
+
+
+@dataclass
+class _Source:
+    """The customer message the turn's tool calls answer (ToolContext.source_message_id): the
+    latest one placed in the history, moved on as messages are folded in mid-turn."""
+
+    message_id: int | None
+
+
+def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed:
     """Give the pending messages their history positions and answer reminder taps; then, in
     the same transaction, the turn's end without the model (window closed, only taps) or its
-    prepared first request. Returns the last position placed and that."""
+    prepared first request."""
     with session_scope(runtime.engine) as session:
         last_position = message_repo.assign_positions(session, state.conversation_id)
         tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
                              secret=runtime.settings.button_key(), now=now)  # reminders
         if window_closed(state.contact.last_inbound_at, now):
-            return last_position, _window_closed_turn(session, state, last_position, now)
+            return _Placed(last_position,
+                           _window_closed_turn(session, state, last_position, now), _Source(None))
         if tapped and not message_repo.pending_inbound(session, state.conversation_id):
-            return last_position, Outcome.REMINDER_TAP
-        return last_position, prepare_in(session, runtime.settings, state)
+            return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
+        source = _Source(_latest_customer_message(session, state.conversation_id))
+        return _Placed(last_position, prepare_in(session, runtime.settings, state), source)
 
 
 def _converse_or_apologise(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
@@ -340,7 +359,8 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
         prepared = prepare(runtime, state, force_hard_cap=hard_cap)
     return run_tool_loop(functools.partial(_create, runtime, hooks.typing),
                          request_for=prepared.request_for, messages=prepared.messages,
-                         execute=functools.partial(_execute, runtime, state), hooks=hooks,
+                         execute=functools.partial(_execute, runtime, state, hooks.source),
+                         hooks=hooks,
                          max_rounds=runtime.settings.turn_max_rounds,
                          fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
                          stop_after=STOPS_THE_TURN)
@@ -359,8 +379,12 @@ def repair_dangling_tool_use(runtime: Runtime, state: ConversationState,
     of each (position, tool_use blocks) of `dangling`, last first, and place their results right
     after the tool_use, so every request stays valid. Returns how many tool rounds were repaired.
     """
+    if not dangling:
+        return 0
+    with session_scope(runtime.engine) as session:
+        source = _Source(_latest_customer_message(session, state.conversation_id))
     for position, uses in dangling:
-        results = [_tool_result(runtime, state, block) for block in uses]
+        results = [_tool_result(runtime, state, source, block) for block in uses]
         with session_scope(runtime.engine) as session:
             memory.insert_after(session, Message(
                 tenant_id=state.tenant_id, conversation_id=state.conversation_id, role="user",
@@ -370,30 +394,30 @@ def repair_dangling_tool_use(runtime: Runtime, state: ConversationState,
     return len(dangling)
 
 
-def _tool_result(runtime: Runtime, state: ConversationState, block: Block) -> Block:
-    text, is_error = _execute(runtime, state, block)
+def _tool_result(runtime: Runtime, state: ConversationState, source: _Source, block: Block
+                 ) -> Block:
+    text, is_error = _execute(runtime, state, source, block)
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": text}
     return {**result, "is_error": True} if is_error else result
 
 
-def _execute(runtime: Runtime, state: ConversationState, block: dict[str, Any]
-             ) -> tuple[str, bool]:
+def _execute(runtime: Runtime, state: ConversationState, source: _Source,
+             block: dict[str, Any]) -> tuple[str, bool]:
     ctx = ToolContext(engine=runtime.engine, tenant_id=state.tenant_id,
                       contact_id=state.contact_id, conversation_id=state.conversation_id,
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
-                      tool_use_id=str(block["id"]),
-                      source_message_id=_latest_customer_message(runtime, state))
+                      tool_use_id=str(block["id"]), source_message_id=source.message_id)
     text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
                                   tools=REGISTRY)
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
 
 
-def _latest_customer_message(runtime: Runtime, state: ConversationState) -> int | None:
-    with session_scope(runtime.engine) as session:
-        found = session.exec(select(Message.id).where(
-            Message.conversation_id == state.conversation_id, Message.direction == "inbound",
-            col(Message.position).is_not(None)).order_by(col(Message.position).desc())).first()
+def _latest_customer_message(session: Session, conversation_id: int) -> int | None:
+    """The customer's latest message placed in the history."""
+    found = session.exec(select(Message.id).where(
+        Message.conversation_id == conversation_id, Message.direction == "inbound",
+        col(Message.position).is_not(None)).order_by(col(Message.position).desc())).first()
     return int(found) if found is not None else None
 
 
@@ -402,8 +426,9 @@ class _StoreHooks:
     context size of the latest call (`context_tokens`) is written with the next store."""
 
     def __init__(self, runtime: Runtime, state: ConversationState,
-                 prepared: Prepared | None = None) -> None:
+                 prepared: Prepared | None = None, source: _Source | None = None) -> None:
         self.runtime, self.state, self.prepared = runtime, state, prepared
+        self.source = source or _Source(None)
         self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
         self.folded_up_to = 0  # history position of the last customer message folded in
         self.context_tokens: int | None = None
@@ -440,6 +465,8 @@ class _StoreHooks:
                       if b.get("type") == "text" or is_media(b)]  # a photo sent mid-turn too
             folded = inline_in(session, [{"role": "user", "content": blocks}])[0]["content"]
         self.folded_up_to = top
+        self.source.message_id = next((m.id for m in reversed(rows)
+                                       if m.direction == "inbound"), self.source.message_id)
         log.info("turn_folded_new_messages", count=len(rows))
         return list(folded)
 
