@@ -7,16 +7,15 @@ process sees it): `provider_failed` sets it with each failed call of a turn; `pr
 `run_recover`, and while it is set `wagent cron`'s `probe` makes one cheap call (purpose `probe`,
 one output token) every PROBE_PERIOD_SECONDS. A process-local note of the mark's state spares
 the Redis round trip on calls while the provider is known up: it is trusted for
-KNOWN_UP_SECONDS after this process saw the mark absent, never after this process set it.
+KNOWN_UP (30 s) after this process saw the mark absent, never after this process set it.
 `recover` enqueues one turn for each open conversation apologised within RECOVER_WITHIN (2 h)
 whose 24-hour window is still open; the turn answers what the customer wrote
 (storage/failures.reopen). Outside the window nothing is sent and the conversation stays
 listed in the console.
 """
 
-import time
 import weakref
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import anthropic
@@ -42,11 +41,11 @@ PROBE_PERIOD_SECONDS = 60
 PROBE_MODEL = "claude-haiku-4-5"  # the cheapest model the product uses (Tenant.summary_model)
 
 
-# Seconds a process trusts having seen the mark absent (less than PROBE_PERIOD_SECONDS: a mark
-# another process set is found by this one's next call within them, as soon as by the probe).
-KNOWN_UP_SECONDS = 30.0
-# per Redis client and key prefix: the monotonic time until which the provider is known up here
-_known_up: "weakref.WeakKeyDictionary[Redis, dict[str, float]]" = weakref.WeakKeyDictionary()
+# How long a process trusts having seen the mark absent (less than PROBE_PERIOD_SECONDS: a mark
+# another process set is found by this one's next call within it, as soon as by the probe).
+KNOWN_UP = timedelta(seconds=30)
+# per Redis client and key prefix: until when (the product's clock) the provider is known up here
+_known_up: "weakref.WeakKeyDictionary[Redis, dict[str, datetime]]" = weakref.WeakKeyDictionary()
 
 
 def provider_failed(runtime: Runtime) -> None:
@@ -62,13 +61,13 @@ def provider_answered(runtime: Runtime, *, force: bool = False) -> bool:
     enqueue `run_recover` (one caller wins the mark). One Redis DELETE, skipped while this
     process knows the provider up (module docstring) unless `force` (the probe). Returns
     whether it enqueued."""
-    prefix, now = runtime.settings.redis_prefix, time.monotonic()
+    prefix, now = runtime.settings.redis_prefix, clock.now()
     known = _known_up.setdefault(runtime.redis, {})
-    if not force and known.get(prefix, 0.0) > now:
+    if not force and prefix in known and known[prefix] > now:
         return False
     try:
         deleted = runtime.redis.delete(provider_down_key(prefix))
-        known[prefix] = now + KNOWN_UP_SECONDS
+        known[prefix] = now + KNOWN_UP
         if not deleted:
             return False
         runtime.queue.enqueue(run_recover, job_timeout=300, result_ttl=0)
