@@ -7,6 +7,7 @@ PDFs inlined, the context block (system[1]) and the request builder with the ten
 tool rounds a crash left without results (workers/turns.py repairs them).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -19,6 +20,7 @@ from agent.context import TenantPrompt, build_request, opaque_user_id
 from agent.loop import RequestBuilder
 from agent.media import inline, stored_media_ids
 from agent.timeline import timeline
+from agent.tools.base import Tool
 from agent.tools.registry import REGISTRY
 from agent.window import Block, Stored, find_dangling, prune, select_window, to_api_messages
 from core import clock
@@ -52,21 +54,22 @@ class Prepared:
     hard_cap: bool
 
 
-def prepare(runtime: Runtime, state: ConversationState, *,
+def prepare(runtime: Runtime, state: ConversationState, *, tools: Sequence[Tool],
             force_hard_cap: bool = False) -> Prepared:
     """`prepare_in` in a transaction of its own."""
     with session_scope(runtime.engine) as session:
-        return prepare_in(session, runtime.settings, state, force_hard_cap=force_hard_cap)
+        return prepare_in(session, runtime.settings, state, tools=tools,
+                          force_hard_cap=force_hard_cap)
 
 
 def prepare_in(session: Session, settings: Settings, state: ConversationState, *,
-               force_hard_cap: bool = False) -> Prepared:
-    """The window (`read_window`), its media inlined, and the request builder (`request_in`),
-    read in `session`."""
+               tools: Sequence[Tool], force_hard_cap: bool = False) -> Prepared:
+    """The window (`read_window`), its media inlined, and the request builder offering `tools`
+    (`request_in`), read in `session`."""
     window = read_window(session, settings, state, force_hard_cap=force_hard_cap)
     messages = inline_in(session, to_api_messages(window.messages))
-    return Prepared(messages, request_in(session, settings, state, window.context_block),
-                    window.hard_cap)
+    return Prepared(messages, request_in(session, settings, state, window.context_block,
+                                         tools=tools), window.hard_cap)
 
 
 def prepare_window(runtime: Runtime, state: ConversationState, *,
@@ -121,18 +124,18 @@ def _media_ids(messages: list[dict[str, Any]]) -> list[int]:
             for i in stored_media_ids(m["content"])]
 
 
-def turn_request(runtime: Runtime, state: ConversationState, context_block: str
-                 ) -> RequestBuilder:
+def turn_request(runtime: Runtime, state: ConversationState, context_block: str, *,
+                 tools: Sequence[Tool] = REGISTRY) -> RequestBuilder:
     """`request_in` in a transaction of its own."""
     with session_scope(runtime.engine) as session:
-        return request_in(session, runtime.settings, state, context_block)
+        return request_in(session, runtime.settings, state, context_block, tools=tools)
 
 
 def request_in(session: Session, settings: Settings, state: ConversationState,
-               context_block: str) -> RequestBuilder:
+               context_block: str, *, tools: Sequence[Tool]) -> RequestBuilder:
     """The turn's request builder: `context.build_request` with this turn's tenant (its
-    catalogue rebuilt for the tenant's today: agent/catalogue.py), the tool registry and
-    `context_block`, applied to each round's messages."""
+    catalogue rebuilt for the tenant's today: agent/catalogue.py), `tools` (the turn's
+    registry: workers/turns.py) and `context_block`, applied to each round's messages."""
     today = clock.now().astimezone(ZoneInfo(state.tenant.timezone)).date()
     tenant = replace(tenant_prompt(state.tenant), catalogue=catalogue.catalogue_text(
         catalogue.load(session, state.tenant, today)))
@@ -140,7 +143,7 @@ def request_in(session: Session, settings: Settings, state: ConversationState,
     max_tokens = settings.max_output_tokens
 
     def request_for(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        return build_request(tenant=tenant, tools=REGISTRY, context=context_block,
+        return build_request(tenant=tenant, tools=tools, context=context_block,
                              messages=messages, max_tokens=max_tokens,
                              metadata_user_id=user_id)
     return request_for

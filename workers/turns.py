@@ -256,7 +256,8 @@ def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed
         if tapped and not message_repo.pending_inbound(session, state.conversation_id):
             return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
         source = _Source(_latest_customer_message(session, state.conversation_id))
-        return _Placed(last_position, prepare_in(session, runtime.settings, state), source)
+        return _Placed(last_position,
+                       prepare_in(session, runtime.settings, state, tools=REGISTRY), source)
 
 
 def _converse_or_apologise(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
@@ -356,7 +357,7 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
     photo dropped, or the hard cap forced) one read again."""
     prepared, hooks.prepared = hooks.prepared, None
     if prepared is None or hard_cap:
-        prepared = prepare(runtime, state, force_hard_cap=hard_cap)
+        prepared = prepare(runtime, state, tools=REGISTRY, force_hard_cap=hard_cap)
     return run_tool_loop(functools.partial(_create, runtime, hooks.typing),
                          request_for=prepared.request_for, messages=prepared.messages,
                          execute=functools.partial(_execute, runtime, state, hooks.source),
