@@ -71,7 +71,8 @@ from usage.report import (  # noqa: E402
     render_svg,
     summarize_calls,
 )
-from workers.turns import TurnState, prepare_window, turn_request  # noqa: E402
+from workers.turn_window import prepare_window, turn_request  # noqa: E402
+from workers.turns import TurnState  # noqa: E402
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # Monday 09:00 in São Paulo
 TZ = ZoneInfo("America/Sao_Paulo")

@@ -13,9 +13,11 @@ from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario_file
 from storage import failures
 from storage.db import session_scope
+from storage.keys import provider_down_key
 from storage.models import Conversation, Message, ProviderFailure, Tenant
 from tests.factories import ANA, BRUNO, TENANT, text_body
 from tests.test_console import Browser
+from workers import outages
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 APOLOGY = "Desculpe, estou com uma instabilidade agora"
@@ -155,3 +157,21 @@ def test_a_graph_rate_limit_shows_in_the_same_places_with_its_own_words(
     page = browser.request("/console/conversations/1")[1]
     assert "respondeu numa nova tentativa" in page
     assert 'id="provider-down"' not in browser.request("/console/")[1]  # recovered: no banner
+
+
+def test_a_worker_that_saw_the_provider_up_skips_the_mark_for_30_seconds_not_after_its_failure(
+        env: ReplayEnvironment) -> None:
+    """workers/outages.py: after a call found no mark, the next calls of this process within
+    KNOWN_UP make no Redis round trip; a mark another process set is taken off (and the late
+    answers enqueued) by the first call after it; this process's own failure is never skipped."""
+    runtime, key = env.runtime, provider_down_key(env.runtime.settings.redis_prefix)
+    assert outages.provider_answered(runtime) is False  # no mark: now known up here
+    env.redis.set(key, "1")  # another worker's call failed
+    assert outages.provider_answered(runtime) is False and env.redis.exists(key)
+    env.clock.advance(outages.KNOWN_UP - timedelta(seconds=1))
+    assert outages.provider_answered(runtime) is False and env.redis.exists(key)  # not past
+    env.clock.advance(timedelta(seconds=2))
+    assert outages.provider_answered(runtime) is True and not env.redis.exists(key)
+    assert [j.func_name for j in env.queue.jobs][-1] == "workers.outages.run_recover"
+    outages.provider_failed(runtime)  # this worker's own failure: looked at at once
+    assert outages.provider_answered(runtime) is True and not env.redis.exists(key)

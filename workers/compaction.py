@@ -33,6 +33,7 @@ from storage import media, memory
 from storage.db import session_scope
 from storage.jobs import enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
+from workers.conversation_state import load_state
 from workers.facts import render_context_block
 from workers.jobs import (
     RETRY_POLICIES,
@@ -211,10 +212,10 @@ def _counted(runtime: Runtime, outcome: str) -> str:
 
 def handle_compaction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
     with session_scope(runtime.engine) as session:
-        conversation = session.get(Conversation, conversation_id)
-        tenant = session.get(Tenant, conversation.tenant_id) if conversation else None
-        if conversation is None or tenant is None:
+        state = load_state(session, conversation_id)
+        if state is None:
             return "no_conversation"
+        conversation, tenant = state.conversation, state.tenant
         start = memory.position_of(session, conversation.summarized_until_id)
         rows = memory.window_rows(session, conversation_id, after_position=start)
         expected = conversation.summarized_until_id
@@ -299,11 +300,11 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
     sent no more, and its history may still hold what a forgotten fact removed from it.
     Changing system[1] breaks the cached prefix once."""
     with session_scope(runtime.engine) as session:
-        conversation = session.get(Conversation, conversation_id)
-        tenant = session.get(Tenant, conversation.tenant_id) if conversation else None
-        if conversation is None or tenant is None or conversation.status != "open" \
-                or not conversation.summarized_until_id:
+        state = load_state(session, conversation_id)
+        if state is None or state.conversation.status != "open" \
+                or not state.conversation.summarized_until_id:
             return "nothing"
+        conversation, tenant = state.conversation, state.tenant
         expected, contact_id = conversation.summarized_until_id, conversation.contact_id
         rows = memory.rows_until(session, conversation_id,
                                  position=memory.position_of(session, expected))

@@ -41,6 +41,7 @@ from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
 from storage.jobs import enqueue_facts
 from storage.models import Contact, ContactFact, Conversation, ErasureReceipt, Message, Tenant
+from workers.conversation_state import load_state
 from workers.jobs import (
     RETRY_POLICIES,
     call_model,
@@ -135,10 +136,10 @@ def _reenqueue(runtime: Runtime, conversation_id: int, at: datetime, attempt: in
 
 def handle_extraction(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
     with session_scope(runtime.engine) as session:
-        conversation = session.get(Conversation, conversation_id)
-        tenant = session.get(Tenant, conversation.tenant_id) if conversation else None
-        if conversation is None or tenant is None:
+        state = load_state(session, conversation_id)
+        if state is None:
             return "no_conversation"
+        conversation, tenant = state.conversation, state.tenant
         rows = session.exec(select(Message).where(Message.conversation_id == conversation_id)
                             .order_by(col(Message.position), col(Message.id))).all()
         transcript = render_for_extraction(rows)

@@ -23,9 +23,10 @@ from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import consume_token
-from storage.keys import lock_key, provider_down_key
+from storage.keys import lock_key
 from storage.models import Usage
-from workers import heartbeats
+from workers import heartbeats, outages
+from workers.model_calls import create_counted, record
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
@@ -270,50 +271,12 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
 
 
 def call_model(runtime: Runtime, purpose: str, **request: Any) -> Any:
-    """`messages.create(**request)` with the purpose header; counts the call, and a failure by
-    class (`error_class`) before re-raising it unchanged.
-    """
-    try:
-        response = runtime.anthropic.messages.create(
-            **request, extra_headers={"x-wagent-purpose": purpose})
-        provider_answered(runtime)
-        return response
-    except anthropic.APIError as exc:
-        _record(runtime, metrics.inc("wagent_claude_errors_total",
-                                     {"purpose": purpose, "class": error_class(exc)}))
-        raise
-    finally:
-        _record(runtime, metrics.inc("wagent_claude_calls_total", {"purpose": purpose}))
-
-
-RECOVER_JOB = "workers.outages.run_recover"
-
-
-def provider_answered(runtime: Runtime) -> bool:
-    """A Messages API call answered: when the provider was marked down (workers/outages.py),
-    take the mark off and enqueue the late answers (one caller wins the mark). One Redis
-    DELETE per call. Returns whether it enqueued."""
-    try:
-        if not runtime.redis.delete(provider_down_key(runtime.settings.redis_prefix)):
-            return False
-        runtime.queue.enqueue(RECOVER_JOB, job_timeout=300, result_ttl=0)
-    except RedisError as exc:  # the answer stands; the cron's probe finds the mark again
-        log.warning("provider_back_recovery_not_enqueued", error=type(exc).__name__)
-        return False
-    log.info("provider_back_recovery_enqueued")
-    return True
-
-
-def error_class(exc: anthropic.APIError) -> str:
-    """429, 529 (overloaded), 5xx, the 4xx status itself (400 is our bug), timeout, connection."""
-    if isinstance(exc, anthropic.APITimeoutError):
-        return "timeout"
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        return "5xx" if status >= 500 and status != 529 else str(status)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return "connection"
-    return "other"
+    """`messages.create(**request)` with the purpose header, counted
+    (workers/model_calls.create_counted); an answer takes the provider-down mark off
+    (workers/outages.provider_answered). Errors are re-raised unchanged."""
+    response = create_counted(runtime, purpose, **request)
+    outages.provider_answered(runtime)
+    return response
 
 
 def connection_cause(exc: BaseException) -> str | None:
@@ -327,17 +290,15 @@ def connection_cause(exc: BaseException) -> str | None:
 def _record_usage_metrics(runtime: Runtime, row: Usage) -> None:
     purpose = {"purpose": row.purpose}
     context = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
-    _record(runtime,
-            metrics.observe("wagent_context_tokens", context, purpose),
-            metrics.set_gauge("wagent_context_tokens_last", context, purpose),
-            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "uncached"},
-                        row.input_tokens),
-            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_read"},
-                        row.cache_read_input_tokens),
-            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_write"},
-                        row.cache_creation_input_tokens),
-            metrics.inc("wagent_output_tokens_total", purpose, row.output_tokens))
+    record(runtime,
+           metrics.observe("wagent_context_tokens", context, purpose),
+           metrics.set_gauge("wagent_context_tokens_last", context, purpose),
+           metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "uncached"},
+                       row.input_tokens),
+           metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_read"},
+                       row.cache_read_input_tokens),
+           metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_write"},
+                       row.cache_creation_input_tokens),
+           metrics.inc("wagent_output_tokens_total", purpose, row.output_tokens))
 
 
-def _record(runtime: Runtime, *updates: list[metrics.Op]) -> None:
-    metrics.record(runtime.redis, runtime.settings.redis_prefix, *updates)

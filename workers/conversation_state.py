@@ -1,0 +1,42 @@
+"""The conversation a per-conversation job works on, with its tenant and contact, read in the
+caller's transaction: the one loader of the turn (workers/turns.py), compaction
+(workers/compaction.py) and fact extraction (workers/facts.py)."""
+
+from dataclasses import dataclass, field
+
+from sqlmodel import Session
+
+from storage.models import Contact, Conversation, Tenant
+
+
+@dataclass(frozen=True)
+class ConversationState:
+    """The three rows (detached once their transaction ends: `session_scope` does not expire
+    them) and their ids as ints, set from the rows."""
+
+    tenant: Tenant
+    contact: Contact
+    conversation: Conversation
+    tenant_id: int = field(init=False)
+    contact_id: int = field(init=False)
+    conversation_id: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name, row in (("tenant_id", self.tenant), ("contact_id", self.contact),
+                          ("conversation_id", self.conversation)):
+            if row.id is None:
+                raise ValueError(f"{name}: the row is not stored yet")
+            object.__setattr__(self, name, int(row.id))
+
+
+def load_state(session: Session, conversation_id: int) -> ConversationState | None:
+    """The conversation `conversation_id` with its tenant and contact; None when it (or either
+    of them) is gone."""
+    conversation = session.get(Conversation, conversation_id)
+    if conversation is None:
+        return None
+    tenant = session.get(Tenant, conversation.tenant_id)
+    contact = session.get(Contact, conversation.contact_id)
+    if tenant is None or contact is None:
+        return None
+    return ConversationState(tenant=tenant, contact=contact, conversation=conversation)
