@@ -18,7 +18,8 @@ import yaml
 
 from cli.environment import settings_or_exit
 from core import clock
-from operations.service import AdminError, NotFound, clean_text
+from operations.errors import AdminError, NotFound
+from operations.service import clean_text
 from storage.db import make_engine, session_scope
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import ContactFact, Conversation, Tenant

@@ -14,7 +14,7 @@ from storage.tenants import get_by_phone_number_id
 
 def _lookup(args: argparse.Namespace, session: Any) -> Any:
     tenant = get_by_phone_number_id(session, args.phone_number_id)
-    contact = find_contact(session, tenant.id, args.contact) if tenant else None
+    contact = find_contact(session, tenant.id or 0, args.contact) if tenant else None
     if contact is None:
         print(f"no contact {args.contact!r} for phone_number_id {args.phone_number_id}",
               file=sys.stderr)

@@ -49,7 +49,9 @@ def handler(name: str) -> Callable[[argparse.Namespace], int | None]:
     """The function a command names, "module:function" (`set_defaults(run=...)` below and in
     cli/arguments.py); ImportError or AttributeError when it does not exist."""
     module, _, function = name.partition(":")
-    return getattr(importlib.import_module(module), function)  # lazy: start-up time
+    run: Callable[[argparse.Namespace], int | None] = getattr(
+        importlib.import_module(module), function)  # lazy: start-up time
+    return run
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -202,10 +202,10 @@ class GraphDouble:
             return web.json_response(self._error_body(refusal), status=refusal.http_status)
         item = self.media.get(media_id)
         if item is None or item.fault == "not_found":
-            refusal = GraphRefusal(100, f"Unsupported get request. Object with ID '{media_id}' "
+            missing = GraphRefusal(100, f"Unsupported get request. Object with ID '{media_id}' "
                                    "does not exist, cannot be loaded due to missing "
                                    "permissions, or does not support this operation.")
-            return web.json_response(self._error_body(refusal), status=404)
+            return web.json_response(self._error_body(missing), status=404)
         answer: dict[str, Any] = {
             "messaging_product": "whatsapp",
             "url": f"{self.base_url}/media-download/{media_id}?ext=1780319000&hash=ATfake",

@@ -302,8 +302,8 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
     database_url = database_url if database_url is not None else os.environ.get("DATABASE_URL")
     redis_url = redis_url if redis_url is not None else os.environ.get("REDIS_URL")
     start = datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
-    if redis_url and (problem := _unreachable(redis_url)):
-        result.fail(f"REDIS_URL {redis_url} is not reachable ({problem}); unset REDIS_URL to "
+    if redis_url and (unreachable := _unreachable(redis_url)):
+        result.fail(f"REDIS_URL {redis_url} is not reachable ({unreachable}); unset REDIS_URL to "
                     "replay on the in-process stand-in")
         return result
     def open_runner(at: datetime) -> _Runner:
@@ -323,7 +323,7 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
                    f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
         if scenario.get("graph_templates") is not None:  # Meta's approved templates
-            env.graph_api.approve_templates(scenario["graph_templates"])
+            runner.env.graph_api.approve_templates(scenario["graph_templates"])
         if not _creates_tenant(scenario):
             runner.env.add_tenant(_tenant(scenario))
         for index, step in enumerate(scenario.get("steps") or []):
@@ -615,8 +615,8 @@ class _Runner:
         self._show_outbox()
         self._show_facts()
         summaries = [c for c in self.env.messages_api.calls if c.purpose == "summary"]
-        for call in summaries[self.shown_summaries:]:
-            state = "summary updated" if call.status == 200 else f"failed ({call.status})"
+        for summary in summaries[self.shown_summaries:]:
+            state = "summary updated" if summary.status == 200 else f"failed ({summary.status})"
             self.say(f"   [compaction: {state}]")
         self.shown_summaries = len(summaries)
 
@@ -909,8 +909,9 @@ class _Expectations:
         ref = ref or self.runner.last_sender
         if not ref:
             return None
-        return session.exec(select(Contact).where(
+        contact: Contact | None = session.exec(select(Contact).where(
             (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref))).first()
+        return contact
 
 
 def _matches(send: dict[str, Any], matcher: dict[str, Any]) -> bool:

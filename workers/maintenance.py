@@ -220,7 +220,7 @@ def purge_expired(engine: Engine, *, now: datetime) -> int:
         tenants = session.exec(select(Tenant.id, Tenant.retention_days)).all()
     for tenant_id, days in tenants:
         with session_scope(engine) as session:  # bytes never outlive retention, open or not
-            media.delete_older_than(session, tenant_id, now - timedelta(days=days))
+            media.delete_older_than(session, tenant_id or 0, now - timedelta(days=days))
         while True:
             with session_scope(engine) as session:
                 ids = [int(i) for i in session.exec(select(Conversation.id).where(

@@ -12,6 +12,8 @@ Logs name the delivery, the endpoint and the event type by id, the status and a 
 cause: never the URL (it may hold a token) nor a secret.
 """
 
+from collections.abc import Mapping
+
 import structlog
 
 from core import clock
@@ -71,7 +73,7 @@ def deliver(delivery_id: int) -> str:
 
 
 def _failed(runtime: Runtime, delivery_id: int, attempt: int, exc: DeliveryError,
-            context: dict[str, object]) -> str:
+            context: Mapping[str, object]) -> str:
     policy, now = RETRY_POLICIES["webhook"], clock.now()
     retry_at = now + policy.delay(attempt) if policy.may_retry(attempt, runtime) else None
     with session_scope(runtime.engine) as session:
