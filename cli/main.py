@@ -59,7 +59,18 @@ def _parser() -> argparse.ArgumentParser:
         prog="wagent", description="The WhatsApp booking agent: run the processes, set up "
         "the database and tenants, review facts, exercise data rights, replay scenarios.")
     sub = parser.add_subparsers(title="commands")
+    _add_scenario_commands(sub)
+    _add_set_up_commands(sub)
+    add_catalog_commands(sub)
+    add_conversation_commands(sub)
+    _add_contact_and_facts_commands(sub)
+    add_webhook_commands(sub)
+    _add_process_commands(sub)
+    return parser
 
+
+def _add_scenario_commands(sub: Any) -> None:
+    """`wagent replay|chat|demo`."""
     replay = sub.add_parser("replay", help="run replay scenario files (REPLAY.md)")
     replay.add_argument("files", nargs="+", type=Path)
     replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
@@ -93,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(run="cli.scenarios:demo")
 
+
+def _add_set_up_commands(sub: Any) -> None:
+    """`wagent db upgrade|report|tenant ...`."""
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(title="db commands")
     upgrade = db_sub.add_parser("upgrade", help="create or migrate the schema (Alembic head)")
@@ -119,9 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("phone_number_id")
     resume.set_defaults(run="cli.tenants:resume")
     add_tenant_commands(tenant_sub)
-    add_catalog_commands(sub)
-    add_conversation_commands(sub)
 
+
+def _add_contact_and_facts_commands(sub: Any) -> None:
+    """`wagent contact export|forget` (LGPD) and `wagent facts ...`."""
     contact = sub.add_parser("contact", help="data-subject rights (LGPD) for one contact")
     contact_sub = contact.add_subparsers(title="contact commands")
     for name, run, text in (
@@ -154,8 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     extract.set_defaults(run="cli.facts:extract")
     add_facts_commands(facts_sub)
 
-    add_webhook_commands(sub)
 
+def _add_process_commands(sub: Any) -> None:
+    """`wagent web|worker|cron`: the processes."""
     for name, run, text in (("web", "cli.web:web", "run the webhook web process"),
                             ("worker", "cli.worker:worker", "run an RQ worker (and a "
                                                             "keeper: the product's scheduler)"),
@@ -169,7 +185,6 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--processes", type=int, default=1, metavar="N",
                                  help="serve from N processes sharing the port (SO_REUSEPORT; "
                                       "default 1)")
-    return parser
 
 
 def add_webhook_commands(sub: Any) -> None:
