@@ -47,7 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def handler(name: str) -> Callable[[argparse.Namespace], int | None]:
     """The function a command names, "module:function" (`set_defaults(run=...)` below and in
-    cli/arguments.py); ImportError or AttributeError when it does not exist."""
+    cli/arguments.py); ImportError or AttributeError when it does not exist. A name, not the
+    function: the function would import its module, and every module for `--help`
+    (tests/test_cli_admin.py); the arrows that cross layers are the modules' own imports,
+    which lint-imports checks."""
     module, _, function = name.partition(":")
     run: Callable[[argparse.Namespace], int | None] = getattr(
         importlib.import_module(module), function)  # lazy: start-up time
