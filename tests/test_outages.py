@@ -12,7 +12,6 @@ from rq.job import Job
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
-from core import clock
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import ToolCall
@@ -78,9 +77,8 @@ def test_a_database_error_inside_a_tool_retries_the_turn_instead_of_telling_the_
         assert call.is_error is False
 
 
-def test_outage_retries_back_off_to_15_seconds_and_stop_at_the_cap(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clock, "_clock", clock.FrozenClock(START))
+@pytest.mark.usefixtures("frozen_clock")
+def test_outage_retries_back_off_to_15_seconds_and_stop_at_the_cap() -> None:
     made: list[tuple[datetime, int, int]] = []
     runtime: Any = None
 
