@@ -6,7 +6,8 @@ worker dies with an exception, staff answer): `with meanwhile(name, action): ...
 `action()` each time the code passes `name`, before any crash.
 
 Named points: before_model_call, after_tool_before_store (workers/turns.py),
-after_send_before_mark (workers/outbox.py), after_reminder_queued (workers/reminders.py).
+after_send_before_mark (workers/outbox.py), after_reminder_queued (workers/reminders.py),
+before_inbox_token_back (workers/inbox.py).
 """
 
 import os
