@@ -30,7 +30,7 @@ from storage.db import session_scope
 from storage.messages import wamid_hash
 from storage.models import Contact, Conversation, DeadLetter, Message, WamidTombstone
 from storage.tenants import upsert_tenant
-from tests import database_faults
+from tests import database_faults, redis_faults
 from tests.conftest import START
 from tests.factories import PHONE_NUMBER_ID, TENANT
 from whatsapp.inbound import parse_update
@@ -295,8 +295,7 @@ async def test_concurrent_posts_get_503_when_the_database_is_down(
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
-        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-        grouped: bool) -> None:
+        engine: Engine, redis_client: redis.Redis, grouped: bool) -> None:
     """A message that closes a stale session, whose turn cannot be enqueued (Redis refuses,
     or its token keeps changing): the POST answers 503 so Meta redelivers, but the facts of
     the session it closed are enqueued first, because the close is committed and the
@@ -309,22 +308,15 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
         upsert_tenant(session, TENANT, now=START)
     caio = {"wa_id": "5511900000003", "user_id": "BR.C3"}
     ingest.ingest_body(engine, body("wamid.old", "oi", **caio), now=START)
-    app = create_app(settings(), engine=engine, redis_client=redis_client)
+    no_turns = redis_faults.refusing(redis_client, redis_faults.mentioning(":turn:"))
+    app = create_app(settings(), engine=engine, redis_client=no_turns)
     later = START + timedelta(days=2)  # past the 24-hour inactivity timeout
-
-    def contended(*_: Any, **__: Any) -> Any:
-        raise RuntimeError("tokens kept changing")
-
-    def refused(*_: Any, **__: Any) -> Any:
-        raise redis.exceptions.ConnectionError("refused")
-
-    monkeypatch.setattr(posts, "enqueue_turns", contended)
-    monkeypatch.setattr(posts, "enqueue_turn", refused)
     bodies = [(body("wamid.new", "voltei", **caio), later)]
     if grouped:
         bodies.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
                        later))
     outcomes = posts.store_posts(app, bodies)
+    no_turns.close()
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:
