@@ -3,7 +3,7 @@ SQLAlchemy's `before_cursor_execute` event raises before the statement reaches t
 No product function is replaced; the product sees what the driver would have raised."""
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -39,13 +39,28 @@ def refused_row(statement: str, parameters: Any) -> BaseException:
     return RuntimeError("a row the database refuses")
 
 
+def gets(table: str, row_id: int) -> Match:
+    """The SELECT of one `table` row by its id (`session.get(Model, row_id)`)."""
+    def match(statement: str, parameters: Any) -> bool:
+        values = list(parameters.values() if isinstance(parameters, dict) else parameters)
+        text = statement.lower()
+        return text.startswith("select") and f"from {table}" in text \
+            and f"where {table}.id = " in text and values == [row_id]
+    return match
+
+
+def counting(engine: Engine, match: Match) -> AbstractContextManager[list[str]]:
+    """Within the block, the statements on `engine` that `match`, in order (none fails)."""
+    return failing(engine, match, times=0)
+
+
 @contextmanager
 def failing(engine: Engine, match: Match = every_statement, *, skip: int = 0,
             times: int | None = None,
             error: Callable[[str, Any], BaseException] = lost_server) -> Iterator[list[str]]:
     """Within the block, statements on `engine` that `match` raise `error(statement,
     parameters)`: after the first `skip` matching ones, the next `times` (all when None).
-    Yields the failed statements' SQL, in order."""
+    Yields the failed statements' SQL, in order (`times` 0: the matching ones, none failed)."""
     failed: list[str] = []
     seen = iter(range(1 << 62))
 
@@ -54,7 +69,9 @@ def failing(engine: Engine, match: Match = every_statement, *, skip: int = 0,
         if not match(statement, parameters):
             return
         n = next(seen)
-        if n >= skip and (times is None or n < skip + times):
+        if times == 0:
+            failed.append(statement)
+        elif n >= skip and (times is None or n < skip + times):
             failed.append(statement)
             raise error(statement, parameters)
 

@@ -170,20 +170,20 @@ def test_erasure_never_reads_the_dead_letters_bodies(tenants: Engine) -> None:
 
 
 def test_dead_letters_expire_after_the_retention_in_batches(
-        tenants: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+        tenants: Engine) -> None:
     from core.settings import Settings
     from workers.maintenance import purge_all
 
     default = Settings().dead_letter_retention_days
     assert default == 30
 
-    monkeypatch.setattr(dead_letters, "BATCH", 3)
     with session_scope(tenants) as session:
         for age_days in (40, 35, 31, 31, 30, 29, 1, 0, 31):
             dead_letters.add_dead_letter(session, body=json.dumps({"from": ANA_PHONE}).encode(),
                                          reason=f"{age_days} days old",
                                          now=START - timedelta(days=age_days, seconds=1))
-    assert purge_all(tenants, now=START, dead_letter_retention_days=default) == 6
+    assert purge_all(tenants, now=START, dead_letter_retention_days=default,
+                     dead_letter_batch=3) == 6
     assert sorted(reason for _, _, reason in _letters(tenants)) == [
         "0 days old", "1 days old", "29 days old"]
     with session_scope(tenants) as session:
