@@ -20,6 +20,7 @@ import asyncio
 import base64
 import hashlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -104,6 +105,9 @@ class GraphDouble:
         self.wamid_prefix = wamid_prefix
         self.base_url = ""
         self.sends: list[RecordedSend] = []
+        # called once a send is taken, before Meta's answer goes back: what happens while
+        # the product waits in its Graph call (tests: the reconciler runs meanwhile)
+        self.on_taken: Callable[[RecordedSend], None] | None = None
         self.reads: list[dict[str, Any]] = []
         self.templates: dict[tuple[str, str], tuple[int, int]] | None = None
         self._pending_failures: list[int] = []
@@ -342,6 +346,8 @@ class GraphDouble:
         self._wamid_seq += 1
         wamid = f"wamid.OUT{self.wamid_prefix}{self._wamid_seq:06d}"
         self.sends.append(RecordedSend(phone_number_id, send, 200, wamid=wamid))
+        if self.on_taken is not None:
+            self.on_taken(self.sends[-1])
         return _send_answer(send, wamid)
 
     def _error_body(self, refusal: GraphRefusal) -> dict[str, Any]:
