@@ -60,7 +60,7 @@ def deliver(delivery_id: int) -> str:
     context = {"delivery_id": delivery_id, "endpoint_id": endpoint_id, "event_type": event_type,
                "attempt": attempt}
     try:
-        status = client.post(url, payload, headers,
+        status = client.post(url, payload, headers, resolve=runtime.resolve,
                              allowed=trusted_networks(runtime.settings.webhook_allowed_networks))
     except DeliveryError as exc:
         return _failed(runtime, delivery_id, attempt, exc, context)
