@@ -109,6 +109,7 @@ def test_a_send_left_claimed_by_a_crash_is_settled_as_unknown_never_resent(
     def die(*args: Any, **kwargs: Any) -> str:
         raise SystemExit("worker killed during the Graph call")
 
+    # the worker dies inside its Graph call, before the double sees it: no seam in between
     monkeypatch.setattr(env.runtime.graph, "send_text", die)
     _post(env, "oi", 1)
     InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)

@@ -796,6 +796,7 @@ async def test_contact_race_loses_no_message(client: Client, engine: Engine,
     def stale_get(*args: Any, **kwargs: Any) -> Contact | None:
         return None if next(misses, False) else real_get(*args, **kwargs)
 
+    # the race needs a stale read; another connection's insert would wait on SQLite's lock
     monkeypatch.setattr(contacts, "_get", stale_get)
     assert (await post(client, text_message("wamid.2", wa_id=ANA_WA)))[0] == 200
     assert count(engine, DeadLetter) == 0
