@@ -197,13 +197,21 @@ class GraphDouble:
         app.router.add_get(DOWNLOAD_ROUTE, self._media_download)
         return app
 
-    async def _media_url(self, request: web.Request) -> web.Response:
-        media_id = request.match_info["media_id"]
+    def _media_request(self, request: web.Request) -> tuple[str, web.Response | None]:
+        """A media request's id, the request recorded; with Meta's refusal of its token, if
+        any (the answer to send instead)."""
         self.media_requests.append(request.path)
         try:
             self._check_token(request)
         except GraphRefusal as refusal:
-            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+            return request.match_info["media_id"], web.json_response(
+                self._error_body(refusal), status=refusal.http_status)
+        return request.match_info["media_id"], None
+
+    async def _media_url(self, request: web.Request) -> web.Response:
+        media_id, refused = self._media_request(request)
+        if refused is not None:
+            return refused
         item = self.media.get(media_id)
         if item is None or item.fault == "not_found":
             missing = GraphRefusal(100, f"Unsupported get request. Object with ID '{media_id}' "
@@ -222,12 +230,9 @@ class GraphDouble:
         return web.json_response(answer)
 
     async def _media_download(self, request: web.Request) -> web.StreamResponse:
-        media_id = request.match_info["media_id"]
-        self.media_requests.append(request.path)
-        try:
-            self._check_token(request)
-        except GraphRefusal as refusal:
-            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+        media_id, refused = self._media_request(request)
+        if refused is not None:
+            return refused
         item = self.media.get(media_id)
         if item is None:
             return web.Response(status=404)
