@@ -120,7 +120,7 @@ async def serve_metrics(request: web.Request) -> web.Response:
 
 FLUSH_AFTER_SECONDS = 0.5
 SPILLED = "(inbox)"  # a POST put in the inbox: its updates are counted by the worker storing it
-PENDING = web.AppKey("webhook_counts_pending", dict)
+PENDING = web.AppKey("webhook_counts_pending", dict[str, int])
 
 
 def setup_metrics(app: web.Application) -> None:
@@ -150,7 +150,7 @@ async def record_updates(app: web.Application, counts: Mapping[str, int]) -> Non
 
 async def flush_updates(app: web.Application) -> None:
     """Write the process's pending webhook counts to Redis (best-effort, like all metrics)."""
-    pending = dict(app[PENDING])
+    pending = app[PENDING].copy()
     app[PENDING].clear()
     if not pending:
         return

@@ -95,6 +95,12 @@ def add_catalog_commands(sub: Any) -> None:
     service.add_argument("--buffer", type=int, default=None,
                          help="minutes busy after the visit, clean-up (kept when left out)")
     service.set_defaults(run="cli.catalog:service")
+    _add_catalog_removals_and_hours(catalog_sub)
+
+
+def _add_catalog_removals_and_hours(catalog_sub: Any) -> None:
+    """`wagent catalog remove-service|professional|remove-professional|hours|exception|
+    remove-exception`."""
     remove = catalog_sub.add_parser("remove-service", help="archive a service (refused while "
                                     "it has upcoming appointments)")
     _pnid(remove)

@@ -47,9 +47,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def handler(name: str) -> Callable[[argparse.Namespace], int | None]:
     """The function a command names, "module:function" (`set_defaults(run=...)` below and in
-    cli/arguments.py); ImportError or AttributeError when it does not exist."""
+    cli/arguments.py); ImportError or AttributeError when it does not exist. A name, not the
+    function: the function would import its module, and every module for `--help`
+    (tests/test_cli_admin.py); the arrows that cross layers are the modules' own imports,
+    which lint-imports checks."""
     module, _, function = name.partition(":")
-    return getattr(importlib.import_module(module), function)  # lazy: start-up time
+    run: Callable[[argparse.Namespace], int | None] = getattr(
+        importlib.import_module(module), function)  # lazy: start-up time
+    return run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,7 +62,18 @@ def _parser() -> argparse.ArgumentParser:
         prog="wagent", description="The WhatsApp booking agent: run the processes, set up "
         "the database and tenants, review facts, exercise data rights, replay scenarios.")
     sub = parser.add_subparsers(title="commands")
+    _add_scenario_commands(sub)
+    _add_set_up_commands(sub)
+    add_catalog_commands(sub)
+    add_conversation_commands(sub)
+    _add_contact_and_facts_commands(sub)
+    add_webhook_commands(sub)
+    _add_process_commands(sub)
+    return parser
 
+
+def _add_scenario_commands(sub: Any) -> None:
+    """`wagent replay|chat|demo`."""
     replay = sub.add_parser("replay", help="run replay scenario files (REPLAY.md)")
     replay.add_argument("files", nargs="+", type=Path)
     replay.add_argument("--json", action="store_true", help="one JSON object per scenario")
@@ -91,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(run="cli.scenarios:demo")
 
+
+def _add_set_up_commands(sub: Any) -> None:
+    """`wagent db upgrade|report|tenant ...`."""
     db = sub.add_parser("db", help="database schema")
     db_sub = db.add_subparsers(title="db commands")
     upgrade = db_sub.add_parser("upgrade", help="create or migrate the schema (Alembic head)")
@@ -117,9 +136,10 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("phone_number_id")
     resume.set_defaults(run="cli.tenants:resume")
     add_tenant_commands(tenant_sub)
-    add_catalog_commands(sub)
-    add_conversation_commands(sub)
 
+
+def _add_contact_and_facts_commands(sub: Any) -> None:
+    """`wagent contact export|forget` (LGPD) and `wagent facts ...`."""
     contact = sub.add_parser("contact", help="data-subject rights (LGPD) for one contact")
     contact_sub = contact.add_subparsers(title="contact commands")
     for name, run, text in (
@@ -152,8 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     extract.set_defaults(run="cli.facts:extract")
     add_facts_commands(facts_sub)
 
-    add_webhook_commands(sub)
 
+def _add_process_commands(sub: Any) -> None:
+    """`wagent web|worker|cron`: the processes."""
     for name, run, text in (("web", "cli.web:web", "run the webhook web process"),
                             ("worker", "cli.worker:worker", "run an RQ worker (and a "
                                                             "keeper: the product's scheduler)"),
@@ -167,7 +188,6 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--processes", type=int, default=1, metavar="N",
                                  help="serve from N processes sharing the port (SO_REUSEPORT; "
                                       "default 1)")
-    return parser
 
 
 def add_webhook_commands(sub: Any) -> None:

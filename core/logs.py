@@ -58,7 +58,8 @@ class ScrubSecrets:
         self.values = sorted({s for s in secrets if len(s) >= MIN_SCRUBBED_LENGTH},
                              key=len, reverse=True)
 
-    def __call__(self, _: Any, __: str, line: str) -> str:
+    def __call__(self, _: Any, __: str, rendered: Any) -> str:
+        line = str(rendered)  # the renderers before it made the event one string
         for value in self.values:
             if value in line:
                 line = line.replace(value, REDACTED)

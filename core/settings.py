@@ -125,28 +125,7 @@ class Settings:
                 values[f.name] = _coerce(f.type, raw)
             except ValueError:
                 problems.append(f"{f.name.upper()}={raw!r} is not a valid {f.type}")
-        if values.get("worker_cpu", "normal") not in WORKER_CPU_POLICIES:
-            problems.append(f"WORKER_CPU={values['worker_cpu']!r} is not one of "
-                            f"{', '.join(WORKER_CPU_POLICIES)}")
-        if isinstance(spill_at := values.get("webhook_spill_at"), int) and not (
-                0 <= spill_at <= MAX_GROUP_POSTS):
-            problems.append(f"WEBHOOK_SPILL_AT must be 0 (never) to {MAX_GROUP_POSTS} (the "
-                            f"most POSTs a group takes)")
-        if isinstance(spill := values.get("webhook_spill_updates"), int) and spill < 0:
-            problems.append("WEBHOOK_SPILL_UPDATES must be 0 (never) or more")
-        problems += _edge_problems(values)
-        if 0 < len(str(values.get("admin_token", ""))) < MIN_ADMIN_TOKEN_LENGTH:
-            problems.append(f"ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} characters "
-                            "(make one: python3 -c 'import secrets; "
-                            "print(secrets.token_urlsafe(32))')")
-        try:
-            trusted_networks(str(values.get("trusted_proxies", "")))
-        except ValueError as exc:
-            problems.append(f"TRUSTED_PROXIES: {exc}")
-        try:
-            trusted_networks(str(values.get("webhook_allowed_networks", "")))
-        except ValueError as exc:
-            problems.append(f"WEBHOOK_ALLOWED_NETWORKS: {exc}")
+        problems += _value_problems(values)
         if require:
             problems += [
                 f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION
@@ -191,6 +170,35 @@ class Settings:
 
 POSITIVE = ("max_body_bytes", "body_budget_bytes", "body_min_rate", "auth_failures_per_address",
             "auth_failures_per_tenant", "auth_failure_window_seconds")
+
+
+def _value_problems(values: dict[str, object]) -> list[str]:
+    """What is wrong with the parsed `values` (Settings.from_env): policies, bounds, the admin
+    token's length, the network lists; [] when nothing is."""
+    problems: list[str] = []
+    if values.get("worker_cpu", "normal") not in WORKER_CPU_POLICIES:
+        problems.append(f"WORKER_CPU={values['worker_cpu']!r} is not one of "
+                        f"{', '.join(WORKER_CPU_POLICIES)}")
+    if isinstance(spill_at := values.get("webhook_spill_at"), int) and not (
+            0 <= spill_at <= MAX_GROUP_POSTS):
+        problems.append(f"WEBHOOK_SPILL_AT must be 0 (never) to {MAX_GROUP_POSTS} (the "
+                        f"most POSTs a group takes)")
+    if isinstance(spill := values.get("webhook_spill_updates"), int) and spill < 0:
+        problems.append("WEBHOOK_SPILL_UPDATES must be 0 (never) or more")
+    problems += _edge_problems(values)
+    if 0 < len(str(values.get("admin_token", ""))) < MIN_ADMIN_TOKEN_LENGTH:
+        problems.append(f"ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} characters "
+                        "(make one: python3 -c 'import secrets; "
+                        "print(secrets.token_urlsafe(32))')")
+    try:
+        trusted_networks(str(values.get("trusted_proxies", "")))
+    except ValueError as exc:
+        problems.append(f"TRUSTED_PROXIES: {exc}")
+    try:
+        trusted_networks(str(values.get("webhook_allowed_networks", "")))
+    except ValueError as exc:
+        problems.append(f"WEBHOOK_ALLOWED_NETWORKS: {exc}")
+    return problems
 
 
 def _edge_problems(values: dict[str, object]) -> list[str]:

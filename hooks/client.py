@@ -18,8 +18,9 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from typing import Any
 from urllib.parse import urlsplit
 
 from core.network import network_cause
@@ -84,6 +85,9 @@ def _embedded_ipv4(address: IPv6Address) -> IPv4Address | None:
     return None
 
 
+Resolve = Callable[..., Sequence[tuple[Any, ...]]]  # socket.getaddrinfo and its stand-ins
+
+
 def allowed_addresses(scheme: str, infos: list[tuple[str, int]],
                       allowed: Networks) -> list[tuple[str, int]]:
     """The resolved (address, port) pairs a delivery may connect to, in resolver order; raises
@@ -104,10 +108,11 @@ def allowed_addresses(scheme: str, infos: list[tuple[str, int]],
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, allowed: Networks = (),
-         timeout: float = TIMEOUT_SECONDS) -> int:
+         timeout: float = TIMEOUT_SECONDS, resolve: Resolve = socket.getaddrinfo) -> int:
     """POST `body` to `url`; returns the 2xx status. Raises DeliveryRefused (not connected:
     url, scheme, private_address) or DeliveryError (`cause`: a core/network.py word, or
-    http_<status> for any other answer, `status_code` set)."""
+    http_<status> for any other answer, `status_code` set). `resolve` is the resolver, with
+    socket.getaddrinfo's signature (a test's DNS)."""
     check_url(url)
     parts = urlsplit(url)
     host, scheme = str(parts.hostname), parts.scheme
@@ -116,7 +121,7 @@ def post(url: str, body: bytes, headers: dict[str, str], *, allowed: Networks = 
     deadline = time.monotonic() + timeout
     try:
         infos = [(str(i[4][0]), int(i[4][1])) for i in
-                 socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+                 resolve(host, port, type=socket.SOCK_STREAM)]
     except OSError as exc:
         raise DeliveryError(network_cause(exc)) from None
     targets = allowed_addresses(scheme, infos, allowed)

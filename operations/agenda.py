@@ -412,7 +412,7 @@ def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
     pros = session.exec(select(Professional).where(
         Professional.tenant_id == tenant_id, col(Professional.active).is_(True))
         .order_by(col(Professional.code))).all()
-    out = []
+    out: list[dict[str, Any]] = []
     for pro in pros:
         week = availability.week_of(pro, business)
         booked = session.exec(select(Appointment).where(

@@ -128,7 +128,7 @@ class ReplayEnvironment:
 
     def _make_engine(self, database_url: str | None) -> tuple[Engine, str | None]:
         backend = make_url(database_url).get_backend_name() if database_url else "sqlite"
-        if backend == "sqlite":  # a scenario never touches the configured file: its own one
+        if database_url is None or backend == "sqlite":  # never the configured file: its own
             return make_engine(f"sqlite:///{self._tmp.name}/wagent.db"), None
         if backend != "postgresql":
             raise ValueError(f"replays run on SQLite or PostgreSQL, not {backend}")

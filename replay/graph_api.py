@@ -20,6 +20,7 @@ import asyncio
 import base64
 import hashlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -104,6 +105,9 @@ class GraphDouble:
         self.wamid_prefix = wamid_prefix
         self.base_url = ""
         self.sends: list[RecordedSend] = []
+        # called once a send is taken, before Meta's answer goes back: what happens while
+        # the product waits in its Graph call (tests: the reconciler runs meanwhile)
+        self.on_taken: Callable[[RecordedSend], None] | None = None
         self.reads: list[dict[str, Any]] = []
         self.templates: dict[tuple[str, str], tuple[int, int]] | None = None
         self._pending_failures: list[int] = []
@@ -193,19 +197,27 @@ class GraphDouble:
         app.router.add_get(DOWNLOAD_ROUTE, self._media_download)
         return app
 
-    async def _media_url(self, request: web.Request) -> web.Response:
-        media_id = request.match_info["media_id"]
+    def _media_request(self, request: web.Request) -> tuple[str, web.Response | None]:
+        """A media request's id, the request recorded; with Meta's refusal of its token, if
+        any (the answer to send instead)."""
         self.media_requests.append(request.path)
         try:
             self._check_token(request)
         except GraphRefusal as refusal:
-            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+            return request.match_info["media_id"], web.json_response(
+                self._error_body(refusal), status=refusal.http_status)
+        return request.match_info["media_id"], None
+
+    async def _media_url(self, request: web.Request) -> web.Response:
+        media_id, refused = self._media_request(request)
+        if refused is not None:
+            return refused
         item = self.media.get(media_id)
         if item is None or item.fault == "not_found":
-            refusal = GraphRefusal(100, f"Unsupported get request. Object with ID '{media_id}' "
+            missing = GraphRefusal(100, f"Unsupported get request. Object with ID '{media_id}' "
                                    "does not exist, cannot be loaded due to missing "
                                    "permissions, or does not support this operation.")
-            return web.json_response(self._error_body(refusal), status=404)
+            return web.json_response(self._error_body(missing), status=404)
         answer: dict[str, Any] = {
             "messaging_product": "whatsapp",
             "url": f"{self.base_url}/media-download/{media_id}?ext=1780319000&hash=ATfake",
@@ -218,12 +230,9 @@ class GraphDouble:
         return web.json_response(answer)
 
     async def _media_download(self, request: web.Request) -> web.StreamResponse:
-        media_id = request.match_info["media_id"]
-        self.media_requests.append(request.path)
-        try:
-            self._check_token(request)
-        except GraphRefusal as refusal:
-            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+        media_id, refused = self._media_request(request)
+        if refused is not None:
+            return refused
         item = self.media.get(media_id)
         if item is None:
             return web.Response(status=404)
@@ -342,6 +351,8 @@ class GraphDouble:
         self._wamid_seq += 1
         wamid = f"wamid.OUT{self.wamid_prefix}{self._wamid_seq:06d}"
         self.sends.append(RecordedSend(phone_number_id, send, 200, wamid=wamid))
+        if self.on_taken is not None:
+            self.on_taken(self.sends[-1])
         return _send_answer(send, wamid)
 
     def _error_body(self, refusal: GraphRefusal) -> dict[str, Any]:

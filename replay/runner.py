@@ -183,45 +183,77 @@ def _step_problems(step: Any, base: Path) -> list[str]:
     problems = [f"unknown option {key!r} for {action}" for key in step
                 if key != action and key not in STEP_OPTIONS[action] | NOTE_KEYS]
     problems += _note_problems(step, "")
-    value = step[action]
     if step.get("for", "turn") not in PURPOSES:
         problems.append(f"for must be one of {sorted(PURPOSES)}")
-    if action == "advance":
-        try:
-            parse_duration(str(value))
-        except ValueError as exc:
-            problems.append(str(exc))
-    elif action == "webhook" and isinstance(value, str) and not (base / value).is_file():
-        problems.append(f"webhook file {value!r} not found next to the scenario ({base})")
-    if action == "webhook" and step.get("timestamp", "clock") != "clock":
-        problems.append('webhook timestamp takes "clock" (Meta\'s timestamps at the product '
-                        "clock) or is left out (the body as it is)")
-    elif action == "model":
-        for item in value if isinstance(value, list) else [value]:
-            try:
-                check_item(item)
-            except ValueError as exc:
-                problems.append(f"model item {item!r}: {exc}")
-    elif action == "expect":
-        problems += _expect_problems(value)
-    elif action == "wagent" and (not isinstance(value, list) or not value
-                                 or not all(isinstance(a, str) for a in value)):
-        problems.append("wagent takes the command's arguments as a list of strings")
-    elif action == "graph_fail":
-        problems += _graph_fail_problems(value)
-    elif action == "reset" and value is not True:
-        problems.append("reset takes true (an empty database from here on: `wagent chat`'s "
-                        "/reset)")
-    elif action == "tap" and (not isinstance(value, str) or not value):
-        problems.append("tap takes the title of a list row or button as a string")
-    elif action == "media":
-        problems += media_step_problems(value, base)
-    elif action == "transcripts":
-        problems += transcripts_step_problems(value)
+    check = _ACTION_PROBLEMS.get(action)
+    if check is not None:
+        problems += check(step, base)
     wanted = step.get("output_contains", [])
     if not isinstance(wanted, list) or not all(isinstance(w, str) for w in wanted):
         problems.append("output_contains takes a list of strings")
     return problems
+
+
+def _advance_problems(step: dict[str, Any], _base: Path) -> list[str]:
+    try:
+        parse_duration(str(step["advance"]))
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+def _webhook_problems(step: dict[str, Any], base: Path) -> list[str]:
+    value, problems = step["webhook"], []
+    if isinstance(value, str) and not (base / value).is_file():
+        problems.append(f"webhook file {value!r} not found next to the scenario ({base})")
+    if step.get("timestamp", "clock") != "clock":
+        problems.append('webhook timestamp takes "clock" (Meta\'s timestamps at the product '
+                        "clock) or is left out (the body as it is)")
+    return problems
+
+
+def _model_problems(step: dict[str, Any], _base: Path) -> list[str]:
+    value, problems = step["model"], []
+    for item in value if isinstance(value, list) else [value]:
+        try:
+            check_item(item)
+        except ValueError as exc:
+            problems.append(f"model item {item!r}: {exc}")
+    return problems
+
+
+def _wagent_problems(step: dict[str, Any], _base: Path) -> list[str]:
+    value = step["wagent"]
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        return []
+    return ["wagent takes the command's arguments as a list of strings"]
+
+
+def _reset_problems(step: dict[str, Any], _base: Path) -> list[str]:
+    if step["reset"] is True:
+        return []
+    return ["reset takes true (an empty database from here on: `wagent chat`'s /reset)"]
+
+
+def _tap_problems(step: dict[str, Any], _base: Path) -> list[str]:
+    if isinstance(step["tap"], str) and step["tap"]:
+        return []
+    return ["tap takes the title of a list row or button as a string"]
+
+
+# the checks of one step's action value, by action (`_step_problems`); the others take any
+_ACTION_PROBLEMS: dict[str, Callable[[dict[str, Any], Path], list[str]]] = {
+    "advance": _advance_problems,
+    "webhook": _webhook_problems,
+    "model": _model_problems,
+    "expect": lambda step, _base: _expect_problems(step["expect"]),
+    "wagent": _wagent_problems,
+    "graph_fail": lambda step, _base: _graph_fail_problems(step["graph_fail"]),
+    "reset": _reset_problems,
+    "tap": _tap_problems,
+    "media": lambda step, base: media_step_problems(step["media"], base),
+    "transcripts": lambda step, _base: transcripts_step_problems(step["transcripts"]),
+}
 
 
 def _expect_problems(expect: Any) -> list[str]:
@@ -305,18 +337,14 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
     """
     result = ScenarioResult(name=str(scenario.get("name", "scenario"))
                             if isinstance(scenario, dict) else "scenario")
-    problems = validate_scenario(scenario, base)
-    if problems:
-        for problem in problems:
-            result.fail(f"invalid scenario: {problem}")
-        return result
     database_url = database_url if database_url is not None else os.environ.get("DATABASE_URL")
     redis_url = redis_url if redis_url is not None else os.environ.get("REDIS_URL")
-    start = datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
-    if redis_url and (problem := _unreachable(redis_url)):
-        result.fail(f"REDIS_URL {redis_url} is not reachable ({problem}); unset REDIS_URL to "
-                    "replay on the in-process stand-in")
+    for refusal in _refusals(scenario, base, redis_url):
+        result.fail(refusal)
+    if not result.passed:
         return result
+    start = datetime.fromisoformat(str(scenario.get("clock", "2026-06-01T13:00:00Z")))
+
     def open_runner(at: datetime) -> _Runner:
         env = ReplayEnvironment(start=at, database_url=database_url or None,
                                 redis_url=redis_url or None)
@@ -333,23 +361,13 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
         source = f"live, from {live.base_url}" if live else "scripted"
         runner.say(f"   (clock: {local:%a %Y-%m-%d %H:%M} {local.tzname()}, "
                    f"{_tenant(scenario)['timezone']}; the model's replies are {source})")
-        if scenario.get("graph_templates") is not None:  # Meta's approved templates
-            env.graph_api.approve_templates(scenario["graph_templates"])
-        if not _creates_tenant(scenario):
-            runner.env.add_tenant(_tenant(scenario))
+        _set_up(runner.env, scenario)
         for index, step in enumerate(scenario.get("steps") or []):
             if isinstance(step, dict) and "reset" in step:  # an empty database, same clock
                 runner.collect_totals()
-                now = runner.env.clock.now()
-                runner.env.close()
-                env = None
-                runner = open_runner(now)
+                env = None  # closed in `_reopen`; the `finally` closes the new one
+                runner = _reopen(runner, open_runner, scenario)
                 env = runner.env
-                runner.say("   [reset: an empty database, a new conversation]")
-                if scenario.get("graph_templates") is not None:
-                    runner.env.graph_api.approve_templates(scenario["graph_templates"])
-                if not _creates_tenant(scenario):
-                    runner.env.add_tenant(_tenant(scenario))
                 continue
             runner.step(index, step)
     except ScenarioError as exc:
@@ -361,6 +379,36 @@ def run_scenario(scenario: dict[str, Any], *, base: Path = Path("."),
             runner.collect_totals()
             env.close()
     return result
+
+
+def _refusals(scenario: Any, base: Path, redis_url: str | None) -> list[str]:
+    """Why the scenario cannot run (it is malformed, or its Redis does not answer); []."""
+    problems = [f"invalid scenario: {problem}" for problem in validate_scenario(scenario, base)]
+    if not problems and redis_url and (unreachable := _unreachable(redis_url)):
+        problems.append(f"REDIS_URL {redis_url} is not reachable ({unreachable}); unset "
+                        "REDIS_URL to replay on the in-process stand-in")
+    return problems
+
+
+def _reopen(runner: "_Runner", open_runner: Callable[[datetime], "_Runner"],
+            scenario: dict[str, Any]) -> "_Runner":
+    """A `reset` step: the environment closed, a new one (an empty database) at the same
+    clock, set up as the first was."""
+    now = runner.env.clock.now()
+    runner.env.close()
+    runner = open_runner(now)
+    runner.say("   [reset: an empty database, a new conversation]")
+    _set_up(runner.env, scenario)
+    return runner
+
+
+def _set_up(env: ReplayEnvironment, scenario: dict[str, Any]) -> None:
+    """What every environment of the scenario starts with: Meta's approved templates, and its
+    tenant unless a `wagent tenant create` step makes it."""
+    if scenario.get("graph_templates") is not None:
+        env.graph_api.approve_templates(scenario["graph_templates"])
+    if not _creates_tenant(scenario):
+        env.add_tenant(_tenant(scenario))
 
 
 def _unreachable(redis_url: str) -> str | None:
@@ -430,47 +478,51 @@ class _Runner:
         where = _named(step, f"step {index}")
         if self.live and ("model" in step or "model_fail" in step):
             return
-        if "model" in step:
-            self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
-        elif "model_fail" in step:
-            spec = step["model_fail"]
-            self.env.messages_api.fail(step.get("for", "turn"), int(spec["status"]),
-                                       int(spec.get("times", 1)))
-        elif "webhook" in step:
-            self._webhook(where, step)
-        elif "drain" in step:
-            self.env.drain()
-            self._show_activity()
-        elif "advance" in step:
-            self.env.clock.advance(parse_duration(str(step["advance"])))
-            local = self.env.clock.now().astimezone(self.timezone)
-            self.say(f"   ... {step['advance']} later ({local:%a %Y-%m-%d %H:%M} local)")
-        elif "cron" in step:
-            done = self.env.cron()
-            self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
-                     f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
-                     f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
-            self._show_activity()
-        elif "sweep" in step:
-            closed = self.env.sweep()
-            self.say(f"   [sweeper closed {closed} conversation(s)]")
-            self._show_activity()
-        elif "graph_fail" in step:
-            self._graph_fail(step["graph_fail"])
-        elif "media" in step:
-            add_media(self.env.graph_api, step["media"], self.base)
-        elif "transcripts" in step:
-            self.env.transcription_api.script(list(step["transcripts"]))
-        elif "expect" in step:
-            _Expectations(self, where).check(step["expect"])
-        elif "wagent" in step:
-            self._wagent(where, step)
-        elif "tap" in step:
-            self._tap(where, str(step["tap"]))
-        else:
+        action = next((name for name in _STEPS if name in step), None)
+        if action is None:
             raise ScenarioError(f"{where}: unknown step {sorted(step)}")
+        _STEPS[action](self, where, step)
 
-    def _graph_fail(self, spec: dict[str, Any]) -> None:
+    def _model(self, _where: str, step: dict[str, Any]) -> None:
+        self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
+
+    def _model_fail(self, _where: str, step: dict[str, Any]) -> None:
+        spec = step["model_fail"]
+        self.env.messages_api.fail(step.get("for", "turn"), int(spec["status"]),
+                                   int(spec.get("times", 1)))
+
+    def _drain(self, _where: str, _step: dict[str, Any]) -> None:
+        self.env.drain()
+        self._show_activity()
+
+    def _advance(self, _where: str, step: dict[str, Any]) -> None:
+        self.env.clock.advance(parse_duration(str(step["advance"])))
+        local = self.env.clock.now().astimezone(self.timezone)
+        self.say(f"   ... {step['advance']} later ({local:%a %Y-%m-%d %H:%M} local)")
+
+    def _cron(self, _where: str, _step: dict[str, Any]) -> None:
+        done = self.env.cron()
+        self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
+                 f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
+                 f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
+        self._show_activity()
+
+    def _sweep(self, _where: str, _step: dict[str, Any]) -> None:
+        closed = self.env.sweep()
+        self.say(f"   [sweeper closed {closed} conversation(s)]")
+        self._show_activity()
+
+    def _media(self, _where: str, step: dict[str, Any]) -> None:
+        add_media(self.env.graph_api, step["media"], self.base)
+
+    def _transcripts(self, _where: str, step: dict[str, Any]) -> None:
+        self.env.transcription_api.script(list(step["transcripts"]))
+
+    def _expect(self, where: str, step: dict[str, Any]) -> None:
+        _Expectations(self, where).check(step["expect"])
+
+    def _graph_fail(self, _where: str, step: dict[str, Any]) -> None:
+        spec = step["graph_fail"]
         times = int(spec.get("times", 1))
         if "code" in spec:
             self.env.graph_api.fail(int(spec["code"]), times)
@@ -626,8 +678,8 @@ class _Runner:
         self._show_outbox()
         self._show_facts()
         summaries = [c for c in self.env.messages_api.calls if c.purpose == "summary"]
-        for call in summaries[self.shown_summaries:]:
-            state = "summary updated" if call.status == 200 else f"failed ({call.status})"
+        for summary in summaries[self.shown_summaries:]:
+            state = "summary updated" if summary.status == 200 else f"failed ({summary.status})"
             self.say(f"   [compaction: {state}]")
         self.shown_summaries = len(summaries)
 
@@ -797,6 +849,25 @@ def appointment_entries(session: Session, tenant: Tenant) -> list[dict[str, Any]
              .isoformat(timespec="minutes")} for group in groups.values()]
 
 
+# what `_Runner.step` does for each action (a step has exactly one: `_step_problems`); `reset`
+# is `run_scenario`'s, which opens a new environment
+_STEPS: dict[str, Callable[[_Runner, str, dict[str, Any]], None]] = {
+    "model": _Runner._model,
+    "model_fail": _Runner._model_fail,
+    "webhook": _Runner._webhook,
+    "drain": _Runner._drain,
+    "advance": _Runner._advance,
+    "cron": _Runner._cron,
+    "sweep": _Runner._sweep,
+    "graph_fail": _Runner._graph_fail,
+    "media": _Runner._media,
+    "transcripts": _Runner._transcripts,
+    "expect": _Runner._expect,
+    "wagent": _Runner._wagent,
+    "tap": lambda runner, where, step: runner._tap(where, str(step["tap"])),
+}
+
+
 class _Expectations:
     def __init__(self, runner: _Runner, where: str) -> None:
         self.runner, self.where, self.env = runner, where, runner.env
@@ -925,8 +996,9 @@ class _Expectations:
         ref = ref or self.runner.last_sender
         if not ref:
             return None
-        return session.exec(select(Contact).where(
+        contact: Contact | None = session.exec(select(Contact).where(
             (col(Contact.wa_id) == ref) | (col(Contact.user_id) == ref))).first()
+        return contact
 
 
 def _matches(send: dict[str, Any], matcher: dict[str, Any]) -> bool:

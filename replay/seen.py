@@ -106,25 +106,11 @@ def failures(spec: dict[str, Any], bodies: list[dict[str, Any]]) -> list[str]:
     purpose = spec.get("purpose", "turn")
     if "calls" in spec and len(bodies) != spec["calls"]:
         found.append(f"requests: {len(bodies)} {purpose} call(s), expected {spec['calls']}")
-    systems = [system_text(b) for b in bodies]
-    messages = [messages_text(b) for b in bodies]
+    found += _text_failures(purpose, "system", "contains", [system_text(b) for b in bodies],
+                            spec.get("system_contains", []), spec.get("system_excludes", []))
+    found += _text_failures(purpose, "messages", "contain", [messages_text(b) for b in bodies],
+                            spec.get("messages_contain", []), spec.get("messages_excludes", []))
     tools = [tool_names(b) for b in bodies]
-    for wanted in spec.get("system_contains", []):
-        if not any(wanted in text for text in systems):
-            found.append(f"requests: no {purpose} call's system contains {wanted!r}")
-    for unwanted in spec.get("system_excludes", []):
-        hits = [n for n, text in enumerate(systems) if unwanted in text]
-        if hits:
-            found.append(f"requests: the system of {purpose} call(s) {hits} (since the "
-                         f"previous expect, from 0) contains {unwanted!r}")
-    for wanted in spec.get("messages_contain", []):
-        if not any(wanted in text for text in messages):
-            found.append(f"requests: no {purpose} call's messages contain {wanted!r}")
-    for unwanted in spec.get("messages_excludes", []):
-        hits = [n for n, text in enumerate(messages) if unwanted in text]
-        if hits:
-            found.append(f"requests: the messages of {purpose} call(s) {hits} (since the "
-                         f"previous expect, from 0) contain {unwanted!r}")
     for wanted in spec.get("tools_include", []):
         if not any(wanted in names for names in tools):
             found.append(f"requests: no {purpose} call lists the tool {wanted!r}")
@@ -132,4 +118,18 @@ def failures(spec: dict[str, Any], bodies: list[dict[str, Any]]) -> list[str]:
         problem = block_types_problem(bodies, list(spec["block_types"]))
         if problem:
             found.append(f"requests: {problem}")
+    return found
+
+
+def _text_failures(purpose: str, part: str, verb: str, texts: list[str], wanted: list[str],
+                   unwanted: list[str]) -> list[str]:
+    """`failures` of one part of the calls (`texts`, one per call): each `wanted` string no
+    call holds, each `unwanted` one some call holds (with those calls' numbers)."""
+    found = [f"requests: no {purpose} call's {part} {verb} {w!r}"
+             for w in wanted if not any(w in text for text in texts)]
+    for bad in unwanted:
+        hits = [n for n, text in enumerate(texts) if bad in text]
+        if hits:
+            found.append(f"requests: the {part} of {purpose} call(s) {hits} (since the "
+                         f"previous expect, from 0) {verb} {bad!r}")
     return found

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 PATH = "/v1/audio/transcriptions"
 
@@ -72,6 +72,8 @@ class TranscriptionDouble:
         try:
             reader = await request.multipart()
             async for part in reader:
+                if not isinstance(part, BodyPartReader):
+                    continue  # a nested multipart: no field of ours
                 if part.name == "file":
                     data = await part.read()
                     fields["file"] = (part.filename, len(data))

@@ -119,18 +119,19 @@ def forget_contact(session: Session, contact: Contact) -> int:
     return int(result.rowcount or 0)
 
 
-def purge_expired(engine: Engine, *, now: datetime, retention_days: int) -> int:
-    """Delete dead letters received more than `retention_days` ago, BATCH per transaction
+def purge_expired(engine: Engine, *, now: datetime, retention_days: int,
+                  batch: int = BATCH) -> int:
+    """Delete dead letters received more than `retention_days` ago, `batch` per transaction
     (indexed on received_at; their refs go with them). Returns how many."""
     cutoff, purged = now - timedelta(days=retention_days), 0
     while True:
         with session_scope(engine) as session:
             ids = _ids(session.exec(select(DeadLetter.id).where(
-                col(DeadLetter.received_at) < cutoff).limit(BATCH)).all())
+                col(DeadLetter.received_at) < cutoff).limit(batch)).all())
             if ids:
                 session.exec(delete(DeadLetter).where(col(DeadLetter.id).in_(ids)))
         purged += len(ids)
-        if len(ids) < BATCH:
+        if len(ids) < batch:
             return purged
 
 

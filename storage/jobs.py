@@ -25,6 +25,9 @@ from rq.registry import ScheduledJobRegistry
 
 from storage.keys import lock_key, token_key
 
+# Dotted paths, not the functions: storage is below workers, and the web (bot) enqueues through
+# these but may not import workers (pyproject.toml, the `layers` and `edges` contracts). A job
+# one worker module enqueues for another names the function itself (workers/keeper.py).
 TURN_JOB = "workers.turns.run_turn"
 FLUSH_JOB = "workers.outbox.run_flush"
 COMPACTION_JOB = "workers.compaction.compact_conversation"

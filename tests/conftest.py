@@ -17,6 +17,7 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
+from core import clock
 from replay.environment import ReplayEnvironment
 from storage.db import create_schema, make_engine
 from tests.factories import TENANT
@@ -110,6 +111,15 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
     if request.param == "postgres":
         return require_postgres()
     return None
+
+
+@pytest.fixture
+def frozen_clock() -> Iterator[clock.FrozenClock]:
+    """The product clock stopped at START (core/clock.set_clock), the previous one back after."""
+    frozen = clock.FrozenClock(START)
+    previous = clock.set_clock(frozen)
+    yield frozen
+    clock.set_clock(previous)
 
 
 @pytest.fixture

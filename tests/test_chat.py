@@ -65,7 +65,7 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _chat(monkeypatch: pytest.MonkeyPatch, typed: str, *args: str) -> int:
-    monkeypatch.setattr("sys.stdin", io.StringIO(typed))
+    monkeypatch.setattr("sys.stdin", io.StringIO(typed))  # the terminal: the outside world
     return main(["chat", *args])
 
 

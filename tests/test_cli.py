@@ -1,11 +1,19 @@
 """The `wagent` command as a user runs it: replay, demo, report, tenant create, db upgrade."""
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -203,6 +211,11 @@ def test_is_real_secret(name: str, value: str, real: bool) -> None:
     assert is_real_secret(name, value) is real
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as client:
+        return client.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _placeholder_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
     env = {"WHATSAPP_APP_SECRET": "a3f1c9e07b5d42e8a6c1f0b9d7e5c3a1",
            "WHATSAPP_VERIFY_TOKEN": "minha-senha-do-salao-2026",
@@ -219,22 +232,18 @@ def _placeholder_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
     {"WHATSAPP_ACCESS_TOKEN": "placeholder"},
     {"ANTHROPIC_API_KEY": "sk-ant-placeholder", "WHATSAPP_ACCESS_TOKEN": "EAA-placeholder"}])
 def test_the_worker_refuses_to_start_with_a_placeholder_naming_the_variable(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        placeholder: dict[str, str]) -> None:
-    import cli.worker
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, placeholder: dict[str, str]) -> None:
+    """The real command, in a process of its own: a worker that got past the check would
+    build its clients and wait for Redis (port 1), and the timeout fails the test."""
     _placeholder_env(monkeypatch, **placeholder)
-    monkeypatch.setattr(cli.worker, "prepare_worker_parent", _no_clients)
-    monkeypatch.setattr(cli.worker, "run_worker", _no_clients)
-    assert main(["worker", "--burst"]) == 2
-    err = capsys.readouterr().err
-    assert "not started" in err
+    done = subprocess.run([sys.executable, "-m", "cli.main", "worker", "--burst"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert "not started" in done.stderr
     for name, value in placeholder.items():
-        assert name in err
-        assert value == "placeholder" or value not in err  # the value is never printed
-
-
-def _no_clients(*args: object, **kwargs: object) -> None:
-    raise AssertionError("the worker built its clients: it would have called out")
+        assert name in done.stderr
+        assert value == "placeholder" or value not in done.stderr  # the value is never printed
 
 
 def test_a_placeholder_for_a_base_url_of_your_own_is_not_refused() -> None:
@@ -249,13 +258,25 @@ def test_a_placeholder_for_a_base_url_of_your_own_is_not_refused() -> None:
 
 
 def test_the_web_process_starts_with_placeholders_and_names_them(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import cli.web
-    _placeholder_env(monkeypatch, ANTHROPIC_API_KEY="sk-ant-placeholder")
-    served: list[object] = []
-    monkeypatch.setattr(cli.web, "create_app", lambda settings: served.append(settings))
-    monkeypatch.setattr(cli.web.aiohttp_web, "run_app", lambda *a, **k: None)
-    assert main(["web"]) == 0 and served  # the console works with placeholders
-    err = capsys.readouterr().err
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The real `wagent web`, in a process of its own: it serves (the console works with
+    placeholders), and stops on SIGINT with status 0."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    _placeholder_env(monkeypatch, ANTHROPIC_API_KEY="sk-ant-placeholder",
+                     WEB_HOST="127.0.0.1", WEB_PORT=str(port))
+    web = subprocess.Popen([sys.executable, "-m", "cli.main", "web"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(port):
+            assert web.poll() is None and time.monotonic() < deadline, "not serving"
+            time.sleep(0.2)
+    finally:
+        web.send_signal(signal.SIGINT)
+        _, err = web.communicate(timeout=30)
+    assert web.returncode == 0, err
     assert "ANTHROPIC_API_KEY: placeholder" in err and "wagent worker" in err
     assert "sk-ant-placeholder" not in err

@@ -249,6 +249,7 @@ def test_errors_read_in_portuguese_in_the_portuguese_console(env: ReplayEnvironm
 
 def test_a_long_conversation_shows_its_latest_messages(env: ReplayEnvironment, seeded: Seeded,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a page size of the console no setting reaches
     monkeypatch.setattr("bot.console.conversations.TRANSCRIPT_MESSAGES", 4)
     browser = Browser(env.web_url)
     browser.sign_in(seeded.salon_token)
@@ -295,7 +296,8 @@ def test_facts_reject_from_the_cli_is_the_consoles_rejection_and_its_job(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("DATABASE_URL", env.engine.url.render_as_string(hide_password=False))
     monkeypatch.setenv("QUEUE_NAME", env.settings.queue_name)
-    monkeypatch.setattr("cli.facts.connect_redis", lambda url: env.redis)  # real or stand-in
+    # the CLI connects by REDIS_URL; the in-process stand-in has none: hand it over
+    monkeypatch.setattr("cli.facts.connect_redis", lambda url: env.redis)
     capsys.readouterr()
     assert main(["facts", "reject", str(seeded.salon_fact_id), "--reason", "errado"]) == 0
     out = json.loads(capsys.readouterr().out)

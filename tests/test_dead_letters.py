@@ -13,11 +13,12 @@ from sqlalchemy import Engine, event, inspect, text
 from sqlmodel import select
 
 from intake import ingest
-from storage import dead_letters, messages
+from storage import dead_letters
 from storage.db import session_scope
 from storage.models import DeadLetter, DeadLetterRef, Tenant
 from storage.rights import find_contact, forget_contact
 from storage.tenants import upsert_tenant
+from tests import database_faults
 from tests.conftest import START
 from tests.factories import ANA, BRUNO, PHONE_NUMBER_ID, TENANT, text_body
 
@@ -59,23 +60,16 @@ def _letters(engine: Engine) -> list[tuple[int | None, set[tuple[str, str]], str
                 for letter in letters]
 
 
-def _ana_dead_letters(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+def _ana_dead_letters(engine: Engine) -> None:
     """The issue's items dead-lettered alone, each naming Ana: a message without an id, a
     failed update, a message to a number not onboarded yet, a status without an id, and a body
     cut short (it does not parse)."""
     no_id = _message(SECRET, 1)
     del _item(no_id)["id"]
     _ingest(engine, no_id)
-    real_insert = messages.insert_inbound_many
-
-    def failing(session: Any, rows: list[dict[str, Any]]) -> Any:
-        if any(row["wamid"].endswith("000002") for row in rows):
-            raise RuntimeError("a bug while storing")
-        return real_insert(session, rows)
-
-    monkeypatch.setattr(messages, "insert_inbound_many", failing)
-    _ingest(engine, _message(SECRET, 2))
-    monkeypatch.undo()
+    with database_faults.failing(engine, database_faults.inserts_mentioning("message", "000002"),
+                                 error=database_faults.refused_row):
+        _ingest(engine, _message(SECRET, 2))
     _ingest(engine, _message(SECRET, 3, phone_number_id=NOT_ONBOARDED))
     status = _message("x", 4)
     value = status["entry"][0]["changes"][0]["value"]
@@ -87,8 +81,8 @@ def _ana_dead_letters(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_each_dead_letter_records_its_tenant_and_the_identifiers_it_names(
-        tenants: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    _ana_dead_letters(tenants, monkeypatch)
+        tenants: Engine) -> None:
+    _ana_dead_letters(tenants)
     with session_scope(tenants) as session:
         salon = session.exec(select(Tenant.id).where(
             Tenant.phone_number_id == PHONE_NUMBER_ID)).one()
@@ -117,12 +111,12 @@ def _tables_naming(engine: Engine, *needles: str) -> set[str]:
 
 
 def test_forget_erases_every_dead_letter_naming_the_contact_and_only_those(
-        tenants: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+        tenants: Engine) -> None:
     """After `wagent contact forget`, neither the phone number nor the text is left in any
     dead letter of this tenant, of a number not onboarded yet (no tenant owns it), or naming
     no number; another tenant's dead letter naming the same person, and other customers'
     ones, stay."""
-    _ana_dead_letters(tenants, monkeypatch)
+    _ana_dead_letters(tenants)
     _ingest(tenants, _message("olá", 6))  # Ana's contact, stored
     other_tenant = _message(SECRET, 7, phone_number_id=OTHER_NUMBER)
     del _item(other_tenant)["id"]
@@ -176,20 +170,20 @@ def test_erasure_never_reads_the_dead_letters_bodies(tenants: Engine) -> None:
 
 
 def test_dead_letters_expire_after_the_retention_in_batches(
-        tenants: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+        tenants: Engine) -> None:
     from core.settings import Settings
     from workers.maintenance import purge_all
 
     default = Settings().dead_letter_retention_days
     assert default == 30
 
-    monkeypatch.setattr(dead_letters, "BATCH", 3)
     with session_scope(tenants) as session:
         for age_days in (40, 35, 31, 31, 30, 29, 1, 0, 31):
             dead_letters.add_dead_letter(session, body=json.dumps({"from": ANA_PHONE}).encode(),
                                          reason=f"{age_days} days old",
                                          now=START - timedelta(days=age_days, seconds=1))
-    assert purge_all(tenants, now=START, dead_letter_retention_days=default) == 6
+    assert purge_all(tenants, now=START, dead_letter_retention_days=default,
+                     dead_letter_batch=3) == 6
     assert sorted(reason for _, _, reason in _letters(tenants)) == [
         "0 days old", "1 days old", "29 days old"]
     with session_scope(tenants) as session:

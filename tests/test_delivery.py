@@ -151,20 +151,17 @@ def test_metas_own_coded_transient_error_is_still_retried(
     assert _sent_texts(env) == ["Olá!"]
 
 
-def _reconcile_during_the_graph_call(env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
+def _reconcile_during_the_graph_call(env: ReplayEnvironment,
                                      ahead: timedelta) -> list[tuple[int, str]]:
     """Meta takes the send and, before its answer is back, the reconciler settles stale sends
     at the product's time + `ahead`; returns (how many it settled, the part's status then)."""
     seen: list[tuple[int, str]] = []
-    take = env.graph_api._send
 
-    def take_then_reconcile(*args: Any) -> dict[str, Any]:
-        answer = take(*args)
+    def reconcile(_taken: Any) -> None:
         seen.append((settle_stale_sends(env.engine, now=env.clock.now() + ahead),
                      _rows(env)[0].status))
-        return answer
 
-    monkeypatch.setattr(env.graph_api, "_send", take_then_reconcile)
+    env.graph_api.on_taken = reconcile
     return seen
 
 
@@ -176,10 +173,9 @@ def _retried_after_eleven_minutes(env: ReplayEnvironment) -> None:
 
 
 def test_the_reconciler_leaves_a_send_in_its_graph_call_alone_however_old_its_row(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+        env: ReplayEnvironment, caplog: pytest.LogCaptureFixture) -> None:
     _retried_after_eleven_minutes(env)
-    seen = _reconcile_during_the_graph_call(env, monkeypatch, timedelta(0))
+    seen = _reconcile_during_the_graph_call(env, timedelta(0))
     with caplog.at_level(logging.ERROR):
         env.drain()
     assert seen == [(0, "sending")], "claimed a moment ago: stale by its claim, not its row"
@@ -188,9 +184,9 @@ def test_the_reconciler_leaves_a_send_in_its_graph_call_alone_however_old_its_ro
 
 
 def test_a_send_that_succeeds_after_the_reconciler_settled_it_ends_sent(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     _retried_after_eleven_minutes(env)
-    seen = _reconcile_during_the_graph_call(env, monkeypatch, STALE_SENDING)
+    seen = _reconcile_during_the_graph_call(env, STALE_SENDING)
     env.drain()
     assert seen == [(1, "unknown")], "a claim that old looks like a crash"
     (row,) = _rows(env)

@@ -43,6 +43,7 @@ def test_a_turn_whose_lock_another_turn_took_writes_nothing_more_and_sends_nothi
                 fences.take(session, 1)
         return real_execute(*args)
 
+    # no point between the model's answer and the tool in workers/turns.py (issue 40 item 2)
     monkeypatch.setattr(turns, "_execute", starved_past_the_lock)
     assert env.post_webhook(json.dumps(text_body("marca amanhã às 14h", 1)).encode()) == 200
     with capture_logs() as logs:

@@ -273,14 +273,16 @@ async def test_a_refused_connection_is_unreachable_and_names_its_cause(
     assert await send_text(client, "oi", to=WA_ID) == "wamid.OUT000001"
 
 
-async def test_a_dns_failure_is_unreachable_with_cause_dns(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_such_name(*args: Any, **kwargs: Any) -> Any:  # the resolver, the outside world
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+async def test_a_dns_failure_is_unreachable_with_cause_dns() -> None:
+    def no_such_name(request: httpx2.Request) -> httpx2.Response:  # as httpx2 reports it
+        try:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        except socket.gaierror as exc:
+            raise httpx2.ConnectError(str(exc), request=request) from exc
 
-    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
     client = GraphClient(base_url="https://graph.example.invalid", api_version="v25.0",
-                         access_token=TOKEN, timeout=2)
+                         access_token=TOKEN, timeout=2,
+                         http_client=httpx2.Client(transport=httpx2.MockTransport(no_such_name)))
     with pytest.raises(GraphUnreachable) as raised:
         await send_text(client, "oi", to=WA_ID)
     client.close()

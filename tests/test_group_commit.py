@@ -26,16 +26,15 @@ from bot.app import create_app
 from bot.webhook import stores_of
 from core import clock
 from core.settings import Settings
-from intake import group as intake_group
 from intake import ingest
 from intake.group import store_group
 from intake.items import Pending
 from intake.result import IngestResult
-from storage import messages
 from storage.db import session_scope
 from storage.messages import wamid_hash
 from storage.models import Contact, Conversation, DeadLetter, Message, WamidTombstone
 from storage.tenants import upsert_tenant
+from tests import database_faults, redis_faults
 from tests.conftest import START
 from tests.factories import PHONE_NUMBER_ID, TENANT
 from whatsapp.inbound import parse_update
@@ -222,18 +221,14 @@ def test_a_group_ends_as_one_by_one(engine: Engine) -> None:
     assert [r.counts for r in grouped] == [r.counts for r in alone]
 
 
-def test_a_group_that_fails_stores_nothing(engine: Engine,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_group_that_fails_stores_nothing(engine: Engine) -> None:
     _setup(engine)
     before = _state(engine)
-
-    def broken(*_: Any, **__: Any) -> Any:
-        raise RuntimeError("refused")
-
-    monkeypatch.setattr(messages, "insert_inbound_many", broken)
     pendings = [Pending(parse_update(json.loads(raw)), START)  # type: ignore[arg-type]
                 for raw in GROUPS[0][:3]]
-    with pytest.raises(RuntimeError):
+    with database_faults.failing(engine, database_faults.sql_contains("INSERT INTO message"),
+                                 error=database_faults.refused_row), \
+            pytest.raises(RuntimeError):
         store_group(engine, pendings)
     assert _state(engine) == before
 
@@ -287,22 +282,16 @@ async def test_concurrent_posts_store_every_message_once(
 
 
 async def test_concurrent_posts_get_503_when_the_database_is_down(
-        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from sqlalchemy.exc import OperationalError
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
 
     with session_scope(engine) as session:
         upsert_tenant(session, TENANT, now=START)
     client = await aiohttp_client(create_app(settings(), engine=engine,
                                              redis_client=redis_client))
 
-    def down(_: Engine) -> Any:
-        raise OperationalError("connect", {}, Exception("connection refused"))
-
-    monkeypatch.setattr(intake_group, "session_scope", down)
     bodies = [body(f"wamid.Y{i}", "oi", wa_id=f"55118{i:08d}", user_id=None) for i in range(12)]
-    assert await asyncio.gather(*(_post(client, raw) for raw in bodies)) == [503] * 12
-    monkeypatch.undo()
+    with database_faults.failing(engine):
+        assert await asyncio.gather(*(_post(client, raw) for raw in bodies)) == [503] * 12
     assert await asyncio.gather(*(_post(client, raw) for raw in bodies)) == [200] * 12
     with session_scope(engine) as session:
         assert len(list(session.exec(select(Message)))) == 12
@@ -310,8 +299,7 @@ async def test_concurrent_posts_get_503_when_the_database_is_down(
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
-        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-        grouped: bool) -> None:
+        engine: Engine, redis_client: redis.Redis, grouped: bool) -> None:
     """A message that closes a stale session, whose turn cannot be enqueued (Redis refuses,
     or its token keeps changing): the POST answers 503 so Meta redelivers, but the facts of
     the session it closed are enqueued first, because the close is committed and the
@@ -324,22 +312,15 @@ def test_a_failed_turn_enqueue_still_enqueues_the_closed_sessions_facts(
         upsert_tenant(session, TENANT, now=START)
     caio = {"wa_id": "5511900000003", "user_id": "BR.C3"}
     ingest.ingest_body(engine, body("wamid.old", "oi", **caio), now=START)
-    app = create_app(settings(), engine=engine, redis_client=redis_client)
+    no_turns = redis_faults.refusing(redis_client, redis_faults.mentioning(":turn:"))
+    app = create_app(settings(), engine=engine, redis_client=no_turns)
     later = START + timedelta(days=2)  # past the 24-hour inactivity timeout
-
-    def contended(*_: Any, **__: Any) -> Any:
-        raise RuntimeError("tokens kept changing")
-
-    def refused(*_: Any, **__: Any) -> Any:
-        raise redis.exceptions.ConnectionError("refused")
-
-    monkeypatch.setattr(posts, "enqueue_turns", contended)
-    monkeypatch.setattr(posts, "enqueue_turn", refused)
     bodies = [(body("wamid.new", "voltei", **caio), later)]
     if grouped:
         bodies.append((body("wamid.other", "olá", wa_id="5511900000009", user_id="BR.Z9"),
                        later))
     outcomes = posts.store_posts(stores_of(app), bodies)
+    no_turns.close()
 
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     with session_scope(engine) as session:
@@ -355,19 +336,14 @@ def test_a_big_post_is_stored_in_chunks_and_a_bad_message_loses_nothing_else(
     while the rest of its chunk lands."""
     with session_scope(engine) as session:
         upsert_tenant(session, TENANT, now=START)
+    # a knob of intake/ingest.py no setting reaches: two updates a transaction
     monkeypatch.setattr(ingest, "UPDATES_PER_TRANSACTION", 2)
-    real_insert = messages.insert_inbound_many
-
-    def refusing(session: Any, rows: list[dict[str, Any]]) -> Any:
-        if any(row["wamid"] == "wamid.K3" for row in rows):
-            raise RuntimeError("a value the database refuses")
-        return real_insert(session, rows)
-
-    monkeypatch.setattr(messages, "insert_inbound_many", refusing)
     raw = body("wamid.K0", "m0", **ANA)
     for wamid in ("wamid.K1", "wamid.K2", "wamid.K3", "wamid.K0", "wamid.K4"):
         raw = two_messages(raw, body(wamid, wamid[-2:], **ANA))
-    result = ingest.ingest_body(engine, raw, now=START)
+    with database_faults.failing(engine, database_faults.inserts_mentioning("message", "K3"),
+                                 error=database_faults.refused_row):
+        result = ingest.ingest_body(engine, raw, now=START)
     assert result.counts == {"message": 4, "duplicate": 1, "dead_letter": 1}
     assert len(result.turn_conversation_ids) == 1
     with session_scope(engine) as session:

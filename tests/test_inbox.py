@@ -8,6 +8,7 @@ lost when the database, Redis or the code fails on the way.
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from sqlmodel import func, select
 
 from bot.app import create_app
 from bot.webhook import GroupCommit
+from core import faults
 from core.clock import FrozenClock, set_clock
 from core.errors import SettingsError
 from core.settings import SMALL_BODY_BYTES, Settings
@@ -33,6 +35,7 @@ from storage.messages import assign_positions
 from storage.models import Contact, Conversation, DeadLetter, InboxEntry, Message
 from storage.rights import find_contact, forget_contact
 from storage.tenants import upsert_tenant
+from tests import database_faults, redis_faults
 from tests.conftest import START
 from tests.factories import PHONE_NUMBER_ID, TENANT
 from tests.test_group_commit import SECRET, _post, body, status_body, two_messages, workload
@@ -144,36 +147,26 @@ def test_a_negative_spill_threshold_is_refused() -> None:
 
 
 async def test_a_spill_without_the_database_answers_503(
-        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
     client = await tenant_client(aiohttp_client, engine, redis_client, 1)
-
-    def down(*_: Any) -> None:
-        raise OperationalError("INSERT", {}, Exception("connection refused"))
-
-    monkeypatch.setattr(inbox, "add_many", down)
     raw = body("wamid.D1", "oi", wa_id="5511900000001", user_id=None)
-    assert await _post(client, raw) == 503  # Meta redelivers
+    with database_faults.failing(engine, database_faults.sql_contains("INSERT INTO inbox")):
+        assert await _post(client, raw) == 503  # Meta redelivers
     assert job_ids(redis_client, "inbox") == []
-    monkeypatch.undo()
     assert await _post(client, raw) == 200
     assert count(engine, InboxEntry) == 1
 
 
 async def test_a_spill_without_redis_answers_503_and_is_reconciled(
-        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis) -> None:
     """Redis down: 503, as for a turn that cannot be enqueued. The committed entry is drained
     once the periodic reconcile finds it a minute old, and Meta's redelivery is a duplicate."""
-    client = await tenant_client(aiohttp_client, engine, redis_client, 1)
-
-    def refused(*_: Any, **__: Any) -> Any:
-        raise redis.exceptions.ConnectionError("refused")
-
-    monkeypatch.setattr(posts, "enqueue_drain", refused)
+    no_drain = redis_faults.refusing(redis_client, redis_faults.mentioning(":inbox:"))
+    broken = await tenant_client(aiohttp_client, engine, no_drain, 1)
     raw = body("wamid.R1", "oi", wa_id="5511900000001", user_id=None)
-    assert await _post(client, raw) == 503
-    monkeypatch.undo()
+    assert await _post(broken, raw) == 503
+    no_drain.close()
+    client = await tenant_client(aiohttp_client, engine, redis_client, 1)
     assert count(engine, InboxEntry) == 1 and job_ids(redis_client, "inbox") == []
     rt = runtime(engine, redis_client)
     _, oldest = inbox.backlog(engine)
@@ -188,26 +181,20 @@ async def test_a_spill_without_redis_answers_503_and_is_reconciled(
     assert count(engine, Message) == 1 and len(job_ids(redis_client, "turn")) == 1
 
 
-def test_a_failed_drain_keeps_its_entries(
-        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_drain_keeps_its_entries(engine: Engine, redis_client: redis.Redis) -> None:
     """Redis refuses the turns: the messages were committed, but the entries stay, and the
     retried drain enqueues their turns (the messages are then redeliveries)."""
     with session_scope(engine) as session:
         upsert_tenant(session, TENANT, now=START)
     inbox.add_many(engine, [(body(f"wamid.F{k}", "oi", wa_id=f"551190000000{k}", user_id=None),
                              START) for k in range(3)])
-    rt = runtime(engine, redis_client)
-
-    def refused(*_: Any, **__: Any) -> Any:
-        raise redis.exceptions.ConnectionError("refused")
-
-    monkeypatch.setattr(posts, "enqueue_turns", refused)
-    monkeypatch.setattr(posts, "enqueue_turn", refused)
+    no_turns = redis_faults.refusing(redis_client, redis_faults.mentioning(":turn:"))
     with pytest.raises(posts.StoreUnavailable):
-        drainer.drain_batch(rt)
+        drainer.drain_batch(runtime(engine, no_turns))
+    no_turns.close()
     assert count(engine, InboxEntry) == 3
     assert job_ids(redis_client, "turn") == []
-    monkeypatch.undo()
+    rt = runtime(engine, redis_client)
     assert drainer.drain_batch(rt) == 3
     assert count(engine, InboxEntry) == 0
     assert count(engine, Message) == 3
@@ -231,6 +218,7 @@ def test_an_entry_that_breaks_storing_is_dead_lettered_whole(
             raise KeyError("a bug")
         return real(engine_, raw, now=now)
 
+    # a bug outside every update's own ladder (a database fault lands inside one): no seam
     monkeypatch.setattr(posts, "ingest_body", buggy)
     assert drainer.drain_batch(runtime(engine, redis_client)) == 3
     assert count(engine, InboxEntry) == 0
@@ -241,7 +229,7 @@ def test_an_entry_that_breaks_storing_is_dead_lettered_whole(
 
 
 def test_the_drain_gives_its_token_back_and_misses_nothing(
-        engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+        engine: Engine, redis_client: redis.Redis) -> None:
     """A POST spilled while the drain holds the token enqueues nothing; if it lands just as the
     drain finds the inbox empty, the drain looks again after giving the token back."""
     with session_scope(engine) as session:
@@ -252,16 +240,14 @@ def test_the_drain_gives_its_token_back_and_misses_nothing(
     assert enqueue_drain(rt.queue, "t") is None  # coalesced: the token is held
     inbox.add_many(engine, [(body("wamid.T1", "oi", wa_id="5511900000001", user_id=None),
                              START)])
-    real_consume = drainer.consume_token
     late = [body("wamid.T2", "oi", wa_id="5511900000002", user_id=None)]
 
-    def consume_then_spill(*args: Any) -> None:
+    def spill() -> None:
         if late:  # a spill committed after the last empty claim, having seen the token
             inbox.add_many(engine, [(late.pop(), START)])
-        real_consume(*args)
 
-    monkeypatch.setattr(drainer, "consume_token", consume_then_spill)
-    assert drainer.drain(rt, job_id=job_id, linger=0) == 2
+    with faults.meanwhile("before_inbox_token_back", spill):
+        assert drainer.drain(rt, job_id=job_id, linger=0) == 2
     assert count(engine, InboxEntry) == 0 and count(engine, Message) == 2
     assert redis_client.get(token_key("t", "inbox", INBOX_KEY)) is None
     assert enqueue_drain(rt.queue, "t") is not None  # the next spill enqueues a new drain
@@ -361,6 +347,14 @@ def test_erasing_a_contact_reaches_the_inbox(
     assert [c.wa_id for c in people if c.wa_id] == [bia["wa_id"]]
 
 
+@pytest.fixture
+def runtime_reset() -> Iterator[None]:
+    """The process's runtime (workers.runtime.set_runtime) back to none after the test."""
+    yield
+    set_runtime(None)
+
+
+@pytest.mark.usefixtures("runtime_reset")
 def test_a_failed_drain_gives_its_token_back_without_personal_data(
         engine: Engine, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """The database fails under a drain job: the next spilled POST must enqueue a new drain
@@ -374,19 +368,22 @@ def test_a_failed_drain_gives_its_token_back_without_personal_data(
         id = job_id
         retries_left = 1  # RQ will run it again: the retry keeps the token
 
-    def failing_claim(*_: Any, **__: Any) -> Any:
-        raise OperationalError("SELECT inbox", {"wa_id": "5511912345678"},
-                               Exception("server closed the connection"))
+    def lost(statement: str, _parameters: Any) -> OperationalError:  # the error shows them
+        return OperationalError(statement, {"wa_id": "5511912345678"},
+                                Exception("server closed the connection"))
 
+    # RQ's own: the job as RQ would hand it to a first, then a last, attempt
     monkeypatch.setattr(drainer, "get_current_job", lambda: Job)
-    monkeypatch.setattr(drainer, "get_runtime", lambda: rt)
-    monkeypatch.setattr(inbox, "claim", failing_claim)
-    with pytest.raises(posts.StoreUnavailable):
+    set_runtime(rt)
+    claims = database_faults.sql_contains("FROM inbox")
+    with database_faults.failing(engine, claims, error=lost), \
+            pytest.raises(posts.StoreUnavailable):
         drainer.drain_inbox()
     assert redis_client.get(token_key("t", "inbox", INBOX_KEY)) == job_id.encode()
     assert enqueue_drain(rt.queue, "t") is None  # one drain at a time
     Job.retries_left = 0  # the last attempt
-    with pytest.raises(posts.StoreUnavailable) as failure:
+    with database_faults.failing(engine, claims, error=lost), \
+            pytest.raises(posts.StoreUnavailable) as failure:
         drainer.drain_inbox()
     assert failure.value.__cause__ is None and failure.value.__suppress_context__
     assert "5511912345678" not in str(failure.value)
@@ -567,6 +564,7 @@ async def test_a_small_post_is_answered_while_a_large_body_is_still_being_stored
         assert release.wait(10)
         real_add(engine_, posts)
 
+    # the held INSERT must not hold SQLite's lock (a statement event would): before it
     monkeypatch.setattr(inbox, "add_many", slow_add)
     large = asyncio.create_task(_post(client, body(
         "wamid.LONG2", "x" * (SMALL_BODY_BYTES + 1), wa_id="5511900000001", user_id=None)))

@@ -24,6 +24,7 @@ from storage.jobs import (
     enqueue_turns,
 )
 from storage.keys import turn_token_key
+from tests import redis_faults
 
 PREFIX = "jobs-test"
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,23 +89,22 @@ def test_scheduled_turns_wait_in_rqs_registry_with_status_scheduled(
 
 
 def test_a_token_changed_under_watch_is_read_again_and_nothing_is_doubled(
-        redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+        redis_client: redis.Redis) -> None:
     """Another web process enqueues conversation 5 between our WATCH and our EXEC: the EXEC is
     refused, the conversations are then taken one at a time, and 5 is left to the other
     process's job."""
-    queue = _queue(redis_client)
-    mget = redis.client.Pipeline.mget
     raced: list[bool] = []
 
-    def racing_mget(self, keys, *args):  # type: ignore[no-untyped-def]
-        found = mget(self, keys, *args)
-        if not raced:
+    def race(packed: bytes) -> None:
+        if redis_faults.words(packed)[:1] == ["MULTI"] and not raced:
             raced.append(True)  # the other process runs once, between our WATCH and EXEC
             enqueue_turn(_queue(redis_client), PREFIX, 5)
-        return found
 
-    monkeypatch.setattr(redis.client.Pipeline, "mget", racing_mget)
+    racing = redis_faults.intercepting(redis_client, race)
+    queue = _queue(racing)
     made = enqueue_turns(queue, PREFIX, [4, 5, 6])
+    racing.close()
+    assert raced
 
     assert made[5] is None and made[4] is not None and made[6] is not None
     assert queue.count == 3  # the other process's job for 5, ours for 4 and 6
@@ -112,36 +112,34 @@ def test_a_token_changed_under_watch_is_read_again_and_nothing_is_doubled(
         {str(made[4]).encode(), str(made[6]).encode()}
 
 
-def test_a_queued_token_is_not_watched(redis_client: redis.Redis,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_queued_token_is_not_watched(redis_client: redis.Redis) -> None:
     """A conversation whose turn is already queued is left out of the transaction: its job
     starting meanwhile (consuming the token) does not refuse the others' EXEC."""
-    queue = _queue(redis_client)
-    enqueue_turn(queue, PREFIX, 1)
+    enqueue_turn(_queue(redis_client), PREFIX, 1)
     watched: list[tuple[str, ...]] = []
-    watch = redis.client.Pipeline.watch
 
-    def spy(self, *names):  # type: ignore[no-untyped-def]
-        watched.append(tuple(n.decode() if isinstance(n, bytes) else n for n in names))
-        return watch(self, *names)
+    def spy(packed: bytes) -> None:
+        if (sent := redis_faults.words(packed))[:1] == ["WATCH"]:
+            watched.append(tuple(sent[1:]))
 
-    monkeypatch.setattr(redis.client.Pipeline, "watch", spy)
-    made = enqueue_turns(queue, PREFIX, [1, 2, 3])
+    spied = redis_faults.intercepting(redis_client, spy)
+    made = enqueue_turns(_queue(spied), PREFIX, [1, 2, 3])
+    spied.close()
 
     assert watched == [(turn_token_key(PREFIX, 2), turn_token_key(PREFIX, 3))]
     assert made[1] is None and made[2] and made[3]
 
 
 def test_tokens_that_never_settle_end_in_an_error_not_a_loop(
-        redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-    def always_refused(self):  # type: ignore[no-untyped-def]
-        self.reset()
-        raise WatchError("changed")
+        redis_client: redis.Redis) -> None:
+    def always_changed(packed: bytes) -> None:  # another process, before every EXEC
+        if redis_faults.words(packed)[:1] == ["MULTI"]:
+            raise WatchError("changed")
 
-    monkeypatch.setattr(redis.client.Pipeline, "execute", always_refused)
+    changing = redis_faults.intercepting(redis_client, always_changed)
     with pytest.raises(RuntimeError, match="kept changing"):
-        enqueue_turns(_queue(redis_client), PREFIX, [9])
-    monkeypatch.undo()
+        enqueue_turns(_queue(changing), PREFIX, [9])
+    changing.close()
     assert _queue(redis_client).count == 0
     assert redis_client.get(turn_token_key(PREFIX, 9)) is None
 

@@ -22,6 +22,7 @@ from replay.environment import ReplayEnvironment
 from storage.jobs import enqueue_turn, enqueue_turns
 from storage.keys import beats_key, keeper_lock_key, lock_key
 from storage.scheduled import enqueue_due, overdue_seconds
+from tests import redis_faults
 from tests.conftest import START
 from tests.factories import TENANT, text_body
 from tests.test_metrics import scrape, value
@@ -157,21 +158,19 @@ def test_a_keeper_finding_redis_empty_enqueues_one_recovery_reconcile_ahead_of_t
 
 
 def test_a_keeper_that_cannot_reach_redis_logs_once_and_asks_for_recovery_when_back(
-        redis_client: redis.Redis, frozen: clock.FrozenClock,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    keeper = _keeper(redis_client, "worker:a")
+        redis_client: redis.Redis, frozen: clock.FrozenClock) -> None:
+    down: list[bool] = []
+    flaky = redis_faults.refusing(redis_client, lambda _command: bool(down))
+    keeper = _keeper(flaky, "worker:a")
     keeper.tick()
-    real_set = keeper.redis.set
     assert keeper.queue.count == 0
 
-    def down(*args: object, **kwargs: object) -> object:
-        raise redis.exceptions.ConnectionError("Connection refused")
-
     with capture_logs() as logs:
-        monkeypatch.setattr(keeper.redis, "set", down)
+        down.append(True)
         assert keeper.tick() == 0 and keeper.tick() == 0
-        monkeypatch.setattr(keeper.redis, "set", real_set)
+        down.clear()
         keeper.tick()
+    flaky.close()
     events = [e["event"] for e in logs]
     assert events.count("redis_unavailable") == 1
     assert "redis_back" in events and "recovery_reconcile_enqueued" in events

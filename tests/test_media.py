@@ -18,6 +18,7 @@ from sqlmodel import select
 
 from agent import media as rules
 from agent.tools.facts import from_voice_note
+from core import faults
 from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from replay.media_steps import png_bytes
@@ -32,7 +33,6 @@ from tests.conftest import START
 from tests.factories import TENANT, scenario, text_body
 from whatsapp.inbound import media_descriptor
 from whatsapp.media import MediaClient, MediaError, sha256_matches
-from workers import turns
 from workers.media import VOICE_MARK
 
 FIXTURES = Path(__file__).parent / "fixtures" / "whatsapp"
@@ -430,21 +430,19 @@ def test_the_graph_double_answers_a_media_id_as_meta_does(media_env: ReplayEnvir
 
 
 def test_a_photo_arriving_mid_turn_is_folded_in_as_an_image(
-        media_env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        media_env: ReplayEnvironment) -> None:
     env = media_env
     sha = env.graph_api.add_media(IMAGE_ID, png_bytes(20, 20), "image/png")
     env.messages_api.script("turn", [{"tool": "list_services", "input": {}},
                                      {"text": "Temos corte, e esse fica lindo."}])
-    real_execute = turns._execute
     posted = iter([True])
 
-    def execute_while_customer_sends_a_photo(*args: Any) -> tuple[str, bool]:
+    def customer_sends_a_photo() -> None:
         if next(posted, False):
             assert env.post_webhook(json.dumps(image_body(sha)).encode()) == 200
-        return real_execute(*args)
 
-    monkeypatch.setattr(turns, "_execute", execute_while_customer_sends_a_photo)
-    _post(env, text_body("quais serviços vocês têm?", 1))
+    with faults.meanwhile("after_tool_before_store", customer_sends_a_photo):
+        _post(env, text_body("quais serviços vocês têm?", 1))
     second = env.messages_api.calls[1].request["messages"][-1]["content"]
     assert [b["type"] for b in second] == ["tool_result", "text", "image"]
     assert env.messages_api.api_errors == 0 and len(env.messages_api.calls) == 2

@@ -12,13 +12,13 @@ from rq.job import Job
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
-from core import clock
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import ToolCall
+from tests import database_faults
 from tests.conftest import START
 from tests.factories import text_body
-from workers import jobs, turns
+from workers import jobs
 
 
 def _outage() -> OperationalError:
@@ -32,44 +32,34 @@ def _scheduled(env: ReplayEnvironment) -> list[tuple[datetime, dict[str, Any]]]:
 
 
 def test_a_turn_the_database_stopped_runs_again_after_1_2_then_4_seconds(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     env.messages_api.script("turn", [{"text": "Oi! Como posso ajudar?"}])
-    real, failures = turns.message_repo.pending_inbound, iter(range(3))
-
-    def database_down_three_times(*args: Any) -> Any:
-        if next(failures, None) is not None:
-            raise _outage()
-        return real(*args)
-
-    monkeypatch.setattr(turns.message_repo, "pending_inbound", database_down_three_times)
     assert env.post_webhook(json.dumps(text_body("oi", 1)).encode()) == 200
-    env.drain()
-    for outage, delay in ((1, 1), (2, 2), (3, 4)):
-        assert env.graph_api.sends == []
-        assert _scheduled(env) == [(env.clock.now() + timedelta(seconds=delay), {
-            "conversation_id": 1, "attempt": 1, "outage": outage})]
-        env.clock.advance(timedelta(seconds=delay))
+    with database_faults.failing(env.engine, database_faults.sql_contains("FROM message"),
+                                 times=3) as failed:
         env.drain()
+        for outage, delay in ((1, 1), (2, 2), (3, 4)):
+            assert env.graph_api.sends == []
+            assert _scheduled(env) == [(env.clock.now() + timedelta(seconds=delay), {
+                "conversation_id": 1, "attempt": 1, "outage": outage})]
+            env.clock.advance(timedelta(seconds=delay))
+            env.drain()
+    assert len(failed) == 3
     assert [s.body["text"]["body"] for s in env.graph_api.sends] == ["Oi! Como posso ajudar?"]
     assert _scheduled(env) == []
 
 
 def test_a_database_error_inside_a_tool_retries_the_turn_instead_of_telling_the_model(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     env.messages_api.script("turn", [
         {"tool": "book_appointment", "input": {"service": "corte",
                                                "start": "2026-06-02T14:00"}},
         {"text": "Marcado: terça 14:00."}])
-    real, failures = turns._execute, iter([True])
-
-    def database_down_once(*args: Any) -> tuple[str, bool]:
-        if next(failures, False):
-            raise _outage()
-        return real(*args)
-
-    monkeypatch.setattr(turns, "_execute", database_down_once)
     assert env.post_webhook(json.dumps(text_body("marca amanhã 14h", 1)).encode()) == 200
-    env.drain()
+    booking = database_faults.sql_contains("INSERT INTO appointment")
+    with database_faults.failing(env.engine, booking, times=1) as failed:
+        env.drain()
+    assert len(failed) == 1
     env.clock.advance(timedelta(seconds=1))
     env.drain()
     assert [s.body["text"]["body"] for s in env.graph_api.sends] == ["Marcado: terça 14:00."]
@@ -78,9 +68,8 @@ def test_a_database_error_inside_a_tool_retries_the_turn_instead_of_telling_the_
         assert call.is_error is False
 
 
-def test_outage_retries_back_off_to_15_seconds_and_stop_at_the_cap(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clock, "_clock", clock.FrozenClock(START))
+@pytest.mark.usefixtures("frozen_clock")
+def test_outage_retries_back_off_to_15_seconds_and_stop_at_the_cap() -> None:
     made: list[tuple[datetime, int, int]] = []
     runtime: Any = None
 

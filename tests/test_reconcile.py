@@ -4,8 +4,7 @@ waiting first, page by page. Real worker, real Redis when reachable, SQLite and 
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
 from rq.job import Job, JobStatus
@@ -14,9 +13,9 @@ from structlog.testing import capture_logs
 from replay.environment import ReplayEnvironment
 from storage.jobs import enqueue_turn
 from storage.keys import lock_key, turn_token_key
+from tests import database_faults
 from tests.conftest import START
 from tests.factories import TENANT, text_body
-from workers import maintenance
 from workers.maintenance import find_pending, reconcile_pending
 
 
@@ -96,7 +95,7 @@ def test_a_conversation_whose_turn_is_running_is_left_alone(env: ReplayEnvironme
 
 
 def test_pending_conversations_come_longest_waiting_first_through_a_cursor(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     for contact in (1, 2, 3, 4, 5):  # conversation n is contact n's
         _post(env, contact)
         env.clock.advance(timedelta(seconds=5))
@@ -115,20 +114,12 @@ def test_pending_conversations_come_longest_waiting_first_through_a_cursor(
         (START, 1), (START + timedelta(seconds=5), 2)], "waiting 30 s or more"
 
     # pages of two: the first (the two longest waiting) keeps coming back, its turns running
-    monkeypatch.setattr(maintenance, "BATCH", 2)
-    pages: list[list[int]] = []
-
-    def paged(*args: Any, **kwargs: Any) -> list[tuple[datetime, int]]:
-        page = find_pending(*args, **kwargs)
-        pages.append([cid for _, cid in page])
-        return page
-
-    monkeypatch.setattr(maintenance, "find_pending", paged)
     for conversation_id in (1, 2):
         env.redis.set(lock_key(env.namespace, "turn", conversation_id), "running", ex=20)
-    with capture_logs() as logs:
-        assert reconcile_pending(env.runtime, now=now) == 3
+    pending = database_faults.sql_contains("min(message.received_at)")  # find_pending's
+    with capture_logs() as logs, database_faults.counting(env.engine, pending) as pages:
+        assert reconcile_pending(env.runtime, now=now, batch=2) == 3
     assert sorted(j.kwargs["conversation_id"] for j in env.queue.get_jobs()) == [3, 4, 5]
-    assert pages == [[1, 2], [3, 4], [5]]
+    assert len(pages) == 3, "pages of 2, 2 and 1"
     assert [(e["enqueued"], e["waiting"]) for e in logs
             if e["event"] == "reconciled_lost_turns"] == [(3, 5)]

@@ -37,6 +37,7 @@ from storage.models import (
 )
 from storage.tenant_config import REMINDER_PARAMETERS, check_placeholders
 from storage.tenants import upsert_tenant
+from tests import database_faults
 from tests.console_helpers import SALON, seed
 from tests.factories import ANA, BRUNO, TENANT, scenario, text_body
 from tests.test_admin_api import call
@@ -419,7 +420,7 @@ def test_remarcar_on_a_reminder_that_opened_the_conversation_reaches_the_agent()
 
 
 def test_a_reminder_that_cannot_be_written_holds_up_no_other(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     """A chunk whose transaction fails is written one by one: the bad reminder stays
     scheduled (logged), the others are queued once each."""
     env.add_tenant(TENANT)
@@ -439,19 +440,14 @@ def test_a_reminder_that_cannot_be_written_holds_up_no_other(
             session.add(booking)
             session.flush()
             reminders.schedule(session, tenant, booking, now=now - timedelta(days=2))
-    real = worker_reminders._queue_in
-
-    def failing(session: Any, secret: str, row: Reminder, at: datetime) -> Any:
-        if row.appointment_id == 2:
-            raise ValueError("a row that cannot be written")
-        return real(session, secret, row, at)
-    monkeypatch.setattr(worker_reminders, "_queue_in", failing)
-    monkeypatch.setattr(worker_reminders, "BATCH", 1)  # pages of one: the cursor moves on
-    assert reminder_pass(env.runtime, now=now) == 2
+    # appointment 2's reminder cannot be written; pages of one: the cursor moves on
+    with database_faults.failing(env.engine, database_faults.gets("appointment", 2),
+                                 error=database_faults.refused_row) as failed:
+        assert reminder_pass(env.runtime, now=now, batch=1) == 2
+    assert failed
     with session_scope(env.engine) as session:
         statuses = {r.appointment_id: r.status for r in session.exec(select(Reminder))}
     assert statuses == {1: "queued", 2: "scheduled", 3: "queued"}
-    monkeypatch.setattr(worker_reminders, "_queue_in", real)
     assert reminder_pass(env.runtime, now=now) == 1  # the next pass: only the one left
     env.drain()
     assert sorted(s.body["to"] for s in env.graph_api.accepted) == \

@@ -11,12 +11,12 @@ import pytest
 from sqlmodel import select
 
 from agent.loop import run_tool_loop
+from core import faults
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, Message, Outbound
 from tests.conftest import START
 from tests.factories import TENANT, text_body
-from workers import turns
 from workers.maintenance import reconcile_pending
 from workers.processes import InlineWorker
 
@@ -35,21 +35,21 @@ def _post(env: ReplayEnvironment, text: str, n: int, sent_at: Any = None) -> Non
 
 
 def test_a_crash_between_a_tool_use_and_its_results_with_a_message_in_between_is_repaired(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     env.messages_api.script("turn", [
         {"tool": "book_appointment", "input": {"service": "corte",
                                                "start": "2026-06-02T14:00"}},
         {"text": "Marcado: terça 14:00 com a Júlia."}])
     crashes = iter([True])
 
-    def crash_once(self: Any, content: Any) -> None:
+    def crash_once() -> None:
         if next(crashes, False):
             raise RuntimeError("worker died while storing the tool results")
-        turns._StoreHooks._append(self, "user", content)
 
-    monkeypatch.setattr(turns._StoreHooks, "on_tool_results", crash_once)
     _post(env, "marca amanhã 14h", 1)
-    InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
+    with faults.meanwhile("after_tool_before_store", crash_once):
+        InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
+    assert list(crashes) == [], "the worker died between the tool and its results"
     env.clock.advance(timedelta(minutes=2))
     _post(env, "alô?", 2)  # the customer writes before RQ retries the turn
     env.drain()
@@ -109,6 +109,7 @@ def test_a_send_left_claimed_by_a_crash_is_settled_as_unknown_never_resent(
     def die(*args: Any, **kwargs: Any) -> str:
         raise SystemExit("worker killed during the Graph call")
 
+    # the worker dies inside its Graph call, before the double sees it: no seam in between
     monkeypatch.setattr(env.runtime.graph, "send_text", die)
     _post(env, "oi", 1)
     InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
@@ -212,21 +213,19 @@ def test_an_expired_token_pauses_the_tenant_and_nothing_is_lost(
 
 
 def test_a_message_arriving_mid_turn_is_folded_into_the_answer(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     env.messages_api.script("turn", [
         {"tool": "list_services", "input": {}},
         {"text": "Temos corte, e sim, aceitamos pix."}])
-    real_execute = turns._execute
     posted = iter([True])
 
-    def execute_while_customer_writes(*args: Any) -> tuple[str, bool]:
-        if next(posted, False):  # the customer writes again while the tool runs
+    def customer_writes() -> None:
+        if next(posted, False):  # the customer writes again while the tool round ends
             _post(env, "e vocês aceitam pix?", 2)
-        return real_execute(*args)
 
-    monkeypatch.setattr(turns, "_execute", execute_while_customer_writes)
     _post(env, "quais serviços vocês têm?", 1)
-    env.drain()
+    with faults.meanwhile("after_tool_before_store", customer_writes):
+        env.drain()
     second_call = env.messages_api.calls[1].request["messages"]
     assert [b["type"] for b in second_call[-1]["content"]] == ["tool_result", "text"]
     assert "pix" in second_call[-1]["content"][1]["text"]

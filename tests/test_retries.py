@@ -9,7 +9,6 @@ import anthropic
 import httpx2
 import pytest
 
-from core import clock
 from core.settings import Settings
 from tests.conftest import START
 from workers.jobs import RETRY_POLICIES, retry_later
@@ -51,9 +50,8 @@ def test_only_the_providers_transient_failures_are_retried(kind: str) -> None:
         assert not issubclass(error, transient)
 
 
-def test_retry_later_enqueues_the_next_attempt_after_the_kinds_delay(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clock, "_clock", clock.FrozenClock(START))
+@pytest.mark.usefixtures("frozen_clock")
+def test_retry_later_enqueues_the_next_attempt_after_the_kinds_delay() -> None:
     made: list[tuple[datetime, int, int]] = []
 
     def reenqueue(_rt: Any, _cid: int, at: datetime, attempt: int, outage: int) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 import structlog
+from aiohttp.test_utils import TestServer
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq.registry import FailedJobRegistry
@@ -525,14 +526,14 @@ async def test_console_session_keys_in_redis_hold_no_session_id(
 
 async def test_a_refused_token_on_a_contact_route_logs_the_route_template_not_the_phone(
         aiohttp_client: Any, engine: Engine, redis_client: redis.Redis,
-        captured: Captured, monkeypatch: pytest.MonkeyPatch) -> None:
+        captured: Captured) -> None:
     """Issue 35 item 7: the contact routes' path is the customer's phone; every line of the
     request (admin_token_refused, admin_call and the request's bound context) names the
     route's template instead, at every level."""
     tenant_id, _ = tenant_token(engine)
-    # `wagent web` runs without aiohttp's access log (cli/web.py); the test server has one
-    monkeypatch.setattr(logging.getLogger("aiohttp.access"), "disabled", True)
-    client = await aiohttp_client(create_app(SETTINGS, engine=engine, redis_client=redis_client))
+    server = TestServer(create_app(SETTINGS, engine=engine, redis_client=redis_client))
+    await server.start_server(access_log=None)  # as `wagent web` runs it (cli/web.py)
+    client = await aiohttp_client(server)
     for method, path in (("GET", f"/admin/tenants/{tenant_id}/contacts/{ANA[0]}/export"),
                          ("DELETE", f"/admin/tenants/{tenant_id}/contacts/{ANA[0]}"),
                          ("GET", f"/admin/nowhere/{ANA[0]}")):

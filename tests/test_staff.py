@@ -16,6 +16,7 @@ from sqlmodel import col, select
 
 from agent.tools.handoff import handoff_reply
 from cli.main import main
+from core import faults
 from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario_file
 from storage import marks, staff
@@ -390,15 +391,14 @@ def _history(env: ReplayEnvironment) -> list[tuple[str, list[str]]]:
 
 @pytest.mark.parametrize("customer_too", [True, False])
 def test_a_staff_message_written_during_a_tool_round_never_splits_it(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch, customer_too: bool) -> None:
+        env: ReplayEnvironment, customer_too: bool) -> None:
     """The owner answers from the phone (or the console) while the agent's tool runs: the
     staff message is placed after the round, so tool_use and tool_result stay adjacent and
     every later turn is a valid request."""
-    import workers.turns as turns
     fired: list[int] = []
 
-    def meanwhile(name: str) -> None:
-        if name != "after_tool_before_store" or fired:
+    def staff_write() -> None:
+        if fired:
             return
         fired.append(1)
         if customer_too:
@@ -412,9 +412,9 @@ def test_a_staff_message_written_during_a_tool_round_never_splits_it(
                                        text="Oi, já te atendo", now=env.clock.now(),
                                        pause=timedelta(minutes=1))
 
-    monkeypatch.setattr(turns, "crash_point", meanwhile)
     env.messages_api.script("turn", [SLOTS, {"text": "Tenho 14h amanhã."}])
-    post(env, text_body("tem horário amanhã?", 1, sent_at=env.clock.now()))
+    with faults.meanwhile("after_tool_before_store", staff_write):
+        post(env, text_body("tem horário amanhã?", 1, sent_at=env.clock.now()))
     env.clock.advance(timedelta(minutes=5))  # the staff pause is over
     env.messages_api.script("turn", [{"text": "Posso ajudar?"}])
     post(env, text_body("e aí?", 3, sent_at=env.clock.now()))

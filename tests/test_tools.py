@@ -63,6 +63,7 @@ def test_remember_fact_enumerates_the_tenants_keys_and_is_not_offered_without_an
 def test_a_tool_added_to_the_registry_is_offered_and_dispatched_in_a_turn(
         env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
     RAN.clear()
+    # the turn reads agent/tools' REGISTRY directly: no seam to add a tool (issue 40 item 2)
     monkeypatch.setattr(turns, "REGISTRY", (*REGISTRY, PING))
     env.messages_api.script("turn", [{"tool": "check_ping", "input": {"word": "olá"}},
                                      {"text": "Pronto."}])

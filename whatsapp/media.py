@@ -31,15 +31,13 @@ from urllib.parse import urlsplit
 
 import httpx2
 
+from core.errors import ReasonedError
+
 MEDIA_HOSTS = ("lookaside.fbsbx.com",)  # Meta's media host (Sources: WhatsApp §3.3)
 
 
-class MediaError(Exception):
+class MediaError(ReasonedError):
     """A file that could not be fetched; `reason` names why (see the module docstring)."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def reap(redis: Redis, queue: Queue, prefix: str, *, job_timeout: int,
     revived: list[int] = []
     for raw in silent:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if not redis.zrem(key, raw):
+        if not redis.zrem(key, text):
             continue  # another keeper took it
         kind, _, rest = text.partition(":")
         conversation, _, token = rest.partition(":")

@@ -20,6 +20,7 @@ from rq import get_current_job
 from sqlalchemy.exc import DBAPIError
 
 from core import clock, metrics
+from core.faults import crash_point
 from intake.errors import StoreUnavailable
 from intake.failures import describe, store_unparsable
 from intake.posts import Stores, store_posts
@@ -96,6 +97,7 @@ def drain(runtime: Runtime, *, job_id: str | None, linger: float = LINGER_SECOND
                 return total
         if job_id is None:
             return total
+        crash_point("before_inbox_token_back")
         consume_token(runtime.redis, prefix, "inbox", INBOX_KEY, job_id)
         waiting, _ = inbox.backlog(runtime.engine)  # committed before the token went
         if not waiting or not runtime.redis.set(token_key(prefix, "inbox", INBOX_KEY), job_id,

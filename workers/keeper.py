@@ -34,13 +34,13 @@ from core.settings import Settings
 from storage.db import connect_redis
 from storage.keys import alive_key, keeper_lock_key, recovery_key
 from storage.scheduled import enqueue_due
-from workers import heartbeats
+from workers import heartbeats, maintenance
 
 log = structlog.get_logger(__name__)
 TICK_SECONDS = 1.0
 KEEPER_LOCK_TTL = 5  # seconds: a dead keeper's successor starts within this and a tick
 RECOVERY_GUARD = 30  # seconds: one recovery reconcile per Redis loss, whoever notices it
-RECONCILE_JOB = "workers.maintenance.reconcile"
+RECONCILE_JOB = maintenance.reconcile  # RQ names it "workers.maintenance.reconcile"
 
 
 class Keeper:

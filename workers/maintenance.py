@@ -153,12 +153,12 @@ def reconcile_inbox(runtime: Runtime, *, now: datetime) -> bool:
 
 
 def reconcile_pending(runtime: Runtime, *, now: datetime,
-                      older_than: timedelta = RECONCILE_AFTER) -> int:
+                      older_than: timedelta = RECONCILE_AFTER, batch: int = BATCH) -> int:
     """Enqueue a turn for every conversation with a forgotten message (and a drain for a
     forgotten inbox, a flush for a stranded send, and settle sends a crash left claimed);
     returns how many turn jobs were
     actually enqueued. `older_than` 0 (after Redis came back empty) takes every waiting
-    message."""
+    message; `batch` conversations a page, MAX_PAGES pages at most."""
     reconcile_inbox(runtime, now=now)
     settle_stale_sends(runtime.engine, now=now)
     _reflush_stranded(runtime, now=now)
@@ -167,10 +167,10 @@ def reconcile_pending(runtime: Runtime, *, now: datetime,
     after: Cursor | None = None
     for _ in range(MAX_PAGES):
         page = find_pending(runtime.engine, now=now, older_than=older_than, after=after,
-                            limit=BATCH)
+                            limit=batch)
         enqueued += _enqueue_lost(runtime, [cid for _, cid in page], now=now)
         waiting += len(page)
-        if len(page) < BATCH:
+        if len(page) < batch:
             break
         after = page[-1]
     if enqueued:
@@ -220,7 +220,7 @@ def purge_expired(engine: Engine, *, now: datetime) -> int:
         tenants = session.exec(select(Tenant.id, Tenant.retention_days)).all()
     for tenant_id, days in tenants:
         with session_scope(engine) as session:  # bytes never outlive retention, open or not
-            media.delete_older_than(session, tenant_id, now - timedelta(days=days))
+            media.delete_older_than(session, tenant_id or 0, now - timedelta(days=days))
         while True:
             with session_scope(engine) as session:
                 ids = [int(i) for i in session.exec(select(Conversation.id).where(
@@ -271,12 +271,13 @@ def purge_retention() -> int:
         dead_letter_retention_days=runtime.settings.dead_letter_retention_days)) or 0
 
 
-def purge_all(engine: Engine, *, now: datetime, dead_letter_retention_days: int) -> int:
+def purge_all(engine: Engine, *, now: datetime, dead_letter_retention_days: int,
+              dead_letter_batch: int = dead_letters.BATCH) -> int:
     """The retention purge: expired conversations, dead letters older than
-    `dead_letter_retention_days`, and finished webhook deliveries past
-    `storage.webhooks.LOG_RETENTION`; returns how many of them all."""
+    `dead_letter_retention_days` (`dead_letter_batch` a transaction), and finished webhook
+    deliveries past `storage.webhooks.LOG_RETENTION`; returns how many of them all."""
     conversations = purge_expired(engine, now=now)
-    letters = dead_letters.purge_expired(engine, now=now,
+    letters = dead_letters.purge_expired(engine, now=now, batch=dead_letter_batch,
                                          retention_days=dead_letter_retention_days)
     if letters:
         log.info("retention_purged_dead_letters", dead_letters=letters)

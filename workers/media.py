@@ -25,6 +25,7 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import anthropic
@@ -64,7 +65,7 @@ def resolve_media(runtime: Runtime, conversation_id: int, *, language: str) -> i
     return len(pending)
 
 
-def _resolve_one(runtime: Runtime, message_id: int, content: list[dict[str, Any]],
+def _resolve_one(runtime: Runtime, message_id: int, content: Sequence[dict[str, Any]],
                  described: dict[str, Any], language: str) -> None:
     kind = str(described.get("kind"))
     prefix = _stamp_of(content)
@@ -220,7 +221,7 @@ def _accepted(described: dict[str, Any]) -> tuple[str, ...]:
     return rules.IMAGE_TYPES
 
 
-def _stamp_of(content: list[dict[str, Any]]) -> str:
+def _stamp_of(content: Sequence[dict[str, Any]]) -> str:
     text = next((str(b.get("text", "")) for b in content if b.get("type") == "text"), "")
     match = STAMP.match(text)
     return match.group(0) if match else ""

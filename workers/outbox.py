@@ -242,7 +242,8 @@ def error_code(exc: GraphError) -> str:
 
 def retry_delay(attempt: int) -> timedelta:
     """30 s, 2 min, 8 min, 32 min, then hourly: Meta asks for 4^X back-off on pair limits."""
-    return min(FLUSH_RETRY_DELAY * 4 ** (attempt - 1), timedelta(hours=1))
+    delay: timedelta = FLUSH_RETRY_DELAY * 4 ** (attempt - 1)
+    return min(delay, timedelta(hours=1))
 
 
 def _schedule_flush(runtime: Runtime, conversation_id: int, at: datetime) -> None:

@@ -77,7 +77,7 @@ class PatientWorker(PromptTeardown, Worker):
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stop_signalled = True
-        super().request_stop(signum, frame)
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]  # RQ: untyped
 
 
 def run_worker(settings: Settings, *, burst: bool = False) -> int:
@@ -115,7 +115,7 @@ def run_cron(settings: Settings, jobs: list[tuple[Callable[[], object], int]]) -
                 scheduler.register(job, settings.queue_name, interval=every, job_timeout=240,
                                    result_ttl=600, failure_ttl=86400)
             try:
-                scheduler.start()  # returns once a signal stopped it
+                scheduler.start()  # type: ignore[no-untyped-call]  # returns once a signal stopped it
                 return 0
             except RedisError as exc:
                 log.warning("cron_lost_redis", error=type(exc).__name__)

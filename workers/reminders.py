@@ -77,14 +77,15 @@ def run_reminders() -> int:
                                work=lambda: reminder_pass(runtime, now=clock.now())) or 0
 
 
-def reminder_pass(runtime: Runtime, *, now: datetime) -> int:
-    """Queue every due reminder and pending notice; returns how many went to the outbox."""
+def reminder_pass(runtime: Runtime, *, now: datetime, batch: int = BATCH) -> int:
+    """Queue every due reminder and pending notice, `batch` rows a page; returns how many
+    went to the outbox."""
     paced: dict[int, int] = {}  # tenant id -> sends queued in this pass
     queued = 0
     after: tuple[datetime, int] | None = None
     while True:
         with session_scope(runtime.engine) as session:
-            rows = reminders.due(session, now=now, limit=BATCH, after=after)
+            rows = reminders.due(session, now=now, limit=batch, after=after)
         if rows:
             last = rows[-1]
             assert last.due_at is not None and last.id is not None
@@ -94,14 +95,14 @@ def reminder_pass(runtime: Runtime, *, now: datetime) -> int:
             crash_point("after_reminder_queued")  # stored, their flushes not enqueued yet
             for target in targets:
                 queued += _pace(runtime, paced, target, now)
-        if len(rows) < BATCH:
+        if len(rows) < batch:
             break
     while True:
         with session_scope(runtime.engine) as session:
-            notices = reminders.pending_notices(session, limit=BATCH)
+            notices = reminders.pending_notices(session, limit=batch)
         for notice in notices:
             queued += _pace(runtime, paced, queue_notice(runtime, notice, now=now), now)
-        if len(notices) < BATCH:
+        if len(notices) < batch:
             break
     if queued:
         log.info("reminders_queued", sends=queued)

@@ -5,6 +5,7 @@ queue, the Anthropic client and the Graph API client.
 import json
 import logging
 import os
+import socket
 from dataclasses import dataclass
 
 import anthropic
@@ -15,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import configure_mappers
 
 from core.settings import Settings
+from hooks.client import Resolve
 from storage import webhooks
 from storage.db import connect_redis, make_engine
 from storage.jobs import enqueue_webhooks
@@ -29,6 +31,7 @@ class Runtime:
     queue: Queue
     anthropic: anthropic.Anthropic
     graph: GraphClient
+    resolve: Resolve = socket.getaddrinfo  # the webhook deliveries' DNS (hooks/client.py)
 
 
 _runtime: Runtime | None = None

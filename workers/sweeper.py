@@ -49,7 +49,7 @@ def sweep_horizon(engine: Engine, *, now: datetime) -> datetime:
 
 def close_due(engine: Engine, *, now: datetime, due_by: datetime | None = None,
               is_busy: Callable[[int], bool] = lambda _cid: False,
-              on_closed: Callable[[int], None] = lambda _cid: None) -> int:
+              on_closed: Callable[[int], object] = lambda _cid: None) -> int:
     """Close every conversation due at `due_by` (default `now`), with `closed_at` = `now`;
     returns how many this call closed.
 

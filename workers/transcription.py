@@ -12,18 +12,15 @@ from dataclasses import dataclass, field
 
 import httpx2
 
+from core.errors import ReasonedError
 from whatsapp.inbound import storable_text
 
 PATH = "/v1/audio/transcriptions"
 MAX_TRANSCRIPT_CHARS = 4000
 
 
-class TranscriptionFailed(Exception):
+class TranscriptionFailed(ReasonedError):
     """No usable transcript; `reason`: off, unreachable, refused, garbage, empty."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

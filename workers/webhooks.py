@@ -12,6 +12,8 @@ Logs name the delivery, the endpoint and the event type by id, the status and a 
 cause: never the URL (it may hold a token) nor a secret.
 """
 
+from collections.abc import Mapping
+
 import structlog
 
 from core import clock
@@ -58,7 +60,7 @@ def deliver(delivery_id: int) -> str:
     context = {"delivery_id": delivery_id, "endpoint_id": endpoint_id, "event_type": event_type,
                "attempt": attempt}
     try:
-        status = client.post(url, payload, headers,
+        status = client.post(url, payload, headers, resolve=runtime.resolve,
                              allowed=trusted_networks(runtime.settings.webhook_allowed_networks))
     except DeliveryError as exc:
         return _failed(runtime, delivery_id, attempt, exc, context)
@@ -71,7 +73,7 @@ def deliver(delivery_id: int) -> str:
 
 
 def _failed(runtime: Runtime, delivery_id: int, attempt: int, exc: DeliveryError,
-            context: dict[str, object]) -> str:
+            context: Mapping[str, object]) -> str:
     policy, now = RETRY_POLICIES["webhook"], clock.now()
     retry_at = now + policy.delay(attempt) if policy.may_retry(attempt, runtime) else None
     with session_scope(runtime.engine) as session:

@@ -24,7 +24,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, select
@@ -277,21 +277,7 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
             continue
         working.append((pro, week, duration))
     if not working:
-        if (holiday := exceptions.holiday(local.date())) is not None:
-            raise ToolError(f"{local:%a %Y-%m-%d} {closed_label(tenant.language, holiday)} "
-                            "(a public holiday); offer another day")
-        if grid_miss is not None:
-            raise ToolError(f"{local:%H:%M} is not a start time: appointments start every "
-                            f"{tenant.slot_granularity_minutes} minutes from {grid_miss}; "
-                            "offer a time find_available_slots returned")
-        if p.professional and len(candidates) == 1:
-            week = week_of(candidates[0], business)
-            raise ToolError(f"{candidates[0].code} does not work at {local:%a %Y-%m-%d %H:%M} "
-                            f"for {p.service.code} ({local:%a %Y-%m-%d}: "
-                            f"{hours_said(week, local.date(), exceptions)}); use "
-                            "find_available_slots")
-        raise ToolError("that time is outside the opening hours of everyone who does "
-                        f"{p.service.code}; use find_available_slots")
+        _refuse_not_working(tenant, candidates, p, business, exceptions, grid_miss)
     buffer = timedelta(minutes=p.service.buffer_minutes)
     free = []
     for pro, week, duration in working:
@@ -319,6 +305,28 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     if appointment.visit_id is None:
         appointment.visit_id = appointment.id
     return appointment
+
+
+def _refuse_not_working(tenant: Tenant, candidates: Sequence[Professional], p: Placement,
+                        business: Any, exceptions: Any, grid_miss: Any) -> NoReturn:
+    """Why no candidate works at `p.start` (a ToolError): a public holiday, off the grid,
+    the asked professional's hours that day, or no one who does the service."""
+    local = p.start.astimezone(ZoneInfo(tenant.timezone))
+    if (holiday := exceptions.holiday(local.date())) is not None:
+        raise ToolError(f"{local:%a %Y-%m-%d} {closed_label(tenant.language, holiday)} "
+                        "(a public holiday); offer another day")
+    if grid_miss is not None:
+        raise ToolError(f"{local:%H:%M} is not a start time: appointments start every "
+                        f"{tenant.slot_granularity_minutes} minutes from {grid_miss}; "
+                        "offer a time find_available_slots returned")
+    if p.professional and len(candidates) == 1:
+        week = week_of(candidates[0], business)
+        raise ToolError(f"{candidates[0].code} does not work at {local:%a %Y-%m-%d %H:%M} "
+                        f"for {p.service.code} ({local:%a %Y-%m-%d}: "
+                        f"{hours_said(week, local.date(), exceptions)}); use "
+                        "find_available_slots")
+    raise ToolError("that time is outside the opening hours of everyone who does "
+                    f"{p.service.code}; use find_available_slots")
 
 
 def _fewest_that_day(session: Session, free: list[tuple[Professional, timedelta]],

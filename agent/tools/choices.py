@@ -59,6 +59,22 @@ def offer_from_input(args: dict[str, Any]) -> Offer:
                  button=button.strip() if isinstance(button, str) else None)
 
 
+def _slot_choice(option: dict[str, Any], slot: Any) -> str:
+    """The id of a slot option (its local start and optional professional code)."""
+    try:
+        if not _SLOT.fullmatch(str(slot)):  # strptime alone takes 2026-6-2T4:0
+            raise ValueError(slot)
+        datetime.strptime(str(slot), "%Y-%m-%dT%H:%M")
+    except ValueError:
+        raise ToolError(f"slot must be YYYY-MM-DDTHH:MM local time, got {echo(slot)}") \
+            from None
+    professional = option.get("professional")
+    if professional is not None and (not isinstance(professional, str)
+                                     or not 1 <= len(professional) <= CODE_CHARS):
+        raise ToolError(f"professional must be a professional code, got {echo(professional)}")
+    return slot_id(str(slot), professional)
+
+
 def _choice(option: Any, title_limit: int, n: int) -> Choice:
     if not isinstance(option, dict):
         raise ToolError("must be an object")
@@ -76,18 +92,7 @@ def _choice(option: Any, title_limit: int, n: int) -> Choice:
             raise ToolError("professional goes with a slot option only")
         choice_id = text_id(n)
     elif slot is not None:
-        try:
-            if not _SLOT.fullmatch(str(slot)):  # strptime alone takes 2026-6-2T4:0
-                raise ValueError(slot)
-            datetime.strptime(str(slot), "%Y-%m-%dT%H:%M")
-        except ValueError:
-            raise ToolError(f"slot must be YYYY-MM-DDTHH:MM local time, got {echo(slot)}") \
-                from None
-        professional = option.get("professional")
-        if professional is not None and (not isinstance(professional, str)
-                                         or not 1 <= len(professional) <= CODE_CHARS):
-            raise ToolError(f"professional must be a professional code, got {echo(professional)}")
-        choice_id = slot_id(str(slot), professional)
+        choice_id = _slot_choice(option, slot)
     else:
         if not isinstance(service, str) or not 1 <= len(service) <= CODE_CHARS:
             raise ToolError(f"service must be a service code, got {echo(service)}")
