@@ -66,12 +66,14 @@ def update_settings(session: Session, tenant: Tenant, changes: dict[str, Any]) -
     the tenant's open conversations (the sweeper reads `due_at`); other changes are read by the
     next turn."""
     timeout_before = tenant.inactivity_timeout_minutes
-    opened_before = set(tenant.open_holidays or [])
+    if "open_holidays" in changes:  # judged before anything is set
+        open_holiday_problems(
+            *(changes.get(k, getattr(tenant, k))
+              for k in ("holiday_calendar", "timezone", "language")),
+            added=set(changes["open_holidays"]) - set(tenant.open_holidays or []))
     for key, value in changes.items():
         setattr(tenant, key, value)
     reminder_template_problems(tenant)
-    if "open_holidays" in changes:
-        open_holiday_problems(tenant, set(tenant.open_holidays) - opened_before)
     session.add(tenant)
     session.flush()
     if tenant.id is not None and tenant.inactivity_timeout_minutes != timeout_before:
@@ -98,23 +100,23 @@ def reminder_template_problems(tenant: Tenant) -> None:
         raise TenantConfigError("reminder_template: its buttons need {\"title\", \"action\"}")
 
 
-def open_holiday_problems(tenant: Tenant, added: set[str]) -> None:
+def open_holiday_problems(holiday_calendar: str, timezone: str, language: str, *,
+                          added: set[str]) -> None:
     """The days newly added to `open_holidays` (YYYY-MM-DD) are public holidays of the
-    tenant's calendar (core/holidays.py; the setting's meaning: "public holidays the business
-    opens"); TenantConfigError naming the others. Days already kept stay (the calendar may
-    have changed since)."""
+    tenant's calendar, as it will be (core/holidays.py; the setting's meaning: "public
+    holidays the business opens"); TenantConfigError naming the others. Days already kept
+    stay (the calendar may have changed since)."""
     if not added:
         return
     try:
-        calendar = calendar_of(tenant.holiday_calendar, tenant.timezone)
+        calendar = calendar_of(holiday_calendar, timezone)
     except ValueError as exc:
         raise TenantConfigError(f"holiday_calendar: {exc}") from None
     if calendar is None:
         raise TenantConfigError("open_holidays: the tenant follows no holiday calendar "
                                 "(holiday_calendar), so there is no public holiday to open")
     days = sorted(date.fromisoformat(d) for d in added)
-    known = holidays_between(tenant.holiday_calendar, tenant.timezone, tenant.language,
-                             days[0], days[-1])
+    known = holidays_between(holiday_calendar, timezone, language, days[0], days[-1])
     stray = [d.isoformat() for d in days if d not in known]
     if stray:
         raise TenantConfigError(f"open_holidays: {', '.join(stray)} not a public holiday of "
