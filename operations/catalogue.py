@@ -109,7 +109,9 @@ def _tenant_id(tenant: Tenant) -> int:
 
 def save_service(session: Session, tenant: Tenant, change: ServiceChange) -> tuple[Service, bool]:
     """Apply `change`; returns (the service, created). Invalid for a code that cannot be one
-    (said alone, before anything else), TenantConfigError for the rest."""
+    (said alone, before anything else), TenantConfigError for the rest: among them a blank
+    name, and a code differing only by case from an active service's (codes are unique
+    ignoring case: storage/catalogue._refuse_case_twin)."""
     validated(ServiceSpec, {"code": change.code, "duration_minutes": 5})
     return catalogue.change_service(session, _tenant_id(tenant), change.code, name=change.name,
                                     duration_minutes=change.duration_minutes, **change.given())

@@ -105,6 +105,7 @@ def _refuse_dropping_booked(session: Session, pro: Professional, services: list[
 
 def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Service, bool]:
     """Create or update (and re-activate) a service by code. Returns (service, created)."""
+    _refuse_case_twin(spec.code, "service", [s.code for s in list_services(session, tenant_id)])
     service = session.exec(select(Service).where(Service.tenant_id == tenant_id,
                                                  Service.code == spec.code)).first()
     created = service is None
@@ -117,6 +118,16 @@ def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Se
     session.add(service)
     session.flush()
     return service, created
+
+
+def _refuse_case_twin(code: str, what: str, active: list[str]) -> None:
+    """Codes are unique ignoring case among the active ones: the agent matches a code the
+    customer says ignoring case (agent/tools/scheduling._one_service), so "Corte" beside
+    "corte" would be ambiguous. TenantConfigError names the code already there."""
+    twin = next((c for c in active if c != code and c.casefold() == code.casefold()), None)
+    if twin is not None:
+        raise TenantConfigError(f"code: {code!r} differs only by case from {what} {twin!r} "
+                                "(codes are compared ignoring case); use that code")
 
 
 def _set_price(row: Service, spec: ServiceSpec) -> None:
@@ -142,8 +153,7 @@ def change_service(session: Session, tenant_id: int, code: str, *, name: str | N
     if fields.get("price_cents", 0) is None:
         kept["price_from"] = False  # no price, no minimum
     spec = _valid(ServiceSpec, {
-        "code": code,
-        "name": name if name is not None else (current.name if current else ""),
+        "code": code, **_name(name, current),
         "duration_minutes": duration_minutes if duration_minutes is not None
         else (current.duration_minutes if current else 0),
         **kept, **fields})
@@ -163,11 +173,18 @@ def change_professional(session: Session, tenant_id: int, code: str, *,
              "hours_exceptions": current.hours_exceptions, "durations": current.durations}
             if current else {})
     spec = _valid(ProfessionalSpec, {
-        "code": code,
-        "name": name if name is not None else (current.name if current else ""),
+        "code": code, **_name(name, current),
         "services": services if services is not None
         else (current.service_codes if current else []), **kept, **week})
     return put_professional(session, tenant_id, spec, now)
+
+
+def _name(name: str | None, current: Service | Professional | None) -> dict[str, str]:
+    """The name of a change as its spec takes it: given (a blank one refused by the spec),
+    else the current one, else none (the code)."""
+    if name is not None:
+        return {"name": name}
+    return {"name": current.name} if current is not None and current.name else {}
 
 
 def _valid(model: Any, data: dict[str, Any]) -> Any:
@@ -204,6 +221,8 @@ def put_professional(session: Session, tenant_id: int, spec: ProfessionalSpec,
     if unknown:
         raise TenantConfigError(f"services: unknown {', '.join(sorted(unknown))} "
                                 f"(known: {', '.join(sorted(known)) or 'none'})")
+    _refuse_case_twin(spec.code, "professional",
+                      [p.code for p in list_professionals(session, tenant_id)])
     pro = session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
                                                   Professional.code == spec.code)).first()
     created = pro is None

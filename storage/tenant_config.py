@@ -121,6 +121,32 @@ def _unique_templates(value: list[TemplateSpec] | None) -> list[TemplateSpec] | 
     return value
 
 
+def doubles(values: list[str], *, fold: bool = False) -> list[str]:
+    """The values given more than once (ignoring case when `fold`), sorted; each named as
+    first given."""
+    keys = [v.casefold() if fold else v for v in values]
+    return sorted({v for v, k in zip(values, keys, strict=True) if keys.count(k) > 1})
+
+
+def _one_per_day(value: list[Any]) -> list[Any]:
+    """Hours exceptions: one per date (a second would silently replace the first)."""
+    twice = doubles([e.day.isoformat() for e in value])
+    if twice:
+        raise ValueError(f"more than one exception on {', '.join(twice)}")
+    return value
+
+
+def _unique_codes(value: list[Any] | None) -> list[Any] | None:
+    """Services or professionals: one per code, codes compared ignoring case (the agent
+    matches a code or name the customer says ignoring case: "corte" and "Corte" would be
+    ambiguous, and a second "julia" would silently replace the first)."""
+    if value is not None:
+        twice = doubles([item.code for item in value], fold=True)
+        if twice:
+            raise ValueError(f"code given more than once (case ignored): {', '.join(twice)}")
+    return value
+
+
 def _iso_day(value: str) -> str:
     """A YYYY-MM-DD day, kept as its ISO text (a JSON column)."""
     try:
@@ -216,8 +242,10 @@ class TenantSettings(_Strict):
     holiday_calendar: str | None = Field(
         None, max_length=64, description="public holidays: BR, BR-SP (a state or city); "
                                          "empty: the timezone's country; none: no holidays")
-    open_holidays: list[Annotated[str, AfterValidator(_iso_day)]] | None = Field(
-        None, max_length=100, description="public holidays (YYYY-MM-DD) the business opens")
+    open_holidays: Annotated[list[Annotated[str, AfterValidator(_iso_day)]] | None,
+                             AfterValidator(lambda v: v if v is None else sorted(set(v)))] = \
+        Field(None, max_length=100, description="public holidays (YYYY-MM-DD) the business "
+                                                "opens")
 
     @field_validator("timezone")
     @classmethod
@@ -299,6 +327,13 @@ def price_text(cents: int | None, currency: str = "BRL", *, minimum: bool = Fals
     return text
 
 
+def _not_blank(name: str) -> str:
+    """A name given is not blank (left out, a service or professional is named by its code)."""
+    if not name:
+        raise ValueError("must not be blank (leave it out to keep the name, or the code)")
+    return name
+
+
 class ServiceSpec(_Strict):
     code: str = Field(pattern=_CODE)
     name: str = Field("", max_length=200)
@@ -310,6 +345,11 @@ class ServiceSpec(_Strict):
     description: str = Field("", max_length=300, description="one line the model may quote")
     buffer_minutes: int = Field(0, ge=0, le=240, description="minutes the professional stays "
                                 "busy after the visit (clean-up); default 0")
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        return _not_blank(value)
 
     @field_validator("price_from")
     @classmethod
@@ -364,6 +404,11 @@ class ProfessionalSpec(_Strict):
         default_factory=dict, max_length=200,
         description="minutes a service takes with this professional, by service code")
 
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        return _not_blank(value)
+
     @field_validator("services")
     @classmethod
     def _unique(cls, value: list[str]) -> list[str]:
@@ -382,12 +427,8 @@ class ProfessionalSpec(_Strict):
 
     @field_validator("hours_exceptions")
     @classmethod
-    def _one_per_day(cls, value: list[Any]) -> list[Any]:
-        days = [e.day for e in value]
-        doubles = sorted({d.isoformat() for d in days if days.count(d) > 1})
-        if doubles:
-            raise ValueError(f"more than one exception on {', '.join(doubles)}")
-        return value
+    def _days_once(cls, value: list[Any]) -> list[Any]:
+        return _one_per_day(value)
 
     def week(self) -> dict[str, Any]:
         """The Professional columns of the week: hours, time_off, hours_exceptions, durations."""
@@ -415,10 +456,14 @@ class TenantConfig(TenantSettings):
     """A whole tenant as `wagent tenant create` and replays take it."""
 
     phone_number_id: str = Field(pattern=r"^[0-9]{1,64}$")
-    services: list[ServiceSpec] | None = Field(None, max_length=200)
-    professionals: list[ProfessionalSpec] | None = Field(None, max_length=100)
+    services: Annotated[list[ServiceSpec] | None, AfterValidator(_unique_codes)] = Field(
+        None, max_length=200)
+    professionals: Annotated[list[ProfessionalSpec] | None, AfterValidator(_unique_codes)] = \
+        Field(None, max_length=100)
     hours: WeeklyHours | None = None
-    hours_exceptions: list[HoursExceptionSpec] | None = Field(None, max_length=1000)
+    hours_exceptions: Annotated[list[HoursExceptionSpec] | None,
+                                AfterValidator(lambda v: v if v is None else _one_per_day(v))] \
+        = Field(None, max_length=1000)
 
     def settings(self) -> dict[str, Any]:
         return {k: v for k, v in super().settings().items() if k in TENANT_FIELDS}

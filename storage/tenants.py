@@ -3,11 +3,12 @@ included), change its settings, pause and resume its sending. The schema is
 storage/tenant_config.py, the catalogue storage/catalogue.py. Used by operations/ and replays.
 """
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlmodel import Session, select
 
+from core.holidays import calendar_of, holidays_between
 from storage import conversations
 from storage.catalogue import (
     list_professionals,
@@ -65,6 +66,11 @@ def update_settings(session: Session, tenant: Tenant, changes: dict[str, Any]) -
     the tenant's open conversations (the sweeper reads `due_at`); other changes are read by the
     next turn."""
     timeout_before = tenant.inactivity_timeout_minutes
+    if "open_holidays" in changes:  # judged before anything is set
+        open_holiday_problems(
+            *(changes.get(k, getattr(tenant, k))
+              for k in ("holiday_calendar", "timezone", "language")),
+            added=set(changes["open_holidays"]) - set(tenant.open_holidays or []))
     for key, value in changes.items():
         setattr(tenant, key, value)
     reminder_template_problems(tenant)
@@ -92,6 +98,30 @@ def reminder_template_problems(tenant: Tenant) -> None:
                                 f"reminder fields ({', '.join(REMINDER_PARAMETERS)})")
     if any(not isinstance(b, dict) for b in spec.get("buttons") or []):
         raise TenantConfigError("reminder_template: its buttons need {\"title\", \"action\"}")
+
+
+def open_holiday_problems(holiday_calendar: str, timezone: str, language: str, *,
+                          added: set[str]) -> None:
+    """The days newly added to `open_holidays` (YYYY-MM-DD) are public holidays of the
+    tenant's calendar, as it will be (core/holidays.py; the setting's meaning: "public
+    holidays the business opens"); TenantConfigError naming the others. Days already kept
+    stay (the calendar may have changed since)."""
+    if not added:
+        return
+    try:
+        calendar = calendar_of(holiday_calendar, timezone)
+    except ValueError as exc:
+        raise TenantConfigError(f"holiday_calendar: {exc}") from None
+    if calendar is None:
+        raise TenantConfigError("open_holidays: the tenant follows no holiday calendar "
+                                "(holiday_calendar), so there is no public holiday to open")
+    days = sorted(date.fromisoformat(d) for d in added)
+    known = holidays_between(holiday_calendar, timezone, language, days[0], days[-1])
+    stray = [d.isoformat() for d in days if d not in known]
+    if stray:
+        raise TenantConfigError(f"open_holidays: {', '.join(stray)} not a public holiday of "
+                                f"{'-'.join(p for p in calendar if p)}; a normal working day "
+                                "opens with the weekly hours or an hours exception")
 
 
 def _reschedule_open(session: Session, tenant: Tenant) -> None:

@@ -381,6 +381,13 @@ def test_put_catalogue_replaces_the_parts_given(env: ReplayEnvironment) -> None:
     assert status == 422 and "nope" in body["error"]["message"]
     assert call(env, "PUT", base, {"menu": []})[0] == 422
     assert call(env, "GET", base)[1]["professionals"][0]["code"] == "leo", "nothing half-done"
+    status, body = call(env, "PUT", base, {
+        "professionals": [{"code": "leo", "services": ["corte"]}, {"code": "leo"}],
+        "hours_exceptions": [{"day": "2026-11-20", "hours": ["09:00-12:00"]},
+                             {"day": "2026-11-20"}]})
+    assert status == 422 and "(case ignored): leo" in body["error"]["message"] \
+        and "more than one exception on 2026-11-20" in body["error"]["message"], body
+    assert call(env, "GET", base)[1]["professionals"][0]["services"] == ["barba", "corte"]
     status, catalogue = call(env, "PUT", base, {"professionals": [
         {"code": "leo", "services": ["barba"]}, {"code": "ana", "services": ["corte"]}]})
     assert status == 200 and [s["code"] for s in catalogue["services"]] == ["barba", "corte"]

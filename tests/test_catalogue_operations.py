@@ -116,3 +116,93 @@ def test_a_change_gives_exactly_the_fields_it_names(price: object,
     if price is not catalogue_ops.KEEP:
         expected["price_cents"] = price
     assert change.given() == expected
+
+
+# -- what a breaker trial found: a refusal names the fault and nothing is lost -------------
+
+def _view(session: Session, tenant: Tenant) -> dict[str, object]:
+    return catalogue_ops.catalogue_view(session, tenant)
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ({"professionals": [{"code": "julia", "services": ["corte"]},
+                        {"code": "julia", "services": []}]}, "professionals: code given more "
+                                                               "than once (case ignored): julia"),
+    ({"services": [{"code": "corte", "duration_minutes": 60},
+                   {"code": "corte", "duration_minutes": 30}]}, "services: code given more "
+                                                                "than once (case ignored): corte"),
+    ({"services": [{"code": "corte", "duration_minutes": 60},
+                   {"code": "Corte", "duration_minutes": 30}]}, "(case ignored): Corte, corte"),
+    ({"hours_exceptions": [{"day": "2026-11-20", "hours": ["09:00-12:00"]},
+                           {"day": "2026-11-20"}]}, "more than one exception on 2026-11-20"),
+    ({"services": [{"code": "corte", "name": " ", "duration_minutes": 60}]},
+     "services.0.name: must not be blank"),
+])
+def test_a_replaced_catalogue_refuses_what_it_would_collapse_and_keeps_the_old_one(
+        engine: Engine, body: dict[str, object], named: str) -> None:
+    with Session(engine) as session:
+        tenant = _tenant(session)
+        before = _view(session, tenant)
+        with pytest.raises(TenantConfigError) as refused:
+            catalogue_ops.replace_catalogue(session, tenant, body, now=NOW)
+        assert any(named in p for p in refused.value.args), refused.value.args
+        assert _view(session, tenant) == before
+
+
+def test_a_code_differing_only_by_case_from_an_active_one_is_refused(engine: Engine) -> None:
+    with Session(engine) as session:
+        tenant = _tenant(session)
+        with pytest.raises(TenantConfigError, match="'Corte' differs only by case from "
+                                                    "service 'corte'"):
+            catalogue_ops.save_service(session, tenant, catalogue_ops.ServiceChange(
+                code="Corte", name="Corte masculino", duration_minutes=30))
+        with pytest.raises(TenantConfigError, match="'JULIA' differs only by case from "
+                                                    "professional 'julia'"):
+            catalogue_ops.save_professional(session, tenant, catalogue_ops.ProfessionalChange(
+                code="JULIA", services=["corte"]), now=NOW)
+        assert [s["code"] for s in _view(session, tenant)["services"]] == ["corte"]  # type: ignore[index]
+        # once the old one is archived, its code's other case is free
+        catalogue_ops.remove_professional(session, tenant, "julia", now=NOW)
+        catalogue_ops.remove_service(session, tenant, "corte", now=NOW)
+        row, created = catalogue_ops.save_service(session, tenant, catalogue_ops.ServiceChange(
+            code="Corte", duration_minutes=30))
+        assert created and row.code == "Corte"
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_a_blank_name_is_refused_not_made_the_code(engine: Engine, name: str) -> None:
+    with Session(engine) as session:
+        tenant = _tenant(session)
+        with pytest.raises(TenantConfigError, match="name: must not be blank"):
+            catalogue_ops.save_service(session, tenant, catalogue_ops.ServiceChange(
+                code="novo", name=name, duration_minutes=30))
+        with pytest.raises(TenantConfigError, match="name: must not be blank"):
+            catalogue_ops.save_service(session, tenant, catalogue_ops.ServiceChange(
+                code="corte", name=name))
+        with pytest.raises(TenantConfigError, match="name: must not be blank"):
+            catalogue_ops.save_professional(session, tenant, catalogue_ops.ProfessionalChange(
+                code="julia", name=name), now=NOW)
+        view = _view(session, tenant)
+        assert [(s["code"], s["name"]) for s in view["services"]] == [  # type: ignore[index]
+            ("corte", "Corte feminino")]
+        assert view["professionals"][0]["name"] == "Júlia"  # type: ignore[index]
+        # left out, the name stays (or is the code for a new one)
+        row, _ = catalogue_ops.save_service(session, tenant, catalogue_ops.ServiceChange(
+            code="novo", duration_minutes=30))
+        assert row.name == "novo"
+
+
+def test_open_holidays_keep_only_public_holidays_once_and_sorted(engine: Engine) -> None:
+    with Session(engine) as session:
+        tenant = _tenant(session)  # America/Sao_Paulo: Brazil's calendar
+        settings_ops.apply_settings(session, tenant, settings_ops.settings_change(
+            {"open_holidays": ["2026-11-20", "2026-10-12", "2026-11-20"]}))
+        assert tenant.open_holidays == ["2026-10-12", "2026-11-20"]
+        with pytest.raises(TenantConfigError, match="open_holidays: 2026-11-21, 2026-11-23 "
+                                                    "not a public holiday of BR"):
+            settings_ops.apply_settings(session, tenant, settings_ops.settings_change(
+                {"open_holidays": ["2026-11-23", "2026-10-12", "2026-11-21"]}))
+        assert tenant.open_holidays == ["2026-10-12", "2026-11-20"]
+        with pytest.raises(TenantConfigError, match="follows no holiday calendar"):
+            settings_ops.apply_settings(session, tenant, settings_ops.settings_change(
+                {"holiday_calendar": "none", "open_holidays": ["2026-12-25"]}))

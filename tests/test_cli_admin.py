@@ -312,3 +312,22 @@ def test_tenant_update_help_names_every_setting_a_business_may_change(
     shown = " ".join(capsys.readouterr().out.split())
     assert all(key in shown for key in TenantSettings.model_fields)
     assert "reminder_text" in shown and "cancellation_window_minutes" in shown
+
+
+def test_catalog_refuses_duplicate_codes_and_a_blank_name_keeping_the_catalogue(
+        database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "tenant", "create", str(YAML_TENANT))[0] == 0
+    before = run(capsys, "catalog", "show", PNID)[1]
+    doubled = tmp_path / "catalogue.json"
+    doubled.write_text(json.dumps({
+        "services": [{"code": "retorno", "duration_minutes": 20},
+                     {"code": "Retorno", "duration_minutes": 30}],
+        "professionals": [{"code": "dr_rui", "services": ["retorno"]},
+                          {"code": "dr_rui", "services": []}]}))
+    status, _, err = run(capsys, "catalog", "set", PNID, str(doubled))
+    assert status == 2 and "(case ignored): Retorno, retorno" in err \
+        and "(case ignored): dr_rui" in err, err
+    status, _, err = run(capsys, "catalog", "service", PNID, "novo", "--name", "",
+                         "--duration", "20")
+    assert status == 2 and "name: must not be blank" in err, err
+    assert run(capsys, "catalog", "show", PNID)[1] == before
