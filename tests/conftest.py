@@ -14,6 +14,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
@@ -21,6 +22,13 @@ from core import clock
 from replay.environment import ReplayEnvironment
 from storage.db import create_schema, make_engine
 from tests.factories import TENANT
+
+# Property tests run on a shared 2-core CI machine: a slow example is the machine's load, not
+# a finding, so no per-example deadline and no "generation is slow" health check; each test's
+# own @settings (max_examples and the like) still applies on top of this profile.
+settings.register_profile("wagent", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("wagent")
 
 REQUIRE = os.environ.get("WAGENT_REQUIRE_SERVICES") == "1"
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
