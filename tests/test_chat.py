@@ -287,7 +287,10 @@ def test_database_url_keeps_the_chat_in_the_configured_database_for_the_console(
     assert _chat(monkeypatch, "quero falar com uma pessoa\n", str(files / "tenant.json"),
                  "--script", str(files / "handoff.json"), "--clock", CLOCK,
                  "--database-url") == 0
-    capsys.readouterr()
+    assert "(held by staff: no reply)" not in capsys.readouterr().out
+    assert _chat(monkeypatch, "alô?\n", str(files / "tenant.json"), "--script",  # item 5
+                 str(files / "again.json"), "--clock", CLOCK, "--database-url") == 0
+    assert "(held by staff: no reply)" in capsys.readouterr().out
     engine = make_engine(url)
     try:
         with session_scope(engine) as session:
