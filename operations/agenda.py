@@ -217,6 +217,17 @@ def _next_placed(session: Session, tenant: Tenant, service: Service, code: str |
     return _placed(session, tenant, service, code, placement)
 
 
+def _planned(session: Session, tenant: Tenant, placed: list[availability.Item],
+             service: Service, code: str | None) -> availability.Item | None:
+    """Where `service` goes after `placed` by the agent's rule (availability.next_in_visit);
+    None when nobody who may do it is free then (`_placed` then says why)."""
+    try:
+        group = availability.candidates(session, tenant.id or 0, service, code)
+    except ToolError:
+        return None
+    return availability.next_in_visit(session, tenant, placed, service, group)
+
+
 def book(session: Session, tenant: Tenant, body: StaffBooking, *,
          now: datetime) -> dict[str, Any]:
     """A booking by the business (module docstring). Returns the appointment's view."""
@@ -229,16 +240,27 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     services = [service, *(_service(session, tenant, code) for code in body.then)]
     contact = contact_for(session, tenant, body, now=now)
     rows: list[Appointment] = []
+    placed: list[availability.Item] = []
     for item in services:  # one visit: each service when the ones before end (issue 38)
         code = body.professional if body.professional and (
             not rows or _does(session, tenant, body.professional, item)) else None
-        row = _next_placed(session, tenant, item, code, rows, availability.Placement(
+        placement = availability.Placement(
             service=item, start=max(r.end_at for r in rows) if rows else start,
             contact_id=contact.id or 0, now=now, professional=code, by="business",
-            grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None))
+            grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None)
+        # who and when as the agent books a visit (availability.visit_slots' rule: the same
+        # professional when they do it and are free); as before when nobody is
+        planned = _planned(session, tenant, placed, item, code) if rows else None
+        if planned is not None:
+            pro = session.get(Professional, planned.professional_id)
+            row = _placed(session, tenant, item, pro.code if pro else code, replace(
+                placement, start=planned.start, professional=pro.code if pro else code))
+        else:
+            row = _next_placed(session, tenant, item, code, rows, placement)
         row.note, row.for_name = note, " ".join(body.for_name.split())
         session.add(row)
         rows.append(row)
+        placed.append(availability.Item(item, row.professional_id, row.start_at, row.end_at))
     session.flush()
     reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
     for row in rows:
@@ -279,8 +301,7 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
          now: datetime) -> dict[str, Any]:
     """Move an upcoming booking to a new start (and professional): the old one is cancelled
     and a new one booked in this transaction, as the agent's reschedule does; the webhook
-    event is `appointment.rescheduled` by business. One service of a visit of several stays
-    on the visit's day (storage/appointments.off_visit_day): Invalid otherwise."""
+    event is `appointment.rescheduled` by business."""
     tz = ZoneInfo(tenant.timezone)
     old = _appointment(session, tenant, appointment_id)
     if old.status != "booked" or old.end_at <= now:
@@ -294,13 +315,6 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     visit = appointments.booked(appointments.visit_rows(
         session, appointments.visit_of(old), lock=True))
     one_of_several = len(visit) > 1  # one service of a visit moves within it (issue 38)
-    day = appointments.off_visit_day(visit, old, start, tz) if one_of_several else None
-    if day is not None:
-        problem = (f"start: appointment #{appointment_id} is one service of booking "
-                   f"#{appointments.number_of(old)} on {day:%Y-%m-%d}, and a visit is one day; "
-                   "move it within that day, or cancel this service and book it as a new "
-                   "visit on the other day")
-        raise Invalid(problem, [problem])
     old.status, old.cancelled_at = "cancelled", now
     session.add(old)
     session.flush()
