@@ -45,9 +45,9 @@ from replay.runner import (
     validate_scenario,
 )
 from storage.appointments import number_of
+from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
-from storage.conversations import with_staff
 from storage.models import (
     Appointment,
     Contact,
