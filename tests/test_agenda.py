@@ -421,3 +421,22 @@ def test_a_staff_visit_keeps_the_professional_of_the_service_before_as_the_agent
                                                phone="5511988880002"))
     assert [(r["service"], r["professional"], r["start"][11:16]) for r in booked["visit"]] == [
         ("escova", "julia", "09:00"), ("corte", "ana", "09:45")]
+
+
+def test_a_tool_use_id_stored_for_another_tool_is_logged_and_runs_nothing(
+        engine: Engine) -> None:
+    """Newcomer trial item 1: an id minted twice answers with the stored result (tool
+    effects are keyed on it) and says so in the log, naming both tools."""
+    from structlog.testing import capture_logs
+    pair = _setup(engine)
+    first = _agent(engine, pair, "find_available_slots", {"service": "corte",
+                                                           "date": "2026-06-02"}, "toolu_twice")
+    with capture_logs() as logs:
+        again = _agent(engine, pair, "handoff_to_human", {"reason": "r", "summary": "s"},
+                       "toolu_twice")
+    assert again == first
+    assert [(e["event"], e["tool"], e["stored_tool"]) for e in logs
+            if e["event"] == "tool_use_id_reused"] == [
+        ("tool_use_id_reused", "handoff_to_human", "find_available_slots")]
+    with session_scope(engine) as session:
+        assert session.exec(select(Conversation)).one().staff_until is None
