@@ -217,6 +217,17 @@ def _next_placed(session: Session, tenant: Tenant, service: Service, code: str |
     return _placed(session, tenant, service, code, placement)
 
 
+def _planned(session: Session, tenant: Tenant, placed: list[availability.Item],
+             service: Service, code: str | None) -> availability.Item | None:
+    """Where `service` goes after `placed` by the agent's rule (availability.next_in_visit);
+    None when nobody who may do it is free then (`_placed` then says why)."""
+    try:
+        group = availability.candidates(session, tenant.id or 0, service, code)
+    except ToolError:
+        return None
+    return availability.next_in_visit(session, tenant, placed, service, group)
+
+
 def book(session: Session, tenant: Tenant, body: StaffBooking, *,
          now: datetime) -> dict[str, Any]:
     """A booking by the business (module docstring). Returns the appointment's view."""
@@ -229,16 +240,27 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     services = [service, *(_service(session, tenant, code) for code in body.then)]
     contact = contact_for(session, tenant, body, now=now)
     rows: list[Appointment] = []
+    placed: list[availability.Item] = []
     for item in services:  # one visit: each service when the ones before end (issue 38)
         code = body.professional if body.professional and (
             not rows or _does(session, tenant, body.professional, item)) else None
-        row = _next_placed(session, tenant, item, code, rows, availability.Placement(
+        placement = availability.Placement(
             service=item, start=max(r.end_at for r in rows) if rows else start,
             contact_id=contact.id or 0, now=now, professional=code, by="business",
-            grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None))
+            grid=False, visit_id=appointments.visit_of(rows[0]) if rows else None)
+        # who and when as the agent books a visit (availability.visit_slots' rule: the same
+        # professional when they do it and are free); as before when nobody is
+        planned = _planned(session, tenant, placed, item, code) if rows else None
+        if planned is not None:
+            pro = session.get(Professional, planned.professional_id)
+            row = _placed(session, tenant, item, pro.code if pro else code, replace(
+                placement, start=planned.start, professional=pro.code if pro else code))
+        else:
+            row = _next_placed(session, tenant, item, code, rows, placement)
         row.note, row.for_name = note, " ".join(body.for_name.split())
         session.add(row)
         rows.append(row)
+        placed.append(availability.Item(item, row.professional_id, row.start_at, row.end_at))
     session.flush()
     reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
     for row in rows:

@@ -45,13 +45,23 @@ from replay.runner import (
     validate_scenario,
 )
 from storage.appointments import number_of
+from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.jobs import COMPACTION_JOB, FACTS_JOB, TURN_JOB
-from storage.models import Appointment, Contact, ContactFact, Professional, Service, Tenant
+from storage.models import (
+    Appointment,
+    Contact,
+    ContactFact,
+    Conversation,
+    Professional,
+    Service,
+    Tenant,
+)
 
 # the customer of a chat: an invented number and name (never a real person's)
 CHAT_WA_ID = "5511999990099"
 CHAT_NAME = "Cliente Teste"
+HELD_NOTE = "   (held by staff: no reply)"  # a message while staff hold the conversation
 WABA_ID = "102030405060708"
 # a local date and time as the console shows it to the tenant (bot/console/app.py _localtime)
 LOCAL_FORMAT = "%d/%m/%Y %H:%M"
@@ -222,7 +232,19 @@ class ChatSession:
         self.messages_sent += 1
         wamid = f"wamid.CHAT{int(self.start.timestamp())}{self._run_id}{self.messages_sent:06d}"
         body = message_body(str(self.tenant["phone_number_id"]), wamid, text, self.env.clock.now())
-        return self._run([{"webhook": body}, {"drain": True}], moved=moved)
+        out = self._run([{"webhook": body}, {"drain": True}], moved=moved)
+        replied = any("◂" in line for line in out)  # a line of what the customer got
+        return out + ([HELD_NOTE] if not replied and self._held_by_staff() else [])
+
+    def _held_by_staff(self) -> bool:
+        """True while staff hold the chat customer's conversation (storage/conversations
+        .with_staff): the product stores the message and answers nothing."""
+        with session_scope(self.env.engine) as session:
+            contact = session.exec(select(Contact).where(Contact.wa_id == CHAT_WA_ID)).first()
+            if contact is None:
+                return False
+            return any(with_staff(c, self.env.clock.now()) for c in session.exec(
+                select(Conversation).where(Conversation.contact_id == contact.id)))
 
     def tap(self, title: str) -> list[str]:
         """Tap `title` on the latest message that offered it (a list row or a reply button:

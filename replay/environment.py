@@ -108,10 +108,11 @@ class ReplayEnvironment:
             whatsapp_verify_token=VERIFY_TOKEN, whatsapp_access_token=ACCESS_TOKEN,
             anthropic_api_key=API_KEY, **{"turn_debounce_seconds": 0, **settings})
         self.queue = Queue(self.namespace, connection=self.redis)
-        self.messages_api = MessagesDouble(api_key=API_KEY, advance=self.clock.advance)
-        self.graph_api = GraphDouble(  # a kept database has an earlier run's wamids
-            access_token=ACCESS_TOKEN,
-            wamid_prefix=uuid.uuid4().hex[:12].upper() if keep_database else "")
+        # a kept database has an earlier run's wamids and tool_use ids: this run's are unique
+        run_prefix = uuid.uuid4().hex[:12] if keep_database else ""
+        self.messages_api = MessagesDouble(api_key=API_KEY, advance=self.clock.advance,
+                                           tool_use_prefix=run_prefix and f"{run_prefix}_")
+        self.graph_api = GraphDouble(access_token=ACCESS_TOKEN, wamid_prefix=run_prefix.upper())
         self.transcription_api = TranscriptionDouble(api_key=TRANSCRIPTION_KEY)
         self._loop = _LoopThread()
         self._runner: web.AppRunner | None = None

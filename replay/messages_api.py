@@ -794,6 +794,7 @@ class MessagesDouble:
         min_cacheable_tokens: int = 1024,
         api_key: str | None = None,
         advance: Callable[[timedelta], None] | None = None,
+        tool_use_prefix: str = "",
     ) -> None:
         self._clock: Callable[[], datetime] = clock or (lambda: core.clock.now())
         # moves the clock by a scripted item's `delay` (the call "took" that long); None: the
@@ -810,6 +811,10 @@ class MessagesDouble:
         self._queues: dict[str, deque[dict[str, Any]]] = {}
         self._failures: dict[str, deque[_Failure]] = {}
         self._counters = _Counters()
+        # tool_use ids are `toolu_double_<prefix><n>`: a run on a kept database (`wagent chat
+        # --database-url`) passes a run-unique prefix, since the product keys a tool's effect on
+        # its tool_use id (toolcall.tool_use_id is unique); "" keeps scenario ids deterministic
+        self._tool_use_prefix = tool_use_prefix
         self._lock = threading.Lock()
         self._runner: web.AppRunner | None = None
         self.relay: Relay | None = None  # unscripted calls go there when set (replay/relay.py)
@@ -1040,7 +1045,7 @@ class MessagesDouble:
         return content
 
     def _tool_use_id(self) -> str:
-        return f"toolu_double_{next(self._counters.tool_use):04d}"
+        return f"toolu_double_{self._tool_use_prefix}{next(self._counters.tool_use):04d}"
 
     def _usage(self, request: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
         usage = self.cache.account(request)

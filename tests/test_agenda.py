@@ -27,6 +27,8 @@ from storage.models import (
     Contact,
     Conversation,
     Notice,
+    Professional,
+    ScheduleBlock,
     Tenant,
     WebhookEvent,
 )
@@ -388,3 +390,53 @@ def test_a_no_show_later_cancelled_counts_no_more_as_the_history_lines_say(
     with session_scope(engine) as session:
         seen = history.load(session, 1, pair[0], later, SP)
     assert seen.no_shows == 0
+
+
+def test_a_staff_visit_keeps_the_professional_of_the_service_before_as_the_agent_does(
+        engine: Engine) -> None:
+    """Newcomer trial item 3: Júlia does escova and corte, Ana (first in the catalogue) only
+    corte; booked by staff, the corte after the escova stays with Júlia, who is free then,
+    as the agent books it (availability.visit_slots' rule), not the first free in order."""
+    salon = {**SALON, "services": [*SALON["services"], {"code": "escova", "name": "Escova",
+                                                         "duration_minutes": 45}],
+             "professionals": [{"code": "ana", "name": "Ana", "services": ["corte"]},
+                               {"code": "julia", "name": "Júlia",
+                                "services": ["escova", "corte"]}]}
+    with session_scope(engine) as session:
+        upsert_tenant(session, salon, now=NOW)
+    booked = _do(engine, agenda.book, _booking(service="escova", then=["corte"],
+                                               start="2026-06-02T09:00",
+                                               phone="5511988880001"))
+    assert [(r["service"], r["professional"], r["start"][11:16]) for r in booked["visit"]] == [
+        ("escova", "julia", "09:00"), ("corte", "julia", "09:45")]
+    # Júlia busy then: the corte goes to whoever is free, as before
+    with session_scope(engine) as session:
+        julia = session.exec(select(Professional).where(Professional.code == "julia")).one()
+        session.add(ScheduleBlock(tenant_id=julia.tenant_id, professional_id=julia.id or 0,
+                                  start_at=datetime(2026, 6, 9, 12, 45, tzinfo=UTC),
+                                  end_at=datetime(2026, 6, 9, 14, 0, tzinfo=UTC),
+                                  created_at=NOW))
+    booked = _do(engine, agenda.book, _booking(service="escova", then=["corte"],
+                                               start="2026-06-09T09:00",
+                                               phone="5511988880002"))
+    assert [(r["service"], r["professional"], r["start"][11:16]) for r in booked["visit"]] == [
+        ("escova", "julia", "09:00"), ("corte", "ana", "09:45")]
+
+
+def test_a_tool_use_id_stored_for_another_tool_is_logged_and_runs_nothing(
+        engine: Engine) -> None:
+    """Newcomer trial item 1: an id minted twice answers with the stored result (tool
+    effects are keyed on it) and says so in the log, naming both tools."""
+    from structlog.testing import capture_logs
+    pair = _setup(engine)
+    first = _agent(engine, pair, "find_available_slots", {"service": "corte",
+                                                           "date": "2026-06-02"}, "toolu_twice")
+    with capture_logs() as logs:
+        again = _agent(engine, pair, "handoff_to_human", {"reason": "r", "summary": "s"},
+                       "toolu_twice")
+    assert again == first
+    assert [(e["event"], e["tool"], e["stored_tool"]) for e in logs
+            if e["event"] == "tool_use_id_reused"] == [
+        ("tool_use_id_reused", "handoff_to_human", "find_available_slots")]
+    with session_scope(engine) as session:
+        assert session.exec(select(Conversation)).one().staff_until is None

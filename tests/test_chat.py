@@ -24,7 +24,7 @@ from replay.messages_api import MessagesDouble, RecordedCall
 from replay.relay import DEFAULT_BASE_URL, Relay, unreachable, unreachable_message
 from replay.runner import run_scenario, run_scenario_file
 from storage.db import make_engine, session_scope
-from storage.models import Appointment, Message, Outbound
+from storage.models import Appointment, Conversation, Message, Outbound, ToolCall
 
 CLOCK = "2026-12-01T13:00:00Z"  # Tue 10:00 in São Paulo
 TENANT: dict[str, Any] = {
@@ -277,6 +277,28 @@ def test_database_url_keeps_the_chat_in_the_configured_database_for_the_console(
                 select(Message).order_by(col(Message.id))).all() if m.content]
             assert any("oi, tem horário amanhã pra corte?" in t for t in texts)
             assert [a.status for a in session.exec(select(Appointment)).all()] == ["booked"]
+    finally:
+        engine.dispose()
+    # newcomer trial item 1: a later run's tool_use ids are not an earlier run's, so its
+    # handoff takes effect instead of coming back with run 1's booking result
+    (files / "handoff.json").write_text(json.dumps([{"model": [
+        {"tool": "handoff_to_human", "input": {"reason": "pediu uma pessoa",
+                                               "summary": "quer falar com alguém"}}]}]))
+    assert _chat(monkeypatch, "quero falar com uma pessoa\n", str(files / "tenant.json"),
+                 "--script", str(files / "handoff.json"), "--clock", CLOCK,
+                 "--database-url") == 0
+    assert "(held by staff: no reply)" not in capsys.readouterr().out
+    assert _chat(monkeypatch, "alô?\n", str(files / "tenant.json"), "--script",  # item 5
+                 str(files / "again.json"), "--clock", CLOCK, "--database-url") == 0
+    assert "(held by staff: no reply)" in capsys.readouterr().out
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            calls = session.exec(select(ToolCall).order_by(col(ToolCall.id))).all()
+            assert [c.name for c in calls] == [
+                "find_available_slots", "book_appointment", "handoff_to_human"]
+            assert calls[-1].result.startswith("Handed off")
+            assert any(c.handoff_at for c in session.exec(select(Conversation)).all())
     finally:
         engine.dispose()
     assert _chat(monkeypatch, "oi\n", str(files / "tenant.json"), "--script",

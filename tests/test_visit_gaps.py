@@ -104,8 +104,8 @@ def test_a_split_visit_is_reminded_with_each_services_time(engine: Engine) -> No
                                                       "start": "2026-06-03T14:00"})
     assert not error, text
     [body] = _send_due(engine, ana.contact_id)
-    assert ("Troca de óleo, Alinhamento e Diagnóstico com Pedro, qua 03/06 às 09:00 "
-            "(Troca de óleo e Alinhamento) e 14:00 (Diagnóstico)") in json.loads(body)["body"][
+    assert ("Lembrete do seu horário: qua 03/06 às 09:00 (Troca de óleo e Alinhamento com "
+            "Pedro) e 14:00 (Diagnóstico com Pedro). Podemos") in json.loads(body)["body"][
                 "text"]
 
 
@@ -164,7 +164,9 @@ def test_a_service_the_business_runs_at_once_starts_with_the_one_before(
     assert not error, text
     assert _times(engine) == [("corte", "julia", "09:00"), ("manicure", "bia", "09:00")]
     [body] = _send_due(engine, contact_id)
-    assert "Corte e Manicure com Júlia e Bia, qua 03/06 às 09:00 (Corte e Manicure)." in body
+    # newcomer trial item 2: who does what, each service named once
+    assert ("Lembrete do seu horário: qua 03/06 às 09:00 (Corte com Júlia e Manicure com "
+            "Bia). Podemos") in json.loads(body)["body"]["text"]
     # bia is busy at 10:00 on Thursday: the manicure follows the haircut instead
     with session_scope(engine) as session:
         bia = session.exec(select(Professional).where(Professional.code == "bia")).one()
@@ -176,6 +178,39 @@ def test_a_service_the_business_runs_at_once_starts_with_the_one_before(
                                             "start": "2026-06-04T10:00"})
     assert not error, text
     assert _times(engine)[-2:] == [("corte", "julia", "10:00"), ("manicure", "bia", "11:00")]
+
+
+def test_a_reminder_tells_a_parallel_visit_part_by_part_and_who_it_is_for(
+        engine: Engine) -> None:
+    """Newcomer trial item 2: escova (Júlia) and manicure (Bia) at 14:00, then the corte
+    (Júlia) at 14:45: each time with what it holds and who does it, each service named once,
+    and the visit's `for_name` said."""
+    salon = {**SALON, "services": [*SALON["services"], {"code": "escova", "name": "Escova",
+                                                         "duration_minutes": 45}],
+             "professionals": [{"code": "julia", "name": "Júlia",
+                                "services": ["corte", "escova"]}, SALON["professionals"][1]]}
+    call, contact_id = _salon_customer(engine, **salon)
+    text, error = call("book_appointment", {"services": ["escova", "manicure", "corte"],
+                                            "start": "2026-06-03T14:00",
+                                            "for_name": "filha: Ana"})
+    assert not error, text
+    assert _times(engine) == [("escova", "julia", "14:00"), ("manicure", "bia", "14:00"),
+                              ("corte", "julia", "14:45")]
+    [body] = _send_due(engine, contact_id, datetime(2026, 6, 2, 17, 0, tzinfo=UTC))
+    assert json.loads(body)["body"]["text"] == (
+        "Olá! Lembrete do seu horário (para filha: Ana): qua 03/06 às 14:00 (Escova com Júlia e "
+        "Manicure com Bia) e 14:45 (Corte com Júlia). Podemos confirmar?")
+
+
+def test_a_simple_reminder_names_who_the_visit_is_for(engine: Engine) -> None:
+    call, contact_id = _salon_customer(engine)
+    text, error = call("book_appointment", {"service": "corte", "start": "2026-06-03T09:00",
+                                            "for_name": "filha: Ana"})
+    assert not error, text
+    [body] = _send_due(engine, contact_id)
+    assert json.loads(body)["body"]["text"] == (
+        "Olá! Lembrete do seu horário: Corte (para filha: Ana) com Júlia, qua 03/06 às 09:00. "
+        "Podemos confirmar?")
 
 
 def test_without_the_setting_every_service_follows_the_one_before(engine: Engine) -> None:

@@ -128,43 +128,94 @@ def fields(session: Session, tenant: Tenant, appointment: Appointment,
            contact: Contact | None, rows: list[Appointment] | None = None) -> dict[str, str]:
     """The reminder fields of an appointment (storage/tenant_config.REMINDER_PARAMETERS), local;
     with `rows` (a visit's booked rows, by start), every service and professional of the
-    visit, from its start."""
+    visit, each named once, from its start. A visit booked for someone else (`for_name`)
+    names them after its services ("Corte (para filha: Ana)"); `for_whom` (" (para
+    filha: Ana)" or "") is for the product's own texts only (not a tenant placeholder)."""
     rows = rows or [appointment]
     language = tenant.language
-    services = [s.name for r in rows if (s := session.get(Service, r.service_id))]
+    services = list(dict.fromkeys(s.name for r in rows
+                                  if (s := session.get(Service, r.service_id))))
     pros = list(dict.fromkeys(p.name for r in rows
                               if (p := session.get(Professional, r.professional_id))))
     local = rows[0].start_at.astimezone(ZoneInfo(tenant.timezone))
     weekdays = texts.text(language, "weekdays").split(",")
     day = (f"{weekdays[local.weekday()]} {local:%d/%m}" if language == "pt-BR"
            else f"{weekdays[local.weekday()]} {local:%Y-%m-%d}")
+    whom = " ".join(rows[0].for_name.split())
+    for_whom = texts.text(language, "for_whom").format(name=whom) if whom else ""
     return {"customer_name": greeting_name(contact.profile_name if contact else None),
-            "service": _listed(services, language), "professional": _listed(pros, language),
-            "date": day, "time": _times(session, tenant, rows), "address": tenant.address}
+            "service": _listed(services, language) + for_whom,
+            "professional": _listed(pros, language),
+            "date": day, "time": _times(session, tenant, rows), "address": tenant.address,
+            "for_whom": for_whom}
+
+
+def reminder_default(session: Session, tenant: Tenant, rows: list[Appointment]) -> str:
+    """The product's reminder text for a visit (workers/texts.py): "reminder" ("{service} com
+    {professional}, {date} às {time}") for one professional's services back to back, else
+    "reminder_visit", whose {time} says who does what when (`_times`)."""
+    simple = len(_parts(session, rows)) == 1 and _sequential(rows) and len(
+        {r.professional_id for r in rows}) == 1
+    return texts.text(tenant.language, "reminder" if simple else "reminder_visit")
+
+
+def _sequential(rows: list[Appointment]) -> bool:
+    """Each row starts when the one before ends (one run, nothing at once, no gap)."""
+    return all(b.start_at == a.end_at for a, b in zip(rows, rows[1:], strict=False))
+
+
+def _parts(session: Session,
+           rows: list[Appointment]) -> list[tuple[datetime, list[tuple[str, str]]]]:
+    """The visit's parts, by start: (start, [(service, professional)]). A row joins the part
+    that starts when it starts, or, while the part is one professional's run back to back,
+    the part it follows with no gap with the same professional; anything else (a later
+    start, another professional, a gap) begins a part."""
+    parts: list[tuple[datetime, list[tuple[str, str]]]] = []
+    last: dict[int, Appointment] = {}  # part index -> its last row
+    for row in rows:
+        service = session.get(Service, row.service_id)
+        pro = session.get(Professional, row.professional_id)
+        item = (service.name if service else "?", pro.name if pro else "?")
+        here = next((i for i, (at, _) in enumerate(parts) if at == row.start_at), None)
+        if here is None and parts:
+            previous = last[len(parts) - 1]
+            run = [r for r in rows if r.start_at >= parts[-1][0] and r is not row
+                   and r.start_at < row.start_at]
+            if (previous.end_at == row.start_at and previous.professional_id
+                    == row.professional_id and _sequential(run)
+                    and len({r.professional_id for r in run}) == 1):
+                here = len(parts) - 1
+        if here is None:
+            parts.append((row.start_at, []))
+            here = len(parts) - 1
+        parts[here][1].append(item)
+        last[here] = row
+    return parts
 
 
 def _times(session: Session, tenant: Tenant, rows: list[Appointment]) -> str:
-    """The visit's time: its start ("09:00") when its services run one after the other with
-    no gap; otherwise the start of each part with what it holds, a part being services back
-    to back or at once ("09:00 (Corte e Manicure)", "09:00 (Troca de óleo e Alinhamento) e
-    14:00 (Diagnóstico)"), so a visit split in time or run in parallel is never told as one
-    simple run from its start."""
-    tz = ZoneInfo(tenant.timezone)
-    parts: list[tuple[datetime, list[str]]] = []
-    previous: Appointment | None = None
-    for row in rows:
-        service = session.get(Service, row.service_id)
-        name = service.name if service else "?"
-        if previous is not None and row.start_at in (previous.end_at, parts[-1][0]):
-            parts[-1][1].append(name)
-        else:
-            parts.append((row.start_at, [name]))
-        previous = row
-    start = f"{rows[0].start_at.astimezone(tz):%H:%M}"
-    if len(parts) == 1 and len({r.start_at for r in rows}) == len(rows):
-        return start
-    return _listed([f"{at.astimezone(tz):%H:%M} ({_listed(names, tenant.language)})"
-                    for at, names in parts], tenant.language)
+    """The visit's time: its start ("09:00") when one professional's services run one after
+    the other with no gap; otherwise the start of each part with who does what in it
+    ("14:00 (Escova com Júlia e Manicure com Bia) e 14:45 (Corte com Júlia)", "09:00 (Troca
+    de óleo e Alinhamento com Pedro) e 14:00 (Diagnóstico com Pedro)"), so a visit split in
+    time or run in parallel is never told as one simple run from its start (`_parts`)."""
+    tz, language = ZoneInfo(tenant.timezone), tenant.language
+    parts = _parts(session, rows)
+    if len(parts) == 1 and _sequential(rows) and len({r.professional_id for r in rows}) == 1:
+        return f"{rows[0].start_at.astimezone(tz):%H:%M}"
+    said = []
+    for at, items in parts:
+        groups: list[tuple[list[str], str]] = []  # a professional's services, in order
+        for service, pro in items:
+            if groups and groups[-1][1] == pro:
+                groups[-1][0].append(service)
+            else:
+                groups.append(([service], pro))
+        what = _listed([texts.text(language, "with").format(
+            service=_listed(names, language), professional=pro) for names, pro in groups],
+            language)
+        said.append(f"{at.astimezone(tz):%H:%M} ({what})")
+    return _listed(said, language)
 
 
 def greeting_name(profile_name: str | None) -> str:
@@ -311,7 +362,7 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     titles: list[str] = []
     if not window_closed(contact.last_inbound_at, now):
         try:
-            text = render(tenant.reminder_text or texts.text(tenant.language, "reminder"),
+            text = render(tenant.reminder_text or reminder_default(session, tenant, live),
                           values)
         except ValueError as exc:  # a text stored before the check at write
             reminders.claim(session, reminder.id, status="skipped", now=now,

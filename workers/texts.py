@@ -15,6 +15,11 @@ TEXTS: dict[str, dict[str, str]] = {
         # {service}, {professional}, {date}, {time}, {address})
         "reminder": "Olá, {customer_name}! Lembrete do seu horário: {service} com "
                     "{professional}, {date} às {time}. Podemos confirmar?",
+        # a visit in parts or with several professionals: {time} says who does what when
+        "reminder_visit": "Olá, {customer_name}! Lembrete do seu horário{for_whom}: {date} "
+                          "às {time}. Podemos confirmar?",
+        "with": "{service} com {professional}",
+        "for_whom": " (para {name})",
         "button_confirm": "Confirmar",
         "button_reschedule": "Remarcar",
         "button_cancel": "Cancelar",
@@ -43,6 +48,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "choices_more_description": "Tell me a day or time of day and I'll look for more",
         "reminder": "Hi {customer_name}! A reminder of your appointment: {service} with "
                     "{professional}, {date} at {time}. Can we confirm?",
+        "reminder_visit": "Hi {customer_name}! A reminder of your appointment{for_whom}: "
+                          "{date} at {time}. Can we confirm?",
+        "with": "{service} with {professional}",
+        "for_whom": " (for {name})",
         "button_confirm": "Confirm",
         "button_reschedule": "Reschedule",
         "button_cancel": "Cancel",

@@ -427,6 +427,25 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
     return visits
 
 
+def next_in_visit(session: Session, tenant: Tenant, items: list[Item], service: Service,
+                  group: Sequence[Professional]) -> Item | None:
+    """Where `service` goes after `items` (a visit's services placed so far, by start), with
+    one of `group`, by visit_slots' rule (`_next_item`: when every one before has ended, the
+    professional of the one before first; a `parallel_services` one with the one before,
+    by another professional, when one is free then); None when nobody in `group` is free
+    then. For a booking whose start is given (operations/agenda.book, staff): it does not
+    check the start's grid or notice."""
+    tz = ZoneInfo(tenant.timezone)
+    business = business_hours(session, tenant.id or 0)
+    weeks = {p.id or 0: week_of(p, business) for p in group}
+    first = items[0].start
+    taken = {pid: _Busy(i) for pid, i in busy_intervals(
+        session, list(weeks), first - timedelta(days=1), first + timedelta(days=3)).items()}
+    return _next_item(items, service, group, weeks, taken, _Busy(()), tz,
+                      business_exceptions(session, tenant.id or 0),
+                      parallel=service.code in (tenant.parallel_services or []))
+
+
 def _next_item(items: list[Item], service: Service, group: Sequence[Professional],
                weeks: Mapping[int, Week], taken: Mapping[int, "_Busy"], mine: "_Busy",
                tz: ZoneInfo, exceptions: Mapping[date, LocalIntervals], *,

@@ -8,6 +8,7 @@ request builder lists what REGISTRY holds (context.build_request, sorted by name
 from collections.abc import Sequence
 from typing import Any
 
+import structlog
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -16,6 +17,8 @@ from agent.tools import choices, facts, handoff, notes, scheduling
 from agent.tools.base import Tool, ToolContext, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
+
+log = structlog.get_logger(__name__)
 
 REGISTRY: tuple[Tool, ...] = (
     notes.ADD_APPOINTMENT_NOTE,
@@ -37,11 +40,15 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
 
     The handler runs in one transaction with the call's ToolCall record; a ToolError (an
     unknown name, an input that is not an object, or the handler's) is recorded as an error
-    result. A replayed id returns the stored result without running anything.
+    result. A replayed id returns the stored result without running anything (logged as
+    `tool_use_id_reused` when the stored call was of another tool: an id minted twice).
     """
     with session_scope(ctx.engine) as session:
         done = session.exec(select(ToolCall).where(ToolCall.tool_use_id == ctx.tool_use_id)).first()
         if done is not None:
+            if done.name != name[:64]:
+                log.warning("tool_use_id_reused", tool=name[:64], stored_tool=done.name,
+                            conversation_id=ctx.conversation_id)
             return done.result, done.is_error
     try:
         with session_scope(ctx.engine) as session:
