@@ -1,0 +1,101 @@
+"""Settings and days off that would strand visits, and the staff's numbers (breaker trial):
+`parallel_services` names only the tenant's service codes; closing a public holiday again or
+a day by a closed hours exception is refused while it holds upcoming bookings."""
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+from sqlmodel import select
+
+from cli.main import main
+from operations import agenda
+from operations import catalogue as catalogue_ops
+from operations.errors import Invalid
+from operations.settings import apply_settings, settings_change
+from storage.db import session_scope
+from storage.errors import CatalogueConflict
+from storage.models import Appointment, HoursException, Tenant
+from tests.test_visits import NOW, THREE, Customer
+
+
+def _tenant(session: Any) -> Tenant:
+    tenant = session.get(Tenant, 1)
+    assert tenant is not None
+    return tenant
+
+
+@pytest.mark.parametrize(("codes", "said"), [
+    (["nope"], "'nope' is not one of the tenant's service codes (alinhamento, diagnostico, oleo)"),
+    (["OLEO"], "'OLEO' is not one of the tenant's service codes (codes are case-sensitive: "
+               "'oleo'?)"),
+    (["oleo", "x", "y"], "parallel_services: 2 unknown service codes"),
+])
+def test_parallel_services_names_only_the_tenants_codes(engine: Engine, codes: list[str],
+                                                        said: str) -> None:
+    Customer(engine)
+    with session_scope(engine) as session:
+        with pytest.raises(Invalid, match="parallel_services") as caught:
+            apply_settings(session, _tenant(session),
+                           settings_change({"parallel_services": codes}))
+        assert said in str(caught.value) + " ".join(caught.value.problems)
+    with session_scope(engine) as session:
+        apply_settings(session, _tenant(session),
+                       settings_change({"parallel_services": ["diagnostico"]}))
+    with session_scope(engine) as session:
+        assert _tenant(session).parallel_services == ["diagnostico"]
+
+
+def test_the_cli_refuses_an_unknown_parallel_service(engine: Engine, capsys: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    Customer(engine)
+    monkeypatch.setenv("DATABASE_URL", str(engine.url.render_as_string(hide_password=False)))
+    assert main(["tenant", "update", "109876543210987", "--set",
+                 'parallel_services=["nope"]']) == 2
+    assert "'nope' is not one of the tenant's service codes" in capsys.readouterr().err
+
+
+def test_a_closed_hours_exception_on_a_booked_day_is_refused(engine: Engine) -> None:
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": THREE,
+                                             "start": "2026-06-03T09:00"})[1]
+    with session_scope(engine) as session:
+        with pytest.raises(CatalogueConflict, match=r"2026-06-03: that day has 3 upcoming"):
+            catalogue_ops.save_hours_exception(session, _tenant(session),
+                                               catalogue_ops.HoursExceptionChange(
+                                                   day="2026-06-03", hours=[]), now=NOW)
+    with session_scope(engine) as session:  # shorter hours, or another day: fine
+        assert not session.exec(select(HoursException)).all()
+        catalogue_ops.save_hours_exception(session, _tenant(session),
+                                           catalogue_ops.HoursExceptionChange(
+                                               day="2026-06-03", hours=["08:00-12:00"]),
+                                           now=NOW)
+        catalogue_ops.save_hours_exception(session, _tenant(session),
+                                           catalogue_ops.HoursExceptionChange(
+                                               day="2026-06-04", hours=[]), now=NOW)
+
+
+def test_closing_an_opened_holiday_with_bookings_is_refused(engine: Engine) -> None:
+    from bot.console.holidays import switch_holiday
+    Customer(engine)
+    with session_scope(engine) as session:  # Mon 2026-09-07 is Independence Day: opened
+        apply_settings(session, _tenant(session),
+                       settings_change({"open_holidays": ["2026-09-07", "2026-10-12"]}),
+                       now=NOW)
+    with session_scope(engine) as session:
+        agenda.book(session, _tenant(session), agenda.StaffBooking(
+            service="oleo", start="2026-09-07T10:00", contact="1"), now=NOW)
+    with session_scope(engine) as session:
+        with pytest.raises(CatalogueConflict, match=r"closing the public holiday on "
+                                                    r"2026-09-07: that day has 1 upcoming"):
+            apply_settings(session, _tenant(session),
+                           settings_change({"open_holidays": ["2026-10-12"]}), now=NOW)
+    with session_scope(engine) as session:  # the console's switch: the same check
+        with pytest.raises(CatalogueConflict, match="2026-09-07"):
+            switch_holiday(session, _tenant(session), "2026-09-07", False, NOW.date(),
+                           now=NOW)
+    with session_scope(engine) as session:  # a holiday without bookings closes
+        switch_holiday(session, _tenant(session), "2026-10-12", False, NOW.date(), now=NOW)
+    with session_scope(engine) as session:
+        assert _tenant(session).open_holidays == ["2026-09-07"]
+        assert len(session.exec(select(Appointment)).all()) == 1
