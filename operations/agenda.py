@@ -271,7 +271,8 @@ def staff_note(tenant: Tenant, text: str) -> str:
 def _appointment(session: Session, tenant: Tenant, appointment_id: int) -> Appointment:
     row = appointments.locked(session, appointment_id)
     if row is None or row.tenant_id != tenant.id:
-        raise NotFound(f"no appointment #{appointment_id}")
+        raise NotFound(f"no appointment with row id {appointment_id} (`id` in listings; the "
+                       "customer's number is `booking_number`)")
     return row
 
 

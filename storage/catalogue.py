@@ -254,7 +254,7 @@ def refuse_closing_booked(session: Session, tenant_id: int, days: Any, timezone:
     for day in sorted(days):
         since = datetime.combine(day, time(0), tzinfo=tz)
         until = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
-        _refuse_if_booked(session, (Appointment.tenant_id == tenant_id)
+        _refuse_if_booked(session, (col(Appointment.tenant_id) == tenant_id)
                           & (col(Appointment.start_at) < until)
                           & (col(Appointment.end_at) > since),
                           f"{what} on {day.isoformat()}: that day", now)

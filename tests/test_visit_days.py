@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlmodel import select
 
 from cli.main import main
+from core import clock
 from operations import agenda
 from operations import catalogue as catalogue_ops
 from operations.errors import Invalid
@@ -99,3 +100,40 @@ def test_closing_an_opened_holiday_with_bookings_is_refused(engine: Engine) -> N
     with session_scope(engine) as session:
         assert _tenant(session).open_holidays == ["2026-09-07"]
         assert len(session.exec(select(Appointment)).all()) == 1
+
+
+def test_staff_at_the_cli_cancel_and_move_the_booking_number_the_customer_quotes(
+        engine: Engine, capsys: Any, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    """Visit #1 is rows 1-3, visit #2 row 4: "#2" is the customer's second visit, never row 2
+    (the alinhamento of visit #1); a visit of several services needs --service."""
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": THREE,
+                                             "start": "2026-06-03T09:00"})[1]
+    assert not ana.call("book_appointment", {"service": "oleo",
+                                             "start": "2026-06-04T09:00"})[1]
+    monkeypatch.setenv("DATABASE_URL", str(engine.url.render_as_string(hide_password=False)))
+    previous = clock.set_clock(clock.FrozenClock(NOW))
+    request.addfinalizer(lambda: clock.set_clock(previous))
+    pnid = "109876543210987"
+
+    def status() -> list[tuple[int | None, str]]:
+        with session_scope(engine) as session:
+            return [(a.id, a.status) for a in session.exec(
+                select(Appointment).order_by(Appointment.id)).all()]  # type: ignore[arg-type]
+
+    assert main(["appointments", "cancel", pnid, "#1"]) == 2
+    assert "booking #1 is a visit of 3 services (oleo, alinhamento, diagnostico): name the " \
+           "one with --service" in capsys.readouterr().err
+    assert main(["appointments", "move", pnid, "#1", "--service", "pintura",
+                 "--start", "2026-06-03T14:00"]) == 2
+    assert "booking #1 has no booked service 'pintura'" in capsys.readouterr().err
+    assert main(["appointments", "cancel", pnid, "#9"]) == 2
+    assert "no booking #9" in capsys.readouterr().err
+    assert main(["appointments", "cancel", pnid, "#2"]) == 0
+    assert status() == [(1, "booked"), (2, "booked"), (3, "booked"), (4, "cancelled")]
+    assert main(["appointments", "move", pnid, "1", "--service", "diagnostico",
+                 "--start", "2026-06-03T14:00"]) == 0
+    assert main(["appointments", "cancel", pnid, "1", "--service", "oleo"]) == 0
+    assert [s for _, s in status()] == ["cancelled", "booked", "cancelled", "cancelled",
+                                        "booked"]
