@@ -137,3 +137,18 @@ def test_staff_at_the_cli_cancel_and_move_the_booking_number_the_customer_quotes
     assert main(["appointments", "cancel", pnid, "1", "--service", "oleo"]) == 0
     assert [s for _, s in status()] == ["cancelled", "booked", "cancelled", "cancelled",
                                         "booked"]
+
+
+def test_a_whole_configuration_closing_a_booked_day_is_refused(engine: Engine) -> None:
+    from storage.tenants import upsert_tenant
+    from tests.test_visits import GARAGE
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"service": "oleo",
+                                             "start": "2026-06-03T09:00"})[1]
+    closed = {"day": "2026-06-03", "hours": [], "note": "inventário"}
+    with session_scope(engine) as session:
+        with pytest.raises(CatalogueConflict, match="2026-06-03: that day has 1 upcoming"):
+            upsert_tenant(session, {**GARAGE, "hours_exceptions": [closed]}, now=NOW)
+    with session_scope(engine) as session:  # another day closes
+        upsert_tenant(session, {**GARAGE, "hours_exceptions": [
+            {**closed, "day": "2026-06-04"}]}, now=NOW)
