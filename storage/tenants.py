@@ -10,9 +10,9 @@ from sqlmodel import Session, select
 
 from storage import conversations
 from storage.catalogue import (
+    list_hours_exceptions,
     list_professionals,
     list_services,
-    list_hours_exceptions,
     professional_spec,
     refuse_closing_booked,
     replace_hours_exceptions,
