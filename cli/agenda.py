@@ -7,7 +7,7 @@ from typing import Any
 
 from cli.admin import run_for_tenant
 from operations import agenda
-from operations.service import validated
+from operations.service import row_of_booking, validated
 
 
 @run_for_tenant
@@ -26,7 +26,8 @@ def book(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> 
 def move(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     body = validated(agenda.Move, {k: v for k, v in (("start", args.start),
                                                      ("professional", args.professional)) if v})
-    return agenda.move(session, tenant, args.appointment_id, body, now=now)
+    row_id = row_of_booking(session, tenant, args.booking_number, args.service)
+    return agenda.move(session, tenant, row_id, body, now=now)
 
 
 @run_for_tenant
@@ -44,8 +45,8 @@ def unblock(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 @run_for_tenant
 def outcome(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    return agenda.set_outcome(session, tenant, args.appointment_id, args.outcome, now=now,
-                              note=args.note)
+    row_id = row_of_booking(session, tenant, args.booking_number, whole_visit=True)
+    return agenda.set_outcome(session, tenant, row_id, args.outcome, now=now, note=args.note)
 
 
 @run_for_tenant

@@ -19,4 +19,5 @@ def list_appointments(args: argparse.Namespace, session: Any, tenant: Any,
 
 @run_for_tenant
 def cancel(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    return service.cancel_appointment(session, tenant, args.appointment_id, now=now)
+    row_id = service.row_of_booking(session, tenant, args.booking_number, args.service)
+    return service.cancel_appointment(session, tenant, row_id, now=now)

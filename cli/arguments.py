@@ -14,6 +14,20 @@ def record_id(text: str) -> int:
     return int(text)
 
 
+def booking_number(text: str) -> int:
+    """An argparse type: the customer's booking number, as told ("2" or "#2")."""
+    number = text.strip().removeprefix("#")
+    if not (number.isascii() and number.isdigit()) or not 0 < int(number) < 2**31:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a booking number (#N, as the "
+                                         "customer is told)")
+    return int(number)
+
+
+BOOKING_HELP = ("the customer's booking number (#N as they were told; `booking_number` in "
+                "listings, not the row `id`)")
+SERVICE_HELP = "one service of the visit, by code (required when it has several)"
+
+
 def add_conversation_ref(parser: argparse.ArgumentParser) -> None:
     """`PHONE_NUMBER_ID CONVERSATION_ID`, as every command naming a conversation takes them;
     the one-argument form (CONVERSATION_ID alone) still works, with a warning
@@ -193,7 +207,8 @@ def add_conversation_commands(sub: Any) -> None:
     cancel = app_sub.add_parser("cancel", help="cancel a booking (the customer gets a "
                                 "notice: README, Reminders)")
     _pnid(cancel)
-    cancel.add_argument("appointment_id", type=record_id)
+    cancel.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
+    cancel.add_argument("--service", help=SERVICE_HELP)
     cancel.set_defaults(run="cli.appointments:cancel")
     add_agenda_commands(app_sub)
 
@@ -215,7 +230,8 @@ def add_agenda_commands(app_sub: Any) -> None:
     book.set_defaults(run="cli.agenda:book")
     move = app_sub.add_parser("move", help="move an upcoming booking")
     _pnid(move)
-    move.add_argument("appointment_id", type=record_id)
+    move.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
+    move.add_argument("--service", help=SERVICE_HELP)
     move.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
     move.add_argument("--professional")
     move.set_defaults(run="cli.agenda:move")
@@ -234,7 +250,7 @@ def add_agenda_commands(app_sub: Any) -> None:
     unblock.set_defaults(run="cli.agenda:unblock")
     outcome = app_sub.add_parser("outcome", help="mark a visit completed or no_show")
     _pnid(outcome)
-    outcome.add_argument("appointment_id", type=record_id)
+    outcome.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
     outcome.add_argument("outcome", choices=("completed", "no_show"))
     outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")

@@ -75,7 +75,7 @@ def hours(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) ->
 def exception(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     intervals = [i.strip() for value in args.hours or [] for i in value.split(",") if i.strip()]
     change = catalogue_ops.HoursExceptionChange(day=args.day, hours=intervals, note=args.note)
-    return catalogue_ops.save_hours_exception(session, tenant, change)[0]
+    return catalogue_ops.save_hours_exception(session, tenant, change, now=now)[0]
 
 
 @run_for_tenant

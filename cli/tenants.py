@@ -77,7 +77,7 @@ def update(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
     if problems:
         raise ValueError("; ".join(problems))
     return service.tenant_view(settings_ops.apply_settings(
-        session, tenant, settings_ops.settings_change(changes)))
+        session, tenant, settings_ops.settings_change(changes), now=now))
 
 
 @run_for_tenant

@@ -293,7 +293,8 @@ def staff_note(tenant: Tenant, text: str) -> str:
 def _appointment(session: Session, tenant: Tenant, appointment_id: int) -> Appointment:
     row = appointments.locked(session, appointment_id)
     if row is None or row.tenant_id != tenant.id:
-        raise NotFound(f"no appointment #{appointment_id}")
+        raise NotFound(f"no appointment with row id {appointment_id} (`id` in listings; the "
+                       "customer's number is `booking_number`)")
     return row
 
 
@@ -301,7 +302,8 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
          now: datetime) -> dict[str, Any]:
     """Move an upcoming booking to a new start (and professional): the old one is cancelled
     and a new one booked in this transaction, as the agent's reschedule does; the webhook
-    event is `appointment.rescheduled` by business."""
+    event is `appointment.rescheduled` by business. One service of a visit of several stays
+    on the visit's day (storage/appointments.off_visit_day): Invalid otherwise."""
     tz = ZoneInfo(tenant.timezone)
     old = _appointment(session, tenant, appointment_id)
     if old.status != "booked" or old.end_at <= now:
@@ -315,6 +317,13 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     visit = appointments.booked(appointments.visit_rows(
         session, appointments.visit_of(old), lock=True))
     one_of_several = len(visit) > 1  # one service of a visit moves within it (issue 38)
+    day = appointments.off_visit_day(visit, old, start, tz) if one_of_several else None
+    if day is not None:
+        problem = (f"start: appointment #{appointment_id} is one service of booking "
+                   f"#{appointments.number_of(old)} on {day:%Y-%m-%d}, and a visit is one day; "
+                   "move it within that day, or cancel this service and book it as a new "
+                   "visit on the other day")
+        raise Invalid(problem, [problem])
     old.status, old.cancelled_at = "cancelled", now
     session.add(old)
     session.flush()

@@ -19,7 +19,7 @@ themselves: storage/tenant_config.py (the schema), storage/catalogue.py (the wri
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from enum import Enum
 from typing import Any
 
@@ -153,10 +153,17 @@ def set_opening_hours(session: Session, tenant: Tenant,
 
 
 def save_hours_exception(session: Session, tenant: Tenant,
-                         change: HoursExceptionChange) -> tuple[dict[str, Any], bool]:
-    """Set one date's hours; returns (its view, created). Invalid names every problem."""
+                         change: HoursExceptionChange, *,
+                         now: datetime | None = None) -> tuple[dict[str, Any], bool]:
+    """Set one date's hours; returns (its view, created). Invalid names every problem;
+    CatalogueConflict when it closes a day with upcoming bookings
+    (catalogue.refuse_closing_booked; `now`: default the clock)."""
     spec = validated(HoursExceptionSpec, {"day": change.day, "hours": list(change.hours),
                                           "note": change.note})
+    if not spec.hours:
+        catalogue.refuse_closing_booked(session, _tenant_id(tenant), [spec.day],
+                                        tenant.timezone, now or datetime.now(UTC),
+                                        "a closed hours exception")
     row, created = catalogue.put_hours_exception(session, _tenant_id(tenant), spec)
     return {"day": row.day.isoformat(), "hours": row.hours, "note": row.note}, created
 

@@ -499,6 +499,36 @@ def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:
             if notice else None}
 
 
+def row_of_booking(session: Session, tenant: Tenant, number: int,
+                   service_code: str | None = None, *, whole_visit: bool = False) -> int:
+    """The row id (`id` in listings) of the tenant's booking number `number` (what the
+    customer is told and quotes, "#2": storage/appointments.number_of, `booking_number` in
+    listings): the visit's only booked service, or its service `service_code` (`whole_visit`:
+    its first booked service, for what applies to the whole visit, an outcome). A visit
+    nothing of which is booked: its latest row (the door then says it is cancelled).
+    NotFound: no booking #number; Invalid: several services and none (or another) named."""
+    row = appointments.by_number(session, tenant.id or 0, number)
+    if row is None:
+        raise NotFound(f"no booking #{number} (the customer's booking number)")
+    rows = appointments.booked(appointments.visit_rows(session, appointments.visit_of(row)))
+    codes = {r.id: s.code for r in rows if (s := session.get(Service, r.service_id))}
+    if service_code is not None:
+        chosen = [r for r in rows if codes.get(r.id) == service_code]
+        if not chosen:
+            problem = (f"booking #{number} has no booked service {service_code!r} "
+                       f"({', '.join(codes.values()) or 'none booked'})")
+            raise Invalid(problem, [f"service: {problem}"])
+        row = chosen[0]
+    elif len(rows) > 1 and not whole_visit:
+        problem = (f"booking #{number} is a visit of {len(rows)} services "
+                   f"({', '.join(codes.values())}): name the one with --service")
+        raise Invalid(problem, [f"service: {problem}"])
+    elif rows:
+        row = rows[0]
+    assert row.id is not None
+    return row.id
+
+
 def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
                        now: datetime) -> dict[str, Any]:
     """The business cancels a booking (its slot becomes free); its reminders are cancelled and
@@ -507,7 +537,8 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
     outside it, else recorded as not sent)."""
     appointment = appointments.locked(session, appointment_id)  # two cancels: one wins
     if appointment is None or appointment.tenant_id != tenant.id:
-        raise NotFound(f"no appointment #{appointment_id}")
+        raise NotFound(f"no appointment with row id {appointment_id} (`id` in listings; the "
+                       "customer's number is `booking_number`)")
     if appointment.status != "booked":
         raise Conflict(f"appointment #{appointment_id} is {appointment.status}")
     if appointment.end_at <= now:

@@ -11,14 +11,15 @@ Invalid, Conflict (operations/errors.py), or TenantConfigError and CatalogueConf
 apply_config (its callers map them or say them).
 """
 
-from datetime import datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlmodel import Session
 
+from agent.tools.availability import business_exceptions
 from operations.errors import Conflict, Invalid, admin_error
 from operations.service import validated
-from storage import tenants
+from storage import catalogue, tenants
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import Tenant
 from storage.tenant_config import TenantSettings
@@ -58,11 +59,49 @@ def settings_change(body: Any) -> TenantSettings:
     return change
 
 
-def apply_settings(session: Session, tenant: Tenant, change: TenantSettings) -> Tenant:
+def apply_settings(session: Session, tenant: Tenant, change: TenantSettings, *,
+                   now: datetime | None = None) -> Tenant:
     """Apply the settings given in `change` (storage/tenants.update_settings: a new inactivity
     timeout moves the open conversations' due times; the next turn reads the rest).
-    TenantConfigError when the reminder template does not fit its rules."""
-    return tenants.update_settings(session, tenant, change.settings())
+    TenantConfigError when the reminder template does not fit its rules; Invalid when
+    `parallel_services` names a code that is not one of the tenant's services (codes match
+    exactly, as the catalogue stores them); CatalogueConflict when dropping a day from
+    `open_holidays` closes a public holiday with upcoming bookings (`now`: default the
+    clock; storage/catalogue.refuse_closing_booked)."""
+    changes = change.settings()
+    if "parallel_services" in changes:
+        _check_parallel(session, tenant, changes["parallel_services"] or [])
+    if "open_holidays" in changes:
+        _check_closing_holidays(session, tenant, changes["open_holidays"] or [],
+                                now or datetime.now(UTC))
+    return tenants.update_settings(session, tenant, changes)
+
+
+def _check_parallel(session: Session, tenant: Tenant, codes: list[str]) -> None:
+    known = [s.code for s in catalogue.list_services(session, tenant.id or 0)]
+    problems = []
+    for code in dict.fromkeys(codes):
+        if code in known:
+            continue
+        same = next((k for k in known if k.lower() == code.lower()), None)
+        problems.append(f"parallel_services: {code!r} is not one of the tenant's service codes"
+                        + (f" (codes are case-sensitive: {same!r}?)" if same else
+                           f" ({', '.join(known[:20]) or 'none yet'})"))
+    if problems:
+        raise Invalid(problems[0] if len(problems) == 1 else
+                      f"parallel_services: {len(problems)} unknown service codes", problems)
+
+
+def _check_closing_holidays(session: Session, tenant: Tenant, kept: list[str],
+                            now: datetime) -> None:
+    """Days leaving `open_holidays` that are public holidays of the tenant's calendar with no
+    hours exception of their own close again: refused while they hold upcoming bookings."""
+    days_off = business_exceptions(session, tenant.id or 0)
+    closing = [day for text in set(tenant.open_holidays or []) - set(kept)
+               if (day := date.fromisoformat(text)) not in days_off.exceptions
+               and days_off.public_holiday(day) is not None]
+    catalogue.refuse_closing_booked(session, tenant.id or 0, closing, tenant.timezone, now,
+                                    "closing the public holiday")
 
 
 def resume_sending(session: Session, tenant: Tenant) -> list[int]:

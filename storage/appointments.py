@@ -11,7 +11,8 @@ A visit is the rows sharing one booking number (`VISIT`: `visit_id`, or the row'
 row written before visits): one row per service, each with its professional and times.
 """
 
-from datetime import datetime
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, or_, select
 
@@ -86,3 +87,17 @@ def visit_start(rows: list[Appointment]) -> datetime | None:
     """When the visit starts: its first booked row's start (None: nothing booked)."""
     starts = [r.start_at for r in booked(rows)]
     return min(starts) if starts else None
+
+
+def off_visit_day(rows: list[Appointment], moving: Appointment, start: datetime,
+                  tz: ZoneInfo) -> date | None:
+    """The visit's local day (in `tz`) when moving its service row `moving` to `start` would
+    take it to another day; None when the move keeps the visit on one day (or `moving` is its
+    only booked row). The rule, for every door that moves one service of a visit (the agent's
+    reschedule_appointment, operations/agenda.move): a visit is one day, as its one booking
+    number and its one reminder say; another day is the whole visit moving, or a new visit."""
+    others = [r for r in booked(rows) if r.id != moving.id]
+    if not others:
+        return None
+    day = min(r.start_at for r in others).astimezone(tz).date()
+    return day if start.astimezone(tz).date() != day else None

@@ -4,8 +4,9 @@ storage/tenant_config.py; a removal that would strand an upcoming appointment ra
 CatalogueConflict.
 """
 
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
 from sqlmodel import Session, col, delete, select
@@ -260,6 +261,22 @@ def _refuse_if_booked(session: Session, condition: Any, what: str, now: datetime
         raise CatalogueConflict(f"{what} has {len(upcoming)} upcoming appointment(s) "
                                 f"(#{', #'.join(str(i) for i in upcoming[:10])}), cancel or "
                                 "move them first")
+
+
+def refuse_closing_booked(session: Session, tenant_id: int, days: Any, timezone: str,
+                          now: datetime, what: str) -> None:
+    """CatalogueConflict when the local `days` (dates in `timezone`) about to close (`what`:
+    "a closed hours exception", "closing the public holiday") hold upcoming bookings, as a
+    removal that would strand them is refused (`_refuse_if_booked`): the business cancels or
+    moves them first. One indexed read per day."""
+    tz = ZoneInfo(timezone)
+    for day in sorted(days):
+        since = datetime.combine(day, time(0), tzinfo=tz)
+        until = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+        _refuse_if_booked(session, (col(Appointment.tenant_id) == tenant_id)
+                          & (col(Appointment.start_at) < until)
+                          & (col(Appointment.end_at) > since),
+                          f"{what} on {day.isoformat()}: that day", now)
 
 
 def set_hours(session: Session, tenant_id: int, hours: Any) -> dict[str, list[str]]:

@@ -11,9 +11,11 @@ from sqlmodel import Session, select
 from core.holidays import calendar_of, holidays_between
 from storage import conversations
 from storage.catalogue import (
+    list_hours_exceptions,
     list_professionals,
     list_services,
     professional_spec,
+    refuse_closing_booked,
     replace_hours_exceptions,
     replace_services,
     set_hours,
@@ -35,7 +37,8 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     {"mon": ["09:00-18:00"]}, `hours_exceptions` [{day, hours, note}]. A catalogue key given
     replaces that part of the catalogue: services and professionals left out are archived (kept
     for their appointments), hours and exceptions are replaced. Raises TenantConfigError naming
-    every problem, or CatalogueConflict when a removal would orphan an upcoming appointment.
+    every problem, or CatalogueConflict when a removal would orphan an upcoming appointment
+    or a new closed exception falls on a day with one (catalogue.refuse_closing_booked).
     """
     spec = validate_config(config)
     tenant = get_by_phone_number_id(session, spec.phone_number_id)
@@ -57,6 +60,10 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
     if spec.hours is not None:
         set_hours(session, tenant.id, spec.hours)
     if spec.hours_exceptions is not None:
+        closed = {row.day for row in list_hours_exceptions(session, tenant.id) if not row.hours}
+        refuse_closing_booked(session, tenant.id, {e.day for e in spec.hours_exceptions
+                                                   if not e.hours} - closed,
+                              tenant.timezone, now, "a closed hours exception")
         replace_hours_exceptions(session, tenant.id, spec.hours_exceptions)
     return tenant
 

@@ -213,8 +213,9 @@ def test_conversations_appointments_and_fact_edit(database: str,
     status, appointments, _ = run(capsys, "appointments", "list", PNID, "--from", "2027-06-01",
                                   "--to", "2027-06-01")
     assert [(a["start"], a["status"]) for a in appointments] == [("2027-06-01T14:30", "booked")]
-    assert run(capsys, "appointments", "cancel", PNID, str(appointments[0]["id"]))[0] == 0
-    assert run(capsys, "appointments", "cancel", PNID, str(appointments[0]["id"]))[0] == 2
+    number = str(appointments[0]["booking_number"])  # the customer's number, not the row id
+    assert run(capsys, "appointments", "cancel", PNID, number)[0] == 0
+    assert run(capsys, "appointments", "cancel", PNID, number)[0] == 2
     status, edited, _ = run(capsys, "facts", "edit", PNID, "1", "Carla", "--reason",
                             "ela prefere o nome")
     assert status == 0 and (edited["value"], edited["state"]) == ("Carla", "confirmed")
@@ -300,7 +301,8 @@ def test_a_professionals_week_and_the_agenda_from_the_cli(
     assert status == 2 and f"#{booked['id']}" in err
     status, day, _ = run(capsys, "appointments", "day", PNID, "2030-06-04")
     assert status == 0 and day["professionals"][0]["hours"] == ["10:00-12:00"]
-    status, _, err = run(capsys, "appointments", "outcome", PNID, str(booked["id"]), "no_show")
+    status, _, err = run(capsys, "appointments", "outcome", PNID, f"#{booked['booking_number']}",
+                         "no_show")
     assert status == 2 and "not started yet" in err
 
 

@@ -382,3 +382,33 @@ def test_the_same_service_in_both_fields_is_one_service(engine: Engine) -> None:
     assert not ana.call("book_appointment", {"service": "oleo", "services": ["oleo"],
                                              "start": "2026-06-03T09:00"})[1]
     assert [row[0] for row in _rows(engine)] == ["oleo"]
+
+
+def test_one_service_of_a_visit_cannot_move_to_another_day(engine: Engine) -> None:
+    """A visit is one day (storage/appointments.off_visit_day): moving one service to Friday
+    is refused by the agent and by staff, and nothing changes; the whole visit can move."""
+    from operations import agenda
+    from operations.errors import Invalid
+    from storage.models import Tenant
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": THREE,
+                                             "start": "2026-06-03T09:00"})[1]
+    before = _rows(engine)
+    text, error = ana.call("reschedule_appointment", {"appointment_id": 1,
+                                                      "service": "diagnostico",
+                                                      "start": "2026-06-05T14:00"})
+    assert error and "a visit is one day" in text and "Wed 2026-06-03" in text, text
+    assert "move the whole visit" in text and "cancel diagnostico" in text
+    assert _rows(engine) == before
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        with pytest.raises(Invalid, match="a visit is one day"):
+            agenda.move(session, tenant, 3, agenda.Move(start="2026-06-05T14:00"), now=NOW)
+    assert _rows(engine) == before
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Reminder).where(Reminder.status == "scheduled")).all()) == 1
+    text, error = ana.call("reschedule_appointment", {"appointment_id": 1,
+                                                      "start": "2026-06-05T14:00"})
+    assert not error, text
+    assert {r[1][:3] for r in _rows(engine) if r[2] == "booked"} == {"Fri"}

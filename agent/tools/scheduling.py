@@ -288,6 +288,13 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     one = _one_service(session, rows, args.get("service"))
     if one is not None and len(rows) == 1:
         one = None  # the only service: the whole visit moves
+    day = appointments.off_visit_day(rows, one, start, ctx.timezone) if one else None
+    if one is not None and day is not None:
+        code = _service_row(session, one).code
+        raise ToolError(f"not moved: appointment #{_number(rows)} is one visit on "
+                        f"{day:%a %Y-%m-%d} and a visit is one day. To take {code} to another "
+                        f"day, move the whole visit (no service), or cancel {code} and book it "
+                        "as a new visit.")
     moving = [one] if one is not None else rows
     for row in moving:
         row.status, row.cancelled_at = "cancelled", ctx.now  # frees its slot for the check

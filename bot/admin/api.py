@@ -70,7 +70,7 @@ def get_tenant(call: Call) -> tuple[int, Any]:
 def update_tenant(call: Call) -> tuple[int, Any]:
     change = settings_ops.settings_change(call.body)
     return 200, service.tenant_view(settings_ops.apply_settings(call.session, call.the_tenant(),
-                                                                change))
+                                                                change, now=call.now))
 
 
 def resume(call: Call) -> tuple[int, Any]:
@@ -151,7 +151,8 @@ def put_exception(call: Call) -> tuple[int, Any]:
     body: HoursExceptionBody = validated(HoursExceptionBody, call.body)
     change = catalogue_ops.HoursExceptionChange(day=call.path["day"], hours=body.hours,
                                                 note=body.note)
-    view, created = catalogue_ops.save_hours_exception(call.session, call.the_tenant(), change)
+    view, created = catalogue_ops.save_hours_exception(call.session, call.the_tenant(), change,
+                                                       now=call.now)
     return (201 if created else 200), view
 
 

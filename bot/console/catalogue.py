@@ -22,7 +22,7 @@ def switch_public_holiday(p: Page) -> PageResult:
     """A public holiday's switch: the business opens that day, or closes again (issue 42)."""
     today = p.now.astimezone(ZoneInfo(p.tenant.timezone)).date()
     public_holidays.switch_holiday(p.session, p.tenant, str(p.form.get("day", "")),
-                                   p.form.get("open") == "1", today)
+                                   p.form.get("open") == "1", today, now=p.now)
     return Redirect("/console/catalog", p.t["saved"])
 
 
@@ -74,7 +74,7 @@ def save_hours(p: Page) -> PageResult:
 def add_holiday(p: Page) -> PageResult:
     hours = [i.strip() for i in str(p.form.get("hours", "")).split(",") if i.strip()]
     catalogue_ops.save_hours_exception(p.session, p.tenant, catalogue_ops.HoursExceptionChange(
-        day=p.form.get("day"), hours=hours, note=str(p.form.get("note", ""))))
+        day=p.form.get("day"), hours=hours, note=str(p.form.get("note", ""))), now=p.now)
     return Redirect("/console/catalog", p.t["saved"])
 
 

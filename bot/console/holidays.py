@@ -31,9 +31,10 @@ def coming_holidays(tenant: Tenant, now: datetime) -> dict[str, Any]:
 
 
 def switch_holiday(session: Any, tenant: Tenant, day_text: str, open_day: bool,
-                   today: date) -> None:
+                   today: date, *, now: datetime | None = None) -> None:
     """Open (or close again) the business on the public holiday `day_text` (YYYY-MM-DD);
-    past days are dropped from the list on the way. Raises operations' Invalid."""
+    past days are dropped from the list on the way. Raises operations' Invalid; closing a
+    day with upcoming bookings: CatalogueConflict (operations/settings.apply_settings)."""
     try:
         day = date.fromisoformat(day_text)
     except ValueError:
@@ -41,4 +42,4 @@ def switch_holiday(session: Any, tenant: Tenant, day_text: str, open_day: bool,
     kept = {d for d in tenant.open_holidays or [] if d >= today.isoformat()} - {day.isoformat()}
     if open_day:
         kept.add(day.isoformat())
-    apply_settings(session, tenant, settings_change({"open_holidays": sorted(kept)}))
+    apply_settings(session, tenant, settings_change({"open_holidays": sorted(kept)}), now=now)

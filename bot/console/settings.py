@@ -47,7 +47,7 @@ def settings_page(p: Page) -> PageResult:
                                        for problem in exc.problems]), **errors}
         else:
             if not errors:
-                settings_ops.apply_settings(p.session, tenant, change)
+                settings_ops.apply_settings(p.session, tenant, change, now=p.now)
                 log.info("console_settings_saved", tenant_id=tenant.id,
                          fields=sorted(change.settings()))
                 return Redirect("/console/settings", p.t["saved"])
