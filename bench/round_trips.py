@@ -10,7 +10,8 @@ later turn are counted apart, the webhook POST apart from the worker's drain.
 
 Usage: python bench/round_trips.py [--database-url URL] [--redis-url URL]
 PostgreSQL by default (TEST_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test; the run
-gets its own schema, dropped after); without --redis-url an in-process Redis. Prints JSON.
+gets its own schema, dropped after); without --redis-url an in-process Redis.
+Prints JSON (`--out FILE` too).
 """
 
 import argparse
@@ -85,6 +86,8 @@ def main() -> None:
         "TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--turns", type=int, default=3, help="later turns counted (default 3)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the JSON here (the product logs to stdout too)")
     args = parser.parse_args()
     event.listen(Engine, "before_cursor_execute", _statement)
     event.listen(Engine, "commit", _commit)
@@ -101,7 +104,10 @@ def main() -> None:
         env.close()
     report = {"database": "postgresql" if "postgres" in args.database_url else "other",
               "first_turn": first, "later_turns": later, "replies": sent}
-    print(json.dumps(report, indent=2, ensure_ascii=False))
+    text = json.dumps(report, indent=2, ensure_ascii=False)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
