@@ -119,18 +119,18 @@ def _rows_read(engine: Engine, statement: str, parameters: Any) -> tuple[int, li
 
 def _per_turn_queries(engine: Engine, conversation_id: int) -> dict[str, Any]:
     runtime = SimpleNamespace(engine=engine)
-    state = SimpleNamespace(conversation=SimpleNamespace(id=conversation_id))
 
-    def offer() -> None:
-        with session_scope(engine) as session:
-            turn_offer(session, conversation_id)
+    def in_session(query: Any) -> Any:
+        def call() -> None:
+            with session_scope(engine) as session:
+                query(session, conversation_id)
+        return call
 
     return {
-        "turns._latest_customer_message": lambda: _latest_customer_message(
-            runtime, state),  # type: ignore[arg-type]
+        "turns._latest_customer_message": in_session(_latest_customer_message),
         "receipts.latest_customer_wamid": lambda: latest_customer_wamid(
             runtime, conversation_id),  # type: ignore[arg-type]
-        "choices.turn_offer": offer,
+        "choices.turn_offer": in_session(turn_offer),
         "media.resolve_media": lambda: resolve_media(
             runtime, conversation_id, language="pt-BR"),  # type: ignore[arg-type]
     }
