@@ -2,7 +2,8 @@
 
 The replay harness (replay/environment.py: the real web app, an in-process RQ worker, the
 Messages API and Graph doubles) on PostgreSQL. A SQLAlchemy listener on every engine counts
-the statements sent (`before_cursor_execute`), the commits (`commit`) and the pool checkouts
+the statements sent (`before_cursor_execute`), the commits (`commit`; and those whose transaction
+holds a transaction id, so wait for a WAL flush) and the pool checkouts
 (each one a pre-ping round trip, `pool_pre_ping`). One customer message is posted and its
 turn drained; the model answers in three calls (find_available_slots, book_appointment, a
 text). The conversation's first turn (it creates the contact and the conversation) and a
@@ -46,8 +47,15 @@ def _statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
     COUNTS["statement:" + statement.lstrip().split(None, 1)[0].upper()] += 1
 
 
-def _commit(_conn: Any) -> None:
+def _commit(conn: Any) -> None:
+    """Counts the commit, and whether its transaction holds a transaction id (its commit then
+    waits for a WAL flush): asked on the driver's connection, so not counted as a statement."""
     COUNTS["commits"] += 1
+    if conn.dialect.name == "postgresql":
+        with conn.connection.dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT txid_current_if_assigned()")
+            row = cursor.fetchone()
+        COUNTS["commits_with_xid"] += int(row is not None and row[0] is not None)
 
 
 def _checkout(*_: Any) -> None:
@@ -77,7 +85,8 @@ def measure(env: ReplayEnvironment, n: int, hour: str) -> dict[str, Any]:
 
 
 def _short(counts: dict[str, int]) -> dict[str, int]:
-    return {k: counts.get(k, 0) for k in ("statements", "commits", "checkouts")}
+    return {k: counts.get(k, 0) for k in ("statements", "commits", "commits_with_xid",
+                                           "checkouts")}
 
 
 def main() -> None:
