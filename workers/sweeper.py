@@ -30,7 +30,7 @@ from workers.maintenance import run_once_per_period
 from workers.runtime import get_runtime
 
 log = structlog.get_logger(__name__)
-BATCH = 500
+BATCH = 2000
 
 
 def find_due(session: Session, *, now: datetime, skip: Collection[int] = (),
