@@ -2,9 +2,13 @@
 1,000+ conversations with bursts and duplicate deliveries, side by side with a bare aiohttp
 handler that only answers 200 (the limit of this machine), in the same run.
 
-Everything listens on 127.0.0.1. Redis database 10 only (flushed at the start and the end);
-a fresh PostgreSQL schema, dropped at the end. Every loop is bounded in count and time; the
-whole run stops by itself after `--timeout` seconds and ends every process it started.
+Everything listens on 127.0.0.1. One Redis database, `--redis-url` or LOAD_REDIS_URL (default
+database 10; flushed at the start and the end, so never one that holds anything else), and one
+PostgreSQL schema that this run creates in `--postgres-url` or LOAD_POSTGRES_URL (named by
+`--schema` or LOAD_SCHEMA, default a fresh `wagent_load_*`; a schema that already exists is
+refused, never reused), dropped at the end: a run never drops a schema it did not create.
+Every loop is bounded in count and time; the whole run stops by itself after `--timeout`
+seconds and ends every process it started.
 
 Processes:
 
@@ -65,8 +69,8 @@ sys.path.insert(0, str(ROOT))
 
 VENV_BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
-REDIS_URL = "redis://127.0.0.1:6379/10"  # this benchmark's database, flushed: never another
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/10"  # default; flushed: give one that holds nothing else
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"  # default server/database
 APP_SECRET = "load-app-secret"
 VERIFY_TOKEN = "load-verify-token"
 ACCESS_TOKEN = "load-access-token"
@@ -79,7 +83,7 @@ PRELOADED_WORKER = (  # `wagent worker` whose parent imports the job modules and
     # driver (which SQLAlchemy imports only when an engine is made) before RQ forks
     "import sys; import psycopg, workers.turns, workers.compaction, workers.facts, "
     "workers.sweeper, workers.maintenance; from cli.main import main; sys.exit(main(['worker']))")
-RUN_KEY = "wagent-bench-load:running"  # one run at a time: each flushes db 10
+RUN_KEY = "wagent-bench-load:running"  # one run per Redis db at a time: each flushes it
 MAX_ATTEMPTS = 3  # a delivery answered with an error is sent again, as Meta redelivers
 PACED_SHARE = 0.25  # the paced phase's rate: this share of the bare handler's (the target)
 
@@ -658,7 +662,9 @@ class Bench:
         self.deadline: float = time.monotonic() + float(args.timeout)
         self.tmp = tempfile.mkdtemp(prefix="wagent-load-")
         self.children: list[Child] = []
-        self.schema = f"wagent_load_{uuid.uuid4().hex[:10]}"
+        self.schema = args.schema or f"wagent_load_{uuid.uuid4().hex[:10]}"
+        self.schema_created = False  # only a schema this run created is dropped
+        self.redis_url, self.postgres_url = args.redis_url, args.postgres_url
         self.prefix = f"wagent-load-{uuid.uuid4().hex[:6]}"
         self.engine: Any = None
         self.redis: Any = None
@@ -684,31 +690,33 @@ class Bench:
         from storage.tenants import upsert_tenant
         from tests.factories import TENANT
 
-        self.redis = redis.Redis.from_url(REDIS_URL)
-        assert self.redis.connection_pool.connection_kwargs.get("db") == 10
+        self.redis = redis.Redis.from_url(self.redis_url)
+        db = self.redis.connection_pool.connection_kwargs.get("db", 0)
         if self.redis.exists(RUN_KEY):  # flushing would wreck the other run's queue
             self.redis = None  # and leave it alone at clean-up
-            raise RuntimeError(f"another load run holds Redis db 10 ({RUN_KEY}); wait for it")
+            raise RuntimeError(f"another load run holds Redis db {db} ({RUN_KEY}); wait for it")
         self.redis.flushdb()
         self.redis.set(RUN_KEY, str(os.getpid()), ex=int(self.args.timeout) + 120)
-        admin = make_engine(POSTGRES_URL)
-        with admin.begin() as connection:  # a run killed with SIGKILL left its schema behind
-            stale = connection.execute(text(
-                "select nspname from pg_namespace where nspname like 'wagent\\_load\\_%'"
-            )).scalars().all()
-            for name in stale:
-                connection.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
-            connection.execute(text(f'CREATE SCHEMA "{self.schema}"'))
-        admin.dispose()
-        if stale:
-            log(f"dropped the schemas of killed runs: {', '.join(stale)}")
-        self.database_url = make_url(POSTGRES_URL).update_query_dict(
+        admin = make_engine(self.postgres_url)
+        try:
+            with admin.begin() as connection:
+                exists = connection.execute(text(
+                    "select 1 from pg_namespace where nspname = :name"),
+                    {"name": self.schema}).first()
+                if exists:
+                    raise RuntimeError(f"schema {self.schema} already exists; this run drops "
+                                       "only a schema it creates: name another")
+                connection.execute(text(f'CREATE SCHEMA "{self.schema}"'))
+            self.schema_created = True
+        finally:
+            admin.dispose()
+        self.database_url = make_url(self.postgres_url).update_query_dict(
             {"options": f"-csearch_path={self.schema}"}).render_as_string(hide_password=False)
         self.engine = make_engine(self.database_url)
         create_schema(self.engine)
         with session_scope(self.engine) as session:
             upsert_tenant(session, TENANT, now=datetime.now(UTC))
-        log(f"schema {self.schema}, Redis db 10, logs in {self.tmp}")
+        log(f"schema {self.schema}, Redis {self.redis_url}, logs in {self.tmp}")
 
     def start_doubles(self) -> None:
         self.doubles = self._spawn("doubles", [sys.executable, __file__, "_doubles"],
@@ -725,7 +733,7 @@ class Bench:
         env = {k: v for k, v in os.environ.items()
                if k not in {f.upper() for f in Settings.__dataclass_fields__}}
         env.update({
-            "DATABASE_URL": self.database_url, "REDIS_URL": REDIS_URL,
+            "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
             "REDIS_PREFIX": self.prefix, "QUEUE_NAME": self.prefix,
             "WHATSAPP_APP_SECRET": APP_SECRET, "WHATSAPP_VERIFY_TOKEN": VERIFY_TOKEN,
             "WHATSAPP_ACCESS_TOKEN": ACCESS_TOKEN, "ANTHROPIC_API_KEY": API_KEY,
@@ -799,6 +807,8 @@ class Bench:
     def cleanup(self) -> None:
         from sqlalchemy import text
 
+        from storage.db import make_engine
+
         for child in reversed(list(self.children)):
             try:
                 self.stop_child(child)
@@ -809,9 +819,11 @@ class Bench:
             self.redis.close()
         if self.engine is not None:
             self.engine.dispose()
-            with self.engine.begin() as connection:
+        if self.schema_created:
+            admin = make_engine(self.postgres_url)
+            with admin.begin() as connection:
                 connection.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
-            self.engine.dispose()
+            admin.dispose()
         if not self.args.keep_logs:
             for path in Path(self.tmp).glob("*"):
                 path.unlink()
@@ -1289,6 +1301,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-cpu", choices=("idle", "low", "normal"), default=None,
                         help="WORKER_CPU of the workers (default: the product's default)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--redis-url", default=os.environ.get("LOAD_REDIS_URL", REDIS_URL),
+                        help="the Redis database of this run, flushed at the start and the "
+                             f"end (env LOAD_REDIS_URL; default {REDIS_URL})")
+    parser.add_argument("--postgres-url",
+                        default=os.environ.get("LOAD_POSTGRES_URL", POSTGRES_URL),
+                        help="the PostgreSQL database in which the run creates its schema "
+                             f"(env LOAD_POSTGRES_URL; default {POSTGRES_URL})")
+    parser.add_argument("--schema", default=os.environ.get("LOAD_SCHEMA") or None,
+                        help="the schema this run creates and drops; refused when it already "
+                             "exists (env LOAD_SCHEMA; default a fresh wagent_load_*)")
     parser.add_argument("--profile-web", type=Path, default=None,
                         help="record the web process with py-spy during the posting phase "
                              "(raw stacks to this file; py-spy must be in the venv)")
@@ -1296,6 +1318,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the product's logs (the path is printed on stderr)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
+    if args.schema is not None and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", args.schema):
+        parser.error("--schema: lower-case letters, digits and _ (at most 63)")
     if not 1 <= args.concurrency <= 500 or not 1 <= args.conversations <= 100_000 \
             or not 1 <= args.workers <= 8 or not 10 <= args.timeout <= 3600 \
             or not 1 <= args.web_processes <= 8 or not 1 <= args.bare_passes <= 10 \

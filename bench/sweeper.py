@@ -1,7 +1,7 @@
 """Benchmark: the inactivity sweeper on 100,000 conversations.
 
 1. 100,000 open conversations, all idle past their timeout: time for `close_due` to close them
-   all (batches of 500, one compare-and-set each).
+   all (batches of `workers.sweeper.BATCH` read in index order, one compare-and-set each).
 2. 1,000 and then 100,000 open conversations, none due: time for one sweep pass, which must
    not grow with the number of open conversations (one query on the (status, due_at) index),
    and the query plan that shows it.
@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from storage.db import create_schema, make_engine, session_scope  # noqa: E402
 from storage.models import Contact, Conversation, Tenant  # noqa: E402
-from workers.sweeper import close_due, find_due  # noqa: E402
+from workers.sweeper import BATCH, close_due, find_due  # noqa: E402
 
 NOW = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)
 
@@ -81,11 +81,11 @@ def query_plan(engine: Any) -> list[str]:
         if engine.dialect.name == "sqlite":
             rows = connection.exec_driver_sql(
                 "EXPLAIN QUERY PLAN SELECT id FROM conversation WHERE status = 'open' "
-                "AND due_at <= ? AND id > 0 ORDER BY id LIMIT 500", (NOW.isoformat(),)).all()
+                f"AND due_at <= ? ORDER BY due_at LIMIT {BATCH}", (NOW.isoformat(),)).all()
             return [str(row[-1]) for row in rows]
         rows = connection.exec_driver_sql(
             "EXPLAIN SELECT id FROM conversation WHERE status = 'open' AND due_at <= %s "
-            "AND id > 0 ORDER BY id LIMIT 500", (NOW,)).all()
+            f"ORDER BY due_at LIMIT {BATCH}", (NOW,)).all()
         return [str(row[0]) for row in rows]
 
 

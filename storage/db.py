@@ -142,3 +142,26 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+@contextmanager
+def read_scope(engine: Engine) -> Iterator[Session]:
+    """A session for a read that needs no transaction of its own: a look whose answer the
+    caller acts on in later transactions, each of them checked as usual ("anything to do?").
+
+    PostgreSQL runs each statement in autocommit: no BEGIN/COMMIT, no fence check, no
+    transaction id (issue 43, round trips); each statement sees its own snapshot, so use it
+    for one statement. SQLite gets an ordinary transaction (its `BEGIN IMMEDIATE`), without
+    the fence check. Nothing written through it is kept: it never commits.
+    """
+    if is_postgres(engine):
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection, \
+                Session(bind=connection, expire_on_commit=False) as session:
+            yield session
+        return
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+        finally:
+            session.rollback()
+

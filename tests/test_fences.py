@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlmodel import func, select
 from structlog.testing import capture_logs
 
@@ -148,3 +148,21 @@ def test_the_lock_outlives_its_ttl_while_renewed_and_a_lost_one_is_logged(
             time.sleep(0.5)  # a renewal finds it taken
     assert [e["event"] for e in logs].count("job_lock_lost") == 2  # renewal, then release
     assert redis_client.get(lock_key("fence-test", "turn", 6)) == b"another job"
+
+
+def test_a_fenced_read_takes_no_transaction_id_and_holds_the_fence_key(engine: Engine) -> None:
+    """Issue 43: the check holds a shared advisory lock, not a row lock, so a read-only
+    transaction of a turn commits without a transaction id (no WAL flush to wait for)."""
+    conversation_id = _conversation(engine)
+    with session_scope(engine) as session:
+        fence = fences.take(session, conversation_id)
+    assert fence == 1
+    with fences.fenced(conversation_id, 1), session_scope(engine) as session:
+        assert session.get(Conversation, conversation_id) is not None
+        if engine.dialect.name == "postgresql":
+            assert session.exec(text("SELECT txid_current_if_assigned()")).scalar() is None
+            held = session.exec(text(
+                "SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND classid = :lock "
+                "AND objid = :key AND pid = pg_backend_pid()"),
+                params={"lock": fences.FENCE_LOCK, "key": conversation_id}).scalars().all()
+            assert held == ["ShareLock"]

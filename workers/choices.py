@@ -45,7 +45,8 @@ def turn_offer(session: Session, conversation_id: int) -> Offer | None:
     last reply (outbound message) in the history. None when it made none."""
     last_reply = session.exec(select(Message.position).where(
         Message.conversation_id == conversation_id, Message.direction == "outbound",
-        col(Message.position).is_not(None)).order_by(col(Message.position).desc())).first()
+        col(Message.position).is_not(None)).order_by(col(Message.position).desc())
+        .limit(1)).first()
     rows = session.exec(select(Message).where(
         Message.conversation_id == conversation_id, Message.role == "assistant",
         Message.direction == "internal", col(Message.position) > (last_reply or 0),

@@ -37,7 +37,7 @@ from core import clock
 from intake.stamp import STAMP
 from intake.text import normalise
 from storage import media as media_repo
-from storage.db import session_scope
+from storage.db import read_scope, session_scope
 from storage.models import Message, Tenant
 from whatsapp.media import MediaClient, MediaError
 from workers.runtime import Runtime
@@ -52,8 +52,10 @@ _CAPTION = re.compile(r'[\r\n]+')
 
 def resolve_media(runtime: Runtime, conversation_id: int, *, language: str) -> int:
     """Resolve every pending media message of the conversation; returns how many changed.
-    `language` is the tenant's (the transcription language unless the setting names one)."""
-    with session_scope(runtime.engine) as session:
+    `language` is the tenant's (the transcription language unless the setting names one).
+    The look for pending media opens no transaction (`read_scope`): a turn without media
+    costs one statement here; each resolution writes in its own fenced transaction."""
+    with read_scope(runtime.engine) as session:
         rows = session.exec(select(Message.id, Message.content, Message.media).where(
             Message.conversation_id == conversation_id, Message.direction == "inbound",
             col(Message.answered_at).is_(None), col(Message.media).is_not(None),

@@ -101,7 +101,7 @@ def latest_customer_wamid(runtime: Runtime, conversation_id: int) -> str | None:
         return session.exec(select(Message.wamid).where(
             Message.conversation_id == conversation_id, Message.direction == "inbound",
             col(Message.wamid).is_not(None), col(Message.position).is_not(None),
-        ).order_by(col(Message.position).desc())).first()
+        ).order_by(col(Message.position).desc()).limit(1)).first()
 
 
 def _id(row: Conversation) -> int:

@@ -419,7 +419,8 @@ def _latest_customer_message(session: Session, conversation_id: int) -> int | No
     """The customer's latest message placed in the history."""
     found = session.exec(select(Message.id).where(
         Message.conversation_id == conversation_id, Message.direction == "inbound",
-        col(Message.position).is_not(None)).order_by(col(Message.position).desc())).first()
+        col(Message.position).is_not(None)).order_by(col(Message.position).desc())
+        .limit(1)).first()
     return int(found) if found is not None else None
 
 
