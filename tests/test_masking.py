@@ -115,6 +115,13 @@ STORED = [  # (role, direction, text, text after 0022)
 ]
 
 
+NAME = "[equipe: Maria] 4111 1111 1111 1111 cpf 529.982.247-25"
+MEDIA = {"kind": "document", "id": "m1", "caption": "cartão 4111 1111 1111 1111",
+         "filename": "cpf 529.982.247-25.pdf", "state": "ok"}
+MEDIA_AFTER = {**MEDIA, "caption": "cartão **** **** **** 1111",
+               "filename": "cpf ***.***.***-**.pdf"}
+
+
 def _masks_stored_messages(url: str) -> None:
     upgrade(url, "0020")
     engine = make_engine(sqlalchemy_url(url))
@@ -129,8 +136,8 @@ def _masks_stored_messages(url: str) -> None:
                 "VALUES ('1', 'Salão', 'UTC', 'pt-BR', '', 1, 1, 1, 1, 1, 'a', "
                 "'b', 30, 1, '', '', 'pt_BR', '[]', '2026-06-01 13:00:00+00')"))
             connection.execute(text(
-                "INSERT INTO contact (tenant_id, wa_id, created_at) VALUES (1, '5511999990001', "
-                "'2026-06-01 13:00:00+00')"))
+                "INSERT INTO contact (tenant_id, wa_id, profile_name, created_at) VALUES (1, "
+                "'5511999990001', :name, '2026-06-01 13:00:00+00')"), {"name": NAME})
             connection.execute(text(
                 "INSERT INTO conversation (tenant_id, contact_id, status, summary, "
                 "summarized_until_id, pruned_until_id, context_block, context_built, "
@@ -144,11 +151,25 @@ def _masks_stored_messages(url: str) -> None:
                     "'2026-06-01 13:00:00+00', false)"),
                     {"r": role, "d": direction,
                      "c": json.dumps([{"type": "text", "text": said}])})
+            connection.execute(text(
+                "INSERT INTO message (tenant_id, conversation_id, role, direction, content, "
+                "received_at, starts_turn, media) VALUES (1, 1, 'user', 'inbound', '[]', "
+                "'2026-06-01 13:00:00+00', false, :m)"), {"m": json.dumps(MEDIA)})
+            connection.execute(text("UPDATE conversation SET context_built = true"))
         upgrade(url, "0022")
         with engine.connect() as connection:
             rows = connection.execute(text("SELECT content FROM message ORDER BY id")).scalars()
-            texts = [(c if isinstance(c, list) else json.loads(c))[0]["text"] for c in rows]
+            texts = [(c if isinstance(c, list) else json.loads(c))[0]["text"] for c in rows
+                     if c and c != "[]"]
+            media = connection.execute(text(
+                "SELECT media FROM message WHERE media IS NOT NULL")).scalar_one()
+            name, built = connection.execute(text(
+                "SELECT profile_name, context_built FROM contact JOIN conversation "
+                "ON conversation.contact_id = contact.id")).one()
         assert texts == [after for *_, after in STORED]
+        assert (media if isinstance(media, dict) else json.loads(media)) == MEDIA_AFTER
+        assert name == "[equipe: Maria] **** **** **** 1111 cpf ***.***.***-**"
+        assert not built  # the context block, which quotes the name, is rendered again
         with engine.begin() as connection:  # a rerun (a batch repeated) changes nothing
             assert _migration().mask_messages(connection, batch=1) == 0
     finally:
