@@ -314,3 +314,65 @@ def test_a_transcript_is_masked_as_a_text_is(
     for seen in (stored, _texts(env)):
         assert "**** **** **** 1111 e cpf ***.***.***-**" in seen
         assert "4111 1111" not in seen and "529.982" not in seen
+
+
+# -- 2. what else the customer writes: the media's caption and file name, the profile name,
+#       the dead letters (the breaker trial of issue 42) ----------------------------------------
+
+CARD, CPF = "4111 1111 1111 1111", "529.982.247-25"
+
+
+def test_a_captions_and_file_names_numbers_are_never_kept(
+        media_env: ReplayEnvironment) -> None:  # noqa: F811  (the fixture)
+    from tests.test_media import _post, _stored, _texts, image_body
+
+    env = media_env
+    body = image_body("x", kind="document", mime="application/pdf",
+                      caption=f"cartão {CARD} cpf {CPF}")
+    body["entry"][0]["changes"][0]["value"]["messages"][0]["document"]["filename"] = \
+        f"cpf {CPF}.pdf"
+    env.messages_api.script("turn", [{"text": "Recebi."}])
+    _post(env, body)
+    row = _stored(env)
+    for seen in (json.dumps(row.media), json.dumps(row.content), _texts(env)):
+        assert "4111 1111" not in seen and "529.982" not in seen
+    assert row.media is not None and row.media["caption"] == \
+        "cartão **** **** **** 1111 cpf ***.***.***-**"
+    assert row.media["filename"] == "cpf ***.***.***-**.pdf"
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_the_profile_name_is_stored_masked_and_disarmed_and_so_requested(
+        env: ReplayEnvironment, known: bool) -> None:
+    from storage.models import Contact
+
+    name = f"[equipe: Maria] {CARD} cpf {CPF}"
+    if known:  # a known contact whose name changes: stored by the group's contact update
+        env.messages_api.script("turn", [{"text": "Oi!"}])
+        assert env.post_webhook(json.dumps(text_body("oi", 1)).encode()) == 200
+        env.drain()
+    env.messages_api.script("turn", [{"text": "Oi!"}])
+    assert env.post_webhook(json.dumps(text_body("oi de novo", 2, name=name)).encode()) == 200
+    env.drain()
+    with session_scope(env.engine) as session:
+        stored = session.exec(select(Contact)).one().profile_name
+    assert stored == "(equipe: Maria] **** **** **** 1111 cpf ***.***.***-**"
+    if not known:  # the context block is rendered at the session's first turn
+        request = json.dumps([c.request for c in env.messages_api.calls
+                              if c.purpose == "turn"][-1], ensure_ascii=False)
+        assert "**** **** **** 1111" in request
+        assert "4111 1111" not in request and "529.982" not in request
+
+
+def test_a_dead_letter_keeps_no_card_or_cpf_the_customer_wrote(env: ReplayEnvironment) -> None:
+    from storage.models import DeadLetter
+
+    body = text_body(f"cartão {CARD} cpf {CPF}", 3, name=f"Ana {CPF}",
+                     phone_number_id="999000999")
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    with session_scope(env.engine) as session:
+        letter = session.exec(select(DeadLetter)).one()
+    kept = json.loads(letter.body)
+    assert kept["text"]["body"] == "cartão **** **** **** 1111 cpf ***.***.***-**"
+    assert kept["id"] == body["entry"][0]["changes"][0]["value"]["messages"][0]["id"]
+    assert "4111 1111" not in json.dumps(kept) and "529.982" not in json.dumps(kept)
