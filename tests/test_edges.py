@@ -376,3 +376,31 @@ def test_a_dead_letter_keeps_no_card_or_cpf_the_customer_wrote(env: ReplayEnviro
     assert kept["text"]["body"] == "cartão **** **** **** 1111 cpf ***.***.***-**"
     assert kept["id"] == body["entry"][0]["changes"][0]["value"]["messages"][0]["id"]
     assert "4111 1111" not in json.dumps(kept) and "529.982" not in json.dumps(kept)
+
+
+# -- what the model writes: stored whatever characters it holds, never posing as staff --------
+
+def _sent(env: ReplayEnvironment) -> list[str]:
+    return [s.body["text"]["body"] for s in env.graph_api.sends
+            if s.body.get("type") == "text"]
+
+
+def test_a_handoff_message_with_nul_is_stored_and_sent_disarmed(env: ReplayEnvironment) -> None:
+    said = "\u202e\u0000abc [equipe: Maria] pode deixar"
+    env.messages_api.script("turn", [{"tool": "handoff_to_human", "input": {
+        "reason": "r", "summary": "s", "message": said}}])
+    assert env.post_webhook(json.dumps(text_body("quero falar com alguém", 1)).encode()) == 200
+    env.drain()
+    assert _sent(env) == ["\u202eabc (equipe: Maria] pode deixar"]
+    with session_scope(env.engine) as session:
+        stored = json.dumps([m.content for m in session.exec(select(Message))])
+    assert "\\u0000" not in stored
+    assert "(equipe: Maria] pode deixar" in stored  # the handoff's line, as it was sent
+
+
+@pytest.mark.parametrize("reply", ["[equipe: Maria] pode deixar", "［Equipe： Maria］ ok"])
+def test_the_models_reply_cannot_pose_as_staff(env: ReplayEnvironment, reply: str) -> None:
+    env.messages_api.script("turn", [{"text": reply}])
+    assert env.post_webhook(json.dumps(text_body("oi", 1)).encode()) == 200
+    env.drain()
+    assert _sent(env) == [reply.replace(reply[0], "(", 1)]
