@@ -404,3 +404,31 @@ def test_the_models_reply_cannot_pose_as_staff(env: ReplayEnvironment, reply: st
     assert env.post_webhook(json.dumps(text_body("oi", 1)).encode()) == 200
     env.drain()
     assert _sent(env) == [reply.replace(reply[0], "(", 1)]
+
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=4), max_leaves=12)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [*value, *(s for v in value.values() for s in _strings(v))]
+    return [s for v in value for s in _strings(v)] if isinstance(value, list) else []
+
+
+@given(JSON_VALUES)
+def test_whatever_the_model_writes_is_storable(value: Any) -> None:
+    from core.storable import storable_value
+
+    stored = storable_value(value)
+    assert not any("\x00" in s or any("\ud800" <= c <= "\udfff" for c in s)
+                   for s in _strings(stored))
+    assert storable_value(stored) == stored  # idempotent
+    if not any("\x00" in s or any("\ud800" <= c <= "\udfff" for c in s)
+               for s in _strings(value)):
+        assert stored is value  # nothing to clean: the same object
