@@ -432,3 +432,16 @@ def test_whatever_the_model_writes_is_storable(value: Any) -> None:
     if not any("\x00" in s or any("\ud800" <= c <= "\udfff" for c in s)
                for s in _strings(value)):
         assert stored is value  # nothing to clean: the same object
+
+
+def test_a_bad_items_dead_letter_keeps_no_card_the_customer_wrote(
+        env: ReplayEnvironment) -> None:
+    from storage.models import DeadLetter
+
+    body = text_body(f"cartão {CARD}", 4)
+    item = body["entry"][0]["changes"][0]["value"]["messages"][0]
+    item.pop("id")  # a message without an id: a bad item, kept in the dead letters
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    with session_scope(env.engine) as session:
+        kept = json.loads(session.exec(select(DeadLetter)).one().body)
+    assert kept["text"]["body"] == "cartão **** **** **** 1111" and kept["type"] == "text"
