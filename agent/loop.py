@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from agent.errors import ContextWindowExceeded
 from agent.tools.registry import tool_reply
+from core.storable import storable_value
 
 Block = dict[str, Any]
 MAX_PAUSE_CONTINUATIONS = 5
@@ -172,7 +173,9 @@ def _is_tool_use(block: Block) -> bool:
 
 def dump_content(content: Any) -> list[Block]:
     """SDK content blocks → JSON-safe dicts as the API takes them; empty text blocks dropped
-    (anthropic-sdk-python#461: an empty text block is a 400 when sent back).
+    (anthropic-sdk-python#461: an empty text block is a 400 when sent back). The one home of
+    what the model wrote (a turn's answer and tool inputs, a summary, facts): every string made
+    storable (core/storable.py: PostgreSQL refuses NUL and lone surrogates in text and JSONB).
     """
     blocks: list[Block] = []
     for block in content or []:
@@ -180,6 +183,7 @@ def dump_content(content: Any) -> list[Block]:
             data = block.model_dump(mode="json", exclude_none=True, warnings=False)
         else:
             data = dict(block)
+        data = storable_value(data)
         if data.get("type") == "text":
             data = {"type": "text", "text": data.get("text", "")}
             if not data["text"].strip():

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from intake.items import PROFILE_NAME_CHARS, ContactRef, Item, fit, latest_now, latest_sent
+from intake.items import ContactRef, Item, latest_now, latest_sent
 from intake.stamp import latest
 from storage import contacts, conversations, messages
 from storage.models import Conversation
@@ -123,8 +123,7 @@ def _contact_change(contact_id: int, group: list[Item]) -> dict[str, Any] | None
     for item in group:
         values["user_id"] = item.msg.user_id or values["user_id"]
         values["wa_id"] = item.msg.wa_id or values["wa_id"]
-        values["profile_name"] = fit(item.msg.profile_name,
-                                     PROFILE_NAME_CHARS) or values["profile_name"]
+        values["profile_name"] = item.profile_name or values["profile_name"]
         values["last_inbound_at"] = latest(values["last_inbound_at"], item.sent_at)
     if any(values[k] != getattr(row, k) for k in values):
         return {"_id": contact_id, **values}

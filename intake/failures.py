@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from intake.errors import StoreUnavailable
+from intake.text import masked_item
 from storage import dead_letters
 from storage.db import session_scope
 from whatsapp.inbound import Update
@@ -104,17 +105,19 @@ def dead_letter(engine: Engine, update: Update, exc: BaseException, now: datetim
     """Keep an update that failed (`exc`) whole in the dead letters; returns its outcome."""
     log.error("webhook_update_failed", kind=type(update).__name__, error=type(exc).__name__)
     raw = getattr(update, "raw", None) or update.__dict__
-    store_unparsable(engine, dump(raw),
+    store_unparsable(engine, dump(raw, masked=True),
                      f"{type(update).__name__}: {type(exc).__name__}: {exc}", now=now,
                      phone_number_id=getattr(update, "phone_number_id", None))
     return "dead_letter"
 
 
-def dump(raw: object) -> bytes:
+def dump(raw: object, *, masked: bool = False) -> bytes:
     """An item as JSON bytes for the dead letters; a marker when it cannot be serialised (an
-    item nested deeper than the encoder's recursion limit)."""
+    item nested deeper than the encoder's recursion limit). `masked`: a webhook item's
+    customer-written fields with their card and CPF numbers masked (intake/text.py
+    `masked_item`)."""
     try:
-        return json.dumps(raw, default=str).encode()
+        return json.dumps(masked_item(raw) if masked else raw, default=str).encode()
     except (RecursionError, ValueError, TypeError) as exc:
         return json.dumps({"unserializable": type(raw).__name__,
                            "error": type(exc).__name__}).encode()

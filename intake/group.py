@@ -1,7 +1,6 @@
 """Storing customer messages: the one way, for one POST's or many POSTs' (`store_group`),
 in one transaction (README, How a message is answered)."""
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +12,6 @@ from intake.activity import group_conversations, touch
 from intake.failures import dump
 from intake.follow_ups import follow_up
 from intake.items import (
-    PROFILE_NAME_CHARS,
     WA_TYPE_CHARS,
     ContactRef,
     Item,
@@ -24,7 +22,7 @@ from intake.items import (
 from intake.result import IngestResult
 from intake.senders import contact_of, group_contacts
 from intake.stamp import arrival
-from intake.text import content
+from intake.text import content, media
 from storage import dead_letters, lookups, messages
 from storage.db import session_scope
 from storage.models import Message
@@ -157,9 +155,8 @@ def _store_alone(session: Session, item: Item) -> None:
         return
     item.tenant = Tenant(head.tenant_id, head.timezone, head.inactivity_timeout_minutes,
                          bool(head.keep_cpf))
-    contact_id, item.seen = contact_of(session, msg, head.tenant_id,
-                                       fit(msg.profile_name, PROFILE_NAME_CHARS), item.now,
-                                       item.sent_at)
+    contact_id, item.seen = contact_of(session, msg, head.tenant_id, item.profile_name,
+                                       item.now, item.sent_at)
     item.contact = ContactRef(contact_id, known=item.seen is not None)
     if claimed:
         if not messages.void_claim(session, msg.wamid, contact_id):
@@ -222,10 +219,11 @@ def _stored(item: Item, message_id: int, starts_turn: bool) -> None:
 
 def _unknown_number(session: Session, msg: InboundMessage, result: IngestResult,
                     now: datetime) -> None:
-    """Kept for inspection: a number being onboarded loses nothing."""
+    """Kept for inspection: a number being onboarded loses nothing but the card and CPF
+    numbers of what the customer wrote (`masked_item`: no tenant says to keep a CPF)."""
     log.warning("unknown_phone_number_id", phone_number_id=msg.phone_number_id)
     dead_letters.add_dead_letter(
-        session, body=json.dumps(msg.raw, default=str).encode(),
+        session, body=dump(msg.raw, masked=True),
         reason=f"unknown phone_number_id {msg.phone_number_id}", now=now,
         phone_number_id=msg.phone_number_id)
     result.count("unknown_tenant")
@@ -233,10 +231,11 @@ def _unknown_number(session: Session, msg: InboundMessage, result: IngestResult,
 
 def _no_customer(session: Session, msg: InboundMessage, result: IngestResult,
                  now: datetime) -> None:
-    """A message naming neither a `wa_id` nor a `user_id` has no contact: kept whole."""
+    """A message naming neither a `wa_id` nor a `user_id` has no contact: kept whole but its
+    card and CPF numbers (`dump` masked)."""
     log.error("webhook_update_failed", kind="InboundMessage", error="ValueError")
-    dead_letters.add_dead_letter(session, body=dump(msg.raw), reason=NO_CUSTOMER, now=now,
-                                 phone_number_id=msg.phone_number_id)
+    dead_letters.add_dead_letter(session, body=dump(msg.raw, masked=True), reason=NO_CUSTOMER,
+                                 now=now, phone_number_id=msg.phone_number_id)
     result.count("dead_letter")
 
 
@@ -251,4 +250,6 @@ def _message_row(item: Item) -> dict[str, Any]:
             "meta_timestamp": msg.timestamp, "received_at": arrival(now, item.index),
             "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now,
             "refers_to_wamid": msg.refers_to,
-            "media": {**msg.media, "state": "pending"} if msg.media else None}
+            # the caption and file name are the customer's words (intake/text.py `media`)
+            "media": {**media(msg.media, keep_cpf=bool(tenant.keep_cpf)), "state": "pending"}
+            if msg.media else None}

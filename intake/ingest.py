@@ -190,8 +190,9 @@ def _store_one(engine: Engine, update: Update, now: datetime) -> str:
                     phone_number_id=update.phone_number_id)
         return "error_notice"
     assert isinstance(update, BadItem)
-    store_unparsable(engine, dump(update.raw), f"{update.where}: {update.reason}", now=now,
-                     phone_number_id=update.phone_number_id)
+    # a message item Meta sent malformed still holds the customer's words: masked (issue 42)
+    store_unparsable(engine, dump(update.raw, masked=True), f"{update.where}: {update.reason}",
+                     now=now, phone_number_id=update.phone_number_id)
     log.warning("webhook_bad_item", where=update.where, reason=update.reason)
     return "dead_letter"
 

@@ -7,6 +7,7 @@ from typing import Any, Literal, Protocol
 
 from intake.result import IngestResult
 from intake.stamp import customer_sent_at
+from intake.text import normalise
 from whatsapp.inbound import InboundMessage
 
 WA_TYPE_CHARS = 32  # Message.wa_type (storage/models.py)
@@ -106,6 +107,15 @@ class Item:
     def sent_at(self) -> datetime:
         """When the customer sent it (`customer_sent_at`)."""
         return customer_sent_at(self.msg.timestamp, self.pending.now)
+
+    @property
+    def profile_name(self) -> str | None:
+        """The sender's WhatsApp profile name as it is stored (`Contact.profile_name`):
+        normalised as the customer's text is (intake/text.py: masked by the tenant's
+        `keep_cpf`, disarmed), then cut to its column."""
+        name = self.msg.profile_name
+        return fit(normalise(name, keep_cpf=bool(self.known_tenant.keep_cpf)),
+                   PROFILE_NAME_CHARS) if name else name
 
     @property
     def known_tenant(self) -> TenantRow:

@@ -14,12 +14,10 @@ from sqlmodel import Session
 
 from intake.items import (
     ID_KINDS,
-    PROFILE_NAME_CHARS,
     ContactRef,
     IdKind,
     Item,
     NewContact,
-    fit,
 )
 from storage import contacts, messages
 from storage.models import Contact
@@ -146,8 +144,8 @@ def _create(session: Session, items: list[Item]) -> None:
 
 
 def last_name(items: list[Item]) -> str | None:
-    """The latest profile name among `items` (cut to its column)."""
-    names = [fit(i.msg.profile_name, PROFILE_NAME_CHARS) for i in items]
+    """The latest profile name among `items`, as it is stored (`Item.profile_name`)."""
+    names = [i.profile_name for i in items]
     return next((n for n in reversed(names) if n), None)
 
 

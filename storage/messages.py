@@ -13,6 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session, col, func, or_, select, update
 
 from core import clock
+from core.storable import storable, storable_value
 from storage import delivery, webhooks
 from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
 
@@ -239,12 +240,14 @@ def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
            author: str | None = None) -> Message:
     """Add one history message (assistant content or a user message of tool results) at the
     next position. Callers hold the conversation's turn lock. `author`: None for the agent's
-    own, `product:KIND` for a message the product sent (storage/marks.py).
+    own, `product:KIND` for a message the product sent (storage/marks.py). Every string of
+    `content` (the model's text and tool inputs, tool results) is made storable first
+    (core/storable.py: PostgreSQL refuses NUL and lone surrogates).
     """
     message = Message(tenant_id=tenant_id, conversation_id=conversation_id, role=role,
-                      direction=direction, content=content, received_at=now, starts_turn=False,
-                      answered_at=now, position=_next_position(session, conversation_id),
-                      author=author)
+                      direction=direction, content=storable_value(content), received_at=now,
+                      starts_turn=False, answered_at=now,
+                      position=_next_position(session, conversation_id), author=author)
     session.add(message)
     session.flush()
     return message
@@ -354,6 +357,7 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
                  recipient: str | None, now: datetime, kind: str = "text") -> list[Outbound]:
     """Queue the parts of a reply in the outbox (one row per part, unique per message); the
     reply becomes `queued`. `kind` "template": each part is an approved template's name.
+    Each part is made storable (core/storable.py), as its message's content is (`append`).
 
     The new parts have no `retry_at`: behind a part still waiting for a retry they make the
     next flush try that part at once, out of its schedule (workers/outbox.flush_outbox), so the
@@ -362,7 +366,7 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
     assert message.id is not None
     rows = [Outbound(tenant_id=message.tenant_id, conversation_id=message.conversation_id,
                      message_id=message.id, part=i, kind=kind, to=to, recipient=recipient,
-                     body=body, created_at=now) for i, body in enumerate(parts)]
+                     body=storable(body), created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
     session.flush()
     refresh_delivery(session, message.id)

@@ -7,17 +7,16 @@ field is optional unless Meta guarantees it. Pure: no I/O.
 """
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from core.storable import storable
 from whatsapp.choice_ids import describe_choice, is_text
 
 MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
                "sticker": "sticker"}
 ITEM_KINDS = ("messages", "statuses", "errors", "message_echoes")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -349,7 +348,7 @@ def _parse_echo(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Upd
     if not text or not text.strip():
         text = f"[staff sent {ECHO_KINDS.get(wa_type, 'a message of type ' + wa_type)}]"
     return StaffEcho(phone_number_id, wamid, to, to_user_id, _timestamp(item.get("timestamp")),
-                     wa_type, _LONE_SURROGATE.sub("\ufffd", text), item)
+                     wa_type, storable(text), item)
 
 
 ECHO_KINDS = {"image": "an image", "video": "a video", "audio": "an audio",
@@ -420,9 +419,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _str(value: Any) -> str | None:
-    """`value` as storable text: PostgreSQL refuses NUL and lone surrogates (which JSON `\\u`
-    escapes can carry) in text and JSONB, so NUL is dropped and a lone surrogate becomes U+FFFD.
-    """
+    """`value` as storable text (core/storable.py: NUL dropped, a lone surrogate U+FFFD)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -431,7 +428,7 @@ def _str(value: Any) -> str | None:
         text = str(value)
     else:
         text = json.dumps(value, ensure_ascii=False)
-    return _LONE_SURROGATE.sub("\ufffd", text.replace("\x00", ""))
+    return storable(text)
 
 
 def storable_text(text: str) -> str:

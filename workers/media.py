@@ -35,6 +35,7 @@ from sqlmodel import col, select
 from agent import media as rules
 from core import clock
 from intake.stamp import STAMP
+from intake.text import media as stored_media
 from intake.text import normalise
 from storage import media as media_repo
 from storage.db import read_scope, session_scope
@@ -108,8 +109,9 @@ def _resolve_one(runtime: Runtime, message_id: int, content: Sequence[dict[str, 
         if message is None or not isinstance(message.media, dict) \
                 or message.media.get("state") != "pending":
             return
-        # the caption and the transcript are the customer's words: normalised as intake's
-        # are (intake/text.py: masked and disarmed)
+        # the caption, the file name and the transcript are the customer's words: normalised
+        # as intake's are (intake/text.py: masked and disarmed; intake did the descriptor's
+        # already, this keeps it so whatever stored it)
         keep_cpf = bool(session.exec(select(Tenant.keep_cpf).where(
             Tenant.id == message.tenant_id)).first())
         new_content = [{"type": "text", "text": prefix + normalise(text, keep_cpf=keep_cpf)}] \
@@ -120,7 +122,7 @@ def _resolve_one(runtime: Runtime, message_id: int, content: Sequence[dict[str, 
                                           now=clock.now())
             new_content.append(rules.stored_block(file_id, fields))
         message.content = new_content
-        message.media = {**message.media, "state": state}
+        message.media = {**(stored_media(message.media, keep_cpf=keep_cpf) or {}), "state": state}
         session.add(message)
 
 

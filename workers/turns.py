@@ -281,13 +281,17 @@ def _converse_or_apologise(runtime: Runtime, state: ConversationState, hooks: "_
 
 
 def _reply_of(runtime: Runtime, state: ConversationState, outcome: LoopOutcome) -> Reply:
+    """What the customer gets for the loop's `outcome`. What the model wrote (its answer, a
+    handoff's `message`) is disarmed (storage/marks.py `disarm`): the model can never pose as
+    staff with `[equipe: NAME]`, a mark only staff messages carry (their `author`)."""
     if outcome.kind == "stopped":  # handed off: the customer gets the handoff text only
         with session_scope(runtime.engine) as session:
-            return Reply(handoff_reply(session, state.tenant, clock.now(), outcome.stopped_by),
-                         Outcome.HANDOFF)
+            return Reply(marks.disarm(handoff_reply(session, state.tenant, clock.now(),
+                                                    outcome.stopped_by)), Outcome.HANDOFF)
     if outcome.kind == "refusal":
         return Reply(texts.text(state.tenant.language, "refusal"), Outcome.REFUSAL)
-    return Reply(outcome.final_text or texts.text(state.tenant.language, "fallback"),
+    return Reply(marks.disarm(outcome.final_text) or texts.text(state.tenant.language,
+                                                                 "fallback"),
                  Outcome(outcome.kind))
 
 
