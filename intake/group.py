@@ -251,5 +251,5 @@ def _message_row(item: Item) -> dict[str, Any]:
             "starts_turn": msg.starts_turn, "answered_at": None if msg.starts_turn else now,
             "refers_to_wamid": msg.refers_to,
             # the caption and file name are the customer's words (intake/text.py `media`)
-            "media": {**media(msg.media, keep_cpf=bool(tenant.keep_cpf)), "state": "pending"}
-            if msg.media else None}
+            "media": {**(media(msg.media, keep_cpf=bool(tenant.keep_cpf)) or {}),
+                      "state": "pending"} if msg.media else None}
