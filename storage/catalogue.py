@@ -270,7 +270,10 @@ def refuse_closing_booked(session: Session, tenant_id: int, days: Any, timezone:
     removal that would strand them is refused (`_refuse_if_booked`): the business cancels or
     moves them first. One indexed read per day."""
     tz = ZoneInfo(timezone)
+    today, last = now.astimezone(tz).date(), date.max - timedelta(days=1)
     for day in sorted(days):
+        if not today <= day < last:  # no upcoming booking can lie there (and the next day
+            continue                 # of date.max is not a date)
         since = datetime.combine(day, time(0), tzinfo=tz)
         until = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
         _refuse_if_booked(session, (col(Appointment.tenant_id) == tenant_id)

@@ -76,6 +76,18 @@ def test_a_closed_hours_exception_on_a_booked_day_is_refused(engine: Engine) -> 
                                                day="2026-06-04", hours=[]), now=NOW)
 
 
+@pytest.mark.parametrize("day", ["9999-12-31", "0001-01-01", "2026-05-01"])
+def test_closing_a_day_no_booking_can_lie_on_is_no_error(engine: Engine, day: str) -> None:
+    """The admin fuzz's find: a closed exception on the last date there is answered 500
+    (OverflowError: the next day); a past or unreachable day holds no upcoming booking."""
+    Customer(engine)
+    with session_scope(engine) as session:
+        catalogue_ops.save_hours_exception(session, _tenant(session),
+                                           catalogue_ops.HoursExceptionChange(day=day, hours=[]),
+                                           now=NOW)
+        assert [e.day.isoformat() for e in session.exec(select(HoursException))] == [day]
+
+
 def test_closing_an_opened_holiday_with_bookings_is_refused(engine: Engine) -> None:
     from bot.console.holidays import switch_holiday
     Customer(engine)
