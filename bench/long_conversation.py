@@ -23,7 +23,7 @@ It also times building a turn's request with 1,000 and 100,000 stored messages, 
 recent ones are summarised and when none is (the hard cap applies).
 
 Usage: python bench/long_conversation.py [--lengths 10,25,50,100,200] [--out FILE.json]
-       [--table FILE.md] [--cost-plot FILE.svg] [--no-build-timing]
+       [--table TABLE_FILE] [--cost-plot FILE.svg] [--no-build-timing]
 Prints one JSON object. A script that prints figures, not a timed test.
 """
 
