@@ -6,12 +6,12 @@ from datetime import date, timedelta
 from zoneinfo import ZoneInfo
 
 from bot.console.agenda_texts import agenda_problem, agenda_texts
-from bot.console.frame import Page, PageResult, Redirect, _language
+from bot.console.frame import Page, PageResult, Redirect, _language, path_id
 from bot.console.texts import translate_problem
 from operations import agenda as agenda_ops
 from operations import catalogue as catalogue_ops
 from operations import service
-from operations.errors import MAPPED, Conflict, NotFound, admin_error
+from operations.errors import MAPPED, Conflict, admin_error
 from storage.tenant_config import WEEKDAYS
 
 
@@ -43,10 +43,8 @@ def appointments_page(p: Page) -> PageResult:
 
 
 def cancel(p: Page) -> PageResult:
-    raw = p.request.match_info["appointment_id"]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise NotFound("no such appointment")
-    appointment = service.cancel_appointment(p.session, p.tenant, int(raw), now=p.now)
+    appointment = service.cancel_appointment(
+        p.session, p.tenant, path_id(p, "appointment_id", "appointment"), now=p.now)
     return Redirect(f"/console/appointments?week={appointment['start'][:10]}",
                     p.t["cancelled"])
 
@@ -131,10 +129,7 @@ def agenda_block(p: Page) -> PageResult:
 
 
 def _record(p: Page, key: str) -> int:
-    raw = p.request.match_info[key]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise NotFound("no such record")
-    return int(raw)
+    return path_id(p, key, "record")
 
 
 def agenda_unblock(p: Page) -> PageResult:

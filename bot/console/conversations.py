@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 from agent import timeline
 from agent.window import tool_result_text
-from bot.console.frame import Page, PageResult, Redirect, _language
+from bot.console.frame import Page, PageResult, Redirect, _language, path_id
 from bot.console.texts import translate_notes, translate_problem
 from intake.ingest import unstamp
 from intake.keys import SETTINGS, TURN_QUEUE
@@ -34,11 +34,9 @@ def conversations_page(p: Page) -> PageResult:
 
 
 def conversation_page(p: Page) -> PageResult:
-    raw = p.request.match_info["conversation_id"]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise NotFound("no such conversation")
-    view = service.conversation_view(p.session, p.tenant, int(raw), now=p.now, latest=True,
-                                     limit=TRANSCRIPT_MESSAGES, language=_language(p))
+    view = service.conversation_view(p.session, p.tenant, _conversation_id(p), now=p.now,
+                                     latest=True, limit=TRANSCRIPT_MESSAGES,
+                                     language=_language(p))
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
     plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}",
                       axis_label=p.t["chart_calls"]) if turn_calls else ""  # no calls: no chart
@@ -88,10 +86,7 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
 
 
 def _conversation_id(p: Page) -> int:
-    raw = p.request.match_info["conversation_id"]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise NotFound("no such conversation")
-    return int(raw)
+    return path_id(p, "conversation_id", "conversation")
 
 
 def staff_reply(p: Page) -> PageResult:

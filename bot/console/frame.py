@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
 from bot.admin.dispatch import lock_tenant, run_admin
+from bot.admin.schemas import MAX_ID
 from bot.bodies import FORM_BODY_BYTES, read_form
 from bot.console import labels
 from bot.console.session import csrf_ok, load_session, redis_key, save_session
@@ -233,3 +234,12 @@ def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:
 
 def _language(p: Page) -> str:
     return "en" if p.state.get("lang") == "en" else "pt-BR"
+
+
+def path_id(p: "Page", key: str, what: str) -> int:
+    """The id in the path's `key` (a positive int that fits a database id, `MAX_ID` as the
+    admin API's); anything else is NotFound("no such `what`"), as another tenant's id is."""
+    raw = p.request.match_info[key]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_ID:
+        raise NotFound(f"no such {what}")
+    return int(raw)

@@ -1,8 +1,7 @@
 """The console's review of facts waiting for a person: approve, reject, correct."""
-from bot.console.frame import Page, PageResult, Redirect
+from bot.console.frame import Page, PageResult, Redirect, path_id
 from intake.keys import TURN_QUEUE
 from operations import service
-from operations.errors import NotFound
 
 
 def review_page(p: Page) -> PageResult:
@@ -14,10 +13,7 @@ def _by(p: Page) -> str:
 
 
 def _fact_id(p: Page) -> int:
-    raw = p.request.match_info["fact_id"]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise NotFound("no such fact")
-    return int(raw)
+    return path_id(p, "fact_id", "fact")
 
 
 def approve(p: Page) -> PageResult:

@@ -3,10 +3,9 @@ log."""
 
 from zoneinfo import ZoneInfo
 
-from bot.console.frame import Page, PageResult, Redirect
+from bot.console.frame import Page, PageResult, Redirect, path_id
 from intake.keys import TURN_QUEUE
 from operations import webhooks as hook_ops
-from operations.errors import NotFound
 from storage.jobs import enqueue_webhooks
 from storage.webhooks import DEFAULT_GRACE, EVENT_TYPES
 
@@ -27,10 +26,7 @@ def webhook_log(p: Page) -> PageResult:
 
 
 def _endpoint_id(p: Page) -> int:
-    raw = p.request.match_info["endpoint_id"]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > 2**31 - 1:
-        raise NotFound("no such webhook endpoint")
-    return int(raw)
+    return path_id(p, "endpoint_id", "webhook endpoint")
 
 
 def add_webhook(p: Page) -> PageResult:
