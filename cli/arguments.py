@@ -42,6 +42,19 @@ def _pnid(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("phone_number_id", help="the business number's phone_number_id")
 
 
+class _SettingsHelp(argparse.Action):
+    """`tenant update --help`: the keys come from storage/tenant_config.TenantSettings
+    (cli/settings_reference.update_help), imported only when this help is asked for, so that
+    `wagent --help` stays light (cli/main.py)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from cli.settings_reference import update_help
+        parser.epilog = update_help()
+        parser.print_help()
+        parser.exit()
+
+
 def add_tenant_commands(tenant_sub: Any) -> None:
     show = tenant_sub.add_parser("show", help="print a tenant's settings and counts as JSON")
     _pnid(show)
@@ -51,18 +64,11 @@ def add_tenant_commands(tenant_sub: Any) -> None:
     update = tenant_sub.add_parser(
         "update", help="change settings; the next turn uses them (a new "
         "inactivity_timeout_minutes also moves the open conversations' due times)",
-        description="Keys (storage/tenant_config.TenantSettings; a test keeps them equal): "
-        "name, timezone, language, instructions, inactivity_timeout_minutes, "
-        "compaction_threshold_tokens, compaction_min_gain_tokens, keep_messages, "
-        "prune_after_user_turns, agent_model, summary_model, slot_granularity_minutes, "
-        "booking_horizon_days, booking_notice_minutes, max_upcoming_bookings, "
-        "parallel_services, retention_days, followup_template, followup_template_language, "
-        "fact_keys, "
-        "handoff_text, staff_timeout_minutes, handoff_alert_minutes, echo_pause_minutes, "
-        "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
-        "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "
-        "notice_template, address, coexistence, keep_cpf, holiday_calendar, "
-        "open_holidays.")
+        description="Change a tenant's settings; every key, its default and meaning is listed "
+        "below (docs/SETTINGS.md, generated from the same definitions).",
+        formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+    update.add_argument("-h", "--help", action=_SettingsHelp, nargs=0,
+                        help="show this help, with every key, and exit")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "

@@ -124,6 +124,14 @@ def _add_set_up_commands(sub: Any) -> None:
     report.add_argument("--json", action="store_true")
     report.set_defaults(run="cli.report:report")
 
+    docs = sub.add_parser("docs", help="generated documentation")
+    docs_sub = docs.add_subparsers(title="docs commands")
+    reference = docs_sub.add_parser("settings", help="write docs/SETTINGS.md from the code's "
+                                    "definitions (tenant settings, environment variables)")
+    reference.add_argument("--check", action="store_true",
+                           help="write nothing; exit 1 when the page is stale")
+    reference.set_defaults(run="cli.settings_reference:write")
+
     tenant = sub.add_parser("tenant", help="tenant set-up")
     tenant_sub = tenant.add_subparsers(title="tenant commands")
     create = tenant_sub.add_parser(

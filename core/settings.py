@@ -3,6 +3,7 @@
 import os
 from dataclasses import dataclass, field, fields
 from ipaddress import IPv4Network, IPv6Network, ip_network
+from typing import Any
 from urllib.parse import urlsplit
 
 from core.credentials import is_real_secret
@@ -22,6 +23,12 @@ SMALL_BODY_BYTES = 64 * 1024
 LARGE_BODY_SHARE = 0.75
 
 
+def _env(default: Any, doc: str, *, secret: bool = False) -> Any:
+    """A field of Settings: its default, its one-line description (`doc`, for
+    docs/SETTINGS.md) and whether it is a secret (then left out of the repr)."""
+    return field(default=default, repr=not secret, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting of the product. `.env.example` names each one.
@@ -29,74 +36,89 @@ class Settings:
     Units: seconds unless the name says otherwise.
     """
 
-    # secrets (and the URLs, which may hold passwords) are left out of the repr
-    database_url: str = field(default=DEFAULT_DATABASE_URL, repr=False)
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False)
-    redis_prefix: str = "wagent"
-    queue_name: str = "wagent"
-    whatsapp_app_secret: str = field(default="", repr=False)
-    whatsapp_verify_token: str = field(default="", repr=False)
-    whatsapp_access_token: str = field(default="", repr=False)
-    graph_api_base_url: str = GRAPH_API_URL
-    graph_api_version: str = "v25.0"
-    anthropic_api_key: str = field(default="", repr=False)
-    anthropic_base_url: str = ANTHROPIC_API_URL
-    anthropic_timeout: float = 60.0
-    admin_token: str = field(default="", repr=False)
-    # signs the payloads of reminder buttons (storage/reminders.py); empty: the app secret
-    button_secret: str = field(default="", repr=False)
-    # media a customer sends (whatsapp/media.py): seconds a read may stall, seconds a whole
-    # download may take
-    media_timeout: float = 10.0
-    media_deadline: float = 60.0
-    # voice notes: an OpenAI-compatible `POST {base}/v1/audio/transcriptions` (README "Voice
-    # notes"); an empty base URL turns transcription off. Language: ISO-639-1, empty = the
-    # tenant's language ("pt-BR" -> "pt"), "auto" = left to the provider
-    transcription_base_url: str = ""
-    transcription_api_key: str = field(default="", repr=False)
-    transcription_model: str = "whisper-1"
-    transcription_language: str = ""
-    transcription_timeout: float = 30.0
-    max_body_bytes: int = 3 * 1024 * 1024
-    # request bodies of one web process (bot/bodies.py): what bodies being read may hold in
-    # all, the slowest rate a body may arrive at, and the seconds it may lag before that
-    body_budget_bytes: int = 64 * 1024 * 1024
-    body_min_rate: int = 32 * 1024  # bytes/s: Meta's 3 MB body has 10 + 96 s at this rate
-    body_grace_seconds: float = 10.0
-    # failed credential attempts (storage/throttle.py): per client address and per tenant
-    # within one window, then 429 until the window ends
-    auth_failures_per_address: int = 10
-    auth_failures_per_tenant: int = 100
-    auth_failure_window_seconds: int = 900
-    # comma-separated addresses or networks of the reverse proxies whose X-Forwarded-For
-    # names the client; empty: the peer's address is the client's
-    trusted_proxies: str = ""
-    # comma-separated networks outbound webhooks may reach although they are not public
-    # (loopback, private), over http too; empty: only https to public addresses (hooks/client.py)
-    webhook_allowed_networks: str = ""
-    turn_job_timeout: int = 300
-    turn_debounce_seconds: float = 2.0
-    # POSTs waiting in one web process that switch it to the inbox (store the raw body, answer,
-    # let a worker parse and store it: bot.webhook.GroupCommit); 0 never does
-    webhook_spill_at: int = 16
-    # a POST of more updates than this (messages, statuses, errors) goes to the inbox at once,
-    # whatever the load, for a worker to store (bot.webhook.store_posts); 0 never does
-    webhook_spill_updates: int = 25
-    turn_max_rounds: int = 8
-    turn_max_attempts: int = 4
-    # the per-conversation lock's TTL, renewed every third of it while a job runs: a dead work
-    # horse's lock is free after this (workers/jobs.held_lock)
-    turn_lock_timeout: int = 20
-    max_output_tokens: int = 1024
-    context_hard_cap_tokens: int = 150_000
-    max_window_messages: int = 2_000
-    summary_max_tokens: int = 1024
-    dead_letter_retention_days: int = 30  # the hourly retention purge deletes older ones
-    log_level: str = "INFO"
-    log_format: str = "json"
-    web_host: str = "0.0.0.0"
-    web_port: int = 8080
-    worker_cpu: str = "normal"  # idle | low | normal: the CPU priority of `wagent worker`
+    # Each field's `doc` is its line in docs/SETTINGS.md (cli/settings_reference.py; a test
+    # fails when one is missing). Secrets (and the URLs, which may hold passwords) are left out
+    # of the repr.
+    database_url: str = _env(DEFAULT_DATABASE_URL, "where the state lives: SQLite for a trial, "
+                             "postgresql://user:pass@host:5432/wagent in production", secret=True)
+    redis_url: str = _env("redis://127.0.0.1:6379/0", "queues, locks and short-lived markers "
+                          "(never the source of truth)", secret=True)
+    redis_prefix: str = _env("wagent", "prefix of the product's Redis keys (tokens, locks)")
+    queue_name: str = _env("wagent", "the RQ queue the web process fills")
+    whatsapp_app_secret: str = _env("", "the Meta app's secret: verifies X-Hub-Signature-256 "
+                                    "(required)", secret=True)
+    whatsapp_verify_token: str = _env("", "the token of Meta's GET handshake (required)",
+                                      secret=True)
+    whatsapp_access_token: str = _env("", "the system user's token for sends, EAA... (required)",
+                                      secret=True)
+    graph_api_base_url: str = _env(GRAPH_API_URL, "the Graph API (a replay points it at its "
+                                   "double)")
+    graph_api_version: str = _env("v25.0", "the Graph API version in every path")
+    anthropic_api_key: str = _env("", "the Messages API key, sk-ant-... (required)", secret=True)
+    anthropic_base_url: str = _env(ANTHROPIC_API_URL, "the Messages API (or a compatible "
+                                   "endpoint)")
+    anthropic_timeout: float = _env(60.0, "seconds per Messages API call")
+    admin_token: str = _env("", "the operator's token of the admin API (every tenant), at least "
+                            f"{MIN_ADMIN_TOKEN_LENGTH} characters; empty: none", secret=True)
+    button_secret: str = _env("", "signs the payloads of reminder buttons "
+                              "(storage/reminders.py); empty: WHATSAPP_APP_SECRET", secret=True)
+    media_timeout: float = _env(10.0, "seconds a media download may stall (whatsapp/media.py)")
+    media_deadline: float = _env(60.0, "seconds a whole media download may take")
+    transcription_base_url: str = _env("", "an OpenAI-compatible speech-to-text service "
+                                       "(POST {base}/v1/audio/transcriptions), e.g. "
+                                       "https://api.openai.com; empty: voice notes are not "
+                                       "transcribed")
+    transcription_api_key: str = _env("", "its bearer key (never logged)", secret=True)
+    transcription_model: str = _env("whisper-1", "the transcription model (Groq: "
+                                    "whisper-large-v3)")
+    transcription_language: str = _env("", "ISO-639-1 (pt); empty: the tenant's language "
+                                       "(pt-BR -> pt); auto: left to the provider")
+    transcription_timeout: float = _env(30.0, "seconds per transcription call")
+    max_body_bytes: int = _env(3 * 1024 * 1024, "the largest webhook body (Meta's limit: 3 MB); "
+                               "413 above")
+    body_budget_bytes: int = _env(64 * 1024 * 1024, "bytes all bodies being read in one web "
+                                  "process may hold (bot/bodies.py); 503 beyond")
+    body_min_rate: int = _env(32 * 1024, "bytes/s: a slower body is cut with 408 (Meta's 3 MB "
+                              "body has 10 + 96 s at this rate)")
+    body_grace_seconds: float = _env(10.0, "seconds a body may lag behind BODY_MIN_RATE")
+    auth_failures_per_address: int = _env(10, "wrong keys or tokens from one client address "
+                                          "per window (storage/throttle.py)")
+    auth_failures_per_tenant: int = _env(100, "wrong tokens naming one tenant per window, all "
+                                         "addresses")
+    auth_failure_window_seconds: int = _env(900, "the window; then 429 with Retry-After until "
+                                            "it ends")
+    trusted_proxies: str = _env("", "comma-separated addresses or networks of the reverse "
+                                "proxies whose X-Forwarded-For names the client; empty: the "
+                                "peer's address is the client's")
+    webhook_allowed_networks: str = _env("", "comma-separated networks outbound webhooks may "
+                                         "reach although not public (over http too); empty: "
+                                         "only https to public addresses (hooks/client.py)")
+    turn_job_timeout: int = _env(300, "seconds a turn job may run")
+    turn_debounce_seconds: float = _env(2.0, "a burst of short messages settles into one turn")
+    webhook_spill_at: int = _env(16, "POSTs waiting in one web process that switch it to the "
+                                 "inbox (store the raw body, answer, a worker stores it: "
+                                 "bot.webhook.GroupCommit); 0: never")
+    webhook_spill_updates: int = _env(25, "a POST of more updates than this goes to the inbox "
+                                      "at once, whatever the load (bot.webhook.store_posts); "
+                                      "0: never")
+    turn_max_rounds: int = _env(8, "model calls per turn at most")
+    turn_max_attempts: int = _env(4, "tries on 429/529/5xx/timeouts before the apology")
+    turn_lock_timeout: int = _env(20, "seconds: the conversation lock's TTL, renewed every "
+                                  "third of it while a job runs (workers/jobs.held_lock)")
+    max_output_tokens: int = _env(1024, "max_tokens of a turn's model call")
+    context_hard_cap_tokens: int = _env(150_000, "the window never sends more than this")
+    max_window_messages: int = _env(2_000, "...nor more messages than this")
+    summary_max_tokens: int = _env(1024, "output budget of a compaction summary")
+    dead_letter_retention_days: int = _env(30, "webhook bodies that could not be stored are "
+                                           "kept this long (the hourly retention purge)")
+    log_level: str = _env("INFO", "no customer data (phones, text) nor secrets at any level, "
+                          "DEBUG included")
+    log_format: str = _env("json", "json | console")
+    web_host: str = _env("0.0.0.0", "the address `wagent web` listens on")
+    web_port: int = _env(8080, "its port")
+    worker_cpu: str = _env("normal", "idle | low | normal: the CPU priority of `wagent worker` "
+                           "(idle: Linux SCHED_IDLE; low: nice 19), to let the webhook go first "
+                           "on shared cores")
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     REQUIRED_IN_PRODUCTION = (

@@ -133,8 +133,8 @@ class ConversationQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
     contact: str | None = Field(None, max_length=160,
                                 description="phone number (wa_id), user id, or contact id")
-    state: str | None = Field(None, pattern="^(open|closed)$")
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    state: str | None = Field(None, pattern="^(open|closed)$", description="open or closed")
+    limit: int = Field(50, ge=1, le=MAX_PAGE, description="at most this many, newest first")
     before_id: int | None = Field(None, ge=1, le=2**31 - 1,
                                   description="only conversations older than this id")
 
@@ -432,9 +432,11 @@ class AppointmentQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
     date_from: date | None = Field(None, alias="from", description="first local day, YYYY-MM-DD")
     date_to: date | None = Field(None, alias="to", description="last local day, YYYY-MM-DD")
-    status: str | None = Field(None, pattern="^(booked|cancelled)$")
-    contact: str | None = Field(None, max_length=160)
-    limit: int = Field(200, ge=1, le=MAX_PAGE)
+    status: str | None = Field(None, pattern="^(booked|cancelled)$",
+                               description="booked or cancelled")
+    contact: str | None = Field(None, max_length=160,
+                                description="phone number (wa_id), user id, or contact id")
+    limit: int = Field(200, ge=1, le=MAX_PAGE, description="at most this many")
 
     @field_validator("date_from", "date_to")
     @classmethod

@@ -130,6 +130,8 @@ MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts", "probe"}
+GRAPH_TEMPLATE_KEYS = {"name", "language", "body_parameters", "quick_replies"}
+GRAPH_FAIL_KEYS = {"code", "network", "times"}
 
 
 def validate_scenario(scenario: Any, base: Path) -> list[str]:
@@ -163,9 +165,9 @@ def graph_templates_problems(value: Any) -> list[str]:
     """`graph_templates`: [{"name", "language", "body_parameters": N, "quick_replies": N}]."""
     if value is None:
         return []
-    keys = {"name", "language", "body_parameters", "quick_replies"}
     if not isinstance(value, list) or not all(
-            isinstance(t, dict) and set(t) <= keys | NOTE_KEYS and isinstance(t.get("name"), str)
+            isinstance(t, dict) and set(t) <= GRAPH_TEMPLATE_KEYS | NOTE_KEYS
+            and isinstance(t.get("name"), str)
             and isinstance(t.get("body_parameters", 0), int)
             and isinstance(t.get("quick_replies", 0), int) for t in value):
         return ['graph_templates takes [{"name", "language", "body_parameters": N, '
@@ -309,7 +311,7 @@ def _graph_fail_problems(spec: Any) -> list[str]:
                 '"drop", "times": n}']
     if "network" in spec and spec["network"] not in NETWORK_MODES:
         return [f"graph_fail network must be one of {sorted(NETWORK_MODES)}"]
-    unknown = sorted(set(spec) - {"code", "network", "times"})
+    unknown = sorted(set(spec) - GRAPH_FAIL_KEYS)
     return [f"unknown graph_fail key(s) {unknown}"] if unknown else []
 
 

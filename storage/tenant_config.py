@@ -56,13 +56,21 @@ class _Strict(BaseModel):
 class FactKeySpec(_Strict):
     """A key of the tenant's own (storage/fact_keys.py)."""
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{1,40}$")
-    kind: Literal["preference", "agreement", "restriction", "registration", "occurrence"]
-    validity_days: int = Field(365, ge=1, le=36_500)
-    review_days: int | None = Field(None, ge=1, le=36_500)
-    risk: Literal["low", "high"] = "low"
-    sensitive: bool = False
-    shape: Literal["text", "name", "period", "weekday", "service", "professional"] = "text"
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{1,40}$", description="snake_case, 2 to 41 "
+                                                                    "characters")
+    kind: Literal["preference", "agreement", "restriction", "registration", "occurrence"] = \
+        Field(description="what sort of fact it is")
+    validity_days: int = Field(365, ge=1, le=36_500, description="a value expires this long "
+                                                                "after it was recorded")
+    review_days: int | None = Field(None, ge=1, le=36_500, description="marked \"to confirm\" "
+                                    "after this long; none: validity_days - 30")
+    risk: Literal["low", "high"] = Field("low", description="high: every value waits for a "
+                                                           "person's review")
+    sensitive: bool = Field(False, description="true allows health, religion or political "
+                                               "content")
+    shape: Literal["text", "name", "period", "weekday", "service", "professional"] = Field(
+        "text", description="what a value must be; free text is reviewed by a person before "
+                            "it is used")
 
 
 REMINDER_PARAMETERS = ("customer_name", "service", "professional", "date", "time", "address")
@@ -94,8 +102,10 @@ class TemplateButton(_Strict):
     """A quick-reply button of a template, in order: its `title` as Meta's template shows it
     (the send carries only the payload) and what a tap does (issue 25, workers/reminders.py)."""
 
-    title: str = Field(min_length=1, max_length=25)
-    action: Literal["confirm", "reschedule", "cancel"]
+    title: str = Field(min_length=1, max_length=25, description="the button's text in Meta's "
+                                                                "template")
+    action: Literal["confirm", "reschedule", "cancel"] = Field(
+        description="what a tap does (workers/reminders.py)")
 
 
 class TemplateSpec(_Strict):
@@ -104,12 +114,16 @@ class TemplateSpec(_Strict):
     in order ({{1}}, {{2}}...), each filled in by whoever sends it; `buttons`: its quick-reply
     buttons' texts. Sources: WhatsApp §5.2 (template messages)."""
 
-    name: str = Field(pattern=r"^[a-z0-9_]{1,512}$")
-    language: str = Field("pt_BR", pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
+    name: str = Field(pattern=r"^[a-z0-9_]{1,512}$", description="the template's name in "
+                                                                 "WhatsApp Manager")
+    language: str = Field("pt_BR", pattern=r"^[a-z]{2}(_[A-Z]{2})?$",
+                          description="the language it was approved in")
     parameters: list[Annotated[str, StringConstraints(min_length=1, max_length=60)]] = Field(
-        default_factory=list, max_length=20)
+        default_factory=list, max_length=20, description="names of its body variables in "
+                                                         "order ({{1}}, {{2}}...)")
     buttons: list[Annotated[str, StringConstraints(min_length=1, max_length=25)]
-                  | TemplateButton] = Field(default_factory=list, max_length=10)
+                  | TemplateButton] = Field(default_factory=list, max_length=10,
+                                            description="its quick-reply buttons in order")
 
 
 def _unique_templates(value: list[TemplateSpec] | None) -> list[TemplateSpec] | None:
@@ -158,21 +172,36 @@ def _iso_day(value: str) -> str:
 class TenantSettings(_Strict):
     """The fields of a tenant a business may change (all optional: only those given apply)."""
 
-    name: str | None = Field(None, min_length=1, max_length=200)
-    timezone: str | None = Field(None, max_length=64, description="IANA zone")
+    name: str | None = Field(None, min_length=1, max_length=200,
+                             description="the business's name, shown to the model")
+    timezone: str | None = Field(None, max_length=64, description="IANA zone of opening hours, "
+                                 "slots and received times")
     language: Literal["pt-BR", "en"] | None = Field(
         None, description="the default language of replies and of the product's own texts")
     instructions: str | None = Field(None, max_length=50_000,
                                      description="the agent's instructions (system prompt)")
-    inactivity_timeout_minutes: int | None = Field(None, ge=1, le=43_200)
-    compaction_threshold_tokens: int | None = Field(None, ge=0, le=1_000_000_000)
-    compaction_min_gain_tokens: int | None = Field(None, ge=0, le=1_000_000_000)
+    inactivity_timeout_minutes: int | None = Field(
+        None, ge=1, le=43_200, description="a conversation idle this long closes (a new one "
+                                           "starts clean; facts are extracted)")
+    compaction_threshold_tokens: int | None = Field(
+        None, ge=0, le=1_000_000_000, description="context size (all three input counters) "
+                                                  "past which compaction runs")
+    compaction_min_gain_tokens: int | None = Field(
+        None, ge=0, le=1_000_000_000, description="compaction runs only if it frees at least "
+                                                  "this much")
     keep_messages: int | None = Field(None, ge=1, le=500,
                                       description="messages kept verbatim after compaction")
-    prune_after_user_turns: int | None = Field(None, ge=0, le=1000)
-    agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
-    summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$")
-    slot_granularity_minutes: int | None = Field(None, ge=5, le=1440)
+    prune_after_user_turns: int | None = Field(
+        None, ge=0, le=1000, description="tool results older than this many customer turns "
+                                         "become a short note")
+    agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$",
+                                    description="the model of a turn")
+    summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$",
+                                      description="the smaller model that writes summaries "
+                                                  "and extracts facts")
+    slot_granularity_minutes: int | None = Field(
+        None, ge=5, le=1440, description="step between start times, from each opening "
+                                         "interval's start; a booking off this grid is refused")
     booking_horizon_days: int | None = Field(
         None, ge=1, le=3650, description="bookings open at most this many days ahead")
     booking_notice_minutes: int | None = Field(
@@ -183,11 +212,15 @@ class TenantSettings(_Strict):
         None, max_length=100, description="service codes that may run at once with the "
                                           "service before them in a visit, with another "
                                           "professional (e.g. a manicure beside a haircut)")
-    retention_days: int | None = Field(None, ge=1, le=36_500)
+    retention_days: int | None = Field(
+        None, ge=1, le=36_500, description="closed conversations older than this lose their "
+                                           "messages and summary")
     followup_template: str | None = Field(None, pattern=r"^[a-z0-9_]{0,512}$",
                                           description="approved template sent when the "
                                                       "24 h window closed; empty: none")
-    followup_template_language: str | None = Field(None, pattern=r"^[a-z]{2}(_[A-Z]{2})?$")
+    followup_template_language: str | None = Field(
+        None, pattern=r"^[a-z]{2}(_[A-Z]{2})?$", description="the follow-up template's "
+                                                              "language code")
     fact_keys: list[Annotated[str, StringConstraints(max_length=64)] | FactKeySpec] | None = \
         Field(None, max_length=50, description="names of default keys, or keys of your own")
     # a person takes over (storage/staff.py)
@@ -335,9 +368,10 @@ def _not_blank(name: str) -> str:
 
 
 class ServiceSpec(_Strict):
-    code: str = Field(pattern=_CODE)
-    name: str = Field("", max_length=200)
-    duration_minutes: int = Field(ge=5, le=1440)
+    code: str = Field(pattern=_CODE, description="the service's code (case-sensitive), what "
+                                                  "the tools name")
+    name: str = Field("", max_length=200, description="what customers call it")
+    duration_minutes: int = Field(ge=5, le=1440, description="how long a visit takes")
     price_cents: int | None = Field(None, ge=0, le=MAX_PRICE_CENTS,
                                     description="price in cents of the tenant's currency "
                                                 "(e.g. 8000 = R$ 80,00); none: not stated")
@@ -370,7 +404,7 @@ class TimeOffSpec(_Strict):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, populate_by_name=True)
     start: date = Field(alias="from", description="first local day off, YYYY-MM-DD")
     end: date = Field(alias="to", description="last local day off, YYYY-MM-DD (included)")
-    note: str = Field("", max_length=200)
+    note: str = Field("", max_length=200, description="why (\"férias\"), for staff")
 
     @field_validator("end")
     @classmethod
@@ -391,15 +425,19 @@ class ProfessionalSpec(_Strict):
     of their own (the business's apply on top), `durations` {service code: minutes} where a
     service takes them another time than the service's."""
 
-    code: str = Field(pattern=_CODE)
-    name: str = Field("", max_length=200)
+    code: str = Field(pattern=_CODE, description="the professional's code")
+    name: str = Field("", max_length=200, description="their name, as customers say it")
     services: list[str] = Field(default_factory=list, max_length=200,
                                 description="codes of the services this professional does")
     hours: dict[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], Intervals] | None = \
         Field(None, description="their weekly hours, {\"mon\": [\"09:00-18:00\"]}; "
                                 "none: the business's")
-    time_off: list[TimeOffSpec] = Field(default_factory=list, max_length=200)
-    hours_exceptions: list["HoursExceptionSpec"] = Field(default_factory=list, max_length=366)
+    time_off: list[TimeOffSpec] = Field(default_factory=list, max_length=200,
+                                        description="[{\"from\", \"to\", \"note\"}] days "
+                                                    "off, both included")
+    hours_exceptions: list["HoursExceptionSpec"] = Field(
+        default_factory=list, max_length=366, description="their own dates, as the business's "
+                                                          "(which apply on top)")
     durations: dict[str, Annotated[int, Field(ge=5, le=1440)]] = Field(
         default_factory=dict, max_length=200,
         description="minutes a service takes with this professional, by service code")
@@ -444,7 +482,7 @@ class HoursExceptionSpec(_Strict):
     day: date = Field(description="local date, YYYY-MM-DD")
     hours: Intervals = Field(default_factory=list,
                              description="HH:MM-HH:MM intervals; empty: closed all day")
-    note: str = Field("", max_length=200)
+    note: str = Field("", max_length=200, description="why (\"Natal\")")
 
 
 ProfessionalSpec.model_rebuild()
@@ -455,15 +493,21 @@ WEEKLY_HOURS: TypeAdapter[WeeklyHours] = TypeAdapter(WeeklyHours)
 class TenantConfig(TenantSettings):
     """A whole tenant as `wagent tenant create` and replays take it."""
 
-    phone_number_id: str = Field(pattern=r"^[0-9]{1,64}$")
+    phone_number_id: str = Field(pattern=r"^[0-9]{1,64}$", description="the WhatsApp number's "
+                                 "id in Meta's webhooks; routes updates to the tenant "
+                                 "(required)")
     services: Annotated[list[ServiceSpec] | None, AfterValidator(_unique_codes)] = Field(
-        None, max_length=200)
+        None, max_length=200, description="the catalogue's services (the service keys below)")
     professionals: Annotated[list[ProfessionalSpec] | None, AfterValidator(_unique_codes)] = \
-        Field(None, max_length=100)
-    hours: WeeklyHours | None = None
+        Field(None, max_length=100, description="who works, what they do and when (the "
+                                                "professional keys below)")
+    hours: WeeklyHours | None = Field(None, description="local opening intervals by weekday: "
+                                      "{\"mon\": [\"09:00-12:00\", \"13:00-18:00\"], ...}")
     hours_exceptions: Annotated[list[HoursExceptionSpec] | None,
                                 AfterValidator(lambda v: v if v is None else _one_per_day(v))] \
-        = Field(None, max_length=1000)
+        = Field(None, max_length=1000, description="a date's hours instead of its weekday's: "
+                                                   "[{\"day\", \"hours\", \"note\"}]; "
+                                                   "hours [] closes it")
 
     def settings(self) -> dict[str, Any]:
         return {k: v for k, v in super().settings().items() if k in TENANT_FIELDS}

@@ -86,11 +86,12 @@ class CatalogueBody(_Body):
 
 class Page(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    limit: int = Field(50, ge=1, le=service.MAX_PAGE)
-    after_id: int = Field(0, ge=0, le=MAX_ID)
+    limit: int = Field(50, ge=1, le=service.MAX_PAGE, description="at most this many")
+    after_id: int = Field(0, ge=0, le=MAX_ID, description="those after this id")
 
 
 class MessagesPage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    limit: int = Field(service.MAX_PAGE, ge=1, le=service.MAX_PAGE)
+    limit: int = Field(service.MAX_PAGE, ge=1, le=service.MAX_PAGE,
+                       description="at most this many messages")
     after_id: int = Field(0, ge=0, le=MAX_ID, description="messages after this id")
