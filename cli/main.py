@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_contact_and_facts_commands(sub)
     add_webhook_commands(sub)
     _add_process_commands(sub)
+    _add_dev_command(sub)
     return parser
 
 
@@ -196,6 +197,12 @@ def _add_process_commands(sub: Any) -> None:
             command.add_argument("--processes", type=int, default=1, metavar="N",
                                  help="serve from N processes sharing the port (SO_REUSEPORT; "
                                       "default 1)")
+
+
+def _add_dev_command(sub: Any) -> None:
+    dev = sub.add_parser("dev", help="run web, worker and cron side by side for local use (the "
+                         "Procfile); Ctrl-C stops all three, as does any one exiting")
+    dev.set_defaults(run="cli.dev:dev")
 
 
 def add_webhook_commands(sub: Any) -> None:
