@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from cli import demo_view
 from cli.chat import key_problem, relay_from_environment
 from cli.main import main
 from core.logs import configure_logging
@@ -33,8 +34,21 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
+    """The bundled scenarios, each shown to both readers (cli/demo_view.py): the conversation
+    in Portuguese, then the developer's trace in English; the verdicts as `wagent replay`'s."""
     files = sorted(BUNDLED_SCENARIOS.glob("*.json"))
-    return _run_scenarios(files, as_json=args.json, quiet=False)
+    if args.json:
+        return _run_scenarios(files, as_json=True, quiet=False)
+    configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "ERROR"), fmt="console")
+    failed = 0
+    for path in files:
+        trace: list[str] = []
+        result = run_scenario_file(path, echo=trace.append, cli=main)
+        failed += not result.passed
+        print("\n".join(demo_view.for_readers(path.name, trace)))
+        _print_verdict(result)
+    print(demo_view.VERDICT_NOTE)
+    return 1 if failed else 0
 
 
 def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool,

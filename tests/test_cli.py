@@ -48,6 +48,14 @@ def test_demo_prints_a_transcript_with_a_confirmed_booking(
     out = capsys.readouterr().out
     assert "customer ▸" in out and "agent    ◂ Prontinho" in out and "PASSED" in out
     assert "tool book_appointment" in out
+    # both readers (issue 44): the conversation in Portuguese first, the trace in English below
+    salon = out[out.index("== salon_book_move_cancel.json"):]
+    assert salon.index("Conversa (português)") < salon.index("   cliente ▸ oi, tem horário") \
+        < salon.index("   agente  ◂ Prontinho") < salon.index("Developer's trace (English)") \
+        < salon.index("customer ▸ oi, tem horário") < salon.index("PASSED")
+    conversation = salon[:salon.index("Developer's trace")]
+    assert "tool " not in conversation and "· 3 h depois (seg 01/06 13:02)" in conversation
+    assert '"delivered N times": WhatsApp (Meta) sent the same webhook N times' in salon
 
 
 def test_tenant_create_refuses_a_bad_file_and_accepts_a_good_one(
@@ -280,3 +288,15 @@ def test_the_web_process_starts_with_placeholders_and_names_them(
     assert web.returncode == 0, err
     assert "ANTHROPIC_API_KEY: placeholder" in err and "wagent worker" in err
     assert "sk-ant-placeholder" not in err
+
+
+def test_the_demo_view_keeps_only_the_words_and_their_times_in_portuguese() -> None:
+    from cli.demo_view import conversation, notes
+    trace = ["   (clock: Sun 2026-06-07 09:00 -03, America/Sao_Paulo; scripted)",
+             "customer ▸ oi", "   tool list_services({}) → ...", "   (delivered 3 times)",
+             "agent    ◂ Olá!", "   ... 2d later (Tue 2026-06-09 09:00 local)",
+             "   [sweeper closed 1 conversation(s)]"]
+    assert conversation(trace) == ["   (dom 07/06 09:00)", "   cliente ▸ oi",
+                                   "   agente  ◂ Olá!"]
+    shown = notes(trace)
+    assert len(shown) == 2 and "delivered N times" in shown[0] and "sweeper" in shown[1]
