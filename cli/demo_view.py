@@ -22,8 +22,8 @@ NOTES = (
                     "does when it retries; the product stored the message once (its wamid is "
                     "unique) and answered it once."),
     ("(error) →", "\"(error)\": a tool refused the call (e.g. a time outside the opening "
-                  "hours); the refusal goes back to the model as a tool_result with is_error, and the "
-                  "model corrects itself in the same turn."),
+                  "hours); the refusal goes back to the model as a tool_result with "
+                  "is_error, and the model corrects itself in the same turn."),
     ("[marked read", "\"marked read, typing… shown\": before calling the model the product "
                      "marks the customer's message read and shows \"typing…\" (best effort)."),
     ("[sweeper closed", "\"sweeper closed\": the session ended after the tenant's inactivity "
