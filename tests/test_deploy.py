@@ -292,3 +292,51 @@ def test_the_guides_links_and_settings_exist() -> None:
     settings = set(re.findall(r"^([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.M))
     assigned = set(re.findall(r"^\s*([A-Z][A-Z0-9_]+)=", text, re.M))
     assert assigned and assigned <= settings
+
+
+# --- a real number: templates, messaging limits, costs (issue 44) ---------------------------
+
+def _check_guide(*args: str) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    return subprocess.run(["bash", str(ROOT / ".ci" / "check-deploy"), "guide", *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def test_check_deploy_finds_the_sections_a_real_number_needs(tmp_path: Path) -> None:
+    assert _check_guide().returncode == 0
+    cut = tmp_path / "DEPLOY.md"
+    cut.write_text(GUIDE.read_text().replace("### Messaging limits and quality rating\n", "")
+                   .replace("sending_paused_reason", "the pause"))
+    done = _check_guide(str(cut))
+    assert done.returncode == 1
+    assert "heading '### Messaging limits and quality rating'" in done.stderr
+    assert "'sending_paused_reason'" in done.stderr
+
+
+def _guide_templates() -> dict[str, Any]:
+    block = re.search(r"```yaml\n(templates:.*?)```", GUIDE.read_text(), re.S)
+    assert block is not None
+    declared: dict[str, Any] = yaml.safe_load(block.group(1))
+    return declared
+
+
+def test_the_guides_template_declarations_are_what_the_product_takes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path}/wagent.db")
+    assert cli.main(["db", "upgrade"]) == 0
+    tenant = {**yaml.safe_load((ROOT / "examples" / "tenant.yaml").read_text()),
+              **_guide_templates()}
+    good = tmp_path / "tenant.yaml"
+    good.write_text(yaml.safe_dump(tenant, allow_unicode=True))
+    assert cli.main(["tenant", "create", str(good)]) == 0
+    capsys.readouterr()
+    assert cli.main(["tenant", "show", tenant["phone_number_id"]]) == 0
+    shown = capsys.readouterr().out
+    assert '"reminder_template": "lembrete_horario"' in shown
+    assert '"notice_template": "aviso_alteracao"' in shown
+    # the same check refuses a reminder template with a variable the product cannot fill
+    tenant["templates"][0]["parameters"].append("price")
+    good.write_text(yaml.safe_dump(tenant, allow_unicode=True))
+    assert cli.main(["tenant", "create", str(good)]) == 2
+    assert "price" in capsys.readouterr().err
