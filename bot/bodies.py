@@ -1,4 +1,4 @@
-"""Request bodies read within bounds (README, Security): a size limit per route, a minimum
+"""Request bodies read within bounds (docs/OPERATE.md, Security): a size limit per route, a minimum
 arrival rate, and a budget of bytes that the bodies being read in one web process may hold
 together. Every POST of the webhook, the admin API and the console reads its body here.
 

@@ -1,7 +1,7 @@
 """What a log line may say about a request's path: the route's template, never the path.
 
 Paths carry customer data (`/admin/tenants/7/contacts/5511987654321`, the console's contact
-pages), and no log line at any level may hold it (README, Security). aiohttp resolves the
+pages), and no log line at any level may hold it (docs/OPERATE.md, Security). aiohttp resolves the
 route before any middleware runs; its resource's `canonical` is the template as registered
 (`/admin/tenants/{tenant_id}/contacts/{contact}`).
 """

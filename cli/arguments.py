@@ -211,7 +211,7 @@ def add_conversation_commands(sub: Any) -> None:
     listing.add_argument("--contact")
     listing.set_defaults(run="cli.appointments:list_appointments")
     cancel = app_sub.add_parser("cancel", help="cancel a booking (the customer gets a "
-                                "notice: README, Reminders)")
+                                "notice: docs/CONFIGURE.md, Reminders)")
     _pnid(cancel)
     cancel.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
     cancel.add_argument("--service", help=SERVICE_HELP)

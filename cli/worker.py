@@ -28,7 +28,7 @@ from workers.runtime import prepare_worker_parent
 def worker(args: argparse.Namespace) -> int:
     settings = settings_or_exit()
     placeholders = settings.placeholder_secrets()
-    if placeholders:  # README: a placeholder sends nothing, and a worker sends with them
+    if placeholders:  # docs/OPERATE.md: a placeholder sends nothing, and a worker sends with them
         what = "; ".join(
             f"{name} looks like {SECRET_EXAMPLES.get(name, 'the key your provider gave you')}"
             for name in placeholders)

@@ -1,6 +1,6 @@
 """structlog set-up: one renderer for our lines and for foreign ones (rq, aiohttp).
 
-What a line may hold (README, Security):
+What a line may hold (docs/OPERATE.md, Security):
 
 * No customer data at any level (the developers' guide): phone numbers, user ids and message
   text are never logged; a field named in `SENSITIVE_KEYS` (a library's, or a slip) is blanked

@@ -1,7 +1,7 @@
 """The signature of a delivery: `X-Wagent-Signature: t=<unix>,v1=<hex>[,v1=<hex>]`, where each
 v1 is HMAC-SHA256 of f"{t}.{body}" under one of the endpoint's current secrets (two during a
 rotation's grace period). The scheme Stripe uses (Sources: Stripe "Check the webhook
-signatures"); the README has a receiver's verification snippet."""
+signatures"); docs/CONFIGURE.md has a receiver's verification snippet."""
 
 import hashlib
 import hmac

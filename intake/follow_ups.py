@@ -1,6 +1,6 @@
 """Follow-ups: a customer's edit or deletion of an earlier message (`msg.refers_to`), applied
-to what is stored for both (README, How a message is answered; the shapes: the fixtures
-message_edit_text.json and message_revoke.json)."""
+to what is stored for both (docs/ARCHITECTURE.md, How a message is answered; the shapes: the
+fixtures message_edit_text.json and message_revoke.json)."""
 
 from datetime import datetime
 

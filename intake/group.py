@@ -1,5 +1,5 @@
 """Storing customer messages: the one way, for one POST's or many POSTs' (`store_group`),
-in one transaction (README, How a message is answered)."""
+in one transaction (docs/ARCHITECTURE.md, How a message is answered)."""
 
 from datetime import datetime
 from typing import Any
@@ -40,8 +40,8 @@ _MESSAGE_DEFAULTS = messages.row_values(Message(
 
 def store_group(engine: Engine, group: list[Pending]) -> None:
     """Store the customer messages of one POST or many in one transaction, and fill each
-    Pending's result (anew): the one way a customer message is stored (README, How a message
-    is answered).
+    Pending's result (anew): the one way a customer message is stored (docs/ARCHITECTURE.md, How a
+    message is answered).
 
     First a set-based pass: one lookup (four SELECTs in one round trip on PostgreSQL), then
     one INSERT each for the new contacts, conversations and messages (`ON CONFLICT DO
@@ -191,7 +191,8 @@ def _follow_up_row(session: Session, item: Item, row: dict[str, Any]) -> dict[st
 
 def _claims(row: Any, msg: InboundMessage) -> bool:
     """Whether the stored `row` under `msg`'s wamid is a claim (an edit or deletion that came
-    first) and `msg` the original it holds the place of (README, How a message is answered)."""
+    first) and `msg` the original it holds the place of (docs/ARCHITECTURE.md, How a message is
+    answered)."""
     return row is not None and row.wa_type == messages.CLAIM and msg.wa_type not in FOLLOW_UPS
 
 

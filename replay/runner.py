@@ -1022,10 +1022,10 @@ def _sorted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _sent_text(body: dict[str, Any]) -> str:
     """What a send put on the customer's phone, as a transcript line: the text, or for a
-    template its name, language and body parameters (the Graph API's `template` object: README,
-    Sessions, the 24-hour window), for a list or buttons the body, the list's button label and
-    the titles offered with their descriptions (`Qual prefere? [list "Ver horários": Qua 02/12
-    14:00 (Júlia) | ...]`), or the message type."""
+    template its name, language and body parameters (the Graph API's `template` object:
+    docs/ARCHITECTURE.md, Sessions, the 24-hour window), for a list or buttons the body, the list's
+    button label and the titles offered with their descriptions (`Qual prefere? [list "Ver
+    horários": Qua 02/12 14:00 (Júlia) | ...]`), or the message type."""
     if body.get("type") == "template":
         template = body.get("template") or {}
         language = (template.get("language") or {}).get("code", "")

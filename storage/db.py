@@ -33,7 +33,7 @@ def make_engine(url: str) -> Engine:
     (`hide_parameters`), and PostgreSQL's DETAIL, HINT and CONTEXT lines, which quote the
     row ("Key (wa_id)=(5511...)", "Failing row contains (...)"), are left out of it
     (`_primary_message_only`). Those messages reach logs and RQ's failed-job records (kept
-    seven days), where customer data never goes (README, Security).
+    seven days), where customer data never goes (docs/OPERATE.md, Security).
     """
     parsed = make_url(url)
     if parsed.drivername == "postgresql":

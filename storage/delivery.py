@@ -5,7 +5,7 @@ reply into one state, and the one-line reasons, in English and Brazilian Portugu
 A reply is one outbound `Message`; each part sent of it is an `Outbound` row (the outbox,
 workers/outbox.py), whose `status` is pending → sending → sent → delivered → read, or failed /
 refused, or unknown. The reply's `delivery_status` is `fold` of its parts, written by
-`storage.messages.refresh_delivery` whenever a part changes (README "How a message is
+`storage.messages.refresh_delivery` whenever a part changes (docs/ARCHITECTURE.md "How a message is
 answered"). Pure: no I/O.
 """
 

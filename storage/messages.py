@@ -361,7 +361,8 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
 
     The new parts have no `retry_at`: behind a part still waiting for a retry they make the
     next flush try that part at once, out of its schedule (workers/outbox.flush_outbox), so the
-    customer who just wrote gets both replies in order (README "How a message is answered").
+    customer who just wrote gets both replies in order (docs/ARCHITECTURE.md "How a message is
+    answered").
     """
     assert message.id is not None
     rows = [Outbound(tenant_id=message.tenant_id, conversation_id=message.conversation_id,

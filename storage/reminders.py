@@ -1,6 +1,6 @@
 """Reminders of appointments and notices of the business's changes (issue 25): when each is
 due, the quiet-hours rule, the signed payloads of their buttons, and the indexed queries of
-the periodic pass (workers/reminders.py sends them; README "Reminders").
+the periodic pass (workers/reminders.py sends them; docs/CONFIGURE.md "Reminders").
 
 - **One reminder per visit and lead time** (`Tenant.reminder_lead_minutes`, at most 3; issue
   38: `Reminder.appointment_id` is the visit's booking number, storage/appointments.py), made

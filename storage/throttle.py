@@ -1,5 +1,5 @@
 """Failed credential attempts, counted in Redis per client address and per tenant in fixed
-windows (README, Security: 10 per address and 100 per tenant in 15 minutes by default).
+windows (docs/OPERATE.md, Security: 10 per address and 100 per tenant in 15 minutes by default).
 
 A window starts with its first failure and lasts `window` seconds, shared by every web
 process. While a counter is at its limit, attempts in its scope are refused (429) without

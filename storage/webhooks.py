@@ -33,7 +33,7 @@ from storage.models import (
     WebhookEvent,
 )
 
-# The events a business may subscribe to, and where each is emitted (README, Webhooks).
+# The events a business may subscribe to, and where each is emitted (docs/CONFIGURE.md, Webhooks).
 EVENT_TYPES = (
     "appointment.booked",  # agent/tools/scheduling.py book_appointment
     "appointment.rescheduled",  # agent/tools/scheduling.py reschedule_appointment

@@ -1,7 +1,7 @@
 """The console in a real headless Chromium (Debian's chromium + chromedriver, driven by
 Selenium): sign in, change the instructions and the timeout, add a service, approve a fact,
 open a conversation and see its plot. Screenshots go to CONSOLE_SCREENSHOTS (default: the
-test's tmp dir); `docs/console-*.png` in the README were made this way.
+test's tmp dir); `docs/console-*.png` in docs/OPERATE.md were made this way.
 
 Marked `browser`: without /usr/bin/chromium the tests skip, which CI counts as a failure
 (WAGENT_REQUIRE_SERVICES=1); `.ci/run` installs the packages when they are missing.
@@ -26,7 +26,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                       reason="needs Debian's chromium and chromium-driver (README set-up)"),
+                       reason="needs Debian's chromium and chromium-driver (docs/REPLAY.md)"),
 ]
 
 

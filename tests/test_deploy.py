@@ -10,6 +10,7 @@ Caddy on the same files.
 
 import re
 import shlex
+import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -296,8 +297,7 @@ def test_the_guides_links_and_settings_exist() -> None:
 
 # --- a real number: templates, messaging limits, costs (issue 44) ---------------------------
 
-def _check_guide(*args: str) -> "subprocess.CompletedProcess[str]":
-    import subprocess
+def _check_guide(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(ROOT / ".ci" / "check-deploy"), "guide", *args],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
 

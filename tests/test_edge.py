@@ -1,5 +1,5 @@
-"""The unauthenticated edge bounded (README, Security; issue 15 item 3): a webhook without a
-signature is refused before its body is read, a body slower than the minimum rate is cut with
+"""The unauthenticated edge bounded (docs/OPERATE.md, Security; issue 15 item 3): a webhook without
+a signature is refused before its body is read, a body slower than the minimum rate is cut with
 408, the bodies being read share a per-process budget, and the console and the admin API read
 theirs the same way. The last test attacks a real `wagent web` process and measures its RSS.
 
@@ -281,8 +281,8 @@ async def test_300_stalled_uploads_hold_at_most_the_budget_of_a_real_web_process
     took it from 125 MB to 1,070 MB and it stayed there), then 300 with a well-formed wrong
     one, which must be read to be found wrong.
 
-    Bound (README, Security): what bodies being read hold is the 64 MiB budget; on top, while
-    the burst lasts, aiohttp's buffers of the connections it has not closed yet, and after
+    Bound (docs/OPERATE.md, Security): what bodies being read hold is the 64 MiB budget; on top,
+    while the burst lasts, aiohttp's buffers of the connections it has not closed yet, and after
     it the heap glibc keeps for reuse (bench/README.md: 5 to 36 MB in the runs there). The
     margins below are that, with room; the old code held 870 MB and kept it.
     """

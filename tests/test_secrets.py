@@ -1,5 +1,5 @@
 """No secret in any log line, and no customer data in a traceback, a line above DEBUG or RQ's
-failed-job data (README, Security; issue 15 items 1 and 2).
+failed-job data (docs/OPERATE.md, Security; issue 15 items 1 and 2).
 
 Logging is configured as `wagent web` and `wagent worker` configure it (core/logs.py, the
 settings' secrets given), at DEBUG, in both formats, into a buffer that takes every line:

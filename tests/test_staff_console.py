@@ -133,7 +133,7 @@ def test_a_reply_outside_the_window_comes_back_with_the_reason(env: ReplayEnviro
 
 @pytest.mark.browser
 @pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                    reason="needs Debian's chromium and chromium-driver (README set-up)")
+                    reason="needs Debian's chromium and chromium-driver (docs/REPLAY.md)")
 def test_on_a_phone_the_owner_finds_the_handoff_replies_and_hands_back(
         env: ReplayEnvironment, shots: Path, driver: object) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By

@@ -1,7 +1,7 @@
-"""Credential guessing is throttled (README, Security; issue 15 item 4): failed console sign-ins
-and bearer tokens are counted in Redis per client address (a trusted proxy's X-Forwarded-For
-only when TRUSTED_PROXIES names the proxy) and per tenant, and answered 429 with Retry-After
-once used up; start-up refuses an ADMIN_TOKEN shorter than 32 characters.
+"""Credential guessing is throttled (docs/OPERATE.md, Security; issue 15 item 4): failed console
+sign-ins and bearer tokens are counted in Redis per client address (a trusted proxy's
+X-Forwarded-For only when TRUSTED_PROXIES names the proxy) and per tenant, and answered 429 with
+Retry-After once used up; start-up refuses an ADMIN_TOKEN shorter than 32 characters.
 """
 
 import re

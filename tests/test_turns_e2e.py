@@ -43,7 +43,7 @@ def test_bundled_demo_books_moves_and_cancels(database_url: str | None,
 
 def test_the_documented_example_scenarios_pass(database_url: str | None,
                                               redis_url: str | None) -> None:
-    for name in ("readme_example.json", "readme_book.json"):  # REPLAY.md's and the README's
+    for name in ("readme_example.json", "readme_book.json"):  # the two examples of REPLAY.md
         result = run_scenario_file(TESTS / name, database_url=database_url, redis_url=redis_url)
         assert result.passed, (name, result.failures)
 

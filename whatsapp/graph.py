@@ -65,9 +65,9 @@ def error_from_response(http_status: int, body: object) -> GraphError:
     `body` is the decoded JSON answer (anything else counts as no body). Meta: build logic on
     `code` (+ `error_data.details`), never on the HTTP status or the title; the one exception is
     a 5xx whose body carries no code (a gateway's page, not Meta's error): Meta may have taken
-    the request behind it, so it is `GraphNoAnswer` (cause `gateway`: never resent, README
-    "At most once"). Unknown codes give a plain `GraphError`, retryable only when Graph marks
-    it `is_transient`.
+    the request behind it, so it is `GraphNoAnswer` (cause `gateway`: never resent,
+    docs/ARCHITECTURE.md "At most once"). Unknown codes give a plain `GraphError`, retryable only
+    when Graph marks it `is_transient`.
     """
     error = body.get("error") if isinstance(body, dict) else None
     error = error if isinstance(error, dict) else {}

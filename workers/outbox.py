@@ -1,7 +1,7 @@
 """Sending the outbox: each part of a reply is claimed, sent at most once, and marked with what
 became of it; the reply's delivery state follows (storage/delivery.py).
 
-The delivery rules (README "How a message is answered"):
+The delivery rules (docs/ARCHITECTURE.md "How a message is answered"):
 
 - **At most once.** A part is claimed (pending → sending) before the Graph call, so a retried
   job never sends it again; the claim is a transaction of the turn, so a turn that lost its
@@ -82,7 +82,8 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
     The caller holds the conversation's turn lock. Stops at the first part that waits for its
     `retry_at` (and makes sure a flush job runs then), or whose send must be retried. A part
     queued since the waiting one's last try (no `retry_at` yet: a newer reply) brings that try
-    forward to now; such an early try is not one of the scheduled ones (README "Retries").
+    forward to now; such an early try is not one of the scheduled ones (docs/ARCHITECTURE.md
+    "Retries").
     """
     with session_scope(runtime.engine) as session:
         rows = message_repo.unsent_outbound(session, conversation_id)

@@ -1,5 +1,5 @@
 """Reminders sent, their buttons answered, and the business's changes told to the customer
-(issue 25; the rules of when in storage/reminders.py, README "Reminders").
+(issue 25; the rules of when in storage/reminders.py, docs/CONFIGURE.md "Reminders").
 
 - `run_reminders` (RQ job, `wagent cron` every REMINDERS_PERIOD_SECONDS, once per period):
   `reminder_pass` reads the due reminders (one query on a partial index: nothing due, no

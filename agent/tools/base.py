@@ -2,9 +2,9 @@
 
 A tool is one `Tool`: its name, description and input schema (what the model sees) and its
 handler (what runs), kept together; `registry.REGISTRY` lists them. Every tool result stays in
-the history until pruned, so each is bounded (README, Scheduling tools): a tool states its own
-bound and says in the result what it left out; values the model sent are echoed cut short;
-`MAX_RESULT_CHARS` is the backstop for any result.
+the history until pruned, so each is bounded (docs/ARCHITECTURE.md, Scheduling tools): a tool
+states its own bound and says in the result what it left out; values the model sent are echoed cut
+short; `MAX_RESULT_CHARS` is the backstop for any result.
 """
 
 from collections.abc import Callable, Mapping, Sequence

@@ -55,7 +55,8 @@ from storage.tenant_config import price_text
 
 MAX_RANGE_DAYS = 14
 DEFAULT_RANGE_DAYS = 7
-# The bounds of the results (README, Scheduling tools); MAX_RESULT_CHARS backs them all
+# The bounds of the results (docs/ARCHITECTURE.md, Scheduling tools); MAX_RESULT_CHARS backs them
+# all
 SERVICES_CHARS = 3000  # list_services: lines until this, then "N more left out"
 PROFESSIONALS_NAMED = 3  # names of who does a service in a list_services line
 APPOINTMENTS_LISTED = 10  # list_my_appointments
@@ -432,9 +433,9 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
 
 def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Service,
                 start: datetime) -> None:
-    """The start time rules of README "Scheduling tools": the same ones find_available_slots
-    applies, so a slot it offered is never refused for its time (the professional's hours and
-    the grid: availability.place)."""
+    """The start time rules of docs/ARCHITECTURE.md "Scheduling tools": the same ones
+    find_available_slots applies, so a slot it offered is never refused for its time (the
+    professional's hours and the grid: availability.place)."""
     if start <= ctx.now:
         raise ToolError("that time is in the past; offer a future slot")
     notice = timedelta(minutes=tenant.booking_notice_minutes)

@@ -76,7 +76,7 @@ def wall_starts(day: date, opens: str, closes: str, step: timedelta, duration: t
 
 def on_wall_grid(start: datetime, opens: str, step: timedelta, tz: ZoneInfo) -> bool:
     """`start` is one of `wall_starts`' times: a whole number of `step`s of wall-clock time
-    after `opens`, and the first occurrence of its local time (README,
+    after `opens`, and the first occurrence of its local time (docs/SETTINGS.md,
     `slot_granularity_minutes`)."""
     local = start.astimezone(tz)
     if local_to_utc(local.date(), local.time().replace(fold=0), tz) != start:

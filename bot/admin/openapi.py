@@ -51,9 +51,10 @@ ERROR = {
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 DELIVERY = {
     "type": "object",
-    "description": "What became of a reply (storage/delivery.py; README \"How a message is "
-                   "answered\"). A reply sent in parts is failed when any part failed, "
-                   "unknown when any part's fate is, else its least advanced part's state. "
+    "description": "What became of a reply (storage/delivery.py; docs/ARCHITECTURE.md "
+                   "\"How a message is answered\"). A reply sent in parts is failed when any "
+                   "part failed, unknown when any part's fate is, else its least advanced "
+                   "part's state. "
                    "States: " + "; ".join(f"{state}: {delivery.TEXTS['en']['meaning'][state]}"
                                          for state in delivery.STATES),
     "required": ["state", "meaning", "error_code", "reason", "parts", "tries", "retry_at",
