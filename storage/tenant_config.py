@@ -177,7 +177,8 @@ class TenantSettings(_Strict):
     timezone: str | None = Field(None, max_length=64, description="IANA zone of opening hours, "
                                  "slots and received times")
     language: Literal["pt-BR", "en"] | None = Field(
-        None, description="the default language of replies and of the product's own texts")
+        None, description="the default language of replies and of the product's own "
+                          "customer-facing texts (apologies, fallbacks)")
     instructions: str | None = Field(None, max_length=50_000,
                                      description="the agent's instructions (system prompt)")
     inactivity_timeout_minutes: int | None = Field(
@@ -190,7 +191,8 @@ class TenantSettings(_Strict):
         None, ge=0, le=1_000_000_000, description="compaction runs only if it frees at least "
                                                   "this much")
     keep_messages: int | None = Field(None, ge=1, le=500,
-                                      description="messages kept verbatim after compaction")
+                                      description="messages kept verbatim after compaction "
+                                                  "(moved forward to a safe start)")
     prune_after_user_turns: int | None = Field(
         None, ge=0, le=1000, description="tool results older than this many customer turns "
                                          "become a short note")
@@ -201,13 +203,17 @@ class TenantSettings(_Strict):
                                                   "and extracts facts")
     slot_granularity_minutes: int | None = Field(
         None, ge=5, le=1440, description="step between start times, from each opening "
-                                         "interval's start; a booking off this grid is refused")
+                                         "interval's start; a booking off this grid (15:07) is "
+                                         "refused")
     booking_horizon_days: int | None = Field(
-        None, ge=1, le=3650, description="bookings open at most this many days ahead")
+        None, ge=1, le=3650, description="bookings open at most this many days ahead (the "
+                                         "last day: today + this)")
     booking_notice_minutes: int | None = Field(
-        None, ge=0, le=43_200, description="a booking starts at least this long after now")
+        None, ge=0, le=43_200, description="a booking starts at least this long after now "
+                                           "(slots sooner are not offered)")
     max_upcoming_bookings: int | None = Field(
-        None, ge=1, le=1000, description="upcoming bookings one customer may hold at once")
+        None, ge=1, le=1000, description="upcoming visits one customer may hold at once (a "
+                                         "move does not count twice)")
     parallel_services: list[Annotated[str, StringConstraints(max_length=64)]] | None = Field(
         None, max_length=100, description="service codes that may run at once with the "
                                           "service before them in a visit, with another "
@@ -240,7 +246,8 @@ class TenantSettings(_Strict):
                                  description="ISO 4217 code of the services' prices (BRL)")
     appointment_notes_sensitive: bool | None = Field(
         None, description="appointment notes may hold health details (an allergy); "
-                          "default false")
+                          "default false: such a note is refused and the model is told to "
+                          "record the request without them")
     # reminders (issue 25; storage/reminders.py)
     reminder_lead_minutes: list[Annotated[int, Field(ge=15, le=20_160)]] | None = Field(
         None, max_length=3, description="reminders this many minutes before the start, up "
@@ -271,7 +278,9 @@ class TenantSettings(_Strict):
                           "paced at 20/s instead of 80/s)")
     # issue 42: CPF kept in stored text; public holidays (core/holidays.py)
     keep_cpf: bool | None = Field(None, description="keep CPF numbers customers send (a "
-                                  "clinic that issues invoices); default false: masked")
+                                  "clinic that issues invoices); default false: masked before "
+                                  "they are stored, as card numbers always are (all but the "
+                                  "last four digits)")
     holiday_calendar: str | None = Field(
         None, max_length=64, description="public holidays: BR, BR-SP (a state or city); "
                                          "empty: the timezone's country; none: no holidays")
