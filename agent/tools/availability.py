@@ -42,6 +42,7 @@ from agent.tools.slots import (
     too_soon,
     wall_starts,
 )
+from storage import waitlist
 from storage.appointments import next_number
 from storage.db import is_postgres
 from storage.models import (
@@ -136,7 +137,8 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
                    until: datetime, *, except_id: int | None = None
                    ) -> dict[int, list[Interval]]:
     """The busy time of each professional overlapping [since, until): booked appointments
-    (to their end plus their service's buffer) and blocks. Two indexed range reads: the cost
+    (to their end plus their service's buffer), blocks and slots held for a waitlist offer
+    (storage/waitlist.holds). Three indexed range reads: the cost
     follows the rows in the range, not the agenda's size."""
     busy: dict[int, list[Interval]] = {pid: [] for pid in professional_ids}
     if not professional_ids:
@@ -155,6 +157,8 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
             col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
             col(ScheduleBlock.end_at) > since)):
         busy[block.professional_id].append((block.start_at, block.end_at))
+    for pid, start, end in waitlist.holds(session, professional_ids, since, until):
+        busy[pid].append((start, end))
     return busy
 
 
