@@ -37,9 +37,9 @@ from workers.maintenance import reconcile_pending
 from workers.outages import probe
 from workers.processes import InlineWorker
 from workers.reminders import reminder_pass
-from workers.waitlist import waitlist_pass
 from workers.runtime import build_runtime, set_runtime
 from workers.sweeper import close_due, sweep_horizon
+from workers.waitlist import waitlist_pass
 
 T = TypeVar("T")
 APP_SECRET = "replay-app-secret"

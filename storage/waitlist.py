@@ -110,6 +110,20 @@ def slot_key(professional_id: int, start: datetime) -> str:
     return f"{professional_id}@{start.astimezone(UTC):%Y-%m-%dT%H:%M}"
 
 
+def hold(session: Session, tenant: Tenant, entry: WaitlistEntry, professional_id: int,
+         start: datetime, end: datetime, *, now: datetime) -> None:
+    """Hold [start, end) of `professional_id` (`end`: the visit's end plus its service's
+    buffer) for `entry`, the tenant's `waitlist_hold_minutes` from `now`; its message is
+    written by the next pass (workers/waitlist.send_offer). IntegrityError when that slot
+    is already held for another entry."""
+    entry.status, entry.offer_professional_id = "offered", professional_id
+    entry.offer_start_at, entry.offer_end_at = start, end
+    entry.offer_expires_at = now + timedelta(minutes=tenant.waitlist_hold_minutes)
+    entry.offer_message_id = None
+    session.add(entry)
+    session.flush()
+
+
 def release(entry: WaitlistEntry) -> None:
     """The entry's offer ends without a booking (Não posso, the hold expired, staff): back to
     waiting, its slot passed."""
@@ -144,11 +158,13 @@ def end_stale(session: Session, *, now: datetime) -> tuple[int, int]:
 
 
 def holds(session: Session, professional_ids: Sequence[int], since: datetime,
-          until: datetime) -> list[tuple[int, datetime, datetime]]:
+          until: datetime, *, now: datetime | None = None) -> list[tuple[int, datetime, datetime]]:
     """(professional id, start, end) of every live offer of these professionals overlapping
-    [since, until) (one read; an entry taking its offer leaves `offered` first)."""
+    [since, until): held and, at `now` when given, not run out (one read; an entry taking
+    its offer leaves `offered` first)."""
+    live = [col(WaitlistEntry.offer_expires_at) > now] if now is not None else []
     rows = session.exec(select(WaitlistEntry).where(
-        WaitlistEntry.status == "offered",
+        WaitlistEntry.status == "offered", *live,
         col(WaitlistEntry.offer_professional_id).in_(list(professional_ids)),
         col(WaitlistEntry.offer_start_at) < until, col(WaitlistEntry.offer_end_at) > since))
     return [(e.offer_professional_id or 0, e.offer_start_at, e.offer_end_at) for e in rows

@@ -128,25 +128,9 @@ def hold_next(session: Session, entry_id: int, *, now: datetime) -> Slot | None:
                  and not any(overlaps((s.start, s.end), o) for o in own)), None)
     if slot is None:
         return None
-    hold(session, tenant, entry, slot.professional_id, slot.start, now=now)
+    waitlist.hold(session, tenant, entry, slot.professional_id, slot.start,
+                  availability.held_until(session, tenant, service, slot), now=now)
     return slot
-
-
-def hold(session: Session, tenant: Tenant, entry: WaitlistEntry, professional_id: int,
-         start: datetime, *, now: datetime) -> None:
-    """Hold (`professional_id`, `start`) for `entry` `waitlist_hold_minutes` from `now` (its
-    message is written by `send_offer`). IntegrityError when that slot is already held."""
-    service = session.get(Service, entry.service_id)
-    pro = session.get(Professional, professional_id)
-    assert service is not None and pro is not None
-    week = availability.week_of(pro, availability.business_hours(session, tenant.id or 0))
-    end = start + availability.duration_of(service, week)
-    entry.status, entry.offer_professional_id, entry.offer_start_at = "offered", pro.id, start
-    entry.offer_end_at = end + timedelta(minutes=service.buffer_minutes)
-    entry.offer_expires_at = now + timedelta(minutes=tenant.waitlist_hold_minutes)
-    entry.offer_message_id = None
-    session.add(entry)
-    session.flush()
 
 
 def _hhmm(value: str) -> time | None:
@@ -228,7 +212,7 @@ def answer_offer_taps(session: Session, tenant: Tenant, contact: Contact,
             log.warning("waitlist_tap_not_verified")
             reply: str | None = texts.text(tenant.language, "tap_unknown")
         else:
-            reply = _tap(session, tenant, contact, entry, start, accept, now=now)
+            reply = answer_tap(session, tenant, contact, entry, start, accept, now=now)
         message.answered_at, message.status_reason = now, HANDLED
         session.add(message)
         handled += 1
@@ -247,9 +231,10 @@ def answer_offer_taps(session: Session, tenant: Tenant, contact: Contact,
     return handled
 
 
-def _tap(session: Session, tenant: Tenant, contact: Contact, entry: WaitlistEntry,
-         start: datetime, accept: bool, *, now: datetime) -> str | None:
-    """The reply to one verified tap on the offer of `start` to `entry`."""
+def answer_tap(session: Session, tenant: Tenant, contact: Contact, entry: WaitlistEntry,
+               start: datetime, accept: bool, *, now: datetime) -> str | None:
+    """The reply to one verified tap (Quero: `accept`) on the offer of `start` to `entry`
+    (locked by the caller: storage/waitlist.locked): a text, or None (nothing to say)."""
     language = tenant.language
     current = entry.status == "offered" and entry.offer_start_at == start
     shown = _offered(entry) if current else Appointment(
