@@ -1,7 +1,9 @@
 """The waitlist (issue 47): the replay scenarios of "How to show it", the entries' rules, the
 offer's channel, the refusals told, the signed button ids, and the race on PostgreSQL."""
 
+import json
 import threading
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
 from operations import agenda
 from operations.errors import Conflict
+from replay.environment import ReplayEnvironment
 from replay.runner import run_scenario_file
 from storage import waitlist, webhooks
 from storage.db import session_scope
@@ -30,7 +33,9 @@ from storage.models import (
     WebhookEvent,
 )
 from storage.tenants import upsert_tenant
-from tests.factories import TENANT
+from tests.conftest import START
+from tests.factories import ANA, TENANT
+from tests.test_admin_api import call as admin_call
 from workers import waitlist as offers
 
 SCENARIOS = Path(__file__).parent / "scenarios" / "waitlist"
@@ -402,3 +407,65 @@ def test_two_offers_and_a_staff_booking_racing_for_one_slot_give_one_booking(
         else:
             assert booked[0].contact_id not in (ana, bruno) and results["staff"] == "ok"
             assert "já foi preenchido" in str(results["ana"])
+
+
+# -- the doors: admin API settings, the day's waitlist, an offer by hand ----------------------
+
+OPERATOR = "operator-token-for-tests"
+ANA_PHONE = ANA[0]
+
+
+@pytest.fixture
+def admin_env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
+    environment = ReplayEnvironment(start=START, database_url=database_url,
+                                    redis_url=redis_url, admin_token=OPERATOR)
+    environment.add_tenant(TENANT)  # Saturday 09:00-13:00, julia
+    yield environment
+    environment.close()
+
+
+def test_the_admin_api_sets_the_waitlist_settings_shows_the_day_and_offers_by_hand(
+        admin_env: ReplayEnvironment) -> None:
+    env = admin_env
+    status, tenants = admin_call(env, "GET", "/admin/tenants", token=OPERATOR)
+    tid = tenants[0]["id"]
+    status, body = admin_call(env, "PATCH", f"/admin/tenants/{tid}", {
+        "waitlist_hold_minutes": 0, "waitlist_template": "nao_declarado"}, token=OPERATOR)
+    assert status == 422 and "waitlist_hold_minutes" in json.dumps(body)
+    status, body = admin_call(env, "PATCH", f"/admin/tenants/{tid}",
+                              {"waitlist_template": "nao_declarado"}, token=OPERATOR)
+    assert status == 422 and "waitlist_template" in json.dumps(body)  # not a declared one
+    status, _ = admin_call(env, "PATCH", f"/admin/tenants/{tid}", {
+        "waitlist_hold_minutes": 20, "waitlist_inside_window_only": True}, token=OPERATOR)
+    assert status == 200
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        tenant = session.get(Tenant, tid)
+        assert tenant is not None and tenant.waitlist_hold_minutes == 20
+        contact = Contact(tenant_id=tid, wa_id=ANA_PHONE, profile_name="Ana", created_at=now,
+                          last_inbound_at=now)
+        session.add(contact)
+        session.flush()
+        entry, _ = waitlist.join(session, tenant, contact_id=contact.id or 0, service_id=1,
+                                 professional_id=None, day=date(2026, 6, 6), after="09:00",
+                                 before="", now=now)
+        entry_id = entry.id
+    status, day = admin_call(env, "GET", f"/admin/tenants/{tid}/agenda/2026-06-06",
+                             token=OPERATOR)
+    assert status == 200 and [(w["id"], w["status"]) for w in day["waitlist"]] == [
+        (entry_id, "waiting")]
+    path = f"/admin/tenants/{tid}/waitlist/{entry_id}/offer"
+    status, body = admin_call(env, "POST", path, {"professional": "julia", "start": "sábado"},
+                              token=OPERATOR)
+    assert status == 422  # a bad body: named, nothing held
+    status, body = admin_call(env, "POST", path, {"professional": "julia",
+                                                  "start": "2026-06-06T09:00"}, token=OPERATOR)
+    assert status == 200 and body["offered"]["start"] == "2026-06-06T09:00"
+    assert body["offered"]["expires_at"] == (now + timedelta(minutes=20)).isoformat()
+    status, body = admin_call(env, "POST", path, {"professional": "julia",
+                                                  "start": "2026-06-06T10:00"}, token=OPERATOR)
+    assert status == 409  # already offered
+    status, _ = admin_call(env, "POST", f"/admin/tenants/{tid}/waitlist/999/offer",
+                           {"professional": "julia", "start": "2026-06-06T10:00"},
+                           token=OPERATOR)
+    assert status == 404
