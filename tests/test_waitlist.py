@@ -28,14 +28,17 @@ from storage.models import (
     Contact,
     Conversation,
     Outbound,
+    Service,
     Tenant,
     WaitlistEntry,
     WebhookEvent,
 )
 from storage.tenants import upsert_tenant
 from tests.conftest import START
+from tests.console_helpers import seed
 from tests.factories import ANA, TENANT
 from tests.test_admin_api import call as admin_call
+from tests.test_console import Browser
 from workers import waitlist as offers
 
 SCENARIOS = Path(__file__).parent / "scenarios" / "waitlist"
@@ -469,3 +472,34 @@ def test_the_admin_api_sets_the_waitlist_settings_shows_the_day_and_offers_by_ha
                            {"professional": "julia", "start": "2026-06-06T10:00"},
                            token=OPERATOR)
     assert status == 404
+
+
+def test_the_console_day_shows_the_waitlist_and_offers_a_time(
+        database_url: str | None, redis_url: str | None) -> None:
+    env = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
+    try:
+        seeded = seed(env)  # the salon's customer has a conversation; julia works 09:00-18:00
+        with session_scope(env.engine) as session:
+            conversation = session.get(Conversation, seeded.salon_conversation_id)
+            assert conversation is not None
+            tenant = session.get(Tenant, conversation.tenant_id)
+            assert tenant is not None
+            entry, _ = waitlist.join(session, tenant, contact_id=conversation.contact_id,
+                                     service_id=session.exec(select(Service.id).where(
+                                         Service.tenant_id == tenant.id)).first() or 0,
+                                     professional_id=None, day=date(2026, 6, 2),
+                                     after="16:00", before="", now=env.clock.now())
+            entry_id = entry.id
+        browser = Browser(env.web_url)
+        browser.sign_in(seeded.salon_token)
+        _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+        assert 'id="waitlist"' in page and f'id="waitlist-{entry_id}"' in page
+        assert "esperando" in page and f"/console/agenda/waitlist/{entry_id}/offer" in page
+        status, _, headers = browser.request(f"/console/agenda/waitlist/{entry_id}/offer", {
+            "csrf": browser.csrf, "day": "2026-06-02", "professional": "julia",
+            "time": "17:00"})
+        assert status == 303 and headers["Location"] == "/console/agenda?day=2026-06-02"
+        _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+        assert "Oferecido: 17:00" in page and "horário oferecido" in page
+    finally:
+        env.close()
