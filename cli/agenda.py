@@ -1,5 +1,6 @@
-"""`wagent appointments book|move|block|unblock|outcome|day`: the business's own agenda
-(issue 22; operations/agenda.py, the same operations as the admin API and the console)."""
+"""`wagent appointments book|move|block|unblock|outcome|day|waitlist-offer`: the business's
+own agenda (issue 22; operations/agenda.py, the same operations as the admin API and the
+console)."""
 
 import argparse
 from datetime import date, datetime
@@ -56,3 +57,10 @@ def day(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> A
     except ValueError:
         raise ValueError(f"{args.day!r}: use YYYY-MM-DD") from None
     return agenda.day_view(session, tenant, which)
+
+
+@run_for_tenant
+def waitlist_offer(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    body = validated(agenda.WaitlistOffer, {"professional": args.professional,
+                                            "start": args.start})
+    return agenda.offer_slot(session, tenant, args.entry_id, body, now=now)

@@ -220,7 +220,8 @@ def add_conversation_commands(sub: Any) -> None:
 
 
 def add_agenda_commands(app_sub: Any) -> None:
-    """`wagent appointments book|move|block|unblock|outcome|day` (operations/agenda.py)."""
+    """`wagent appointments book|move|block|unblock|outcome|day|waitlist-offer`
+    (operations/agenda.py)."""
     book = app_sub.add_parser("book", help="book for a contact (existing, or new by phone)")
     _pnid(book)
     book.add_argument("--service", required=True,
@@ -260,8 +261,15 @@ def add_agenda_commands(app_sub: Any) -> None:
     outcome.add_argument("outcome", choices=("completed", "no_show"))
     outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")
-    day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings "
-                             "and blocks")
+    day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings, "
+                             "blocks and waitlist")
     _pnid(day)
     day.add_argument("day", help="YYYY-MM-DD")
     day.set_defaults(run="cli.agenda:day")
+    offer = app_sub.add_parser("waitlist-offer", help="hold a free slot for a waiting "
+                               "customer (issue 47); the offer goes out within 30 s")
+    _pnid(offer)
+    offer.add_argument("entry_id", type=record_id, help="the waitlist entry (appointments day)")
+    offer.add_argument("--professional", required=True)
+    offer.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
+    offer.set_defaults(run="cli.agenda:waitlist_offer")

@@ -1,6 +1,6 @@
 """`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention, the webhooks'
-sweep, the reminders pass), each guarded per period, so one cron is enough and a second is
-harmless; a keeper too."""
+sweep, the reminders pass, the waitlist pass), each guarded per period, so one cron is
+enough and a second is harmless; a keeper too."""
 
 import argparse
 from collections.abc import Callable
@@ -14,6 +14,7 @@ from workers.outages import PROBE_PERIOD_SECONDS, run_probe
 from workers.processes import run_cron
 from workers.reminders import REMINDERS_PERIOD_SECONDS, run_reminders
 from workers.sweeper import sweep_inactive
+from workers.waitlist import WAITLIST_PERIOD_SECONDS, run_waitlist
 
 # what `wagent cron` runs: (name, job, period in seconds); deploy/systemd/wagent-cron.service
 # names each (tests/test_deploy.py)
@@ -24,6 +25,7 @@ JOBS: tuple[tuple[str, Callable[[], object], int], ...] = (
     ("webhooks sweep", webhooks.sweep, SWEEP_PERIOD_SECONDS),
     ("reminders pass", run_reminders, REMINDERS_PERIOD_SECONDS),
     ("provider probe", run_probe, PROBE_PERIOD_SECONDS),
+    ("waitlist pass", run_waitlist, WAITLIST_PERIOD_SECONDS),
 )
 
 

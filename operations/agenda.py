@@ -41,8 +41,16 @@ from agent.tools.facts_rules import note_problem
 from agent.tools.slots import local_exists, local_to_utc, overlaps
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
-from storage import appointments, reminders, webhooks
-from storage.models import Appointment, Contact, Professional, ScheduleBlock, Service, Tenant
+from storage import appointments, reminders, waitlist, webhooks
+from storage.models import (
+    Appointment,
+    Contact,
+    Professional,
+    ScheduleBlock,
+    Service,
+    Tenant,
+    WaitlistEntry,
+)
 
 OUTCOMES = ("completed", "no_show")
 # the queries that mean "holds the slot" or "upcoming": each filters status == "booked"
@@ -462,4 +470,68 @@ def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:
     for pro_view in out:  # a visit of several services: one block per professional, linked
         for entry in pro_view["appointments"]:
             entry["visit_size"] = sizes[entry["visit_id"]]
-    return {"day": day.isoformat(), "timezone": tenant.timezone, "professionals": out}
+    return {"day": day.isoformat(), "timezone": tenant.timezone, "professionals": out,
+            "waitlist": [waitlist_view(session, e, tz) for e in waitlist.of_day(
+                session, tenant_id, day)]}
+
+
+# -- the waitlist (issue 47; storage/waitlist.py, workers/waitlist.py) -------------------------
+
+class WaitlistOffer(BaseModel):
+    """A slot staff offer by hand to a waiting customer: `professional` (code) and local
+    `start`; held as the pass holds one, sent by its next run (within 30 s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    professional: str = Field(min_length=1, max_length=64)
+    start: str = Field(pattern=_LOCAL, description="local YYYY-MM-DDTHH:MM")
+
+
+def waitlist_view(session: Session, entry: WaitlistEntry, tz: ZoneInfo) -> dict[str, Any]:
+    """An entry as staff read it: who, what window, its state and the slot held for it."""
+    contact = session.get(Contact, entry.contact_id)
+    service = session.get(Service, entry.service_id)
+    pro = session.get(Professional, entry.professional_id) if entry.professional_id else None
+    held = session.get(Professional, entry.offer_professional_id) \
+        if entry.offer_professional_id else None
+    return {"id": entry.id, "contact_id": entry.contact_id,
+            "contact_name": contact.profile_name if contact else None,
+            "service": service.code if service else None,
+            "professional": pro.code if pro else None, "day": entry.day.isoformat(),
+            "after": entry.after, "before": entry.before, "status": entry.status,
+            "offered": None if entry.offer_start_at is None else {
+                "professional": held.code if held else None,
+                "start": f"{entry.offer_start_at.astimezone(tz):%Y-%m-%dT%H:%M}",
+                "expires_at": entry.offer_expires_at.isoformat()
+                if entry.offer_expires_at else None},
+            "created_at": entry.created_at.isoformat()}
+
+
+def offer_slot(session: Session, tenant: Tenant, entry_id: int, body: WaitlistOffer, *,
+               now: datetime) -> dict[str, Any]:
+    """Hold a slot for waiting entry `entry_id` by hand. NotFound for another tenant's or no
+    entry; Conflict when the entry is not waiting (offered, booked, left, expired) or the
+    slot is not one a customer could book now (free, the professional's, on the grid,
+    outside the notice: availability.free_slots, held slots busy)."""
+    entry = waitlist.locked(session, entry_id)
+    if entry is None or entry.tenant_id != tenant.id:
+        raise NotFound(f"no waitlist entry #{entry_id}")
+    if entry.status != "waiting" or entry.ends_at <= now:
+        raise Conflict(f"waitlist entry #{entry_id} is {entry.status}, not waiting")
+    tz = ZoneInfo(tenant.timezone)
+    start = _local(body.start, tz, "start")
+    service = session.get(Service, entry.service_id)
+    assert service is not None
+    pros = [p for p in availability.candidates(session, tenant.id or 0, service, None)
+            if p.code == body.professional]
+    if not pros:
+        raise Conflict(f"{body.professional} does not do {service.code}")
+    local = start.astimezone(tz)
+    slot = next((s for s in availability.free_slots(
+        session, tenant=tenant, service=service, pros=pros, first=local.date(),
+        last=local.date(), now=now) if s.start == start), None)
+    if slot is None:
+        raise Conflict(f"{local:%Y-%m-%d %H:%M} is not a free start of {body.professional} "
+                       f"for {service.code}")
+    waitlist.hold(session, tenant, entry, slot.professional_id, slot.start,
+                  availability.held_until(session, tenant, service, slot), now=now)
+    return waitlist_view(session, entry, tz)

@@ -118,7 +118,7 @@ SCENARIO_KEYS = {"name", "description", "notes", "clock", "tenant", "steps", "gr
 STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "status",
                                                                       "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
-                "expect": set(), "wagent": {"status", "output_contains"}, "tap": set(),
+                "expect": set(), "wagent": {"status", "output_contains"}, "tap": {"contact"},
                 "media": set(), "transcripts": set(), "reset": set(), "cron": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
@@ -505,6 +505,7 @@ class _Runner:
     def _cron(self, _where: str, _step: dict[str, Any]) -> None:
         done = self.env.cron()
         self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
+                 f"{done['waitlist']} waitlist offer(s), "
                  f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
                  f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
         self._show_activity()
@@ -551,8 +552,9 @@ class _Runner:
         if int(step.get("repeat", 1)) > 1:
             self.say(f"   (delivered {step['repeat']} times)")
 
-    def _tap(self, where: str, title: str) -> None:
-        """The customer taps `title` on the latest message that offered it: a list row or a
+    def _tap(self, where: str, title: str, contact: Any = None) -> None:
+        """The customer taps `title` on the latest message that offered it (sent to
+        `contact`, a phone or user id, when given): a list row or a
         reply button (`interactive.list_reply` / `button_reply`) or a template's quick-reply
         button (`button`, matched on its payload), posted as Meta shapes it (WhatsApp §3.4),
         quoting that message, stamped with the product's clock."""
@@ -560,6 +562,8 @@ class _Runner:
             declared = [t for tenant in session.exec(select(Tenant)).all()
                         for t in tenant.templates or []]
         for send in reversed(self.env.graph_api.accepted):
+            if contact and contact not in (send.body.get("to"), send.body.get("recipient")):
+                continue
             reply = _tap_reply(send.body, title, declared)
             if reply is not None:
                 break
@@ -866,7 +870,8 @@ _STEPS: dict[str, Callable[[_Runner, str, dict[str, Any]], None]] = {
     "transcripts": _Runner._transcripts,
     "expect": _Runner._expect,
     "wagent": _Runner._wagent,
-    "tap": lambda runner, where, step: runner._tap(where, str(step["tap"])),
+    "tap": lambda runner, where, step: runner._tap(where, str(step["tap"]),
+                                                   step.get("contact")),
 }
 
 

@@ -86,6 +86,12 @@ class Tenant(SQLModel, table=True):
     keep_cpf: bool = False
     holiday_calendar: str = Field(default="", max_length=64)
     open_holidays: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    # issue 47, the waitlist (storage/waitlist.py): how long an offered slot is held for the
+    # customer; the declared template of an offer outside the 24-hour window (empty: none);
+    # offers only inside the window (a template offer is a paid message)
+    waitlist_hold_minutes: int = 15
+    waitlist_template: str = Field(default="", max_length=512)
+    waitlist_inside_window_only: bool = False
 
 
 class Service(SQLModel, table=True):
@@ -641,3 +647,42 @@ class Notice(SQLModel, table=True):
     reason: str = Field(default="", max_length=300)
     message_id: int | None = Field(default=None, foreign_key="message.id", ondelete="SET NULL")
     created_at: datetime
+
+
+class WaitlistEntry(SQLModel, table=True):
+    """A customer waiting for a slot in a window (issue 47; storage/waitlist.py): a local
+    `day`, optional local starts `after`/`before` ("HH:MM", "" none), a service and optionally
+    a professional; `ends_at` (aware UTC) is the window's end, when it expires.
+
+    `status`: waiting, offered (a freed slot is held for it: `offer_*`, until
+    `offer_expires_at`), booked (`appointment_id`), left, expired. `passed` lists the slots
+    ("professional id@start ISO") it said no to or let expire, never offered again. At most
+    one live offer of one slot (the partial unique index)."""
+
+    __tablename__ = "waitlist_entry"
+    __table_args__ = (
+        Index("ix_waitlist_entry_tenant_day", "tenant_id", "day"),
+        Index("uq_waitlist_entry_offered_slot", "offer_professional_id", "offer_start_at",
+              unique=True, sqlite_where=text("status = 'offered'"),
+              postgresql_where=text("status = 'offered'")),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE")
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    service_id: int = Field(foreign_key="service.id")
+    professional_id: int | None = Field(default=None, foreign_key="professional.id")
+    day: date
+    after: str = Field(default="", max_length=5)
+    before: str = Field(default="", max_length=5)
+    ends_at: datetime
+    status: str = Field(default="waiting", max_length=16)
+    created_at: datetime
+    offer_professional_id: int | None = None
+    offer_start_at: datetime | None = None
+    offer_end_at: datetime | None = None  # the held interval's end (the service's buffer in)
+    offer_expires_at: datetime | None = None
+    offer_message_id: int | None = Field(default=None, foreign_key="message.id",
+                                         ondelete="SET NULL")
+    passed: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    appointment_id: int | None = Field(default=None, foreign_key="appointment.id",
+                                       ondelete="SET NULL")

@@ -288,6 +288,17 @@ class TenantSettings(_Strict):
                              AfterValidator(lambda v: v if v is None else sorted(set(v)))] = \
         Field(None, max_length=100, description="public holidays (YYYY-MM-DD) the business "
                                                 "opens")
+    # issue 47: the waitlist (storage/waitlist.py)
+    waitlist_hold_minutes: int | None = Field(
+        None, ge=1, le=1440, description="how long a slot freed for the waitlist is held "
+                                         "for the customer offered it (default 15)")
+    waitlist_template: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{0,512}$",
+        description="one of `templates`, offering a freed slot outside the 24-hour window "
+                    "(a paid message); empty: such offers go to the next customer")
+    waitlist_inside_window_only: bool | None = Field(
+        None, description="offer freed slots only inside the 24-hour window (no paid "
+                          "template); default false")
 
     @field_validator("timezone")
     @classmethod

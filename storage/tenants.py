@@ -89,22 +89,24 @@ def update_settings(session: Session, tenant: Tenant, changes: dict[str, Any]) -
 
 
 def reminder_template_problems(tenant: Tenant) -> None:
-    """The tenant's `reminder_template` names one of its `templates`, whose parameters are all
-    reminder fields (REMINDER_PARAMETERS) and whose buttons carry actions; TenantConfigError
-    otherwise (issue 25)."""
-    name = tenant.reminder_template
-    if not name:
-        return
-    spec = next((t for t in tenant.templates or [] if t.get("name") == name), None)
-    if spec is None:
-        raise TenantConfigError(f"reminder_template: {name!r} is not one of the tenant's "
-                                "templates")
-    unknown = [p for p in spec.get("parameters") or [] if p not in REMINDER_PARAMETERS]
-    if unknown:
-        raise TenantConfigError(f"reminder_template: parameters {', '.join(unknown)} are not "
-                                f"reminder fields ({', '.join(REMINDER_PARAMETERS)})")
-    if any(not isinstance(b, dict) for b in spec.get("buttons") or []):
-        raise TenantConfigError("reminder_template: its buttons need {\"title\", \"action\"}")
+    """The tenant's `reminder_template` (and `waitlist_template`, issue 47, whose confirm and
+    cancel buttons are Quero and Não posso) names one of its `templates`, whose parameters
+    are all reminder fields (REMINDER_PARAMETERS) and whose buttons carry actions;
+    TenantConfigError otherwise (issue 25)."""
+    for setting in ("reminder_template", "waitlist_template"):
+        name = getattr(tenant, setting)
+        if not name:
+            continue
+        spec = next((t for t in tenant.templates or [] if t.get("name") == name), None)
+        if spec is None:
+            raise TenantConfigError(f"{setting}: {name!r} is not one of the tenant's "
+                                    "templates")
+        unknown = [p for p in spec.get("parameters") or [] if p not in REMINDER_PARAMETERS]
+        if unknown:
+            raise TenantConfigError(f"{setting}: parameters {', '.join(unknown)} are not "
+                                    f"reminder fields ({', '.join(REMINDER_PARAMETERS)})")
+        if any(not isinstance(b, dict) for b in spec.get("buttons") or []):
+            raise TenantConfigError(f"{setting}: its buttons need {{\"title\", \"action\"}}")
 
 
 def open_holiday_problems(holiday_calendar: str, timezone: str, language: str, *,

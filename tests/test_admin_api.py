@@ -104,7 +104,8 @@ def test_a_tenant_token_sees_only_its_tenant_on_every_route(env: ReplayEnvironme
     assert status == 200 and [t["id"] for t in tenants] == [salon]
     values = {"tenant_id": garage, "token_id": 1, "code": "revisao", "day": "2026-06-08",
               "conversation_id": 1, "contact": "5511999990001", "fact_id": 1,
-              "appointment_id": 1, "endpoint_id": 1, "block_id": 1}
+              "appointment_id": 1, "endpoint_id": 1, "block_id": 1,
+              "entry_id": 1}
     for route in ROUTES:
         if "{tenant_id}" not in route.path:
             continue

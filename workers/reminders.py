@@ -94,14 +94,14 @@ def reminder_pass(runtime: Runtime, *, now: datetime, batch: int = BATCH) -> int
             targets = queue_chunk(runtime, rows[start:start + CHUNK], now=now)
             crash_point("after_reminder_queued")  # stored, their flushes not enqueued yet
             for target in targets:
-                queued += _pace(runtime, paced, target, now)
+                queued += pace(runtime, paced, target, now)
         if len(rows) < batch:
             break
     while True:
         with session_scope(runtime.engine) as session:
             notices = reminders.pending_notices(session, limit=batch)
         for notice in notices:
-            queued += _pace(runtime, paced, queue_notice(runtime, notice, now=now), now)
+            queued += pace(runtime, paced, queue_notice(runtime, notice, now=now), now)
         if len(notices) < batch:
             break
     if queued:
@@ -109,7 +109,7 @@ def reminder_pass(runtime: Runtime, *, now: datetime, batch: int = BATCH) -> int
     return queued
 
 
-def _pace(runtime: Runtime, paced: dict[int, int], target: tuple[int, int, bool] | None,
+def pace(runtime: Runtime, paced: dict[int, int], target: tuple[int, int, bool] | None,
           now: datetime) -> int:
     """Enqueue the flush of a queued send: the n-th send of a tenant in this pass at
     now + n // rate seconds. Returns 1 when there was one."""
@@ -269,8 +269,9 @@ def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datet
     return new_id
 
 
-def _store(session: Session, tenant: Tenant, contact: Contact, *, shown: str, kind: str,
-           body: str, now: datetime, author: str, buttons: list[str] | None = None) -> Message:
+def store_outbound(session: Session, tenant: Tenant, contact: Contact, *, shown: str,
+                   kind: str, body: str, now: datetime, author: str,
+                   buttons: list[str] | None = None) -> Message:
     """An outbound message of the contact's open conversation with its one outbox part;
     `buttons` (the titles a reminder offers) are stored as a second text block
     (agent/timeline.py renders both)."""
@@ -288,11 +289,11 @@ def _store(session: Session, tenant: Tenant, contact: Contact, *, shown: str, ki
     return message
 
 
-def _template(tenant: Tenant, name: str) -> dict[str, Any] | None:
+def declared_template(tenant: Tenant, name: str) -> dict[str, Any] | None:
     return next((t for t in tenant.templates or [] if name and t.get("name") == name), None)
 
 
-def _template_body(spec: dict[str, Any], values: dict[str, str],
+def template_body(spec: dict[str, Any], values: dict[str, str],
                    payloads: dict[str, str]) -> str:
     """The outbox body of a declared template (workers/outbox.py): its parameters filled in
     from the reminder fields, its quick replies' payloads by their actions."""
@@ -358,7 +359,7 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     values = fields(session, tenant, appointment, contact, live)
     payloads = {a: reminders.button_payload(secret, appointment, a)
                 for a in reminders.ACTIONS}
-    spec = _template(tenant, tenant.reminder_template)
+    spec = declared_template(tenant, tenant.reminder_template)
     titles: list[str] = []
     if not window_closed(contact.last_inbound_at, now):
         try:
@@ -376,7 +377,7 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
                 ("confirm", "reschedule", "cancel"), titles, strict=True)]), ensure_ascii=False)
         kind, shown = "interactive", text
     elif spec is not None:
-        body, kind = _template_body(spec, values, payloads), "template"
+        body, kind = template_body(spec, values, payloads), "template"
         shown = f"[reminder template {spec['name']}]"
     else:
         reminders.claim(session, reminder.id, status="skipped", now=now,
@@ -388,8 +389,8 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
         return None  # another pass took it
     shown = (f"[reminder {reminder.lead_minutes} min before "
              f"{describe(session, tenant, appointment, live)}] {shown}")
-    message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
-                     author=marks.product_author("reminder"), buttons=titles)
+    message = store_outbound(session, tenant, contact, shown=shown, kind=kind, body=body,
+                             now=now, author=marks.product_author("reminder"), buttons=titles)
     row = session.get(Reminder, reminder.id)
     assert row is not None and tenant.id is not None
     row.message_id = message.id
@@ -423,12 +424,12 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
                 or contact is None:
             return None
         values = fields(session, tenant, appointment, contact)
-        spec = _template(tenant, tenant.notice_template)
+        spec = declared_template(tenant, tenant.notice_template)
         if not window_closed(contact.last_inbound_at, now):
             text = _format(texts.text(tenant.language, f"notice_{row.kind}"), values)
             body, kind, shown = text, "text", text
         elif spec is not None:
-            body, kind = _template_body(spec, values, {}), "template"
+            body, kind = template_body(spec, values, {}), "template"
             shown = f"[notice template {spec['name']}]"
         else:
             row.status = "not_sent"
@@ -436,8 +437,8 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
             session.add(row)
             return None
         shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"
-        message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
-                         author=marks.product_author("notice"))
+        message = store_outbound(session, tenant, contact, shown=shown, kind=kind, body=body,
+                                 now=now, author=marks.product_author("notice"))
         row.status, row.message_id = "queued", message.id
         session.add(row)
         assert tenant.id is not None

@@ -35,6 +35,20 @@ TEXTS: dict[str, dict[str, str]] = {
                             "transtorno! Quer que eu procure outro horário?",
         "notice_moved": "Olá, {customer_name}. Seu horário de {service} com {professional} "
                         "mudou para {date} às {time}. Se não puder, me avise.",
+        # the waitlist (issue 47, workers/waitlist.py; the reminder fields and {hold}, minutes)
+        "waitlist_offer": "Olá, {customer_name}! Abriu um horário na lista de espera: "
+                          "{service} com {professional}, {date} às {time}. Está guardado "
+                          "para você por {hold} minutos. Quer?",
+        "button_want": "Quero",
+        "button_cannot": "Não posso",
+        "waitlist_booked": "Pronto! Marquei {service} com {professional}, {date} às {time}.",
+        "waitlist_declined": "Tudo bem! Você continua na lista de espera.",
+        "waitlist_taken": "Que pena: o horário de {date} às {time} já foi preenchido. Você "
+                          "continua na lista de espera.",
+        "waitlist_refused": "Não consegui marcar o horário de {date} às {time}: {reason}.",
+        "refused_limit": "você já tem o máximo de horários marcados ao mesmo tempo",
+        "refused_clash": "você já tem um horário nesse momento",
+        "refused_rules": "ele não está mais dentro das regras de agendamento",
         "weekdays": "seg,ter,qua,qui,sex,sáb,dom",
         "and": "e",
     },
@@ -68,6 +82,19 @@ TEXTS: dict[str, dict[str, str]] = {
                             "another time?",
         "notice_moved": "Hi {customer_name}. Your {service} with {professional} moved to "
                         "{date} at {time}. Let me know if that does not suit you.",
+        "waitlist_offer": "Hi {customer_name}! A time opened on the waitlist: {service} "
+                          "with {professional}, {date} at {time}. It is held for you for "
+                          "{hold} minutes. Do you want it?",
+        "button_want": "I want it",
+        "button_cannot": "I can't",
+        "waitlist_booked": "Done! I booked {service} with {professional}, {date} at {time}.",
+        "waitlist_declined": "All right! You stay on the waitlist.",
+        "waitlist_taken": "Sorry: the time of {date} at {time} was already taken. You stay on "
+                          "the waitlist.",
+        "waitlist_refused": "I couldn't book the time of {date} at {time}: {reason}.",
+        "refused_limit": "you already hold the most bookings allowed at once",
+        "refused_clash": "you already have a booking at that time",
+        "refused_rules": "it is no longer within the booking rules",
         "weekdays": "Mon,Tue,Wed,Thu,Fri,Sat,Sun",
         "and": "and",
     },

@@ -74,6 +74,7 @@ from workers.turn_window import (
     prepare,
     prepare_in,
 )
+from workers.waitlist import answer_offer_taps
 
 log = structlog.get_logger(__name__)
 
@@ -250,6 +251,8 @@ def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed
         last_position = message_repo.assign_positions(session, state.conversation_id)
         tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
                              secret=runtime.settings.button_key(), now=now)  # reminders
+        tapped += answer_offer_taps(session, state.tenant, state.contact, state.conversation,
+                                    secret=runtime.settings.button_key(), now=now)  # waitlist
         if window_closed(state.contact.last_inbound_at, now):
             return _Placed(last_position,
                            _window_closed_turn(session, state, last_position, now), _Source(None))

@@ -42,6 +42,7 @@ from agent.tools.slots import (
     too_soon,
     wall_starts,
 )
+from storage import waitlist
 from storage.appointments import next_number
 from storage.db import is_postgres
 from storage.models import (
@@ -132,11 +133,19 @@ def duration_of(service: Service, week: Week) -> timedelta:
     return timedelta(minutes=week.durations.get(service.code, service.duration_minutes))
 
 
+def held_until(session: Session, tenant: Tenant, service: Service, slot: Slot) -> datetime:
+    """The end of the time `slot` keeps its professional busy: the visit's end plus the
+    service's buffer (what `busy_intervals` reads of a booking; a waitlist hold keeps it)."""
+    return slot.end + timedelta(minutes=service.buffer_minutes)
+
+
 def busy_intervals(session: Session, professional_ids: Sequence[int], since: datetime,
-                   until: datetime, *, except_id: int | None = None
-                   ) -> dict[int, list[Interval]]:
+                   until: datetime, *, except_id: int | None = None,
+                   now: datetime | None = None) -> dict[int, list[Interval]]:
     """The busy time of each professional overlapping [since, until): booked appointments
-    (to their end plus their service's buffer) and blocks. Two indexed range reads: the cost
+    (to their end plus their service's buffer), blocks and slots held for a waitlist offer
+    (storage/waitlist.holds: at `now`, a hold that ran out is not; without `now`, every
+    hold not yet released is). Three indexed range reads: the cost
     follows the rows in the range, not the agenda's size."""
     busy: dict[int, list[Interval]] = {pid: [] for pid in professional_ids}
     if not professional_ids:
@@ -155,6 +164,8 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
             col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
             col(ScheduleBlock.end_at) > since)):
         busy[block.professional_id].append((block.start_at, block.end_at))
+    for pid, start, end in waitlist.holds(session, professional_ids, since, until, now=now):
+        busy[pid].append((start, end))
     return busy
 
 
@@ -173,7 +184,7 @@ def free_slots(session: Session, *, tenant: Tenant, service: Service,
     weeks = [week_of(p, business) for p in pros]
     since = local_to_utc(first, "00:00", tz) - timedelta(days=1)
     busy = busy_intervals(session, [w.professional_id for w in weeks], since,
-                          local_to_utc(last + timedelta(days=2), "00:00", tz))
+                          local_to_utc(last + timedelta(days=2), "00:00", tz), now=now)
     step = timedelta(minutes=tenant.slot_granularity_minutes)
     notice = timedelta(minutes=tenant.booking_notice_minutes)
     buffer = timedelta(minutes=service.buffer_minutes)
@@ -283,7 +294,8 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     for pro, week, duration in working:
         lock_professional(session, week.professional_id)
         busy = busy_intervals(session, [week.professional_id], p.start - timedelta(days=1),
-                              p.start + duration + buffer, except_id=p.except_id)
+                              p.start + duration + buffer, except_id=p.except_id,
+                              now=p.now)
         if not any(overlaps((p.start, p.start + duration + buffer), b)
                    for b in busy[week.professional_id]):
             free.append((pro, duration))
@@ -406,7 +418,7 @@ def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service]
     since = local_to_utc(first, "00:00", tz) - timedelta(days=1)
     until = local_to_utc(last + timedelta(days=3), "00:00", tz)
     taken = {pid: _Busy(i) for pid, i in busy_intervals(session, list(everyone), since,
-                                                         until).items()}
+                                                         until, now=now).items()}
     mine = _Busy(own)
     visits: list[list[Item]] = []
     found: set[datetime] = set()

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from agent.errors import ToolError
-from agent.tools import choices, facts, handoff, notes, scheduling
+from agent.tools import choices, facts, handoff, notes, scheduling, waitlist
 from agent.tools.base import Tool, ToolContext, backstop, echo
 from storage.db import session_scope
 from storage.models import ToolCall
@@ -24,7 +24,7 @@ REGISTRY: tuple[Tool, ...] = (
     notes.ADD_APPOINTMENT_NOTE,
     scheduling.BOOK_APPOINTMENT,
     scheduling.CANCEL_APPOINTMENT,
-    scheduling.FIND_AVAILABLE_SLOTS,
+    waitlist.FIND_AVAILABLE_SLOTS,
     handoff.HANDOFF_TO_HUMAN,
     scheduling.LIST_MY_APPOINTMENTS,
     scheduling.LIST_SERVICES,

@@ -165,6 +165,9 @@ def _holidays_said(session: Session, tenant: Tenant, first: date, last: date) ->
 
 
 SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}
+# issue 47: the customer's waitlist, run by agent/tools/waitlist.py (this schema's one home)
+WAITLIST_PROPERTY = {"enum": ["join", "list", "leave"],
+                     "description": "join: wait if none fit"}
 SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
                      "description": "Or several, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
@@ -178,7 +181,8 @@ FIND_AVAILABLE_SLOTS = Tool(
         "date_to": {"type": "string", "description": "Last day, default date"},
         "professional": _CODE,
         "after": {"type": "string", "description": "Optional: starts from HH:MM"},
-        "before": {"type": "string", "description": "Optional: starts before HH:MM"}}},
+        "before": {"type": "string", "description": "Optional: starts before HH:MM"},
+        "waitlist": WAITLIST_PROPERTY}},
     handler=find_available_slots)
 
 
@@ -779,3 +783,14 @@ def _format_visits(visits: list[list[availability.Item]], pros: dict[int | None,
                      f"{starts[0].astimezone(tz):%H:%M} to {starts[-1].astimezone(tz):%H:%M}; "
                      "ask for that date, or narrow with after/before)")
     return "\n".join(lines)
+
+
+# for agent/tools/waitlist.py: the search's own parsing of a window
+parse_date = _parse_date
+parse_hhmm = _parse_hhmm
+services_of = _services_of
+candidates_of = _candidates
+# for workers/waitlist.py: a Quero on a waitlist offer books under the same house rules
+place_visit = _place_visit
+check_time = _check_time
+check_upcoming = _check_upcoming

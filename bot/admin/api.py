@@ -284,6 +284,12 @@ def agenda_day(call: Call) -> tuple[int, Any]:
     return 200, agenda.day_view(call.session, call.the_tenant(), call.path["day"])
 
 
+def waitlist_offer(call: Call) -> tuple[int, Any]:
+    body: agenda.WaitlistOffer = validated(agenda.WaitlistOffer, call.body)
+    return 200, agenda.offer_slot(call.session, call.the_tenant(), call.path["entry_id"], body,
+                                  now=call.now)
+
+
 def list_webhooks(call: Call) -> tuple[int, Any]:
     return 200, hook_ops.list_endpoints(call.session, call.the_tenant(), now=call.now)
 
@@ -416,7 +422,10 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", TP + "/blocks/{block_id}", remove_block, "Remove a block", "appointments",
           ok=204, path_types=(*TID, ("block_id", "integer"))),
     Route("GET", TP + "/agenda/{day}", agenda_day, "One local day: each professional's hours, "
-          "bookings and blocks", "appointments", path_types=(*TID, ("day", "date"))),
+          "bookings, blocks and waitlist", "appointments", path_types=(*TID, ("day", "date"))),
+    Route("POST", TP + "/waitlist/{entry_id}/offer", waitlist_offer, "Hold a free slot for a "
+          "waiting customer; the offer with its buttons goes out within 30 s", "appointments",
+          body=agenda.WaitlistOffer, path_types=(*TID, ("entry_id", "integer"))),
     Route("GET", TP + "/webhooks", list_webhooks, "Webhook endpoints (no secrets)", "webhooks",
           path_types=TID),
     Route("POST", TP + "/webhooks", add_webhook, "Add a webhook endpoint; its secret is in "

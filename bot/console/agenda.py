@@ -155,3 +155,14 @@ def agenda_move(p: Page) -> PageResult:
                                 now=p.now)
         return f"{agenda_texts(_language(p))['moved']}: {moved['start'].replace('T', ' ')}"
     return _agenda_action(p, act)
+
+
+def agenda_waitlist_offer(p: Page) -> PageResult:
+    """Staff offer a slot by hand to a waiting customer (issue 47; operations/agenda.py)."""
+    def act(day: str) -> str:
+        body = service.validated(agenda_ops.WaitlistOffer, {
+            "professional": _form(p, "professional"), "start": f"{day}T{_form(p, 'time')}"})
+        held = agenda_ops.offer_slot(p.session, p.tenant, _record(p, "entry_id"), body,
+                                     now=p.now)
+        return f"{agenda_texts(_language(p))['offered']}: {held['offered']['start'][11:]}"
+    return _agenda_action(p, act)

@@ -18,6 +18,10 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "block_removed": "Bloqueio removido", "marked": "Anotado", "kept": "mantidos",
         "day_link": "Ver o dia", "nothing": "Nada marcado.", "new_start": "Novo início",
         "visit": "Visita", "then_service": "Depois, na mesma visita (opcional)",
+        "waitlist": "Lista de espera", "waitlist_empty": "Ninguém na lista de espera.",
+        "offer": "Oferecer horário", "offered": "Oferecido",
+        "status_waiting": "esperando", "status_offered": "horário oferecido",
+        "status_booked": "agendado", "status_left": "saiu", "status_expired": "expirou",
     },
     "en": {
         "title": "Day agenda", "previous_day": "← Previous day", "next_day": "Next day →",
@@ -33,6 +37,10 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "block_removed": "Block removed", "marked": "Noted", "kept": "kept",
         "day_link": "See the day", "nothing": "Nothing booked.", "new_start": "New start",
         "visit": "Visit", "then_service": "Then, in the same visit (optional)",
+        "waitlist": "Waitlist", "waitlist_empty": "No one on the waitlist.",
+        "offer": "Offer a time", "offered": "Offered",
+        "status_waiting": "waiting", "status_offered": "time offered",
+        "status_booked": "booked", "status_left": "left", "status_expired": "expired",
     },
 }
 

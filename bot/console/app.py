@@ -25,6 +25,7 @@ from bot.console.agenda import (
     agenda_outcome,
     agenda_page,
     agenda_unblock,
+    agenda_waitlist_offer,
     appointments_page,
     cancel,
 )
@@ -134,6 +135,8 @@ def setup_console(app: web.Application) -> None:
          agenda_outcome),
         ("POST", "/console/agenda/appointments/{appointment_id}/move", "appointments",
          agenda_move),
+        ("POST", "/console/agenda/waitlist/{entry_id}/offer", "appointments",
+         agenda_waitlist_offer),
         ("GET", "/console/webhooks", "webhooks", webhooks_page),
         ("POST", "/console/webhooks", "webhooks", add_webhook),
         ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),
