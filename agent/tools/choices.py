@@ -149,10 +149,9 @@ def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]
 
 
 _OPTION = {"type": "object", "properties": {
-    "slot": {"type": "string", "description": "Optional: a start find_available_slots "
-                                              "returned"},
+    "slot": {"type": "string", "description": "Optional: a found start"},
     "professional": {"type": "string", "description": "Optional"},  # of that slot
-    "service": {"type": "string", "description": "Or a service code"},
+    "service": {"type": "string", "description": "Or a service"},
     "title": {"type": "string", "description": f"≤{LIMITS.row_title} chars, button "
                                                f"≤{LIMITS.button_title}"},
     "description": {"type": "string", "description": "Optional"}},  # a row's second line
@@ -160,12 +159,11 @@ _OPTION = {"type": "object", "properties": {
 
 OFFER_CHOICES = Tool(
     name="offer_choices",
-    description="Send your reply with options to tap (slots, services or texts) as a list of "
-                "≤10 rows or ≤3 buttons. Ends the turn.",
+    description="Send body with options to tap: a list (≤10) or buttons (≤3). Ends the turn.",
     input_schema={"type": "object", "properties": {
         "body": {"type": "string", "description": "Your message"},
         "style": {"type": "string", "enum": ["list", "buttons"], "description": "Default list"},
-        "button": {"type": "string", "description": f"Optional: list button label, "
+        "button": {"type": "string", "description": f"Optional list label, "
                                                     f"≤{LIMITS.list_button}"},
         "options": {"type": "array", "items": _OPTION}},
         "required": ["body", "options"]},

@@ -146,10 +146,10 @@ def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 HANDOFF_TO_HUMAN = Tool(
     name="handoff_to_human",
-    description="Pass the conversation to staff (see the rules); ends the turn.",
+    description="Pass to staff (see rules); ends the turn.",
     input_schema={"type": "object", "properties": {
-        "reason": {"type": "string", "description": "Why a person should answer"},
-        "summary": {"type": "string", "description": "For staff: what the customer needs"},
+        "reason": {"type": "string", "description": "Why a person must act"},
+        "summary": {"type": "string", "description": "For staff: the customer's need"},
         "message": {"type": "string",
                     "description": "Optional. To the customer: why, when a person answers"}},
         "required": ["reason", "summary"]},

@@ -24,7 +24,7 @@ REPLY_SENT = "Your reply was sent."
 NOT_SENT = "Your reply was NOT sent"
 
 REPLY_PROPERTY = {"type": "string",
-                  "description": "Optional: your message if it succeeds; ends the turn"}
+                  "description": "Optional: sent on success, ends the turn"}
 
 MONTHS = ("janeiro fevereiro marco abril maio junho julho agosto setembro outubro novembro "
           "dezembro").split(), ("january february march april may june july august september "
