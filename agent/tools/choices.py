@@ -119,12 +119,14 @@ def offer_choices(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
     choices, more = shown(offer)
     how = {"buttons": "reply buttons", "list": "a list"}.get(style_used(offer, body),
                                                               "text listing the options")
-    lines = [f"Sent with your body as {how}. Options shown:"]
-    lines += [f"- {c.title} (id {c.id})" for c in choices]
+    # the options are in the call's input: the result says only what differs (issue 41: every
+    # token of it is written to the cache and read on every later call)
+    lines = [f"Sent with your body as {how}, {len(choices)} option(s) shown; a pick arrives as "
+             "a message naming the option."]
     if more:
-        lines.append(f"({len(offer.choices) - len(choices)} more left out: the last row asks "
+        lines.append(f"Shown: {', '.join(c.title for c in choices)}. "
+                     f"({len(offer.choices) - len(choices)} more left out: the last row asks "
                      "the customer for a narrower range)")
-    lines.append("The customer's pick arrives as a message naming the option's id.")
     return "\n".join(lines)
 
 

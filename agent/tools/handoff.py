@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session
 
+from agent.context import with_note  # noqa: F401  (its home moved: the note sets a breakpoint)
 from agent.errors import ToolError
 from agent.tools.availability import business_exceptions
 from agent.tools.base import Tool, ToolContext
@@ -111,22 +112,6 @@ def closed_note(session: Session, tenant: Tenant, now: datetime) -> str:
     2026-06-08 09:00]"; "" while open, or when no opening is known."""
     opening = next_opening(session, tenant, now)
     return "" if opening is None else f"[closed now: staff answer from {opening:%a %Y-%m-%d %H:%M}]"
-
-
-def with_note(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
-    """`messages` with `note` as a last text block of the last customer message (a user
-    message with text: it stays the same message over the turn's rounds, so each round reads
-    the previous one's cached prefix); the input is not mutated. No note: `messages` itself."""
-    if not note:
-        return messages
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        content = message["content"]
-        if message["role"] == "user" and isinstance(content, list) and any(
-                b.get("type") == "text" for b in content):
-            noted = {**message, "content": [*content, {"type": "text", "text": note}]}
-            return [*messages[:index], noted, *messages[index + 1:]]
-    return messages
 
 
 def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
