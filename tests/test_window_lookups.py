@@ -19,6 +19,7 @@ from agent.window import (
     tool_result_text,
 )
 from replay.messages_api import validate_request
+from workers.turn_window import without_sent_replies
 
 TENANT = TenantPrompt(name="Salão", timezone="America/Sao_Paulo", language="pt-BR",
                       instructions="Seja breve.", model="claude-sonnet-5-5")
@@ -131,3 +132,35 @@ def test_the_baselines_keep_the_breakpoint_on_the_last_block() -> None:
                             messages=to_api_messages(history), max_tokens=512,
                             metadata_user_id="x", tail_before_lookups=False)
     assert [("cache_control" in b) for b in _blocks(request)] == [False, False, True]
+
+
+def test_the_stored_copy_of_a_tool_carried_reply_is_left_out_of_the_window() -> None:
+    """The offer's body and a booking's sent reply are in the call's input and its result says
+    they were sent: the assistant text storing the same words is not sent again. A reply the
+    result says was NOT sent, an error, or another text stay."""
+    reply = "Agendado! Terça 02/06 às 15h com a Júlia."
+
+    def history(result: str, text: str, *, error: bool = False) -> list[Stored]:
+        answer: dict[str, Any] = {"type": "tool_result", "tool_use_id": "b", "content": result}
+        if error:
+            answer["is_error"] = True
+        return [_at(1, "user", [{"type": "text", "text": "15h"}]),
+                _at(2, "assistant", [{"type": "tool_use", "id": "b", "name": "book_appointment",
+                                      "input": {"start": "2026-06-02T15:00", "reply": reply}}]),
+                _at(3, "user", [answer]),
+                _at(4, "assistant", [{"type": "text", "text": text}]),
+                _at(5, "user", [{"type": "text", "text": "obrigada"}])]
+    sent = history("Booked. Appointment #1 ... Your reply was sent.", reply)
+    assert [m.position for m in without_sent_replies(sent)] == [1, 2, 3, 5]
+    assert validate_request(_request(without_sent_replies(sent))) is None
+    for kept in (history("Booked. #1\nYour reply was NOT sent: it does not name the date.",
+                         reply),
+                 history("that time is no longer free", reply, error=True),
+                 history("Booked. Appointment #1 ... Your reply was sent.", "Outra coisa.")):
+        assert without_sent_replies(kept) == kept
+    offer = [_at(1, "user", [{"type": "text", "text": "horário?"}]),
+             _at(2, "assistant", [{"type": "tool_use", "id": "o", "name": "offer_choices",
+                                   "input": {"body": "Qual prefere?", "options": []}}]),
+             _at(3, "user", [{"type": "tool_result", "tool_use_id": "o", "content": "Sent"}]),
+             _at(4, "assistant", [{"type": "text", "text": "Qual prefere?"}])]
+    assert [m.position for m in without_sent_replies(offer)] == [1, 2, 3]

@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session
 
-from agent.context import with_note  # noqa: F401  (its home moved: the note sets a breakpoint)
 from agent.errors import ToolError
 from agent.tools.availability import business_exceptions
 from agent.tools.base import Tool, ToolContext
