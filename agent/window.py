@@ -158,28 +158,58 @@ def select_window(messages: Sequence[Stored], *, summarized_until: int, keep: in
     return after[start:]
 
 
-def prune(messages: Sequence[Stored], *, pruned_until: int) -> list[Stored]:
-    """Replace the content of tool results at or before position `pruned_until` by a short
-    note that keeps the `tool_use_id` and says what was there. Deterministic: the same input
-    gives the same bytes, so a pruned prefix stays cacheable. Media blocks (a photo, a PDF) up
-    to the same boundary become a short note too (`agent.media.omitted_note`); compaction
-    deletes their bytes when it moves the boundary (storage/media.py).
+# Issue 41: lookups are the tools that change nothing and whose results are long (a slot
+# search lists up to 20 slots, list_services the catalogue). A lookup's result serves the turn
+# that asked for it: from the next customer turn on it is pruned like any old result (what the
+# model offered from it, offer_choices' options, and what was booked stay), and while its turn
+# runs the request's tail breakpoint sits before it (agent/context.place_breakpoints), so its
+# bytes are sent once or twice uncached instead of being written to the cache at 2x and read
+# on every later call. The price: a customer who asks, turns later, for a slot that was listed
+# but not offered costs a new search. Figures: bench/README.md, issue 41.
+LOOKUP_TOOLS = frozenset({"find_available_slots", "list_services"})
+
+
+def prune(messages: Sequence[Stored], *, pruned_until: int,
+          lookups_until: int = 0) -> list[Stored]:
+    """Replace the content of tool results at or before position `pruned_until`, and of
+    LOOKUP_TOOLS' results at or before `lookups_until` (the turn boundary: `prune_boundary`
+    with one customer turn kept), by a short note that keeps the `tool_use_id` and says what
+    was there. Deterministic: the same input gives the same bytes, so a pruned prefix stays
+    cacheable. Media blocks (a photo, a PDF) up to `pruned_until` become a short note too
+    (`agent.media.omitted_note`); compaction deletes their bytes when it moves the boundary
+    (storage/media.py).
     """
     names = {b["id"]: str(b.get("name")) for m in messages if m.role == "assistant"
              for b in m.content if b.get("type") == "tool_use"}
     pruned: list[Stored] = []
     for message in messages:
-        if message.position > pruned_until or not (
-                has_tool_result(message) or any(media.is_media(b) for b in message.content)):
+        old = message.position <= pruned_until
+        lookups = message.position <= lookups_until and has_tool_result(message)
+        if not (old and (has_tool_result(message) or any(media.is_media(b)
+                                                         for b in message.content))
+                or lookups):
             pruned.append(message)
             continue
-        content = [_prune_block(b, names.get(b.get("tool_use_id", ""), "tool"))
+        content = [_prune_result(b, names.get(b.get("tool_use_id", ""), "tool"), old=old)
                    if b.get("type") == "tool_result"
-                   else media.omitted_note(b) if media.is_media(b) else b
+                   else media.omitted_note(b) if old and media.is_media(b) else b
                    for b in message.content]
         pruned.append(Stored(message.id, message.role, content, message.position,
                              message.author))
     return pruned
+
+
+def _prune_result(block: Block, tool_name: str, *, old: bool) -> Block:
+    """`block` pruned when it is `old` or the result of a lookup; else as it is."""
+    return _prune_block(block, tool_name) if old or tool_name in LOOKUP_TOOLS else block
+
+
+def is_lookup_result(block: Block, names: dict[str, str]) -> bool:
+    """`block` is a tool_result of a LOOKUP_TOOLS call (`names`: tool_use id -> tool name) not
+    pruned yet: the first such block of a request is where its stable prefix ends."""
+    return block.get("type") == "tool_result" and names.get(
+        str(block.get("tool_use_id")), "") in LOOKUP_TOOLS and not tool_result_text(
+        block.get("content")).startswith(PRUNED_PREFIX)
 
 
 def _prune_block(block: Block, tool_name: str) -> Block:

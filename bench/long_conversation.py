@@ -65,8 +65,11 @@ from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
 from usage.report import (  # noqa: E402
+    CACHE_READ,
     PRICES,
     WHATSAPP_UTILITY_USD,
+    WRITE_1H,
+    WRITE_5M,
     Call,
     render_svg,
     summarize_calls,
@@ -269,7 +272,7 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
                                                                keep_user_turns=prune_turns))
         request = build_request(tenant=prompt, tools=REGISTRY, context="",
                                 messages=to_api_messages(chosen), max_tokens=1024,
-                                metadata_user_id="bench")
+                                metadata_user_id="bench", tail_before_lookups=False)
         if validate_request(request) is not None:
             rejected += 1
             continue
@@ -279,6 +282,26 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
                           usage["cache_creation"]["ephemeral_1h_input_tokens"],
                           usage["cache_read_input_tokens"], 0))
     return {**summarize_calls(calls), "requests_rejected": rejected}
+
+
+def billed_split(calls: list[Call], prefix_tokens: int) -> dict[str, int]:
+    """Where the product's billed-equivalent input goes (usage/report.py's weights): turn
+    calls' cache reads, 1 h and 5 min writes and uncached input, the summaries' input; and
+    the floor a turn call cannot go under, the fixed prefix read from the cache (tools +
+    system[0]: `prefix_tokens` x 0.1 each call), with the prefix written again after each
+    expiry (a turn call that reads nothing writes it at 2x)."""
+    turns = [c for c in calls if c.purpose == "turn"]
+    cold = sum(1 for c in turns if c.cache_read_input_tokens == 0)
+    return {
+        "cache_reads": round(sum(c.cache_read_input_tokens for c in turns) * CACHE_READ),
+        "writes_1h": round(sum(c.cache_creation_1h_input_tokens for c in turns) * WRITE_1H),
+        "writes_5m": round(sum(c.cache_creation_input_tokens - c.cache_creation_1h_input_tokens
+                               for c in turns) * WRITE_5M),
+        "uncached": sum(c.input_tokens for c in turns),
+        "summaries": sum(c.context_tokens for c in calls if c.purpose != "turn"),
+        "cold_calls": cold,
+        "prefix_floor": round(prefix_tokens * (CACHE_READ * (len(turns) - cold)
+                                               + WRITE_1H * cold))}
 
 
 def at_length(turns: int, calls: list[Call], cuts: list[tuple[int, int]],
@@ -292,6 +315,7 @@ def at_length(turns: int, calls: list[Call], cuts: list[tuple[int, int]],
     the same output as the product's turns)."""
     made, sends = cuts[turns - 1]
     mine = calls[:made]
+    prefix = prefix_tokens(prompt)
     times = [c.at for c in mine if c.purpose == "turn"]
     product = summarize_calls(mine)
     full = price_baseline(history, times, last_n=None, prompt=prompt)
@@ -323,7 +347,11 @@ def at_length(turns: int, calls: list[Call], cuts: list[tuple[int, int]],
             "usd": {"product": round(product["cost_usd"] + whatsapp, 4), "full": usd(full),
                     "full_pruned": usd(pruned), "whatsapp": whatsapp},
             "requests_rejected": {"full": full["requests_rejected"],
-                                  "full_pruned": pruned["requests_rejected"]}}
+                                  "full_pruned": pruned["requests_rejected"]},
+            "billed_split": billed_split(mine, prefix),
+            # the fixed prefix alone, every turn call, against the full history's input
+            "prefix_share_of_full_input": round(prefix * len(times)
+                                                / full["input_tokens_total"], 4)}
 
 
 def lengths_svg(rows: list[dict[str, Any]], *, width: int = 640, height: int = 320) -> str:
@@ -360,14 +388,14 @@ def lengths_table(rows: list[dict[str, Any]]) -> str:
     """The `by_length` figures as the Markdown table of bench/README.md."""
     lines = ["| customer turns | billed-eq. vs full | vs full pruned | input vs full | "
              "cache reads | model calls / turn | WhatsApp / turn | USD product | USD full | "
-             "USD full pruned |", "|" + "---|" * 10]
+             "USD full pruned | prefix alone vs full input |", "|" + "---|" * 11]
     for r in rows:
         lines.append(
             f"| {r['turns']} | {r['vs_full']['billed_equivalent']:.1%} | "
             f"{r['vs_full_pruned']['billed_equivalent']:.1%} | {r['vs_full']['input']:.1%} | "
             f"{r['cache_read_share']:.1%} | {r['model_calls_per_turn']:.2f} | "
             f"{r['whatsapp_per_turn']:.2f} | {r['usd']['product']:.4f} | {r['usd']['full']:.4f}"
-            f" | {r['usd']['full_pruned']:.4f} |")
+            f" | {r['usd']['full_pruned']:.4f} | {r['prefix_share_of_full_input']:.1%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -446,6 +474,13 @@ def catalogue_text_of(tenant: dict[str, Any], render: Any = None) -> str:
         return str((render or catalogue.catalogue_text)(data))
 
 
+def prefix_tokens(prompt: TenantPrompt) -> int:
+    """Tokens of the cached fixed prefix (tools + system[0]) by the double's counter."""
+    request = build_request(tenant=prompt, tools=REGISTRY, context="", messages=[],
+                            max_tokens=1, metadata_user_id="u")
+    return sum(count_tokens(block) for block in [*request["tools"], *request["system"]])
+
+
 def saved_round_estimate(prompt: TenantPrompt) -> dict[str, Any]:
     """What one `list_services` round at a session's start costs, in billed-equivalent input
     tokens (usage/report.py's weights), i.e. what the catalogue in system[0] gives back each
@@ -453,9 +488,7 @@ def saved_round_estimate(prompt: TenantPrompt) -> dict[str, Any]:
     writes the round's tool_use and tool_result at the 1 h price (2.0; each later call of the
     session reads them again at 0.1, `later_calls` of them), and its ~30 output tokens cost 5
     input tokens each (Sonnet: $3 in, $15 out per million)."""
-    request = build_request(tenant=prompt, tools=REGISTRY, context="", messages=[],
-                            max_tokens=1, metadata_user_id="u")
-    prefix = sum(count_tokens(block) for block in [*request["tools"], *request["system"]])
+    prefix = prefix_tokens(prompt)
     lines = [line for line in catalogue_text_of(TENANT, RENDER_CATALOGUE).splitlines()
              if line.startswith("- ")]
     result = "Services:\n" + "\n".join(lines)

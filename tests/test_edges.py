@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from sqlmodel import select
 
-from agent.context import PRODUCT_RULES
+from agent.context import PRODUCT_RULES, with_note
 from agent.prompts import RECORD_FACTS, facts_tools, parse_facts, within_words
 from agent.tools.days_off import DaysOff
-from agent.tools.handoff import HANDOFF_TO_HUMAN, closed_note, handoff_reply, with_note
+from agent.tools.handoff import HANDOFF_TO_HUMAN, closed_note, handoff_reply
 from cli.main import main
 from core.holidays import calendar_of, holidays_between, parse_calendar, zone_country
 from replay.environment import ReplayEnvironment

@@ -65,10 +65,13 @@ def test_every_round_sends_the_builders_request_with_the_tail_breakpoint_moving(
                                  max_tokens=env.settings.max_output_tokens,
                                  metadata_user_id=opaque_user_id(1, 1))
         assert request == expected, "system, tools, messages and breakpoints: the builder's"
-        last = len(request["messages"]) - 1
-        assert _cache_control_sites(request) == [
-            "system[0]", f"messages[{last}].content[{len(request['messages'][-1]['content']) - 1}]"]
-        assert request["messages"][-1]["content"][-1]["cache_control"] == TAIL
+    # issue 41: the tail sits on the last block the next turn sends unchanged: the last one,
+    # then the block before the first lookup result (list_services' is pruned next turn)
+    assert [_cache_control_sites(r) for r in rounds] == [
+        ["system[0]", "messages[0].content[0]"], ["system[0]", "messages[1].content[0]"],
+        ["system[0]", "messages[1].content[0]"]]
+    assert rounds[0]["messages"][-1]["content"][-1]["cache_control"] == TAIL
+    assert rounds[2]["messages"][1]["content"][0]["cache_control"] == TAIL
     assert [len(r["messages"]) for r in rounds] == [1, 3, 5], "the tail moves each round"
     assert rounds[0]["system"] == rounds[2]["system"] and rounds[0]["tools"] == rounds[2]["tools"]
 

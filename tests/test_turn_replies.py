@@ -56,6 +56,19 @@ def test_a_reply_that_disagrees_with_the_visit_says_why() -> None:
     assert reply_problem("Cancelado: 16/06 às 15h.", _facts(far.start, names=())) is None
 
 
+def test_a_professional_with_a_title_is_named_by_the_name_after_it() -> None:
+    """"Dra. Lia": "\\bdra\\.\\b" never matched before a space, so every reply naming her was
+    refused (found by replay/scenarios/clinic_cli_setup.json)."""
+    lia = _facts(datetime(2026, 6, 2, 14, 30), names=("Dra. Lia",))
+    for reply in ("Marcado: consulta com a Dra. Lia na terça, 2/6, às 14h30.",
+                  "Marcado com a Lia dia 2, 14h30."):
+        assert reply_problem(reply, lia) is None, reply
+    assert "Dra. Lia" in (reply_problem("Marcado: terça, 2/6, às 14h30 com a Dra. Ana.", lia)
+                          or "")
+    assert "Dr. Liam" in (reply_problem("Marcado 2/6 14h30 com o Dr. Lia.", _facts(
+        datetime(2026, 6, 2, 14, 30), names=("Dr. Liam",))) or "")
+
+
 @given(st.integers(0, 13), st.integers(7, 21), st.sampled_from([0, 15, 30, 45]),
        st.sampled_from(["Júlia", "Marcos Souza", "Ana"]), st.integers(1, 3))
 def test_the_visit_written_plainly_always_passes_and_a_shifted_time_never(

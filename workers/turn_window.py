@@ -21,9 +21,18 @@ from agent.loop import RequestBuilder
 from agent.media import inline, stored_media_ids
 from agent.timeline import timeline
 from agent.tools.base import Tool
-from agent.tools.handoff import closed_note, with_note
-from agent.tools.registry import REGISTRY
-from agent.window import Block, Stored, find_dangling, prune, select_window, to_api_messages
+from agent.tools.handoff import closed_note
+from agent.tools.registry import REGISTRY, tool_reply
+from agent.window import (
+    Block,
+    Stored,
+    find_dangling,
+    prune,
+    prune_boundary,
+    select_window,
+    to_api_messages,
+    tool_result_text,
+)
 from core import clock
 from core.settings import Settings
 from storage import memory
@@ -83,7 +92,8 @@ def prepare_window(runtime: Runtime, state: ConversationState, *,
 def read_window(session: Session, settings: Settings, state: ConversationState, *,
                 force_hard_cap: bool = False) -> Window:
     """The window of a turn: the messages after the summary's end (from a safe start, old tool
-    results pruned) and the context block, from one read of the conversation row. The hard cap
+    results pruned, and lookups' results before the latest customer turn: agent/window.py
+    LOOKUP_TOOLS) and the context block, from one read of the conversation row. The hard cap
     (context past `context_hard_cap_tokens`, or more messages than `max_window_messages`) reads
     only the tail."""
     keep, conversation_id = state.tenant.keep_messages, state.conversation_id
@@ -100,7 +110,37 @@ def read_window(session: Session, settings: Settings, state: ConversationState, 
         log.warning("turn_hard_cap_window", forced=force_hard_cap)
     stored = timeline(rows)  # product and staff messages as context (agent/timeline.py)
     window = select_window(stored, summarized_until=start, keep=keep, hard_cap=hard_cap)
-    return Window(prune(window, pruned_until=pruned), conversation.context_block, hard_cap)
+    pruned_window = prune(window, pruned_until=pruned,
+                          lookups_until=prune_boundary(window, keep_user_turns=1))
+    return Window(without_sent_replies(pruned_window), conversation.context_block, hard_cap)
+
+
+def without_sent_replies(messages: list[Stored]) -> list[Stored]:
+    """`messages` without the stored copy of a reply a tool carried (issue 41: an offer's
+    body, a booking's sent `reply`): the assistant text right after the round whose call
+    carried it, the same text. The call's input and its result ("Your reply was sent.") say
+    it was sent, so the copy would be paid twice on every call; it never reached a request
+    before the next turn, so leaving it out changes no cached prefix. Applied after the
+    window's boundaries are found (it merges the round's results with the next message)."""
+    kept: list[Stored] = []
+    for index, message in enumerate(messages):
+        if index >= 2 and _sent_by_the_round(messages[index - 2], messages[index - 1], message):
+            continue
+        kept.append(message)
+    return kept
+
+
+def _sent_by_the_round(uses: Stored, results: Stored, text: Stored) -> bool:
+    """`text` (an assistant message of text only) is the reply a call of `uses` carried, as
+    `results` say (agent/tools/registry.tool_reply)."""
+    if text.role != "assistant" or uses.role != "assistant" or results.role != "user" or any(
+            b.get("type") != "text" for b in text.content):
+        return False
+    said = "\n".join(str(b.get("text", "")) for b in text.content).strip()
+    answers = {b.get("tool_use_id"): b for b in results.content if b.get("type") == "tool_result"}
+    return any(tool_reply(use, tool_result_text(answers[use.get("id")].get("content"))) == said
+               for use in uses.content if use.get("type") == "tool_use"
+               and use.get("id") in answers and not answers[use.get("id")].get("is_error"))
 
 
 def inline_media(runtime: Runtime, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -146,7 +186,7 @@ def request_in(session: Session, settings: Settings, state: ConversationState,
 
     def request_for(messages: list[dict[str, Any]]) -> dict[str, Any]:
         return build_request(tenant=tenant, tools=tools, context=context_block,
-                             messages=with_note(messages, closed), max_tokens=max_tokens,
+                             messages=messages, note=closed, max_tokens=max_tokens,
                              metadata_user_id=user_id)
     return request_for
 

@@ -119,12 +119,14 @@ def offer_choices(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
     choices, more = shown(offer)
     how = {"buttons": "reply buttons", "list": "a list"}.get(style_used(offer, body),
                                                               "text listing the options")
-    lines = [f"Sent with your body as {how}. Options shown:"]
-    lines += [f"- {c.title} (id {c.id})" for c in choices]
+    # the options are in the call's input: the result says only what differs (issue 41: every
+    # token of it is written to the cache and read on every later call)
+    lines = [f"Sent with your body as {how}, {len(choices)} option(s) shown; a pick arrives as "
+             "a message naming the option."]
     if more:
-        lines.append(f"({len(offer.choices) - len(choices)} more left out: the last row asks "
+        lines.append(f"Shown: {', '.join(c.title for c in choices)}. "
+                     f"({len(offer.choices) - len(choices)} more left out: the last row asks "
                      "the customer for a narrower range)")
-    lines.append("The customer's pick arrives as a message naming the option's id.")
     return "\n".join(lines)
 
 
@@ -149,10 +151,9 @@ def _check_codes(session: Session, tenant_id: int, options: list[dict[str, Any]]
 
 
 _OPTION = {"type": "object", "properties": {
-    "slot": {"type": "string", "description": "Optional: a start find_available_slots "
-                                              "returned"},
+    "slot": {"type": "string", "description": "Optional: a found start"},
     "professional": {"type": "string", "description": "Optional"},  # of that slot
-    "service": {"type": "string", "description": "Or a service code"},
+    "service": {"type": "string", "description": "Or a service"},
     "title": {"type": "string", "description": f"≤{LIMITS.row_title} chars, button "
                                                f"≤{LIMITS.button_title}"},
     "description": {"type": "string", "description": "Optional"}},  # a row's second line
@@ -160,12 +161,11 @@ _OPTION = {"type": "object", "properties": {
 
 OFFER_CHOICES = Tool(
     name="offer_choices",
-    description="Send your reply with options to tap (slots, services or texts) as a list of "
-                "≤10 rows or ≤3 buttons. Ends the turn.",
+    description="Send body with options to tap: a list (≤10) or buttons (≤3). Ends the turn.",
     input_schema={"type": "object", "properties": {
         "body": {"type": "string", "description": "Your message"},
         "style": {"type": "string", "enum": ["list", "buttons"], "description": "Default list"},
-        "button": {"type": "string", "description": f"Optional: list button label, "
+        "button": {"type": "string", "description": f"Optional list label, "
                                                     f"≤{LIMITS.list_button}"},
         "options": {"type": "array", "items": _OPTION}},
         "required": ["body", "options"]},

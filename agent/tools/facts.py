@@ -99,8 +99,7 @@ def forgotten_marker(contact_id: int, key: str, value: str) -> str:
 
 REMEMBER_FACT = Tool(
     name="remember_fact",
-    description="Save a fact the customer stated, for later conversations; never ids or "
-                "card numbers.",
+    description="Save a fact the customer stated; never ids or card numbers.",
     input_schema={"type": "object", "properties": {
         "key": {"type": "string"},  # its enum: the tenant's keys (stable per tenant)
         "value": {"type": "string"}}, "required": ["key", "value"]},

@@ -113,22 +113,6 @@ def closed_note(session: Session, tenant: Tenant, now: datetime) -> str:
     return "" if opening is None else f"[closed now: staff answer from {opening:%a %Y-%m-%d %H:%M}]"
 
 
-def with_note(messages: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
-    """`messages` with `note` as a last text block of the last customer message (a user
-    message with text: it stays the same message over the turn's rounds, so each round reads
-    the previous one's cached prefix); the input is not mutated. No note: `messages` itself."""
-    if not note:
-        return messages
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        content = message["content"]
-        if message["role"] == "user" and isinstance(content, list) and any(
-                b.get("type") == "text" for b in content):
-            noted = {**message, "content": [*content, {"type": "text", "text": note}]}
-            return [*messages[:index], noted, *messages[index + 1:]]
-    return messages
-
-
 def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
     """The handoff_to_human tool: staff take the conversation (a no-op when they already do)."""
     reason, summary = str(args.get("reason", "")).strip(), str(args.get("summary", "")).strip()
@@ -146,10 +130,10 @@ def handoff_to_human(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 HANDOFF_TO_HUMAN = Tool(
     name="handoff_to_human",
-    description="Pass the conversation to staff (see the rules); ends the turn.",
+    description="Pass to staff (see rules); ends the turn.",
     input_schema={"type": "object", "properties": {
-        "reason": {"type": "string", "description": "Why a person should answer"},
-        "summary": {"type": "string", "description": "For staff: what the customer needs"},
+        "reason": {"type": "string", "description": "Why a person must act"},
+        "summary": {"type": "string", "description": "For staff: the customer's need"},
         "message": {"type": "string",
                     "description": "Optional. To the customer: why, when a person answers"}},
         "required": ["reason", "summary"]},

@@ -31,7 +31,7 @@ def add_appointment_note(session: Session, ctx: ToolContext, args: dict[str, Any
 
 ADD_APPOINTMENT_NOTE = Tool(
     name="add_appointment_note",
-    description="Set an upcoming appointment's note for the professional (replaces it).",
+    description="Set an appointment's note for the professional (replaces it).",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "note": NOTE_PROPERTY},
         "required": ["appointment_id", "note"]},

@@ -24,7 +24,7 @@ REPLY_SENT = "Your reply was sent."
 NOT_SENT = "Your reply was NOT sent"
 
 REPLY_PROPERTY = {"type": "string",
-                  "description": "Optional: your message if it succeeds; ends the turn"}
+                  "description": "Optional: sent on success, ends the turn"}
 
 MONTHS = ("janeiro fevereiro marco abril maio junho julho agosto setembro outubro novembro "
           "dezembro").split(), ("january february march april may june july august september "
@@ -92,10 +92,17 @@ def reply_problem(reply: str, facts: VisitFacts) -> str | None:
                         + ", ".join(f"{h:02d}:{m:02d}" for h, m in sorted(times - facts.times))
                         + ")")
     missing = [n for n in facts.names if n.split() and not re.search(
-        rf"\b{re.escape(fold(n.split()[0]))}\b", text)]  # "Ana" is not in "semana"
+        rf"(?<!\w){re.escape(fold(first_name(n)))}(?!\w)", text)]  # "Ana" is not in "semana"
     if missing:
         problems.append(f"it does not name {', '.join(missing)}")
     return "; ".join(problems) or None
+
+
+def first_name(name: str) -> str:
+    """The word of a professional's `name` a reply must hold: its first word that is not an
+    abbreviated title ("Dra. Lia" -> "Lia", "Júlia" -> "Júlia"); the first word when all are."""
+    words = name.split()
+    return next((w for w in words if not w.endswith(".")), words[0])
 
 
 def checked_reply(value: Any) -> str | None:

@@ -69,7 +69,7 @@ NOTE_PROPERTY = {"type": "string",
                  "description": "Customer's request, their words, ≤200 chars"}
 _OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: c" + NOTE_PROPERTY[
     "description"][1:]}
-_LOCAL_TIME = {"type": "string", "description": "Local YYYY-MM-DDTHH:MM"}
+_LOCAL_TIME = {"type": "string", "description": "YYYY-MM-DDTHH:MM"}
 _CODE = {"type": "string", "description": "Optional"}  # a professional's code: the name says it
 
 
@@ -98,10 +98,9 @@ def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> s
 
 LIST_SERVICES = Tool(
     name="list_services",
-    description="The services with codes, prices and professionals, searchable (a long "
-                "catalogue is cut).",
+    description="Services: codes, prices, professionals.",
     input_schema={"type": "object", "properties": {
-        "query": {"type": "string", "description": "Optional: part of a name or code"}}},
+        "query": {"type": "string", "description": "Optional: name or code part"}}},
     handler=list_services)
 
 
@@ -164,7 +163,7 @@ def _holidays_said(session: Session, tenant: Tenant, first: date, last: date) ->
                    for day, name in days_off.closed_between(first, last).items())
 
 
-SERVICE_PROPERTY = {"type": "string", "description": "Service code (or services)"}
+SERVICE_PROPERTY = {"type": "string", "description": "Code, or services"}
 # issue 47: the customer's waitlist, run by agent/tools/waitlist.py (this schema's one home)
 WAITLIST_PROPERTY = {"enum": ["join", "list", "leave"],
                      "description": "join: wait if none fit"}
@@ -172,16 +171,15 @@ SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
                      "description": "Or several, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
     name="find_available_slots",
-    description="Free start times with the professionals free, for a service (or several in "
-                "a row), over ≤14 days.",
+    description="Free start times and who is free, ≤14 days.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
         "date": {"type": "string", "description": "YYYY-MM-DD, default today"},
         "date_to": {"type": "string", "description": "Last day, default date"},
         "professional": _CODE,
-        "after": {"type": "string", "description": "Optional: starts from HH:MM"},
-        "before": {"type": "string", "description": "Optional: starts before HH:MM"},
+        "after": {"type": "string", "description": "Optional: from HH:MM"},
+        "before": {"type": "string", "description": "Optional HH:MM"},
         "waitlist": WAITLIST_PROPERTY}},
     handler=find_available_slots)
 
@@ -206,7 +204,7 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
 
 BOOK_APPOINTMENT = Tool(
     name="book_appointment",
-    description="Book a visit (one or more services) for this customer.",
+    description="Book a visit for this customer.",
     input_schema={"type": "object", "properties": {
         "service": SERVICE_PROPERTY,
         "services": SERVICES_PROPERTY,
@@ -239,11 +237,11 @@ def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) 
 
 LIST_MY_APPOINTMENTS = Tool(
     name="list_my_appointments",
-    description="This customer's upcoming booked appointments.",
+    description="This customer's upcoming appointments.",
     input_schema={"type": "object", "properties": {}},
     handler=list_my_appointments)
 
-_ONE_SERVICE = {"type": "string", "description": "Optional: only this service of the visit"}
+_ONE_SERVICE = {"type": "string", "description": "Optional: only this service"}
 
 
 def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -272,7 +270,7 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
 
 CANCEL_APPOINTMENT = Tool(
     name="cancel_appointment",
-    description="Cancel an upcoming appointment of this customer.",
+    description="Cancel this customer's appointment.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
         "reply": REPLY_PROPERTY},
@@ -340,12 +338,12 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
 
 RESCHEDULE_APPOINTMENT = Tool(
     name="reschedule_appointment",
-    description="Move an upcoming appointment of this customer to a free start.",
+    description="Move this customer's appointment to a free start.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "start": _LOCAL_TIME,
         "service": _ONE_SERVICE,
         "professional": _CODE,
-        "note": {**NOTE_PROPERTY, "description": "New request (default: the old)"},
+        "note": {**NOTE_PROPERTY, "description": "Default: the old request"},
         "reply": REPLY_PROPERTY},
         "required": ["appointment_id", "start"]},
     handler=reschedule_appointment, reply=sent_reply)
