@@ -28,7 +28,7 @@ from storage.models import Tenant
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
                       if name not in ("id", "phone_number_id", "created_at",
-                                      "sending_paused_reason"))
+                                      "sending_paused_reason", "standby_seen_at"))
 
 _INTERVAL = r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
 _CODE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
