@@ -155,6 +155,13 @@ def _iso_day(value: str) -> str:
         raise ValueError(f"{value[:20]!r} is not a day YYYY-MM-DD") from None
 
 
+def _allowlist(value: list[str] | None) -> list[str] | None:
+    """The allowlist's numbers as their digits, each once, sorted (storage/threads.allowed)."""
+    if value is None:
+        return None
+    return sorted({"".join(c for c in number if c.isdigit()) for number in value})
+
+
 class TenantSettings(_Strict):
     """The fields of a tenant a business may change (all optional: only those given apply)."""
 
@@ -246,6 +253,18 @@ class TenantSettings(_Strict):
                              AfterValidator(lambda v: v if v is None else sorted(set(v)))] = \
         Field(None, max_length=100, description="public holidays (YYYY-MM-DD) the business "
                                                 "opens")
+
+    # issue 45: beside Meta's agent on the same number (storage/threads.py)
+    busy_thread_rule: Literal["skip_and_show", "send_template"] | None = Field(
+        None, description="a reminder or business notice due while Meta's agent or another "
+                          "app holds the thread: skip_and_show (not sent, shown to staff; the "
+                          "default) or send_template (the declared template, never free text)")
+    agent_allowlist: Annotated[
+        list[Annotated[str, StringConstraints(pattern=r"^\+?[0-9 ()-]{8,24}$")]] | None,
+        AfterValidator(_allowlist)] = Field(None, max_length=1000,
+                       description="staged launch: the customer numbers the agent answers "
+                                   "(others are stored and listed, not answered); empty: "
+                                   "everyone")
 
     @field_validator("timezone")
     @classmethod

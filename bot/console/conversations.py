@@ -13,6 +13,7 @@ from intake.ingest import unstamp
 from intake.keys import SETTINGS, TURN_QUEUE
 from operations import service
 from operations import staff as staff_ops
+from operations import threads as thread_ops
 from operations.errors import Conflict, Invalid, NotFound
 from storage.jobs import enqueue_flush, enqueue_turn
 from storage.marks import author_kind
@@ -120,6 +121,22 @@ def hand_back(p: Page) -> PageResult:
         queue, prefix = p.request.app[TURN_QUEUE], p.request.app[SETTINGS].redis_prefix
         p.after_commit.append(lambda: enqueue_turn(queue, prefix, cid))  # what still waits
     return Redirect(f"/console/conversations/{cid}", p.t["handed_back"])
+
+
+def thread_control(p: Page) -> PageResult:
+    """Take, pass back to Meta's agent, or release the thread (operations/threads.py); Meta's
+    refusal is shown with what to do (2494191: not the escalation partner)."""
+    cid = _conversation_id(p)
+    back = f"/console/conversations/{cid}"
+    try:
+        with thread_ops.graph_client(p.request.app[SETTINGS]) as graph:
+            thread_ops.thread_control(p.session, p.tenant, cid,
+                                      {"action": str(p.form.get("action") or "")},
+                                      graph=graph, now=p.now)
+    except (Invalid, Conflict) as exc:
+        return Redirect(back, "; ".join(translate_problem(part, _language(p))
+                                        for part in exc.problems or [str(exc)]), bad=True)
+    return Redirect(back, p.t["thread_done"])
 
 
 def attention_page(p: Page) -> PageResult:
