@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlmodel import Session, col, select
 
 from agent import timeline
@@ -358,3 +360,76 @@ def _token(env: ReplayEnvironment) -> str:
         tenant = session.exec(select(Tenant)).one()
         return str(service.create_token(session, tenant, label="dona",
                                         now=env.clock.now())["token"])
+
+
+# -- the property: no send ever goes to a thread another sender holds ------------------------
+
+EVENTS = ("message", "standby", "echo", "passed", "taken_by_meta", "taken_by_other",
+          "message_then_taken", "advance")
+
+
+def _oracle(owner: str, event: str) -> str:
+    """The owner Meta's rules give after `event` (meta-business-agent.md §2.1-2.4)."""
+    return {"message": threads.OURS, "passed": threads.OURS,
+            "standby": threads.OTHER_APP if owner == threads.OTHER_APP else threads.META_AGENT,
+            "echo": threads.OTHER_APP if owner == threads.OTHER_APP else threads.META_AGENT,
+            "taken_by_meta": threads.META_AGENT, "taken_by_other": threads.OTHER_APP,
+            "message_then_taken": threads.META_AGENT}.get(event, owner)
+
+
+def _event_body(event: str, who: str, n: int, env: ReplayEnvironment) -> dict[str, Any]:
+    contact = (who, f"BR.{who}")
+    if event == "message":
+        return text_body(f"mensagem {n}", n, who=contact, sent_at=env.clock.now())
+    if event == "standby":
+        return standby_text(n, f"para a Meta {n}", who)
+    if event == "echo":
+        return agent_echo(n, f"resposta da Meta {n}", who)
+    if event == "passed":
+        return handover("control_passed", who)
+    if event in ("taken_by_meta", "taken_by_other"):
+        return handover("control_taken", who,
+                        "ai_agent" if event == "taken_by_meta" else "escalation")
+    body = text_body(f"mensagem {n}", n, who=contact, sent_at=env.clock.now())
+    body["entry"][0]["changes"] += handover("control_taken", who)["entry"][0]["changes"]
+    return body
+
+
+def test_no_send_ever_goes_to_a_thread_another_sender_holds(redis_url: str | None) -> None:
+    environment = ReplayEnvironment(start=START, redis_url=redis_url)
+    environment.add_tenant(TENANT)
+    customers = iter(range(10_000))
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.sampled_from(EVENTS), min_size=1, max_size=8))
+    def run(events: list[str]) -> None:
+        who = f"55119888{next(customers):05d}"
+        owner, last_inbound = threads.IDLE, None
+        for n, event in enumerate(events, start=1):
+            if event == "advance":
+                environment.clock.advance(timedelta(hours=7))
+                continue
+            if event == "message":
+                environment.messages_api.script("turn", [{"text": f"resposta {n}"}])
+            before = len(environment.graph_api.sends), len(environment.graph_api.reads)
+            post(environment, _event_body(event, who, n, environment))
+            owner = _oracle(owner, event)
+            if event in ("message", "standby", "message_then_taken"):
+                last_inbound = environment.clock.now()
+            held = owner in threads.OTHERS and last_inbound is not None \
+                and environment.clock.now() - last_inbound < threads.IDLE_AFTER
+            sent = [s for s in environment.graph_api.sends[before[0]:]
+                    if s.body.get("to") == who]
+            if held:
+                assert sent == [], f"{event} after {events[:n]}: sent into a held thread"
+                assert len(environment.graph_api.reads) == before[1]
+            with session_scope(environment.engine) as session:
+                contact = session.exec(select(Contact).where(Contact.wa_id == who)).one()
+                assert threads.held_by_other(contact, environment.clock.now()) == held
+        assert environment.messages_api.unscripted_calls == 0
+
+    try:
+        run()
+    finally:
+        environment.close()
