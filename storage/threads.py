@@ -69,7 +69,7 @@ def set_owner(session: Session, contact_ids: Iterable[int], new_owner: str, *,
         raise ValueError(f"unknown thread owner {new_owner!r} (known: {', '.join(OWNERS)})")
     ids = sorted(set(contact_ids))
     if ids:
-        session.exec(update(Contact).where(col(Contact.id).in_(ids))  # type: ignore[call-overload]
+        session.exec(update(Contact).where(col(Contact.id).in_(ids))
                      .values(thread_owner=new_owner, thread_owner_at=now))
 
 
@@ -82,7 +82,7 @@ def standby_owner(contact: Contact, now: datetime) -> str:
 def note_standby(session: Session, tenant_id: int, *, now: datetime) -> bool:
     """Record the number's first standby event (the console's banner); True when this is
     it."""
-    done = session.exec(update(Tenant).where(  # type: ignore[call-overload]
+    done = session.exec(update(Tenant).where(
         col(Tenant.id) == tenant_id, col(Tenant.standby_seen_at).is_(None))
         .values(standby_seen_at=now))
     return bool(done.rowcount)

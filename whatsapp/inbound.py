@@ -346,9 +346,9 @@ def _agent_echo_text(item: dict[str, Any], message: dict[str, Any], wa_type: str
         shown = f": {texts[0]}" if texts and texts[0] else ""
         return f"[template {name}{shown}]"
     if wa_type == "interactive":
-        shown = _str(_dict(_dict(message.get("interactive")).get("body")).get("text"))
-        if shown:
-            return shown
+        asked = _str(_dict(_dict(message.get("interactive")).get("body")).get("text"))
+        if asked:
+            return asked
     return f"[sent {ECHO_KINDS.get(wa_type, 'a message of type ' + wa_type)}]"
 
 
