@@ -2,7 +2,7 @@
 conversation's WhatsApp thread from Meta's agent, pass it back to Meta's agent (`pass` with
 `target_role` ai_agent), or release it (idle: the next customer message is routed by the
 number's entry-point settings). Meta's thread-control reference, through
-/work/shared/reference/meta-business-agent.md §2.4; the owner kept is storage/threads.py's.
+docs/DEPLOY.md section 10 [S10]; the owner kept is storage/threads.py's.
 
 Same contract as `operations.staff`: an open session and the caller's tenant in, JSON-ready
 data out; NotFound for a conversation of another tenant, Invalid for an unknown action,

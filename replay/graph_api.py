@@ -314,7 +314,7 @@ class GraphDouble:
 
     async def _thread_control(self, request: web.Request) -> web.Response:
         """`POST /{phone_number_id}/thread_control` (Meta's thread-control reference, through
-        /work/shared/reference/meta-business-agent.md §2.4): the body must carry
+        docs/DEPLOY.md section 10 [S10]): the body must carry
         `messaging_product`, exactly one of `to` / `recipient`, an `action` (take, pass,
         release) and `control_pass.target_role` only with a pass (else 100). A `take` is
         refused with 2494191 unless `escalation_partner` is set (the business made this app

@@ -2,8 +2,8 @@
 
 Meta keeps one thread per business number and customer, owned by one app, by Meta Business
 Agent, or idle; no endpoint reports the owner, so the product keeps it itself, on the contact
-(`Contact.thread_owner`), driven by the events (/work/shared/reference/meta-business-agent.md
-§2.1-2.4):
+(`Contact.thread_owner`), driven by the events (docs/DEPLOY.md section 10,
+[S10]):
 
 - a customer message on `messages`, a `control_passed` (sent to the new owner: us), our `take`
   → OURS;
@@ -33,8 +33,8 @@ IDLE = "idle"
 OWNERS = (OURS, META_AGENT, OTHER_APP, IDLE)
 OTHERS = (META_AGENT, OTHER_APP)  # another sender holds the thread: the agent does not answer
 
-META_AGENT_ROLE = "ai_agent"  # Meta Business Agent's role in thread control (§2.1)
-IDLE_AFTER = timedelta(hours=24)  # a thread with no customer message this long is idle (§2.1)
+META_AGENT_ROLE = "ai_agent"  # Meta Business Agent's role in thread control ([S10])
+IDLE_AFTER = timedelta(hours=24)  # a thread with no customer message this long is idle ([S10])
 
 SKIP_AND_SHOW = "skip_and_show"
 SEND_TEMPLATE = "send_template"
@@ -75,7 +75,7 @@ def set_owner(session: Session, contact_ids: Iterable[int], new_owner: str, *,
 
 def standby_owner(contact: Contact, now: datetime) -> str:
     """The owner a standby copy says holds the thread: the other app already recorded, else
-    Meta's agent (the primary responder by default when it is on, §2.1)."""
+    Meta's agent (the primary responder by default when it is on, [S10])."""
     return OTHER_APP if owner(contact, now) == OTHER_APP else META_AGENT
 
 

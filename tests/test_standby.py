@@ -2,7 +2,7 @@
 `messaging_handovers` webhook fields, who holds each thread, thread control by staff, the
 tenant's rule for reminders in a thread another sender holds, and the staged launch's
 allowlist. Fixtures (tests/fixtures/standby/) follow Meta's documented examples
-(/work/shared/reference/meta-business-agent.md §2.2-2.3) with invented numbers.
+(docs/DEPLOY.md section 10[S10]) with invented numbers.
 """
 
 import json
@@ -369,7 +369,7 @@ EVENTS = ("message", "standby", "echo", "passed", "taken_by_meta", "taken_by_oth
 
 
 def _oracle(owner: str, event: str) -> str:
-    """The owner Meta's rules give after `event` (meta-business-agent.md §2.1-2.4)."""
+    """The owner Meta's rules give after `event` (docs/DEPLOY.md section 10)."""
     return {"message": threads.OURS, "passed": threads.OURS,
             "standby": threads.OTHER_APP if owner == threads.OTHER_APP else threads.META_AGENT,
             "echo": threads.OTHER_APP if owner == threads.OTHER_APP else threads.META_AGENT,

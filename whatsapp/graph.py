@@ -223,7 +223,7 @@ class GraphClient:
                        recipient: str | None = None, target_role: str | None = None,
                        metadata: str | None = None) -> str:
         """`POST /{phone_number_id}/thread_control` (issue 45; Meta's thread-control reference,
-        /work/shared/reference/meta-business-agent.md §2.4): `action` take, pass or release,
+        docs/DEPLOY.md section 10 [S10]): `action` take, pass or release,
         for the customer `to` (phone) or `recipient` (user id); `target_role` for a pass only
         ("ai_agent": back to Meta's agent), `metadata` ≤2,000 characters. Returns Meta's
         `request_id` ("" when none). Raises ValueError on a bad argument, GraphError when

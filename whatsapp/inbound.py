@@ -3,7 +3,7 @@
 Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[] / message_echoes[]`
 (the last: `field` "smb_message_echoes", what the business sent from the WhatsApp Business
 app); routes on which arrays are present, not on `field` (Sources: WhatsApp §3.1). Two fields
-are read by their name (issue 45; /work/shared/reference/meta-business-agent.md §2.2-2.3):
+are read by their name (issue 45; docs/DEPLOY.md section 10[S10]):
 `standby` (the same arrays one level deeper, `value.standby.*`, copies of a thread another
 sender holds: Meta Business Agent or another app) and `messaging_handovers` (`control_passed`,
 `control_taken`). A field or an item this module does not know is an `UnknownPart`, never
