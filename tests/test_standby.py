@@ -24,7 +24,7 @@ from replay.environment import ACCESS_TOKEN, ReplayEnvironment
 from replay.runner import run_scenario_file, stamp_at
 from storage import marks, threads
 from storage.db import session_scope
-from storage.models import Contact, Message, Tenant
+from storage.models import Contact, Message, Outbound, Tenant
 from tests.conftest import START
 from tests.factories import ANA, TENANT, text_body
 from tests.test_admin_api import OPERATOR, call
@@ -433,3 +433,24 @@ def test_no_send_ever_goes_to_a_thread_another_sender_holds(redis_url: str | Non
         run()
     finally:
         environment.close()
+
+
+def test_the_outbox_sends_nothing_free_form_into_a_thread_meta_holds_until_staff_take_it(
+        env: ReplayEnvironment) -> None:
+    """The last check before any send (workers/outbox.py): a staff text queued while Meta's
+    agent holds the thread is refused with its reason, and goes out once staff took it."""
+    post(env, standby_text(1, "Quero falar com uma pessoa"))
+    with session_scope(env.engine) as session:
+        cid = session.exec(select(Message.conversation_id)).one()
+    base = f"/admin/tenants/{_tenant_id(env)}/conversations/{cid}"
+    assert call(env, "POST", base + "/messages", {"text": "Oi Ana, é a Júlia"})[0] == 202
+    env.drain()
+    assert env.graph_api.sends == []
+    with session_scope(env.engine) as session:
+        (part,) = session.exec(select(Outbound)).all()
+        assert (part.status, part.error_cause) == ("refused", "thread_held")
+    env.graph_api.escalation_partner = True
+    assert call(env, "POST", base + "/thread", {"action": "take"})[0] == 200
+    assert call(env, "POST", base + "/messages", {"text": "Oi Ana, é a Júlia"})[0] == 202
+    env.drain()
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == ["Oi Ana, é a Júlia"]
