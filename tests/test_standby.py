@@ -454,3 +454,18 @@ def test_the_outbox_sends_nothing_free_form_into_a_thread_meta_holds_until_staff
     assert call(env, "POST", base + "/messages", {"text": "Oi Ana, é a Júlia"})[0] == 202
     env.drain()
     assert [s.body["text"]["body"] for s in env.graph_api.accepted] == ["Oi Ana, é a Júlia"]
+
+
+def test_a_message_routed_with_a_summary_gets_a_turn_that_reads_the_summary_first(
+        env: ReplayEnvironment) -> None:
+    body = fixture("messages_with_conversation_context.json")
+    updates = parse_update(body)
+    assert [type(u).__name__ for u in updates] == ["Handover", "InboundMessage"]
+    env.messages_api.script("turn", [{"text": "Claro! Para quando quer remarcar?"}])
+    post(env, body)
+    request = json.dumps(env.messages_api.last_requests["turn"], ensure_ascii=False)
+    summary = request.index("resumo do agente da Meta ao nos passar a conversa: A cliente "
+                            "pediu para falar com o salão sobre remarcar.")
+    assert summary < request.index("Oi, preciso de ajuda com meu horário")
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [
+        "Claro! Para quando quer remarcar?"]

@@ -201,7 +201,7 @@ def is_envelope(payload: Any) -> bool:
 
 # the keys of a `value` (and of `value.standby`) this module reads or knowingly passes by
 KNOWN_VALUE_KEYS = frozenset(("messaging_product", "metadata", "contacts", *ITEM_KINDS,
-                              "standby"))
+                              "standby", "conversation_context"))
 KNOWN_FIELDS = ("messages", "smb_message_echoes", "standby", "messaging_handovers")
 HANDOVER_KINDS = ("control_passed", "control_taken")
 
@@ -229,7 +229,28 @@ def _parse_change(change: Any, where: str) -> list[Update]:
         return [UnknownPart(name, where)] if name not in KNOWN_FIELDS else unknown
     if phone_number_id is None:
         return [BadItem(where, "value without metadata.phone_number_id", change)]
-    return unknown + _parse_items(value, phone_number_id, where)
+    return unknown + _routed_summary(value, phone_number_id) + _parse_items(
+        value, phone_number_id, where)
+
+
+def _routed_summary(value: dict[str, Any], phone_number_id: str) -> list[Update]:
+    """A message routed to us after Meta's agent may carry `conversation_context.summary`
+    beside `messages` ([F7]): read as a `control_passed` with that summary, before the
+    messages (its customer: the first message's `from`, else the change's only contact)."""
+    given = _dict(value.get("conversation_context")).get("summary")
+    summary = _str(given) if isinstance(given, str) else _str(_dict(given).get("text"))
+    if not summary or not summary.strip():
+        return []
+    messages = value.get("messages")
+    first = _dict(messages[0]) if isinstance(messages, list) and messages else {}
+    contacts = value.get("contacts")
+    sole = _dict(contacts[0]) if isinstance(contacts, list) and len(contacts) == 1 else {}
+    wa_id = _str(first.get("from")) or _str(sole.get("wa_id"))
+    user_id = _str(first.get("from_user_id")) or _str(sole.get("user_id"))
+    if not (wa_id or user_id):
+        return []
+    return [Handover(phone_number_id, "control_passed", wa_id, user_id, None, None, summary,
+                     _timestamp(first.get("timestamp")))]
 
 
 def _unknown_keys(name: str, value: dict[str, Any], where: str) -> list[Update]:
