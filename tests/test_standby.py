@@ -214,6 +214,7 @@ def test_standby_events_store_everything_send_nothing_and_raise_the_banner(
     assert 'data-owner="meta_agent">agente da Meta' in listing
     page = browser.request(f"/console/conversations/{rows[0].conversation_id}")[1]
     assert "agente da Meta respondeu ao cliente: Sim, das 9h às 14h." in page
+    assert 'class="bubble other_sender' in page and "Agente da Meta (ou outro aplicativo)" in page
 
 
 def test_the_model_reads_meta_agents_replies_as_a_third_author_customers_cannot_forge() -> None:

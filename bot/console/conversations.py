@@ -16,7 +16,7 @@ from operations import staff as staff_ops
 from operations import threads as thread_ops
 from operations.errors import Conflict, Invalid, NotFound
 from storage.jobs import enqueue_flush, enqueue_turn
-from storage.marks import author_kind
+from storage.marks import OTHER_KINDS, author_kind
 from usage.report import render_svg
 
 TRANSCRIPT_MESSAGES = 500  # a conversation page shows its latest messages
@@ -78,6 +78,8 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
                 kind, text = "staff", text.split("] ", 1)[-1]
             elif author != "agent":  # a product message: as the model reads it
                 text = timeline.render(author, texts)
+                if author in OTHER_KINDS:  # Meta's agent or another app (issue 45)
+                    kind = "other_sender"
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
             items.append({"kind": kind, "text": translate_notes(text, language),

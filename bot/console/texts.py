@@ -44,6 +44,7 @@ TEXTS: dict[str, dict[str, str]] = {
                                  "responder todos, desligue o agente da Meta no WhatsApp "
                                  "Manager.",
         "thread_owner": "Quem responde",
+        "other_sender": "Agente da Meta (ou outro aplicativo)",
         "owner_ours": "este agente",
         "owner_meta_agent": "agente da Meta",
         "owner_other_app": "outro aplicativo",
@@ -234,6 +235,7 @@ TEXTS: dict[str, dict[str, str]] = {
                                  "to Meta's agent”. For this product to answer everyone again, "
                                  "switch Meta's agent off in WhatsApp Manager.",
         "thread_owner": "Who answers",
+        "other_sender": "Meta's agent (or another app)",
         "owner_ours": "this agent",
         "owner_meta_agent": "Meta's agent",
         "owner_other_app": "another app",
