@@ -470,3 +470,28 @@ def test_a_message_routed_with_a_summary_gets_a_turn_that_reads_the_summary_firs
     assert summary < request.index("Oi, preciso de ajuda com meu horário")
     assert [s.body["text"]["body"] for s in env.graph_api.accepted] == [
         "Claro! Para quando quer remarcar?"]
+
+
+def test_the_console_settings_edit_the_rule_and_the_allowlist(env: ReplayEnvironment) -> None:
+    browser = Browser(env.web_url)
+    browser.sign_in(_token(env))
+    page = browser.request("/console/settings")[1]
+    assert 'id="agent_allowlist"' in page and 'value="skip_and_show" selected' in page
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        form = {"csrf": browser.csrf, "instructions": tenant.instructions,
+                "language": tenant.language,
+                "inactivity_timeout_minutes": str(tenant.inactivity_timeout_minutes),
+                "retention_days": str(tenant.retention_days), "fact_keys": "",
+                "followup_template": "", "followup_template_language": "",
+                "busy_thread_rule": "send_template",
+                "agent_allowlist": "+55 11 99999-0001\n5511999990002\n"}
+    status, _, headers = browser.request("/console/settings", form)
+    assert status == 303, headers
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        assert (tenant.busy_thread_rule, tenant.agent_allowlist) == (
+            "send_template", ["5511999990001", "5511999990002"])
+    status, text, _ = browser.request("/console/settings", {**form, "csrf": browser.csrf,
+                                                            "agent_allowlist": "ana"})
+    assert status == 422 and "agent_allowlist" in text
