@@ -31,6 +31,10 @@ LABELS = {
     "tap_ack": "resposta automática enviada",
     "template": "modelo de mensagem enviado",
     "apology": "mensagem automática enviada",
+    # another sender held the thread (issue 45): never ours, never the customer's
+    "meta_agent": "agente da Meta respondeu ao cliente",
+    "other_app": "outro aplicativo respondeu ao cliente",
+    "handover": "resumo do agente da Meta ao nos passar a conversa",
 }
 BUTTONS = "botões"  # the label of a reminder's buttons: "[botões: Confirmar | Remarcar]"
 
@@ -81,10 +85,13 @@ def timeline(rows: Sequence[Row]) -> list[Stored]:
 
 def who(message: Stored) -> str:
     """Who wrote a timeline message, for the summary's transcript and facts extraction:
-    Customer, Agent, Staff or Business (a message the product sent)."""
+    Customer, Agent, Staff, Business (a message the product sent) or Other sender (Meta's
+    agent or another app holding the thread)."""
     kind, _ = marks.author_kind(message.author)
     if kind == "staff":
         return "Staff"
+    if kind in marks.OTHER_KINDS:
+        return "Other sender (Meta's agent or another app)"
     if kind != "agent":
         return "Business (automatic)"
     return "Customer" if message.role == "user" else "Agent"

@@ -198,6 +198,13 @@ def add_conversation_commands(sub: Any) -> None:
     _pnid(back)
     back.add_argument("conversation_id", type=record_id)
     back.set_defaults(run="cli.staff:hand_back")
+    thread = conv_sub.add_parser(
+        "thread", help="beside Meta's agent: take the conversation's WhatsApp thread, pass it "
+        "back to Meta's agent, or release it (POST /{phone_number_id}/thread_control)")
+    _pnid(thread)
+    thread.add_argument("conversation_id", type=record_id)
+    thread.add_argument("action", choices=("take", "pass", "release"))
+    thread.set_defaults(run="cli.staff:thread_control")
     attention = conv_sub.add_parser("attention", help="what needs a person, with counts")
     _pnid(attention)
     attention.set_defaults(run="cli.staff:attention")

@@ -1,4 +1,5 @@
-"""`wagent conversations reply|hand-back|attention`: a person takes over (operations/staff.py)."""
+"""`wagent conversations reply|hand-back|thread|attention`: a person takes over
+(operations/staff.py, operations/threads.py)."""
 
 import argparse
 import sys
@@ -10,6 +11,7 @@ from rq import Queue
 from cli.admin import run_for_tenant
 from cli.environment import settings_or_exit
 from operations import staff as staff_ops
+from operations import threads as thread_ops
 from storage.db import connect_redis
 from storage.jobs import enqueue_flush
 
@@ -48,6 +50,15 @@ def _flush_soon(conversation_id: int) -> None:
 @run_for_tenant
 def hand_back(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     return staff_ops.hand_back(session, tenant, args.conversation_id, now=now)
+
+
+@run_for_tenant
+def thread_control(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    """Take, pass back to Meta's agent, or release a conversation's thread (a Graph call with
+    the environment's WhatsApp settings)."""
+    with thread_ops.graph_client(settings_or_exit(require=False)) as graph:
+        return thread_ops.thread_control(session, tenant, args.conversation_id,
+                                         {"action": args.action}, graph=graph, now=now)
 
 
 @run_for_tenant

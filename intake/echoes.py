@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 
 from storage import contacts, conversations, staff, tenants
 from storage.db import session_scope
-from storage.models import Conversation, Message, Outbound
+from storage.models import Contact, Conversation, Message, Outbound, Tenant
 from whatsapp.inbound import StaffEcho
 
 log = structlog.get_logger(__name__)
@@ -42,24 +42,32 @@ def store_echo(engine: Engine, echo: StaffEcho, now: datetime) -> str:
             return "duplicate"
         contact = contacts.find_or_create(session, tenant_id=tenant.id, wa_id=echo.to,
                                           user_id=echo.to_user_id, profile_name=None, now=now)
-        assert contact.id is not None
-        timeout = conversations.inactivity_timeout(tenant.inactivity_timeout_minutes)
-        conversation = conversations.get_open(session, contact.id)
-        if conversation is not None and conversations.is_stale(
-                conversation.last_activity_at, now=now, inactivity_timeout=timeout):
-            conversations.close(session, conversation, now=now)
-            conversation = None
-        if conversation is None:
-            conversations.open_new(session, tenant_id=tenant.id, contact_id=contact.id,
-                                   now=now, inactivity_timeout=timeout)
-            conversation = conversations.get_open(session, contact.id)
-        assert isinstance(conversation, Conversation)
+        conversation = open_conversation(session, tenant, contact, now)
         staff.record_staff_message(session, conversation, tenant, author=staff.ECHO_AUTHOR,
                                    text=echo.text, now=now,
                                    pause=timedelta(minutes=tenant.echo_pause_minutes),
                                    wamid=echo.wamid)
     log.info("staff_echo_stored", wa_type=echo.wa_type)
     return "staff_echo"
+
+
+def open_conversation(session: Session, tenant: Tenant, contact: Contact,
+                      now: datetime) -> Conversation:
+    """The contact's open conversation, or a new one when there is none or it is stale (then
+    closed): where a message the business or another sender wrote is stored."""
+    assert tenant.id is not None and contact.id is not None
+    timeout = conversations.inactivity_timeout(tenant.inactivity_timeout_minutes)
+    conversation = conversations.get_open(session, contact.id)
+    if conversation is not None and conversations.is_stale(
+            conversation.last_activity_at, now=now, inactivity_timeout=timeout):
+        conversations.close(session, conversation, now=now)
+        conversation = None
+    if conversation is None:
+        conversations.open_new(session, tenant_id=tenant.id, contact_id=contact.id,
+                               now=now, inactivity_timeout=timeout)
+        conversation = conversations.get_open(session, contact.id)
+    assert isinstance(conversation, Conversation)
+    return conversation
 
 
 def _in_flight(session: Session, tenant_id: int, echo: StaffEcho, now: datetime) -> bool:

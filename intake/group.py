@@ -22,6 +22,7 @@ from intake.items import (
 from intake.result import IngestResult
 from intake.senders import contact_of, group_contacts
 from intake.stamp import arrival
+from intake.standby import record_threads
 from intake.text import content, media
 from storage import dead_letters, lookups, messages
 from storage.db import session_scope
@@ -65,6 +66,7 @@ def store_group(engine: Engine, group: list[Pending]) -> None:
         for item in items:
             if item.alone:
                 _store_alone(session, item)
+        record_threads(session, items)  # who holds each thread (issue 45)
 
 
 def _store_set_based(session: Session, items: list[Item]) -> None:
@@ -210,6 +212,7 @@ def _redelivered(result: IngestResult, row: Any) -> None:
 
 
 def _stored(item: Item, message_id: int, starts_turn: bool) -> None:
+    item.stored = True
     (log.info if item.logged else log.debug)(
         "inbound_stored", tenant_id=item.known_tenant.id, conversation_id=item.conversation_id,
         wa_type=item.msg.wa_type, message_id=message_id)

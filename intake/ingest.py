@@ -22,14 +22,19 @@ from intake.items import Pending
 from intake.rekey import store_identity_change
 from intake.result import IngestResult
 from intake.stamp import unstamp
+from intake.standby import store_agent_echo, store_handover, store_standby_status
 from intake.statuses import store_statuses
 from whatsapp.inbound import (
+    AgentEcho,
     BadItem,
     ErrorNotice,
+    Handover,
     IdentityChange,
     InboundMessage,
     StaffEcho,
+    StandbyStatus,
     StatusUpdate,
+    UnknownPart,
     Update,
     is_envelope,
     parse_update,
@@ -185,6 +190,15 @@ def _store_one(engine: Engine, update: Update, now: datetime) -> str:
         return store_identity_change(engine, update, now)
     if isinstance(update, StaffEcho):
         return store_echo(engine, update, now)
+    if isinstance(update, AgentEcho):
+        return store_agent_echo(engine, update, now)
+    if isinstance(update, StandbyStatus):
+        return store_standby_status(engine, update, now)
+    if isinstance(update, Handover):
+        return store_handover(engine, update, now)
+    if isinstance(update, UnknownPart):  # its name only: a value may hold customer data
+        log.warning("webhook_unknown_field", field=update.field, where=update.where)
+        return "unknown_field"
     if isinstance(update, ErrorNotice):
         log.warning("webhook_error_notice", code=update.code, title=update.title,
                     phone_number_id=update.phone_number_id)
@@ -227,8 +241,10 @@ def count_updates(body: bytes) -> int:
         for change in _list(entry.get("changes") if isinstance(entry, dict) else None):
             value = change.get("value") if isinstance(change, dict) else None
             if isinstance(value, dict):
-                total += sum(len(_list(value.get(key)))
-                             for key in ("messages", "statuses", "errors"))
+                standby = value.get("standby")
+                for part in (value, standby if isinstance(standby, dict) else {}):
+                    total += sum(len(_list(part.get(key)))
+                                 for key in ("messages", "statuses", "errors"))
     return total
 
 

@@ -90,6 +90,7 @@ class Item:
     opened_here: bool = False  # its conversation was opened by this group
     first: "Item | None" = None  # the earlier delivery of the same wamid in this group
     alone: bool = False  # stored by itself, in order, after the set-based pass
+    stored: bool = False  # inserted by this group (not a redelivery): intake.standby
     # "inbound_stored" at INFO: one POST's messages; a group of POSTs is summed up by the
     # web process's own line (bot.webhook: webhook_group_stored)
     logged: bool = False

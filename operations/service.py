@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlmodel import Session, col, func, select
 
 from agent.tools.facts_rules import Catalogue, check_value
+from core import clock
 from core.credentials import mint_tenant_token
 from operations.errors import (  # noqa: F401  (AdminError: the name callers know here)
     AdminError,
@@ -28,7 +29,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import appointments, delivery, failures, reminders, rights, webhooks
+from storage import appointments, delivery, failures, reminders, rights, threads, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.catalogue import catalogue_names
@@ -154,7 +155,9 @@ def list_conversations(session: Session, tenant: Tenant, query: ConversationQuer
         statement = statement.where(col(Conversation.id) < query.before_id)
     rows = session.exec(statement.order_by(col(Conversation.id).desc()).limit(query.limit)).all()
     last = last_reply_views(session, [int(c.id or 0) for c, _ in rows], language)
+    now = clock.now()
     return [{**_conversation_head(c), "contact": contact_view(k),
+             "thread_owner": threads.owner(k, now),  # who holds the thread (issue 45)
              "last_reply": last.get(int(c.id or 0))} for c, k in rows]
 
 
@@ -249,6 +252,7 @@ def conversation_view(session: Session, tenant: Tenant, conversation_id: int, *,
         "staff_reason": conversation.staff_reason,
         "handoff_waiting": conversation.handoff_at is not None and with_staff(conversation, now),
         "contact": contact_view(contact) if contact else None,
+        "thread_owner": threads.owner(contact, now) if contact else threads.IDLE,
         "summary": conversation.summary,
         "context_block": conversation.context_block,
         "messages_total": total,

@@ -62,6 +62,9 @@ def _conversation(session: Session, tenant: Tenant, conversation_id: int) -> Con
     return conversation
 
 
+conversation_of = _conversation  # the tenant's conversation, or NotFound (operations.threads)
+
+
 def _declared(tenant: Tenant, choice: TemplateChoice) -> dict[str, Any]:
     for spec in tenant.templates or []:
         if spec.get("name") == choice.name and choice.language in (None, spec.get("language")):

@@ -146,7 +146,10 @@ class ReplayEnvironment:
         await self.messages_api.start()
         await self.graph_api.start()
         await self.transcription_api.start()
-        app = create_app(self.settings, engine=self.engine, redis_client=self.redis)
+        # the web process calls Graph itself for thread control (operations/threads.py)
+        web_settings = Settings(**{**self.settings.__dict__,
+                                   "graph_api_base_url": self.graph_api.base_url})
+        app = create_app(web_settings, engine=self.engine, redis_client=self.redis)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

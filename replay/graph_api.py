@@ -35,6 +35,7 @@ from whatsapp.interactive import LIMITS
 # Meta, and sharing the product's counting would hide a bug in it.
 MAX_TEXT_CHARS = 4096
 ROUTE = r"/{version:v\d+\.\d+}/{phone_number_id}/messages"
+THREAD_ROUTE = r"/{version:v\d+\.\d+}/{phone_number_id}/thread_control"
 MEDIA_ROUTE = r"/{version:v\d+\.\d+}/{media_id:\d+}"
 DOWNLOAD_ROUTE = r"/media-download/{media_id:\d+}"
 MEDIA_FAULTS = ("not_found", "stall", "oversize", "oversize_stream", "corrupt")
@@ -122,6 +123,8 @@ class GraphDouble:
         self.media_requests: list[str] = []
         self.stall_seconds = 30.0  # how long a stalled download waits (until `stop` at most)
         self._released: asyncio.Event | None = None
+        self.thread_controls: list[RecordedSend] = []  # thread_control requests, in order
+        self.escalation_partner = False  # whether a `take` is allowed (else 2494191)
 
     def add_media(self, media_id: str, data: bytes, mime_type: str,
                   fault: str | None = None) -> str:
@@ -193,6 +196,7 @@ class GraphDouble:
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_post(ROUTE, self._handle)
+        app.router.add_post(THREAD_ROUTE, self._thread_control)
         app.router.add_get(MEDIA_ROUTE, self._media_url)
         app.router.add_get(DOWNLOAD_ROUTE, self._media_download)
         return app
@@ -307,6 +311,32 @@ class GraphDouble:
                 self.sends.append(RecordedSend(phone_number_id, recorded, refusal.http_status,
                                                error_code=refusal.code))
             return web.json_response(self._error_body(refusal), status=refusal.http_status)
+
+    async def _thread_control(self, request: web.Request) -> web.Response:
+        """`POST /{phone_number_id}/thread_control` (Meta's thread-control reference, through
+        docs/DEPLOY.md section 11 [S14]): the body must carry
+        `messaging_product`, exactly one of `to` / `recipient`, an `action` (take, pass,
+        release) and `control_pass.target_role` only with a pass (else 100). A `take` is
+        refused with 2494191 unless `escalation_partner` is set (the business made this app
+        its escalation partner). Answers `{messaging_product, request_id}`; every request is
+        recorded in `thread_controls` (refused ones with their code)."""
+        body = await _read_json(request)
+        recorded = body if isinstance(body, dict) else {}
+        try:
+            self._check_token(request)
+            _validate_thread_control(body)
+            if recorded.get("action") == "take" and not self.escalation_partner:
+                raise GraphRefusal(THREAD_TAKE_REFUSED, THREAD_TAKE_MESSAGE)
+        except GraphRefusal as refusal:
+            self.thread_controls.append(RecordedSend(request.match_info["phone_number_id"],
+                                                     recorded, refusal.http_status,
+                                                     error_code=refusal.code))
+            return web.json_response(self._error_body(refusal), status=refusal.http_status)
+        self._trace_seq += 1
+        self.thread_controls.append(RecordedSend(request.match_info["phone_number_id"],
+                                                 recorded, 200))
+        return web.json_response({"messaging_product": "whatsapp",
+                                  "request_id": f"REQ{self._trace_seq:010d}"})
 
     def _check_token(self, request: web.Request) -> None:
         """Graph answers a missing, wrong or expired Bearer token with 401 and code 190."""
@@ -511,6 +541,27 @@ def _validate_list(action: dict[str, Any]) -> None:
                 _length("Row description", row["description"], LIMITS.row_description)
             rows += 1
     _count("rows", rows, LIMITS.list_rows)
+
+
+THREAD_TAKE_REFUSED = 2494191
+THREAD_TAKE_MESSAGE = ("(#2494191) The app is not the designated escalation partner for this "
+                       "phone number")
+
+
+def _validate_thread_control(body: object) -> None:
+    """The shape Meta documents for a thread_control body; 100 otherwise."""
+    if not isinstance(body, dict) or body.get("messaging_product") != "whatsapp":
+        raise GraphRefusal(100, "messaging_product must be whatsapp")
+    if ("to" in body) == ("recipient" in body):
+        raise GraphRefusal(100, "exactly one of to or recipient")
+    if body.get("action") not in ("take", "pass", "release"):
+        raise GraphRefusal(100, "action must be take, pass or release")
+    if "control_pass" in body and body.get("action") != "pass":
+        raise GraphRefusal(100, "control_pass is valid for pass only")
+    unknown = set(body) - {"messaging_product", "to", "recipient", "action", "metadata",
+                           "control_pass"}
+    if unknown:
+        raise GraphRefusal(100, f"unknown fields: {', '.join(sorted(unknown))}")
 
 
 def _dict_get(value: object, key: str) -> object:

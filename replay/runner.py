@@ -763,10 +763,14 @@ def stamp_at(body: bytes, now: datetime) -> bytes:
     for entry in document.get("entry") or [] if isinstance(document, dict) else []:
         for change in (entry.get("changes") or []) if isinstance(entry, dict) else []:
             value = change.get("value") if isinstance(change, dict) else None
-            for kind in ("messages", "statuses"):
-                for item in (value or {}).get(kind) or [] if isinstance(value, dict) else []:
-                    if isinstance(item, dict) and "timestamp" in item:
-                        item["timestamp"] = at
+            if isinstance(value, dict) and "timestamp" in value:  # a handover
+                value["timestamp"] = at
+            nested = value.get("standby") if isinstance(value, dict) else None  # issue 45
+            for part in (value, nested):
+                for kind in ("messages", "statuses", "message_echoes"):
+                    for item in part.get(kind) or [] if isinstance(part, dict) else []:
+                        if isinstance(item, dict) and "timestamp" in item:
+                            item["timestamp"] = at
     return json.dumps(document, separators=(",", ":")).encode()  # escaped, as Meta sends it
 
 

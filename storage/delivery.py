@@ -176,6 +176,7 @@ TEXTS: dict[str, dict[str, Any]] = {
         "code_bare": "WhatsApp refused it",
         "cause": {
             "window_closed": "refused by this product before sending",
+            "thread_held": "not sent: Meta's agent or another app holds the conversation",
             "previous_part": "not sent: an earlier part of this reply failed",
             "crashed": "the worker stopped during the send",
             "no_wamid": "WhatsApp answered without the message's id",
@@ -239,6 +240,7 @@ TEXTS: dict[str, dict[str, Any]] = {
         "code_bare": "o WhatsApp recusou",
         "cause": {
             "window_closed": "recusada pelo próprio sistema, sem enviar",
+            "thread_held": "não enviada: o agente da Meta ou outro aplicativo tem a conversa",
             "previous_part": "não enviada: uma parte anterior desta resposta falhou",
             "crashed": "o processo parou durante o envio",
             "no_wamid": "o WhatsApp respondeu sem o identificador da mensagem",

@@ -24,6 +24,10 @@ from confusable_homoglyphs import confusables
 PRODUCT = "product:"
 STAFF = "staff:"
 KINDS = ("reminder", "notice", "alert", "handoff", "tap_ack", "template", "apology")
+# a third author (issue 45): another sender holding the thread (Meta Business Agent, another
+# app) wrote it, or Meta's summary when it passed the thread to us (intake/standby.py)
+OTHER = "other:"
+OTHER_KINDS = ("meta_agent", "other_app", "handover")
 
 # The lead words of every mark the product writes before a message's text (agent/timeline.py
 # LABELS, storage/staff.py), as `fold` reads them. A customer's bracket followed by one of these
@@ -31,7 +35,8 @@ KINDS = ("reminder", "notice", "alert", "handoff", "tap_ack", "template", "apolo
 # "[shared", "[sent a", a stamp's date) are not marks and are left alone.
 MARK_WORDS = ("equipe", "before this message", "lembrete", "botoes", "aviso", "mensagem automatica",
               "resposta automatica", "modelo enviado", "enviado ao cliente", "reminder",
-              "the business", "follow up template", "notice template", "staff")
+              "the business", "follow up template", "notice template", "staff",
+              "agente da meta", "outro aplicativo", "resumo do agente")
 NEUTRAL = "("  # what a neutralised lead-in's bracket becomes
 _LOOK_AHEAD = 160  # characters after a bracket read to fold its lead-in
 _SMALL_CAPITAL = re.compile(r"LATIN LETTER SMALL CAPITAL ([A-Z])\b")
@@ -44,15 +49,25 @@ def product_author(kind: str) -> str:
     return PRODUCT + kind
 
 
+def other_author(kind: str) -> str:
+    """The `author` of a message another sender wrote: `other:KIND`, KIND one of OTHER_KINDS."""
+    if kind not in OTHER_KINDS:
+        raise ValueError(f"unknown sender {kind!r} (known: {', '.join(OTHER_KINDS)})")
+    return OTHER + kind
+
+
 def staff_author(name: str) -> str:
     return STAFF + name
 
 
 def author_kind(author: str | None) -> tuple[str, str]:
     """(kind, name) of a stored message's `author`: ("agent", "") for None, ("staff", NAME),
-    or (KIND, "") of a product message. An unknown value reads as the agent's."""
+    (KIND, "") of a product message or of another sender's (OTHER_KINDS). An unknown value
+    reads as the agent's."""
     if author and author.startswith(STAFF):
         return "staff", author.removeprefix(STAFF)
+    if author and author.startswith(OTHER) and author.removeprefix(OTHER) in OTHER_KINDS:
+        return author.removeprefix(OTHER), ""
     if author and author.startswith(PRODUCT) and author.removeprefix(PRODUCT) in KINDS:
         return author.removeprefix(PRODUCT), ""
     return "agent", ""

@@ -92,6 +92,12 @@ class Tenant(SQLModel, table=True):
     waitlist_hold_minutes: int = 15
     waitlist_template: str = Field(default="", max_length=512)
     waitlist_inside_window_only: bool = False
+    # issue 45 (storage/threads.py): what a reminder or notice does while another sender
+    # holds the thread ("skip_and_show" | "send_template"); the customers the agent answers
+    # (empty: everyone); when the number's first standby copy arrived (the console's banner)
+    busy_thread_rule: str = Field(default="skip_and_show", max_length=16)
+    agent_allowlist: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    standby_seen_at: datetime | None = None
 
 
 class Service(SQLModel, table=True):
@@ -177,6 +183,10 @@ class Contact(SQLModel, table=True):
     profile_name: str | None = Field(default=None, max_length=200)
     last_inbound_at: datetime | None = None
     created_at: datetime
+    # who holds the WhatsApp thread (one per number and customer; storage/threads.py): ours,
+    # meta_agent, other_app or idle (None: idle), and since when
+    thread_owner: str | None = Field(default=None, max_length=16)
+    thread_owner_at: datetime | None = None
 
 
 class Conversation(SQLModel, table=True):

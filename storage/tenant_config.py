@@ -28,7 +28,7 @@ from storage.models import Tenant
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
                       if name not in ("id", "phone_number_id", "created_at",
-                                      "sending_paused_reason"))
+                                      "sending_paused_reason", "standby_seen_at"))
 
 _INTERVAL = r"^([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9]$"
 _CODE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -169,6 +169,13 @@ def _iso_day(value: str) -> str:
         raise ValueError(f"{value[:20]!r} is not a day YYYY-MM-DD") from None
 
 
+def _allowlist(value: list[str] | None) -> list[str] | None:
+    """The allowlist's numbers as their digits, each once, sorted (storage/threads.allowed)."""
+    if value is None:
+        return None
+    return sorted({"".join(c for c in number if c.isdigit()) for number in value})
+
+
 class TenantSettings(_Strict):
     """The fields of a tenant a business may change (all optional: only those given apply)."""
 
@@ -299,6 +306,18 @@ class TenantSettings(_Strict):
     waitlist_inside_window_only: bool | None = Field(
         None, description="offer freed slots only inside the 24-hour window (no paid "
                           "template); default false")
+
+    # issue 45: beside Meta's agent on the same number (storage/threads.py)
+    busy_thread_rule: Literal["skip_and_show", "send_template"] | None = Field(
+        None, description="a reminder or business notice due while Meta's agent or another "
+                          "app holds the thread: skip_and_show (not sent, shown to staff; the "
+                          "default) or send_template (the declared template, never free text)")
+    agent_allowlist: Annotated[
+        list[Annotated[str, StringConstraints(pattern=r"^\+?[0-9 ()-]{8,24}$")]] | None,
+        AfterValidator(_allowlist)] = Field(None, max_length=1000,
+                       description="staged launch: the customer numbers the agent answers "
+                                   "(others are stored and listed, not answered); empty: "
+                                   "everyone")
 
     @field_validator("timezone")
     @classmethod

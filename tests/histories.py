@@ -61,6 +61,10 @@ PRODUCT = {
     "staff": ("assistant", _text("[equipe: Júlia] Inclui sim!"), "staff:Júlia"),
     "echo": ("assistant", _text("[equipe: WhatsApp Business app] Oi Ana!"),
              "staff:WhatsApp Business app"),
+    # another sender held the thread (issue 45): Meta's agent, another app, Meta's summary
+    "meta_agent": ("assistant", _text("Sim, abrimos sábado."), "other:meta_agent"),
+    "other_app": ("assistant", _text("Olá, aqui é o outro app."), "other:other_app"),
+    "handover": ("assistant", _text("A cliente quer remarcar."), "other:handover"),
     "legacy": ("assistant", _text("[reminder 60 min before appointment #3] Lembrete."), None),
     "empty": ("assistant", _text(" "), "product:alert"),
 }

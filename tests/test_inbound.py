@@ -18,6 +18,7 @@ from whatsapp.inbound import (
     IdentityChange,
     InboundMessage,
     StatusUpdate,
+    UnknownPart,
     parse_update,
 )
 
@@ -299,9 +300,11 @@ def test_bad_entry_and_bad_change_lose_nothing_else() -> None:
         "BadItem", "BadItem", "BadItem", "InboundMessage"]
 
 
-def test_other_subscription_fields_are_ignored() -> None:
+def test_other_subscription_fields_are_named_never_dropped_silently() -> None:
+    """issue 45: a field the product does not read is an UnknownPart (logged by name and
+    counted in wagent_webhook_updates_total{kind="unknown_field"} by intake/ingest.py)."""
     payload = envelope({"event": "VERIFIED_ACCOUNT"}, field="account_update")
-    assert parse_update(payload) == []
+    assert parse_update(payload) == [UnknownPart("account_update", "entry[0].changes[0]")]
 
 
 def test_missing_phone_number_id_is_a_bad_item() -> None:

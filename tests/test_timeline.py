@@ -40,13 +40,18 @@ RENDERED = {
     "apology": "[mensagem automática enviada: Desculpe, estou com uma instabilidade.]",
     "staff": "[equipe: Júlia] Inclui sim!",
     "echo": "[equipe: WhatsApp Business app] Oi Ana!",
+    "meta_agent": "[agente da Meta respondeu ao cliente: Sim, abrimos sábado.]",
+    "other_app": "[outro aplicativo respondeu ao cliente: Olá, aqui é o outro app.]",
+    "handover": "[resumo do agente da Meta ao nos passar a conversa: A cliente quer remarcar.]",
 }
-WHO = {"staff": "Staff", "echo": "Staff"}
+OTHER_SENDER = "Other sender (Meta's agent or another app)"
+WHO = {"staff": "Staff", "echo": "Staff", "meta_agent": OTHER_SENDER, "other_app": OTHER_SENDER,
+       "handover": OTHER_SENDER}
 
 
 def test_every_kind_the_product_stores_has_a_rendering() -> None:
-    assert set(marks.KINDS) == set(LABELS)
-    assert set(marks.KINDS) | {"staff", "echo"} == set(RENDERED)
+    assert set(marks.KINDS) | set(marks.OTHER_KINDS) == set(LABELS)
+    assert set(marks.KINDS) | set(marks.OTHER_KINDS) | {"staff", "echo"} == set(RENDERED)
 
 
 @pytest.mark.parametrize("kind", sorted(RENDERED))

@@ -219,6 +219,30 @@ class GraphClient:
         if not (isinstance(answer, dict) and answer.get("success") is True):
             raise GraphError(code=None, title="unexpected mark-as-read answer", http_status=200)
 
+    def thread_control(self, phone_number_id: str, action: str, *, to: str | None = None,
+                       recipient: str | None = None, target_role: str | None = None,
+                       metadata: str | None = None) -> str:
+        """`POST /{phone_number_id}/thread_control` (issue 45; Meta's thread-control reference,
+        docs/DEPLOY.md section 11 [S14]): `action` take, pass or release,
+        for the customer `to` (phone) or `recipient` (user id); `target_role` for a pass only
+        ("ai_agent": back to Meta's agent), `metadata` ≤2,000 characters. Returns Meta's
+        `request_id` ("" when none). Raises ValueError on a bad argument, GraphError when
+        refused: code THREAD_TAKE_REFUSED (2494191) when this app is not the business's
+        escalation partner."""
+        if action not in THREAD_ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(THREAD_ACTIONS)}")
+        if target_role is not None and action != "pass":
+            raise ValueError("target_role is for a pass only")
+        payload = {k: v for k, v in _envelope(to, recipient).items() if k != "recipient_type"}
+        payload["action"] = action
+        if target_role is not None:
+            payload["control_pass"] = {"target_role": target_role}
+        if metadata:
+            payload["metadata"] = metadata[:2000]
+        answer = self._post(phone_number_id, payload, edge="thread_control")
+        request_id = answer.get("request_id") if isinstance(answer, dict) else None
+        return request_id if isinstance(request_id, str) else ""
+
     def close(self) -> None:
         """Close the connection pool, if this client created it."""
         if self._owns_client:
@@ -240,11 +264,13 @@ class GraphClient:
                                 cause="no_wamid")
         return wamid
 
-    def _post(self, phone_number_id: str, payload: dict[str, Any]) -> object:
-        """POST one body; the decoded 2xx answer, or raise the typed error."""
+    def _post(self, phone_number_id: str, payload: dict[str, Any], *,
+              edge: str = "messages") -> object:
+        """POST one body to the number's `edge`; the decoded 2xx answer, or raise the typed
+        error."""
         if not phone_number_id:
             raise ValueError("phone_number_id is required")
-        url = f"{self._base_url}/{self._api_version}/{phone_number_id}/messages"
+        url = f"{self._base_url}/{self._api_version}/{phone_number_id}/{edge}"
         try:
             response = self._http.post(
                 url, json=payload, headers=self._headers, timeout=self._timeout
@@ -262,6 +288,10 @@ class GraphClient:
         if not response.is_success:
             raise error_from_response(response.status_code, answer)
         return answer
+
+
+THREAD_ACTIONS = ("take", "pass", "release")
+THREAD_TAKE_REFUSED = 2494191  # `take` by an app that is not the escalation partner (§2.4)
 
 
 def _envelope(to: str | None, recipient: str | None) -> dict[str, Any]:

@@ -2,8 +2,12 @@
 
 Walks `entry[] → changes[] → value.messages[] / statuses[] / errors[] / message_echoes[]`
 (the last: `field` "smb_message_echoes", what the business sent from the WhatsApp Business
-app); routes on which arrays are present, not on `field` (Sources: WhatsApp §3.1). Every
-field is optional unless Meta guarantees it. Pure: no I/O.
+app); routes on which arrays are present, not on `field` (Sources: WhatsApp §3.1). Two fields
+are read by their name (issue 45; docs/DEPLOY.md section 11 [S14]):
+`standby` (the same arrays one level deeper, `value.standby.*`, copies of a thread another
+sender holds: Meta Business Agent or another app) and `messaging_handovers` (`control_passed`,
+`control_taken`). A field or an item this module does not know is an `UnknownPart`, never
+dropped silently. Every field is optional unless Meta guarantees it. Pure: no I/O.
 """
 
 import json
@@ -42,6 +46,9 @@ class InboundMessage:
     raw: dict[str, Any] = field(repr=False, compare=False)
     refers_to: str | None = None
     media: dict[str, Any] | None = None  # `media_descriptor`: what a turn downloads
+    # a copy from the `standby` field: the thread is another sender's; stored as the
+    # customer's message (it opens or refreshes the 24-hour window), never answered
+    standby: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,7 +114,65 @@ class StaffEcho:
     raw: dict[str, Any] = field(repr=False, compare=False)
 
 
-Update = InboundMessage | StatusUpdate | IdentityChange | ErrorNotice | BadItem | StaffEcho
+@dataclass(frozen=True)
+class AgentEcho:
+    """What another sender holding the thread sent the customer: a `standby.message_echoes[]`
+    item, whose `message` is the send request (`to`, `type`, `text`...), with a `template`
+    sibling for a template (Meta's standby reference [F2][F3]). `sender`: "meta_agent" (Meta
+    Business Agent, the default primary responder) or "other_app" (`biz_opaque_callback_data`
+    names no `bizai` originator and the thread is known to be another app's: decided at
+    storage, intake/standby.py)."""
+
+    phone_number_id: str
+    wamid: str
+    to: str | None
+    to_user_id: str | None
+    timestamp: datetime | None
+    wa_type: str
+    text: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class StandbyStatus:
+    """A delivery status of a message another sender sent (`standby.statuses[]`), with its
+    `pricing` category when given: never one of our sends."""
+
+    phone_number_id: str
+    wamid: str
+    status: str
+    pricing_category: str | None
+    billable: bool | None
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A `messaging_handovers` change: `kind` control_passed (the thread is now ours, with
+    Meta's `conversation_context.summary` text when given) or control_taken (the escalation
+    partner took it from us). The customer is `sender.phone_number` (or `sender.user_id`);
+    the number `recipient.phone_number_id` (Meta's reference [F5][F6])."""
+
+    phone_number_id: str
+    kind: str
+    wa_id: str | None
+    user_id: str | None
+    previous_owner_role: str | None
+    new_owner_role: str | None
+    summary: str | None
+    timestamp: datetime | None
+
+
+@dataclass(frozen=True)
+class UnknownPart:
+    """A webhook field, or an item key inside a known field, this product does not read: its
+    name only (never a value: it may hold customer data), logged and counted."""
+
+    field: str
+    where: str
+
+
+Update = (InboundMessage | StatusUpdate | IdentityChange | ErrorNotice | BadItem | StaffEcho
+          | AgentEcho | StandbyStatus | Handover | UnknownPart)
 
 
 def parse_update(payload: Any) -> list[Update]:
@@ -134,22 +199,77 @@ def is_envelope(payload: Any) -> bool:
     return isinstance(payload, dict) and isinstance(payload.get("entry"), list)
 
 
+# the keys of a `value` (and of `value.standby`) this module reads or knowingly passes by
+KNOWN_VALUE_KEYS = frozenset(("messaging_product", "metadata", "contacts", *ITEM_KINDS,
+                              "standby", "conversation_context"))
+KNOWN_FIELDS = ("messages", "smb_message_echoes", "standby", "messaging_handovers")
+HANDOVER_KINDS = ("control_passed", "control_taken")
+
+
 def _parse_change(change: Any, where: str) -> list[Update]:
     value = change.get("value") if isinstance(change, dict) else None
     if not isinstance(value, dict):
         return [BadItem(where, "change without value", change)]
+    name = _str(change.get("field")) or "messages"
+    if name == "messaging_handovers" or value.get("type") in HANDOVER_KINDS:
+        return [_parse_handover(value, where, change)]
     phone_number_id = _str(_dict(value.get("metadata")).get("phone_number_id"))
+    standby = value.get("standby")
+    if name == "standby" or isinstance(standby, dict):
+        if not isinstance(standby, dict):
+            return [BadItem(f"{where}.standby", "standby is not an object", standby,
+                            phone_number_id)]
+        if phone_number_id is None:
+            return [BadItem(where, "value without metadata.phone_number_id", change)]
+        return _unknown_keys("standby", standby, where) + _parse_items(
+            standby, phone_number_id, where + ".standby", standby=True)
+    unknown = _unknown_keys(name, value, where)
     has_items = any(value.get(k) is not None for k in ITEM_KINDS)
-    if not has_items:
-        return []  # other subscription fields (account_update, ...): nothing for this bot
+    if not has_items:  # another subscription field (account_update, ...)
+        return [UnknownPart(name, where)] if name not in KNOWN_FIELDS else unknown
     if phone_number_id is None:
         return [BadItem(where, "value without metadata.phone_number_id", change)]
+    return unknown + _routed_summary(value, phone_number_id) + _parse_items(
+        value, phone_number_id, where)
+
+
+def _routed_summary(value: dict[str, Any], phone_number_id: str) -> list[Update]:
+    """A message routed to us after Meta's agent may carry `conversation_context.summary`
+    beside `messages` ([F7]): read as a `control_passed` with that summary, before the
+    messages (its customer: the first message's `from`, else the change's only contact)."""
+    given = _dict(value.get("conversation_context")).get("summary")
+    summary = _str(given) if isinstance(given, str) else _str(_dict(given).get("text"))
+    if not summary or not summary.strip():
+        return []
+    messages = value.get("messages")
+    first = _dict(messages[0]) if isinstance(messages, list) and messages else {}
+    contacts = value.get("contacts")
+    sole = _dict(contacts[0]) if isinstance(contacts, list) and len(contacts) == 1 else {}
+    wa_id = _str(first.get("from")) or _str(sole.get("wa_id"))
+    user_id = _str(first.get("from_user_id")) or _str(sole.get("user_id"))
+    if not (wa_id or user_id):
+        return []
+    return [Handover(phone_number_id, "control_passed", wa_id, user_id, None, None, summary,
+                     _timestamp(first.get("timestamp")))]
+
+
+def _unknown_keys(name: str, value: dict[str, Any], where: str) -> list[Update]:
+    """An `UnknownPart` for each key of `value` this module does not read (its name only)."""
+    return [UnknownPart(f"{name}.{_str(key)}", where)
+            for key in value if key not in KNOWN_VALUE_KEYS]
+
+
+def _parse_items(value: dict[str, Any], phone_number_id: str, where: str, *,
+                 standby: bool = False) -> list[Update]:
+    """The item arrays of one `value` (or `value.standby`), each item parsed on its own."""
     raw_contacts = value.get("contacts")
     contacts = [c for c in raw_contacts if isinstance(c, dict)] if isinstance(
         raw_contacts, list) else []
     updates: list[Update] = []
-    for kind, parse in zip(ITEM_KINDS, (_parse_message, _parse_status, _parse_error,
-                                        _parse_echo), strict=True):
+    parsers = (_parse_standby_message, _parse_standby_status, _parse_error,
+               _parse_agent_echo) if standby else (_parse_message, _parse_status,
+                                                   _parse_error, _parse_echo)
+    for kind, parse in zip(ITEM_KINDS, parsers, strict=True):
         items = value.get(kind)
         if items is not None and not isinstance(items, list):
             updates.append(BadItem(f"{where}.{kind}", f"{kind} is not a list", items,
@@ -188,6 +308,97 @@ def _parse_message(item: Any, phone_number_id: str, contacts: list[dict[str, Any
         refers_to=_refers_to(item, wa_type, wamid),
         media=media_descriptor(item, wa_type),
     )
+
+
+def _parse_standby_message(item: Any, phone_number_id: str,
+                           contacts: list[dict[str, Any]]) -> Update:
+    """A customer's message copied on `standby`: read as any message, never a turn. A system
+    message (a number change) is applied as on `messages`."""
+    parsed = _parse_message(item, phone_number_id, contacts)
+    if not isinstance(parsed, InboundMessage):
+        return parsed
+    return InboundMessage(
+        phone_number_id=parsed.phone_number_id, wamid=parsed.wamid, wa_id=parsed.wa_id,
+        user_id=parsed.user_id, profile_name=parsed.profile_name, timestamp=parsed.timestamp,
+        wa_type=parsed.wa_type, text=parsed.text, starts_turn=False, raw=parsed.raw,
+        refers_to=parsed.refers_to, media=parsed.media, standby=True)
+
+
+def _parse_standby_status(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Update:
+    wamid, status = _str(item.get("id")), _str(item.get("status"))
+    if not wamid or not status:
+        raise ValueError("status without id or status")
+    pricing = _dict(item.get("pricing"))
+    billable = pricing.get("billable")
+    return StandbyStatus(phone_number_id, wamid, status, _str(pricing.get("category")),
+                         billable if isinstance(billable, bool) else None)
+
+
+def _parse_agent_echo(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Update:
+    """One `standby.message_echoes[]` item: `id`, `timestamp`, and the send request under
+    `message` (`to` or `recipient`, `type`, `text.body`...); a template's name is read from
+    `message.template.name` or the `template` sibling. A missing id or recipient is a
+    BadItem."""
+    if not isinstance(item, dict):
+        raise TypeError("echo is not an object")
+    message = _dict(item.get("message"))
+    wamid = _str(item.get("id"))
+    to = _str(message.get("to")) or _str(item.get("to"))
+    to_user_id = _str(message.get("recipient")) or _str(item.get("to_user_id"))
+    if not wamid or not (to or to_user_id):
+        raise ValueError("echo without id or recipient (message.to / message.recipient)")
+    wa_type = _str(message.get("type")) or _str(item.get("type")) or "unknown"
+    text = _agent_echo_text(item, message, wa_type)
+    return AgentEcho(phone_number_id, wamid, to, to_user_id, _timestamp(item.get("timestamp")),
+                     wa_type, storable(text), item)
+
+
+def _agent_echo_text(item: dict[str, Any], message: dict[str, Any], wa_type: str) -> str:
+    """What the model and staff read of an echo: the text body; a template's name and the
+    body of its definition when the `template` sibling carries one; else its kind."""
+    body = _str(_dict(message.get(wa_type)).get("body")) if wa_type == "text" else None
+    if body and body.strip():
+        return body
+    if wa_type == "template":
+        name = _str(_dict(message.get("template")).get("name")) \
+            or _str(_dict(item.get("template")).get("name")) or "?"
+        texts = [_str(c.get("text")) for c in _components(item) if _str(c.get("type")) in
+                 ("BODY", "body")]
+        shown = f": {texts[0]}" if texts and texts[0] else ""
+        return f"[template {name}{shown}]"
+    if wa_type == "interactive":
+        asked = _str(_dict(_dict(message.get("interactive")).get("body")).get("text"))
+        if asked:
+            return asked
+    return f"[sent {ECHO_KINDS.get(wa_type, 'a message of type ' + wa_type)}]"
+
+
+def _components(item: dict[str, Any]) -> list[dict[str, Any]]:
+    found = _dict(item.get("template")).get("components")
+    return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+
+def _parse_handover(value: dict[str, Any], where: str, change: Any) -> Update:
+    """One `messaging_handovers` value ([F5][F6]); an unknown `type` is an UnknownPart, one
+    naming no number or customer a BadItem."""
+    kind = _str(value.get("type")) or ""
+    if kind not in HANDOVER_KINDS:
+        return UnknownPart(f"messaging_handovers.{kind or '?'}"[:80], where)
+    recipient, sender = _dict(value.get("recipient")), _dict(value.get("sender"))
+    phone_number_id = _str(recipient.get("phone_number_id")) or _str(
+        _dict(value.get("metadata")).get("phone_number_id"))
+    wa_id, user_id = _str(sender.get("phone_number")) or _str(sender.get("wa_id")), \
+        _str(sender.get("user_id"))
+    if not phone_number_id or not (wa_id or user_id):
+        return BadItem(where, "handover without recipient.phone_number_id or sender", change,
+                       phone_number_id)
+    detail = _dict(value.get(kind))
+    given = _dict(detail.get("conversation_context")).get("summary")
+    summary = _str(given) if isinstance(given, str) else _str(_dict(given).get("text"))
+    return Handover(phone_number_id, kind, wa_id, user_id,
+                    _str(detail.get("previous_owner_role")), _str(detail.get("new_owner_role")),
+                    summary if summary and summary.strip() else None,
+                    _timestamp(value.get("timestamp")))
 
 
 MEDIA_FIELDS = ("id", "mime_type", "sha256", "caption", "filename")

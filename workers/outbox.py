@@ -37,7 +37,7 @@ import structlog
 
 from core import clock, metrics
 from core.faults import crash_point
-from storage import failures
+from storage import failures, threads
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.fences import unfenced
@@ -118,6 +118,12 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
         if not message_repo.claim_outbound(session, row.id, now=clock.now()):
             return "skipped"
     now = clock.now()
+    if not threads.may_send(tenant, contact, row.kind, now):  # issue 45: never into a
+        # thread another sender holds (what was queued before it changed hands)
+        _mark(runtime, row, status="refused", code=None, cause="thread_held",
+              reason=threads.SKIPPED_HELD)
+        log.warning("send_refused_thread_held", outbound_id=row.id)
+        return "refused"
     # only templates may go out (Meta: 131047): texts, lists and buttons are refused
     if row.kind != "template" and window_closed(contact.last_inbound_at, now):
         _mark(runtime, row, status="refused", code=WINDOW_CLOSED_CODE, cause="window_closed",

@@ -20,6 +20,7 @@ from rq.timeouts import JobTimeoutException
 from sqlmodel import col, select
 
 from core import clock
+from storage import threads
 from storage.conversations import with_staff
 from storage.db import session_scope
 from storage.errors import TurnFenced
@@ -35,14 +36,18 @@ log = structlog.get_logger(__name__)
 TYPING_REFRESH = timedelta(seconds=20)
 
 
-def turn_answers(contact: Contact, conversation: Conversation, now: datetime) -> bool:
+def turn_answers(contact: Contact, conversation: Conversation, now: datetime,
+                 tenant: Tenant | None = None) -> bool:
     """Whether a turn starting at `now` will answer the customer (so "typing…" may show).
 
     False when the 24-hour customer service window has closed (whatsapp/window.py: the turn
     then sends a template or nothing) or while staff handle the conversation
-    (storage/conversations.py `with_staff`: the turn stores and holds, never answers). The one
-    place this decision is made.
+    (storage/conversations.py `with_staff`: the turn stores and holds, never answers), nor
+    when another sender holds the thread or the customer is not on the tenant's allowlist
+    (storage/threads.py `why_not_answered`). The one place this decision is made.
     """
+    if tenant is not None and threads.why_not_answered(tenant, contact, now) is not None:
+        return False
     return not (window_closed(contact.last_inbound_at, now) or with_staff(conversation, now))
 
 
@@ -64,7 +69,7 @@ class TypingIndicator:
     sent: int = 0
 
     def start(self) -> None:
-        self.active = turn_answers(self.contact, self.conversation, clock.now())
+        self.active = turn_answers(self.contact, self.conversation, clock.now(), self.tenant)
         if self.active:
             self._send()
 

@@ -34,7 +34,7 @@ from sqlmodel import Session
 from agent.timeline import buttons_note
 from core import clock
 from core.faults import crash_point
-from storage import appointments, marks, reminders, webhooks
+from storage import appointments, marks, reminders, threads, webhooks
 from storage import contacts as contact_repo
 from storage import messages as message_repo
 from storage.conversations import get_open, inactivity_timeout, open_new
@@ -361,7 +361,10 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
                 for a in reminders.ACTIONS}
     spec = declared_template(tenant, tenant.reminder_template)
     titles: list[str] = []
-    if not window_closed(contact.last_inbound_at, now):
+    held = _thread_rule(session, reminder, tenant, contact, now)
+    if held == threads.SKIP_AND_SHOW:
+        return None
+    if held is None and not window_closed(contact.last_inbound_at, now):
         try:
             text = render(tenant.reminder_text or reminder_default(session, tenant, live),
                           values)
@@ -381,8 +384,7 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
         shown = f"[reminder template {spec['name']}]"
     else:
         reminders.claim(session, reminder.id, status="skipped", now=now,
-                        reason="the 24-hour window is closed and no reminder_template "
-                               "is declared")
+                        reason=f"{_why_template(held)} and no reminder_template is declared")
         log.info("reminder_skipped_window_closed", reminder_id=reminder.id)
         return None
     if not reminders.claim(session, reminder.id, status="queued", now=now):
@@ -396,6 +398,23 @@ def _queue_in(session: Session, secret: str, reminder: Reminder,
     row.message_id = message.id
     session.add(row)
     return tenant.id, message.conversation_id, tenant.coexistence
+
+
+def _thread_rule(session: Session, reminder: Reminder, tenant: Tenant, contact: Contact,
+                 now: datetime) -> str | None:
+    """The tenant's `busy_thread_rule` when another sender holds the thread (None when not,
+    storage/threads.py); under SKIP_AND_SHOW the reminder is skipped here, its reason shown."""
+    held = threads.busy_rule(tenant, contact, now)
+    if held == threads.SKIP_AND_SHOW:
+        reminders.claim(session, int(reminder.id or 0), status="skipped", now=now,
+                        reason=threads.SKIPPED_HELD)
+        log.info("reminder_skipped_thread_held", reminder_id=reminder.id)
+    return held
+
+
+def _why_template(held: str | None) -> str:
+    """Why only a template could go out: another sender's thread, or the closed window."""
+    return "another sender holds the thread" if held else "the 24-hour window is closed"
 
 
 def _not_remindable(live: list[Appointment], reminder: Reminder, now: datetime) -> str:
@@ -425,15 +444,17 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
             return None
         values = fields(session, tenant, appointment, contact)
         spec = declared_template(tenant, tenant.notice_template)
-        if not window_closed(contact.last_inbound_at, now):
+        held = threads.busy_rule(tenant, contact, now)  # another sender holds the thread
+        if held is None and not window_closed(contact.last_inbound_at, now):
             text = _format(texts.text(tenant.language, f"notice_{row.kind}"), values)
             body, kind, shown = text, "text", text
-        elif spec is not None:
+        elif spec is not None and held != threads.SKIP_AND_SHOW:
             body, kind = template_body(spec, values, {}), "template"
             shown = f"[notice template {spec['name']}]"
         else:
             row.status = "not_sent"
-            row.reason = "the 24-hour window is closed and no notice_template is declared"
+            row.reason = threads.SKIPPED_HELD if held == threads.SKIP_AND_SHOW else \
+                f"{_why_template(held)} and no notice_template is declared"
             session.add(row)
             return None
         shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"

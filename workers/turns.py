@@ -40,7 +40,7 @@ from agent.window import Block
 from core import clock, metrics
 from core.faults import crash_point
 from storage import contacts as contact_repo
-from storage import failures, marks, memory, staff
+from storage import failures, marks, memory, staff, threads
 from storage import messages as message_repo
 from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.db import OUTAGE_ERRORS, is_outage, session_scope
@@ -89,6 +89,7 @@ class Outcome(StrEnum):
 
     NO_CONVERSATION = "no_conversation"
     WITH_STAFF = "with_staff"  # staff answer: held, no model call
+    NOT_OURS = "not_ours"  # another sender holds the thread, or not allowlisted (issue 45)
     IDLE = "idle"  # nothing waited
     WINDOW_CLOSED = "window_closed"  # 24-hour window closed, no follow-up template
     WINDOW_CLOSED_TEMPLATE = "window_closed_template"
@@ -197,6 +198,13 @@ def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
             held = staff.hold_for_staff(session, conversation_id, now=now)
             log.info("turn_skipped_with_staff", held=held)
             return Outcome.WITH_STAFF  # no model call, nothing sent or marked read
+        skip = threads.why_not_answered(state.tenant, state.contact, now)
+        if skip is not None:  # Meta's agent holds the thread, or not allowlisted (issue 45)
+            message_repo.assign_positions(session, conversation_id)
+            message_repo.mark_received_answered(session, conversation_id, up_to=now,
+                                                reason=skip)
+            log.info("turn_skipped_not_ours", reason=skip)
+            return Outcome.NOT_OURS  # no model call, nothing sent or marked read
         if not window_closed(state.contact.last_inbound_at, now) \
                 and failures.reopen(session, state.conversation, now=now):  # after an apology
             _late_note(session, state, now)

@@ -40,6 +40,7 @@ from operations import agenda, service
 from operations import catalogue as catalogue_ops
 from operations import settings as settings_ops
 from operations import staff as staff_ops
+from operations import threads as thread_ops
 from operations import webhooks as hook_ops
 from operations.service import validated
 from storage.jobs import enqueue_flush, enqueue_turn, enqueue_webhooks
@@ -194,6 +195,15 @@ def hand_back(call: Call) -> tuple[int, Any]:
                                                       app[SETTINGS].redis_prefix,
                                                       conversation_id))
     return 200, back
+
+
+def thread_control(call: Call) -> tuple[int, Any]:
+    """Take, pass back to Meta's agent, or release a conversation's WhatsApp thread
+    (operations/threads.py): a Graph call, then the owner recorded; 409 when Meta refuses."""
+    with thread_ops.graph_client(call.request.app[SETTINGS]) as graph:
+        return 200, thread_ops.thread_control(call.session, call.the_tenant(),
+                                              call.path["conversation_id"], call.body,
+                                              graph=graph, now=call.now)
 
 
 def attention(call: Call) -> tuple[int, Any]:
@@ -381,6 +391,11 @@ ROUTES: tuple[Route, ...] = (
           path_types=(*TID, ("conversation_id", "integer"))),
     Route("POST", TP + "/conversations/{conversation_id}/hand-back", hand_back, "Back to the "
           "agent now (a no-op when staff did not handle it)", "conversations",
+          path_types=(*TID, ("conversation_id", "integer"))),
+    Route("POST", TP + "/conversations/{conversation_id}/thread", thread_control, "Thread "
+          "control beside Meta's agent: take, pass (back to Meta's agent) or release; 409 "
+          "with the reason when Meta refuses (2494191: not the escalation partner)",
+          "conversations", body=thread_ops.ThreadAction,
           path_types=(*TID, ("conversation_id", "integer"))),
     Route("GET", TP + "/attention", attention, "What needs a person: conversations with "
           "staff, handoffs waiting, facts to review, failed replies, with counts",

@@ -46,6 +46,7 @@ from bot.console.conversations import (
     conversations_page,
     hand_back,
     staff_reply,
+    thread_control,
 )
 from bot.console.frame import (
     CONSOLE_ENV,
@@ -124,6 +125,8 @@ def setup_console(app: web.Application) -> None:
          staff_reply),
         ("POST", "/console/conversations/{conversation_id}/hand-back", "conversations",
          hand_back),
+        ("POST", "/console/conversations/{conversation_id}/thread", "conversations",
+         thread_control),
         ("GET", "/console/attention", "attention", attention_page),
         ("GET", "/console/appointments", "appointments", appointments_page),
         ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),

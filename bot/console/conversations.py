@@ -13,9 +13,10 @@ from intake.ingest import unstamp
 from intake.keys import SETTINGS, TURN_QUEUE
 from operations import service
 from operations import staff as staff_ops
+from operations import threads as thread_ops
 from operations.errors import Conflict, Invalid, NotFound
 from storage.jobs import enqueue_flush, enqueue_turn
-from storage.marks import author_kind
+from storage.marks import OTHER_KINDS, author_kind
 from usage.report import render_svg
 
 TRANSCRIPT_MESSAGES = 500  # a conversation page shows its latest messages
@@ -77,6 +78,8 @@ def _transcript(view: dict[str, Any], language: str = "pt-BR") -> list[dict[str,
                 kind, text = "staff", text.split("] ", 1)[-1]
             elif author != "agent":  # a product message: as the model reads it
                 text = timeline.render(author, texts)
+                if author in OTHER_KINDS:  # Meta's agent or another app (issue 45)
+                    kind = "other_sender"
             if kind == "customer":  # the received-time stamp is for the model (intake/ingest.py)
                 text = unstamp(text)
             items.append({"kind": kind, "text": translate_notes(text, language),
@@ -120,6 +123,22 @@ def hand_back(p: Page) -> PageResult:
         queue, prefix = p.request.app[TURN_QUEUE], p.request.app[SETTINGS].redis_prefix
         p.after_commit.append(lambda: enqueue_turn(queue, prefix, cid))  # what still waits
     return Redirect(f"/console/conversations/{cid}", p.t["handed_back"])
+
+
+def thread_control(p: Page) -> PageResult:
+    """Take, pass back to Meta's agent, or release the thread (operations/threads.py); Meta's
+    refusal is shown with what to do (2494191: not the escalation partner)."""
+    cid = _conversation_id(p)
+    back = f"/console/conversations/{cid}"
+    try:
+        with thread_ops.graph_client(p.request.app[SETTINGS]) as graph:
+            thread_ops.thread_control(p.session, p.tenant, cid,
+                                      {"action": str(p.form.get("action") or "")},
+                                      graph=graph, now=p.now)
+    except (Invalid, Conflict) as exc:
+        return Redirect(back, "; ".join(translate_problem(part, _language(p))
+                                        for part in exc.problems or [str(exc)]), bad=True)
+    return Redirect(back, p.t["thread_done"])
 
 
 def attention_page(p: Page) -> PageResult:

@@ -204,7 +204,8 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
             session.rollback()
             result = _error_result(exc, current.t, name)
         tenant_view = {"name": tenant.name, "id": tenant.id,
-                       "attention": staff_ops.counts(session, tenant, now=current.now)}
+                       "attention": staff_ops.counts(session, tenant, now=current.now),
+                       "standby_seen": tenant.standby_seen_at is not None}  # issue 45
     for action in after:
         try:
             action()

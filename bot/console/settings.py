@@ -22,22 +22,26 @@ BOOKING_LIMITS = ("booking_notice_minutes", "booking_horizon_days", "max_upcomin
 # reminders (issue 25): the lead times as "1440, 120", the rest as the tenant holds them
 REMINDER_FIELDS = ("reminder_lead_minutes", "quiet_hours", "reminder_template", "notice_template",
                    "cancellation_window_minutes", "reminder_text")
+# beside Meta's agent (issue 45): the rule for reminders in a thread another sender holds,
+# and the staged launch's allowlist (one number a line)
+THREAD_FIELDS = ("busy_thread_rule", "agent_allowlist")
 SETTINGS_FIELDS = ("instructions", "inactivity_timeout_minutes", "retention_days", "language",
                    "fact_keys", "followup_template", "followup_template_language",
-                   *BOOKING_LIMITS, *REMINDER_FIELDS)
+                   *BOOKING_LIMITS, *REMINDER_FIELDS, *THREAD_FIELDS)
 
 
 def settings_page(p: Page) -> PageResult:
     tenant = p.tenant
     form = {name: getattr(tenant, name) for name in SETTINGS_FIELDS}
     form["reminder_lead_minutes"] = ", ".join(str(m) for m in tenant.reminder_lead_minutes)
+    form["agent_allowlist"] = "\n".join(str(n) for n in tenant.agent_allowlist or [])
     form["fact_keys"] = "\n".join(k if isinstance(k, str) else json.dumps(k, ensure_ascii=False)
                                   for k in tenant.fact_keys)
     errors: dict[str, str] = {}
     if p.request.method == "POST":
         shown = form
         form = {name: str(p.form.get(name, "")) for name in SETTINGS_FIELDS}
-        form.update({name: str(shown[name]) for name in REMINDER_FIELDS
+        form.update({name: str(shown[name]) for name in (*REMINDER_FIELDS, *THREAD_FIELDS)
                      if name not in p.form})  # a form without them (an older page) keeps them
         changes, errors = _settings_changes(form)
         try:
@@ -76,6 +80,10 @@ def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
         changes["reminder_lead_minutes"] = [int(m) for m in leads]
     else:
         errors["reminder_lead_minutes"] = "1440, 120"
+    if form["busy_thread_rule"].strip():
+        changes["busy_thread_rule"] = form["busy_thread_rule"].strip()
+    changes["agent_allowlist"] = [n.strip() for n in form["agent_allowlist"].splitlines()
+                                  if n.strip()]
     keys, bad = _fact_keys(form["fact_keys"])
     if bad:
         errors["fact_keys"] = bad

@@ -33,6 +33,31 @@ TEXTS: dict[str, dict[str, str]] = {
         "reply_queued": "Resposta enviada para a fila de envio.",
         "hand_back": "Devolver ao agente",
         "handed_back": "A conversa voltou para o agente.",
+        # issue 45: beside Meta's agent on the same number
+        "standby_banner": "O agente da Meta está respondendo seus clientes neste número",
+        "standby_banner_detail": "Enquanto o agente da Meta tem uma conversa, este produto "
+                                 "guarda e mostra tudo o que é dito, mas não responde, e "
+                                 "lembretes e avisos seguem a regra das configurações (padrão: "
+                                 "não enviar e mostrar aqui). Para atender uma conversa, abra-a "
+                                 "e clique em “Assumir conversa”; para devolvê-la, em "
+                                 "“Devolver ao agente da Meta”. Para este produto voltar a "
+                                 "responder todos, desligue o agente da Meta no WhatsApp "
+                                 "Manager.",
+        "thread_owner": "Quem responde",
+        "other_sender": "Agente da Meta (ou outro aplicativo)",
+        "owner_ours": "este agente",
+        "owner_meta_agent": "agente da Meta",
+        "owner_other_app": "outro aplicativo",
+        "owner_idle": "livre",
+        "thread_take": "Assumir conversa",
+        "thread_pass": "Devolver ao agente da Meta",
+        "thread_release": "Liberar conversa",
+        "thread_done": "Pedido aceito pela Meta.",
+        "meta_agent_settings": "Agente da Meta e lançamento gradual",
+        "busy_thread_rule": "Lembrete ou aviso quando o agente da Meta tem a conversa",
+        "rule_skip_and_show": "não enviar e mostrar aqui",
+        "rule_send_template": "enviar o modelo aprovado",
+        "agent_allowlist": "Responder só estes números (um por linha; vazio: todos)",
         "facts_waiting": "Fatos esperando revisão",
         "failed_replies": "Respostas que não chegaram",
         "nothing_needs_you": "Nada precisa de você agora.",
@@ -201,6 +226,29 @@ TEXTS: dict[str, dict[str, str]] = {
         "reply_queued": "Reply queued for sending.",
         "hand_back": "Hand back to the agent",
         "handed_back": "The conversation is back with the agent.",
+        "standby_banner": "Meta's agent is answering your customers on this number",
+        "standby_banner_detail": "While Meta's agent holds a conversation, this product stores "
+                                 "and shows everything said but does not answer, and reminders "
+                                 "and notices follow the rule in the settings (default: not "
+                                 "sent, shown here). To answer a conversation, open it and "
+                                 "click “Take the conversation”; to give it back, “Hand back "
+                                 "to Meta's agent”. For this product to answer everyone again, "
+                                 "switch Meta's agent off in WhatsApp Manager.",
+        "thread_owner": "Who answers",
+        "other_sender": "Meta's agent (or another app)",
+        "owner_ours": "this agent",
+        "owner_meta_agent": "Meta's agent",
+        "owner_other_app": "another app",
+        "owner_idle": "free",
+        "thread_take": "Take the conversation",
+        "thread_pass": "Hand back to Meta's agent",
+        "thread_release": "Release the conversation",
+        "thread_done": "Request accepted by Meta.",
+        "meta_agent_settings": "Meta's agent and staged launch",
+        "busy_thread_rule": "A reminder or notice while Meta's agent holds the conversation",
+        "rule_skip_and_show": "do not send; show it here",
+        "rule_send_template": "send the approved template",
+        "agent_allowlist": "Answer only these numbers (one a line; empty: everyone)",
         "facts_waiting": "Facts awaiting review",
         "failed_replies": "Replies that did not arrive",
         "nothing_needs_you": "Nothing needs you right now.",
