@@ -47,8 +47,8 @@ def worker(args: argparse.Namespace) -> int:
 def _lower_cpu_priority(policy: str) -> None:
     """`WORKER_CPU` (core/settings.py): on cores shared with `wagent web`, a worker takes only
     the CPU time the webhook leaves (bench/load.py measures the difference). Inherited by the
-    work processes the supervisor forks. "low" is nice 19, the lowest priority that still guarantees a share;
-    where SCHED_IDLE is missing (not Linux), "idle" falls back to it."""
+    work processes the supervisor forks. "low" is nice 19, the lowest priority that still
+    guarantees a share; where SCHED_IDLE is missing (not Linux), "idle" falls back to it."""
     if policy == "low":
         os.nice(19)
     elif policy == "idle":

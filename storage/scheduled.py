@@ -8,6 +8,7 @@ due jobs waited ten minutes. `enqueue_due` is what that scheduler does, run by
 `workers.keeper` in every worker and in cron, and by the replay's drain on its frozen clock.
 """
 
+from collections import Counter
 from datetime import UTC, datetime
 
 from redis.exceptions import WatchError
@@ -15,13 +16,30 @@ from rq import Queue
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 
+from storage.jobs import tenant_of
+
 BATCH = 500  # due jobs moved per transaction
 MAX_BATCHES = 20  # per call: a backlog larger than this is moved over the next calls
+# Jobs of one tenant (its tagged turns) waiting in the queue at once: what one business's flood
+# puts ahead of another's turn (issue 43, fair shares). Each worker takes the next as it starts
+# a turn, so a tenant alone still has every worker busy.
+TENANT_WAITING_CAP = 2
+WAITING_SCAN = 10_000  # queue ids read to count them
 
 
-def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH) -> int:
+def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH,
+                cap: int = TENANT_WAITING_CAP, batches: int = MAX_BATCHES) -> int:
     """Move the jobs of `queue` due at `now` (aware, the product's clock) from the scheduled
-    registry to the queue, oldest first; returns how many jobs were enqueued.
+    registry to the queue, oldest first, fairly between tenants; returns how many jobs were
+    enqueued.
+
+    Fair shares (issue 43): a job whose id carries a tenant tag (storage/jobs.job_id_for: the
+    webhook's turns) is moved only while fewer than `cap` jobs of its tenant wait in the queue;
+    the others stay due in the registry, in order, for a later call. So one business's flood
+    puts at most `cap` of its turns ahead of another's, and the rest follow as they are taken:
+    every turn that starts calls this again for one `batches` (workers/jobs.run_coalesced),
+    the keeper every tick. Untagged jobs (retries, maintenance, a console's turn) move as
+    before. Two callers at once may each move up to `cap` of a tenant: a soft bound.
 
     Each batch is one transaction that WATCHes the jobs' hashes and checks they are still in
     the registry: two callers at once (two keepers, a keeper that lost its lock while starved)
@@ -30,18 +48,45 @@ def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH) -> int:
     Raises redis.exceptions.RedisError when Redis fails (nothing of the failed batch moves).
     """
     registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
-    moved = 0
-    for _ in range(MAX_BATCHES):
-        ids = registry.get_jobs_to_schedule(int(now.timestamp()), chunk_size=batch)
+    redis = queue.connection
+    waiting = waiting_per_tenant(queue)
+    moved = held = 0
+    for _ in range(batches):
+        raw = redis.zrangebyscore(registry.key, 0, int(now.timestamp()), start=held, num=batch)
+        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw]
         if not ids:
             break
+        take = fair_share(ids, waiting, cap)
         try:
-            moved += _move(queue, registry, ids)
+            moved += _move(queue, registry, take) if take else 0
         except WatchError:
+            waiting = waiting_per_tenant(queue)
             continue  # another caller moved some of them meanwhile: read the registry again
+        held += len(ids) - len(take)
         if len(ids) < batch:
             break
     return moved
+
+
+def waiting_per_tenant(queue: Queue) -> Counter[int]:
+    """How many tagged jobs of each tenant wait in the queue (the first WAITING_SCAN ids)."""
+    ids = queue.connection.lrange(queue.key, 0, WAITING_SCAN - 1)
+    tenants = (tenant_of(i.decode() if isinstance(i, bytes) else str(i)) for i in ids)
+    return Counter(t for t in tenants if t is not None)
+
+
+def fair_share(ids: list[str], waiting: Counter[int], cap: int) -> list[str]:
+    """The ids (in order) that may move: untagged ones, and a tenant's while it has fewer than
+    `cap` waiting (`waiting` is updated with those taken)."""
+    take = []
+    for job_id in ids:
+        tenant = tenant_of(job_id)
+        if tenant is not None:
+            if waiting[tenant] >= cap:
+                continue
+            waiting[tenant] += 1
+        take.append(job_id)
+    return take
 
 
 def _move(queue: Queue, registry: ScheduledJobRegistry, ids: list[str]) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 import anthropic
 import structlog
-from redis.exceptions import LockError, LockNotOwnedError, RedisError
+from redis.exceptions import LockError, LockNotOwnedError, RedisError, WatchError
 from redis.lock import Lock
 from rq import get_current_job
 
@@ -22,9 +22,10 @@ from hooks.errors import DeliveryError
 from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
-from storage.jobs import consume_token
+from storage.jobs import consume_token, tenant_of
 from storage.keys import lock_key
 from storage.models import Usage
+from storage.scheduled import enqueue_due
 from workers import heartbeats, outages
 from workers.model_calls import create_counted, record
 from workers.runtime import Runtime, get_runtime
@@ -111,6 +112,7 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
         try:
             if job is not None:
                 consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
+                _next_of_tenant(runtime, job.id)
             with held_lock(runtime, lock_kind or kind, conversation_id,
                            blocking_timeout=blocking_timeout) as held:
                 if not held:
@@ -129,6 +131,18 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
                 raise
             return retry_after_outage(runtime, kind, conversation_id, attempt=attempt,
                                       outage=outage, exc=exc, reenqueue=reenqueue)
+
+
+def _next_of_tenant(runtime: Runtime, job_id: str) -> None:
+    """A tenant-tagged job (storage/jobs.job_id_for) has left the queue: the next due job of
+    its tenant may take its place now, not at the keeper's next tick (storage/scheduled.py,
+    fair shares). A Redis error leaves it to the keeper."""
+    if tenant_of(job_id) is None:
+        return
+    try:
+        enqueue_due(runtime.queue, now=clock.now(), batches=1)
+    except (RedisError, WatchError):
+        pass
 
 
 def _run_fenced(runtime: Runtime, conversation_id: int, work: Callable[[], str]) -> str:

@@ -82,7 +82,8 @@ def prepare_worker_parent(settings: Settings) -> Runtime:
     """Build the runtime in `wagent worker`'s supervisor, before it forks its long-lived work
     process (workers/processes.py), and warm what each new work process would otherwise build:
     the TLS contexts of the two HTTP clients, the SQLAlchemy mappers, the dialect's
-    first-connect checks and the SDK's response parsers (measured in bench/load.py: 0.39 CPU-s a turn before, most of it this).
+    first-connect checks and the SDK's response parsers (measured in bench/load.py: 0.39
+    CPU-s a turn before, most of it this).
 
     Forking is safe because the parent does no I/O with it: the engine's pool is discarded in
     the child (storage/db.py), redis-py opens new connections when the pid changes, and the
