@@ -106,22 +106,26 @@ def _move(queue: Queue, registry: ScheduledJobRegistry, ids: list[str]) -> int:
     return len(jobs)
 
 
-def oldest_due_at(queue: Queue) -> datetime | None:
-    """When the earliest job in the scheduled registry is due (RQ keeps whole seconds), or
-    None when it is empty."""
+def oldest_due_at(queue: Queue, *, cap: int = TENANT_WAITING_CAP) -> datetime | None:
+    """When the earliest job in the scheduled registry that the move would take is due (RQ
+    keeps whole seconds), or None when there is none: a tenant's job held back by its cap
+    (`enqueue_due`, fair shares) is not late, it waits its turn. Looks at the first BATCH."""
     registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
-    first = queue.connection.zrange(registry.key, 0, 0, withscores=True)
-    if not first:
-        return None
-    return datetime.fromtimestamp(float(first[0][1]), tz=UTC)
+    first = queue.connection.zrange(registry.key, 0, BATCH - 1, withscores=True)
+    ids = [i.decode() if isinstance(i, bytes) else str(i) for i, _ in first]
+    movable = set(fair_share(ids, waiting_per_tenant(queue), cap)) if first else set()
+    for job_id, (_, score) in zip(ids, first, strict=True):
+        if job_id in movable:
+            return datetime.fromtimestamp(float(score), tz=UTC)
+    return None
 
 
 def overdue_seconds(queue: Queue, *, now: datetime) -> float:
-    """How long the oldest due job has waited to be moved (0 when none is due): the gauge
-    `wagent_scheduled_overdue_seconds`. A second or two is normal (keepers tick every second,
-    RQ's scores are whole seconds); minutes mean no keeper is moving jobs."""
+    """How long the oldest due job the move would take has waited to be moved (0 when none is
+    due): the gauge `wagent_scheduled_overdue_seconds`. A second or two is normal (keepers tick
+    every second, RQ's scores are whole seconds); minutes mean no keeper is moving jobs. A
+    tenant's flood held back by its cap does not count (`oldest_due_at`)."""
     due = oldest_due_at(queue)
     if due is None or due >= now:
         return 0.0
     return (now - due).total_seconds()
-

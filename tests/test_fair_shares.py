@@ -12,7 +12,7 @@ from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
 from storage.jobs import enqueue_turn, enqueue_turns, job_id_for, tenant_of
-from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share
+from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share, overdue_seconds
 
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
 PREFIX = "fair"
@@ -45,6 +45,7 @@ def test_a_flood_of_one_tenant_puts_only_its_cap_ahead_of_the_others(
     registry = ScheduledJobRegistry(queue=queue)
     assert registry.count == 503 - 2 * TENANT_WAITING_CAP, "the rest wait, still due"
     assert enqueue_due(queue, now=NOW) == 0, "nothing more while tenant 1 has its cap waiting"
+    assert overdue_seconds(queue, now=NOW) == 0.0, "held back by the cap is not late"
 
 
 def test_a_started_turn_lets_the_next_of_its_tenant_in_oldest_first(
