@@ -11,12 +11,14 @@ due jobs waited ten minutes. `enqueue_due` is what that scheduler does, run by
 from collections import Counter
 from datetime import UTC, datetime
 
+from redis import Redis
 from redis.exceptions import WatchError
 from rq import Queue
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 
 from storage.jobs import tenant_of
+from storage.keys import tenant_pause_key
 
 BATCH = 500  # due jobs moved per transaction
 MAX_BATCHES = 20  # per call: a backlog larger than this is moved over the next calls
@@ -28,7 +30,8 @@ WAITING_SCAN = 10_000  # queue ids read to count them
 
 
 def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH,
-                cap: int = TENANT_WAITING_CAP, batches: int = MAX_BATCHES) -> int:
+                cap: int = TENANT_WAITING_CAP, batches: int = MAX_BATCHES,
+                prefix: str | None = None) -> int:
     """Move the jobs of `queue` due at `now` (aware, the product's clock) from the scheduled
     registry to the queue, oldest first, fairly between tenants; returns how many jobs were
     enqueued.
@@ -39,7 +42,9 @@ def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH,
     puts at most `cap` of its turns ahead of another's, and the rest follow as they are taken:
     every turn that starts calls this again for one `batches` (workers/jobs.run_coalesced),
     the keeper every tick. Untagged jobs (retries, maintenance, a console's turn) move as
-    before. Two callers at once may each move up to `cap` of a tenant: a soft bound.
+    before. Two callers at once may each move up to `cap` of a tenant: a soft bound. With the
+    product's key `prefix`, a tenant paused after an Anthropic 429 (storage/keys.
+    tenant_pause_key) moves none until its pause ends: only that tenant slows down.
 
     Each batch is one transaction that WATCHes the jobs' hashes and checks they are still in
     the registry: two callers at once (two keepers, a keeper that lost its lock while starved)
@@ -56,6 +61,8 @@ def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH,
         ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw]
         if not ids:
             break
+        if prefix is not None:
+            _hold_paused(redis, prefix, ids, waiting, cap)
         take = fair_share(ids, waiting, cap)
         try:
             moved += _move(queue, registry, take) if take else 0
@@ -66,6 +73,18 @@ def enqueue_due(queue: Queue, *, now: datetime, batch: int = BATCH,
         if len(ids) < batch:
             break
     return moved
+
+
+def _hold_paused(redis: Redis, prefix: str, ids: list[str], waiting: Counter[int],
+                 cap: int) -> None:
+    """Count a paused tenant of `ids` as full (`cap` waiting), so none of its jobs moves."""
+    tenants = sorted({t for t in map(tenant_of, ids) if t is not None})
+    if not tenants:
+        return
+    paused = redis.mget([tenant_pause_key(prefix, t) for t in tenants])
+    for tenant, mark in zip(tenants, paused, strict=True):
+        if mark is not None:
+            waiting[tenant] = max(waiting[tenant], cap)
 
 
 def waiting_per_tenant(queue: Queue) -> Counter[int]:

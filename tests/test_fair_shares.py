@@ -1,10 +1,15 @@
 """Fair shares between tenants (issue 43): the move of due jobs (storage/scheduled.enqueue_due)
 puts at most TENANT_WAITING_CAP tagged turns of one tenant in the queue; the rest stay due, in
-order, and follow one by one as that tenant's turns start (workers/jobs.run_coalesced)."""
+order, and follow one by one as that tenant's turns start (workers/jobs.run_coalesced). A 429
+pauses only the tenant that got it (workers/jobs.pause_tenant)."""
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 
+import anthropic
+import httpx2
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +17,9 @@ from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
 from storage.jobs import enqueue_turn, enqueue_turns, job_id_for, tenant_of
+from storage.keys import tenant_pause_key
 from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share, overdue_seconds
+from workers.jobs import TENANT_PAUSE_DEFAULT, TENANT_PAUSE_MAX, pause_tenant
 
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
 PREFIX = "fair"
@@ -80,3 +87,37 @@ def test_the_fair_share_keeps_order_and_never_passes_a_tenants_cap(
         assert taken == mine[:len(taken)], "a tenant's oldest first"
         assert len(taken) == max(0, min(len(mine), cap - waiting.get(tenant, 0)))
         assert counts[tenant] == waiting.get(tenant, 0) + len(taken)
+
+
+def test_a_tenant_paused_after_a_429_moves_nothing_while_the_others_move(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    _schedule(queue, 1, range(1, 4), ago=10)
+    _schedule(queue, 2, range(11, 13), ago=5)
+    redis_client.set(tenant_pause_key(PREFIX, 1), "1", px=30_000)
+
+    assert enqueue_due(queue, now=NOW, prefix=PREFIX) == 2
+    assert {tenant_of(i) for i in queue.job_ids} == {2}, "only tenant 1 slows down"
+
+    redis_client.delete(tenant_pause_key(PREFIX, 1))  # its retry-after has passed
+    assert enqueue_due(queue, now=NOW, prefix=PREFIX) == TENANT_WAITING_CAP
+
+
+def _rate_limited(headers: dict[str, str]) -> anthropic.RateLimitError:
+    request = httpx2.Request("POST", "http://anthropic.invalid/v1/messages")
+    return anthropic.RateLimitError("rate limited", response=httpx2.Response(
+        429, headers=headers, request=request), body=None)
+
+
+def test_a_429_pauses_its_tenant_for_its_retry_after_within_bounds(
+        redis_client: redis.Redis) -> None:
+    runtime: Any = SimpleNamespace(redis=redis_client,
+                                   settings=SimpleNamespace(redis_prefix=PREFIX))
+    assert pause_tenant(runtime, 3, _rate_limited({"retry-after": "7"})) == 7.0
+    assert 6_000 < redis_client.pttl(tenant_pause_key(PREFIX, 3)) <= 7_000
+    assert pause_tenant(runtime, 4, _rate_limited({})) == TENANT_PAUSE_DEFAULT
+    assert pause_tenant(runtime, 5, _rate_limited({"retry-after": "9999"})) == TENANT_PAUSE_MAX
+    assert pause_tenant(runtime, 6, _rate_limited({"retry-after": "soon"})) == \
+        TENANT_PAUSE_DEFAULT
+    assert pause_tenant(runtime, 7, RuntimeError("not a 429")) is None
+    assert redis_client.get(tenant_pause_key(PREFIX, 7)) is None

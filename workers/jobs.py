@@ -23,7 +23,7 @@ from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import consume_token, tenant_of
-from storage.keys import lock_key
+from storage.keys import lock_key, tenant_pause_key
 from storage.models import Usage
 from storage.scheduled import enqueue_due
 from workers import heartbeats, outages
@@ -37,6 +37,10 @@ LOCK_REFRESHES = 3  # a held lock's TTL is renewed this many times per TTL
 # last one), so it runs within 15 s of the service coming back; the product's clock.
 OUTAGE_DELAYS = tuple(timedelta(seconds=s) for s in (1, 2, 4, 8, 15))
 OUTAGE_MAX_RETRIES = 60  # about 15 minutes; past that the reconciler takes over once it is back
+# A tenant's turns held after one of them got an Anthropic 429 (`pause_tenant`): its
+# `retry-after`, else this, never more than the max (seconds).
+TENANT_PAUSE_DEFAULT = 10.0
+TENANT_PAUSE_MAX = 60.0
 
 # reenqueue(runtime, conversation_id, at, attempt, outage): the job's own enqueue function
 Reenqueue = Callable[[Runtime, int, datetime, int, int], object]
@@ -140,7 +144,8 @@ def _next_of_tenant(runtime: Runtime, job_id: str) -> None:
     if tenant_of(job_id) is None:
         return
     try:
-        enqueue_due(runtime.queue, now=clock.now(), batches=1)
+        enqueue_due(runtime.queue, now=clock.now(), batches=1,
+                    prefix=runtime.settings.redis_prefix)
     except (RedisError, WatchError):
         pass
 
@@ -262,6 +267,33 @@ def retry_later(runtime: Runtime, kind: str, conversation_id: int, *, attempt: i
     log.warning(f"{event}_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
                 error=error, cause=cause, request_id=getattr(exc, "request_id", None))
     return "retry_scheduled"
+
+
+def pause_tenant(runtime: Runtime, tenant_id: int, exc: BaseException) -> float | None:
+    """After an Anthropic 429 (`RateLimitError`) in one of the tenant's turns: hold the tenant's
+    other due turns for the `retry-after` it gave (TENANT_PAUSE_DEFAULT without one, at most
+    TENANT_PAUSE_MAX seconds; storage/keys.tenant_pause_key, read by the move of due jobs), so
+    the backpressure slows that tenant, not every business. Returns the seconds, None for
+    another error. A Redis error is left to the turn's own retry."""
+    if not isinstance(exc, anthropic.RateLimitError):
+        return None
+    seconds = _retry_after(exc)
+    try:
+        runtime.redis.set(tenant_pause_key(runtime.settings.redis_prefix, tenant_id), "1",
+                          px=int(seconds * 1000))
+    except RedisError:
+        return None
+    log.warning("tenant_paused_after_429", tenant_id=tenant_id, seconds=seconds)
+    return seconds
+
+
+def _retry_after(exc: anthropic.RateLimitError) -> float:
+    raw = exc.response.headers.get("retry-after") if exc.response is not None else None
+    try:
+        seconds = float(raw) if raw is not None else TENANT_PAUSE_DEFAULT
+    except ValueError:
+        seconds = TENANT_PAUSE_DEFAULT
+    return min(max(seconds, 1.0), TENANT_PAUSE_MAX)
 
 
 def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int | None,
