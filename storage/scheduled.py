@@ -10,6 +10,7 @@ due jobs waited ten minutes. `enqueue_due` is what that scheduler does, run by
 
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import WatchError
@@ -130,12 +131,13 @@ def oldest_due_at(queue: Queue, *, cap: int = TENANT_WAITING_CAP) -> datetime | 
     keeps whole seconds), or None when there is none: a tenant's job held back by its cap
     (`enqueue_due`, fair shares) is not late, it waits its turn. Looks at the first BATCH."""
     registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
-    first = queue.connection.zrange(registry.key, 0, BATCH - 1, withscores=True)
-    ids = [i.decode() if isinstance(i, bytes) else str(i) for i, _ in first]
+    first: list[Any] = list(queue.connection.zrange(registry.key, 0, BATCH - 1,
+                                                    withscores=True))
+    ids = [m.decode() if isinstance(m, bytes) else str(m) for m, _ in first]
     movable = set(fair_share(ids, waiting_per_tenant(queue), cap)) if first else set()
-    for job_id, (_, score) in zip(ids, first, strict=True):
+    for job_id, pair in zip(ids, first, strict=True):
         if job_id in movable:
-            return datetime.fromtimestamp(float(score), tz=UTC)
+            return datetime.fromtimestamp(float(pair[1]), tz=UTC)
     return None
 
 

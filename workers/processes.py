@@ -145,7 +145,7 @@ class LongLivedWorker(Patience, InlineWorker):
         if self.deadline is not None and timeout != -1:
             self.deadline.set(float(timeout))
         try:
-            super().execute_job(job, queue)  # type: ignore[no-untyped-call]  # RQ: untyped
+            super().execute_job(job, queue)
         finally:
             if self.deadline is not None:
                 self.deadline.clear()
@@ -232,6 +232,8 @@ def _fork(work: Callable[[], int]) -> int:
             signal.signal(sig, signal.SIG_DFL)  # RQ installs its own in work()
         _die_with_parent()
         code = work()
+    except SystemExit as exc:  # RQ's cold shutdown while idle
+        code = exc.code if isinstance(exc.code, int) else 0
     except BaseException:  # noqa: BLE001 (the supervisor logs the exit code)
         log.exception("work_process_failed")
     finally:
