@@ -6,6 +6,7 @@ cannot reach it, its work process is killed by the supervisor and replaced, and 
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -14,7 +15,13 @@ from rq import Queue
 from rq.job import JobStatus
 
 from tests.conftest import REDIS_UP, REDIS_URL
-from workers.processes import Deadline, LongLivedWorker, Supervisor
+from workers.processes import (
+    RECYCLE_EXIT,
+    RESTART_PAUSE_SECONDS,
+    Deadline,
+    LongLivedWorker,
+    Supervisor,
+)
 
 QUEUE = "work-process-test"
 
@@ -112,3 +119,28 @@ def test_a_job_the_alarm_cannot_stop_has_its_work_process_killed_and_the_next_jo
     assert after.return_value() not in (None, os.getpid())
     client.flushdb()
     client.close()
+
+
+def test_the_supervisor_replaces_a_recycled_work_process_at_once_and_a_crashed_one_after_a_pause(
+        tmp_path: Path) -> None:
+    """Exit codes of successive work processes: RECYCLE_EXIT (its RECYCLE_AFTER_JOBS done), a
+    crash (an exception: exit 1), then 0 (a burst is over)."""
+    runs = tmp_path / "runs"
+
+    def work(deadline: Deadline) -> int:
+        with runs.open("a") as out:
+            out.write("x")
+        done = len(runs.read_text())
+        if done == 1:
+            return RECYCLE_EXIT
+        if done == 2:
+            raise RuntimeError("a bug in a job shell")
+        return 0
+
+    supervisor = Supervisor(work, burst=True)
+    started = time.monotonic()
+    assert supervisor.run() == 0
+    elapsed = time.monotonic() - started
+    assert supervisor.started == 3
+    assert RESTART_PAUSE_SECONDS <= elapsed < 2 * RESTART_PAUSE_SECONDS + 5, \
+        "one pause: after the crash, not after the recycle"
