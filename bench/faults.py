@@ -7,6 +7,8 @@ flowing; each case breaks one thing and measures how long customers waited for t
 
 Cases (docs: bench/README.md):
 
+- `steady`: no fault, STEADY_S seconds of traffic: the two workers share the turns, each
+  from its own process and Redis connection, and no turn job runs twice (issue 43).
 - `kill_keeper`: SIGKILL of the worker that moves due scheduled jobs (the keeper's lock holder;
   on code before the keeper, the worker running RQ's scheduler), with its work horse.
 - `rolling_restart`: each worker replaced in turn, the new one started before the old one gets
@@ -19,6 +21,9 @@ Cases (docs: bench/README.md):
   PostgreSQL cuts every connection and refuses new ones).
 - `redis_loss`: the redis-server killed (SIGKILL) while a turn runs (the double takes 1 s a
   turn) and started again 5 s later, empty.
+
+Since issue 43 a `wagent worker` runs its jobs in one long-lived work process, its child (with
+the keeper): the "horse" of `kill_horse` and `stop_horse` is that process.
 
 Traffic: a new customer every TICK_S seconds, writing one message or (one in four) a burst of
 two and then waiting for the answer, so nothing but the product itself gets a lost turn going
@@ -54,6 +59,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -75,13 +81,14 @@ TICK_S = 0.5
 LEAD_S = 3.0  # traffic before the fault
 TRAIL_S = 3.0  # traffic after the fault's end
 PG_OUTAGE_S = 10.0
+STEADY_S = 10.0
 REDIS_DOWN_S = 5.0
 # The Messages double's time per turn call until the fault: long enough in `kill_horse` and
 # `stop_horse` to catch a turn in its model call, and in `redis_loss` for the workers to be busy
 # when Redis dies
 TURN_S = {"kill_horse": 2.0, "stop_horse": 2.0, "redis_loss": 1.0}
 DEFAULT_TURN_S = 0.2
-CASES = ("kill_keeper", "rolling_restart", "kill_horse", "stop_horse", "postgres_outage",
+CASES = ("steady", "kill_keeper", "rolling_restart", "kill_horse", "stop_horse", "postgres_outage",
          "redis_loss")
 
 
@@ -341,12 +348,13 @@ class Cluster:
 
     def scheduler_pid(self, redis_client: Any) -> int | None:
         """The pid of the worker that moves due jobs: the keeper's lock holder
-        (`worker:host:pid:...`), or, on code before the keeper, the parent of the process
-        that holds RQ's scheduler lock."""
+        (`worker:host:pid:...`; since issue 43 the pid of its work process, whose parent is the
+        worker), or, on code before the keeper, the parent of the process that holds RQ's
+        scheduler lock."""
         holder = redis_client.get(keeper_lock_key(self.prefix))
         if holder:
             role, _, pid, _ = holder.decode().split(":")
-            return int(pid) if role == "worker" else None
+            return self.owner(int(pid)) if role == "worker" else None
         name = redis_client.get(f"rq:scheduler-lock:{self.prefix}")
         if not name:
             return None
@@ -356,8 +364,17 @@ class Cluster:
     def worker_index(self, pid: int) -> int:
         return next(i for i, w in enumerate(self.workers) if w.pid == pid)
 
+    def owner(self, pid: int) -> int | None:
+        """The `wagent worker` of `pid`: itself, or the worker whose work process it is (the
+        long-lived work process of issue 43 runs RQ's worker and the keeper)."""
+        if any(w.pid == pid for w in self.workers):
+            return pid
+        parent = _parent(pid)
+        return parent if any(w.pid == parent for w in self.workers) else None
+
     def running_turn(self, redis_client: Any) -> tuple[int, int] | None:
-        """(worker index, conversation_id) of a turn running in a work horse, or None."""
+        """(worker index, conversation_id) of a turn running in a work horse (or in a
+        long-lived work process), or None."""
         from rq.job import Job
         from rq.registry import StartedJobRegistry
 
@@ -367,12 +384,14 @@ class Cluster:
             if job.func_name != "workers.turns.run_turn" or not job.worker_name:
                 continue
             pid = redis_client.hget(f"rq:worker:{job.worker_name}", "pid")
-            if pid and any(w.pid == int(pid) for w in self.workers):
-                return self.worker_index(int(pid)), int(job.kwargs["conversation_id"])
+            owner = self.owner(int(pid)) if pid else None
+            if owner is not None:
+                return self.worker_index(owner), int(job.kwargs["conversation_id"])
         return None
 
     def horses(self, index: int, redis_client: Any) -> list[int]:
-        """The worker's child processes but RQ's scheduler (on code that starts it)."""
+        """The worker's child processes but RQ's scheduler (on code that starts it): its work
+        horse, or its long-lived work process (issue 43)."""
         worker = self.workers[index]
         schedulers = {int(pid) for key in redis_client.scan_iter("rq:scheduler:*")
                       if (pid := redis_client.hget(key, "pid"))}
@@ -668,9 +687,28 @@ def _play(case: str, stage: Stage, traffic: Traffic, result: CaseResult, *,
         text.count("waiting_for_redis") + text.count("could not connect to Redis")
         for text in logs]  # ours, or RQ's own retry line
     result.extra["fenced_turns"] = sum(text.count('"job_fenced_out"') for text in logs)
+    turns = [_turn_jobs(text) for text in logs]
+    result.extra["turns_per_worker"] = [len(jobs) for jobs in turns]
+    result.extra["turn_jobs_run_twice"] = sum(
+        1 for count in Counter(job for jobs in turns for job in jobs).values() if count > 1)
     if "killed_horse_conversation" in result.extra:
         result.extra["killed_turn_answered_after_s"] = _answered_after(
             stage.engine, result.extra["killed_horse_conversation"], fault_end)
+
+
+def _turn_jobs(log_text: str) -> list[str]:
+    """The RQ job ids of the turns a worker's JSON log says it finished (`turn_done`)."""
+    jobs = []
+    for line in log_text.splitlines():
+        if '"turn_done"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "turn_done" and record.get("job_id"):
+            jobs.append(str(record["job_id"]))
+    return jobs
 
 
 def _answered_after(engine: Any, conversation_id: int, since: float) -> float | None:
@@ -800,6 +838,10 @@ def _turn_running(stage: Stage, *, until: float) -> tuple[int, int]:
     raise RuntimeError("no turn was caught running in 30 s")
 
 
+def steady(_stage: Stage, _result: CaseResult) -> None:
+    time.sleep(STEADY_S)
+
+
 def postgres_outage(stage: Stage, _result: CaseResult) -> None:
     stage.proxy.cut()
     time.sleep(PG_OUTAGE_S)
@@ -815,7 +857,7 @@ def redis_loss(stage: Stage, _result: CaseResult) -> None:
     stage.redis.start()
 
 
-FAULTS = {"kill_keeper": kill_keeper, "rolling_restart": rolling_restart,
+FAULTS = {"steady": steady, "kill_keeper": kill_keeper, "rolling_restart": rolling_restart,
           "kill_horse": kill_horse, "stop_horse": stop_horse,
           "postgres_outage": postgres_outage, "redis_loss": redis_loss}
 

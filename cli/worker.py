@@ -1,9 +1,10 @@
 """`wagent worker [--burst]`: an RQ worker (workers/) and a keeper, the product's scheduler.
 
-The job code is imported here, at the top, before RQ forks a work horse per job: otherwise
-every job re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py).
-`worker` then builds the clients and warms what they build lazily, once, for every horse to
-inherit (I/O-free in this process: workers/runtime.py).
+The job code is imported here, at the top, before the supervisor forks its work process
+(workers/processes.py): a work process that dies is replaced by a fork that has it already.
+`worker` then builds the clients and warms what they build lazily, once, for every work process
+to inherit (I/O-free in this process: workers/runtime.py); the work process then keeps them, and
+its database pool, from job to job.
 """
 
 import argparse
@@ -46,8 +47,8 @@ def worker(args: argparse.Namespace) -> int:
 def _lower_cpu_priority(policy: str) -> None:
     """`WORKER_CPU` (core/settings.py): on cores shared with `wagent web`, a worker takes only
     the CPU time the webhook leaves (bench/load.py measures the difference). Inherited by the
-    work horses RQ forks. "low" is nice 19, the lowest priority that still guarantees a share;
-    where SCHED_IDLE is missing (not Linux), "idle" falls back to it."""
+    work processes the supervisor forks. "low" is nice 19, the lowest priority that still
+    guarantees a share; where SCHED_IDLE is missing (not Linux), "idle" falls back to it."""
     if policy == "low":
         os.nice(19)
     elif policy == "idle":

@@ -135,7 +135,7 @@ def _count(item: Item, ids: dict[str, int]) -> None:
         log.debug("inbound_duplicate", conversation_id=first.conversation_id)
         item.result.count("duplicate")
         if item.first is not None and first.msg.wamid in ids and first.msg.starts_turn:
-            item.result.add_turn(first.conversation_id)
+            item.result.add_turn(first.conversation_id, first.known_tenant.id)
         return
     _stored(item, ids[item.msg.wamid], item.msg.starts_turn)
 
@@ -218,7 +218,7 @@ def _stored(item: Item, message_id: int, starts_turn: bool) -> None:
         wa_type=item.msg.wa_type, message_id=message_id)
     item.result.count("message")
     if starts_turn:
-        item.result.add_turn(item.conversation_id)
+        item.result.add_turn(item.conversation_id, item.known_tenant.id)
 
 
 def _unknown_number(session: Session, msg: InboundMessage, result: IngestResult,

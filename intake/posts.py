@@ -90,8 +90,10 @@ def store_posts(stores: Stores, posts: list[tuple[bytes, datetime]], *,
     elif failed is not None:
         group = {}  # nothing of the group was kept: each POST alone
     stored_at = time.perf_counter()
-    turns_failed = _enqueue_turns(stores, sorted({
-        c for k, p in group.items() if k not in outcomes for c in p.result.turn_conversation_ids}))
+    kept = [p.result for k, p in group.items() if k not in outcomes]
+    turns_failed = _enqueue_turns(
+        stores, sorted({c for r in kept for c in r.turn_conversation_ids}),
+        {c: t for r in kept for c, t in r.turn_tenants.items()})
     done: dict[tuple[str, int], StoreUnavailable | None] = {}
     for k in rest:
         if k not in outcomes:
@@ -181,7 +183,8 @@ def _inbound_only(body: bytes) -> list[InboundMessage] | None:
         return None
 
 
-def _enqueue_turns(stores: Stores, conversation_ids: list[int]) -> StoreUnavailable | None:
+def _enqueue_turns(stores: Stores, conversation_ids: list[int],
+                   tenants: dict[int, int]) -> StoreUnavailable | None:
     """Enqueue the group's turns in one Redis transaction (storage.jobs.enqueue_turns: a
     conversation whose turn is queued and has not read the database yet gets none, since it
     will see our committed messages). None when done; the error every POST that needs a turn
@@ -191,7 +194,8 @@ def _enqueue_turns(stores: Stores, conversation_ids: list[int]) -> StoreUnavaila
     settings = stores.settings
     try:
         enqueue_turns(stores.queue, settings.redis_prefix, conversation_ids,
-                      job_timeout=settings.turn_job_timeout, at=_turn_at(settings))
+                      job_timeout=settings.turn_job_timeout, at=_turn_at(settings),
+                      tenants=tenants)
     except (RedisError, RuntimeError) as exc:
         return StoreUnavailable(f"cannot enqueue turns: {exc}")
     return None
@@ -238,7 +242,8 @@ def _store_and_enqueue(stores: Stores, body: bytes, now: datetime) -> IngestResu
                                   *((c, "rederive") for c in result.rederive_conversation_ids),
                                   *((c, "turn") for c in result.turn_conversation_ids)]:
         try:
-            _enqueue(stores, conversation_id, kind=kind)
+            _enqueue(stores, conversation_id, kind=kind,
+                     tenant_id=result.turn_tenants.get(conversation_id))
         except StoreUnavailable as exc:
             failed = failed or exc
     if failed is not None:
@@ -246,7 +251,8 @@ def _store_and_enqueue(stores: Stores, body: bytes, now: datetime) -> IngestResu
     return result
 
 
-def _enqueue(stores: Stores, conversation_id: int, kind: str = "turn") -> None:
+def _enqueue(stores: Stores, conversation_id: int, kind: str = "turn",
+             tenant_id: int | None = None) -> None:
     settings = stores.settings
     try:
         if kind == "facts":
@@ -255,6 +261,7 @@ def _enqueue(stores: Stores, conversation_id: int, kind: str = "turn") -> None:
             enqueue_rederive(stores.queue, settings.redis_prefix, conversation_id)
         else:
             enqueue_turn(stores.queue, settings.redis_prefix, conversation_id,
-                         job_timeout=settings.turn_job_timeout, at=_turn_at(settings))
+                         job_timeout=settings.turn_job_timeout, at=_turn_at(settings),
+                         tenant_id=tenant_id)
     except (RedisError, RuntimeError) as exc:
         raise StoreUnavailable(f"cannot enqueue turn: {exc}") from exc

@@ -13,6 +13,7 @@ and in cron), not RQ's scheduler. A running job holds its conversation's lock
 (`storage.keys.lock_key`).
 """
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -38,15 +39,18 @@ WEBHOOK_JOB = "workers.webhooks.deliver"
 WEBHOOK_JOB_TIMEOUT = 30  # seconds: one HTTP call of at most 5 s (hooks/client.py) and its rows
 INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conversation" id
 TOKEN_TTL_SECONDS = 6 * 3600
+_TENANT_TAG = re.compile(r"-t(\d+)$")  # a turn job id's tenant (`job_id_for`)
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
         "else return 0 end")
 
 
 def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversation_id: int, *,
                       job_timeout: int = 300, at: datetime | None = None,
-                      attempt: int = 1, at_front: bool = False, outage: int = 0) -> str | None:
+                      attempt: int = 1, at_front: bool = False, outage: int = 0,
+                      tenant_id: int | None = None) -> str | None:
     """Enqueue `func(conversation_id=..., attempt=...)` unless a job of `kind` is already queued
-    for this conversation; returns the new job id, or None when coalesced.
+    for this conversation; returns the new job id, or None when coalesced. `tenant_id` tags
+    the job id (`job_id_for`).
 
     `at` (aware) schedules it for later (retries on the product's clock); `at_front` puts a job
     run at once ahead of the queued ones; `outage` > 0 is passed on as `outage=` (the retries
@@ -54,16 +58,33 @@ def enqueue_coalesced(queue: Queue, prefix: str, kind: str, func: str, conversat
     """
     return enqueue_coalesced_many(queue, prefix, kind, func, [conversation_id],
                                   job_timeout=job_timeout, at=at, attempt=attempt,
-                                  at_front=at_front, outage=outage)[conversation_id]
+                                  at_front=at_front, outage=outage,
+                                  tenants=None if tenant_id is None else
+                                  {conversation_id: tenant_id})[conversation_id]
 
 
 MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: read it again
 
 
+def job_id_for(kind: str, conversation_id: int, tenant_id: int | None = None) -> str:
+    """A new job id: `{kind}-{conversation_id}-{12 hex}`, and `-t{tenant_id}` when the enqueuer
+    knows the tenant (the webhook's turns): the tag the fair move of due jobs reads
+    (storage/scheduled.py), without a fetch of the job."""
+    job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
+    return job_id if tenant_id is None else f"{job_id}-t{tenant_id}"
+
+
+def tenant_of(job_id: str) -> int | None:
+    """The tenant tag of a job id (`job_id_for`), or None for an untagged one."""
+    found = _TENANT_TAG.search(job_id)
+    return int(found.group(1)) if found else None
+
+
 def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
                            conversation_ids: list[int], *, job_timeout: int = 300,
                            at: datetime | None = None, attempt: int = 1,
-                           at_front: bool = False, outage: int = 0) -> dict[int, str | None]:
+                           at_front: bool = False, outage: int = 0,
+                           tenants: dict[int, int] | None = None) -> dict[int, str | None]:
     """`enqueue_coalesced` for many conversations (the webhook enqueues a group commit's turns
     this way). Returns conversation_id -> new job id, or None when coalesced.
 
@@ -75,7 +96,8 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
     token changes meanwhile (another web process, a worker starting a job), the EXEC is
     refused and those conversations are enqueued one at a time instead, each retried at most
     MAX_WATCH_ATTEMPTS times (then RuntimeError). Raises redis.exceptions.RedisError when
-    Redis fails; every job already made then stays (each EXEC is atomic).
+    Redis fails; every job already made then stays (each EXEC is atomic). `tenants`
+    (conversation_id -> tenant_id, where known) tags the job ids (`job_id_for`).
     """
     ids = list(dict.fromkeys(conversation_ids))
     result: dict[int, str | None] = {c: None for c in ids}
@@ -88,7 +110,8 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
 
     def watched(some: list[int]) -> dict[int, str | None]:
         return _enqueue_watched(queue, prefix, kind, func, some, job_timeout=job_timeout,
-                                at=at, attempt=attempt, at_front=at_front, outage=outage)
+                                at=at, attempt=attempt, at_front=at_front, outage=outage,
+                                tenants=tenants or {})
 
     if len(missing) > 1:
         try:
@@ -111,7 +134,8 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
 
 def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[int], *,
                      job_timeout: int, at: datetime | None, attempt: int,
-                     at_front: bool = False, outage: int = 0) -> dict[int, str | None]:
+                     at_front: bool = False, outage: int = 0,
+                     tenants: dict[int, int]) -> dict[int, str | None]:
     """One transaction: WATCH the tokens of `ids`, read them, then set the missing ones and
     create their jobs in MULTI/EXEC. Raises WatchError when a token changed meanwhile (nothing
     is then written)."""
@@ -130,7 +154,7 @@ def _enqueue_watched(queue: Queue, prefix: str, kind: str, func: str, ids: list[
             pipe.sadd(queue.redis_queues_keys, queue.key)
         scheduled: dict[str, int] = {}
         for conversation_id, token in todo:
-            job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
+            job_id = job_id_for(kind, conversation_id, tenants.get(conversation_id))
             pipe.set(token, job_id, ex=TOKEN_TTL_SECONDS)
             kwargs = {"conversation_id": conversation_id, "attempt": attempt}
             if outage:
@@ -166,18 +190,22 @@ def _schedule(queue: Queue, pipe: Any, func: str, kwargs: dict[str, Any], job_id
 
 def enqueue_turn(queue: Queue, prefix: str, conversation_id: int, *, job_timeout: int = 300,
                  at: datetime | None = None, attempt: int = 1,
-                 outage: int = 0) -> str | None:
+                 outage: int = 0, tenant_id: int | None = None) -> str | None:
     """Enqueue a turn for the conversation (coalesced: at most one queued). `outage` counts the
-    retries of a turn a database or Redis error stopped (`workers.jobs.retry_after_outage`)."""
+    retries of a turn a database or Redis error stopped (`workers.jobs.retry_after_outage`);
+    `tenant_id` tags it for the fair move of due jobs (storage/scheduled.py)."""
     return enqueue_coalesced(queue, prefix, "turn", TURN_JOB, conversation_id,
-                             job_timeout=job_timeout, at=at, attempt=attempt, outage=outage)
+                             job_timeout=job_timeout, at=at, attempt=attempt, outage=outage,
+                             tenant_id=tenant_id)
 
 
 def enqueue_turns(queue: Queue, prefix: str, conversation_ids: list[int], *,
-                  job_timeout: int = 300, at: datetime | None = None) -> dict[int, str | None]:
-    """Enqueue a turn for each conversation, in one transaction (`enqueue_coalesced_many`)."""
+                  job_timeout: int = 300, at: datetime | None = None,
+                  tenants: dict[int, int] | None = None) -> dict[int, str | None]:
+    """Enqueue a turn for each conversation, in one transaction (`enqueue_coalesced_many`);
+    `tenants` (conversation_id -> tenant_id) tags them for the fair move of due jobs."""
     return enqueue_coalesced_many(queue, prefix, "turn", TURN_JOB, conversation_ids,
-                                  job_timeout=job_timeout, at=at)
+                                  job_timeout=job_timeout, at=at, tenants=tenants)
 
 
 def enqueue_flush(queue: Queue, prefix: str, conversation_id: int, *,

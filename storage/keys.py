@@ -54,6 +54,13 @@ def provider_down_key(prefix: str) -> str:
     return f"{prefix}:provider:down"
 
 
+def tenant_pause_key(prefix: str, tenant_id: int) -> str:
+    """Set, with a TTL, while a tenant's turns wait for the Anthropic 429's `retry-after` it got
+    (workers/jobs.pause_tenant): the move of due jobs holds that tenant's turns meanwhile
+    (storage/scheduled.enqueue_due)."""
+    return f"{prefix}:tenant:{tenant_id}:paused"
+
+
 def recovery_key(prefix: str) -> str:
     """The guard of one recovery reconcile per Redis loss (workers/keeper.py)."""
     return f"{prefix}:recovery"

@@ -68,3 +68,13 @@ def test_redis_killed_and_restarted_empty_workers_wait_and_answer_within_30_s() 
     assert result.after_fault_s["max"] <= 30, result
     assert result.extra["workers_alive"] == 2 and result.extra["cron_alive"], result
     assert all(lines >= 1 for lines in result.extra["redis_wait_lines"]), result
+
+
+def test_two_worker_processes_share_the_turns_and_run_none_twice() -> None:
+    """Issue 43 (scale-out): two `wagent worker`, each its own process and Redis connection,
+    against one Redis and one PostgreSQL; no fault. Each took turns, no turn job ran in both,
+    and no message was answered twice (the Graph double's sends)."""
+    result = _run("steady")
+    assert all(count >= 1 for count in result.extra["turns_per_worker"]), result
+    assert sum(result.extra["turns_per_worker"]) >= 10, result
+    assert result.extra["turn_jobs_run_twice"] == 0, result

@@ -31,6 +31,7 @@ from intake.group import store_group
 from intake.items import Pending
 from intake.result import IngestResult
 from storage.db import session_scope
+from storage.jobs import tenant_of
 from storage.messages import wamid_hash
 from storage.models import Contact, Conversation, DeadLetter, Message, WamidTombstone
 from storage.tenants import upsert_tenant
@@ -279,6 +280,8 @@ async def test_concurrent_posts_store_every_message_once(
         assert not list(session.exec(select(DeadLetter)))
     queue = Queue("t", connection=redis_client)
     assert queue.count + ScheduledJobRegistry(queue=queue).count == 40
+    tenant_id = stored[0].tenant_id  # every turn tagged with its tenant: the fair move's key
+    assert {tenant_of(i) for i in ScheduledJobRegistry(queue=queue).get_job_ids()} == {tenant_id}
 
 
 async def test_concurrent_posts_get_503_when_the_database_is_down(

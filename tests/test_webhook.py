@@ -30,6 +30,7 @@ from intake import ingest
 from storage import contacts, messages
 from storage import facts as fact_repo
 from storage.db import make_engine, session_scope
+from storage.jobs import tenant_of
 from storage.models import Contact, ContactFact, Conversation, DeadLetter, Message, Outbound
 from storage.tenants import upsert_tenant
 from tests import database_faults
@@ -362,6 +363,7 @@ async def test_text_is_stored_stamped_in_tenant_time_and_a_turn_is_queued(
     due = ScheduledJobRegistry(queue=queue).get_scheduled_time(job)
     assert timedelta(seconds=1) < due - START <= timedelta(seconds=3), "a 2 s debounce"
     assert job.args == () and job.kwargs["conversation_id"] == conversation.id
+    assert tenant_of(job_id) == conversation.tenant_id, "tagged for the fair move"
     assert "Oi!" not in json.dumps(job.kwargs) and ANA_WA not in json.dumps(job.kwargs)
 
 

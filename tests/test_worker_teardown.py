@@ -18,9 +18,9 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue, Worker
 
-from workers.processes import InlineWorker, PatientWorker
+from workers.processes import InlineWorker, LongLivedWorker, PatientWorker
 
-WORKER_CLASSES = [InlineWorker, PatientWorker]
+WORKER_CLASSES = [InlineWorker, PatientWorker, LongLivedWorker]
 SETTLE_SECONDS = 10.0  # a bound on a wait that ends within milliseconds; never reached when green
 
 

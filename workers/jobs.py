@@ -12,7 +12,7 @@ from typing import Any
 
 import anthropic
 import structlog
-from redis.exceptions import LockError, LockNotOwnedError, RedisError
+from redis.exceptions import LockError, LockNotOwnedError, RedisError, WatchError
 from redis.lock import Lock
 from rq import get_current_job
 
@@ -22,9 +22,10 @@ from hooks.errors import DeliveryError
 from storage import fences
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
-from storage.jobs import consume_token
-from storage.keys import lock_key
+from storage.jobs import consume_token, tenant_of
+from storage.keys import lock_key, tenant_pause_key
 from storage.models import Usage
+from storage.scheduled import enqueue_due
 from workers import heartbeats, outages
 from workers.model_calls import create_counted, record
 from workers.runtime import Runtime, get_runtime
@@ -36,6 +37,10 @@ LOCK_REFRESHES = 3  # a held lock's TTL is renewed this many times per TTL
 # last one), so it runs within 15 s of the service coming back; the product's clock.
 OUTAGE_DELAYS = tuple(timedelta(seconds=s) for s in (1, 2, 4, 8, 15))
 OUTAGE_MAX_RETRIES = 60  # about 15 minutes; past that the reconciler takes over once it is back
+# A tenant's turns held after one of them got an Anthropic 429 (`pause_tenant`): its
+# `retry-after`, else this, never more than the max (seconds).
+TENANT_PAUSE_DEFAULT = 10.0
+TENANT_PAUSE_MAX = 60.0
 
 # reenqueue(runtime, conversation_id, at, attempt, outage): the job's own enqueue function
 Reenqueue = Callable[[Runtime, int, datetime, int, int], object]
@@ -111,6 +116,7 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
         try:
             if job is not None:
                 consume_token(runtime.redis, prefix, kind, conversation_id, job.id)
+                _next_of_tenant(runtime, job.id)
             with held_lock(runtime, lock_kind or kind, conversation_id,
                            blocking_timeout=blocking_timeout) as held:
                 if not held:
@@ -129,6 +135,19 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
                 raise
             return retry_after_outage(runtime, kind, conversation_id, attempt=attempt,
                                       outage=outage, exc=exc, reenqueue=reenqueue)
+
+
+def _next_of_tenant(runtime: Runtime, job_id: str) -> None:
+    """A tenant-tagged job (storage/jobs.job_id_for) has left the queue: the next due job of
+    its tenant may take its place now, not at the keeper's next tick (storage/scheduled.py,
+    fair shares). A Redis error leaves it to the keeper."""
+    if tenant_of(job_id) is None:
+        return
+    try:
+        enqueue_due(runtime.queue, now=clock.now(), batches=1,
+                    prefix=runtime.settings.redis_prefix)
+    except (RedisError, WatchError):
+        pass
 
 
 def _run_fenced(runtime: Runtime, conversation_id: int, work: Callable[[], str]) -> str:
@@ -248,6 +267,33 @@ def retry_later(runtime: Runtime, kind: str, conversation_id: int, *, attempt: i
     log.warning(f"{event}_retry_scheduled", attempt=attempt, delay_s=delay.total_seconds(),
                 error=error, cause=cause, request_id=getattr(exc, "request_id", None))
     return "retry_scheduled"
+
+
+def pause_tenant(runtime: Runtime, tenant_id: int, exc: BaseException) -> float | None:
+    """After an Anthropic 429 (`RateLimitError`) in one of the tenant's turns: hold the tenant's
+    other due turns for the `retry-after` it gave (TENANT_PAUSE_DEFAULT without one, at most
+    TENANT_PAUSE_MAX seconds; storage/keys.tenant_pause_key, read by the move of due jobs), so
+    the backpressure slows that tenant, not every business. Returns the seconds, None for
+    another error. A Redis error is left to the turn's own retry."""
+    if not isinstance(exc, anthropic.RateLimitError):
+        return None
+    seconds = _retry_after(exc)
+    try:
+        runtime.redis.set(tenant_pause_key(runtime.settings.redis_prefix, tenant_id), "1",
+                          px=int(seconds * 1000))
+    except RedisError:
+        return None
+    log.warning("tenant_paused_after_429", tenant_id=tenant_id, seconds=seconds)
+    return seconds
+
+
+def _retry_after(exc: anthropic.RateLimitError) -> float:
+    raw = exc.response.headers.get("retry-after") if exc.response is not None else None
+    try:
+        seconds = float(raw) if raw is not None else TENANT_PAUSE_DEFAULT
+    except ValueError:
+        seconds = TENANT_PAUSE_DEFAULT
+    return min(max(seconds, 1.0), TENANT_PAUSE_MAX)
 
 
 def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int | None,

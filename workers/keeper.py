@@ -89,7 +89,7 @@ class Keeper:
                 return 0
             heartbeats.reap(self.redis, self.queue, self.prefix,
                             job_timeout=self.turn_job_timeout)  # a dead horse's turn
-            return enqueue_due(self.queue, now=clock.now())
+            return enqueue_due(self.queue, now=clock.now(), prefix=self.prefix)
         except RedisError as exc:
             if self.down_since is None:
                 self.down_since = time.monotonic()

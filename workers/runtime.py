@@ -79,15 +79,17 @@ _fork_safe = False  # children forked from this process keep `_runtime` (prepare
 
 
 def prepare_worker_parent(settings: Settings) -> Runtime:
-    """Build the runtime in `wagent worker`'s parent, before RQ forks a work horse per job,
-    and warm what every horse would otherwise build again: the TLS contexts of the two HTTP
-    clients, the SQLAlchemy mappers, the dialect's first-connect checks and the SDK's response
-    parsers (measured in bench/load.py: 0.39 CPU-s a turn before, most of it this).
+    """Build the runtime in `wagent worker`'s supervisor, before it forks its long-lived work
+    process (workers/processes.py), and warm what each new work process would otherwise build:
+    the TLS contexts of the two HTTP clients, the SQLAlchemy mappers, the dialect's
+    first-connect checks and the SDK's response parsers (measured in bench/load.py: 0.39
+    CPU-s a turn before, most of it this).
 
     Forking is safe because the parent does no I/O with it: the engine's pool is discarded in
     the child (storage/db.py), redis-py opens new connections when the pid changes, and the
-    HTTP clients' pools are empty. Every horse forked from the parent inherits it; a process
-    forked from a horse (which has used it) builds its own.
+    HTTP clients' pools are empty. Every work process forked from the parent inherits it, and
+    keeps its pools warm from job to job; a process forked from a work process (which has used
+    it) builds its own.
     """
     global _runtime, _fork_safe
     configure_mappers()
@@ -95,7 +97,7 @@ def prepare_worker_parent(settings: Settings) -> Runtime:
     try:  # the dialect checks the server once per engine; a database down now is not fatal
         with runtime.engine.connect():
             pass
-    except Exception:  # noqa: BLE001 (the horse connects again, and reports it)
+    except Exception:  # noqa: BLE001 (the work process connects again, and reports it)
         pass
     runtime.engine.dispose()
     _warm_sdk_parsers()

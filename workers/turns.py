@@ -57,6 +57,7 @@ from workers.jobs import (
     RETRY_POLICIES,
     call_model,
     connection_cause,
+    pause_tenant,
     record_call_usage,
     retry_later,
     run_coalesced,
@@ -313,6 +314,7 @@ def _after_provider_failure(runtime: Runtime, state: ConversationState, hooks: "
     on the last, the messages held when this conversation already got the apology in this
     outage (`Outcome.HELD`), else None (the apology goes out)."""
     last = not RETRY.may_retry(attempt, runtime)
+    pause_tenant(runtime, state.tenant_id, exc)  # a 429 slows this tenant's other turns
     failed = _provider_failed(runtime, state, exc, attempt=attempt, last=last)
     if not last:
         return Outcome(retry_later(runtime, "turn", state.conversation_id, attempt=attempt,

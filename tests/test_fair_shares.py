@@ -1,0 +1,123 @@
+"""Fair shares between tenants (issue 43): the move of due jobs (storage/scheduled.enqueue_due)
+puts at most TENANT_WAITING_CAP tagged turns of one tenant in the queue; the rest stay due, in
+order, and follow one by one as that tenant's turns start (workers/jobs.run_coalesced). A 429
+pauses only the tenant that got it (workers/jobs.pause_tenant)."""
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import anthropic
+import httpx2
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rq import Queue
+from rq.registry import ScheduledJobRegistry
+
+from storage.jobs import enqueue_turn, enqueue_turns, job_id_for, tenant_of
+from storage.keys import tenant_pause_key
+from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share, overdue_seconds
+from workers.jobs import TENANT_PAUSE_DEFAULT, TENANT_PAUSE_MAX, pause_tenant
+
+NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
+PREFIX = "fair"
+
+
+def _schedule(queue: Queue, tenant: int | None, conversations: range, *, ago: int) -> None:
+    at = NOW - timedelta(seconds=ago)  # due; older first
+    tenants = None if tenant is None else dict.fromkeys(conversations, tenant)
+    enqueue_turns(queue, PREFIX, list(conversations), at=at, tenants=tenants)
+
+
+def test_a_job_id_carries_its_tenant_and_an_untagged_one_none() -> None:
+    assert tenant_of(job_id_for("turn", 12, 7)) == 7
+    assert tenant_of(job_id_for("turn", 12)) is None
+    assert job_id_for("turn", 12, 7).startswith("turn-12-")
+
+
+def test_a_flood_of_one_tenant_puts_only_its_cap_ahead_of_the_others(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    _schedule(queue, 1, range(1, 501), ago=10)  # tenant 1: 500 customers, first
+    _schedule(queue, 2, range(1001, 1004), ago=5)  # tenant 2: three, after (capped too)
+    _schedule(queue, None, range(2001, 2003), ago=5)  # untagged (a retry, a console's turn)
+
+    moved = enqueue_due(queue, now=NOW)
+
+    assert moved == 2 * TENANT_WAITING_CAP + 2
+    order = [tenant_of(i) for i in queue.job_ids]
+    assert order == [1] * TENANT_WAITING_CAP + [2] * TENANT_WAITING_CAP + [None, None]
+    registry = ScheduledJobRegistry(queue=queue)
+    assert registry.count == 503 - 2 * TENANT_WAITING_CAP, "the rest wait, still due"
+    assert enqueue_due(queue, now=NOW) == 0, "nothing more while tenant 1 has its cap waiting"
+    assert overdue_seconds(queue, now=NOW) == 0.0, "held back by the cap is not late"
+
+
+def test_a_started_turn_lets_the_next_of_its_tenant_in_oldest_first(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    for k, conversation in enumerate(range(1, 11)):
+        enqueue_turn(queue, PREFIX, conversation, at=NOW - timedelta(seconds=60 - k),
+                     tenant_id=1)
+    enqueue_due(queue, now=NOW)
+    first = queue.job_ids[0]
+    queue.remove(first)  # a worker took it
+
+    assert enqueue_due(queue, now=NOW, batches=1) == 1
+    conversations = [queue.fetch_job(i).kwargs["conversation_id"] for i in queue.job_ids]
+    assert conversations == [2, 3], "the oldest due of the tenant, in order"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(1, 4)), max_size=40),
+       st.dictionaries(st.integers(1, 4), st.integers(0, 3)), st.integers(1, 3))
+def test_the_fair_share_keeps_order_and_never_passes_a_tenants_cap(
+        tenants: list[int | None], waiting: dict[int, int], cap: int) -> None:
+    ids = [job_id_for("turn", n, t) for n, t in enumerate(tenants)]
+    counts = Counter(waiting)
+    take = fair_share(ids, counts, cap)
+
+    assert take == [i for i in ids if i in set(take)], "in the registry's order"
+    assert all(i in take for i in ids if tenant_of(i) is None), "untagged jobs always move"
+    for tenant in {t for t in tenants if t is not None}:
+        mine = [i for i in ids if tenant_of(i) == tenant]
+        taken = [i for i in take if tenant_of(i) == tenant]
+        assert taken == mine[:len(taken)], "a tenant's oldest first"
+        assert len(taken) == max(0, min(len(mine), cap - waiting.get(tenant, 0)))
+        assert counts[tenant] == waiting.get(tenant, 0) + len(taken)
+
+
+def test_a_tenant_paused_after_a_429_moves_nothing_while_the_others_move(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    _schedule(queue, 1, range(1, 4), ago=10)
+    _schedule(queue, 2, range(11, 13), ago=5)
+    redis_client.set(tenant_pause_key(PREFIX, 1), "1", px=30_000)
+
+    assert enqueue_due(queue, now=NOW, prefix=PREFIX) == 2
+    assert {tenant_of(i) for i in queue.job_ids} == {2}, "only tenant 1 slows down"
+
+    redis_client.delete(tenant_pause_key(PREFIX, 1))  # its retry-after has passed
+    assert enqueue_due(queue, now=NOW, prefix=PREFIX) == TENANT_WAITING_CAP
+
+
+def _rate_limited(headers: dict[str, str]) -> anthropic.RateLimitError:
+    request = httpx2.Request("POST", "http://anthropic.invalid/v1/messages")
+    return anthropic.RateLimitError("rate limited", response=httpx2.Response(
+        429, headers=headers, request=request), body=None)
+
+
+def test_a_429_pauses_its_tenant_for_its_retry_after_within_bounds(
+        redis_client: redis.Redis) -> None:
+    runtime: Any = SimpleNamespace(redis=redis_client,
+                                   settings=SimpleNamespace(redis_prefix=PREFIX))
+    assert pause_tenant(runtime, 3, _rate_limited({"retry-after": "7"})) == 7.0
+    assert 6_000 < redis_client.pttl(tenant_pause_key(PREFIX, 3)) <= 7_000
+    assert pause_tenant(runtime, 4, _rate_limited({})) == TENANT_PAUSE_DEFAULT
+    assert pause_tenant(runtime, 5, _rate_limited({"retry-after": "9999"})) == TENANT_PAUSE_MAX
+    assert pause_tenant(runtime, 6, _rate_limited({"retry-after": "soon"})) == \
+        TENANT_PAUSE_DEFAULT
+    assert pause_tenant(runtime, 7, RuntimeError("not a 429")) is None
+    assert redis_client.get(tenant_pause_key(PREFIX, 7)) is None
