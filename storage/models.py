@@ -410,6 +410,33 @@ class Appointment(SQLModel, table=True):
     # who the visit is for when not the contact who booked it ("filha: Ana"); it still
     # counts in that contact's upcoming bookings
     for_name: str = Field(default="", max_length=100)
+    # the series this visit is an occurrence of (issue 46: VisitSeries); NULL: a single visit
+    series_id: int | None = Field(default=None, index=True)
+
+
+class VisitSeries(SQLModel, table=True):
+    """Recurring visits (issue 46): an RFC 5545 `rule` (core/recurrence.py) from the first
+    visit's local start, with its services (codes, in order) and professional. Its visits
+    are normal appointments carrying `series_id`, created ahead through `booked_through` (a
+    local day inside the booking horizon, moved on by agent/tools/series.extend). `pending`:
+    the occurrences that could not be placed (a block, a holiday, another booking), each
+    {"n": position, "start": local YYYY-MM-DDTHH:MM, "reason": text}, until one is booked
+    for them. `ended_at`: the rest was cancelled; no more visits are created."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    professional_id: int = Field(foreign_key="professional.id")
+    services: list[str] = Field(default_factory=list, sa_type=JSONType)
+    rule: str = Field(max_length=200)
+    first_local: str = Field(max_length=16)  # the first visit, local YYYY-MM-DDTHH:MM (DTSTART)
+    booked_through: date
+    pending: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    note: str = Field(default="", max_length=200)
+    for_name: str = Field(default="", max_length=100)
+    booked_by: str = Field(default="customer", max_length=16)
+    created_at: datetime
+    ended_at: datetime | None = None
 
 
 class ScheduleBlock(SQLModel, table=True):
