@@ -209,6 +209,8 @@ def add_conversation_commands(sub: Any) -> None:
     _pnid(cancel)
     cancel.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
     cancel.add_argument("--service", help=SERVICE_HELP)
+    cancel.add_argument("--rest", action="store_true",
+                        help="a series' visit: cancel it and the series' later visits")
     cancel.set_defaults(run="cli.appointments:cancel")
     add_agenda_commands(app_sub)
 
@@ -227,6 +229,8 @@ def add_agenda_commands(app_sub: Any) -> None:
     who.add_argument("--phone", help="the customer's phone (a new contact when unknown)")
     book.add_argument("--name", default="", help="a new contact's name")
     book.add_argument("--note", default="")
+    book.add_argument("--repeat", help="a recurring series: an RFC 5545 RRULE from --start, "
+                                       "e.g. FREQ=WEEKLY;BYDAY=TU;COUNT=10")
     book.set_defaults(run="cli.agenda:book")
     move = app_sub.add_parser("move", help="move an upcoming booking")
     _pnid(move)

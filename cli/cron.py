@@ -1,5 +1,5 @@
 """`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention, the webhooks'
-sweep, the reminders pass), each guarded per period, so one cron is enough and a second is
+sweep, the reminders pass, the series pass), each guarded per period, so one cron is enough and a second is
 harmless; a keeper too."""
 
 import argparse
@@ -13,6 +13,7 @@ from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, recon
 from workers.outages import PROBE_PERIOD_SECONDS, run_probe
 from workers.processes import run_cron
 from workers.reminders import REMINDERS_PERIOD_SECONDS, run_reminders
+from workers.series import SERIES_PERIOD_SECONDS, run_series
 from workers.sweeper import sweep_inactive
 
 # what `wagent cron` runs: (name, job, period in seconds); deploy/systemd/wagent-cron.service
@@ -24,6 +25,7 @@ JOBS: tuple[tuple[str, Callable[[], object], int], ...] = (
     ("webhooks sweep", webhooks.sweep, SWEEP_PERIOD_SECONDS),
     ("reminders pass", run_reminders, REMINDERS_PERIOD_SECONDS),
     ("provider probe", run_probe, PROBE_PERIOD_SECONDS),
+    ("series pass", run_series, SERIES_PERIOD_SECONDS),
 )
 
 

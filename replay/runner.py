@@ -126,7 +126,7 @@ EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversatio
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
                 "appointments": {"service", "services", "start", "status", "confirmed",
-                                 "for_name", "note"},
+                                 "for_name", "note", "series"},
                 "facts": {"key", "value", "state", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts", "probe"}
@@ -504,7 +504,8 @@ class _Runner:
         done = self.env.cron()
         self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
                  f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
-                 f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
+                 f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}"
+                 f"{f', {n} series visit(s) placed' if (n := done['series']) else ''}]")
         self._show_activity()
 
     def _sweep(self, _where: str, _step: dict[str, Any]) -> None:
@@ -843,7 +844,7 @@ def appointment_entries(session: Session, tenant: Tenant) -> list[dict[str, Any]
             (appointment, service))
     return [{"service": group[0][1].code, "services": [s.code for _, s in group],
              "status": group[0][0].status, "for_name": group[0][0].for_name,
-             "note": group[0][0].note,
+             "note": group[0][0].note, "series": group[0][0].series_id,
              "confirmed": all(a.confirmed_at is not None for a, _ in group),
              "start": group[0][0].start_at.astimezone(tz).replace(tzinfo=None)
              .isoformat(timespec="minutes")} for group in groups.values()]

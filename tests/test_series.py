@@ -6,6 +6,7 @@ series pass), and is cancelled one visit or the rest at a time; staff do the sam
 operations/agenda.py."""
 
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -18,9 +19,11 @@ from sqlmodel import col, select
 from agent.tools import series
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from cli.main import main
 from core.recurrence import MAX_OCCURRENCES, RuleError, checked_rule, occurrences, total
 from operations import agenda
 from operations.errors import Invalid
+from replay.runner import run_scenario_file
 from storage.db import session_scope
 from storage.models import Appointment, Contact, Conversation, Reminder, Tenant, VisitSeries
 from storage.tenants import upsert_tenant
@@ -245,3 +248,14 @@ def test_the_occurrences_are_the_rules_count_in_order_at_the_first_time(
 def test_a_rule_that_is_not_a_string_is_refused() -> None:
     with pytest.raises(RuleError):
         checked_rule(["FREQ=WEEKLY"])
+
+
+def test_the_series_scenario(database_url: str | None, redis_url: str | None) -> None:
+    """tests/scenarios/series/holiday_and_rest.json (issue 46, "How to show it"): the series
+    of four with the holiday listed for a new time, the limit counting it once, the rest
+    cancelled from the second, and staff's series through `wagent` steps."""
+    result = run_scenario_file(Path(__file__).parent / "scenarios" / "series" /
+                               "holiday_and_rest.json", database_url=database_url,
+                               redis_url=redis_url, cli=main)
+    assert result.passed, result.failures
+    assert result.api_errors == 0 and result.unscripted_calls == 0

@@ -105,12 +105,14 @@ def agenda_book(p: Page) -> PageResult:
         body = service.validated(agenda_ops.StaffBooking, {
             "service": _form(p, "service"), "start": f"{day}T{_form(p, 'time')}",
             "then": then,  # the visit's next services, in order (issue 38)
-            **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note")
-               if _form(p, k)}})
+            **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note",
+                                        "repeat") if _form(p, k)}})
         booked = agenda_ops.book(p.session, p.tenant, body, now=p.now)
         said = f"{booked['start'][11:]} {booked['professional_name']}" if "visit" not in \
             booked else ", ".join(f"{row['start'][11:]} {row['service_name']} "
                                   f"({row['professional_name']})" for row in booked["visit"])
+        if "series" in booked:  # issue 46: the series, with what needs a new time
+            said += f" ({booked['series']['summary']})"
         return f"{agenda_texts(_language(p))['booked']}: {said}"
     return _agenda_action(p, act)
 
@@ -144,6 +146,15 @@ def agenda_outcome(p: Page) -> PageResult:
         agenda_ops.set_outcome(p.session, p.tenant, _record(p, "appointment_id"),
                                _form(p, "outcome"), now=p.now)
         return agenda_texts(_language(p))["marked"]
+    return _agenda_action(p, act)
+
+
+def agenda_cancel_series(p: Page) -> PageResult:
+    """Cancel a series from this visit on (issue 46; operations/agenda.cancel_series)."""
+    def act(day: str) -> str:
+        done = agenda_ops.cancel_series(p.session, p.tenant, _record(p, "appointment_id"),
+                                        now=p.now)
+        return f"{agenda_texts(_language(p))['series_cancelled']}: {len(done['cancelled'])}"
     return _agenda_action(p, act)
 
 

@@ -18,6 +18,9 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "block_removed": "Bloqueio removido", "marked": "Anotado", "kept": "mantidos",
         "day_link": "Ver o dia", "nothing": "Nada marcado.", "new_start": "Novo início",
         "visit": "Visita", "then_service": "Depois, na mesma visita (opcional)",
+        "repeat": "Repetir (RRULE, opcional: FREQ=WEEKLY;BYDAY=TU;COUNT=10)",
+        "series": "Série", "cancel_series": "Cancelar daqui em diante",
+        "series_cancelled": "Série cancelada daqui em diante; agendamentos cancelados",
     },
     "en": {
         "title": "Day agenda", "previous_day": "← Previous day", "next_day": "Next day →",
@@ -33,6 +36,9 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "block_removed": "Block removed", "marked": "Noted", "kept": "kept",
         "day_link": "See the day", "nothing": "Nothing booked.", "new_start": "New start",
         "visit": "Visit", "then_service": "Then, in the same visit (optional)",
+        "repeat": "Repeat (RRULE, optional: FREQ=WEEKLY;BYDAY=TU;COUNT=10)",
+        "series": "Series", "cancel_series": "Cancel from here on",
+        "series_cancelled": "Series cancelled from here on; bookings cancelled",
     },
 }
 
@@ -66,6 +72,8 @@ _PT_BR: list[tuple[str, str]] = [
      r"\1 não existe neste fuso (o relógio é adiantado nesse dia)"),
     (r"end: (\S+) is not after start (\S+)", r"o fim (\1) deve ser depois do início (\2)"),
     (r"contact or phone is required", "informe o telefone ou o contato"),
+    (r"appointment #(\d+) is no upcoming visit of a series",
+     r"o agendamento #\1 não é uma visita futura de uma série"),
 ]
 
 

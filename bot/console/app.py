@@ -21,6 +21,7 @@ from aiohttp import web
 from bot.console.agenda import (
     agenda_block,
     agenda_book,
+    agenda_cancel_series,
     agenda_move,
     agenda_outcome,
     agenda_page,
@@ -134,6 +135,8 @@ def setup_console(app: web.Application) -> None:
          agenda_outcome),
         ("POST", "/console/agenda/appointments/{appointment_id}/move", "appointments",
          agenda_move),
+        ("POST", "/console/agenda/appointments/{appointment_id}/cancel-series", "appointments",
+         agenda_cancel_series),
         ("GET", "/console/webhooks", "webhooks", webhooks_page),
         ("POST", "/console/webhooks", "webhooks", add_webhook),
         ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),
