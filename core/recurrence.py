@@ -24,25 +24,25 @@ def checked_rule(text: object) -> str:
     finer than DAILY or coarser than MONTHLY, a part that changes the time of day, neither
     COUNT nor UNTIL (a series ends), COUNT over MAX_OCCURRENCES, or an UNTIL in UTC ("Z")."""
     if not isinstance(text, str) or not text.strip() or len(text) > RULE_CHARS:
-        raise RuleError(f"repeat must be an RFC 5545 RRULE of at most {RULE_CHARS} characters, "
-                        "e.g. FREQ=WEEKLY;COUNT=10")
+        raise RuleError(f"not an RFC 5545 RRULE of at most {RULE_CHARS} characters, e.g. "
+                        "FREQ=WEEKLY;COUNT=10")
     rule = text.strip().upper().removeprefix("RRULE:")
     parts = dict(part.partition("=")[::2] for part in rule.split(";") if part)
     if "FREQ" not in parts:
-        raise RuleError("repeat is not an RFC 5545 RRULE (FREQ=...;COUNT=...)")
+        raise RuleError("not an RFC 5545 RRULE (FREQ=...;COUNT=...)")
     if any(key in parts for key in _REFUSED_PARTS):
-        raise RuleError("repeat keeps the first visit's time: no DTSTART, BYHOUR, BYMINUTE "
+        raise RuleError("a series keeps the first visit's time: no DTSTART, BYHOUR, BYMINUTE "
                         "or BYSECOND")
     if "COUNT" not in parts and "UNTIL" not in parts:
-        raise RuleError("repeat needs COUNT (visits) or UNTIL (YYYYMMDD): a series ends")
+        raise RuleError("the RRULE needs COUNT (visits) or UNTIL (YYYYMMDD): a series ends")
     if parts.get("UNTIL", "").endswith("Z"):
         raise RuleError("UNTIL is a local date, YYYYMMDD (no Z)")
     try:
         parsed = _parse(rule, datetime(2000, 1, 3, 12, 0))
     except (ValueError, TypeError, KeyError) as exc:
-        raise RuleError(f"repeat is not an RFC 5545 RRULE ({exc})") from None
+        raise RuleError(f"not an RFC 5545 RRULE ({exc})") from None
     if parsed._freq not in _FREQUENCIES:
-        raise RuleError("repeat's FREQ must be DAILY, WEEKLY or MONTHLY")
+        raise RuleError("the RRULE's FREQ must be DAILY, WEEKLY or MONTHLY")
     if parsed._count is not None and not 2 <= parsed._count <= MAX_OCCURRENCES:
         raise RuleError(f"COUNT must be from 2 to {MAX_OCCURRENCES}")
     return rule

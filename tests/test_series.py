@@ -1,5 +1,5 @@
 """Issue 46 (1): recurring visits. A series booked by the agent (`book_appointment`'s
-`repeat`, an RFC 5545 RRULE) places its visits within the horizon, counts one in the
+`rrule`, an RFC 5545 RRULE) places its visits within the horizon, counts one in the
 per-customer limit, lists an occurrence colliding with a holiday or a block as needing a new
 time (the customer's next booking of it joins the series), grows as the horizon moves (the
 series pass), and is cancelled one visit or the rest at a time; staff do the same through
@@ -77,7 +77,7 @@ def test_a_weekly_series_of_four_lists_the_holiday_for_a_new_time_and_counts_one
     pair = _setup(engine)
     said, is_error = _agent(engine, pair, "book_appointment", {
         "service": "fisio", "start": "2026-04-07T19:00", "professional": "julia",
-        "repeat": "FREQ=WEEKLY;BYDAY=TU;COUNT=4"}, "s1")
+        "rrule": "FREQ=WEEKLY;BYDAY=TU;COUNT=4"}, "s1")
     assert not is_error, said
     assert [start for start, _ in _booked(engine)] == [
         "2026-04-07T19:00", "2026-04-14T19:00", "2026-04-28T19:00"]
@@ -111,10 +111,10 @@ def test_cancelling_the_rest_from_the_second_keeps_the_first_and_ends_the_series
     pair = _setup(engine)
     said, is_error = _agent(engine, pair, "book_appointment", {
         "service": "fisio", "start": "2026-04-07T19:00",
-        "repeat": "FREQ=WEEKLY;COUNT=4"}, "s1")
+        "rrule": "FREQ=WEEKLY;COUNT=4"}, "s1")
     assert not is_error, said
     cancelled, is_error = _agent(engine, pair, "cancel_appointment",
-                                 {"appointment_id": 2, "rest": True}, "c1")
+                                 {"appointment_id": 2, "rest_of_series": True}, "c1")
     assert not is_error, cancelled
     assert "2026-04-14" in cancelled and "2026-04-28" in cancelled
     assert _booked(engine) == [("2026-04-07T19:00", 1)]
@@ -132,21 +132,21 @@ def test_one_visit_of_a_series_is_cancelled_alone_and_rest_needs_a_series(
         engine: Engine) -> None:
     pair = _setup(engine)
     _agent(engine, pair, "book_appointment", {
-        "service": "fisio", "start": "2026-04-07T19:00", "repeat": "FREQ=WEEKLY;COUNT=4"}, "s1")
+        "service": "fisio", "start": "2026-04-07T19:00", "rrule": "FREQ=WEEKLY;COUNT=4"}, "s1")
     _, is_error = _agent(engine, pair, "cancel_appointment", {"appointment_id": 2}, "c1")
     assert not is_error
     assert [s for s, _ in _booked(engine)] == ["2026-04-07T19:00", "2026-04-28T19:00"]
     single, _ = _agent(engine, pair, "book_appointment", {
         "service": "pilates", "start": "2026-04-08T10:00"}, "p1")
     refused, is_error = _agent(engine, pair, "cancel_appointment",
-                               {"appointment_id": 4, "rest": True}, "c2")
+                               {"appointment_id": 4, "rest_of_series": True}, "c2")
     assert is_error and "no series" in refused and "nothing was cancelled" in refused
 
 
 def test_a_moved_visit_of_a_series_stays_in_it(engine: Engine) -> None:
     pair = _setup(engine, max_upcoming_bookings=1)
     _agent(engine, pair, "book_appointment", {
-        "service": "fisio", "start": "2026-04-07T19:00", "repeat": "FREQ=WEEKLY;COUNT=2"}, "s1")
+        "service": "fisio", "start": "2026-04-07T19:00", "rrule": "FREQ=WEEKLY;COUNT=2"}, "s1")
     moved, is_error = _agent(engine, pair, "reschedule_appointment",
                              {"appointment_id": 2, "start": "2026-04-15T19:00"}, "m1")
     assert not is_error, moved  # at the limit of 1: the series still counts one
@@ -157,7 +157,7 @@ def test_the_series_pass_places_the_visits_the_horizon_reaches(engine: Engine) -
     pair = _setup(engine)
     _agent(engine, pair, "book_appointment", {
         "service": "fisio", "start": "2026-04-07T19:00",
-        "repeat": "FREQ=WEEKLY;INTERVAL=2;COUNT=5"}, "s1")
+        "rrule": "FREQ=WEEKLY;INTERVAL=2;COUNT=5"}, "s1")
     assert len(_booked(engine)) == 2  # 7 Apr and 5 May (21 Apr, Tiradentes: pending) in 30 days
     later = NOW + timedelta(days=30)
     with session_scope(engine) as session:
@@ -177,24 +177,24 @@ def test_a_blocked_occurrence_is_pending_with_the_block_as_reason(engine: Engine
             now=NOW)
     said, is_error = _agent(engine, pair, "book_appointment", {
         "service": "pilates", "start": "2026-04-07T19:00", "professional": "julia",
-        "repeat": "FREQ=WEEKLY;COUNT=2"}, "s1")
+        "rrule": "FREQ=WEEKLY;COUNT=2"}, "s1")
     assert not is_error and "Tue 2026-04-14 19:00 (that time is no longer free" in said
 
 
-@pytest.mark.parametrize(("repeat", "wanted"), [
+@pytest.mark.parametrize(("rrule", "wanted"), [
     ("FREQ=HOURLY;COUNT=3", "DAILY, WEEKLY or MONTHLY"),
     ("FREQ=WEEKLY", "COUNT"),
     ("FREQ=WEEKLY;COUNT=500", f"COUNT must be from 2 to {MAX_OCCURRENCES}"),
     ("FREQ=WEEKLY;BYHOUR=9;COUNT=3", "BYHOUR"),
     ("FREQ=WEEKLY;UNTIL=20260601T000000Z", "no Z"),
     ("toda terça", "not an RFC 5545 RRULE"),
-    ("FREQ=WEEKLY;BYDAY=WE;COUNT=3", "not a day of repeat"),
+    ("FREQ=WEEKLY;BYDAY=WE;COUNT=3", "not a day of the rrule"),
 ])
-def test_a_bad_repeat_is_refused_and_books_nothing(engine: Engine, repeat: str,
+def test_a_bad_repeat_is_refused_and_books_nothing(engine: Engine, rrule: str,
                                                    wanted: str) -> None:
     pair = _setup(engine)
     said, is_error = _agent(engine, pair, "book_appointment", {
-        "service": "fisio", "start": "2026-04-07T19:00", "repeat": repeat}, "s1")
+        "service": "fisio", "start": "2026-04-07T19:00", "rrule": rrule}, "s1")
     assert is_error and wanted in said, said
     assert _booked(engine) == []
 

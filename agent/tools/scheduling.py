@@ -189,7 +189,7 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     reply = checked_reply(args.get("reply"))
     note = checked_note(session, ctx, args.get("note"))
     for_name = _for_name(args.get("for_name"))
-    rule = _repeat(args.get("repeat"), start, ctx.timezone)
+    rule = _rrule(args.get("rrule"), start, ctx.timezone)
     # a visit for an occurrence of the customer's series that needs a new time joins it
     joining = None if rule else series.pending_for(session, ctx.tenant_id, ctx.contact_id,
                                                    [s.code for s in services])
@@ -216,8 +216,8 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     return said + reply_note(reply, _facts(session, ctx, rows, also=also))
 
 
-def _repeat(value: Any, start: datetime, tz: ZoneInfo) -> str | None:
-    """book_appointment's `repeat` → the checked RRULE (None: one visit); ToolError naming
+def _rrule(value: Any, start: datetime, tz: ZoneInfo) -> str | None:
+    """book_appointment's `rrule` → the checked RRULE (None: one visit); ToolError naming
     the problem (core/recurrence.checked_rule), or a start that is not the rule's first."""
     if value is None or value == "":
         return None
@@ -227,8 +227,8 @@ def _repeat(value: Any, start: datetime, tz: ZoneInfo) -> str | None:
         raise ToolError(f"{exc}; nothing was booked") from None
     local = start.astimezone(tz).replace(tzinfo=None)
     if not starts_on_rule(rule, local):
-        raise ToolError(f"start {local:%a %Y-%m-%d} is not a day of repeat {rule}; nothing "
-                        "was booked")
+        raise ToolError(f"start {local:%a %Y-%m-%d} is not a day of the rrule {rule}; "
+                        "nothing was booked")
     return rule
 
 
@@ -253,7 +253,7 @@ BOOK_APPOINTMENT = Tool(
         "professional": _CODE,
         "for_name": {"type": "string", "description": "Optional: who, if someone else"},
         "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY,
-        "repeat": {"type": "string", "description": "Optional RRULE: a series"}},
+        "rrule": {"type": "string"}},  # a series (issue 46): the name says it
         "required": ["start"]},
     handler=book_appointment, reply=sent_reply)
 
@@ -296,7 +296,7 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
                                "cancellations")
     one = _one_service(session, rows, args.get("service"))
     cancelled = [one] if one is not None else rows
-    if args.get("rest"):  # this visit and the later ones of its series
+    if args.get("rest_of_series"):  # this visit and the later ones of its series
         cancelled = _cancel_rest(session, ctx, rows, one)
     for row in cancelled:
         row.status, row.cancelled_at = "cancelled", ctx.now
@@ -321,21 +321,21 @@ CANCEL_APPOINTMENT = Tool(
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
         "reply": REPLY_PROPERTY,
-        "rest": {"type": "boolean", "description": "Also its series' later visits"}},
+        "rest_of_series": {"type": "boolean"}},  # this visit and its series' later ones
         "required": ["appointment_id"]},
     handler=cancel_appointment, reply=sent_reply)
 
 
 def _cancel_rest(session: Session, ctx: ToolContext, rows: list[Appointment],
                  one: Appointment | None) -> list[Appointment]:
-    """cancel_appointment's `rest`: the visit `rows` and its series' later visits (cancelled
+    """cancel_appointment's `rest_of_series`: the visit `rows` and its series' later visits (cancelled
     by series.end_from, returned by start); ToolError when the visit is no series' or a
     single service was named."""
     made = session.get(VisitSeries, rows[0].series_id) if rows[0].series_id else None
     if made is None or one is not None:
         raise ToolError(f"appointment #{_number(rows)} is "
                         + ("one visit of no series" if made is None else
-                           "a series visit: rest cancels whole visits, without service")
+                           "a series visit: rest_of_series cancels whole visits, without service")
                         + "; nothing was cancelled")
     return series.end_from(session, made, rows[0].start_at, now=ctx.now)
 
