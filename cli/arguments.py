@@ -62,7 +62,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
         "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
         "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "
         "notice_template, address, coexistence, keep_cpf, holiday_calendar, "
-        "open_holidays.")
+        "open_holidays, feed_notes.")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "

@@ -86,6 +86,9 @@ class Tenant(SQLModel, table=True):
     keep_cpf: bool = False
     holiday_calendar: str = Field(default="", max_length=64)
     open_holidays: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    # issue 46: the calendar feeds show appointment notes (default: the service and the
+    # customer's first name only)
+    feed_notes: bool = False
 
 
 class Service(SQLModel, table=True):
@@ -437,6 +440,21 @@ class VisitSeries(SQLModel, table=True):
     booked_by: str = Field(default="customer", max_length=16)
     created_at: datetime
     ended_at: datetime | None = None
+
+
+class CalendarFeed(SQLModel, table=True):
+    """An iCalendar feed URL (issue 46; operations/feeds.py): a professional's agenda, or the
+    business's (`professional_id` NULL). `token` is the URL's secret (secrets.token_urlsafe,
+    256 bits): shown in the console, so kept as such; a revoked feed (`revoked_at`) answers
+    404 and a reissue is a new row with a new token."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    professional_id: int | None = Field(default=None, foreign_key="professional.id",
+                                        ondelete="CASCADE")
+    token: str = Field(max_length=64, unique=True)
+    created_at: datetime
+    revoked_at: datetime | None = None
 
 
 class ScheduleBlock(SQLModel, table=True):

@@ -246,6 +246,10 @@ class TenantSettings(_Strict):
                              AfterValidator(lambda v: v if v is None else sorted(set(v)))] = \
         Field(None, max_length=100, description="public holidays (YYYY-MM-DD) the business "
                                                 "opens")
+    # issue 46: the iCalendar feeds (operations/feeds.py)
+    feed_notes: bool | None = Field(
+        None, description="the calendar feeds show appointment notes; default false: the "
+                          "service and the customer's first name only")
 
     @field_validator("timezone")
     @classmethod

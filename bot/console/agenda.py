@@ -10,6 +10,7 @@ from bot.console.frame import Page, PageResult, Redirect, _language, path_id
 from bot.console.texts import translate_problem
 from operations import agenda as agenda_ops
 from operations import catalogue as catalogue_ops
+from operations import feeds as feed_ops
 from operations import service
 from operations.errors import MAPPED, Conflict, admin_error
 from storage.tenant_config import WEEKDAYS
@@ -75,6 +76,8 @@ def agenda_page(p: Page) -> PageResult:
                            "previous_day": (day - timedelta(days=1)).isoformat(),
                            "next_day": (day + timedelta(days=1)).isoformat(),
                            "services": catalogue_ops.active_services(p.session, p.tenant),
+                           "feeds": feed_ops.feed_views(p.session, p.tenant,
+                                                        str(p.request.url.origin())),
                            "at": agenda_texts(_language(p))}
 
 
@@ -146,6 +149,18 @@ def agenda_outcome(p: Page) -> PageResult:
         agenda_ops.set_outcome(p.session, p.tenant, _record(p, "appointment_id"),
                                _form(p, "outcome"), now=p.now)
         return agenda_texts(_language(p))["marked"]
+    return _agenda_action(p, act)
+
+
+def agenda_feed(p: Page) -> PageResult:
+    """Issue (or reissue) or revoke a calendar feed URL (issue 46; operations/feeds.py)."""
+    def act(day: str) -> str:
+        texts = agenda_texts(_language(p))
+        if _form(p, "action") == "revoke":
+            feed_ops.revoke(p.session, p.tenant, _form(p, "professional"), now=p.now)
+            return texts["feed_revoked"]
+        feed_ops.reissue(p.session, p.tenant, _form(p, "professional"), now=p.now)
+        return texts["feed_issued"]
     return _agenda_action(p, act)
 
 

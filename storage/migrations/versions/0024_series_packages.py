@@ -1,8 +1,10 @@
-"""recurring visits (issue 46): the `visitseries` table and `appointment.series_id`.
+"""recurring visits and calendar feeds (issue 46): the `visitseries` table,
+`appointment.series_id`, the `calendarfeed` table and the tenants' `feed_notes`.
 
 A series is a recurrence rule with its services and professional; its visits are ordinary
-appointment rows carrying `series_id` (NULL on every row written before). The downgrade drops
-both; the visits stay as single visits.
+appointment rows carrying `series_id` (NULL on every row written before). A calendar feed is a
+URL token per professional or for the business. The downgrade drops them all; the visits stay
+as single visits.
 
 Revision ID: 0024
 Revises: 0022
@@ -52,9 +54,30 @@ def upgrade() -> None:
     with op.batch_alter_table("appointment", schema=None) as batch_op:
         batch_op.add_column(sa.Column("series_id", sa.Integer(), nullable=True))
         batch_op.create_index("ix_appointment_series_id", ["series_id"])
+    op.create_table(
+        "calendarfeed",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("tenant_id", sa.Integer(), nullable=False),
+        sa.Column("professional_id", sa.Integer(), nullable=True),
+        sa.Column("token", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("revoked_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenant.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["professional_id"], ["professional.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("token"),
+    )
+    op.create_index("ix_calendarfeed_tenant_id", "calendarfeed", ["tenant_id"])
+    with op.batch_alter_table("tenant", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("feed_notes", sa.Boolean(), nullable=False,
+                                      server_default=sa.false()))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("tenant", schema=None) as batch_op:
+        batch_op.drop_column("feed_notes")
+    op.drop_index("ix_calendarfeed_tenant_id", table_name="calendarfeed")
+    op.drop_table("calendarfeed")
     with op.batch_alter_table("appointment", schema=None) as batch_op:
         batch_op.drop_index("ix_appointment_series_id")
         batch_op.drop_column("series_id")
