@@ -114,7 +114,7 @@ def test_cancelling_the_rest_from_the_second_keeps_the_first_and_ends_the_series
         "rrule": "FREQ=WEEKLY;COUNT=4"}, "s1")
     assert not is_error, said
     cancelled, is_error = _agent(engine, pair, "cancel_appointment",
-                                 {"appointment_id": 2, "rest_of_series": True}, "c1")
+                                 {"appointment_id": 2, "series": True}, "c1")
     assert not is_error, cancelled
     assert "2026-04-14" in cancelled and "2026-04-28" in cancelled
     assert _booked(engine) == [("2026-04-07T19:00", 1)]
@@ -139,7 +139,7 @@ def test_one_visit_of_a_series_is_cancelled_alone_and_rest_needs_a_series(
     single, _ = _agent(engine, pair, "book_appointment", {
         "service": "pilates", "start": "2026-04-08T10:00"}, "p1")
     refused, is_error = _agent(engine, pair, "cancel_appointment",
-                               {"appointment_id": 4, "rest_of_series": True}, "c2")
+                               {"appointment_id": 4, "series": True}, "c2")
     assert is_error and "no series" in refused and "nothing was cancelled" in refused
 
 

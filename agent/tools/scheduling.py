@@ -72,6 +72,7 @@ _OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: c" + NOTE_PROPERTY[
     "description"][1:]}
 _LOCAL_TIME = {"type": "string", "description": "Local YYYY-MM-DDTHH:MM"}
 _CODE = {"type": "string", "description": "Optional"}  # a professional's code: the name says it
+_OPTIONAL = _CODE  # a property whose name says what it takes
 
 
 def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -253,7 +254,7 @@ BOOK_APPOINTMENT = Tool(
         "professional": _CODE,
         "for_name": {"type": "string", "description": "Optional: who, if someone else"},
         "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY,
-        "rrule": {"type": "string"}},  # a series (issue 46): the name says it
+        "rrule": _OPTIONAL},  # a series (issue 46): the name says what it takes
         "required": ["start"]},
     handler=book_appointment, reply=sent_reply)
 
@@ -296,7 +297,7 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
                                "cancellations")
     one = _one_service(session, rows, args.get("service"))
     cancelled = [one] if one is not None else rows
-    if args.get("rest_of_series"):  # this visit and the later ones of its series
+    if args.get("series"):  # this visit and the later ones of its series
         cancelled = _cancel_rest(session, ctx, rows, one)
     for row in cancelled:
         row.status, row.cancelled_at = "cancelled", ctx.now
@@ -321,21 +322,21 @@ CANCEL_APPOINTMENT = Tool(
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
         "reply": REPLY_PROPERTY,
-        "rest_of_series": {"type": "boolean"}},  # this visit and its series' later ones
+        "series": {"type": "boolean", "description": "Optional"}},  # it and later ones
         "required": ["appointment_id"]},
     handler=cancel_appointment, reply=sent_reply)
 
 
 def _cancel_rest(session: Session, ctx: ToolContext, rows: list[Appointment],
                  one: Appointment | None) -> list[Appointment]:
-    """cancel_appointment's `rest_of_series`: the visit `rows` and its series' later visits (cancelled
+    """cancel_appointment's `series`: the visit `rows` and its series' later visits (cancelled
     by series.end_from, returned by start); ToolError when the visit is no series' or a
     single service was named."""
     made = session.get(VisitSeries, rows[0].series_id) if rows[0].series_id else None
     if made is None or one is not None:
         raise ToolError(f"appointment #{_number(rows)} is "
                         + ("one visit of no series" if made is None else
-                           "a series visit: rest_of_series cancels whole visits, without service")
+                           "a series visit: series cancels whole visits, without service")
                         + "; nothing was cancelled")
     return series.end_from(session, made, rows[0].start_at, now=ctx.now)
 
