@@ -1,6 +1,6 @@
 """`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention, the webhooks'
-sweep, the reminders pass, the series pass), each guarded per period, so one cron is enough and a second is
-harmless; a keeper too."""
+sweep, the reminders pass, the series pass), each guarded per period, so one cron is enough
+and a second is harmless; a keeper too."""
 
 import argparse
 from collections.abc import Callable

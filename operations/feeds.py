@@ -64,8 +64,8 @@ def fingerprint(session: Session, tenant: Tenant, feed: CalendarFeed, now: datet
     day (the window moves daily)."""
     since, until = _window(tenant, now)
     a = session.exec(select(func.count(), func.max(Appointment.id),
-                            func.max(Appointment.created_at), func.max(Appointment.cancelled_at),
-                            func.count(Appointment.cancelled_at)).where(
+                            func.max(Appointment.created_at),
+                            func.max(Appointment.cancelled_at)).where(
         Appointment.tenant_id == tenant.id, col(Appointment.start_at) >= since,
         col(Appointment.start_at) < until,
         *_of_feed(feed, Appointment.professional_id))).one()
@@ -106,7 +106,7 @@ def build(session: Session, tenant: Tenant, feed: CalendarFeed, now: datetime) -
         .order_by(col(ScheduleBlock.start_at))).all()
     for block in blocks:
         calendar.add_component(_block_event(session, tenant, block, now=now))
-    return calendar.to_ical()
+    return bytes(calendar.to_ical())
 
 
 def _origins(session: Session, rows: list[Appointment]) -> dict[int, tuple[int, int]]:

@@ -37,8 +37,8 @@ from workers.maintenance import reconcile_pending
 from workers.outages import probe
 from workers.processes import InlineWorker
 from workers.reminders import reminder_pass
-from workers.series import series_pass
 from workers.runtime import build_runtime, set_runtime
+from workers.series import series_pass
 from workers.sweeper import close_due, sweep_horizon
 
 T = TypeVar("T")

@@ -4,6 +4,7 @@ one; a revoked or unknown token finds nothing (the web answers 404)."""
 
 import secrets
 from datetime import datetime
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -19,7 +20,7 @@ def live(session: Session, tenant_id: int) -> list[CalendarFeed]:
     return sorted(rows, key=lambda f: (f.professional_id is not None, f.professional_id or 0))
 
 
-def _scope(tenant_id: int, professional_id: int | None) -> tuple[object, ...]:
+def _scope(tenant_id: int, professional_id: int | None) -> tuple[Any, ...]:
     return (CalendarFeed.tenant_id == tenant_id, col(CalendarFeed.revoked_at).is_(None),
             col(CalendarFeed.professional_id).is_(None) if professional_id is None
             else CalendarFeed.professional_id == professional_id)

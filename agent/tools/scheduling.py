@@ -454,11 +454,11 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     availability.visit_slots places it); raises ToolError when the time is not bookable:
     past, sooner than the tenant's notice, beyond its horizon (the visit's start), the
     customer already at the tenant's limit of upcoming visits (not checked when joining
-    `visit_id`, nor `in_series`: a series counts one), overlapping the customer's own booking, or, with the professional(s)
-    (availability.place): outside their hours, off the slot grid (the visit's start), or
-    taken. `hints`: a professional per service (a move keeps each one's); else the one
-    find_available_slots would have offered. Each message says why, so the model can
-    explain it in the customer's words."""
+    `visit_id`, nor `in_series`: a series counts one), overlapping the customer's own
+    booking, or, with the professional(s) (availability.place): outside their hours, off
+    the slot grid (the visit's start), or taken. `hints`: a professional per service (a
+    move keeps each one's); else the one find_available_slots would have offered. Each
+    message says why, so the model can explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, services[0], start)
     if visit_id is None and not in_series:
