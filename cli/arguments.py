@@ -62,7 +62,7 @@ def add_tenant_commands(tenant_sub: Any) -> None:
         "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
         "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "
         "notice_template, address, coexistence, keep_cpf, holiday_calendar, "
-        "open_holidays, feed_notes.")
+        "open_holidays, feed_notes, no_show_uses_session.")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "
@@ -213,6 +213,7 @@ def add_conversation_commands(sub: Any) -> None:
                         help="a series' visit: cancel it and the series' later visits")
     cancel.set_defaults(run="cli.appointments:cancel")
     add_agenda_commands(app_sub)
+    add_package_commands(sub)
 
 
 def add_agenda_commands(app_sub: Any) -> None:
@@ -263,3 +264,34 @@ def add_agenda_commands(app_sub: Any) -> None:
     _pnid(day)
     day.add_argument("day", help="YYYY-MM-DD")
     day.set_defaults(run="cli.agenda:day")
+
+
+def add_package_commands(sub: Any) -> None:
+    """`wagent packages define|sell|adjust|list` (operations/packages.py, issue 46)."""
+    packages = sub.add_parser("packages", help="session packages and authorisations")
+    pk_sub = packages.add_subparsers(title="packages commands")
+    define = pk_sub.add_parser("define", help="create or change a package the business sells")
+    _pnid(define)
+    define.add_argument("code")
+    define.add_argument("--name", required=True)
+    define.add_argument("--service", required=True, help="the service code it covers")
+    define.add_argument("--sessions", type=int, required=True)
+    define.add_argument("--validity-days", type=int, required=True)
+    define.add_argument("--price-cents", type=int)
+    define.set_defaults(run="cli.packages:define")
+    sell = pk_sub.add_parser("sell", help="a package for a customer")
+    _pnid(sell)
+    sell.add_argument("package", help="package code")
+    sell.add_argument("--contact", required=True, help="contact id, phone or user id")
+    sell.add_argument("--authorisation", default="", help="a health plan's number")
+    sell.add_argument("--expires-on", help="YYYY-MM-DD (default: the package's validity)")
+    sell.set_defaults(run="cli.packages:sell")
+    adjust = pk_sub.add_parser("adjust", help="set the sessions used of a customer's package")
+    _pnid(adjust)
+    adjust.add_argument("id", type=int, help="the customer package's id")
+    adjust.add_argument("--used", type=int, required=True)
+    adjust.set_defaults(run="cli.packages:adjust")
+    listing = pk_sub.add_parser("list", help="a customer's live packages")
+    _pnid(listing)
+    listing.add_argument("--contact", required=True)
+    listing.set_defaults(run="cli.packages:list_packages")

@@ -40,6 +40,7 @@ from agent.tools import availability, series
 from agent.tools.facts_rules import note_problem
 from agent.tools.slots import local_exists, local_to_utc, overlaps
 from core.recurrence import RULE_CHARS, RuleError, checked_rule, starts_on_rule
+from operations import packages
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
 from storage import appointments, reminders, webhooks
@@ -477,12 +478,15 @@ def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: 
         raise Conflict(f"appointment #{appointment_id} is {row.status}")
     if row.start_at > now:
         raise Conflict(f"appointment #{appointment_id} has not started yet")
-    for item in appointments.booked(appointments.visit_rows(
-            session, appointments.visit_of(row), lock=True)):
+    visit = appointments.booked(appointments.visit_rows(
+        session, appointments.visit_of(row), lock=True))
+    first_mark = [item for item in visit if not item.outcome]  # a second mark counts nothing
+    for item in visit:
         item.outcome, item.outcome_at = outcome, now
         item.outcome_note = note
         session.add(item)
     session.flush()
+    packages.use_sessions(session, tenant, first_mark, outcome, now=now)  # issue 46
     return appointment_view(session, row, ZoneInfo(tenant.timezone))
 
 

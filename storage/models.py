@@ -89,6 +89,8 @@ class Tenant(SQLModel, table=True):
     # issue 46: the calendar feeds show appointment notes (default: the service and the
     # customer's first name only)
     feed_notes: bool = False
+    # issue 46: a no-show uses a session of the customer's package (default: it does)
+    no_show_uses_session: bool = True
 
 
 class Service(SQLModel, table=True):
@@ -440,6 +442,37 @@ class VisitSeries(SQLModel, table=True):
     booked_by: str = Field(default="customer", max_length=16)
     created_at: datetime
     ended_at: datetime | None = None
+
+
+class Package(SQLModel, table=True):
+    """A package the tenant sells (issue 46; operations/packages.py): `sessions` visits of
+    service `service_code`, valid `validity_days` from the sale, at `price_cents`."""
+
+    __table_args__ = (UniqueConstraint("tenant_id", "code"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    code: str = Field(max_length=64)
+    name: str = Field(max_length=200)
+    service_code: str = Field(max_length=64)
+    sessions: int
+    validity_days: int
+    price_cents: int | None = None
+
+
+class CustomerPackage(SQLModel, table=True):
+    """A customer's package (issue 46): `used` of `sessions`, counted when a visit of its
+    service is completed (and on a no-show by the tenant's `no_show_uses_session`), until
+    `expires_on` (local day, included); a health plan's `authorisation` number."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    package_id: int = Field(foreign_key="package.id", ondelete="CASCADE")
+    sessions: int
+    used: int = 0
+    authorisation: str = Field(default="", max_length=64)
+    expires_on: date
+    created_at: datetime
 
 
 class CalendarFeed(SQLModel, table=True):

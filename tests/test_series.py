@@ -259,3 +259,14 @@ def test_the_series_scenario(database_url: str | None, redis_url: str | None) ->
                                redis_url=redis_url, cli=main)
     assert result.passed, result.failures
     assert result.api_errors == 0 and result.unscripted_calls == 0
+
+
+def test_the_package_scenario(database_url: str | None, redis_url: str | None) -> None:
+    """tests/scenarios/series/package_sessions.json (issue 46, "How to show it"): a package
+    of 10 with 2 completed and 1 no-show (not counted by the clinic's rule) shows "2 de 10
+    usadas" in the model's context; a second mark counts nothing."""
+    result = run_scenario_file(Path(__file__).parent / "scenarios" / "series" /
+                               "package_sessions.json", database_url=database_url,
+                               redis_url=redis_url, cli=main)
+    assert result.passed, result.failures
+    assert result.api_errors == 0 and result.unscripted_calls == 0

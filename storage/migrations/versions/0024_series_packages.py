@@ -71,10 +71,52 @@ def upgrade() -> None:
     with op.batch_alter_table("tenant", schema=None) as batch_op:
         batch_op.add_column(sa.Column("feed_notes", sa.Boolean(), nullable=False,
                                       server_default=sa.false()))
+        batch_op.add_column(sa.Column("no_show_uses_session", sa.Boolean(), nullable=False,
+                                      server_default=sa.true()))
+    op.create_table(
+        "package",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("tenant_id", sa.Integer(), nullable=False),
+        sa.Column("code", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("name", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=False),
+        sa.Column("service_code", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column("sessions", sa.Integer(), nullable=False),
+        sa.Column("validity_days", sa.Integer(), nullable=False),
+        sa.Column("price_cents", sa.Integer(), nullable=True),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenant.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("tenant_id", "code"),
+    )
+    op.create_index("ix_package_tenant_id", "package", ["tenant_id"])
+    op.create_table(
+        "customerpackage",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("tenant_id", sa.Integer(), nullable=False),
+        sa.Column("contact_id", sa.Integer(), nullable=False),
+        sa.Column("package_id", sa.Integer(), nullable=False),
+        sa.Column("sessions", sa.Integer(), nullable=False),
+        sa.Column("used", sa.Integer(), nullable=False),
+        sa.Column("authorisation", sqlmodel.sql.sqltypes.AutoString(length=64),
+                  nullable=False),
+        sa.Column("expires_on", sa.Date(), nullable=False),
+        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenant.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["contact_id"], ["contact.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["package_id"], ["package.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_customerpackage_tenant_id", "customerpackage", ["tenant_id"])
+    op.create_index("ix_customerpackage_contact_id", "customerpackage", ["contact_id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_customerpackage_contact_id", table_name="customerpackage")
+    op.drop_index("ix_customerpackage_tenant_id", table_name="customerpackage")
+    op.drop_table("customerpackage")
+    op.drop_index("ix_package_tenant_id", table_name="package")
+    op.drop_table("package")
     with op.batch_alter_table("tenant", schema=None) as batch_op:
+        batch_op.drop_column("no_show_uses_session")
         batch_op.drop_column("feed_notes")
     op.drop_index("ix_calendarfeed_tenant_id", table_name="calendarfeed")
     op.drop_table("calendarfeed")
