@@ -37,4 +37,4 @@ def list_packages(args: argparse.Namespace, session: Any, tenant: Any, now: date
     contact = find_contact(session, tenant, args.contact)
     today = now.astimezone(ZoneInfo(tenant.timezone)).date()
     return [packages.view(session, cp) for cp, _ in packages.of_contact(
-        session, tenant.id, contact.id, today)]
+        session, tenant.id, contact.id or 0, today)]
