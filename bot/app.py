@@ -1,4 +1,4 @@
-"""The web process: webhook, admin API, console, health, metrics.
+"""The web process: webhook, admin API, console, calendar feeds, health, metrics.
 
 It never calls Claude or the Graph API.
 """
@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 from bot.admin.api import setup_admin
 from bot.bodies import BODY_BUDGET, LINGER_SECONDS, BodyBudget
 from bot.console.app import setup_console
+from bot.feeds import setup_feeds
 from bot.metrics import setup_metrics
 from bot.routes import route_template
 from bot.webhook import receive_update, verify_challenge
@@ -55,6 +56,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     app.router.add_get("/health", health)
     setup_admin(app)
     setup_console(app)
+    setup_feeds(app)
     setup_metrics(app)
     return app
 

@@ -18,7 +18,7 @@ def book(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> 
         k: v for k, v in (("service", first), ("then", then), ("start", args.start),
                           ("professional", args.professional), ("contact", args.contact),
                           ("phone", args.phone), ("name", args.name), ("note", args.note),
-                          ("for_name", args.for_name))
+                          ("for_name", args.for_name), ("repeat", args.repeat))
         if v})
     return agenda.book(session, tenant, body, now=now)
 

@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from cli.admin import run_for_tenant
-from operations import service
+from operations import agenda, service
 
 
 @run_for_tenant
@@ -19,5 +19,8 @@ def list_appointments(args: argparse.Namespace, session: Any, tenant: Any,
 
 @run_for_tenant
 def cancel(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
-    row_id = service.row_of_booking(session, tenant, args.booking_number, args.service)
+    row_id = service.row_of_booking(session, tenant, args.booking_number, args.service,
+                                    whole_visit=args.rest)
+    if args.rest:  # the visit and its series' later ones (issue 46)
+        return agenda.cancel_series(session, tenant, row_id, now=now)
     return service.cancel_appointment(session, tenant, row_id, now=now)

@@ -222,8 +222,11 @@ def add_conversation_commands(sub: Any) -> None:
     _pnid(cancel)
     cancel.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
     cancel.add_argument("--service", help=SERVICE_HELP)
+    cancel.add_argument("--rest", action="store_true",
+                        help="a series' visit: cancel it and the series' later visits")
     cancel.set_defaults(run="cli.appointments:cancel")
     add_agenda_commands(app_sub)
+    add_package_commands(sub)
 
 
 def add_agenda_commands(app_sub: Any) -> None:
@@ -241,6 +244,8 @@ def add_agenda_commands(app_sub: Any) -> None:
     who.add_argument("--phone", help="the customer's phone (a new contact when unknown)")
     book.add_argument("--name", default="", help="a new contact's name")
     book.add_argument("--note", default="")
+    book.add_argument("--repeat", help="a recurring series: an RFC 5545 RRULE from --start, "
+                                       "e.g. FREQ=WEEKLY;BYDAY=TU;COUNT=10")
     book.set_defaults(run="cli.agenda:book")
     move = app_sub.add_parser("move", help="move an upcoming booking")
     _pnid(move)
@@ -280,3 +285,34 @@ def add_agenda_commands(app_sub: Any) -> None:
     offer.add_argument("--professional", required=True)
     offer.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
     offer.set_defaults(run="cli.agenda:waitlist_offer")
+
+
+def add_package_commands(sub: Any) -> None:
+    """`wagent packages define|sell|adjust|list` (operations/packages.py, issue 46)."""
+    packages = sub.add_parser("packages", help="session packages and authorisations")
+    pk_sub = packages.add_subparsers(title="packages commands")
+    define = pk_sub.add_parser("define", help="create or change a package the business sells")
+    _pnid(define)
+    define.add_argument("code")
+    define.add_argument("--name", required=True)
+    define.add_argument("--service", required=True, help="the service code it covers")
+    define.add_argument("--sessions", type=int, required=True)
+    define.add_argument("--validity-days", type=int, required=True)
+    define.add_argument("--price-cents", type=int)
+    define.set_defaults(run="cli.packages:define")
+    sell = pk_sub.add_parser("sell", help="a package for a customer")
+    _pnid(sell)
+    sell.add_argument("package", help="package code")
+    sell.add_argument("--contact", required=True, help="contact id, phone or user id")
+    sell.add_argument("--authorisation", default="", help="a health plan's number")
+    sell.add_argument("--expires-on", help="YYYY-MM-DD (default: the package's validity)")
+    sell.set_defaults(run="cli.packages:sell")
+    adjust = pk_sub.add_parser("adjust", help="set the sessions used of a customer's package")
+    _pnid(adjust)
+    adjust.add_argument("id", type=int, help="the customer package's id")
+    adjust.add_argument("--used", type=int, required=True)
+    adjust.set_defaults(run="cli.packages:adjust")
+    listing = pk_sub.add_parser("list", help="a customer's live packages")
+    _pnid(listing)
+    listing.add_argument("--contact", required=True)
+    listing.set_defaults(run="cli.packages:list_packages")

@@ -1,6 +1,6 @@
 """`wagent cron`: enqueue the periodic jobs (sweeper, reconciler, retention, the webhooks'
-sweep, the reminders pass, the waitlist pass), each guarded per period, so one cron is
-enough and a second is harmless; a keeper too."""
+sweep, the reminders pass, the waitlist pass, the series pass), each guarded per period, so
+one cron is enough and a second is harmless; a keeper too."""
 
 import argparse
 from collections.abc import Callable
@@ -13,6 +13,7 @@ from workers.maintenance import RECONCILE_PERIOD_SECONDS, purge_retention, recon
 from workers.outages import PROBE_PERIOD_SECONDS, run_probe
 from workers.processes import run_cron
 from workers.reminders import REMINDERS_PERIOD_SECONDS, run_reminders
+from workers.series import SERIES_PERIOD_SECONDS, run_series
 from workers.sweeper import sweep_inactive
 from workers.waitlist import WAITLIST_PERIOD_SECONDS, run_waitlist
 
@@ -26,6 +27,7 @@ JOBS: tuple[tuple[str, Callable[[], object], int], ...] = (
     ("reminders pass", run_reminders, REMINDERS_PERIOD_SECONDS),
     ("provider probe", run_probe, PROBE_PERIOD_SECONDS),
     ("waitlist pass", run_waitlist, WAITLIST_PERIOD_SECONDS),
+    ("series pass", run_series, SERIES_PERIOD_SECONDS),
 )
 
 

@@ -36,9 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlmodel import Session, col, select
 
 from agent.errors import ToolError
-from agent.tools import availability
+from agent.tools import availability, series
 from agent.tools.facts_rules import note_problem
 from agent.tools.slots import local_exists, local_to_utc, overlaps
+from core.recurrence import RULE_CHARS, RuleError, checked_rule, starts_on_rule
+from operations import packages
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
 from storage import appointments, reminders, waitlist, webhooks
@@ -49,6 +51,7 @@ from storage.models import (
     ScheduleBlock,
     Service,
     Tenant,
+    VisitSeries,
     WaitlistEntry,
 )
 
@@ -83,6 +86,9 @@ class StaffBooking(BaseModel):
     phone: str | None = Field(None, max_length=40, description="the customer's phone number")
     name: str = Field("", max_length=200, description="a new contact's name")
     note: str = Field("", max_length=200)
+    repeat: str | None = Field(None, max_length=RULE_CHARS,
+                               description="a series (issue 46): an RFC 5545 RRULE from "
+                                           "start, e.g. FREQ=WEEKLY;BYDAY=TU;COUNT=10")
 
 
 class Move(BaseModel):
@@ -244,6 +250,7 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     start = _local(body.start, tz, "start")
     if start + timedelta(minutes=service.duration_minutes) <= now:
         raise Invalid("start: that visit would already be over", ["start: in the past"])
+    rule = _rule(body.repeat, body.start) if body.repeat else None
     note = staff_note(tenant, body.note)
     services = [service, *(_service(session, tenant, code) for code in body.then)]
     contact = contact_for(session, tenant, body, now=now)
@@ -277,7 +284,53 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
     view = appointment_view(session, rows[0], tz)
     if len(rows) > 1:
         view["visit"] = [appointment_view(session, row, tz) for row in rows]
+    if rule:
+        made, visits = series.start(session, tenant, rows, rule,
+                                    professional_id=rows[0].professional_id, now=now)
+        view["series"] = series_view(session, made, visits, tz)
     return view
+
+
+def _rule(repeat: str, start: str) -> str:
+    """StaffBooking.repeat → its checked RRULE (core/recurrence.py); Invalid naming why."""
+    try:
+        rule = checked_rule(repeat)
+    except RuleError as exc:
+        raise Invalid(f"repeat: {exc}", [f"repeat: {exc}"]) from None
+    if not starts_on_rule(rule, datetime.fromisoformat(start)):
+        problem = f"repeat: start {start[:10]} is not a day of {rule}"
+        raise Invalid(problem, [problem])
+    return rule
+
+
+def series_view(session: Session, made: VisitSeries, visits: list[list[Appointment]],
+                tz: ZoneInfo) -> dict[str, Any]:
+    """A series as the doors show it: id, rule, the first visit of each occurrence placed,
+    the occurrences needing a new time (`pending`) and a one-line summary."""
+    return {"id": made.id, "rule": made.rule, "pending": list(made.pending),
+            "visits": [appointment_view(session, v[0], tz) for v in visits],
+            "summary": series.summary(session, made, tz)}
+
+
+def cancel_series(session: Session, tenant: Tenant, appointment_id: int, *,
+                  now: datetime) -> dict[str, Any]:
+    """Cancel the series of appointment `appointment_id` (a row id) from that visit on: it
+    and every later visit of the series are cancelled, each with its `appointment.cancelled`
+    event (by business) and a `cancelled` notice to the customer; no more are placed.
+    Returns {"series", "cancelled": [the rows' views]}. NotFound, or Conflict when the
+    appointment is no upcoming visit of a series."""
+    row = _appointment(session, tenant, appointment_id)
+    made = session.get(VisitSeries, row.series_id) if row.series_id else None
+    if made is None or row.status != "booked" or row.start_at <= now:
+        raise Conflict(f"appointment #{appointment_id} is no upcoming visit of a series")
+    tz = ZoneInfo(tenant.timezone)
+    cancelled = series.end_from(session, made, row.start_at, now=now)
+    for item in cancelled:
+        reminders.record_notice(session, item, kind="cancelled", now=now)
+        webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
+                      webhooks.appointment_data(session, item, by="business"), now=now)
+    return {"series": series_view(session, made, [], tz),
+            "cancelled": [appointment_view(session, item, tz) for item in cancelled]}
 
 
 def _does(session: Session, tenant: Tenant, professional: str, service: Service) -> bool:
@@ -426,12 +479,15 @@ def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: 
         raise Conflict(f"appointment #{appointment_id} is {row.status}")
     if row.start_at > now:
         raise Conflict(f"appointment #{appointment_id} has not started yet")
-    for item in appointments.booked(appointments.visit_rows(
-            session, appointments.visit_of(row), lock=True)):
+    visit = appointments.booked(appointments.visit_rows(
+        session, appointments.visit_of(row), lock=True))
+    first_mark = [item for item in visit if not item.outcome]  # a second mark counts nothing
+    for item in visit:
         item.outcome, item.outcome_at = outcome, now
         item.outcome_note = note
         session.add(item)
     session.flush()
+    packages.use_sessions(session, tenant, first_mark, outcome, now=now)  # issue 46
     return appointment_view(session, row, ZoneInfo(tenant.timezone))
 
 

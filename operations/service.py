@@ -490,6 +490,7 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             # issue 38: the visit it belongs to (the booking number: rows of one visit share
             # it), who it is for, the staff's note on what was done
             "visit_id": a.visit_id or a.id, "for_name": a.for_name,
+            "series_id": a.series_id,  # issue 46: the recurring series it belongs to
             "booking_number": appointments.number_of(a),  # the number the customer is told
             "outcome_note": a.outcome_note, **_reminder_fields(session, a)}
 

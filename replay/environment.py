@@ -38,6 +38,7 @@ from workers.outages import probe
 from workers.processes import InlineWorker
 from workers.reminders import reminder_pass
 from workers.runtime import build_runtime, set_runtime
+from workers.series import series_pass
 from workers.sweeper import close_due, sweep_horizon
 from workers.waitlist import waitlist_pass
 
@@ -204,19 +205,20 @@ class ReplayEnvironment:
 
     def cron(self) -> dict[str, int]:
         """The periodic jobs `wagent cron` runs, at the product's clock: the sweeper, the
-        reconciler, the reminders pass (workers/reminders.py), the waitlist pass
-        (workers/waitlist.py) and the provider probe
+        reconciler, the series pass (workers/series.py), the reminders pass
+        (workers/reminders.py), the waitlist pass (workers/waitlist.py) and the provider probe
         (workers/outages.py); then the workers drain. Returns what each did."""
         now = self.clock.now()
         closed = close_due(self.engine, now=now, due_by=sweep_horizon(self.engine, now=now),
                            on_closed=lambda cid: enqueue_facts(self.queue, self.namespace, cid))
         reconciled = reconcile_pending(self.runtime, now=now)
+        placed = series_pass(self.engine, now=now)
         queued = reminder_pass(self.runtime, now=now)
         offers = waitlist_pass(self.runtime, now=now)
         probed = probe(self.runtime, now=now)
         self.drain()
         return {"closed": closed, "reconciled": reconciled, "reminders": queued,
-                "waitlist": offers, "probe": probed}
+                "waitlist": offers, "probe": probed, "series": placed}
 
     def _forget_redis_keys(self) -> None:
         """Leave the configured Redis as it was: our keys, RQ's keys for our queue and jobs."""

@@ -17,6 +17,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from core.clock import parse_duration
+from operations.packages import view as package_view
 from replay import seen
 from replay.environment import ReplayEnvironment, load_body
 from replay.errors import ScenarioError
@@ -38,6 +39,7 @@ from storage.models import (
     Contact,
     ContactFact,
     Conversation,
+    CustomerPackage,
     Message,
     Outbound,
     Service,
@@ -122,12 +124,13 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                 "media": set(), "transcripts": set(), "reset": set(), "cron": set()}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
-               "api_errors", "reads", "last_request_contains", "requests"}
+               "api_errors", "reads", "last_request_contains", "requests", "packages"}
 NOTE_KEYS = {"label", "comment"}  # allowed on every step, expectation and matcher
 MATCHER_KEYS = {"sent": {"to", "type", "text_contains", "text_equals", "options"},
                 "appointments": {"service", "services", "start", "status", "confirmed",
-                                 "for_name", "note"},
+                                 "for_name", "note", "series"},
                 "facts": {"key", "value", "state", "contact"},
+                "packages": {"package", "used", "left", "authorisation", "contact"},
                 "conversation": {"status", "summary_contains", "count", "contact", "with_staff"}}
 PURPOSES = {"turn", "summary", "facts", "probe"}
 GRAPH_TEMPLATE_KEYS = {"name", "language", "body_parameters", "quick_replies"}
@@ -507,7 +510,8 @@ class _Runner:
         self.say(f"   [cron: {done['reminders']} reminder(s) and notice(s) queued, "
                  f"{done['waitlist']} waitlist offer(s), "
                  f"{done['closed']} conversation(s) closed, {done['reconciled']} turn(s) "
-                 f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}]")
+                 f"reconciled{', the provider probe answered' if done['probe'] == 1 else ''}"
+                 f"{f', {n} series visit(s) placed' if (n := done['series']) else ''}]")
         self._show_activity()
 
     def _sweep(self, _where: str, _step: dict[str, Any]) -> None:
@@ -853,7 +857,7 @@ def appointment_entries(session: Session, tenant: Tenant) -> list[dict[str, Any]
             (appointment, service))
     return [{"service": group[0][1].code, "services": [s.code for _, s in group],
              "status": group[0][0].status, "for_name": group[0][0].for_name,
-             "note": group[0][0].note,
+             "note": group[0][0].note, "series": group[0][0].series_id,
              "confirmed": all(a.confirmed_at is not None for a, _ in group),
              "start": group[0][0].start_at.astimezone(tz).replace(tzinfo=None)
              .isoformat(timespec="minutes")} for group in groups.values()]
@@ -993,6 +997,23 @@ class _Expectations:
             wanted = {k: v for k, v in _criteria(fact).items() if k != "contact"}
             if not any(_subset(wanted, a) for a in actual):
                 self.fail(f"no fact matching {_named(fact, f'facts[{n}]')} {wanted} "
+                          f"among {actual}")
+
+    def _check_packages(self, expected: list[dict[str, Any]], _: list[dict[str, Any]]) -> None:
+        """A contact's packages (issue 46): each entry matches one of them, by code, sessions
+        used and left, authorisation; `contact` as for facts."""
+        contact_ref = expected[0].get("contact") if expected else None
+        with session_scope(self.env.engine) as session:
+            contact = self._contact(session, contact_ref)
+            rows = [] if contact is None else session.exec(select(CustomerPackage).where(
+                CustomerPackage.contact_id == contact.id).order_by(
+                col(CustomerPackage.id))).all()
+            actual = [{k: v for k, v in package_view(session, row).items()
+                       if k in ("package", "used", "left", "authorisation")} for row in rows]
+        for n, entry in enumerate(expected):
+            wanted = {k: v for k, v in _criteria(entry).items() if k != "contact"}
+            if not any(_subset(wanted, a) for a in actual):
+                self.fail(f"no package matching {_named(entry, f'packages[{n}]')} {wanted} "
                           f"among {actual}")
 
     def _check_requests(self, spec: dict[str, Any], _: list[dict[str, Any]]) -> None:

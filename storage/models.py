@@ -98,6 +98,11 @@ class Tenant(SQLModel, table=True):
     busy_thread_rule: str = Field(default="skip_and_show", max_length=16)
     agent_allowlist: list[Any] = Field(default_factory=list, sa_type=JSONType)
     standby_seen_at: datetime | None = None
+    # issue 46: the calendar feeds show appointment notes (default: the service and the
+    # customer's first name only)
+    feed_notes: bool = False
+    # issue 46: a no-show uses a session of the customer's package (default: it does)
+    no_show_uses_session: bool = True
 
 
 class Service(SQLModel, table=True):
@@ -426,6 +431,79 @@ class Appointment(SQLModel, table=True):
     # who the visit is for when not the contact who booked it ("filha: Ana"); it still
     # counts in that contact's upcoming bookings
     for_name: str = Field(default="", max_length=100)
+    # the series this visit is an occurrence of (issue 46: VisitSeries); NULL: a single visit
+    series_id: int | None = Field(default=None, index=True)
+
+
+class VisitSeries(SQLModel, table=True):
+    """Recurring visits (issue 46): an RFC 5545 `rule` (core/recurrence.py) from the first
+    visit's local start, with its services (codes, in order) and professional. Its visits
+    are normal appointments carrying `series_id`, created ahead through `booked_through` (a
+    local day inside the booking horizon, moved on by agent/tools/series.extend). `pending`:
+    the occurrences that could not be placed (a block, a holiday, another booking), each
+    {"n": position, "start": local YYYY-MM-DDTHH:MM, "reason": text}, until one is booked
+    for them. `ended_at`: the rest was cancelled; no more visits are created."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    professional_id: int = Field(foreign_key="professional.id")
+    services: list[str] = Field(default_factory=list, sa_type=JSONType)
+    rule: str = Field(max_length=200)
+    first_local: str = Field(max_length=16)  # the first visit, local YYYY-MM-DDTHH:MM (DTSTART)
+    booked_through: date
+    pending: list[Any] = Field(default_factory=list, sa_type=JSONType)
+    note: str = Field(default="", max_length=200)
+    for_name: str = Field(default="", max_length=100)
+    booked_by: str = Field(default="customer", max_length=16)
+    created_at: datetime
+    ended_at: datetime | None = None
+
+
+class Package(SQLModel, table=True):
+    """A package the tenant sells (issue 46; operations/packages.py): `sessions` visits of
+    service `service_code`, valid `validity_days` from the sale, at `price_cents`."""
+
+    __table_args__ = (UniqueConstraint("tenant_id", "code"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    code: str = Field(max_length=64)
+    name: str = Field(max_length=200)
+    service_code: str = Field(max_length=64)
+    sessions: int
+    validity_days: int
+    price_cents: int | None = None
+
+
+class CustomerPackage(SQLModel, table=True):
+    """A customer's package (issue 46): `used` of `sessions`, counted when a visit of its
+    service is completed (and on a no-show by the tenant's `no_show_uses_session`), until
+    `expires_on` (local day, included); a health plan's `authorisation` number."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    package_id: int = Field(foreign_key="package.id", ondelete="CASCADE")
+    sessions: int
+    used: int = 0
+    authorisation: str = Field(default="", max_length=64)
+    expires_on: date
+    created_at: datetime
+
+
+class CalendarFeed(SQLModel, table=True):
+    """An iCalendar feed URL (issue 46; operations/feeds.py): a professional's agenda, or the
+    business's (`professional_id` NULL). `token` is the URL's secret (secrets.token_urlsafe,
+    256 bits): shown in the console, so kept as such; a revoked feed (`revoked_at`) answers
+    404 and a reissue is a new row with a new token."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    professional_id: int | None = Field(default=None, foreign_key="professional.id",
+                                        ondelete="CASCADE")
+    token: str = Field(max_length=64, unique=True)
+    created_at: datetime
+    revoked_at: datetime | None = None
 
 
 class ScheduleBlock(SQLModel, table=True):

@@ -319,6 +319,14 @@ class TenantSettings(_Strict):
                                    "(others are stored and listed, not answered); empty: "
                                    "everyone")
 
+    # issue 46: the iCalendar feeds (operations/feeds.py)
+    feed_notes: bool | None = Field(
+        None, description="the calendar feeds show appointment notes; default false: the "
+                          "service and the customer's first name only")
+    no_show_uses_session: bool | None = Field(
+        None, description="a no-show uses a session of the customer's package of that "
+                          "service; default true")
+
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str | None) -> str | None:

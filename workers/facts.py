@@ -36,6 +36,7 @@ from agent.tools.facts_rules import (
 )
 from core import clock
 from intake.ingest import unstamp
+from operations import packages
 from storage import facts as fact_repo
 from storage.db import session_scope
 from storage.fact_keys import FactKey, resolve_keys
@@ -114,6 +115,9 @@ def render_context_block(session: Session, contact_id: int, summary: str,
     tz = ZoneInfo(tenant.timezone if tenant else "UTC")
     upcoming, past, usual = history.history_lines(history.load(
         session, contact.tenant_id if contact else 0, contact_id, clock.now(), tz))
+    if tenant is not None:  # issue 46: the customer's packages, on the history's last line
+        usual = "; ".join(filter(None, [usual, *packages.context_lines(
+            session, tenant, contact_id, clock.now())]))
     return context_block(facts_block_lines(session, contact_id, keys), summary,
                          profile_name=contact.profile_name if contact else None,
                          awaiting=awaiting_lines(session, contact_id, keys, tz),

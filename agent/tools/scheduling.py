@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session, col, func, select
 
 from agent.errors import ToolError
-from agent.tools import availability
+from agent.tools import availability, series
 from agent.tools.base import (
     NAME_CHARS,
     Tool,
@@ -44,12 +44,14 @@ from agent.tools.slots import (
     overlaps,
     too_soon,
 )
+from core.recurrence import RuleError, checked_rule, starts_on_rule
 from storage import appointments, reminders, webhooks
 from storage.models import (
     Appointment,
     Professional,
     Service,
     Tenant,
+    VisitSeries,
 )
 from storage.tenant_config import price_text
 
@@ -71,6 +73,7 @@ _OPTIONAL_NOTE = {**NOTE_PROPERTY, "description": "Optional: c" + NOTE_PROPERTY[
     "description"][1:]}
 _LOCAL_TIME = {"type": "string", "description": "YYYY-MM-DDTHH:MM"}
 _CODE = {"type": "string", "description": "Optional"}  # a professional's code: the name says it
+_OPTIONAL = _CODE  # a property whose name says what it takes
 
 
 def list_services(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -190,16 +193,58 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     reply = checked_reply(args.get("reply"))
     note = checked_note(session, ctx, args.get("note"))
     for_name = _for_name(args.get("for_name"))
-    rows = _place_visit(session, ctx, services, start, args.get("professional"))
+    rule = _rrule(args.get("rrule"), start, ctx.timezone)
+    # a visit for an occurrence of the customer's series that needs a new time joins it
+    joining = None if rule else series.pending_for(session, ctx.tenant_id, ctx.contact_id,
+                                                   [s.code for s in services])
+    rows = _place_visit(session, ctx, services, start, args.get("professional"),
+                        in_series=joining is not None)
     for row in rows:
         row.note, row.for_name = note, for_name
         session.add(row)
-    reminders.schedule(session, _tenant(session, ctx.tenant_id), rows[0], now=ctx.now)
+    tenant = _tenant(session, ctx.tenant_id)
+    reminders.schedule(session, tenant, rows[0], now=ctx.now)
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
-    return "Booked. " + _describe_visit(session, rows, ctx.timezone) + reply_note(
-        reply, _facts(session, ctx, rows))
+    said = "Booked. " + _describe_visit(session, rows, ctx.timezone)
+    also: list[datetime] = []
+    if rule:
+        made, visits = series.start(session, tenant, rows, rule,
+                                    professional_id=rows[0].professional_id, now=ctx.now)
+        also = [v[0].start_at for v in visits]
+        said = _series_booked(session, made, visits, ctx.timezone)
+    elif joining is not None:
+        entry = series.resolve(session, joining, rows, ctx.timezone)
+        said += f" It replaces visit {entry['n']} of series {joining.id}."
+    return said + reply_note(reply, _facts(session, ctx, rows, also=also))
+
+
+def _rrule(value: Any, start: datetime, tz: ZoneInfo) -> str | None:
+    """book_appointment's `rrule` → the checked RRULE (None: one visit); ToolError naming
+    the problem (core/recurrence.checked_rule), or a start that is not the rule's first."""
+    if value is None or value == "":
+        return None
+    try:
+        rule = checked_rule(value)
+    except RuleError as exc:
+        raise ToolError(f"{exc}; nothing was booked") from None
+    local = start.astimezone(tz).replace(tzinfo=None)
+    if not starts_on_rule(rule, local):
+        raise ToolError(f"start {local:%a %Y-%m-%d} is not a day of the rrule {rule}; "
+                        "nothing was booked")
+    return rule
+
+
+def _series_booked(session: Session, made: VisitSeries, visits: list[list[Appointment]],
+                   tz: ZoneInfo) -> str:
+    """A series booking's result: its visits one line each, then what needs a new time."""
+    lines = [f"Booked {_describe_visit(session, v, tz)}" for v in visits]
+    said = "\n".join([series.summary(session, made, tz) + ". One visit each:", *lines])
+    if made.pending:
+        said += ("\nOffer the customer another time for each that needs one "
+                 "(find_available_slots); booking it joins the series.")
+    return said
 
 
 BOOK_APPOINTMENT = Tool(
@@ -211,7 +256,8 @@ BOOK_APPOINTMENT = Tool(
         "start": _LOCAL_TIME,
         "professional": _CODE,
         "for_name": {"type": "string", "description": "Optional: who, if someone else"},
-        "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY},
+        "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY,
+        "rrule": _OPTIONAL},  # a series (issue 46): the name says what it takes
         "required": ["start"]},
     handler=book_appointment, reply=sent_reply)
 
@@ -228,7 +274,9 @@ def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) 
     for visit_id in visit_ids:
         rows = appointments.booked(appointments.visit_rows(session, visit_id))
         lines.append("- " + _describe_visit(session, rows, ctx.timezone))
-    total = _count_upcoming(session, ctx)
+    lines += [f"- {series.summary(session, s, ctx.timezone)}"
+              for s in series.of_contact(session, ctx.tenant_id, ctx.contact_id)]
+    total = _count_visits(session, ctx)
     if total > len(visit_ids):
         lines.append(f"({total - len(visit_ids)} more left out: the next {len(visit_ids)} "
                      "are shown)")
@@ -252,6 +300,8 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
                                "cancellations")
     one = _one_service(session, rows, args.get("service"))
     cancelled = [one] if one is not None else rows
+    if args.get("series"):  # this visit and the later ones of its series
+        cancelled = _cancel_rest(session, ctx, rows, one)
     for row in cancelled:
         row.status, row.cancelled_at = "cancelled", ctx.now
         session.add(row)
@@ -262,7 +312,8 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
     for row in cancelled:
         webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
-    said = "Cancelled. " + _describe_visit(session, cancelled, ctx.timezone)
+    said = "Cancelled. " + ("\n".join(
+        _describe_visit(session, v, ctx.timezone) for v in _by_visit(cancelled)))
     return said + (f" The visit keeps: {_describe_visit(session, kept, ctx.timezone)}"
                    if kept else "") + reply_note(reply, _facts(session, ctx, cancelled,
                                                                names=False))
@@ -273,9 +324,31 @@ CANCEL_APPOINTMENT = Tool(
     description="Cancel this customer's appointment.",
     input_schema={"type": "object", "properties": {
         "appointment_id": {"type": "integer"}, "service": _ONE_SERVICE,
-        "reply": REPLY_PROPERTY},
+        "reply": REPLY_PROPERTY,
+        "series": {"type": "boolean", "description": "Optional"}},  # it and later ones
         "required": ["appointment_id"]},
     handler=cancel_appointment, reply=sent_reply)
+
+
+def _cancel_rest(session: Session, ctx: ToolContext, rows: list[Appointment],
+                 one: Appointment | None) -> list[Appointment]:
+    """cancel_appointment's `series`: the visit `rows` and its series' later visits (cancelled
+    by series.end_from, returned by start); ToolError when the visit is no series' or a
+    single service was named."""
+    made = session.get(VisitSeries, rows[0].series_id) if rows[0].series_id else None
+    if made is None or one is not None:
+        raise ToolError(f"appointment #{_number(rows)} is "
+                        + ("one visit of no series" if made is None else
+                           "a series visit: series cancels whole visits, without service")
+                        + "; nothing was cancelled")
+    return series.end_from(session, made, rows[0].start_at, now=ctx.now)
+
+
+def _by_visit(rows: list[Appointment]) -> list[list[Appointment]]:
+    visits: dict[int, list[Appointment]] = {}
+    for row in rows:
+        visits.setdefault(appointments.visit_of(row), []).append(row)
+    return list(visits.values())
 
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -306,10 +379,11 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
     services = [_service_row(session, r) for r in moving]
     hints = [args.get("professional") or _pro_code(session, r.professional_id) for r in moving]
     new = _place_visit(session, ctx, services, start, args.get("professional"), hints=hints,
-                       visit_id=visit_id if one is not None else None)
+                       visit_id=visit_id if one is not None else None,
+                       in_series=rows[0].series_id is not None)
     tenant = _tenant(session, ctx.tenant_id)
     for row in new:
-        row.note, row.for_name = note, rows[0].for_name
+        row.note, row.for_name, row.series_id = note, rows[0].for_name, rows[0].series_id
         session.add(row)
     for old, row in zip(moving, new, strict=True):
         old.moved_to_id = row.id if one is not None else _visit(new)
@@ -377,20 +451,20 @@ def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: da
 
 def _place_visit(session: Session, ctx: ToolContext, services: list[Service], start: datetime,
                  professional: Any, *, hints: list[Any] | None = None,
-                 visit_id: int | None = None) -> list[Appointment]:
+                 visit_id: int | None = None, in_series: bool = False) -> list[Appointment]:
     """Check and insert the visit's rows in this transaction, one service after the other
     from `start` (a service of the tenant's `parallel_services` with the one before, as
     availability.visit_slots places it); raises ToolError when the time is not bookable:
     past, sooner than the tenant's notice, beyond its horizon (the visit's start), the
     customer already at the tenant's limit of upcoming visits (not checked when joining
-    `visit_id`), overlapping the customer's own booking, or, with the professional(s)
-    (availability.place): outside their hours, off the slot grid (the visit's start), or
-    taken. `hints`: a professional per service (a move keeps each one's); else the one
-    find_available_slots would have offered. Each message says why, so the model can
-    explain it in the customer's words."""
+    `visit_id`, nor `in_series`: a series counts one), overlapping the customer's own
+    booking, or, with the professional(s) (availability.place): outside their hours, off
+    the slot grid (the visit's start), or taken. `hints`: a professional per service (a
+    move keeps each one's); else the one find_available_slots would have offered. Each
+    message says why, so the model can explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, services[0], start)
-    if visit_id is None:
+    if visit_id is None and not in_series:
         _check_upcoming(session, ctx, tenant)
     own = availability.own_intervals(session, ctx.contact_id, start - timedelta(days=1),
                                      start + availability.MAX_VISIT * len(services))
@@ -469,7 +543,14 @@ def _upcoming(ctx: ToolContext) -> tuple[Any, ...]:
 
 
 def _count_upcoming(session: Session, ctx: ToolContext) -> int:
-    """This customer's upcoming visits: one query."""
+    """This customer's upcoming visits, a series counting one (issue 46; a series key is
+    negative so it never equals a visit's): one query."""
+    key = func.coalesce(-col(Appointment.series_id), appointments.VISIT)
+    return int(session.exec(select(func.count(func.distinct(key))).where(
+        *_upcoming(ctx))).one())
+
+
+def _count_visits(session: Session, ctx: ToolContext) -> int:
     return int(session.exec(select(func.count(func.distinct(appointments.VISIT))).where(
         *_upcoming(ctx))).one())
 
@@ -566,6 +647,7 @@ def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
     return (f"Appointment #{appointments.number_of(appointment)}: {what} with {who} on "
             f"{local:%a %Y-%m-%d} {local:%H:%M}-{end:%H:%M} ({appointment.status})"
             + (f"; for: {appointment.for_name}" if appointment.for_name else "")
+            + (f"; series {appointment.series_id}" if appointment.series_id else "")
             + (f"; note: {appointment.note}" if appointment.note else ""))
 
 
@@ -585,6 +667,7 @@ def _describe_visit(session: Session, rows: list[Appointment], tz: ZoneInfo) -> 
     return (f"Appointment #{appointments.number_of(head)} on "
             f"{head.start_at.astimezone(tz):%a %Y-%m-%d}: {', '.join(parts)} ({head.status})"
             + (f"; for: {head.for_name}" if head.for_name else "")
+            + (f"; series {head.series_id}" if head.series_id else "")
             + (f"; note: {head.note}" if head.note else ""))
 
 

@@ -262,6 +262,12 @@ def cancel_appointment(call: Call) -> tuple[int, Any]:
                                            call.path["appointment_id"], now=call.now)
 
 
+def cancel_series(call: Call) -> tuple[int, Any]:
+    validated(Decision, call.body)
+    return 200, agenda.cancel_series(call.session, call.the_tenant(),
+                                     call.path["appointment_id"], now=call.now)
+
+
 def book_appointment(call: Call) -> tuple[int, Any]:
     body: agenda.StaffBooking = validated(agenda.StaffBooking, call.body)
     return 201, agenda.book(call.session, call.the_tenant(), body, now=call.now)
@@ -422,8 +428,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", TP + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
           "booking (the slot becomes free)", "appointments", body=Decision,
           path_types=(*TID, ("appointment_id", "integer"))),
+    Route("POST", TP + "/appointments/{appointment_id}/cancel-series", cancel_series, "Cancel "
+          "a recurring series from this visit on (it and the later ones)", "appointments",
+          body=Decision, path_types=(*TID, ("appointment_id", "integer"))),
     Route("POST", TP + "/appointments", book_appointment, "A booking by the business for a "
-          "contact (existing, or new by phone); emits appointment.booked by business",
+          "contact (existing, or new by phone; `repeat`: a recurring series); emits "
+          "appointment.booked by business",
           "appointments", body=agenda.StaffBooking, ok=201, path_types=TID),
     Route("POST", TP + "/appointments/{appointment_id}/move", move_appointment, "Move an "
           "upcoming booking to another start or professional", "appointments", body=agenda.Move,

@@ -10,6 +10,7 @@ from bot.console.frame import Page, PageResult, Redirect, _language, path_id
 from bot.console.texts import translate_problem
 from operations import agenda as agenda_ops
 from operations import catalogue as catalogue_ops
+from operations import feeds as feed_ops
 from operations import service
 from operations.errors import MAPPED, Conflict, admin_error
 from storage.tenant_config import WEEKDAYS
@@ -75,6 +76,8 @@ def agenda_page(p: Page) -> PageResult:
                            "previous_day": (day - timedelta(days=1)).isoformat(),
                            "next_day": (day + timedelta(days=1)).isoformat(),
                            "services": catalogue_ops.active_services(p.session, p.tenant),
+                           "feeds": feed_ops.feed_views(p.session, p.tenant,
+                                                        str(p.request.url.origin())),
                            "at": agenda_texts(_language(p))}
 
 
@@ -105,12 +108,14 @@ def agenda_book(p: Page) -> PageResult:
         body = service.validated(agenda_ops.StaffBooking, {
             "service": _form(p, "service"), "start": f"{day}T{_form(p, 'time')}",
             "then": then,  # the visit's next services, in order (issue 38)
-            **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note")
-               if _form(p, k)}})
+            **{k: _form(p, k) for k in ("professional", "contact", "phone", "name", "note",
+                                        "repeat") if _form(p, k)}})
         booked = agenda_ops.book(p.session, p.tenant, body, now=p.now)
         said = f"{booked['start'][11:]} {booked['professional_name']}" if "visit" not in \
             booked else ", ".join(f"{row['start'][11:]} {row['service_name']} "
                                   f"({row['professional_name']})" for row in booked["visit"])
+        if "series" in booked:  # issue 46: the series, with what needs a new time
+            said += f" ({booked['series']['summary']})"
         return f"{agenda_texts(_language(p))['booked']}: {said}"
     return _agenda_action(p, act)
 
@@ -144,6 +149,27 @@ def agenda_outcome(p: Page) -> PageResult:
         agenda_ops.set_outcome(p.session, p.tenant, _record(p, "appointment_id"),
                                _form(p, "outcome"), now=p.now)
         return agenda_texts(_language(p))["marked"]
+    return _agenda_action(p, act)
+
+
+def agenda_feed(p: Page) -> PageResult:
+    """Issue (or reissue) or revoke a calendar feed URL (issue 46; operations/feeds.py)."""
+    def act(day: str) -> str:
+        texts = agenda_texts(_language(p))
+        if _form(p, "action") == "revoke":
+            feed_ops.revoke(p.session, p.tenant, _form(p, "professional"), now=p.now)
+            return texts["feed_revoked"]
+        feed_ops.reissue(p.session, p.tenant, _form(p, "professional"), now=p.now)
+        return texts["feed_issued"]
+    return _agenda_action(p, act)
+
+
+def agenda_cancel_series(p: Page) -> PageResult:
+    """Cancel a series from this visit on (issue 46; operations/agenda.cancel_series)."""
+    def act(day: str) -> str:
+        done = agenda_ops.cancel_series(p.session, p.tenant, _record(p, "appointment_id"),
+                                        now=p.now)
+        return f"{agenda_texts(_language(p))['series_cancelled']}: {len(done['cancelled'])}"
     return _agenda_action(p, act)
 
 

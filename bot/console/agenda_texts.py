@@ -22,6 +22,15 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "offer": "Oferecer horário", "offered": "Oferecido",
         "status_waiting": "esperando", "status_offered": "horário oferecido",
         "status_booked": "agendado", "status_left": "saiu", "status_expired": "expirou",
+        "repeat": "Repetir (RRULE, opcional: FREQ=WEEKLY;BYDAY=TU;COUNT=10)",
+        "series": "Série", "cancel_series": "Cancelar daqui em diante",
+        "series_cancelled": "Série cancelada daqui em diante; agendamentos cancelados",
+        "feeds": "Agenda no celular (calendário)", "feeds_help": "Assine o endereço no Google "
+        "Agenda, no Calendário da Apple ou no Outlook. Quem tiver o endereço vê a agenda: "
+        "revogue e gere outro se ele vazar.", "feed_none": "sem endereço",
+        "feed_issue": "Gerar endereço", "feed_reissue": "Gerar outro",
+        "feed_revoke": "Revogar", "feed_issued": "Endereço do calendário gerado",
+        "feed_revoked": "Endereço do calendário revogado", "feed_business": "Toda a empresa",
     },
     "en": {
         "title": "Day agenda", "previous_day": "← Previous day", "next_day": "Next day →",
@@ -41,6 +50,15 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "offer": "Offer a time", "offered": "Offered",
         "status_waiting": "waiting", "status_offered": "time offered",
         "status_booked": "booked", "status_left": "left", "status_expired": "expired",
+        "repeat": "Repeat (RRULE, optional: FREQ=WEEKLY;BYDAY=TU;COUNT=10)",
+        "series": "Series", "cancel_series": "Cancel from here on",
+        "series_cancelled": "Series cancelled from here on; bookings cancelled",
+        "feeds": "Agenda on the phone (calendar)", "feeds_help": "Subscribe to the address in "
+        "Google Calendar, Apple Calendar or Outlook. Whoever has the address sees the agenda: "
+        "revoke it and make another if it leaks.", "feed_none": "no address",
+        "feed_issue": "Make address", "feed_reissue": "Make another",
+        "feed_revoke": "Revoke", "feed_issued": "Calendar address made",
+        "feed_revoked": "Calendar address revoked", "feed_business": "The whole business",
     },
 }
 
@@ -74,6 +92,8 @@ _PT_BR: list[tuple[str, str]] = [
      r"\1 não existe neste fuso (o relógio é adiantado nesse dia)"),
     (r"end: (\S+) is not after start (\S+)", r"o fim (\1) deve ser depois do início (\2)"),
     (r"contact or phone is required", "informe o telefone ou o contato"),
+    (r"appointment #(\d+) is no upcoming visit of a series",
+     r"o agendamento #\1 não é uma visita futura de uma série"),
 ]
 
 

@@ -21,6 +21,8 @@ from aiohttp import web
 from bot.console.agenda import (
     agenda_block,
     agenda_book,
+    agenda_cancel_series,
+    agenda_feed,
     agenda_move,
     agenda_outcome,
     agenda_page,
@@ -140,6 +142,9 @@ def setup_console(app: web.Application) -> None:
          agenda_move),
         ("POST", "/console/agenda/waitlist/{entry_id}/offer", "appointments",
          agenda_waitlist_offer),
+        ("POST", "/console/agenda/appointments/{appointment_id}/cancel-series", "appointments",
+         agenda_cancel_series),
+        ("POST", "/console/agenda/feeds", "appointments", agenda_feed),
         ("GET", "/console/webhooks", "webhooks", webhooks_page),
         ("POST", "/console/webhooks", "webhooks", add_webhook),
         ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),

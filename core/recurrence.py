@@ -1,0 +1,78 @@
+"""Recurrence rules of visit series (issue 46): RFC 5545 RRULE text checked and expanded with
+python-dateutil's `rrule` (the RFC's semantics: FREQ, INTERVAL, BYDAY, COUNT, UNTIL), never our
+own date arithmetic. Pure: local wall-clock times in, local wall-clock times out (the caller
+turns them into instants in the tenant's zone, so a series keeps its 19:00 across DST)."""
+
+from datetime import date, datetime
+
+from dateutil.rrule import DAILY, MONTHLY, WEEKLY, rrule, rrulestr
+
+MAX_OCCURRENCES = 60  # one series, at most (a rule with UNTIL is cut there too)
+RULE_CHARS = 200  # VisitSeries.rule
+_FREQUENCIES = {DAILY, WEEKLY, MONTHLY}  # finer ones would book several visits a day
+# parts that would move the series off its first visit's time, or restate its start
+_REFUSED_PARTS = ("DTSTART", "BYHOUR", "BYMINUTE", "BYSECOND")
+
+
+class RuleError(ValueError):
+    """A recurrence rule that cannot be a series; the message says why, for the caller."""
+
+
+def checked_rule(text: object) -> str:
+    """An RRULE as typed ("FREQ=WEEKLY;COUNT=4", with or without "RRULE:") → its canonical
+    text without the prefix; RuleError naming the problem: not an RFC 5545 RRULE, a frequency
+    finer than DAILY or coarser than MONTHLY, a part that changes the time of day, neither
+    COUNT nor UNTIL (a series ends), COUNT over MAX_OCCURRENCES, or an UNTIL in UTC ("Z")."""
+    if not isinstance(text, str) or not text.strip() or len(text) > RULE_CHARS:
+        raise RuleError(f"not an RFC 5545 RRULE of at most {RULE_CHARS} characters, e.g. "
+                        "FREQ=WEEKLY;COUNT=10")
+    rule = text.strip().upper().removeprefix("RRULE:")
+    parts = dict(part.partition("=")[::2] for part in rule.split(";") if part)
+    if "FREQ" not in parts:
+        raise RuleError("not an RFC 5545 RRULE (FREQ=...;COUNT=...)")
+    if any(key in parts for key in _REFUSED_PARTS):
+        raise RuleError("a series keeps the first visit's time: no DTSTART, BYHOUR, BYMINUTE "
+                        "or BYSECOND")
+    if "COUNT" not in parts and "UNTIL" not in parts:
+        raise RuleError("the RRULE needs COUNT (visits) or UNTIL (YYYYMMDD): a series ends")
+    if parts.get("UNTIL", "").endswith("Z"):
+        raise RuleError("UNTIL is a local date, YYYYMMDD (no Z)")
+    try:
+        parsed = _parse(rule, datetime(2000, 1, 3, 12, 0))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RuleError(f"not an RFC 5545 RRULE ({exc})") from None
+    if parsed._freq not in _FREQUENCIES:
+        raise RuleError("the RRULE's FREQ must be DAILY, WEEKLY or MONTHLY")
+    if parsed._count is not None and not 2 <= parsed._count <= MAX_OCCURRENCES:
+        raise RuleError(f"COUNT must be from 2 to {MAX_OCCURRENCES}")
+    return rule
+
+
+def _parse(rule: str, first: datetime) -> rrule:
+    parsed = rrulestr(rule, dtstart=first)
+    if not isinstance(parsed, rrule):  # an RRULE line only: never a set
+        raise ValueError("one RRULE")
+    return parsed
+
+
+def occurrences(rule: str, first: datetime, *, after: date | None = None,
+                through: date) -> list[tuple[int, datetime]]:
+    """The series' visits as (position from 1, local start) whose local day is after `after`
+    (None: from the first) and on or before `through`; `first` (naive, local) is DTSTART, the
+    first visit (`starts_on_rule` checks it is one of the rule's). At most MAX_OCCURRENCES
+    positions in all."""
+    starts = _parse(rule, first).xafter(first, count=MAX_OCCURRENCES, inc=True)
+    return [(n, start) for n, start in enumerate(starts, start=1)
+            if (after is None or start.date() > after) and start.date() <= through]
+
+
+def starts_on_rule(rule: str, first: datetime) -> bool:
+    """Whether `first` is the rule's first visit (RFC 5545 3.8.5.3: a DTSTART off the rule
+    makes the set undefined; a series refuses it)."""
+    found = occurrences(rule, first, through=first.date())
+    return bool(found) and found[0][1] == first
+
+
+def total(rule: str, first: datetime) -> int:
+    """How many visits the series has in all (at most MAX_OCCURRENCES)."""
+    return len(occurrences(rule, first, through=date.max))
