@@ -43,6 +43,11 @@ class Settings:
     anthropic_base_url: str = ANTHROPIC_API_URL
     anthropic_timeout: float = 60.0
     admin_token: str = field(default="", repr=False)
+    # deposits by Pix (issue 48, payments/mercadopago.py): empty token: no provider (staff
+    # mark deposits paid by hand); the webhook secret checks `x-signature`
+    mercadopago_access_token: str = field(default="", repr=False)
+    mercadopago_webhook_secret: str = field(default="", repr=False)
+    mercadopago_base_url: str = "https://api.mercadopago.com"
     # signs the payloads of reminder buttons (storage/reminders.py); empty: the app secret
     button_secret: str = field(default="", repr=False)
     # media a customer sends (whatsapp/media.py): seconds a read may stall, seconds a whole
@@ -159,7 +164,8 @@ class Settings:
         values the log renderer blanks (core/logs.py)."""
         values = [self.whatsapp_app_secret, self.whatsapp_verify_token,
                   self.whatsapp_access_token, self.anthropic_api_key, self.admin_token,
-                  self.transcription_api_key, self.button_secret]
+                  self.transcription_api_key, self.button_secret,
+                  self.mercadopago_access_token, self.mercadopago_webhook_secret]
         for url in (self.database_url, self.redis_url):
             try:
                 values.append(urlsplit(url).password or "")

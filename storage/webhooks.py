@@ -41,6 +41,7 @@ EVENT_TYPES = (
     "handoff.requested",  # the handoff tool (issue 23): data {"conversation_id", "contact_id"}
     "fact.review_needed",  # storage/facts.py record: a fact waits in pending_review
     "message.failed",  # storage/messages.py refresh_delivery: a reply ended failed
+    "payment.received",  # storage/deposits.py confirm: a deposit paid (`late`: after release)
 )
 MAX_ENDPOINTS = 10  # per tenant
 DISABLE_AFTER = timedelta(hours=24)  # an endpoint failing this long is disabled

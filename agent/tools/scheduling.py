@@ -44,9 +44,10 @@ from agent.tools.slots import (
     overlaps,
     too_soon,
 )
-from storage import appointments, reminders, webhooks
+from storage import appointments, deposits, reminders, webhooks
 from storage.models import (
     Appointment,
+    Deposit,
     Professional,
     Service,
     Tenant,
@@ -191,7 +192,13 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     for row in rows:
         row.note, row.for_name = note, for_name
         session.add(row)
-    reminders.schedule(session, _tenant(session, ctx.tenant_id), rows[0], now=ctx.now)
+    tenant = _tenant(session, ctx.tenant_id)
+    deposit = deposits.hold(session, tenant, rows, services, now=ctx.now)
+    if deposit is not None:  # booked when paid (storage/deposits.confirm); the Pix request
+        # goes out from the deposits pass (workers/deposits.py)
+        return held_line(deposit, tenant) + _describe_visit(session, rows, ctx.timezone) + \
+            reply_note(reply, _facts(session, ctx, rows))
+    reminders.schedule(session, tenant, rows[0], now=ctx.now)
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
@@ -211,6 +218,13 @@ BOOK_APPOINTMENT = Tool(
         "note": _OPTIONAL_NOTE, "reply": REPLY_PROPERTY},
         "required": ["start"]},
     handler=book_appointment, reply=sent_reply)
+
+
+def held_line(deposit: Deposit, tenant: Tenant) -> str:
+    """What the agent is told of a held visit: how much, until when (local)."""
+    until = deposit.hold_until.astimezone(ZoneInfo(tenant.timezone))
+    amount = price_text(deposit.amount_cents, deposit.currency, language="en")
+    return f"Held until {until:%H:%M} for a {amount} Pix deposit (code sent); unpaid: released. "
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
