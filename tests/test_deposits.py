@@ -1,0 +1,309 @@
+"""Deposits by Pix (issue 48): the rule, the held visit, every confirmation's outcome, the
+release, the race between a payment and the release on PostgreSQL and SQLite, the Mercado
+Pago signature, and the order messages as Meta documents them."""
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import Engine
+from sqlmodel import select
+
+from agent.tools.base import ToolContext
+from agent.tools.registry import execute_tool
+from payments.mercadopago import signature, verify_signature
+from replay.errors import GraphRefusal
+from replay.graph_api import validate_interactive
+from storage import deposits, webhooks
+from storage.db import session_scope
+from storage.models import (
+    Appointment,
+    Contact,
+    Conversation,
+    Deposit,
+    Notice,
+    Reminder,
+    Service,
+    Tenant,
+    WebhookEvent,
+)
+from storage.tenants import upsert_tenant
+from tests.factories import TENANT
+from whatsapp.orders import order_details, order_problems, order_status
+
+SP = ZoneInfo("America/Sao_Paulo")
+NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
+SALON: dict[str, Any] = {
+    **TENANT,
+    "services": [
+        {"code": "corte", "name": "Corte feminino", "duration_minutes": 60, "price_cents": 8000},
+        {"code": "coloracao", "name": "Coloração", "duration_minutes": 60,
+         "price_cents": 20000, "deposit_percent": 30}],
+    "professionals": [{"code": "julia", "name": "Júlia", "services": ["corte", "coloracao"]}],
+    "pix_key": "12345678000199", "pix_key_type": "CNPJ",
+}
+
+
+# -- the rule ----------------------------------------------------------------------------------
+
+def _tenant(**keys: Any) -> Tenant:
+    return Tenant(phone_number_id="1", name="S", created_at=NOW, **keys)
+
+
+def _service(**keys: Any) -> Service:
+    return Service(tenant_id=1, code="s", name="S", duration_minutes=60, **keys)
+
+
+def test_a_services_own_rule_wins_over_the_tenants() -> None:
+    tenant = _tenant(deposit_cents=5000)
+    assert deposits.visit_deposit(tenant, [_service(price_cents=20000, deposit_percent=30)]) \
+        == 6000
+    assert deposits.visit_deposit(tenant, [_service(price_cents=20000)]) == 5000
+    assert deposits.visit_deposit(tenant, [_service(deposit_cents=0)]) == 0
+    assert deposits.visit_deposit(_tenant(deposit_percent=50), [_service(price_cents=999)]) \
+        == 500  # half up to the cent
+    assert deposits.visit_deposit(_tenant(deposit_percent=50), [_service()]) == 0  # no price
+
+
+def test_the_tenants_amount_is_asked_once_per_visit() -> None:
+    tenant = _tenant(deposit_cents=3000)
+    assert deposits.visit_deposit(tenant, [_service(price_cents=1), _service()]) == 3000
+
+
+@given(price=st.integers(0, 100_000_000), percent=st.integers(0, 100))
+def test_a_percentage_deposit_is_whole_cents_between_zero_and_the_price(price: int,
+                                                                        percent: int) -> None:
+    cents = deposits.visit_deposit(_tenant(), [_service(price_cents=price,
+                                                        deposit_percent=percent)])
+    assert isinstance(cents, int) and 0 <= cents <= price
+    assert abs(cents * 100 - price * percent) <= 50
+
+
+# -- the held booking and its lifecycle ---------------------------------------------------------
+
+def _setup(engine: Engine, contacts: int = 1, **keys: Any) -> list[tuple[int, int]]:
+    with session_scope(engine) as session:
+        tenant = upsert_tenant(session, {**SALON, **keys}, now=NOW)
+        webhooks.create_endpoint(session, tenant.id, url="https://example.com/hook",
+                                 events=["appointment.booked", "payment.received"], now=NOW)
+        pairs = []
+        for n in range(contacts):
+            contact = Contact(tenant_id=tenant.id, wa_id=f"55119999900{n:02d}", created_at=NOW,
+                              last_inbound_at=NOW)
+            session.add(contact)
+            session.flush()
+            conversation = Conversation(tenant_id=tenant.id, contact_id=contact.id,
+                                        last_activity_at=NOW, due_at=NOW, opened_at=NOW)
+            session.add(conversation)
+            session.flush()
+            pairs.append((contact.id, conversation.id))
+    return pairs
+
+
+def _book(engine: Engine, service: str = "coloracao", start: str = "2026-06-02T14:00",
+          pair: tuple[int, int] = (1, 1), tool_use_id: str = "toolu_1") -> tuple[str, bool]:
+    ctx = ToolContext(engine=engine, tenant_id=1, contact_id=pair[0], conversation_id=pair[1],
+                      timezone=SP, now=NOW, tool_use_id=tool_use_id)
+    return execute_tool(ctx, "book_appointment", {"service": service, "start": start})
+
+
+def _deposit(engine: Engine) -> Deposit:
+    with session_scope(engine) as session:
+        row = session.exec(select(Deposit)).one()
+        session.expunge(row)
+        return row
+
+
+def _pay(engine: Engine, reference: str, cents: int, event_id: str = "ev1",
+         at: datetime = NOW) -> str | None:
+    with session_scope(engine) as session:
+        event = deposits.record_event(session, provider="mercadopago", event_id=event_id,
+                                      reference=reference, amount_cents=cents, now=at)
+        return None if event is None else deposits.confirm(session, event, now=at)
+
+
+def _events(engine: Engine) -> list[str]:
+    with session_scope(engine) as session:
+        return sorted(e.type for e in session.exec(select(WebhookEvent)).all())
+
+
+def test_a_booking_that_needs_a_deposit_is_held_blocks_the_slot_and_has_no_reminder(
+        engine: Engine) -> None:
+    pairs = _setup(engine, contacts=2)
+    text, is_error = _book(engine, pair=pairs[0])
+    assert not is_error
+    assert text.startswith("Held until 10:30 for a R$ 60.00 Pix deposit")
+    deposit = _deposit(engine)
+    assert (deposit.status, deposit.amount_cents, deposit.currency) == ("held", 6000, "BRL")
+    assert len(deposit.reference) <= 35
+    with session_scope(engine) as session:
+        assert session.exec(select(Reminder)).all() == []
+    assert _events(engine) == []  # appointment.booked waits for the payment
+    clash, is_error = _book(engine, pair=pairs[1], tool_use_id="toolu_2")
+    assert is_error and "no longer free" in clash
+    plain, is_error = _book(engine, service="corte", start="2026-06-02T16:00",
+                            pair=pairs[1], tool_use_id="toolu_3")
+    assert not is_error and plain.startswith("Booked.")
+
+
+def test_paid_books_the_visit_schedules_reminders_fires_webhooks_and_tells_once(
+        engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    deposit = _deposit(engine)
+    assert _pay(engine, deposit.reference, 6000) == "booked"
+    assert _pay(engine, deposit.reference, 6000, event_id="ev1") is None  # replayed event
+    assert _pay(engine, deposit.reference, 6000, event_id="ev2") == "already_paid"
+    paid = _deposit(engine)
+    assert (paid.status, paid.paid_cents, paid.paid_by) == ("paid", 6000, "provider")
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Reminder)).all()) == 1
+        assert [n.kind for n in session.exec(select(Notice)).all()] == ["deposit_paid"]
+    assert _events(engine) == ["appointment.booked", "payment.received"]
+
+
+@pytest.mark.parametrize(("reference", "cents", "outcome"), [
+    ("wa1-1-00000000", 6000, "unknown_reference"), (None, 5999, "wrong_amount"),
+    (None, 60000, "wrong_amount")])
+def test_an_unknown_reference_or_a_wrong_amount_is_recorded_and_books_nothing(
+        engine: Engine, reference: str | None, cents: int, outcome: str) -> None:
+    _setup(engine)
+    _book(engine)
+    deposit = _deposit(engine)
+    assert _pay(engine, reference or deposit.reference, cents) == outcome
+    assert _deposit(engine).status == "held"
+    with session_scope(engine) as session:
+        assert session.exec(select(Reminder)).all() == []
+        assert session.exec(select(Notice)).all() == []
+    assert _events(engine) == []
+
+
+def test_not_paid_by_the_holds_end_is_released_and_told_once(engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    with session_scope(engine) as session:
+        assert deposits.release_due(session, now=NOW + timedelta(minutes=29)) == []
+    with session_scope(engine) as session:
+        assert len(deposits.release_due(session, now=NOW + timedelta(minutes=30))) == 1
+    with session_scope(engine) as session:
+        assert deposits.release_due(session, now=NOW + timedelta(hours=1)) == []
+        assert {a.status for a in session.exec(select(Appointment)).all()} == {"cancelled"}
+        assert [n.kind for n in session.exec(select(Notice)).all()] == ["deposit_released"]
+    assert _deposit(engine).status == "released"
+    again, is_error = _book(engine, tool_use_id="toolu_2")  # the slot is free again
+    assert not is_error and again.startswith("Held")
+
+
+def test_paid_after_the_release_is_recorded_told_and_alerts_staff(engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    later = NOW + timedelta(minutes=45)
+    with session_scope(engine) as session:
+        deposits.release_due(session, now=later)
+    assert _pay(engine, _deposit(engine).reference, 6000, at=later) == "late"
+    assert _deposit(engine).status == "late_paid"
+    with session_scope(engine) as session:
+        assert {a.status for a in session.exec(select(Appointment)).all()} == {"cancelled"}
+        assert [n.kind for n in session.exec(select(Notice).order_by(Notice.id)).all()] == [
+            "deposit_released", "deposit_late"]
+        event = session.exec(select(WebhookEvent)).one()
+        assert event.type == "payment.received" and event.data["late"] is True
+
+
+def test_a_payment_racing_the_release_either_books_or_is_late_never_both(
+        engine: Engine) -> None:
+    """Both lock the deposit (FOR UPDATE; SKIP LOCKED for the release) on PostgreSQL; SQLite's
+    transactions are serial. Whoever wins, the visit and the deposit agree."""
+    for round_ in range(4):
+        pairs = _setup(engine) if round_ == 0 else [(1, 1)]
+        _book(engine, start=f"2026-06-02T1{round_ + 3}:00", pair=pairs[0],
+              tool_use_id=f"toolu_r{round_}")
+        with session_scope(engine) as session:
+            deposit = session.exec(select(Deposit).where(Deposit.status == "held")).one()
+            reference, visit_id = deposit.reference, deposit.visit_id
+        barrier = threading.Barrier(2)
+        at = NOW + timedelta(minutes=31)
+
+        def pay(reference: str = reference, round_: int = round_) -> None:
+            barrier.wait()
+            _pay(engine, reference, 6000, event_id=f"race{round_}", at=at)
+
+        def release() -> None:
+            barrier.wait()
+            with session_scope(engine) as session:
+                deposits.release_due(session, now=at)
+
+        threads = [threading.Thread(target=pay), threading.Thread(target=release)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with session_scope(engine) as session:
+            deposit = session.exec(select(Deposit).where(Deposit.visit_id == visit_id)).one()
+            status = {a.status for a in session.exec(select(Appointment).where(
+                Appointment.visit_id == visit_id)).all()}
+        assert (deposit.status, status) in ((("paid", {"booked"})),
+                                            ("late_paid", {"cancelled"}))
+
+
+# -- the provider's signature ---------------------------------------------------------------
+
+def test_a_mercado_pago_signature_checks_the_data_id_request_id_and_age() -> None:
+    header = signature("s3cret", "123456", "req-1", "1780318830")
+    assert verify_signature("s3cret", header, "req-1", "123456", now=1780318830)
+    assert not verify_signature("s3cret", header, "req-1", "123457", now=1780318830)
+    assert not verify_signature("s3cret", header, "req-2", "123456", now=1780318830)
+    assert not verify_signature("other", header, "req-1", "123456", now=1780318830)
+    assert not verify_signature("s3cret", header, "req-1", "123456", now=1780318830 + 301)
+    assert not verify_signature("s3cret", None, "req-1", "123456")
+    assert not verify_signature("s3cret", "ts=1,v1=", "req-1", "123456")
+
+
+@given(st.text(max_size=80))
+def test_any_malformed_signature_header_is_refused_without_raising(header: str) -> None:
+    assert not verify_signature("s3cret", header, "req-1", "123456", now=1780318830)
+
+
+# -- the order messages -----------------------------------------------------------------------
+
+def _details(**keys: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {"reference": "wa1-7-abcdef12", "amount_cents": 6000,
+                              "item": "Sinal #7", "body": "Pague o sinal", "code": "000201…",
+                              "merchant_name": "Salão Exemplo", "key": "12345678000199",
+                              "key_type": "CNPJ", **keys}
+    return order_details(**values)
+
+
+def test_order_messages_pass_the_graph_doubles_check() -> None:
+    details = _details()
+    params = details["action"]["parameters"]
+    assert params["total_amount"] == {"value": 6000, "offset": 100}
+    assert params["payment_settings"][0]["type"] == "pix_dynamic_code"
+    validate_interactive(details)
+    validate_interactive(order_status(reference="wa1-7-abcdef12", status="completed",
+                                      body="Sinal recebido"))
+
+
+@pytest.mark.parametrize(("path", "value", "problem"), [
+    (("action", "name"), "pay", "review_and_pay"),
+    (("action", "parameters", "payment_type"), "us", "payment_type"),
+    (("action", "parameters", "total_amount", "value"), 5000, "subtotal"),
+    (("action", "parameters", "total_amount", "offset"), 1, "offset 100"),
+    (("action", "parameters", "reference_id"), "x" * 36, "reference_id"),
+])
+def test_the_graph_double_refuses_an_order_details_meta_would_refuse(
+        path: tuple[str, ...], value: Any, problem: str) -> None:
+    details = _details()
+    target = details
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    assert any(problem in p for p in order_problems(details))
+    with pytest.raises(GraphRefusal):
+        validate_interactive(details)
+    with pytest.raises(ValueError):
+        order_status(reference="r", status="paid", body="x")
