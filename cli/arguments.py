@@ -62,7 +62,8 @@ def add_tenant_commands(tenant_sub: Any) -> None:
         "templates, currency, appointment_notes_sensitive, reminder_lead_minutes, "
         "quiet_hours, reminder_template, reminder_text, cancellation_window_minutes, "
         "notice_template, address, coexistence, keep_cpf, holiday_calendar, "
-        "open_holidays.")
+        "open_holidays, deposit_cents, deposit_percent, deposit_hold_minutes, pix_key, "
+        "pix_key_type, deposit_refund.")
     _pnid(update)
     update.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="one setting (repeatable); JSON values are parsed: "
@@ -214,7 +215,8 @@ def add_conversation_commands(sub: Any) -> None:
 
 
 def add_agenda_commands(app_sub: Any) -> None:
-    """`wagent appointments book|move|block|unblock|outcome|day` (operations/agenda.py)."""
+    """`wagent appointments book|move|block|unblock|outcome|deposit-paid|day`
+    (operations/agenda.py)."""
     book = app_sub.add_parser("book", help="book for a contact (existing, or new by phone)")
     _pnid(book)
     book.add_argument("--service", required=True,
@@ -254,6 +256,13 @@ def add_agenda_commands(app_sub: Any) -> None:
     outcome.add_argument("outcome", choices=("completed", "no_show"))
     outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")
+    paid = app_sub.add_parser("deposit-paid", help="staff saw the visit's Pix deposit paid "
+                              "(issue 48): books a held visit")
+    _pnid(paid)
+    paid.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
+    paid.add_argument("--amount-cents", type=int, default=None,
+                      help="the amount seen, in cents (default: the amount asked)")
+    paid.set_defaults(run="cli.agenda:deposit_paid")
     day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings "
                              "and blocks")
     _pnid(day)

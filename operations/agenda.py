@@ -41,7 +41,7 @@ from agent.tools.facts_rules import note_problem
 from agent.tools.slots import local_exists, local_to_utc, overlaps
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
-from storage import appointments, reminders, webhooks
+from storage import appointments, deposits, reminders, webhooks
 from storage.models import Appointment, Contact, Professional, ScheduleBlock, Service, Tenant
 
 OUTCOMES = ("completed", "no_show")
@@ -104,6 +104,14 @@ class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outcome: str = Field(pattern="^(completed|no_show)$")
     note: str = Field(default="", max_length=200)  # what was done (issue 38)
+
+
+class DepositPaid(BaseModel):
+    """Staff mark a deposit paid (issue 48): the amount seen in the bank app, in cents
+    (default: the amount asked)."""
+
+    model_config = ConfigDict(extra="forbid")
+    amount_cents: int | None = Field(default=None, ge=1, le=100_000_000)
 
 
 def phone_digits(text: str) -> str:
@@ -262,10 +270,12 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
         rows.append(row)
         placed.append(availability.Item(item, row.professional_id, row.start_at, row.end_at))
     session.flush()
-    reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
-    for row in rows:
-        webhooks.emit(session, tenant.id or 0, "appointment.booked",
-                      webhooks.appointment_data(session, row, by="business"), now=now)
+    if deposits.hold(session, tenant, rows, services, now=now) is None:  # issue 48: a
+        # held visit gets its reminders and its appointment.booked when paid
+        reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
+        for row in rows:
+            webhooks.emit(session, tenant.id or 0, "appointment.booked",
+                          webhooks.appointment_data(session, row, by="business"), now=now)
     view = appointment_view(session, rows[0], tz)
     if len(rows) > 1:
         view["visit"] = [appointment_view(session, row, tz) for row in rows]
@@ -425,6 +435,31 @@ def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: 
         session.add(item)
     session.flush()
     return appointment_view(session, row, ZoneInfo(tenant.timezone))
+
+
+def mark_paid(session: Session, tenant: Tenant, appointment_id: int, *, now: datetime,
+              amount_cents: int | None = None) -> dict[str, Any]:
+    """Staff saw the deposit of appointment `appointment_id`'s visit in their bank app
+    (issue 48): recorded as a payment by staff (`amount_cents`, default the amount asked) and
+    applied as a provider's would be (storage/deposits.confirm: held → booked; released →
+    late_paid; another amount is recorded, books nothing). Returns the outcome and the
+    appointment's view; Conflict when the visit asked no deposit."""
+    row = _appointment(session, tenant, appointment_id)
+    visit_id = appointments.visit_of(row)
+    deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
+    if deposit is None:
+        raise Conflict(f"appointment #{appointment_id} has no deposit")
+    if amount_cents is not None and not 0 < amount_cents <= 100_000_000:
+        raise Invalid("amount_cents: 1 to 100000000", ["amount_cents: out of range"])
+    event = deposits.record_event(
+        session, provider="staff", event_id=f"staff-{deposit.id}-{now.timestamp():.6f}",
+        reference=deposit.reference, now=now, tenant_id=tenant.id,
+        amount_cents=deposit.amount_cents if amount_cents is None else amount_cents)
+    assert event is not None  # a fresh id
+    outcome = deposits.confirm(session, event, now=now, by="staff")
+    session.flush()
+    return {"outcome": outcome,
+            **appointment_view(session, row, ZoneInfo(tenant.timezone))}
 
 
 def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import appointments, delivery, failures, reminders, rights, webhooks
+from storage import appointments, delivery, deposits, failures, reminders, rights, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.catalogue import catalogue_names
@@ -49,7 +49,7 @@ from storage.models import (
     Usage,
 )
 from storage.rights import export_contact, forget_contact
-from storage.tenant_config import problems_of
+from storage.tenant_config import price_text, problems_of
 from usage.report import call_of, summarize_calls
 
 MAX_PAGE = 500
@@ -485,7 +485,22 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             # it), who it is for, the staff's note on what was done
             "visit_id": a.visit_id or a.id, "for_name": a.for_name,
             "booking_number": appointments.number_of(a),  # the number the customer is told
-            "outcome_note": a.outcome_note, **_reminder_fields(session, a)}
+            "outcome_note": a.outcome_note, **_reminder_fields(session, a),
+            "deposit": deposit_view(session, a.visit_id or a.id or 0)}
+
+
+def deposit_view(session: Session, visit_id: int) -> dict[str, Any] | None:
+    """The visit's deposit (issue 48): status, cents, until when, the reference and any
+    refund owed; never the Pix code or key. None: the visit asked none."""
+    deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
+    if deposit is None:
+        return None
+    return {"status": deposit.status, "amount_cents": deposit.amount_cents,
+            "amount": price_text(deposit.amount_cents, deposit.currency),
+            "currency": deposit.currency, "hold_until": _iso(deposit.hold_until),
+            "reference": deposit.reference, "paid_cents": deposit.paid_cents,
+            "paid_at": _iso(deposit.paid_at), "paid_by": deposit.paid_by,
+            "refund": deposit.refund}
 
 
 def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:

@@ -7,8 +7,12 @@ PaymentError            the provider refused or could not be reached (`retryable
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
+
+# the shortest life a dynamic Pix charge may have (Mercado Pago: 30 minutes to 30 days): a
+# charge made for a shorter hold lives this long, and a payment after the release is "late"
+MIN_CHARGE_LIFE = timedelta(minutes=30)
 
 
 class PaymentError(Exception):

@@ -3,6 +3,7 @@ release, the race between a payment and the release on PostgreSQL and SQLite, th
 Pago signature, and the order messages as Meta documents them."""
 
 import threading
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -15,9 +16,11 @@ from sqlmodel import select
 
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from cli.main import main
 from payments.mercadopago import signature, verify_signature
 from replay.errors import GraphRefusal
 from replay.graph_api import validate_interactive
+from replay.runner import run_scenario_file
 from storage import deposits, webhooks
 from storage.db import session_scope
 from storage.models import (
@@ -214,6 +217,26 @@ def test_paid_after_the_release_is_recorded_told_and_alerts_staff(engine: Engine
         assert event.type == "payment.received" and event.data["late"] is True
 
 
+def _race(engine: Engine, reference: str, event_id: str, at: datetime) -> None:
+    """A payment and the release pass, started together."""
+    barrier = threading.Barrier(2)
+
+    def pay() -> None:
+        barrier.wait()
+        _pay(engine, reference, 6000, event_id=event_id, at=at)
+
+    def release() -> None:
+        barrier.wait()
+        with session_scope(engine) as session:
+            deposits.release_due(session, now=at)
+
+    threads = [threading.Thread(target=pay), threading.Thread(target=release)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def test_a_payment_racing_the_release_either_books_or_is_late_never_both(
         engine: Engine) -> None:
     """Both lock the deposit (FOR UPDATE; SKIP LOCKED for the release) on PostgreSQL; SQLite's
@@ -225,23 +248,7 @@ def test_a_payment_racing_the_release_either_books_or_is_late_never_both(
         with session_scope(engine) as session:
             deposit = session.exec(select(Deposit).where(Deposit.status == "held")).one()
             reference, visit_id = deposit.reference, deposit.visit_id
-        barrier = threading.Barrier(2)
-        at = NOW + timedelta(minutes=31)
-
-        def pay(reference: str = reference, round_: int = round_) -> None:
-            barrier.wait()
-            _pay(engine, reference, 6000, event_id=f"race{round_}", at=at)
-
-        def release() -> None:
-            barrier.wait()
-            with session_scope(engine) as session:
-                deposits.release_due(session, now=at)
-
-        threads = [threading.Thread(target=pay), threading.Thread(target=release)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _race(engine, reference, f"race{round_}", NOW + timedelta(minutes=31))
         with session_scope(engine) as session:
             deposit = session.exec(select(Deposit).where(Deposit.visit_id == visit_id)).one()
             status = {a.status for a in session.exec(select(Appointment).where(
@@ -307,3 +314,15 @@ def test_the_graph_double_refuses_an_order_details_meta_would_refuse(
         validate_interactive(details)
     with pytest.raises(ValueError):
         order_status(reference="r", status="paid", body="x")
+
+
+# -- the replay scenarios of "How to show it" ----------------------------------------------------
+
+SCENARIOS = Path(__file__).parent / "scenarios" / "deposits"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SCENARIOS.glob("*.json")))
+def test_deposit_scenarios(name: str) -> None:
+    result = run_scenario_file(SCENARIOS / f"{name}.json", cli=main)
+    assert result.passed, "\n".join(result.failures + result.transcript)
+    assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover

@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 import structlog
 from sqlmodel import col, select
 
-from payments.provider import PaymentError, PixProvider
+from core import clock
+from payments.provider import MIN_CHARGE_LIFE, PaymentError, PixProvider
 from storage import deposits, marks
 from storage.db import session_scope
 from storage.models import Contact, Deposit, PaymentEvent, Tenant
@@ -22,7 +23,7 @@ from whatsapp.orders import order_details, order_status
 from whatsapp.window import window_closed
 from workers import texts
 from workers.outgoing import store
-from workers.runtime import Runtime
+from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +43,7 @@ def deposit_pass(runtime: Runtime, *, now: datetime) -> list[Target]:
             Deposit.status == "held", col(Deposit.requested_at).is_(None),
             col(Deposit.hold_until) > now).order_by(col(Deposit.id)).limit(BATCH)).all())
     targets = []
+    confirm_pending(runtime, now=now)
     for deposit_id in ids:
         assert deposit_id is not None
         target = request_deposit(runtime, deposit_id, now=now)
@@ -63,7 +65,8 @@ def request_deposit(runtime: Runtime, deposit_id: int, *, now: datetime) -> Targ
     if provider is None:
         return _requested(runtime, deposit_id, now=now, charge=None, provider="")
     try:
-        charge = provider.create_charge(amount, until, reference, f"Sinal {reference}")
+        charge = provider.create_charge(amount, max(until, now + MIN_CHARGE_LIFE), reference,
+                                        f"Sinal {reference}")
     except PaymentError as exc:
         log.warning("deposit_charge_failed", deposit_id=deposit_id, retryable=exc.retryable)
         return None  # the next pass tries again while the hold lasts
@@ -112,6 +115,22 @@ def order_status_update(tenant: Tenant, deposit: Deposit) -> str:
     return json.dumps(order_status(
         reference=deposit.reference, status="completed",
         body=texts.text(tenant.language, "deposit_received")), ensure_ascii=False)
+
+
+def run_confirm(payment_event_id: int) -> str:
+    """RQ job (storage/jobs.PAYMENT_JOB): confirm one recorded notification now."""
+    return confirm_notification(get_runtime(), payment_event_id, now=clock.now())
+
+
+def confirm_pending(runtime: Runtime, *, now: datetime) -> int:
+    """Confirm every provider notification still pending (its job lost, or the provider
+    was down): the polling half of "webhook or polling". Returns how many were decided."""
+    with session_scope(runtime.engine) as session:
+        ids = list(session.exec(select(PaymentEvent.id).where(
+            PaymentEvent.outcome == "pending", PaymentEvent.charge_id != "")
+            .order_by(col(PaymentEvent.id)).limit(BATCH)).all())
+    return sum(confirm_notification(runtime, i, now=now) not in ("skipped", "failed")
+               for i in ids if i is not None)
 
 
 def confirm_notification(runtime: Runtime, event_id: int, *, now: datetime) -> str:

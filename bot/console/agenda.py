@@ -147,6 +147,15 @@ def agenda_outcome(p: Page) -> PageResult:
     return _agenda_action(p, act)
 
 
+def agenda_deposit_paid(p: Page) -> PageResult:
+    """Staff saw the visit's Pix deposit in their bank app (issue 48)."""
+    def act(day: str) -> str:
+        done = agenda_ops.mark_paid(p.session, p.tenant, _record(p, "appointment_id"),
+                                    now=p.now)
+        return f"{agenda_texts(_language(p))['deposit_marked']}: {done['outcome']}"
+    return _agenda_action(p, act)
+
+
 def agenda_move(p: Page) -> PageResult:
     def act(day: str) -> str:
         start = _form(p, "start") or f"{_form(p, 'move_date')}T{_form(p, 'move_time')}"

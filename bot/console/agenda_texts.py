@@ -18,6 +18,10 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "block_removed": "Bloqueio removido", "marked": "Anotado", "kept": "mantidos",
         "day_link": "Ver o dia", "nothing": "Nada marcado.", "new_start": "Novo início",
         "visit": "Visita", "then_service": "Depois, na mesma visita (opcional)",
+        "deposit_held": "aguardando sinal", "deposit_paid": "sinal pago",
+        "deposit_released": "liberado (sinal não pago)",
+        "deposit_late_paid": "sinal pago após liberação: remarcar ou devolver",
+        "mark_paid": "Sinal recebido", "deposit_marked": "Sinal registrado",
     },
     "en": {
         "title": "Day agenda", "previous_day": "← Previous day", "next_day": "Next day →",
@@ -33,6 +37,10 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "block_removed": "Block removed", "marked": "Noted", "kept": "kept",
         "day_link": "See the day", "nothing": "Nothing booked.", "new_start": "New start",
         "visit": "Visit", "then_service": "Then, in the same visit (optional)",
+        "deposit_held": "awaiting deposit", "deposit_paid": "deposit paid",
+        "deposit_released": "released (deposit not paid)",
+        "deposit_late_paid": "deposit paid after release: rebook or refund",
+        "mark_paid": "Deposit received", "deposit_marked": "Deposit recorded",
     },
 }
 

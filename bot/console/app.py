@@ -21,6 +21,7 @@ from aiohttp import web
 from bot.console.agenda import (
     agenda_block,
     agenda_book,
+    agenda_deposit_paid,
     agenda_move,
     agenda_outcome,
     agenda_page,
@@ -134,6 +135,8 @@ def setup_console(app: web.Application) -> None:
          agenda_outcome),
         ("POST", "/console/agenda/appointments/{appointment_id}/move", "appointments",
          agenda_move),
+        ("POST", "/console/agenda/appointments/{appointment_id}/deposit-paid", "appointments",
+         agenda_deposit_paid),
         ("GET", "/console/webhooks", "webhooks", webhooks_page),
         ("POST", "/console/webhooks", "webhooks", add_webhook),
         ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),
