@@ -354,6 +354,7 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     else:
         reminders.cancel_for(session, appointments.visit_of(old),
                              reason=f"moved by the business to #{new.id}")
+        deposits.follow(session, appointments.visit_of(old), appointments.visit_of(new))
         reminders.schedule(session, tenant, new, now=now)
     reminders.record_notice(session, new, kind="moved", now=now)  # the customer is told
     webhooks.emit(session, tenant.id or 0, "appointment.rescheduled",

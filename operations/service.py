@@ -566,6 +566,7 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
     session.flush()
     reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
                            reason="cancelled by the business", now=now)
+    deposits.on_cancel(session, tenant, visit_id, starts_at=starts_at, now=now, by="business")
     reminders.record_notice(session, appointment, kind="cancelled", now=now)  # issue 25
     webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                   webhooks.appointment_data(session, appointment, by="business"), now=now)

@@ -22,6 +22,7 @@ import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -29,6 +30,7 @@ from sqlmodel import Session, col, select
 from storage import reminders, webhooks
 from storage.appointments import booked, visit_rows
 from storage.models import Appointment, Deposit, Notice, PaymentEvent, Service, Tenant
+from storage.tenant_config import price_text
 
 OUTCOMES = ("booked", "late", "already_paid", "unknown_reference", "wrong_amount",
             "not_paid", "pending")
@@ -205,6 +207,52 @@ def _tell(session: Session, deposit: Deposit, kind: str, now: datetime) -> None:
     session.add(Notice(tenant_id=deposit.tenant_id, appointment_id=deposit.visit_id,
                        kind=kind, created_at=now))
     session.flush()
+
+
+def status_note(deposit: Deposit, tz: ZoneInfo) -> str:
+    """What the agent reads of a visit's deposit (English, short: every token is paid):
+    "R$ 60.00 deposit unpaid, held until 10:30", "... paid", "... not paid: released",
+    "... paid after release: staff rebook or refund"."""
+    amount = price_text(deposit.amount_cents, deposit.currency, language="en")
+    if deposit.status == "held":
+        return f"{amount} deposit unpaid, held until {deposit.hold_until.astimezone(tz):%H:%M}"
+    return f"{amount} deposit " + {
+        "paid": "paid", "released": "not paid: released",
+        "late_paid": "paid after release: staff rebook or refund"}.get(deposit.status,
+                                                                        deposit.status)
+
+
+def follow(session: Session, visit_id: int, new_visit_id: int) -> None:
+    """A whole visit moved to new rows (a new booking number): its open deposit goes with
+    it, held or paid, before the new visit's reminders are made (none while held)."""
+    for deposit in session.exec(select(Deposit).where(
+            Deposit.visit_id == visit_id, col(Deposit.status).in_(("held", "paid")))):
+        deposit.visit_id = new_visit_id
+        session.add(deposit)
+    session.flush()
+
+
+def on_cancel(session: Session, tenant: Tenant, visit_id: int, *, starts_at: datetime,
+              now: datetime, by: str = "customer") -> str:
+    """A visit with nothing booked any more (cancelled by the customer or the business):
+    a held deposit is withdrawn (`cancelled`: the release does not tell the customer), a
+    paid one records what the tenant's rule says (`refund_rule`: kept or owed; refunds are
+    done by staff; a cancel `by` the business always owes it back). Returns the refund
+    recorded ("" when none)."""
+    if booked(visit_rows(session, visit_id)):
+        return ""  # one service of several: the visit and its deposit stand
+    deposit = session.exec(select(Deposit).where(Deposit.visit_id == visit_id)
+                           .order_by(col(Deposit.id).desc()).with_for_update()).first()
+    if deposit is None or deposit.status not in ("held", "paid"):
+        return ""
+    if deposit.status == "held":
+        deposit.status = "cancelled"
+    else:
+        deposit.refund = "owed" if by == "business" else refund_rule(
+            tenant, deposit, start_at=starts_at, now=now)
+    session.add(deposit)
+    session.flush()
+    return deposit.refund
 
 
 def refund_rule(tenant: Tenant, deposit: Deposit, *, start_at: datetime,

@@ -661,9 +661,10 @@ class Deposit(SQLModel, table=True):
     held (the visit's rows stay `booked`, so every "holds the slot" and "upcoming" query is
     unchanged, but it gets no reminder until paid) → paid (booked for good), or → released
     (`hold_until` passed: the visit cancelled) → late_paid (money came after the release:
-    staff rebook or refund). `reference` is the order's `reference_id` in WhatsApp and the
-    charge's external reference at the provider. Money in integer cents of `currency`. `code`
-    is the Pix copy-and-paste code (never logged). `refund`: "" or kept / owed once a paid
+    staff rebook or refund); held → cancelled (the visit was cancelled before paying).
+    `reference` is the order's `reference_id` in WhatsApp and the charge's external
+    reference at the provider. Money in integer cents of `currency`. `code` is the Pix
+    copy-and-paste code (never logged). `refund`: "" or kept / owed once a paid
     visit is cancelled (the tenant's `deposit_refund`)."""
 
     __table_args__ = (Index("ix_deposit_held_until", "hold_until",

@@ -3,8 +3,8 @@ release, the race between a payment and the release on PostgreSQL and SQLite, th
 Pago signature, and the order messages as Meta documents them."""
 
 import threading
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlmodel import select
 
+from agent.history import history_lines, load
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
 from cli.main import main
+from operations.service import cancel_appointment
 from payments.mercadopago import signature, verify_signature
 from replay.errors import GraphRefusal
 from replay.graph_api import validate_interactive
@@ -139,7 +141,7 @@ def test_a_booking_that_needs_a_deposit_is_held_blocks_the_slot_and_has_no_remin
     pairs = _setup(engine, contacts=2)
     text, is_error = _book(engine, pair=pairs[0])
     assert not is_error
-    assert text.startswith("Held until 10:30 for a R$ 60.00 Pix deposit")
+    assert text.startswith("Held until 10:30 for a R$ 60.00 Pix deposit (the code is sent")
     deposit = _deposit(engine)
     assert (deposit.status, deposit.amount_cents, deposit.currency) == ("held", 6000, "BRL")
     assert len(deposit.reference) <= 35
@@ -326,3 +328,81 @@ def test_deposit_scenarios(name: str) -> None:
     result = run_scenario_file(SCENARIOS / f"{name}.json", cli=main)
     assert result.passed, "\n".join(result.failures + result.transcript)
     assert result.api_errors == 0 and result.unscripted_calls == 0 and not result.leftover
+
+
+# -- what the agent sees, cancellations and moves -----------------------------------------------
+
+def _tool(engine: Engine, name: str, args: dict[str, Any], tool_use_id: str,
+          now: datetime = NOW) -> tuple[str, bool]:
+    ctx = ToolContext(engine=engine, tenant_id=1, contact_id=1, conversation_id=1,
+                      timezone=SP, now=now, tool_use_id=tool_use_id)
+    return execute_tool(ctx, name, args)
+
+
+def test_the_agent_sees_the_deposit_in_its_listing_and_history(engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    listing, _ = _tool(engine, "list_my_appointments", {}, "toolu_l1")
+    assert "(R$ 60.00 deposit unpaid, held until 10:30)" in listing
+    with session_scope(engine) as session:
+        lines, _, _ = history_lines(load(session, 1, 1, NOW, SP))
+    assert lines[0].endswith("booked; R$ 60.00 deposit unpaid, held until 10:30")
+    _pay(engine, _deposit(engine).reference, 6000)
+    listing, _ = _tool(engine, "list_my_appointments", {}, "toolu_l2")
+    assert "(R$ 60.00 deposit paid)" in listing
+
+
+def test_a_held_visit_cancelled_withdraws_its_deposit_and_is_not_released_later(
+        engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    _, is_error = _tool(engine, "cancel_appointment", {"appointment_id": 1}, "toolu_c")
+    assert not is_error and _deposit(engine).status == "cancelled"
+    with session_scope(engine) as session:
+        assert deposits.release_due(session, now=NOW + timedelta(hours=1)) == []
+        assert session.exec(select(Notice)).all() == []
+
+
+@pytest.mark.parametrize(("rule", "window", "refund"), [
+    ("kept", 0, "kept"), ("owed", 0, "owed"), ("kept_inside_window", 24 * 60, "owed")])
+def test_a_paid_visit_cancelled_records_the_tenants_refund_rule(
+        engine: Engine, rule: str, window: int, refund: str) -> None:
+    _setup(engine, deposit_refund=rule, cancellation_window_minutes=window)
+    _book(engine)  # Tue 14:00, 28 h from now
+    _pay(engine, _deposit(engine).reference, 6000)
+    _, is_error = _tool(engine, "cancel_appointment", {"appointment_id": 1}, "toolu_c")
+    assert not is_error
+    assert _deposit(engine).refund == refund
+
+
+def test_inside_the_window_the_deposit_is_kept_and_a_business_cancel_owes_it(
+        engine: Engine) -> None:
+    _setup(engine, deposit_refund="kept", cancellation_window_minutes=36 * 60)
+    _book(engine)
+    _pay(engine, _deposit(engine).reference, 6000)
+    paid = _deposit(engine)
+    tenant = _tenant(deposit_refund="kept_inside_window", cancellation_window_minutes=36 * 60)
+    start = datetime(2026, 6, 2, 17, 0, tzinfo=UTC)
+    assert deposits.refund_rule(tenant, paid, start_at=start, now=NOW) == "kept"
+    assert deposits.refund_rule(tenant, paid, start_at=start, now=NOW - timedelta(hours=9)) \
+        == "owed"
+    with session_scope(engine) as session:
+        cancel_appointment(session, session.get(Tenant, 1), 1, now=NOW)
+    assert _deposit(engine).refund == "owed"
+
+
+def test_a_held_visit_moved_keeps_its_deposit_and_still_has_no_reminder(engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    moved, is_error = _tool(engine, "reschedule_appointment",
+                            {"appointment_id": 1, "start": "2026-06-02T16:00"}, "toolu_m")
+    assert not is_error, moved
+    deposit = _deposit(engine)
+    with session_scope(engine) as session:
+        new = session.exec(select(Appointment).where(Appointment.status == "booked")).one()
+        assert deposit.visit_id == (new.visit_id or new.id) and deposit.status == "held"
+        assert session.exec(select(Reminder).where(Reminder.status == "scheduled")).all() == []
+    assert _pay(engine, deposit.reference, 6000) == "booked"
+    with session_scope(engine) as session:
+        assert len(session.exec(select(Reminder).where(
+            Reminder.status == "scheduled")).all()) == 1

@@ -519,6 +519,8 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
         session.flush()
         reminders.cancel_for(session, appointments.visit_of(appointment),
                              reason="appointment cancelled")
+        deposits.on_cancel(session, tenant, appointments.visit_of(appointment),
+                           starts_at=live[0].start_at, now=now)
         for row in live:
             webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                           webhooks.appointment_data(session, row, by="customer"), now=now)

@@ -221,10 +221,12 @@ BOOK_APPOINTMENT = Tool(
 
 
 def held_line(deposit: Deposit, tenant: Tenant) -> str:
-    """What the agent is told of a held visit: how much, until when (local)."""
+    """What the agent is told of a held visit: how much, until when (local), that the Pix
+    code goes to the customer and what happens unpaid."""
     until = deposit.hold_until.astimezone(ZoneInfo(tenant.timezone))
     amount = price_text(deposit.amount_cents, deposit.currency, language="en")
-    return f"Held until {until:%H:%M} for a {amount} Pix deposit (code sent); unpaid: released. "
+    return (f"Held until {until:%H:%M} for a {amount} Pix deposit (the code is sent to the "
+            "customer); unpaid by then: released. ")
 
 
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
@@ -238,7 +240,9 @@ def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) 
     lines = ["Upcoming appointments:"]
     for visit_id in visit_ids:
         rows = appointments.booked(appointments.visit_rows(session, visit_id))
-        lines.append("- " + _describe_visit(session, rows, ctx.timezone))
+        deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
+        lines.append("- " + _describe_visit(session, rows, ctx.timezone) + (
+            f" ({deposits.status_note(deposit, ctx.timezone)})" if deposit else ""))
     total = _count_upcoming(session, ctx)
     if total > len(visit_ids):
         lines.append(f"({total - len(visit_ids)} more left out: the next {len(visit_ids)} "
@@ -268,8 +272,10 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
         session.add(row)
     session.flush()
     kept = [r for r in rows if r.status == "booked"]
-    reminders.after_change(session, _tenant(session, ctx.tenant_id), _visit(rows),
-                           starts_at=starts_at, reason="appointment cancelled", now=ctx.now)
+    tenant = _tenant(session, ctx.tenant_id)
+    reminders.after_change(session, tenant, _visit(rows), starts_at=starts_at,
+                           reason="appointment cancelled", now=ctx.now)
+    deposits.on_cancel(session, tenant, _visit(rows), starts_at=starts_at, now=ctx.now)
     for row in cancelled:
         webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
@@ -327,6 +333,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
         session.add(old)
     if one is None:
         reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_number(new)}")
+        deposits.follow(session, visit_id, _visit(new))
         reminders.schedule(session, tenant, new[0], now=ctx.now)
     else:
         reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
