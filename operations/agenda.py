@@ -26,6 +26,7 @@ The outcome of a visit (completed, no_show) is stored apart from `status`: every
 """
 
 import re
+import uuid
 from collections import Counter
 from dataclasses import replace
 from datetime import date, datetime, time, timedelta
@@ -443,8 +444,8 @@ def mark_paid(session: Session, tenant: Tenant, appointment_id: int, *, now: dat
     """Staff saw the deposit of appointment `appointment_id`'s visit in their bank app
     (issue 48): recorded as a payment by staff (`amount_cents`, default the amount asked) and
     applied as a provider's would be (storage/deposits.confirm: held → booked; released →
-    late_paid; another amount is recorded, books nothing). Returns the outcome and the
-    appointment's view; Conflict when the visit asked no deposit."""
+    late_paid; another amount is recorded, books nothing). Returns the appointment's view
+    with the confirmation's outcome as `payment`; Conflict when the visit asked no deposit."""
     row = _appointment(session, tenant, appointment_id)
     visit_id = appointments.visit_of(row)
     deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
@@ -453,14 +454,13 @@ def mark_paid(session: Session, tenant: Tenant, appointment_id: int, *, now: dat
     if amount_cents is not None and not 0 < amount_cents <= 100_000_000:
         raise Invalid("amount_cents: 1 to 100000000", ["amount_cents: out of range"])
     event = deposits.record_event(
-        session, provider="staff", event_id=f"staff-{deposit.id}-{now.timestamp():.6f}",
+        session, provider="staff", event_id=f"staff-{deposit.id}-{uuid.uuid4().hex}",
         reference=deposit.reference, now=now, tenant_id=tenant.id,
         amount_cents=deposit.amount_cents if amount_cents is None else amount_cents)
-    assert event is not None  # a fresh id
+    assert event is not None  # a fresh id: never a replay
     outcome = deposits.confirm(session, event, now=now, by="staff")
     session.flush()
-    return {"outcome": outcome,
-            **appointment_view(session, row, ZoneInfo(tenant.timezone))}
+    return {**appointment_view(session, row, ZoneInfo(tenant.timezone)), "payment": outcome}
 
 
 def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:

@@ -172,6 +172,15 @@ def payment_data(deposit: Deposit, *, late: bool) -> dict[str, Any]:
             "currency": deposit.currency, "by": deposit.paid_by, "late": late}
 
 
+def open_work(session: Session, *, now: datetime, limit: int) -> tuple[bool, list[int]]:
+    """One read of the held deposits (the partial index ix_deposit_held_until): whether
+    some hold ended by `now`, and the ids of those whose Pix request is not made yet."""
+    rows = session.exec(select(Deposit.id, Deposit.hold_until, Deposit.requested_at).where(
+        Deposit.status == "held").order_by(col(Deposit.hold_until)).limit(limit)).all()
+    return (any(until <= now for _, until, _ in rows),
+            [i for i, until, asked in rows if asked is None and until > now and i is not None])
+
+
 def release_due(session: Session, *, now: datetime, limit: int = RELEASE_BATCH) -> list[int]:
     """Release every held deposit whose hold ended by `now` (the partial index
     ix_deposit_held_until; SKIP LOCKED on PostgreSQL, so a payment holding one is not waited

@@ -700,7 +700,10 @@ class PaymentEvent(SQLModel, table=True):
     late (after release), already_paid, unknown_reference, wrong_amount, not_paid,
     pending (received, not yet checked)."""
 
-    __table_args__ = (UniqueConstraint("provider", "event_id", name="uq_payment_event"),)
+    __table_args__ = (UniqueConstraint("provider", "event_id", name="uq_payment_event"),
+                      Index("ix_paymentevent_pending", "id",
+                            sqlite_where=text("outcome = 'pending'"),
+                            postgresql_where=text("outcome = 'pending'")))
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int | None = Field(default=None, foreign_key="tenant.id", ondelete="CASCADE",
                                   index=True)

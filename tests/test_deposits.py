@@ -3,6 +3,9 @@ release, the race between a payment and the release on PostgreSQL and SQLite, th
 Pago signature, and the order messages as Meta documents them."""
 
 import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,11 @@ from sqlmodel import select
 from agent.history import history_lines, load
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from bot.payments import MAX_PAYMENT_BODY
 from cli.main import main
 from operations.service import cancel_appointment
 from payments.mercadopago import signature, verify_signature
+from replay.environment import ReplayEnvironment
 from replay.errors import GraphRefusal
 from replay.graph_api import validate_interactive
 from replay.runner import run_scenario_file
@@ -31,6 +36,7 @@ from storage.models import (
     Conversation,
     Deposit,
     Notice,
+    PaymentEvent,
     Reminder,
     Service,
     Tenant,
@@ -38,6 +44,7 @@ from storage.models import (
 )
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT
+from tests.test_admin_api import call
 from whatsapp.orders import order_details, order_problems, order_status
 
 SP = ZoneInfo("America/Sao_Paulo")
@@ -406,3 +413,66 @@ def test_a_held_visit_moved_keeps_its_deposit_and_still_has_no_reminder(engine: 
     with session_scope(engine) as session:
         assert len(session.exec(select(Reminder).where(
             Reminder.status == "scheduled")).all()) == 1
+
+
+# -- the admin API and the provider's webhook over HTTP ----------------------------------------
+
+OPERATOR = "operator-token-for-deposits"
+
+
+@pytest.fixture
+def api_env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
+    environment = ReplayEnvironment(start=NOW, database_url=database_url, redis_url=redis_url,
+                                    admin_token=OPERATOR)
+    environment.add_tenant(SALON)
+    yield environment
+    environment.close()
+
+
+def test_the_admin_api_sets_the_rule_books_held_and_marks_the_deposit_paid(
+        api_env: ReplayEnvironment) -> None:
+    status, _ = call(api_env, "PATCH", "/admin/tenants/1",
+                     {"deposit_percent": 50, "deposit_hold_minutes": 45}, token=OPERATOR)
+    assert status == 200
+    status, _ = call(api_env, "PATCH", "/admin/tenants/1",
+                     {"deposit_percent": 101}, token=OPERATOR)
+    assert status == 422
+    status, booked = call(api_env, "POST", "/admin/tenants/1/appointments",
+                          {"service": "corte", "start": "2026-06-02T14:00",
+                           "phone": "+55 11 99999-0001"}, token=OPERATOR)
+    assert status == 201, booked
+    assert booked["deposit"]["status"] == "held" and booked["deposit"]["amount_cents"] == 4000
+    assert booked["deposit"]["hold_until"] == "2026-06-01T13:45:00+00:00"
+    path = f"/admin/tenants/1/appointments/{booked['id']}/deposit-paid"
+    status, problem = call(api_env, "POST", path, {"amount_cents": 0}, token=OPERATOR)
+    assert status == 422, problem
+    status, paid = call(api_env, "POST", path, {}, token=OPERATOR)
+    assert status == 200 and paid["payment"] == "booked"
+    assert paid["deposit"]["status"] == "paid" and paid["reminders"]
+
+
+def test_the_provider_webhook_refuses_a_forged_or_oversized_body_and_records_nothing(
+        api_env: ReplayEnvironment) -> None:
+    url = f"{api_env.web_url}/payments/mercadopago?data.id=1300000001&type=payment"
+    for headers, body, expected in [
+            ({}, b"{}", 401),
+            ({"x-signature": "ts=1,v1=00", "x-request-id": "r"}, b"{}", 401),
+            ({}, b"x" * (MAX_PAYMENT_BODY + 1), 413)]:
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        assert status == expected
+    with session_scope(api_env.engine) as session:
+        assert session.exec(select(PaymentEvent)).all() == []
+
+
+def test_no_pix_code_or_key_reaches_the_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_scenario_file(SCENARIOS / "paid.json", cli=main)
+    assert result.passed, "\n".join(result.failures)
+    out = capsys.readouterr()
+    logged = out.out + out.err
+    assert "payment_confirmed" in logged  # the log lines were captured
+    assert SALON["pix_key"] not in logged and "br.gov.bcb.pix" not in logged

@@ -32,20 +32,18 @@ Target = tuple[int, int, bool]  # (tenant id, conversation id, coexistence): a f
 
 
 def deposit_pass(runtime: Runtime, *, now: datetime) -> list[Target]:
-    """Release the due holds, then request every held deposit not requested yet; the
-    conversations whose outbox got a message."""
+    """Release the due holds, confirm the notifications still pending, then request every
+    held deposit not requested yet; the conversations whose outbox got a message. With
+    nothing to do: two reads, of two partial indexes (held deposits, pending events)."""
     with session_scope(runtime.engine) as session:
-        released = deposits.release_due(session, now=now)
-    if released:
+        due, unrequested = deposits.open_work(session, now=now, limit=BATCH)
+    if due:
+        with session_scope(runtime.engine) as session:
+            released = deposits.release_due(session, now=now)
         log.info("deposits_released", count=len(released))
-    with session_scope(runtime.engine) as session:
-        ids = list(session.exec(select(Deposit.id).where(
-            Deposit.status == "held", col(Deposit.requested_at).is_(None),
-            col(Deposit.hold_until) > now).order_by(col(Deposit.id)).limit(BATCH)).all())
-    targets = []
     confirm_pending(runtime, now=now)
-    for deposit_id in ids:
-        assert deposit_id is not None
+    targets = []
+    for deposit_id in unrequested:
         target = request_deposit(runtime, deposit_id, now=now)
         if target is not None:
             targets.append(target)

@@ -417,8 +417,8 @@ ROUTES: tuple[Route, ...] = (
           "visit that started completed or no_show (status unchanged)", "appointments",
           body=agenda.Outcome, path_types=(*TID, ("appointment_id", "integer"))),
     Route("POST", TP + "/appointments/{appointment_id}/deposit-paid", deposit_paid, "Staff "
-          "saw the visit's Pix deposit paid: books a held visit (outcome booked; late after a "
-          "release; wrong_amount books nothing)", "appointments", body=agenda.DepositPaid,
+          "saw the visit's Pix deposit paid: books a held visit (`payment` booked; late after "
+          "a release; wrong_amount books nothing)", "appointments", body=agenda.DepositPaid,
           path_types=(*TID, ("appointment_id", "integer"))),
     Route("POST", TP + "/blocks", add_block, "Block a professional's time (hides slots; over "
           "bookings only with force, which keeps them)", "appointments", body=agenda.Block,

@@ -152,7 +152,7 @@ def agenda_deposit_paid(p: Page) -> PageResult:
     def act(day: str) -> str:
         done = agenda_ops.mark_paid(p.session, p.tenant, _record(p, "appointment_id"),
                                     now=p.now)
-        return f"{agenda_texts(_language(p))['deposit_marked']}: {done['outcome']}"
+        return f"{agenda_texts(_language(p))['deposit_marked']}: {done['payment']}"
     return _agenda_action(p, act)
 
 

@@ -60,6 +60,9 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_paymentevent_tenant_id"), "paymentevent", ["tenant_id"])
     op.create_index(op.f("ix_paymentevent_reference"), "paymentevent", ["reference"])
+    op.create_index("ix_paymentevent_pending", "paymentevent", ["id"],
+                    sqlite_where=sa.text("outcome = 'pending'"),
+                    postgresql_where=sa.text("outcome = 'pending'"))
 
 
 def _create_deposit() -> None:
