@@ -218,6 +218,25 @@ def _tell(session: Session, deposit: Deposit, kind: str, now: datetime) -> None:
     session.flush()
 
 
+CHECK_OUTCOMES = ("late", "wrong_amount", "not_paid")
+CHECK_DAYS = 30
+
+
+def to_check(session: Session, tenant_id: int, *, now: datetime,
+             limit: int) -> list[dict[str, Any]]:
+    """The tenant's payments a person must look at, newest first, from the last CHECK_DAYS:
+    a deposit paid after its release (rebook or refund), a payment of another amount, one
+    the provider did not settle. Each: outcome, reference, cents, when. (A confirmation for
+    an unknown reference names no tenant: it stays in `paymentevent` for the operator.)"""
+    rows = session.exec(select(PaymentEvent).where(
+        PaymentEvent.tenant_id == tenant_id, col(PaymentEvent.outcome).in_(CHECK_OUTCOMES),
+        col(PaymentEvent.received_at) >= now - timedelta(days=CHECK_DAYS))
+        .order_by(col(PaymentEvent.id).desc()).limit(limit)).all()
+    return [{"outcome": e.outcome, "reference": e.reference, "amount_cents": e.amount_cents,
+             "amount": price_text(e.amount_cents), "provider": e.provider,
+             "received_at": e.received_at.isoformat()} for e in rows]
+
+
 def status_note(deposit: Deposit, tz: ZoneInfo) -> str:
     """What the agent reads of a visit's deposit (English, short: every token is paid):
     "R$ 60.00 deposit unpaid, held until 10:30", "... paid", "... not paid: released",

@@ -2,6 +2,7 @@
 release, the race between a payment and the release on PostgreSQL and SQLite, the Mercado
 Pago signature, and the order messages as Meta documents them."""
 
+import html
 import threading
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ from replay.errors import GraphRefusal
 from replay.graph_api import validate_interactive
 from replay.runner import run_scenario_file
 from storage import deposits, webhooks
+from storage.catalogue import change_service
 from storage.db import session_scope
 from storage.models import (
     Appointment,
@@ -43,8 +45,10 @@ from storage.models import (
     WebhookEvent,
 )
 from storage.tenants import upsert_tenant
+from tests.console_helpers import seed
 from tests.factories import TENANT
 from tests.test_admin_api import call
+from tests.test_console import Browser
 from whatsapp.orders import order_details, order_problems, order_status
 
 SP = ZoneInfo("America/Sao_Paulo")
@@ -476,3 +480,44 @@ def test_no_pix_code_or_key_reaches_the_logs(capsys: pytest.CaptureFixture[str])
     logged = out.out + out.err
     assert "payment_confirmed" in logged  # the log lines were captured
     assert SALON["pix_key"] not in logged and "br.gov.bcb.pix" not in logged
+
+
+# -- the console: the agenda shows the deposit and takes "Sinal recebido"; attention lists -----
+
+def test_the_console_shows_the_deposit_marks_it_paid_and_lists_payments_to_check(
+        database_url: str | None, redis_url: str | None) -> None:
+    env = ReplayEnvironment(start=NOW, database_url=database_url, redis_url=redis_url)
+    try:
+        seeded = seed(env)
+        with session_scope(env.engine) as session:
+            tenant = session.exec(select(Tenant).where(
+                Tenant.phone_number_id == TENANT["phone_number_id"])).one()
+            change_service(session, tenant.id or 0, "corte", price_cents=9000,
+                           deposit_cents=3000)
+            contact_id = session.exec(select(Contact.id).where(
+                Contact.tenant_id == tenant.id)).first()
+        browser = Browser(env.web_url)
+        browser.sign_in(seeded.salon_token)
+        browser.request("/console/agenda?day=2026-06-03")
+        browser.request("/console/agenda/book", {
+            "csrf": browser.csrf, "day": "2026-06-02", "service": "corte",
+            "professional": "julia", "time": "10:00", "contact": str(contact_id)})
+        _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+        assert "aguardando sinal R$ 30,00" in page and "Sinal recebido" in page
+        with session_scope(env.engine) as session:
+            held = session.exec(select(Deposit)).one()
+            row = session.exec(select(Appointment).where(
+                Appointment.visit_id == held.visit_id)).first() or session.get(
+                Appointment, held.visit_id)
+            assert row is not None
+            deposits.release_due(session, now=held.hold_until)  # released: paid late below
+        status, _, _ = browser.request(f"/console/agenda/appointments/{row.id}/deposit-paid",
+                                       {"csrf": browser.csrf, "day": "2026-06-02"})
+        assert status == 303
+        _, page, _ = browser.request("/console/agenda?day=2026-06-02")
+        assert "Sinal registrado: late" in html.unescape(page)
+        _, page, _ = browser.request("/console/attention")
+        assert 'id="payments-to-check"' in page
+        assert "Sinal pago depois da liberação: remarcar ou devolver · R$ 30,00" in page
+    finally:
+        env.close()
