@@ -24,8 +24,9 @@ from agent.tools.registry import execute_tool
 from bot.payments import MAX_PAYMENT_BODY
 from cli.main import main
 from operations.service import cancel_appointment
-from payments.mercadopago import signature, verify_signature
-from replay.environment import ReplayEnvironment
+from payments.mercadopago import MercadoPago, signature, verify_signature
+from payments.provider import PaymentError
+from replay.environment import MERCADOPAGO_SECRET, MERCADOPAGO_TOKEN, ReplayEnvironment
 from replay.errors import GraphRefusal
 from replay.graph_api import validate_interactive
 from replay.runner import run_scenario_file
@@ -521,3 +522,23 @@ def test_the_console_shows_the_deposit_marks_it_paid_and_lists_payments_to_check
         assert "Sinal pago depois da liberação: remarcar ou devolver · R$ 30,00" in page
     finally:
         env.close()
+
+
+def test_the_mercado_pago_client_against_its_double(api_env: ReplayEnvironment) -> None:
+    base = api_env.mercadopago_api.base_url
+    client = MercadoPago(access_token=MERCADOPAGO_TOKEN, webhook_secret=MERCADOPAGO_SECRET,
+                         base_url=base)
+    first = client.create_charge(6000, NOW + timedelta(minutes=31), "wa1-1-abcd", "Sinal")
+    again = client.create_charge(6000, NOW + timedelta(minutes=31), "wa1-1-abcd", "Sinal")
+    assert first.charge_id == again.charge_id and first.code.startswith("000201")
+    status = client.fetch(first.charge_id)
+    assert (status.paid, status.amount_cents, status.reference) == (False, 6000, "wa1-1-abcd")
+    api_env.mercadopago_api.pay("wa1-1-abcd")
+    assert client.fetch(first.charge_id).paid
+    with pytest.raises(PaymentError) as short:
+        client.create_charge(6000, NOW + timedelta(minutes=10), "wa1-2-abcd", "Sinal")
+    assert not short.value.retryable
+    assert "30 minutes" in api_env.mercadopago_api.refusals[-1]
+    with pytest.raises(PaymentError):
+        MercadoPago(access_token="wrong", webhook_secret="", base_url=base).fetch(
+            first.charge_id)

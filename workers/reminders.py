@@ -388,7 +388,9 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
                 or contact is None:
             return None
         values = fields(session, tenant, appointment, contact)
-        spec = _template(tenant, tenant.notice_template)
+        deposit = row.kind.startswith("deposit_")  # issue 48: not a change by the business,
+        # so never the business's notice_template
+        spec = None if deposit else _template(tenant, tenant.notice_template)
         if not window_closed(contact.last_inbound_at, now):
             text = _format(texts.text(tenant.language, f"notice_{row.kind}"), values)
             body, kind, shown = text, "text", text
@@ -397,10 +399,12 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
             shown = f"[notice template {spec['name']}]"
         else:
             row.status = "not_sent"
-            row.reason = "the 24-hour window is closed and no notice_template is declared"
+            row.reason = ("the 24-hour window is closed" if deposit else
+                          "the 24-hour window is closed and no notice_template is declared")
             session.add(row)
             return None
-        shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"
+        what = row.kind.replace("_", " ") if deposit else f"the business {row.kind}"
+        shown = f"[{what} {describe(session, tenant, appointment)}] {shown}"
         if row.kind == "deposit_paid" and kind == "text":  # Meta: update the order (issue 48)
             _order_completed(session, tenant, contact, appointment.id, now)
         message = _store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
