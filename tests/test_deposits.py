@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlmodel import select
@@ -23,6 +23,7 @@ from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
 from bot.payments import MAX_PAYMENT_BODY
 from cli.main import main
+from operations.agenda import mark_paid
 from operations.service import cancel_appointment
 from payments.mercadopago import MercadoPago, signature, verify_signature
 from payments.provider import PaymentError
@@ -32,7 +33,7 @@ from replay.graph_api import validate_interactive
 from replay.runner import run_scenario_file
 from storage import deposits, webhooks
 from storage.catalogue import change_service
-from storage.db import session_scope
+from storage.db import create_schema, make_engine, session_scope
 from storage.models import (
     Appointment,
     Contact,
@@ -542,3 +543,53 @@ def test_the_mercado_pago_client_against_its_double(api_env: ReplayEnvironment) 
     with pytest.raises(PaymentError):
         MercadoPago(access_token="wrong", webhook_secret="", base_url=base).fetch(
             first.charge_id)
+
+
+# -- any order of confirmations and releases keeps the visit and the deposit in agreement ------
+
+ACTIONS = st.lists(st.sampled_from(["pay", "pay_wrong", "replay", "release", "staff"]),
+                   max_size=6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(actions=ACTIONS)
+def test_any_order_of_payments_and_releases_keeps_one_outcome(tmp_path_factory: Any,
+                                                               actions: list[str]) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path_factory.mktemp('orders')}/t.db")
+    create_schema(engine)
+    try:
+        _setup(engine)
+        _book(engine)
+        reference = _deposit(engine).reference
+        for n, action in enumerate(actions):
+            at = NOW + timedelta(minutes=10 * n)
+            if action == "release":
+                with session_scope(engine) as session:
+                    deposits.release_due(session, now=at + timedelta(minutes=30))
+            elif action == "staff":
+                with session_scope(engine) as session:
+                    tenant = session.get(Tenant, 1)
+                    assert tenant is not None
+                    mark_paid(session, tenant, 1, now=at)
+            else:
+                _pay(engine, reference, 5000 if action == "pay_wrong" else 6000,
+                     event_id="same" if action == "replay" else f"ev{n}", at=at)
+            _agree(engine)
+    finally:
+        engine.dispose()
+
+
+def _agree(engine: Engine) -> None:
+    deposit = _deposit(engine)
+    with session_scope(engine) as session:
+        rows = {a.status for a in session.exec(select(Appointment)).all()}
+        scheduled = session.exec(select(Reminder).where(Reminder.status == "scheduled")).all()
+        kinds = [n.kind for n in session.exec(select(Notice)).all()]
+    assert deposit.status in ("held", "paid", "released", "late_paid")
+    assert rows == ({"booked"} if deposit.status in ("held", "paid") else {"cancelled"})
+    assert bool(scheduled) == (deposit.status == "paid")
+    assert len(kinds) == len(set(kinds))  # each told once
+    assert ("deposit_paid" in kinds) == (deposit.status == "paid")
+    assert ("deposit_late" in kinds) == (deposit.status == "late_paid")
+    assert sorted(_events(engine)).count("payment.received") == (
+        deposit.status in ("paid", "late_paid"))
