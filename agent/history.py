@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, select
 
+from storage import deposits
 from storage.appointments import VISIT, number_of, visit_of
 from storage.models import Appointment, Professional, Service
 
@@ -48,6 +49,7 @@ class Booking:
     more: tuple[tuple[str, str, str, str], ...] = ()
     for_name: str = ""
     outcome_note: str = ""
+    deposit: str = ""  # issue 48: storage/deposits.status_note, "" when none was asked
 
     @property
     def services(self) -> str:
@@ -87,12 +89,14 @@ def load(session: Session, tenant_id: int, contact_id: int, now: datetime,
         Appointment.tenant_id == tenant_id, Appointment.contact_id == contact_id,
         Appointment.outcome == "no_show",
         Appointment.status != "cancelled")).one())  # as the history's lines count them
-    return History(_visits(upcoming, tz)[:UPCOMING_SHOWN],
-                   _visits(past, tz, newest_first=True)[:PAST_SHOWN], no_shows)
+    notes = {visit: deposits.status_note(d, tz) for visit, d in deposits.of_visits(
+        session, [visit_of(r[0]) for r in [*upcoming, *past]]).items()}
+    return History(_visits(upcoming, tz, notes)[:UPCOMING_SHOWN],
+                   _visits(past, tz, notes, newest_first=True)[:PAST_SHOWN], no_shows)
 
 
-def _visits(rows: Sequence[tuple[Appointment, Service, Professional]], tz: ZoneInfo, *,
-            newest_first: bool = False) -> list[Booking]:
+def _visits(rows: Sequence[tuple[Appointment, Service, Professional]], tz: ZoneInfo,
+            notes: dict[int, str], *, newest_first: bool = False) -> list[Booking]:
     """Rows grouped by visit (and status: a service cancelled apart is its own line), each
     group's services by start."""
     groups: dict[tuple[int, str], list[tuple[Appointment, Service, Professional]]] = {}
@@ -107,7 +111,8 @@ def _visits(rows: Sequence[tuple[Appointment, Service, Professional]], tz: ZoneI
             service.name, pro.code, pro.name, appointment.status, appointment.note,
             appointment.outcome,
             more=tuple((s.code, s.name, p.code, p.name) for _, s, p in rest),
-            for_name=appointment.for_name, outcome_note=appointment.outcome_note))
+            for_name=appointment.for_name, outcome_note=appointment.outcome_note,
+            deposit=notes.get(visit_of(appointment), "")))
     return sorted(visits, key=lambda b: (b.start, b.id), reverse=newest_first)
 
 
@@ -131,7 +136,8 @@ def booking_line(booking: Booking, *, past: bool) -> str:
     line = f"#{booking.id} {booking.start:%a %Y-%m-%d %H:%M} {services}, {what}"
     return (line + (f"; for: {booking.for_name}" if booking.for_name.strip() else "")
             + (f"; note: {booking.note}" if booking.note.strip() else "")
-            + (f"; staff: {booking.outcome_note}" if booking.outcome_note.strip() else ""))
+            + (f"; staff: {booking.outcome_note}" if booking.outcome_note.strip() else "")
+            + (f"; {booking.deposit}" if booking.deposit else ""))
 
 
 def usual_line(history: History) -> str:

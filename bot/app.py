@@ -16,6 +16,7 @@ from bot.bodies import BODY_BUDGET, LINGER_SECONDS, BodyBudget
 from bot.console.app import setup_console
 from bot.feeds import setup_feeds
 from bot.metrics import setup_metrics
+from bot.payments import receive_payment
 from bot.routes import route_template
 from bot.webhook import receive_update, verify_challenge
 from core.settings import Settings
@@ -53,6 +54,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
     webhooks.install_enqueuer(app[ENGINE], lambda ids: enqueue_webhooks(queue, ids))
     app.router.add_get("/webhook", verify_challenge)
     app.router.add_post("/webhook", receive_update)
+    app.router.add_post("/payments/mercadopago", receive_payment)  # issue 48
     app.router.add_get("/health", health)
     setup_admin(app)
     setup_console(app)

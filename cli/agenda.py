@@ -51,6 +51,13 @@ def outcome(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) 
 
 
 @run_for_tenant
+def deposit_paid(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
+    row_id = row_of_booking(session, tenant, args.booking_number, whole_visit=True)
+    body = validated(agenda.DepositPaid, {"amount_cents": args.amount_cents})
+    return agenda.mark_paid(session, tenant, row_id, now=now, amount_cents=body.amount_cents)
+
+
+@run_for_tenant
 def day(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -> Any:
     try:
         which = date.fromisoformat(args.day)

@@ -230,7 +230,7 @@ def add_conversation_commands(sub: Any) -> None:
 
 
 def add_agenda_commands(app_sub: Any) -> None:
-    """`wagent appointments book|move|block|unblock|outcome|day|waitlist-offer`
+    """`wagent appointments book|move|block|unblock|outcome|deposit-paid|day|waitlist-offer`
     (operations/agenda.py)."""
     book = app_sub.add_parser("book", help="book for a contact (existing, or new by phone)")
     _pnid(book)
@@ -273,6 +273,13 @@ def add_agenda_commands(app_sub: Any) -> None:
     outcome.add_argument("outcome", choices=("completed", "no_show"))
     outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")
+    paid = app_sub.add_parser("deposit-paid", help="staff saw the visit's Pix deposit paid "
+                              "(issue 48): books a held visit")
+    _pnid(paid)
+    paid.add_argument("booking_number", type=booking_number, help=BOOKING_HELP)
+    paid.add_argument("--amount-cents", type=int, default=None,
+                      help="the amount seen, in cents (default: the amount asked)")
+    paid.set_defaults(run="cli.agenda:deposit_paid")
     day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings, "
                              "blocks and waitlist")
     _pnid(day)

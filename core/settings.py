@@ -60,6 +60,13 @@ class Settings:
     anthropic_timeout: float = _env(60.0, "seconds per Messages API call")
     admin_token: str = _env("", "the operator's token of the admin API (every tenant), at least "
                             f"{MIN_ADMIN_TOKEN_LENGTH} characters; empty: none", secret=True)
+    mercadopago_access_token: str = _env("", "Mercado Pago's access token for Pix deposits "
+                                         "(payments/mercadopago.py, docs/PAYMENTS.md); empty: "
+                                         "no provider, staff mark deposits paid", secret=True)
+    mercadopago_webhook_secret: str = _env("", "checks `x-signature` on POST "
+                                           "/payments/mercadopago", secret=True)
+    mercadopago_base_url: str = _env("https://api.mercadopago.com", "Mercado Pago's API (a "
+                                     "replay points it at its double)")
     button_secret: str = _env("", "signs the payloads of reminder buttons "
                               "(storage/reminders.py); empty: WHATSAPP_APP_SECRET", secret=True)
     media_timeout: float = _env(10.0, "seconds a media download may stall (whatsapp/media.py)")
@@ -181,7 +188,8 @@ class Settings:
         values the log renderer blanks (core/logs.py)."""
         values = [self.whatsapp_app_secret, self.whatsapp_verify_token,
                   self.whatsapp_access_token, self.anthropic_api_key, self.admin_token,
-                  self.transcription_api_key, self.button_secret]
+                  self.transcription_api_key, self.button_secret,
+                  self.mercadopago_access_token, self.mercadopago_webhook_secret]
         for url in (self.database_url, self.redis_url):
             try:
                 values.append(urlsplit(url).password or "")

@@ -26,6 +26,7 @@ The outcome of a visit (completed, no_show) is stored apart from `status`: every
 """
 
 import re
+import uuid
 from collections import Counter
 from dataclasses import replace
 from datetime import date, datetime, time, timedelta
@@ -43,7 +44,7 @@ from core.recurrence import RULE_CHARS, RuleError, checked_rule, starts_on_rule
 from operations import packages
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import appointment_view, find_contact
-from storage import appointments, reminders, waitlist, webhooks
+from storage import appointments, deposits, reminders, waitlist, webhooks
 from storage.models import (
     Appointment,
     Contact,
@@ -118,6 +119,14 @@ class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outcome: str = Field(pattern="^(completed|no_show)$")
     note: str = Field(default="", max_length=200)  # what was done (issue 38)
+
+
+class DepositPaid(BaseModel):
+    """Staff mark a deposit paid (issue 48): the amount seen in the bank app, in cents
+    (default: the amount asked)."""
+
+    model_config = ConfigDict(extra="forbid")
+    amount_cents: int | None = Field(default=None, ge=1, le=100_000_000)
 
 
 def phone_digits(text: str) -> str:
@@ -277,10 +286,12 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
         rows.append(row)
         placed.append(availability.Item(item, row.professional_id, row.start_at, row.end_at))
     session.flush()
-    reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
-    for row in rows:
-        webhooks.emit(session, tenant.id or 0, "appointment.booked",
-                      webhooks.appointment_data(session, row, by="business"), now=now)
+    if deposits.hold(session, tenant, rows, services, now=now) is None:  # issue 48: a
+        # held visit gets its reminders and its appointment.booked when paid
+        reminders.schedule(session, tenant, rows[0], now=now)  # issue 25, as the agent's
+        for row in rows:
+            webhooks.emit(session, tenant.id or 0, "appointment.booked",
+                          webhooks.appointment_data(session, row, by="business"), now=now)
     view = appointment_view(session, rows[0], tz)
     if len(rows) > 1:
         view["visit"] = [appointment_view(session, row, tz) for row in rows]
@@ -405,6 +416,7 @@ def move(session: Session, tenant: Tenant, appointment_id: int, body: Move, *,
     else:
         reminders.cancel_for(session, appointments.visit_of(old),
                              reason=f"moved by the business to #{new.id}")
+        deposits.follow(session, appointments.visit_of(old), appointments.visit_of(new))
         reminders.schedule(session, tenant, new, now=now)
     reminders.record_notice(session, new, kind="moved", now=now)  # the customer is told
     webhooks.emit(session, tenant.id or 0, "appointment.rescheduled",
@@ -489,6 +501,30 @@ def set_outcome(session: Session, tenant: Tenant, appointment_id: int, outcome: 
     session.flush()
     packages.use_sessions(session, tenant, first_mark, outcome, now=now)  # issue 46
     return appointment_view(session, row, ZoneInfo(tenant.timezone))
+
+
+def mark_paid(session: Session, tenant: Tenant, appointment_id: int, *, now: datetime,
+              amount_cents: int | None = None) -> dict[str, Any]:
+    """Staff saw the deposit of appointment `appointment_id`'s visit in their bank app
+    (issue 48): recorded as a payment by staff (`amount_cents`, default the amount asked) and
+    applied as a provider's would be (storage/deposits.confirm: held → booked; released →
+    late_paid; another amount is recorded, books nothing). Returns the appointment's view
+    with the confirmation's outcome as `payment`; Conflict when the visit asked no deposit."""
+    row = _appointment(session, tenant, appointment_id)
+    visit_id = appointments.visit_of(row)
+    deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
+    if deposit is None:
+        raise Conflict(f"appointment #{appointment_id} has no deposit")
+    if amount_cents is not None and not 0 < amount_cents <= 100_000_000:
+        raise Invalid("amount_cents: 1 to 100000000", ["amount_cents: out of range"])
+    event = deposits.record_event(
+        session, provider="staff", event_id=f"staff-{deposit.id}-{uuid.uuid4().hex}",
+        reference=deposit.reference, now=now, tenant_id=tenant.id,
+        amount_cents=deposit.amount_cents if amount_cents is None else amount_cents)
+    assert event is not None  # a fresh id: never a replay
+    outcome = deposits.confirm(session, event, now=now, by="staff")
+    session.flush()
+    return {**appointment_view(session, row, ZoneInfo(tenant.timezone)), "payment": outcome}
 
 
 def day_view(session: Session, tenant: Tenant, day: date) -> dict[str, Any]:

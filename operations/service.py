@@ -29,7 +29,7 @@ from operations.errors import (  # noqa: F401  (AdminError: the name callers kno
     NotFound,
     admin_error,
 )
-from storage import appointments, delivery, failures, reminders, rights, threads, webhooks
+from storage import appointments, delivery, deposits, failures, reminders, rights, threads, webhooks
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.catalogue import catalogue_names
@@ -50,7 +50,7 @@ from storage.models import (
     Usage,
 )
 from storage.rights import export_contact, forget_contact
-from storage.tenant_config import problems_of
+from storage.tenant_config import price_text, problems_of
 from usage.report import call_of, summarize_calls
 
 MAX_PAGE = 500
@@ -492,7 +492,22 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
             "visit_id": a.visit_id or a.id, "for_name": a.for_name,
             "series_id": a.series_id,  # issue 46: the recurring series it belongs to
             "booking_number": appointments.number_of(a),  # the number the customer is told
-            "outcome_note": a.outcome_note, **_reminder_fields(session, a)}
+            "outcome_note": a.outcome_note, **_reminder_fields(session, a),
+            "deposit": deposit_view(session, a.visit_id or a.id or 0)}
+
+
+def deposit_view(session: Session, visit_id: int) -> dict[str, Any] | None:
+    """The visit's deposit (issue 48): status, cents, until when, the reference and any
+    refund owed; never the Pix code or key. None: the visit asked none."""
+    deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
+    if deposit is None:
+        return None
+    return {"status": deposit.status, "amount_cents": deposit.amount_cents,
+            "amount": price_text(deposit.amount_cents, deposit.currency),
+            "currency": deposit.currency, "hold_until": _iso(deposit.hold_until),
+            "reference": deposit.reference, "paid_cents": deposit.paid_cents,
+            "paid_at": _iso(deposit.paid_at), "paid_by": deposit.paid_by,
+            "refund": deposit.refund}
 
 
 def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:
@@ -558,6 +573,7 @@ def cancel_appointment(session: Session, tenant: Tenant, appointment_id: int, *,
     session.flush()
     reminders.after_change(session, tenant, visit_id, starts_at=starts_at,
                            reason="cancelled by the business", now=now)
+    deposits.on_cancel(session, tenant, visit_id, starts_at=starts_at, now=now, by="business")
     reminders.record_notice(session, appointment, kind="cancelled", now=now)  # issue 25
     webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                   webhooks.appointment_data(session, appointment, by="business"), now=now)

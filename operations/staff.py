@@ -18,7 +18,7 @@ from sqlmodel import Session, col, func, select
 from operations.errors import Conflict, Invalid, NotFound
 from operations.service import clean_text, validated
 from storage import contacts as contact_repo
-from storage import delivery, failures, staff
+from storage import delivery, deposits, failures, staff
 from storage import facts as fact_repo
 from storage import messages as message_repo
 from storage.conversations import with_staff
@@ -170,6 +170,8 @@ def attention(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, A
         "failed_replies": [{"message_id": m.id, "conversation_id": m.conversation_id,
                             "delivery_status": m.delivery_status,
                             "at": _iso(m.received_at)} for m in failed],
+        "payments_to_check": deposits.to_check(session, tenant.id, now=now,
+                                               limit=ATTENTION_LIMIT),  # issue 48
         "counts": counts(session, tenant, now=now),
     }
 

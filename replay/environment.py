@@ -26,6 +26,7 @@ from bot.app import create_app
 from core import clock
 from core.settings import Settings
 from replay.graph_api import GraphDouble
+from replay.mercadopago_api import MercadoPagoDouble
 from replay.messages_api import MessagesDouble
 from replay.transcription_api import TranscriptionDouble
 from storage.db import create_schema, make_engine, session_scope
@@ -48,6 +49,8 @@ VERIFY_TOKEN = "replay-verify-token"
 ACCESS_TOKEN = "replay-access-token"
 API_KEY = "replay-api-key"
 TRANSCRIPTION_KEY = "replay-transcription-key"
+MERCADOPAGO_TOKEN = "replay-mercadopago-token"
+MERCADOPAGO_SECRET = "replay-mercadopago-webhook-secret"
 MAX_DRAIN_ROUNDS = 200
 
 
@@ -108,7 +111,9 @@ class ReplayEnvironment:
             database_url=str(self.engine.url), redis_prefix=self.namespace,
             queue_name=self.namespace, whatsapp_app_secret=APP_SECRET,
             whatsapp_verify_token=VERIFY_TOKEN, whatsapp_access_token=ACCESS_TOKEN,
-            anthropic_api_key=API_KEY, **{"turn_debounce_seconds": 0, **settings})
+            anthropic_api_key=API_KEY, mercadopago_access_token=MERCADOPAGO_TOKEN,
+            mercadopago_webhook_secret=MERCADOPAGO_SECRET,
+            **{"turn_debounce_seconds": 0, **settings})
         self.queue = Queue(self.namespace, connection=self.redis)
         # a kept database has an earlier run's wamids and tool_use ids: this run's are unique
         run_prefix = uuid.uuid4().hex[:12] if keep_database else ""
@@ -116,12 +121,15 @@ class ReplayEnvironment:
                                            tool_use_prefix=run_prefix and f"{run_prefix}_")
         self.graph_api = GraphDouble(access_token=ACCESS_TOKEN, wamid_prefix=run_prefix.upper())
         self.transcription_api = TranscriptionDouble(api_key=TRANSCRIPTION_KEY)
+        self.mercadopago_api = MercadoPagoDouble(access_token=MERCADOPAGO_TOKEN,
+                                                 webhook_secret=MERCADOPAGO_SECRET)
         self._loop = _LoopThread()
         self._runner: web.AppRunner | None = None
         self.web_url = self._loop.run(self._start_servers())
         self.settings = Settings(**{**self.settings.__dict__,
                                     "anthropic_base_url": self.messages_api.base_url,
                                     "graph_api_base_url": self.graph_api.base_url,
+                                    "mercadopago_base_url": self.mercadopago_api.base_url,
                                     "transcription_base_url": settings.get(
                                         "transcription_base_url",
                                         self.transcription_api.base_url),
@@ -147,6 +155,7 @@ class ReplayEnvironment:
         await self.messages_api.start()
         await self.graph_api.start()
         await self.transcription_api.start()
+        await self.mercadopago_api.start()
         # the web process calls Graph itself for thread control (operations/threads.py)
         web_settings = Settings(**{**self.settings.__dict__,
                                    "graph_api_base_url": self.graph_api.base_url})
@@ -171,6 +180,25 @@ class ReplayEnvironment:
             headers["X-Hub-Signature-256"] = sign(body, "not-the-app-secret")
         request = urllib.request.Request(f"{self.web_url}/webhook", data=body, headers=headers,
                                          method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    def pix_paid(self, reference: str, *, amount_cents: int | None = None,
+                 replay: bool = False, signature: str = "valid") -> int:
+        """The customer pays the Pix charge of `reference` ("latest": the newest) at the
+        Mercado Pago double, which POSTs its signed notification to the web app (`replay`:
+        the previous one again; `signature` "bad" or "none": forged); the HTTP status."""
+        note = self.mercadopago_api.pay(reference, amount_cents=amount_cents, replay=replay)
+        headers = dict(note.headers)
+        if signature == "bad":
+            headers["x-signature"] = headers["x-signature"][:-4] + "0000"
+        elif signature == "none":
+            headers.pop("x-signature")
+        request = urllib.request.Request(f"{self.web_url}/payments/mercadopago?{note.query}",
+                                         data=note.body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return int(response.status)
@@ -234,6 +262,7 @@ class ReplayEnvironment:
         self._loop.run(self.messages_api.stop())
         self._loop.run(self.graph_api.stop())
         self._loop.run(self.transcription_api.stop())
+        self._loop.run(self.mercadopago_api.stop())
         self._loop.close()
         set_runtime(None)
         clock.set_clock(self._previous_clock)

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from replay.errors import GraphRefusal
 from whatsapp.interactive import LIMITS
+from whatsapp.orders import order_problems
 
 # Meta: text.body at most 4096 characters. Counted in UTF-16 code units, the strictest count
 # Meta could be using (it does not say), so a reply the product sends is never refused by Meta
@@ -470,6 +471,13 @@ def validate_interactive(interactive: dict[str, Any]) -> None:
     broken count or length a 131009 whose details name it, as Meta answers ("Button title
     length invalid. Min length: 1, Max length: 20"). Lengths in UTF-16 code units."""
     kind = interactive.get("type")
+    if kind in ("order_details", "order_status"):  # Payments API - Brazil (whatsapp/orders.py)
+        _reject_unknown(interactive, {"type", "header", "body", "footer", "action"},
+                        "interactive")
+        problems = order_problems(interactive)
+        if problems:
+            raise GraphRefusal(131009, f"(#131009) {TITLES[131009]}", "; ".join(problems))
+        return
     _require(kind in ("button", "list"), "interactive['type']")
     _reject_unknown(interactive, {"type", "header", "body", "footer", "action"}, "interactive")
     body = interactive.get("body")

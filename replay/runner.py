@@ -121,7 +121,8 @@ STEP_OPTIONS = {"model": {"for"}, "model_fail": {"for"}, "webhook": {"repeat", "
                                                                       "signature", "timestamp"},
                 "drain": set(), "advance": set(), "sweep": set(), "graph_fail": set(),
                 "expect": set(), "wagent": {"status", "output_contains"}, "tap": {"contact"},
-                "media": set(), "transcripts": set(), "reset": set(), "cron": set()}
+                "media": set(), "transcripts": set(), "reset": set(), "cron": set(),
+                "pix_paid": {"amount_cents", "replay", "signature", "status"}}
 NETWORK_MODES = {"refused", "up", "drop"}
 EXPECT_KEYS = {"sent_count", "sent", "tool_errors", "appointments", "conversation", "facts",
                "api_errors", "reads", "last_request_contains", "requests", "packages"}
@@ -514,6 +515,23 @@ class _Runner:
                  f"{f', {n} series visit(s) placed' if (n := done['series']) else ''}]")
         self._show_activity()
 
+    def _pix_paid(self, where: str, step: dict[str, Any]) -> None:
+        """The customer pays a Pix deposit (issue 48): the Mercado Pago double settles the
+        charge of `pix_paid` (a reference, or "latest") and posts its signed notification."""
+        reference = str(step["pix_paid"])
+        if reference != "latest" and not any(
+                p.reference == reference for p in self.env.mercadopago_api.payments.values()):
+            self.result.fail(f"{where}: no Pix charge has the reference {reference!r}")
+            return
+        amount = step.get("amount_cents")
+        status = self.env.pix_paid(reference, amount_cents=None if amount is None
+                                   else int(amount), replay=bool(step.get("replay")),
+                                   signature=str(step.get("signature", "valid")))
+        if status != int(step.get("status", 200)):
+            self.result.fail(f"{where}: the payment webhook answered {status}, expected "
+                             f"{step.get('status', 200)}")
+        self.say(f"   [Pix paid ({reference}); the provider's webhook answered {status}]")
+
     def _sweep(self, _where: str, _step: dict[str, Any]) -> None:
         closed = self.env.sweep()
         self.say(f"   [sweeper closed {closed} conversation(s)]")
@@ -880,6 +898,7 @@ _STEPS: dict[str, Callable[[_Runner, str, dict[str, Any]], None]] = {
     "wagent": _Runner._wagent,
     "tap": lambda runner, where, step: runner._tap(where, str(step["tap"]),
                                                    step.get("contact")),
+    "pix_paid": _Runner._pix_paid,
 }
 
 

@@ -135,6 +135,7 @@ def _set_price(row: Service, spec: ServiceSpec) -> None:
     row.price_cents, row.price_from = spec.price_cents, spec.price_from
     row.description = spec.description
     row.buffer_minutes = spec.buffer_minutes
+    row.deposit_cents, row.deposit_percent = spec.deposit_cents, spec.deposit_percent
 
 
 def change_service(session: Session, tenant_id: int, code: str, *, name: str | None = None,
@@ -150,7 +151,8 @@ def change_service(session: Session, tenant_id: int, code: str, *, name: str | N
         raise TenantConfigError("duration_minutes: required for a new service")
     kept = {"price_cents": current.price_cents, "price_from": current.price_from,
             "description": current.description,
-            "buffer_minutes": current.buffer_minutes} if current else {}
+            "buffer_minutes": current.buffer_minutes, "deposit_cents": current.deposit_cents,
+            "deposit_percent": current.deposit_percent} if current else {}
     if fields.get("price_cents", 0) is None:
         kept["price_from"] = False  # no price, no minimum
     spec = _valid(ServiceSpec, {

@@ -36,6 +36,7 @@ REDERIVE_JOB = "workers.compaction.rederive_summary"
 FACTS_JOB = "workers.facts.extract_facts"
 INBOX_JOB = "workers.inbox.drain_inbox"
 WEBHOOK_JOB = "workers.webhooks.deliver"
+PAYMENT_JOB = "workers.deposits.run_confirm"  # issue 48: a provider's notification
 WEBHOOK_JOB_TIMEOUT = 30  # seconds: one HTTP call of at most 5 s (hooks/client.py) and its rows
 INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conversation" id
 TOKEN_TTL_SECONDS = 6 * 3600
@@ -340,3 +341,13 @@ def held_locks(redis: Redis, prefix: str, kind: str, conversation_ids: list[int]
             pipe.exists(lock_key(prefix, kind, conversation_id))
         found = pipe.execute()
     return {c for c, held in zip(conversation_ids, found, strict=True) if held}
+
+
+def enqueue_payment(queue: Queue, payment_event_id: int) -> str:
+    """Enqueue `workers.deposits.run_confirm(payment_event_id=...)`: fetch the payment a
+    recorded notification names and apply it. A lost job is harmless: the deposits pass
+    confirms every event still pending (workers/deposits.py). Raises RedisError."""
+    job_id = f"payment-{payment_event_id}"
+    queue.enqueue(PAYMENT_JOB, kwargs={"payment_event_id": payment_event_id}, job_id=job_id,
+                  job_timeout=60, result_ttl=600, failure_ttl=7 * 86400)
+    return job_id

@@ -103,6 +103,16 @@ class Tenant(SQLModel, table=True):
     feed_notes: bool = False
     # issue 46: a no-show uses a session of the customer's package (default: it does)
     no_show_uses_session: bool = True
+    # issue 48, deposits by Pix (storage/deposits.py): the tenant's rule (a service's own
+    # overrides it): an amount in cents or a percentage of the price (0: none), how long a
+    # held visit waits for it; the Pix key its provider's codes pay into, shown in the
+    # order_details message (never logged); what a cancellation does to a paid deposit
+    deposit_cents: int = 0
+    deposit_percent: int = 0
+    deposit_hold_minutes: int = 30
+    pix_key: str = Field(default="", max_length=77)
+    pix_key_type: str = Field(default="", max_length=8)
+    deposit_refund: str = Field(default="kept_inside_window", max_length=24)
 
 
 class Service(SQLModel, table=True):
@@ -120,6 +130,9 @@ class Service(SQLModel, table=True):
     buffer_minutes: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     # False once removed from the catalogue: kept for the appointments that name it
     active: bool = Field(default=True, sa_column_kwargs={"server_default": text("true")})
+    # issue 48: this service's deposit rule (None: the tenant's); cents or percent of the price
+    deposit_cents: int | None = None
+    deposit_percent: int | None = None
 
 
 class Professional(SQLModel, table=True):
@@ -774,3 +787,63 @@ class WaitlistEntry(SQLModel, table=True):
     passed: list[Any] = Field(default_factory=list, sa_type=JSONType)
     appointment_id: int | None = Field(default=None, foreign_key="appointment.id",
                                        ondelete="SET NULL")
+
+
+class Deposit(SQLModel, table=True):
+    """The deposit ("sinal") a visit waits for (issue 48, storage/deposits.py). `status`:
+    held (the visit's rows stay `booked`, so every "holds the slot" and "upcoming" query is
+    unchanged, but it gets no reminder until paid) → paid (booked for good), or → released
+    (`hold_until` passed: the visit cancelled) → late_paid (money came after the release:
+    staff rebook or refund); held → cancelled (the visit was cancelled before paying).
+    `reference` is the order's `reference_id` in WhatsApp and the charge's external
+    reference at the provider. Money in integer cents of `currency`. `code` is the Pix
+    copy-and-paste code (never logged). `refund`: "" or kept / owed once a paid
+    visit is cancelled (the tenant's `deposit_refund`)."""
+
+    __table_args__ = (Index("ix_deposit_held_until", "hold_until",
+                            sqlite_where=text("status = 'held'"),
+                            postgresql_where=text("status = 'held'")),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
+    visit_id: int = Field(index=True)
+    contact_id: int = Field(foreign_key="contact.id", ondelete="CASCADE", index=True)
+    reference: str = Field(max_length=64, unique=True)
+    amount_cents: int
+    currency: str = Field(default="BRL", max_length=3)
+    status: str = Field(default="held", max_length=16)
+    hold_until: datetime
+    provider: str = Field(default="", max_length=32)
+    charge_id: str = Field(default="", max_length=64)
+    code: str = Field(default="", sa_type=Text)
+    paid_cents: int = 0
+    paid_at: datetime | None = None
+    paid_by: str = Field(default="", max_length=16)  # provider or staff
+    released_at: datetime | None = None
+    refund: str = Field(default="", max_length=8)
+    # what has been sent about it: requested (order_details), told (paid/released/late)
+    requested_at: datetime | None = None
+    told: str = Field(default="", max_length=16)
+    created_at: datetime
+
+
+class PaymentEvent(SQLModel, table=True):
+    """One payment confirmation received (a provider's webhook after fetching the payment, or
+    staff marking a deposit paid), recorded whatever it says (issue 48). Unique on
+    (`provider`, `event_id`): a replayed event is not recorded twice. `outcome`: booked,
+    late (after release), already_paid, unknown_reference, wrong_amount, not_paid,
+    pending (received, not yet checked)."""
+
+    __table_args__ = (UniqueConstraint("provider", "event_id", name="uq_payment_event"),
+                      Index("ix_paymentevent_pending", "id",
+                            sqlite_where=text("outcome = 'pending'"),
+                            postgresql_where=text("outcome = 'pending'")))
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int | None = Field(default=None, foreign_key="tenant.id", ondelete="CASCADE",
+                                  index=True)
+    provider: str = Field(max_length=32)
+    event_id: str = Field(max_length=128)
+    reference: str = Field(default="", max_length=64, index=True)
+    charge_id: str = Field(default="", max_length=64)  # the provider's payment id
+    amount_cents: int | None = None
+    outcome: str = Field(default="pending", max_length=24)
+    received_at: datetime

@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import update
 from sqlmodel import Session, and_, col, or_, select
 
-from storage.models import Appointment, Notice, Outbound, Reminder, Tenant
+from storage.models import Appointment, Deposit, Notice, Outbound, Reminder, Tenant
 
 MAX_LEADS = 3
 QUIET_MARGIN = timedelta(minutes=1)  # "before quiet hours": this long before they start
@@ -123,6 +123,10 @@ def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,
     `leads`), scheduled or skipped with the reason, for the visit's start `start_at` (default:
     the appointment's). Called in the booking's transaction (the agent's tool, staff)."""
     assert appointment.id is not None and tenant.id is not None
+    visit_id = appointment.visit_id or appointment.id
+    if session.exec(select(Deposit.id).where(Deposit.visit_id == visit_id,
+                                             Deposit.status == "held")).first() is not None:
+        return []  # issue 48: a visit held for its deposit is reminded once paid
     tz = ZoneInfo(tenant.timezone)
     start = start_at or appointment.start_at
     rows = []

@@ -327,6 +327,26 @@ class TenantSettings(_Strict):
         None, description="a no-show uses a session of the customer's package of that "
                           "service; default true")
 
+    # issue 48: deposits by Pix (storage/deposits.py)
+    deposit_cents: int | None = Field(
+        None, ge=0, le=100_000_000, description="deposit in cents a booking waits for "
+                                                    "(a service's own rule wins); 0: none")
+    deposit_percent: int | None = Field(
+        None, ge=0, le=100, description="deposit as a percentage of the visit's price, when "
+                                        "no amount is set; 0: none")
+    deposit_hold_minutes: int | None = Field(
+        None, ge=5, le=1440, description="how long a booking is held waiting for its deposit "
+                                         "(default 30), then released")
+    pix_key: str | None = Field(None, max_length=77, description="the Pix key deposits are "
+                                "paid into, shown with the code (never logged)")
+    pix_key_type: str | None = Field(
+        None, pattern=r"^(|CPF|CNPJ|EMAIL|PHONE|EVP)$",
+        description="kind of pix_key: CPF, CNPJ, EMAIL, PHONE or EVP (random key)")
+    deposit_refund: str | None = Field(
+        None, pattern=r"^(kept|owed|kept_inside_window)$",
+        description="a paid deposit on a cancelled visit: kept, owed (refund by staff), or "
+                    "kept_inside_window (owed when cancelled before the cancellation window)")
+
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str | None) -> str | None:
@@ -426,6 +446,12 @@ class ServiceSpec(_Strict):
     description: str = Field("", max_length=300, description="one line the model may quote")
     buffer_minutes: int = Field(0, ge=0, le=240, description="minutes the professional stays "
                                 "busy after the visit (clean-up); default 0")
+    deposit_cents: int | None = Field(None, ge=0, le=MAX_PRICE_CENTS,
+                                      description="deposit (Pix) to hold a booking, in cents; "
+                                                  "none: the tenant's rule")
+    deposit_percent: int | None = Field(None, ge=0, le=100,
+                                        description="deposit as a percentage of the price; "
+                                                    "none: the tenant's rule")
 
     @field_validator("name")
     @classmethod

@@ -52,7 +52,8 @@ def upsert_tenant(session: Session, config: dict[str, Any], *, now: datetime) ->
         services = spec.services if spec.services is not None else [
             ServiceSpec(code=s.code, name=s.name, duration_minutes=s.duration_minutes,
                         price_cents=s.price_cents, price_from=s.price_from,
-                        description=s.description, buffer_minutes=s.buffer_minutes)
+                        description=s.description, buffer_minutes=s.buffer_minutes,
+                        deposit_cents=s.deposit_cents, deposit_percent=s.deposit_percent)
             for s in list_services(session, tenant.id)]
         professionals = spec.professionals if spec.professionals is not None else [
             professional_spec(p) for p in list_professionals(session, tenant.id)]

@@ -42,6 +42,7 @@ EVENT_TYPES = (
     "fact.review_needed",  # storage/facts.py record: a fact waits in pending_review
     "message.failed",  # storage/messages.py refresh_delivery: a reply ended failed
     "waitlist.filled",  # workers/waitlist.py: a freed slot booked by a waiting customer (issue 47)
+    "payment.received",  # storage/deposits.py confirm: a deposit paid (`late`: after release)
 )
 MAX_ENDPOINTS = 10  # per tenant
 DISABLE_AFTER = timedelta(hours=24)  # an endpoint failing this long is disabled

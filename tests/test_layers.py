@@ -20,7 +20,7 @@ from workers.processes import InlineWorker
 
 ROOT = Path(__file__).parent.parent
 PACKAGES = ["cli", "replay", "bot", "workers", "operations", "intake", "agent", "usage",
-            "whatsapp", "storage", "core"]
+            "whatsapp", "storage", "core", "payments"]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 

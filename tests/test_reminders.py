@@ -309,7 +309,7 @@ def test_a_confirmed_booking_still_holds_its_slot_and_is_upcoming(engine: Engine
 
 # -- the pass --------------------------------------------------------------------------------
 
-def test_a_pass_with_nothing_due_reads_two_indexes_and_enqueues_nothing(
+def test_a_pass_with_nothing_due_reads_four_indexes_and_enqueues_nothing(
         env: ReplayEnvironment) -> None:
     env.add_tenant(TENANT)
     statements: list[str] = []
@@ -322,7 +322,11 @@ def test_a_pass_with_nothing_due_reads_two_indexes_and_enqueues_nothing(
     finally:
         event.remove(env.engine, "before_cursor_execute", seen)
     selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
-    assert len(selects) == 2 and "FROM reminder" in selects[0] and "FROM notice" in selects[1]
+    # the deposits pass first (issue 48: held deposits, pending payment events), then the
+    # reminders and the notices
+    assert len(selects) == 4 and "FROM deposit" in selects[0]
+    assert "FROM paymentevent" in selects[1] and "FROM reminder" in selects[2]
+    assert "FROM notice" in selects[3]
     assert env.queue.count == 0
 
 

@@ -193,13 +193,16 @@ class GraphClient:
         to: str | None = None,
         recipient: str | None = None,
     ) -> str:
-        """Send reply buttons or a list and return its wamid. `interactive` is the object as
-        `whatsapp.interactive.list_message` / `buttons_message` build it (they check Meta's
-        limits, Sources: WhatsApp §5.2 [S19][S20]); addressing as `send_text`. Free-form:
-        outside the 24 h window Meta answers 131047 (`GraphWindowClosed`).
+        """Send reply buttons, a list or an order (issue 48) and return its wamid.
+        `interactive` is the object as `whatsapp.interactive.list_message` / `buttons_message`
+        or `whatsapp.orders.order_details` / `order_status` build it (they check Meta's
+        limits, Sources: WhatsApp §5.2 [S19][S20]; Payments API - Brazil); addressing as
+        `send_text`. Free-form: outside the 24 h window Meta answers 131047
+        (`GraphWindowClosed`).
         """
-        if not isinstance(interactive, dict) or interactive.get("type") not in ("list", "button"):
-            raise ValueError("interactive must be a list or button object")
+        if not isinstance(interactive, dict) or interactive.get("type") not in (
+                "list", "button", "order_details", "order_status"):
+            raise ValueError("interactive must be a list, button or order object")
         payload = _envelope(to, recipient)
         payload["type"] = "interactive"
         payload["interactive"] = interactive

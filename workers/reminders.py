@@ -31,13 +31,11 @@ from zoneinfo import ZoneInfo
 import structlog
 from sqlmodel import Session
 
-from agent.timeline import buttons_note
 from core import clock
 from core.faults import crash_point
-from storage import appointments, marks, reminders, threads, webhooks
+from storage import appointments, deposits, marks, reminders, threads, webhooks
 from storage import contacts as contact_repo
 from storage import messages as message_repo
-from storage.conversations import get_open, inactivity_timeout, open_new
 from storage.db import session_scope
 from storage.jobs import enqueue_flush
 from storage.models import (
@@ -56,7 +54,9 @@ from whatsapp.graph import split_text
 from whatsapp.interactive import Choice, buttons_message
 from whatsapp.window import window_closed
 from workers import texts
+from workers.deposits import deposit_pass, order_status_update
 from workers.maintenance import run_once_per_period
+from workers.outgoing import store as store_outbound
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
@@ -81,7 +81,8 @@ def reminder_pass(runtime: Runtime, *, now: datetime, batch: int = BATCH) -> int
     """Queue every due reminder and pending notice, `batch` rows a page; returns how many
     went to the outbox."""
     paced: dict[int, int] = {}  # tenant id -> sends queued in this pass
-    queued = 0
+    queued = sum(pace(runtime, paced, target, now)
+                 for target in deposit_pass(runtime, now=now))  # issue 48
     after: tuple[datetime, int] | None = None
     while True:
         with session_scope(runtime.engine) as session:
@@ -252,43 +253,6 @@ def describe(session: Session, tenant: Tenant, appointment: Appointment,
             f"{local:%a %Y-%m-%d %H:%M}")
 
 
-def _conversation(session: Session, tenant: Tenant, contact: Contact, now: datetime) -> int:
-    """The contact's open conversation, opened when there is none (no inbound: the sweeper
-    closes it and fact extraction finds nothing the customer wrote, workers/facts.py)."""
-    assert contact.id is not None and tenant.id is not None
-    current = get_open(session, contact.id)
-    if current is not None and current.id is not None:
-        return current.id
-    new_id = open_new(session, tenant_id=tenant.id, contact_id=contact.id, now=now,
-                      inactivity_timeout=inactivity_timeout(tenant.inactivity_timeout_minutes),
-                      last_inbound_at=contact.last_inbound_at)
-    if new_id is None:  # another transaction opened one first
-        current = get_open(session, contact.id)
-        assert current is not None and current.id is not None
-        return current.id
-    return new_id
-
-
-def store_outbound(session: Session, tenant: Tenant, contact: Contact, *, shown: str,
-                   kind: str, body: str, now: datetime, author: str,
-                   buttons: list[str] | None = None) -> Message:
-    """An outbound message of the contact's open conversation with its one outbox part;
-    `buttons` (the titles a reminder offers) are stored as a second text block
-    (agent/timeline.py renders both)."""
-    assert tenant.id is not None
-    conversation_id = _conversation(session, tenant, contact, now)
-    content = [{"type": "text", "text": shown}]
-    if buttons:
-        content.append({"type": "text", "text": buttons_note(buttons)})
-    message = message_repo.append(session, tenant_id=tenant.id, conversation_id=conversation_id,
-                                  role="assistant", direction="outbound", content=content,
-                                  now=now, author=author)
-    to, recipient = contact_repo.address(contact)
-    message_repo.add_outbound(session, message=message, parts=[body], to=to,
-                              recipient=recipient, now=now, kind=kind)
-    return message
-
-
 def declared_template(tenant: Tenant, name: str) -> dict[str, Any] | None:
     return next((t for t in tenant.templates or [] if name and t.get("name") == name), None)
 
@@ -443,7 +407,9 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
                 or contact is None:
             return None
         values = fields(session, tenant, appointment, contact)
-        spec = declared_template(tenant, tenant.notice_template)
+        deposit = row.kind.startswith("deposit_")  # issue 48: not a change by the business,
+        # so never the business's notice_template
+        spec = None if deposit else declared_template(tenant, tenant.notice_template)
         held = threads.busy_rule(tenant, contact, now)  # another sender holds the thread
         if held is None and not window_closed(contact.last_inbound_at, now):
             text = _format(texts.text(tenant.language, f"notice_{row.kind}"), values)
@@ -454,16 +420,30 @@ def queue_notice(runtime: Runtime, notice: Notice, *,
         else:
             row.status = "not_sent"
             row.reason = threads.SKIPPED_HELD if held == threads.SKIP_AND_SHOW else \
+                _why_template(held) if deposit else \
                 f"{_why_template(held)} and no notice_template is declared"
             session.add(row)
             return None
-        shown = f"[the business {row.kind} {describe(session, tenant, appointment)}] {shown}"
+        what = row.kind.replace("_", " ") if deposit else f"the business {row.kind}"
+        shown = f"[{what} {describe(session, tenant, appointment)}] {shown}"
+        if row.kind == "deposit_paid" and kind == "text":  # Meta: update the order (issue 48)
+            _order_completed(session, tenant, contact, appointment.id, now)
         message = store_outbound(session, tenant, contact, shown=shown, kind=kind, body=body,
                                  now=now, author=marks.product_author("notice"))
         row.status, row.message_id = "queued", message.id
         session.add(row)
         assert tenant.id is not None
         return tenant.id, message.conversation_id, tenant.coexistence
+
+
+def _order_completed(session: Session, tenant: Tenant, contact: Contact, visit_id: int | None,
+                     now: datetime) -> None:
+    """Queue the order_status `completed` of the visit's paid deposit (one with a code)."""
+    deposit = deposits.of_visits(session, [visit_id or 0]).get(visit_id or 0)
+    if deposit is not None and deposit.code:
+        store_outbound(session, tenant, contact, shown="[Pix deposit: order completed]",
+               kind="interactive", body=order_status_update(tenant, deposit), now=now,
+               author=marks.product_author("notice"))
 
 
 _NO_NAME = re.compile(r"^\s*\{customer_name\}[,:!\s]*|[,\s]*\{customer_name\}")
@@ -564,6 +544,8 @@ def _tap(session: Session, tenant: Tenant, appointment: Appointment, action: str
         session.flush()
         reminders.cancel_for(session, appointments.visit_of(appointment),
                              reason="appointment cancelled")
+        deposits.on_cancel(session, tenant, appointments.visit_of(appointment),
+                           starts_at=live[0].start_at, now=now)
         for row in live:
             webhooks.emit(session, tenant.id or 0, "appointment.cancelled",
                           webhooks.appointment_data(session, row, by="customer"), now=now)

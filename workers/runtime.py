@@ -17,6 +17,8 @@ from sqlalchemy.orm import configure_mappers
 
 from core.settings import Settings
 from hooks.client import Resolve
+from payments.mercadopago import MercadoPago
+from payments.provider import PixProvider
 from storage import webhooks
 from storage.db import connect_redis, make_engine
 from storage.jobs import enqueue_webhooks
@@ -32,6 +34,7 @@ class Runtime:
     anthropic: anthropic.Anthropic
     graph: GraphClient
     resolve: Resolve = socket.getaddrinfo  # the webhook deliveries' DNS (hooks/client.py)
+    payments: PixProvider | None = None  # the Pix provider (issue 48); None: none configured
 
 
 _runtime: Runtime | None = None
@@ -54,11 +57,21 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None,
         graph=GraphClient(base_url=settings.graph_api_base_url,
                           api_version=settings.graph_api_version,
                           access_token=settings.whatsapp_access_token),
+        payments=pix_provider(settings),
     )
     # the webhook deliveries an event emitted in this process are enqueued on commit
     webhooks.install_enqueuer(runtime.engine,
                               lambda ids: enqueue_webhooks(runtime.queue, ids))
     return runtime
+
+
+def pix_provider(settings: Settings) -> PixProvider | None:
+    """The deployment's Pix provider (Mercado Pago) when its access token is set."""
+    if not settings.mercadopago_access_token:
+        return None
+    return MercadoPago(access_token=settings.mercadopago_access_token,
+                       webhook_secret=settings.mercadopago_webhook_secret,
+                       base_url=settings.mercadopago_base_url)
 
 
 def get_runtime() -> Runtime:

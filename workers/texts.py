@@ -49,6 +49,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "refused_limit": "você já tem o máximo de horários marcados ao mesmo tempo",
         "refused_clash": "você já tem um horário nesse momento",
         "refused_rules": "ele não está mais dentro das regras de agendamento",
+        "deposit_request": "Para confirmar seu horário, pague o sinal de {amount} por Pix "
+                           "até {time}: copie o código abaixo no app do seu banco.",
+        "deposit_received": "Sinal recebido. Obrigado!",
+        "notice_deposit_paid": "Recebemos seu sinal, {customer_name}! Seu horário de {service} "
+                               "com {professional}, {date} às {time}, está confirmado.",
+        "notice_deposit_released": "Olá, {customer_name}. O sinal do horário de {service}, "
+                                   "{date} às {time}, não foi pago a tempo e o horário foi "
+                                   "liberado. Se quiser, procuro outro horário.",
+        "notice_deposit_late": "Olá, {customer_name}. Recebemos seu Pix, mas o horário de "
+                               "{service}, {date} às {time}, já tinha sido liberado. Nossa "
+                               "equipe vai falar com você para remarcar ou devolver o valor.",
         "weekdays": "seg,ter,qua,qui,sex,sáb,dom",
         "and": "e",
     },
@@ -95,6 +106,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "refused_limit": "you already hold the most bookings allowed at once",
         "refused_clash": "you already have a booking at that time",
         "refused_rules": "it is no longer within the booking rules",
+        "deposit_request": "To confirm your appointment, pay the {amount} deposit by Pix "
+                           "by {time}: copy the code below into your bank app.",
+        "deposit_received": "Deposit received. Thank you!",
+        "notice_deposit_paid": "We received your deposit, {customer_name}! Your {service} "
+                               "with {professional}, {date} at {time}, is confirmed.",
+        "notice_deposit_released": "Hi {customer_name}. The deposit for your {service}, "
+                                   "{date} at {time}, was not paid in time and the slot was "
+                                   "released. Shall I look for another time?",
+        "notice_deposit_late": "Hi {customer_name}. We received your Pix, but your {service}, "
+                               "{date} at {time}, had already been released. Our team will "
+                               "contact you to rebook or refund it.",
         "weekdays": "Mon,Tue,Wed,Thu,Fri,Sat,Sun",
         "and": "and",
     },

@@ -45,9 +45,10 @@ from agent.tools.slots import (
     too_soon,
 )
 from core.recurrence import RuleError, checked_rule, starts_on_rule
-from storage import appointments, reminders, webhooks
+from storage import appointments, deposits, reminders, webhooks
 from storage.models import (
     Appointment,
+    Deposit,
     Professional,
     Service,
     Tenant,
@@ -203,6 +204,13 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
         row.note, row.for_name = note, for_name
         session.add(row)
     tenant = _tenant(session, ctx.tenant_id)
+    # issue 48: a visit that needs a deposit is held until paid (a series asks none: its
+    # visits are booked as they are placed)
+    deposit = None if rule else deposits.hold(session, tenant, rows, services, now=ctx.now)
+    if deposit is not None:  # booked when paid (storage/deposits.confirm); the Pix request
+        # goes out from the deposits pass (workers/deposits.py)
+        return held_line(deposit, tenant) + _describe_visit(session, rows, ctx.timezone) + \
+            reply_note(reply, _facts(session, ctx, rows))
     reminders.schedule(session, tenant, rows[0], now=ctx.now)
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
@@ -262,6 +270,15 @@ BOOK_APPOINTMENT = Tool(
     handler=book_appointment, reply=sent_reply)
 
 
+def held_line(deposit: Deposit, tenant: Tenant) -> str:
+    """What the agent is told of a held visit: how much, until when (local), that the Pix
+    code goes to the customer and what happens unpaid."""
+    until = deposit.hold_until.astimezone(ZoneInfo(tenant.timezone))
+    amount = price_text(deposit.amount_cents, deposit.currency, language="en")
+    return (f"Held until {until:%H:%M} for a {amount} Pix deposit (the code is sent to the "
+            "customer); unpaid by then: released. ")
+
+
 def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) -> str:
     """The next APPOINTMENTS_LISTED visits, then how many more there are."""
     first_start = func.min(col(Appointment.start_at))
@@ -273,7 +290,9 @@ def list_my_appointments(session: Session, ctx: ToolContext, _: dict[str, Any]) 
     lines = ["Upcoming appointments:"]
     for visit_id in visit_ids:
         rows = appointments.booked(appointments.visit_rows(session, visit_id))
-        lines.append("- " + _describe_visit(session, rows, ctx.timezone))
+        deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
+        lines.append("- " + _describe_visit(session, rows, ctx.timezone) + (
+            f" ({deposits.status_note(deposit, ctx.timezone)})" if deposit else ""))
     lines += [f"- {series.summary(session, s, ctx.timezone)}"
               for s in series.of_contact(session, ctx.tenant_id, ctx.contact_id)]
     total = _count_visits(session, ctx)
@@ -307,8 +326,10 @@ def cancel_appointment(session: Session, ctx: ToolContext, args: dict[str, Any])
         session.add(row)
     session.flush()
     kept = [r for r in rows if r.status == "booked"]
-    reminders.after_change(session, _tenant(session, ctx.tenant_id), _visit(rows),
-                           starts_at=starts_at, reason="appointment cancelled", now=ctx.now)
+    tenant = _tenant(session, ctx.tenant_id)
+    reminders.after_change(session, tenant, _visit(rows), starts_at=starts_at,
+                           reason="appointment cancelled", now=ctx.now)
+    deposits.on_cancel(session, tenant, _visit(rows), starts_at=starts_at, now=ctx.now)
     for row in cancelled:
         webhooks.emit(session, ctx.tenant_id, "appointment.cancelled",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
@@ -390,6 +411,7 @@ def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, A
         session.add(old)
     if one is None:
         reminders.cancel_for(session, visit_id, reason=f"appointment moved to #{_number(new)}")
+        deposits.follow(session, visit_id, _visit(new))
         reminders.schedule(session, tenant, new[0], now=ctx.now)
     else:
         reminders.after_change(session, tenant, visit_id, starts_at=starts_at,

@@ -286,6 +286,12 @@ def appointment_outcome(call: Call) -> tuple[int, Any]:
                                    note=body.note)
 
 
+def deposit_paid(call: Call) -> tuple[int, Any]:
+    body: agenda.DepositPaid = validated(agenda.DepositPaid, call.body)
+    return 200, agenda.mark_paid(call.session, call.the_tenant(), call.path["appointment_id"],
+                                 now=call.now, amount_cents=body.amount_cents)
+
+
 def add_block(call: Call) -> tuple[int, Any]:
     body: agenda.Block = validated(agenda.Block, call.body)
     return 201, agenda.block(call.session, call.the_tenant(), body, now=call.now)
@@ -441,6 +447,10 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", TP + "/appointments/{appointment_id}/outcome", appointment_outcome, "Mark a "
           "visit that started completed or no_show (status unchanged)", "appointments",
           body=agenda.Outcome, path_types=(*TID, ("appointment_id", "integer"))),
+    Route("POST", TP + "/appointments/{appointment_id}/deposit-paid", deposit_paid, "Staff "
+          "saw the visit's Pix deposit paid: books a held visit (`payment` booked; late after "
+          "a release; wrong_amount books nothing)", "appointments", body=agenda.DepositPaid,
+          path_types=(*TID, ("appointment_id", "integer"))),
     Route("POST", TP + "/blocks", add_block, "Block a professional's time (hides slots; over "
           "bookings only with force, which keeps them)", "appointments", body=agenda.Block,
           ok=201, path_types=TID),

@@ -170,6 +170,12 @@ def agenda_cancel_series(p: Page) -> PageResult:
         done = agenda_ops.cancel_series(p.session, p.tenant, _record(p, "appointment_id"),
                                         now=p.now)
         return f"{agenda_texts(_language(p))['series_cancelled']}: {len(done['cancelled'])}"
+def agenda_deposit_paid(p: Page) -> PageResult:
+    """Staff saw the visit's Pix deposit in their bank app (issue 48)."""
+    def act(day: str) -> str:
+        done = agenda_ops.mark_paid(p.session, p.tenant, _record(p, "appointment_id"),
+                                    now=p.now)
+        return f"{agenda_texts(_language(p))['deposit_marked']}: {done['payment']}"
     return _agenda_action(p, act)
 
 

@@ -31,6 +31,10 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "feed_issue": "Gerar endereço", "feed_reissue": "Gerar outro",
         "feed_revoke": "Revogar", "feed_issued": "Endereço do calendário gerado",
         "feed_revoked": "Endereço do calendário revogado", "feed_business": "Toda a empresa",
+        "deposit_held": "aguardando sinal", "deposit_paid": "sinal pago",
+        "deposit_released": "liberado (sinal não pago)",
+        "deposit_late_paid": "sinal pago após liberação: remarcar ou devolver",
+        "mark_paid": "Sinal recebido", "deposit_marked": "Sinal registrado",
     },
     "en": {
         "title": "Day agenda", "previous_day": "← Previous day", "next_day": "Next day →",
@@ -59,6 +63,10 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "feed_issue": "Make address", "feed_reissue": "Make another",
         "feed_revoke": "Revoke", "feed_issued": "Calendar address made",
         "feed_revoked": "Calendar address revoked", "feed_business": "The whole business",
+        "deposit_held": "awaiting deposit", "deposit_paid": "deposit paid",
+        "deposit_released": "released (deposit not paid)",
+        "deposit_late_paid": "deposit paid after release: rebook or refund",
+        "mark_paid": "Deposit received", "deposit_marked": "Deposit recorded",
     },
 }
 

@@ -60,6 +60,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "agent_allowlist": "Responder só estes números (um por linha; vazio: todos)",
         "facts_waiting": "Fatos esperando revisão",
         "failed_replies": "Respostas que não chegaram",
+        "payments_to_check": "Pagamentos para conferir",
+        "payment_late": "Sinal pago depois da liberação: remarcar ou devolver",
+        "payment_wrong_amount": "Pix de outro valor: nada foi confirmado",
+        "payment_not_paid": "Pagamento não aprovado pelo provedor",
         "nothing_needs_you": "Nada precisa de você agora.",
         "not_answered": "O assistente não conseguiu responder",
         "not_answered_waiting": "o cliente recebeu o pedido de desculpas; será respondido "
@@ -251,6 +255,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "agent_allowlist": "Answer only these numbers (one a line; empty: everyone)",
         "facts_waiting": "Facts awaiting review",
         "failed_replies": "Replies that did not arrive",
+        "payments_to_check": "Payments to check",
+        "payment_late": "Deposit paid after the release: rebook or refund",
+        "payment_wrong_amount": "Pix of another amount: nothing confirmed",
+        "payment_not_paid": "Payment not approved by the provider",
         "nothing_needs_you": "Nothing needs you right now.",
         "not_answered": "The assistant could not answer",
         "not_answered_waiting": "the customer got the apology; answered when the service is "
