@@ -273,6 +273,17 @@ def add_agenda_commands(app_sub: Any) -> None:
     outcome.add_argument("outcome", choices=("completed", "no_show"))
     outcome.add_argument("--note", default="", help="what was done (at most 200 characters)")
     outcome.set_defaults(run="cli.agenda:outcome")
+    day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings, "
+                             "blocks and waitlist")
+    _pnid(day)
+    day.add_argument("day", help="YYYY-MM-DD")
+    day.set_defaults(run="cli.agenda:day")
+    _add_held_slot_commands(app_sub)
+
+
+def _add_held_slot_commands(app_sub: Any) -> None:
+    """`wagent appointments deposit-paid|waitlist-offer`: a held visit paid (issue 48), a
+    freed slot held for a waiting customer (issue 47)."""
     paid = app_sub.add_parser("deposit-paid", help="staff saw the visit's Pix deposit paid "
                               "(issue 48): books a held visit")
     _pnid(paid)
@@ -280,11 +291,6 @@ def add_agenda_commands(app_sub: Any) -> None:
     paid.add_argument("--amount-cents", type=int, default=None,
                       help="the amount seen, in cents (default: the amount asked)")
     paid.set_defaults(run="cli.agenda:deposit_paid")
-    day = app_sub.add_parser("day", help="one local day: each professional's hours, bookings, "
-                             "blocks and waitlist")
-    _pnid(day)
-    day.add_argument("day", help="YYYY-MM-DD")
-    day.set_defaults(run="cli.agenda:day")
     offer = app_sub.add_parser("waitlist-offer", help="hold a free slot for a waiting "
                                "customer (issue 47); the offer goes out within 30 s")
     _pnid(offer)
@@ -292,6 +298,7 @@ def add_agenda_commands(app_sub: Any) -> None:
     offer.add_argument("--professional", required=True)
     offer.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
     offer.set_defaults(run="cli.agenda:waitlist_offer")
+
 
 
 def add_package_commands(sub: Any) -> None:

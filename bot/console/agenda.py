@@ -170,6 +170,9 @@ def agenda_cancel_series(p: Page) -> PageResult:
         done = agenda_ops.cancel_series(p.session, p.tenant, _record(p, "appointment_id"),
                                         now=p.now)
         return f"{agenda_texts(_language(p))['series_cancelled']}: {len(done['cancelled'])}"
+    return _agenda_action(p, act)
+
+
 def agenda_deposit_paid(p: Page) -> PageResult:
     """Staff saw the visit's Pix deposit in their bank app (issue 48)."""
     def act(day: str) -> str:
