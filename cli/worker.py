@@ -1,28 +1,31 @@
 """`wagent worker [--burst]`: an RQ worker (workers/) and a keeper, the product's scheduler.
 
-The job code is imported here, at the top, before RQ forks a work horse per job: otherwise
-every job re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py).
-`worker` then builds the clients and warms what they build lazily, once, for every horse to
-inherit (I/O-free in this process: workers/runtime.py).
+The job code is imported by `worker`, before RQ forks a work horse per job: otherwise every
+job re-imports anthropic, sqlmodel and psycopg (~2 CPU-s a turn, bench/load.py). It is imported
+after the settings are checked, so that a refusal (a placeholder key) comes at once, not after
+seconds of imports (issue 44, as `wagent chat`). `worker` then builds the clients and warms what
+they build lazily, once, for every horse to inherit (I/O-free in this process:
+workers/runtime.py).
 """
 
 import argparse
 import os
 import sys
 
-import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
-
-import workers.compaction  # noqa: F401
-import workers.facts  # noqa: F401
-import workers.inbox  # noqa: F401
-import workers.maintenance  # noqa: F401
-import workers.sweeper  # noqa: F401
-import workers.turns  # noqa: F401
 from cli.environment import settings_or_exit
 from core.credentials import SECRET_EXAMPLES
-from core.logs import configure_logging
-from workers.processes import run_worker
-from workers.runtime import prepare_worker_parent
+
+
+def _import_job_code() -> None:
+    """Every module a job runs, in this process, before the work horses fork (docstring)."""
+    import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
+
+    import workers.compaction  # noqa: F401
+    import workers.facts  # noqa: F401
+    import workers.inbox  # noqa: F401
+    import workers.maintenance  # noqa: F401
+    import workers.sweeper  # noqa: F401
+    import workers.turns  # noqa: F401
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -36,6 +39,10 @@ def worker(args: argparse.Namespace) -> int:
               f".env is empty or a placeholder, and the worker would send with it. {what}.",
               file=sys.stderr)
         return 2
+    _import_job_code()
+    from core.logs import configure_logging
+    from workers.processes import run_worker
+    from workers.runtime import prepare_worker_parent
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     _lower_cpu_priority(settings.worker_cpu)
