@@ -16,10 +16,10 @@ set to the worker's own in its environment, for the modules and processes that r
 import functools
 import os
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import fakeredis
 import httpcore2
