@@ -1,7 +1,14 @@
 """`wagent chat [TENANT_FILE] [--script FILE] [--record FILE]`: talk to a tenant's agent in the
 terminal as a customer would, through the whole product on loopback (replay/chat.py); the
 model is the real Messages API when ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) is set, or the
-Messages API double answering from `--script`. Exit status 2 on bad input or no model."""
+Messages API double answering from `--script`. Exit status 2 on bad input or no model.
+
+Start-up time: without a model (no key, a placeholder key) the command answers before it
+imports the product (replay/, storage/, the SDK: seconds on a loaded machine); those imports
+are inside the functions that need them (tests/test_chat.py times it in a fresh interpreter).
+"""
+
+from __future__ import annotations
 
 import argparse
 import json
@@ -9,15 +16,14 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from cli.admin import read_document
 from core.credentials import SECRET_EXAMPLES, is_real_secret
-from core.logs import configure_logging
-from core.settings import DEFAULT_DATABASE_URL
-from replay.chat import CHAT_NAME, ChatError, ChatSession, load_script
-from replay.relay import DEFAULT_BASE_URL, Relay
-from storage.errors import TenantConfigError
-from storage.tenant_config import validate_config
+from core.settings import ANTHROPIC_API_URL, DEFAULT_DATABASE_URL
+
+if TYPE_CHECKING:
+    from replay.chat import ChatSession
+    from replay.relay import Relay
 
 EXAMPLE_TENANT = Path(__file__).resolve().parent.parent / "examples" / "tenant.yaml"
 NO_MODEL = ("wagent chat: no model to talk to. Set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL, "
@@ -26,68 +32,83 @@ NO_MODEL = ("wagent chat: no model to talk to. Set ANTHROPIC_API_KEY (or ANTHROP
             "To see the product work without a key, run `wagent demo`.")
 
 
-def key_problem(relay: Relay) -> str | None:
-    """Why `relay` cannot work before anything is sent: a key for api.anthropic.com that is
+class _Endpoint(Protocol):
+    base_url: str
+    api_key: str
+
+
+def key_problem(relay: _Endpoint) -> str | None:
+    """Why `relay` (a replay.relay.Relay, or anything with its `base_url` and `api_key`)
+    cannot work before anything is sent: a key for api.anthropic.com that is
     empty or does not have the form of one (core/credentials.py), such as the placeholder
     the README's console set-up puts in `.env`. None for a compatible endpoint of your own
     (ANTHROPIC_BASE_URL elsewhere), which may take any key or none."""
     name = "ANTHROPIC_API_KEY"
-    if relay.base_url.rstrip("/") != DEFAULT_BASE_URL or is_real_secret(name, relay.api_key):
+    if relay.base_url.rstrip("/") != ANTHROPIC_API_URL or is_real_secret(name, relay.api_key):
         return None
     what = "is empty" if not relay.api_key.strip() else "is a placeholder"
     return (f"{name} (from the environment or .env) {what}, so nothing was sent to "
-            f"{DEFAULT_BASE_URL}. Put your real key there: it looks like "
+            f"{ANTHROPIC_API_URL}. Put your real key there: it looks like "
             f"{SECRET_EXAMPLES[name]}.")
+
+
+class _Environment:
+    """The Messages API the environment names, as strings (no import of replay.relay)."""
+
+    def __init__(self) -> None:
+        self.api_key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
+        self.base_url = os.environ.get("ANTHROPIC_BASE_URL", "").strip() or ANTHROPIC_API_URL
+        self.named = bool(self.api_key or os.environ.get("ANTHROPIC_BASE_URL", "").strip())
 
 
 def relay_from_environment() -> Relay | None:
     """The real Messages API the environment names (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL),
     or None when it names none."""
-    key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
-    base_url = os.environ.get("ANTHROPIC_BASE_URL", "").strip()
-    if not key and not base_url:
+    named = _Environment()
+    if not named.named:
         return None
-    return Relay(base_url=base_url or DEFAULT_BASE_URL, api_key=key)
+    from replay.relay import Relay  # lazy: aiohttp (start-up time: module docstring)
+    return Relay(base_url=named.base_url, api_key=named.api_key)
+
+
+def no_model(scripted: bool) -> str | None:
+    """What `wagent chat` prints when it has no model to talk to (nothing named in the
+    environment, or a key that cannot work: key_problem), from the environment alone: None
+    when `scripted` (--script) or the environment names a usable endpoint."""
+    if scripted:
+        return None
+    named = _Environment()
+    if not named.named:
+        return NO_MODEL
+    problem = key_problem(named)
+    return problem and (f"wagent chat: {problem} Or chat with scripted replies (--script "
+                        "FILE: docs/REPLAY.md), or run `wagent demo`.")
 
 
 def chat(args: argparse.Namespace) -> int:
+    if message := no_model(scripted=args.script is not None):  # before the imports below
+        print(message, file=sys.stderr)
+        return 2
+    from core.logs import configure_logging  # lazy from here on: start-up time (docstring)
     # the product's log lines never mix with the transcript (stdout): on stderr, and off
     # unless REPLAY_LOG_LEVEL asks (the transcript shows the model's failures itself)
     configure_logging(os.environ.get("REPLAY_LOG_LEVEL", "CRITICAL"), fmt="console",
                       stream=sys.stderr)
     path = args.tenant_file or EXAMPLE_TENANT
-    try:
-        tenant = read_document(path)
-        validate_config(tenant)
-        script = load_script(read_document(args.script)) if args.script else None
-        start = _start(args.clock)
-    except (OSError, ValueError, TenantConfigError) as exc:  # ChatError is a ValueError
-        print(f"wagent chat: {exc}", file=sys.stderr)
-        return 2
-    relay = None if script is not None else relay_from_environment()
-    if script is None and relay is None:
-        print(NO_MODEL, file=sys.stderr)
-        return 2
-    problem = key_problem(relay) if relay is not None else None
-    if problem:
-        print(f"wagent chat: {problem} Or chat with scripted replies (--script FILE: "
-              "docs/REPLAY.md), or run `wagent demo`.", file=sys.stderr)
-        return 2
     database_url = _database_url(args)
     if database_url is not None and args.record:
         print("wagent chat: --record writes a scenario that replays on a database of its own; "
               "it cannot be kept in your database too (--database-url): use one or the other",
               file=sys.stderr)
         return 2
-    try:
-        session = ChatSession(tenant, script=script, relay=relay, start=start,
-                              database_url=database_url)
-    except ValueError as exc:  # the database has no schema
-        print(f"wagent chat: {exc}", file=sys.stderr)
+    opened = _session(args, path, database_url)
+    if opened is None:
         return 2
+    session, tenant = opened
+    from replay.chat import CHAT_NAME
     interactive = sys.stdin.isatty()
-    model = f"scripted ({args.script})" if script is not None else \
-        f"the Messages API at {relay.base_url if relay else ''}"
+    model = f"scripted ({args.script})" if args.script is not None else \
+        f"the Messages API at {session.relay.base_url if session.relay else ''}"
     print(f"chat with {tenant.get('name', tenant['phone_number_id'])} ({path}); you are "
           f"{CHAT_NAME}; model: {model}. Type /help for commands, /quit to end.")
     if database_url is not None:
@@ -108,6 +129,31 @@ def chat(args: argparse.Namespace) -> int:
         finally:
             session.close()
     return 0
+
+
+def _session(args: argparse.Namespace, path: Path,
+             database_url: str | None) -> tuple[ChatSession, dict[str, object]] | None:
+    """The chat's session on the tenant file at `path` and the tenant as written, or None
+    after printing why not (a bad file, script or --clock; a database without the schema)."""
+    from cli.admin import read_document
+    from replay.chat import ChatSession, load_script
+    from storage.errors import TenantConfigError
+    from storage.tenant_config import validate_config
+    try:
+        tenant = read_document(path)
+        validate_config(tenant)
+        script = load_script(read_document(args.script)) if args.script else None
+        start = _start(args.clock)
+    except (OSError, ValueError, TenantConfigError) as exc:  # ChatError is a ValueError
+        print(f"wagent chat: {exc}", file=sys.stderr)
+        return None
+    relay = None if script is not None else relay_from_environment()
+    try:
+        return ChatSession(tenant, script=script, relay=relay, start=start,
+                           database_url=database_url), tenant
+    except ValueError as exc:  # the database has no schema
+        print(f"wagent chat: {exc}", file=sys.stderr)
+        return None
 
 
 def _database_url(args: argparse.Namespace) -> str | None:
@@ -132,6 +178,7 @@ def _start(text: str | None) -> datetime | None:
 
 
 def _loop(session: ChatSession, interactive: bool) -> None:
+    from replay.chat import ChatError
     while True:
         try:
             line = input("you ▸ " if interactive else "")

@@ -1,29 +1,31 @@
 """`wagent worker [--burst]`: an RQ worker (workers/) and a keeper, the product's scheduler.
 
-The job code is imported here, at the top, before the supervisor forks its work process
-(workers/processes.py): a work process that dies is replaced by a fork that has it already.
-`worker` then builds the clients and warms what they build lazily, once, for every work process
-to inherit (I/O-free in this process: workers/runtime.py); the work process then keeps them, and
-its database pool, from job to job.
+The job code is imported by `worker` after the settings are checked, so that a refusal (a
+placeholder key) comes at once, not after seconds of imports (issue 44, as `wagent chat`), and
+before the supervisor forks its work process (workers/processes.py): a work process that dies is
+replaced by a fork that has it already. `worker` then builds the clients and warms what they
+build lazily, once, for every work process to inherit (I/O-free in this process:
+workers/runtime.py); the work process then keeps them, and its database pool, from job to job.
 """
 
 import argparse
 import os
 import sys
 
-import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
-
-import workers.compaction  # noqa: F401
-import workers.facts  # noqa: F401
-import workers.inbox  # noqa: F401
-import workers.maintenance  # noqa: F401
-import workers.sweeper  # noqa: F401
-import workers.turns  # noqa: F401
 from cli.environment import settings_or_exit
 from core.credentials import SECRET_EXAMPLES
-from core.logs import configure_logging
-from workers.processes import run_worker
-from workers.runtime import prepare_worker_parent
+
+
+def _import_job_code() -> None:
+    """Every module a job runs, in this process, before the work horses fork (docstring)."""
+    import psycopg  # noqa: F401  (SQLAlchemy imports the driver only when an engine is made)
+
+    import workers.compaction  # noqa: F401
+    import workers.facts  # noqa: F401
+    import workers.inbox  # noqa: F401
+    import workers.maintenance  # noqa: F401
+    import workers.sweeper  # noqa: F401
+    import workers.turns  # noqa: F401
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -37,6 +39,10 @@ def worker(args: argparse.Namespace) -> int:
               f".env is empty or a placeholder, and the worker would send with it. {what}.",
               file=sys.stderr)
         return 2
+    _import_job_code()
+    from core.logs import configure_logging
+    from workers.processes import run_worker
+    from workers.runtime import prepare_worker_parent
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())
     _lower_cpu_priority(settings.worker_cpu)

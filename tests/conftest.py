@@ -3,19 +3,30 @@
 `WAGENT_REQUIRE_SERVICES=1` (set by .ci/run) makes a missing service an error and any skipped
 test a failure. Without it, Redis falls back to the in-process fakeredis and PostgreSQL tests are
 skipped; the summary at the end says which ran without the real service.
+
+In parallel (`pytest -n 2`, pytest-xdist: the README's test command) each worker has services of
+its own, so that one worker's `flushdb` or advisory lock never meets another's: worker gwK uses
+the Redis database D - K, D the one TEST_REDIS_URL names (15 by default: gw0 15, gw1 14), and
+the PostgreSQL database `<name>_gwK` next to the one TEST_POSTGRES_URL names (created when
+missing, kept for the next run); `worker_urls` below. TEST_REDIS_URL and TEST_POSTGRES_URL are
+set to the worker's own in its environment, for the modules and processes that read them
+(bench/faults.py, tests/test_migrations.py, `wagent` subprocesses).
 """
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import fakeredis
+import httpcore2
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from core import clock
@@ -30,9 +41,41 @@ settings.register_profile("wagent", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("wagent")
 
+# Every ReplayEnvironment builds the product's HTTP clients (the Anthropic SDK's, GraphClient's),
+# and each read the system's CA bundle into an SSL context of its own, for doubles on loopback
+# that speak plain HTTP: a third of an environment's CPU (0.14 CPU-s a ReplayEnvironment on
+# SQLite, 0.09 with this). A test process reads it once; the contexts are the library's own
+# (verifying), only shared. The product's processes build their clients once (issue 44 item 4).
+httpcore2.default_ssl_context = functools.cache(httpcore2.default_ssl_context)
+
 REQUIRE = os.environ.get("WAGENT_REQUIRE_SERVICES") == "1"
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+BASE_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+BASE_POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL",
+                                   "postgresql://postgres@127.0.0.1:5432/test")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1"... under `pytest -n`; else None
+
+
+def worker_urls(redis_url: str, postgres_url: str, worker: str | None) -> tuple[str, str]:
+    """The (Redis URL, PostgreSQL URL) of pytest-xdist worker `worker` ("gwK"): Redis database
+    D - K of the server `redis_url` names (D its database, 0 when it names none) and the
+    PostgreSQL database "<name>_gwK" on the server of `postgres_url`; both unchanged for None
+    (no xdist). ValueError when D - K is below 0 (name a higher D in TEST_REDIS_URL)."""
+    if worker is None:
+        return redis_url, postgres_url
+    index = int(worker.removeprefix("gw"))
+    redis_parts = urlsplit(redis_url)
+    database = int(redis_parts.path.strip("/") or 0) - index
+    if database < 0:
+        raise ValueError(f"pytest-xdist worker {worker} would use Redis database {database}: "
+                         f"TEST_REDIS_URL ({redis_url}) must name a database of at least {index}")
+    postgres = make_url(postgres_url)
+    return (urlunsplit(redis_parts._replace(path=f"/{database}")),
+            postgres.set(database=f"{postgres.database}_{worker}")
+            .render_as_string(hide_password=False))
+
+
+REDIS_URL, POSTGRES_URL = worker_urls(BASE_REDIS_URL, BASE_POSTGRES_URL, WORKER)
+os.environ["TEST_REDIS_URL"], os.environ["TEST_POSTGRES_URL"] = REDIS_URL, POSTGRES_URL
 FIXTURES = Path(__file__).parent / "fixtures"
 WHATSAPP = FIXTURES / "whatsapp"
 START = datetime(2026, 6, 1, 13, 0, 30, tzinfo=UTC)
@@ -45,8 +88,26 @@ def _redis_up() -> bool:
         return False
 
 
+def _create_worker_database() -> None:
+    """CREATE DATABASE for this xdist worker's POSTGRES_URL when missing (on the server of
+    BASE_POSTGRES_URL, connected to its database); nothing without xdist."""
+    if WORKER is None:
+        return
+    name = make_url(POSTGRES_URL).database
+    admin = create_engine(make_url(BASE_POSTGRES_URL).set(drivername="postgresql+psycopg"),
+                          isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    try:
+        with admin.connect() as connection:
+            if connection.execute(text("SELECT 1 FROM pg_database WHERE datname = :name"),
+                                  {"name": name}).first() is None:
+                connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+
+
 def _postgres_up() -> bool:
     try:
+        _create_worker_database()
         engine = make_engine(POSTGRES_URL)
         with engine.connect() as connection:
             connection.execute(text("select 1"))
@@ -84,11 +145,17 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
     terminalreporter.write_line(
         f"PostgreSQL: real server at {POSTGRES_URL}" if POSTGRES_UP else
         f"PostgreSQL: not reachable at {POSTGRES_URL}; PostgreSQL tests skipped")
+    workers = getattr(terminalreporter.config.option, "numprocesses", None)
+    if workers:
+        terminalreporter.write_line(
+            f"in parallel (pytest-xdist, {workers} workers): worker gwK on Redis database D - K "
+            f"and PostgreSQL database <name>_gwK (tests/conftest.py: worker_urls)")
 
 
 @pytest.fixture
 def redis_client() -> Iterator[redis.Redis]:
-    """Real Redis (db 15, flushed) when reachable, else an in-process stand-in."""
+    """Real Redis (TEST_REDIS_URL's database, 15 by default, or this xdist worker's: flushed)
+    when reachable, else an in-process stand-in."""
     if REDIS_UP:
         client = redis.Redis.from_url(REDIS_URL)
         client.flushdb()

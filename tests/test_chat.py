@@ -4,7 +4,10 @@ replies, slash commands, and a recording that `wagent replay` replays with the s
 import asyncio
 import io
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -134,6 +137,30 @@ def test_without_a_key_or_a_script_chat_says_so_and_points_at_the_demo(
     (files / "rec.json").write_text(json.dumps({"name": "x", "steps": []}), encoding="utf-8")
     assert main(["replay", "--live", str(files / "rec.json")]) == 2
     assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+# what `wagent chat` must not import before it says there is no model (issue 44 item 6: 4-10 s)
+HEAVY = ("replay", "storage", "workers", "operations", "anthropic", "sqlalchemy", "sqlmodel",
+         "aiohttp", "redis", "rq")
+PROBE = ("import sys\nfrom cli.main import main\ncode = main(['chat', *sys.argv[1:]])\n"
+         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))\n"
+         "raise SystemExit(code)")
+
+
+@pytest.mark.parametrize("key", [None, "sk-ant-..."])
+def test_without_a_usable_key_chat_answers_before_importing_the_product(
+        files: Path, key: str | None) -> None:
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")}
+    if key is not None:
+        environment["ANTHROPIC_API_KEY"] = key
+    done = subprocess.run([sys.executable, "-c", PROBE, str(files / "tenant.json")],
+                          cwd=files, env=environment,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "ANTHROPIC_API_KEY" in done.stderr and "wagent demo" in done.stderr
+    assert ("no model to talk to" if key is None else "is a placeholder") in done.stderr
+    assert done.stdout.strip() == "[]", f"imported before answering: {done.stdout}"
 
 
 def test_bad_input_is_refused_with_a_clear_error(
