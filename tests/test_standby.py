@@ -314,6 +314,33 @@ def test_take_is_explained_when_meta_refuses_then_take_pass_and_release(
     assert "não é o parceiro de escalonamento" in shown
 
 
+def test_the_allowlist_matches_a_wa_id_with_or_without_the_ninth_digit() -> None:
+    # the business types its mobile with the 9; WhatsApp's wa_id of an older account lacks it
+    tenant = Tenant(name="x", phone_number_id="1", agent_allowlist=["5511988887777"])
+    assert threads.allowed(tenant, Contact(tenant_id=1, wa_id="551188887777"))
+    assert threads.allowed(tenant, Contact(tenant_id=1, wa_id="5511988887777"))
+    assert not threads.allowed(tenant, Contact(tenant_id=1, wa_id="551188887776"))
+    tenant.agent_allowlist = ["551188887777"]
+    assert threads.allowed(tenant, Contact(tenant_id=1, wa_id="5511988887777"))
+    # a customer known only by its BSUID is on no list (and an empty list is everyone)
+    assert not threads.allowed(tenant, Contact(tenant_id=1, wa_id=None, user_id="BR.abc"))
+    tenant.agent_allowlist = []
+    assert threads.allowed(tenant, Contact(tenant_id=1, wa_id=None, user_id="BR.abc"))
+
+
+def test_an_allowlist_number_without_its_country_code_is_refused_not_silently_unmatched(
+        env: ReplayEnvironment) -> None:
+    tid = _tenant_id(env)
+    for national in ("(11) 98888-7777", "11 98888-7777", "011 98888 7777"):
+        status, answer = call(env, "PATCH", f"/admin/tenants/{tid}",
+                              {"agent_allowlist": ["+55 11 99999-0001", national]})
+        assert status == 422 and "country code" in json.dumps(answer), national
+    with session_scope(env.engine) as session:
+        assert session.exec(select(Tenant)).one().agent_allowlist == []
+    assert call(env, "PATCH", f"/admin/tenants/{tid}",
+                {"agent_allowlist": ["+1 415 555 0100", "551188887777"]})[0] == 200
+
+
 def test_the_allowlist_is_a_setting_of_digits_through_the_admin_api(
         env: ReplayEnvironment) -> None:
     tid = _tenant_id(env)
