@@ -17,8 +17,8 @@ A block hides slots and is not an appointment. Over existing bookings it is refu
 listing them) unless `force`, which keeps the bookings and lists them in the answer.
 
 Contacts by phone: digits only; matched with and without Brazil's ninth mobile digit
-(`core.numbers.phone_variants`). An exact match is used; a match only through the ninth digit asks staff to
-confirm (409 naming the contact: send `contact` with its id).
+(`core.numbers.phone_variants`). An exact match is used; a match only through the ninth digit
+asks staff to confirm (409 naming the contact: send `contact` with its id).
 
 The outcome of a visit (completed, no_show) is stored apart from `status`: every query meaning
 "holds the slot" or "upcoming" filters `status == "booked"` and is unchanged by it

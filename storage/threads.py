@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, col, update
 
 from core.numbers import phone_variants
-
 from storage.models import Contact, Tenant
 
 OURS = "ours"
