@@ -51,7 +51,7 @@ def verify_signature(secret: str, header: str | None, request_id: str | None,
         return False
     parts = dict(p.strip().split("=", 1) for p in header.split(",") if "=" in p)
     ts, given = parts.get("ts", ""), parts.get("v1", "")
-    if not ts.isdigit() or not given:
+    if not (ts.isascii() and ts.isdigit()) or not given:  # "²".isdigit() is True
         return False
     seconds = int(ts) / 1000 if len(ts) > 11 else int(ts)  # ms or s: both are seen
     if now is not None and abs(now - seconds) > MAX_SIGNATURE_AGE:

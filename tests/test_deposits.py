@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlmodel import select
@@ -200,6 +200,23 @@ def test_an_unknown_reference_or_a_wrong_amount_is_recorded_and_books_nothing(
     assert _events(engine) == []
 
 
+def test_the_creation_notice_of_every_pix_charge_is_no_payment_for_staff_to_check(
+        engine: Engine) -> None:
+    # Mercado Pago notifies payment.created (status pending) for every charge it makes
+    _setup(engine)
+    _book(engine)
+    deposit = _deposit(engine)
+    with session_scope(engine) as session:
+        event = deposits.record_event(session, provider="mercadopago", event_id="created",
+                                      reference=deposit.reference, amount_cents=6000, now=NOW)
+        assert event is not None
+        assert deposits.confirm(session, event, now=NOW, paid=False) == "not_paid"
+    assert _pay(engine, deposit.reference, 5000, event_id="short") == "wrong_amount"
+    with session_scope(engine) as session:
+        listed = deposits.to_check(session, 1, now=NOW, limit=10)
+    assert [e["outcome"] for e in listed] == ["wrong_amount"]
+
+
 def test_not_paid_by_the_holds_end_is_released_and_told_once(engine: Engine) -> None:
     _setup(engine)
     _book(engine)
@@ -286,6 +303,7 @@ def test_a_mercado_pago_signature_checks_the_data_id_request_id_and_age() -> Non
 
 
 @given(st.text(max_size=80))
+@example("ts=\u00b2,v1=00")  # a Unicode digit: str.isdigit() is True, int() raises
 def test_any_malformed_signature_header_is_refused_without_raising(header: str) -> None:
     assert not verify_signature("s3cret", header, "req-1", "123456", now=1780318830)
 
