@@ -25,10 +25,12 @@ from sqlmodel import Session, select
 
 from intake.echoes import open_conversation
 from intake.items import Item
+from intake.text import normalise
 from storage import contacts, conversations, tenants, threads
 from storage.db import session_scope
 from storage.marks import other_author
 from storage.models import Contact, Message, Outbound, Tenant
+from whatsapp.graph import MAX_TEXT_CHARS
 from whatsapp.inbound import AgentEcho, Handover, StandbyStatus
 
 log = structlog.get_logger(__name__)
@@ -114,7 +116,10 @@ def store_handover(engine: Engine, handover: Handover, now: datetime) -> str:
 def _other_message(session: Session, tenant: Tenant, contact: Contact, kind: str, text: str,
                    now: datetime, *, wamid: str | None = None) -> Message:
     """Store a message another sender wrote in the contact's open conversation: outbound,
-    never a turn, placed in the history by the next turn (as a staff message is)."""
+    never a turn, placed in the history by the next turn (as a staff message is). Its text
+    (Meta's agent paraphrases and quotes the customer) is cut to MAX_TEXT_CHARS and
+    normalised as a customer's is (intake/text.normalise: numbers masked, marks disarmed)."""
+    text = normalise(text[:MAX_TEXT_CHARS], keep_cpf=tenant.keep_cpf)
     conversation = open_conversation(session, tenant, contact, now)
     assert conversation.id is not None
     message = Message(tenant_id=tenant.id or 0, conversation_id=conversation.id,
