@@ -91,9 +91,8 @@ def _content(session: Session, tenant: Tenant, feed: CalendarFeed, since: dateti
     edited, a name (`for_name`, the contact's after an erasure, a service's, a
     professional's), a block's note. One query per table, of the window's rows."""
     digest = hashlib.sha256()
-    rows = session.exec(select(Appointment.id, Appointment.status, Appointment.note,
-                               Appointment.for_name, Appointment.contact_id,
-                               Contact.profile_name, Service.name, Professional.name)
+    rows = session.exec(select(Appointment, Contact.profile_name, Service.name,
+                               Professional.name)
                         .join(Contact, col(Contact.id) == Appointment.contact_id, isouter=True)
                         .join(Service, col(Service.id) == Appointment.service_id, isouter=True)
                         .join(Professional, col(Professional.id) == Appointment.professional_id,
@@ -107,8 +106,11 @@ def _content(session: Session, tenant: Tenant, feed: CalendarFeed, since: dateti
         ScheduleBlock.tenant_id == tenant.id, col(ScheduleBlock.end_at) >= since,
         col(ScheduleBlock.start_at) < until, *_of_feed(feed, ScheduleBlock.professional_id))
         .order_by(col(ScheduleBlock.id))).all()
-    for row in [*rows, *blocks]:
-        digest.update(repr(tuple(row)).encode())
+    for row, *names in rows:
+        digest.update(repr((row.id, row.status, row.note, row.for_name, row.contact_id,
+                            *names)).encode())
+    for block in blocks:
+        digest.update(repr(tuple(block)).encode())
     return digest.hexdigest()
 
 
