@@ -522,6 +522,22 @@ def test_a_summary_or_echo_cannot_forge_a_mark_and_is_bounded(env: ReplayEnviron
     assert stored[1].startswith("(Equipe: Dono］")
 
 
+def test_a_redelivered_handover_or_routed_message_stores_its_summary_once(
+        env: ReplayEnvironment) -> None:
+    passed = fixture("handover_control_passed.json")
+    post(env, passed)
+    post(env, passed)  # Meta redelivers what it thinks failed
+    env.messages_api.script("turn", [{"text": "Claro!"}])
+    routed = fixture("messages_with_conversation_context.json")
+    post(env, routed)
+    post(env, routed)  # the retried message is a duplicate wamid: its summary too
+    with session_scope(env.engine) as session:
+        summaries = [m.content[0]["text"] for m in session.exec(
+            select(Message).where(Message.author == marks.other_author("handover"))
+            .order_by(col(Message.id))).all()]
+    assert len(summaries) == len(set(summaries)) == 2, summaries
+
+
 def test_the_console_settings_edit_the_rule_and_the_allowlist(env: ReplayEnvironment) -> None:
     browser = Browser(env.web_url)
     browser.sign_in(_token(env))
