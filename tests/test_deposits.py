@@ -3,6 +3,7 @@ release, the race between a payment and the release on PostgreSQL and SQLite, th
 Pago signature, and the order messages as Meta documents them."""
 
 import html
+import json
 import threading
 import urllib.error
 import urllib.request
@@ -489,6 +490,22 @@ def test_the_provider_webhook_refuses_a_forged_or_oversized_body_and_records_not
         except urllib.error.HTTPError as exc:
             status = exc.code
         assert status == expected
+    with session_scope(api_env.engine) as session:
+        assert session.exec(select(PaymentEvent)).all() == []
+
+
+def test_a_signed_notification_of_another_type_is_acknowledged_and_records_nothing(
+        api_env: ReplayEnvironment) -> None:
+    # the account's app may subscribe to merchant orders too: a 401 is retried for days
+    for query in ("data.id=1300000001&type=merchant_order", "data.id=abc&type=payment"):
+        data_id = query.split("&")[0].removeprefix("data.id=")
+        ts = str(int(api_env.clock.now().timestamp()))
+        request = urllib.request.Request(
+            f"{api_env.web_url}/payments/mercadopago?{query}", data=b'{"id": 1}',
+            headers={"x-signature": signature(MERCADOPAGO_SECRET, data_id, "r1", ts),
+                     "x-request-id": "r1"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200 and json.loads(response.read()) == {"ignored": True}
     with session_scope(api_env.engine) as session:
         assert session.exec(select(PaymentEvent)).all() == []
 
