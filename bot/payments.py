@@ -39,6 +39,9 @@ async def receive_payment(request: web.Request) -> web.Response:
     if notification is None:
         log.warning("payment_webhook_refused")
         return web.json_response({"error": "bad signature"}, status=401)
+    if not notification.charge_id:
+        log.info("payment_webhook_ignored")  # signed, of another type: 200, or it is retried
+        return web.json_response({"ignored": True})
     engine, now = request.app[ENGINE], clock.now()
 
     def record() -> int | None:

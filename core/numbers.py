@@ -51,3 +51,13 @@ def is_br_mobile(digits: str) -> bool:
     every mobile number has had nine digits, led by 9, since 2016)."""
     return len(digits) == 11 and digits[:2] in BR_AREA_CODES and digits[2] == "9"
 
+
+def phone_variants(digits: str) -> list[str]:
+    """The other spelling of a Brazilian mobile number: with and without the ninth digit
+    (55 + area code + 9 + 8 digits ↔ 55 + area code + 8 digits; WhatsApp's wa_id often lacks
+    it). [] for other numbers."""
+    if digits.startswith("55") and len(digits) == 13 and digits[4] == "9":
+        return [digits[:4] + digits[5:]]
+    if digits.startswith("55") and len(digits) == 12 and digits[4] in "6789":
+        return [digits[:4] + "9" + digits[4:]]
+    return []

@@ -12,6 +12,10 @@ RULE_CHARS = 200  # VisitSeries.rule
 _FREQUENCIES = {DAILY, WEEKLY, MONTHLY}  # finer ones would book several visits a day
 # parts that would move the series off its first visit's time, or restate its start
 _REFUSED_PARTS = ("DTSTART", "BYHOUR", "BYMINUTE", "BYSECOND")
+# the parts a series is written with; the others (BYMONTH, BYYEARDAY, BYWEEKNO, BYSETPOS,
+# BYEASTER), and BYDAY with BYMONTHDAY, can make a rule no day ever matches, and dateutil then
+# walks every period to the year 9999 (seconds of CPU a call, from one customer's message)
+_PARTS = ("FREQ", "INTERVAL", "COUNT", "UNTIL", "BYDAY", "BYMONTHDAY", "WKST")
 
 
 class RuleError(ValueError):
@@ -21,7 +25,8 @@ class RuleError(ValueError):
 def checked_rule(text: object) -> str:
     """An RRULE as typed ("FREQ=WEEKLY;COUNT=4", with or without "RRULE:") → its canonical
     text without the prefix; RuleError naming the problem: not an RFC 5545 RRULE, a frequency
-    finer than DAILY or coarser than MONTHLY, a part that changes the time of day, neither
+    finer than DAILY or coarser than MONTHLY, a part that changes the time of day, a part
+    other than FREQ, INTERVAL, BYDAY or BYMONTHDAY (not both), COUNT, UNTIL, WKST, neither
     COUNT nor UNTIL (a series ends), COUNT over MAX_OCCURRENCES, or an UNTIL in UTC ("Z")."""
     if not isinstance(text, str) or not text.strip() or len(text) > RULE_CHARS:
         raise RuleError(f"not an RFC 5545 RRULE of at most {RULE_CHARS} characters, e.g. "
@@ -33,6 +38,10 @@ def checked_rule(text: object) -> str:
     if any(key in parts for key in _REFUSED_PARTS):
         raise RuleError("a series keeps the first visit's time: no DTSTART, BYHOUR, BYMINUTE "
                         "or BYSECOND")
+    others = [key for key in parts if key not in _PARTS]
+    if others or ("BYDAY" in parts and "BYMONTHDAY" in parts):
+        raise RuleError(f"a series repeats by FREQ, INTERVAL and BYDAY or BYMONTHDAY (not "
+                        f"{', '.join(others[:3]) or 'both'}), and ends by COUNT or UNTIL")
     if "COUNT" not in parts and "UNTIL" not in parts:
         raise RuleError("the RRULE needs COUNT (visits) or UNTIL (YYYYMMDD): a series ends")
     if parts.get("UNTIL", "").endswith("Z"):

@@ -21,14 +21,16 @@ from datetime import datetime
 
 import structlog
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from intake.echoes import open_conversation
 from intake.items import Item
+from intake.text import normalise
 from storage import contacts, conversations, tenants, threads
 from storage.db import session_scope
 from storage.marks import other_author
 from storage.models import Contact, Message, Outbound, Tenant
+from whatsapp.graph import MAX_TEXT_CHARS
 from whatsapp.inbound import AgentEcho, Handover, StandbyStatus
 
 log = structlog.get_logger(__name__)
@@ -102,7 +104,8 @@ def store_handover(engine: Engine, handover: Handover, now: datetime) -> str:
         if handover.kind == "control_passed":
             threads.set_owner(session, [contact.id], threads.OURS, now=now)
             if handover.summary:
-                _other_message(session, tenant, contact, "handover", handover.summary, now)
+                _other_message(session, tenant, contact, "handover", handover.summary, now,
+                               once=True)
         else:
             threads.set_owner(session, [contact.id],
                               threads.role_owner(handover.new_owner_role), now=now)
@@ -112,11 +115,23 @@ def store_handover(engine: Engine, handover: Handover, now: datetime) -> str:
 
 
 def _other_message(session: Session, tenant: Tenant, contact: Contact, kind: str, text: str,
-                   now: datetime, *, wamid: str | None = None) -> Message:
+                   now: datetime, *, wamid: str | None = None, once: bool = False) -> Message:
     """Store a message another sender wrote in the contact's open conversation: outbound,
-    never a turn, placed in the history by the next turn (as a staff message is)."""
+    never a turn, placed in the history by the next turn (as a staff message is). Its text
+    (Meta's agent paraphrases and quotes the customer) is cut to MAX_TEXT_CHARS and
+    normalised as a customer's is (intake/text.normalise: numbers masked, marks disarmed).
+    `once` (a handover's summary, which has no id): the same text as the conversation's
+    latest message of this kind is not stored again (Meta redelivers a webhook it thinks
+    failed, and a routed message's summary comes again with its retried message)."""
+    text = normalise(text[:MAX_TEXT_CHARS], keep_cpf=tenant.keep_cpf)
     conversation = open_conversation(session, tenant, contact, now)
     assert conversation.id is not None
+    if once:
+        latest = session.exec(select(Message).where(
+            Message.conversation_id == conversation.id,
+            Message.author == other_author(kind)).order_by(col(Message.id).desc())).first()
+        if latest is not None and latest.content == [{"type": "text", "text": text}]:
+            return latest
     message = Message(tenant_id=tenant.id or 0, conversation_id=conversation.id,
                       role="assistant", direction="outbound",
                       content=[{"type": "text", "text": text}], received_at=now,

@@ -17,8 +17,8 @@ A block hides slots and is not an appointment. Over existing bookings it is refu
 listing them) unless `force`, which keeps the bookings and lists them in the answer.
 
 Contacts by phone: digits only; matched with and without Brazil's ninth mobile digit
-(`phone_variants`). An exact match is used; a match only through the ninth digit asks staff to
-confirm (409 naming the contact: send `contact` with its id).
+(`core.numbers.phone_variants`). An exact match is used; a match only through the ninth digit
+asks staff to confirm (409 naming the contact: send `contact` with its id).
 
 The outcome of a visit (completed, no_show) is stored apart from `status`: every query meaning
 "holds the slot" or "upcoming" filters `status == "booked"` and is unchanged by it
@@ -40,6 +40,7 @@ from agent.errors import ToolError
 from agent.tools import availability, series
 from agent.tools.facts_rules import note_problem
 from agent.tools.slots import local_exists, local_to_utc, overlaps
+from core.numbers import phone_variants
 from core.recurrence import RULE_CHARS, RuleError, checked_rule, starts_on_rule
 from operations import packages
 from operations.errors import Conflict, Invalid, NotFound
@@ -145,17 +146,6 @@ def phone_digits(text: str) -> str:
                    "+55 11 99999-0001")
         raise Invalid(problem, [problem])
     return digits
-
-
-def phone_variants(digits: str) -> list[str]:
-    """The other spelling of a Brazilian mobile number: with and without the ninth digit
-    (55 + area code + 9 + 8 digits ↔ 55 + area code + 8 digits; WhatsApp's wa_id often lacks
-    it). [] for other numbers."""
-    if digits.startswith("55") and len(digits) == 13 and digits[4] == "9":
-        return [digits[:4] + digits[5:]]
-    if digits.startswith("55") and len(digits) == 12 and digits[4] in "6789":
-        return [digits[:4] + "9" + digits[4:]]
-    return []
 
 
 def contact_for(session: Session, tenant: Tenant, body: StaffBooking, *,

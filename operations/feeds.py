@@ -11,8 +11,11 @@ storage/feeds.py).
   updates the event in place; a cancelled one stays with STATUS:CANCELLED and SEQUENCE one
   more. A row cancelled by a move is not an event of its own.
 - Window: from WINDOW_PAST_DAYS ago to the booking horizon.
-- Cheap polling: `fingerprint` is one aggregate query per table; its hash is the ETag and
-  its latest change the Last-Modified, so an unchanged feed answers 304 without being built.
+- Cheap polling: `fingerprint` is one aggregate query per table and one digest of what
+  changes in place (notes, names: `_content`); its hash is the ETag and its latest change the
+  Last-Modified, so an unchanged feed answers 304 without being built. An in-place change
+  moves the ETag only (no row has a timestamp of it): a client sending only
+  If-Modified-Since sees it the next day, when the window moves.
 """
 
 import hashlib
@@ -76,9 +79,39 @@ def fingerprint(session: Session, tenant: Tenant, feed: CalendarFeed, now: datet
         *_of_feed(feed, ScheduleBlock.professional_id))).one()
     seen = [t for t in (a[2], a[3], b[2], feed.created_at) if t is not None]
     changed = max(t if t.tzinfo else t.replace(tzinfo=UTC) for t in seen)
-    key = repr((tuple(a), tuple(b), tenant.feed_notes, since.date(), feed.token))
+    key = repr((tuple(a), tuple(b), tenant.feed_notes, since.date(), feed.token,
+                _content(session, tenant, feed, since, until)))
     return Stamp(etag='"' + hashlib.sha256(key.encode()).hexdigest()[:32] + '"',
                  last_modified=changed.replace(microsecond=0))
+
+
+def _content(session: Session, tenant: Tenant, feed: CalendarFeed, since: datetime,
+             until: datetime) -> str:
+    """A digest of what an event shows that changes in place, with no timestamp: a note
+    edited, a name (`for_name`, the contact's after an erasure, a service's, a
+    professional's), a block's note. One query per table, of the window's rows."""
+    digest = hashlib.sha256()
+    rows = session.exec(select(Appointment, Contact.profile_name, Service.name,
+                               Professional.name)
+                        .join(Contact, col(Contact.id) == Appointment.contact_id, isouter=True)
+                        .join(Service, col(Service.id) == Appointment.service_id, isouter=True)
+                        .join(Professional, col(Professional.id) == Appointment.professional_id,
+                              isouter=True)
+                        .where(Appointment.tenant_id == tenant.id,
+                               col(Appointment.start_at) >= since,
+                               col(Appointment.start_at) < until,
+                               *_of_feed(feed, Appointment.professional_id))
+                        .order_by(col(Appointment.id))).all()
+    blocks = session.exec(select(ScheduleBlock.id, ScheduleBlock.note).where(
+        ScheduleBlock.tenant_id == tenant.id, col(ScheduleBlock.end_at) >= since,
+        col(ScheduleBlock.start_at) < until, *_of_feed(feed, ScheduleBlock.professional_id))
+        .order_by(col(ScheduleBlock.id))).all()
+    for row, *names in rows:
+        digest.update(repr((row.id, row.status, row.note, row.for_name, row.contact_id,
+                            *names)).encode())
+    for block in blocks:
+        digest.update(repr(tuple(block)).encode())
+    return digest.hexdigest()
 
 
 def build(session: Session, tenant: Tenant, feed: CalendarFeed, now: datetime) -> bytes:

@@ -51,7 +51,7 @@ def verify_signature(secret: str, header: str | None, request_id: str | None,
         return False
     parts = dict(p.strip().split("=", 1) for p in header.split(",") if "=" in p)
     ts, given = parts.get("ts", ""), parts.get("v1", "")
-    if not ts.isdigit() or not given:
+    if not (ts.isascii() and ts.isdigit()) or not given:  # "²".isdigit() is True
         return False
     seconds = int(ts) / 1000 if len(ts) > 11 else int(ts)  # ms or s: both are seen
     if now is not None and abs(now - seconds) > MAX_SIGNATURE_AGE:
@@ -112,8 +112,10 @@ class MercadoPago:
     def verify_webhook(self, body: bytes, headers: dict[str, str],
                        query: dict[str, str]) -> Notification | None:
         """The notification of a signed webhook (`headers` with lower-case names, `query` the
-        URL's parameters); None when the signature is missing or wrong, or it is not a
-        payment's. The body is read only for the notification's id."""
+        URL's parameters); None when the signature is missing or wrong. A signed one that is
+        not a payment's (another `type` the account's app subscribes to) has charge_id "":
+        acknowledged and ignored (refused, Mercado Pago would retry it for days). The body is
+        read only for the notification's id."""
         data_id = query.get("data.id") or ""
         now = self._clock() if self._clock is not None else None
         if not verify_signature(self._secret, headers.get("x-signature"),
@@ -125,7 +127,7 @@ class MercadoPago:
             payload = {}
         event_id = str(payload.get("id") or "") if isinstance(payload, dict) else ""
         if query.get("type", "payment") != "payment" or not data_id.isdigit():
-            return None
+            return Notification(event_id="", charge_id="")
         return Notification(event_id=event_id or f"{data_id}:{headers.get('x-request-id')}",
                             charge_id=data_id)
 

@@ -47,7 +47,8 @@ class PaymentStatus:
 @dataclass(frozen=True)
 class Notification:
     """A verified webhook: the provider's event id (idempotence key) and the resource to
-    fetch (`charge_id`); the webhook body itself is never trusted for the amount."""
+    fetch (`charge_id`; "" for a signed notification that is no payment's: ignored); the
+    webhook body itself is never trusted for the amount."""
 
     event_id: str
     charge_id: str

@@ -218,16 +218,18 @@ def _tell(session: Session, deposit: Deposit, kind: str, now: datetime) -> None:
     session.flush()
 
 
-CHECK_OUTCOMES = ("late", "wrong_amount", "not_paid")
+# not_paid is no payment to check: Mercado Pago notifies every Pix charge when it is created
+# (payment.created, status pending), and a charge never paid is released by the hold's end
+CHECK_OUTCOMES = ("late", "wrong_amount")
 CHECK_DAYS = 30
 
 
 def to_check(session: Session, tenant_id: int, *, now: datetime,
              limit: int) -> list[dict[str, Any]]:
     """The tenant's payments a person must look at, newest first, from the last CHECK_DAYS:
-    a deposit paid after its release (rebook or refund), a payment of another amount, one
-    the provider did not settle. Each: outcome, reference, cents, when. (A confirmation for
-    an unknown reference names no tenant: it stays in `paymentevent` for the operator.)"""
+    a deposit paid after its release (rebook or refund), a payment of another amount. Each:
+    outcome, reference, cents, when. (A confirmation for an unknown reference names no
+    tenant: it stays in `paymentevent` for the operator.)"""
     rows = session.exec(select(PaymentEvent).where(
         PaymentEvent.tenant_id == tenant_id, col(PaymentEvent.outcome).in_(CHECK_OUTCOMES),
         col(PaymentEvent.received_at) >= now - timedelta(days=CHECK_DAYS))

@@ -170,9 +170,17 @@ def _iso_day(value: str) -> str:
 
 
 def _allowlist(value: list[str] | None) -> list[str] | None:
-    """The allowlist's numbers as their digits, each once, sorted (storage/threads.allowed)."""
+    """The allowlist's numbers as their digits, each once, sorted (storage/threads.allowed).
+    A number without its country code ("(11) 98888-7777", a trunk 0) is refused: it matches
+    no WhatsApp id, so the agent would silently answer no one (the rule of
+    operations/agenda.phone_digits)."""
     if value is None:
         return None
+    national = [n for n in value if n.strip().lstrip("(").startswith("0") or (
+        not n.strip().startswith("+") and len("".join(c for c in n if c.isdigit())) <= 11)]
+    if national:
+        raise ValueError(f"{national[0][:24]!r} has no country code; type it in full, "
+                         "e.g. +55 11 99999-0001")
     return sorted({"".join(c for c in number if c.isdigit()) for number in value})
 
 

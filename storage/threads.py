@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, update
 
+from core.numbers import phone_variants
 from storage.models import Contact, Tenant
 
 OURS = "ours"
@@ -91,9 +92,14 @@ def note_standby(session: Session, tenant_id: int, *, now: datetime) -> bool:
 def allowed(tenant: Tenant, contact: Contact) -> bool:
     """Whether the agent answers `contact` under the tenant's `agent_allowlist` (staged launch):
     an empty list opens it to everyone; else the contact's number (`wa_id`, digits) must be on
-    it."""
+    it, with or without Brazil's ninth mobile digit (`core.numbers.phone_variants`: a wa_id
+    often lacks it, the business types it). A contact known only by its BSUID (no `wa_id`)
+    is on no list."""
     numbers = {digits(str(n)) for n in tenant.agent_allowlist or []}
-    return not numbers or digits(contact.wa_id or "") in numbers
+    if not numbers:
+        return True
+    own = digits(contact.wa_id or "")
+    return bool(own) and not numbers.isdisjoint([own, *phone_variants(own)])
 
 
 def digits(number: str) -> str:

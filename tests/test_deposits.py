@@ -3,6 +3,7 @@ release, the race between a payment and the release on PostgreSQL and SQLite, th
 Pago signature, and the order messages as Meta documents them."""
 
 import html
+import json
 import threading
 import urllib.error
 import urllib.request
@@ -13,7 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlmodel import select
@@ -200,6 +201,23 @@ def test_an_unknown_reference_or_a_wrong_amount_is_recorded_and_books_nothing(
     assert _events(engine) == []
 
 
+def test_the_creation_notice_of_every_pix_charge_is_no_payment_for_staff_to_check(
+        engine: Engine) -> None:
+    # Mercado Pago notifies payment.created (status pending) for every charge it makes
+    _setup(engine)
+    _book(engine)
+    deposit = _deposit(engine)
+    with session_scope(engine) as session:
+        event = deposits.record_event(session, provider="mercadopago", event_id="created",
+                                      reference=deposit.reference, amount_cents=6000, now=NOW)
+        assert event is not None
+        assert deposits.confirm(session, event, now=NOW, paid=False) == "not_paid"
+    assert _pay(engine, deposit.reference, 5000, event_id="short") == "wrong_amount"
+    with session_scope(engine) as session:
+        listed = deposits.to_check(session, 1, now=NOW, limit=10)
+    assert [e["outcome"] for e in listed] == ["wrong_amount"]
+
+
 def test_not_paid_by_the_holds_end_is_released_and_told_once(engine: Engine) -> None:
     _setup(engine)
     _book(engine)
@@ -286,6 +304,7 @@ def test_a_mercado_pago_signature_checks_the_data_id_request_id_and_age() -> Non
 
 
 @given(st.text(max_size=80))
+@example("ts=\u00b2,v1=00")  # a Unicode digit: str.isdigit() is True, int() raises
 def test_any_malformed_signature_header_is_refused_without_raising(header: str) -> None:
     assert not verify_signature("s3cret", header, "req-1", "123456", now=1780318830)
 
@@ -471,6 +490,22 @@ def test_the_provider_webhook_refuses_a_forged_or_oversized_body_and_records_not
         except urllib.error.HTTPError as exc:
             status = exc.code
         assert status == expected
+    with session_scope(api_env.engine) as session:
+        assert session.exec(select(PaymentEvent)).all() == []
+
+
+def test_a_signed_notification_of_another_type_is_acknowledged_and_records_nothing(
+        api_env: ReplayEnvironment) -> None:
+    # the account's app may subscribe to merchant orders too: a 401 is retried for days
+    for query in ("data.id=1300000001&type=merchant_order", "data.id=abc&type=payment"):
+        data_id = query.split("&")[0].removeprefix("data.id=")
+        ts = str(int(api_env.clock.now().timestamp()))
+        request = urllib.request.Request(
+            f"{api_env.web_url}/payments/mercadopago?{query}", data=b'{"id": 1}',
+            headers={"x-signature": signature(MERCADOPAGO_SECRET, data_id, "r1", ts),
+                     "x-request-id": "r1"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200 and json.loads(response.read()) == {"ignored": True}
     with session_scope(api_env.engine) as session:
         assert session.exec(select(PaymentEvent)).all() == []
 

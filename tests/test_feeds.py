@@ -21,7 +21,7 @@ from operations import agenda, feeds
 from operations.service import cancel_appointment
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
-from storage.models import CalendarFeed, Contact, Tenant
+from storage.models import Appointment, CalendarFeed, Contact, Tenant
 from tests.conftest import START
 from tests.console_helpers import Seeded, seed
 from tests.test_console import Browser
@@ -147,6 +147,29 @@ def test_an_unchanged_feed_answers_304_and_a_change_a_new_etag(env: ReplayEnviro
     status, _, headers = _get(made["julia"], {"If-None-Match": etag})
     assert status == 200 and headers["ETag"] != etag
     assert _get(made["julia"], {"If-Modified-Since": modified})[0] == 200
+
+
+def test_a_note_or_name_changed_in_place_changes_the_etag(env: ReplayEnvironment) -> None:
+    made = _setup(env)
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        tenant.feed_notes = True
+        session.add(tenant)
+    etag = _get(made["julia"])[2]["ETag"]
+    with session_scope(env.engine) as session:  # add_appointment_note writes it in place
+        row = session.get(Appointment, made["booked"]["julia"]["id"])
+        assert row is not None
+        row.note = "prefere a sala 3"
+        session.add(row)
+    status, body, headers = _get(made["julia"], {"If-None-Match": etag})
+    assert status == 200 and "sala 3" in body.decode() and headers["ETag"] != etag
+    etag = headers["ETag"]
+    with session_scope(env.engine) as session:  # the name the event shows
+        contact = session.exec(select(Contact)).one()
+        contact.profile_name = "Bia Teste"
+        session.add(contact)
+    status, body, _ = _get(made["julia"], {"If-None-Match": etag})
+    assert status == 200 and "Fisioterapia · Bia" in body.decode()
 
 
 def test_a_revoked_or_unknown_token_is_404_and_a_reissued_one_works(
