@@ -61,6 +61,7 @@ from bot.console.frame import (
     guarded,
     page,
 )
+from bot.console.packages import adjust_package, sell_package
 from bot.console.review import approve, edit, reject, review_page
 from bot.console.session import COOKIE, save_session
 from bot.console.settings import settings_page
@@ -130,6 +131,10 @@ def setup_console(app: web.Application) -> None:
          hand_back),
         ("POST", "/console/conversations/{conversation_id}/thread", "conversations",
          thread_control),
+        ("POST", "/console/conversations/{conversation_id}/packages", "conversations",
+         sell_package),  # issue 46: bot/console/packages.py
+        ("POST", "/console/conversations/{conversation_id}/packages/{package_id}/adjust",
+         "conversations", adjust_package),
         ("GET", "/console/attention", "attention", attention_page),
         ("GET", "/console/appointments", "appointments", appointments_page),
         ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
