@@ -382,7 +382,8 @@ def test_a_customers_packages_on_the_conversation_page_sold_and_adjusted(
     with session_scope(env.engine) as session:
         by_tenant = {c.tenant_id: c for c in session.exec(select(Conversation))}
         for tenant in session.exec(select(Tenant)):
-            service_code = "corte" if tenant.phone_number_id == SALON["phone_number_id"] else "revisao"
+            salon = tenant.phone_number_id == SALON["phone_number_id"]
+            service_code = "corte" if salon else "revisao"
             packages.define(session, tenant, packages.PackageSpec(
                 code="dez", name=f"Dez {service_code}", service=service_code, sessions=10,
                 validity_days=60))
