@@ -42,6 +42,23 @@ class Sale(BaseModel):
     expires_on: date | None = Field(None, description="default: the package's validity")
 
 
+class Adjustment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    used: int = Field(ge=0, le=200, description="sessions used so far (0 to its sessions)")
+
+
+def definitions(session: Session, tenant: Tenant) -> list[dict[str, Any]]:
+    """The tenant's packages by code, as `define` returns each."""
+    return [_definition(row) for row in session.exec(select(Package).where(
+        Package.tenant_id == tenant.id).order_by(col(Package.code))).all()]
+
+
+def _definition(row: Package) -> dict[str, Any]:
+    return {"code": row.code, "name": row.name, "service": row.service_code,
+            "sessions": row.sessions, "validity_days": row.validity_days,
+            "price_cents": row.price_cents}
+
+
 def define(session: Session, tenant: Tenant, spec: PackageSpec) -> dict[str, Any]:
     """Create or change package `spec.code`; Invalid for an unknown service."""
     if session.exec(select(Service).where(Service.tenant_id == tenant.id,
@@ -56,9 +73,7 @@ def define(session: Session, tenant: Tenant, spec: PackageSpec) -> dict[str, Any
     row.validity_days, row.price_cents = spec.validity_days, spec.price_cents
     session.add(row)
     session.flush()
-    return {"code": row.code, "name": row.name, "service": row.service_code,
-            "sessions": row.sessions, "validity_days": row.validity_days,
-            "price_cents": row.price_cents}
+    return _definition(row)
 
 
 def sell(session: Session, tenant: Tenant, sale: Sale, *, now: datetime) -> dict[str, Any]:
@@ -94,13 +109,31 @@ def adjust(session: Session, tenant: Tenant, package_id: int, *, used: int) -> d
     return view(session, row)
 
 
-def view(session: Session, row: CustomerPackage) -> dict[str, Any]:
+def view(session: Session, row: CustomerPackage,
+         today: date | None = None) -> dict[str, Any]:
+    """A customer package: {id, contact_id, package, name, sessions, used, left,
+    authorisation, expires_on (ISO date)}, and with `today`, `usable`: not expired and
+    sessions left (what `of_contact` keeps)."""
     package = session.get(Package, row.package_id)
-    return {"id": row.id, "contact_id": row.contact_id,
+    usable = {} if today is None else {
+        "usable": row.expires_on >= today and row.used < row.sessions}
+    return {**usable, "id": row.id, "contact_id": row.contact_id,
             "package": package.code if package else None,
             "name": package.name if package else None, "sessions": row.sessions,
             "used": row.used, "left": row.sessions - row.used,
             "authorisation": row.authorisation, "expires_on": row.expires_on.isoformat()}
+
+
+def of_customer(session: Session, tenant: Tenant, contact: str,
+                now: datetime) -> list[dict[str, Any]]:
+    """Every package of contact `contact` (id, phone or user id; NotFound when unknown), the
+    newest first, each as `view` with `usable` (expired or used up: false), for staff."""
+    found = find_contact(session, tenant, contact)
+    today = now.astimezone(ZoneInfo(tenant.timezone)).date()
+    rows = session.exec(select(CustomerPackage).where(
+        CustomerPackage.tenant_id == tenant.id, CustomerPackage.contact_id == found.id)
+        .order_by(col(CustomerPackage.id).desc())).all()
+    return [view(session, row, today) for row in rows]
 
 
 def of_contact(session: Session, tenant_id: int, contact_id: int,

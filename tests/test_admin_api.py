@@ -17,7 +17,7 @@ from bot.admin.api import ROUTES
 from bot.admin.openapi import openapi_document
 from replay.environment import ReplayEnvironment
 from storage.db import session_scope
-from storage.models import Appointment, ContactFact, Conversation, Service
+from storage.models import Appointment, Contact, ContactFact, Conversation, Service
 from tests.conftest import START
 from tests.factories import BRUNO, TENANT, text_body
 
@@ -105,7 +105,7 @@ def test_a_tenant_token_sees_only_its_tenant_on_every_route(env: ReplayEnvironme
     values = {"tenant_id": garage, "token_id": 1, "code": "revisao", "day": "2026-06-08",
               "conversation_id": 1, "contact": "5511999990001", "fact_id": 1,
               "appointment_id": 1, "endpoint_id": 1, "block_id": 1,
-              "entry_id": 1}
+              "entry_id": 1, "package_id": 1}
     for route in ROUTES:
         if "{tenant_id}" not in route.path:
             continue
@@ -522,3 +522,65 @@ def test_a_professionals_week_from_the_api_names_every_problem_and_books_by_staf
     status, moved = call(env, "POST", base + f"/appointments/{booked['id']}/move",
                          {"start": "2026-06-02T16:00"})
     assert status == 200 and moved["start"] == "2026-06-02T16:00"
+
+
+def test_packages_define_sell_list_adjust_with_422s_and_another_tenants_404(
+        env: ReplayEnvironment) -> None:
+    """Issue 46 (2): staff define, sell and adjust packages through the API, which calls
+    operations/packages.py as the CLI and the console do."""
+    salon, garage = ids(env)
+    with session_scope(env.engine) as session:
+        for tenant_id in (salon, garage):
+            session.add(Contact(tenant_id=tenant_id, wa_id="5511999990009",
+                                profile_name="Lia", created_at=START))
+    base, other = f"/admin/tenants/{salon}", f"/admin/tenants/{garage}"
+    status, body = call(env, "POST", base + "/packages", {
+        "code": "Corte 10", "name": "", "service": "corte", "sessions": 0,
+        "validity_days": 60, "colour": "blue"})
+    problems = "; ".join(body["error"]["problems"])
+    assert status == 422
+    for needle in ("code", "name", "sessions", "colour"):
+        assert needle in problems, needle
+    status, body = call(env, "POST", base + "/packages", {
+        "code": "corte10", "name": "Dez cortes", "service": "barba", "sessions": 10,
+        "validity_days": 60})
+    assert status == 422 and "barba" in body["error"]["message"]
+    assert call(env, "GET", base + "/packages") == (200, [])
+    status, defined = call(env, "POST", base + "/packages", {
+        "code": "corte10", "name": "Dez cortes", "service": "corte", "sessions": 10,
+        "validity_days": 60, "price_cents": 50000})
+    assert status == 200 and defined["sessions"] == 10
+    assert call(env, "GET", base + "/packages")[1] == [defined]
+    assert call(env, "POST", other + "/packages", {
+        "code": "rev3", "name": "Três revisões", "service": "revisao", "sessions": 3,
+        "validity_days": 365})[0] == 200
+    status, body = call(env, "POST", base + "/customer-packages", {
+        "contact": "5511999990009", "package": "rev3"})
+    assert status == 404, "another tenant's package is not sold here"
+    status, body = call(env, "POST", base + "/customer-packages", {
+        "contact": "5511999990009", "package": "corte10", "expires_on": "31/12"})
+    assert status == 422 and "expires_on" in "; ".join(body["error"]["problems"])
+    status, sold = call(env, "POST", base + "/customer-packages", {
+        "contact": "5511999990009", "package": "corte10", "authorisation": "AUT-123"})
+    assert status == 201 and (sold["used"], sold["left"]) == (0, 10)
+    assert sold["expires_on"] == "2026-07-31" and sold["authorisation"] == "AUT-123"
+    path = f"/customer-packages/{sold['id']}/adjust"
+    for bad in ({"used": 11}, {"used": -1}, {"used": "six"}, {}):
+        status, body = call(env, "POST", base + path, bad)
+        assert status == 422, bad
+    status, adjusted = call(env, "POST", base + path, {"used": 6})
+    assert status == 200 and (adjusted["used"], adjusted["left"]) == (6, 4)
+    status, listed = call(env, "GET", base + "/contacts/5511999990009/packages")
+    assert status == 200 and [(p["id"], p["used"], p["usable"]) for p in listed] == [
+        (sold["id"], 6, True)]
+    _, sold_there = call(env, "POST", other + "/customer-packages", {
+        "contact": "5511999990009", "package": "rev3"})
+    assert call(env, "POST", base + f"/customer-packages/{sold_there['id']}/adjust",
+                {"used": 1})[0] == 404, "another tenant's customer package"
+    token = token_for(env, salon)
+    assert call(env, "POST", other + path, {"used": 1}, token=token)[0] == 404
+    assert call(env, "GET", other + "/contacts/5511999990009/packages",
+                token=token)[0] == 404
+    assert call(env, "GET", base + "/contacts/5511999990009/packages",
+                token=token)[1][0]["used"] == 6
+    assert call(env, "GET", base + "/contacts/5511000000000/packages")[0] == 404

@@ -17,7 +17,7 @@ from replay.environment import ReplayEnvironment
 from storage.db import session_scope
 from storage.models import Appointment, ContactFact, Conversation, Service, Tenant
 from tests.conftest import START
-from tests.console_helpers import Seeded, seed
+from tests.console_helpers import SALON, Seeded, seed
 from tests.test_admin_api import call
 from tests.test_edits import follow_up
 
@@ -367,3 +367,61 @@ def test_the_owner_sets_the_booking_limits(env: ReplayEnvironment, seeded: Seede
         tenant = session.exec(select(Tenant).where(Tenant.name == "Salão Exemplo")).one()
         assert (tenant.booking_notice_minutes, tenant.booking_horizon_days,
                 tenant.max_upcoming_bookings) == (120, 30, 2)
+
+
+def test_a_customers_packages_on_the_conversation_page_sold_and_adjusted(
+        env: ReplayEnvironment, seeded: Seeded) -> None:
+    """Issue 46 (2): staff see a customer's packages ("6 de 10 usadas"), sell one and adjust
+    its sessions used, with CSRF; refusals change nothing; another tenant's package is not
+    found; an expired one is shown as not usable (operations/packages.py's rules)."""
+    from datetime import date
+
+    from operations import packages
+    from storage.models import CustomerPackage
+
+    with session_scope(env.engine) as session:
+        by_tenant = {c.tenant_id: c for c in session.exec(select(Conversation))}
+        for tenant in session.exec(select(Tenant)):
+            salon = tenant.phone_number_id == SALON["phone_number_id"]
+            service_code = "corte" if salon else "revisao"
+            packages.define(session, tenant, packages.PackageSpec(
+                code="dez", name=f"Dez {service_code}", service=service_code, sessions=10,
+                validity_days=60))
+            packages.sell(session, tenant, packages.Sale(
+                contact=str(by_tenant[tenant.id].contact_id), package="dez",
+                expires_on=date(2026, 5, 1)), now=env.clock.now())  # already expired
+        garage_id = session.get(Conversation, seeded.garage_conversation_id).tenant_id
+        garage_package = session.exec(select(CustomerPackage).where(
+            CustomerPackage.tenant_id == garage_id)).one().id
+    browser = Browser(env.web_url)
+    browser.sign_in(seeded.salon_token)
+    base = f"/console/conversations/{seeded.salon_conversation_id}"
+    _, page, _ = browser.request(base)
+    assert 'id="packages"' in page and "vencido ou esgotado" in page
+    assert browser.request(base + "/packages", {"package": "dez"})[0] == 403, "CSRF"
+    status, _, headers = browser.request(base + "/packages", {
+        "csrf": browser.csrf, "package": "dez", "authorisation": "AUT-77"})
+    assert status == 303 and headers["Location"] == base + "#packages"
+    _, page, _ = browser.request(base)
+    assert "Pacote vendido: Dez corte" in page and "0 de 10 usadas" in page
+    with session_scope(env.engine) as session:
+        sold = session.exec(select(CustomerPackage).where(
+            CustomerPackage.authorisation == "AUT-77")).one()
+    adjust = f"{base}/packages/{sold.id}/adjust"
+    assert browser.request(adjust, {"used": "6"})[0] == 403, "CSRF"
+    assert browser.request(adjust, {"csrf": browser.csrf, "used": "6"})[0] == 303
+    _, page, _ = browser.request(base)
+    assert "6 de 10 usadas" in page and "Sessões usadas ajustadas" in page
+    for bad, said in (("11", "de 0 a 10"), ("seis", "informe um número inteiro")):
+        assert browser.request(adjust, {"csrf": browser.csrf, "used": bad})[0] == 303
+        _, page, _ = browser.request(base)
+        assert said in page and "6 de 10 usadas" in page, bad
+    assert browser.request(f"{base}/packages/{garage_package}/adjust",
+                           {"csrf": browser.csrf, "used": "3"})[0] == 303
+    with session_scope(env.engine) as session:
+        assert session.get(CustomerPackage, garage_package).used == 0, "another tenant's"
+        assert session.get(CustomerPackage, sold.id).used == 6
+    status, _, _ = browser.request(f"/console/conversations/{seeded.garage_conversation_id}"
+                                   f"/packages/{garage_package}/adjust",
+                                   {"csrf": browser.csrf, "used": "3"})
+    assert status == 404

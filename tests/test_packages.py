@@ -113,3 +113,29 @@ def test_staff_adjust_within_bounds_and_bad_input_changes_nothing(engine: Engine
         _do(engine, packages.define, packages.PackageSpec(
             code="x", name="X", service="nope", sessions=1, validity_days=1))
     assert _used(engine) == [4]
+
+
+def test_an_expired_or_used_up_package_is_listed_for_staff_but_not_usable(
+        engine: Engine) -> None:
+    """The expiry day (local, São Paulo) is included; the next local day, or no sessions
+    left, the package is out of the agent's context and staff see it `usable: false`."""
+    contact_id = _setup(engine)
+    sold = _do(engine, packages.sell, packages.Sale(contact=str(contact_id),
+                                                    package="fisio10"), now=NOW)
+    assert sold["expires_on"] == "2026-07-31"
+    last_evening = datetime(2026, 8, 1, 2, 59, tzinfo=UTC)  # 31/07 23:59 local
+    next_morning = datetime(2026, 8, 1, 3, 0, tzinfo=UTC)  # 01/08 00:00 local
+    for now, usable in ((last_evening, True), (next_morning, False)):
+        listed = _do(engine, packages.of_customer, str(contact_id), now)
+        assert [(p["id"], p["usable"]) for p in listed] == [(sold["id"], usable)], now
+        with session_scope(engine) as session:
+            lines = packages.context_lines(session, session.get(Tenant, 1), contact_id, now)
+        assert len(lines) == int(usable), now
+    _do(engine, packages.adjust, sold["id"], used=10)
+    assert _do(engine, packages.of_customer, str(contact_id), last_evening)[0]["usable"] \
+        is False
+    with session_scope(engine) as session:
+        assert packages.context_lines(session, session.get(Tenant, 1), contact_id,
+                                      last_evening) == []
+    with pytest.raises(NotFound):
+        _do(engine, packages.of_customer, "5511000000000", NOW)

@@ -38,6 +38,7 @@ from bot.admin.schemas import (
 from intake.keys import SETTINGS, TURN_QUEUE
 from operations import agenda, service
 from operations import catalogue as catalogue_ops
+from operations import packages as package_ops
 from operations import settings as settings_ops
 from operations import staff as staff_ops
 from operations import threads as thread_ops
@@ -312,6 +313,31 @@ def waitlist_offer(call: Call) -> tuple[int, Any]:
                                   now=call.now)
 
 
+def list_packages(call: Call) -> tuple[int, Any]:
+    return 200, package_ops.definitions(call.session, call.the_tenant())
+
+
+def define_package(call: Call) -> tuple[int, Any]:
+    body: package_ops.PackageSpec = validated(package_ops.PackageSpec, call.body)
+    return 200, package_ops.define(call.session, call.the_tenant(), body)
+
+
+def contact_packages(call: Call) -> tuple[int, Any]:
+    return 200, package_ops.of_customer(call.session, call.the_tenant(), call.path["contact"],
+                                        call.now)
+
+
+def sell_package(call: Call) -> tuple[int, Any]:
+    body: package_ops.Sale = validated(package_ops.Sale, call.body)
+    return 201, package_ops.sell(call.session, call.the_tenant(), body, now=call.now)
+
+
+def adjust_package(call: Call) -> tuple[int, Any]:
+    body: package_ops.Adjustment = validated(package_ops.Adjustment, call.body)
+    return 200, package_ops.adjust(call.session, call.the_tenant(), call.path["package_id"],
+                                   used=body.used)
+
+
 def list_webhooks(call: Call) -> tuple[int, Any]:
     return 200, hook_ops.list_endpoints(call.session, call.the_tenant(), now=call.now)
 
@@ -461,6 +487,20 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", TP + "/waitlist/{entry_id}/offer", waitlist_offer, "Hold a free slot for a "
           "waiting customer; the offer with its buttons goes out within 30 s", "appointments",
           body=agenda.WaitlistOffer, path_types=(*TID, ("entry_id", "integer"))),
+    Route("GET", TP + "/packages", list_packages, "The session packages the tenant sells "
+          "(issue 46)", "packages", path_types=TID),
+    Route("POST", TP + "/packages", define_package, "Create or change a package by its code "
+          "(a service, sessions, validity, price)", "packages", body=package_ops.PackageSpec,
+          path_types=TID),
+    Route("GET", TP + "/contacts/{contact}/packages", contact_packages, "A customer's "
+          "packages, newest first, each with sessions used and left and `usable` (not expired, "
+          "sessions left)", "packages", path_types=(*TID, ("contact", "string"))),
+    Route("POST", TP + "/customer-packages", sell_package, "Sell a package to a customer, "
+          "with an optional health plan authorisation and expiry", "packages",
+          body=package_ops.Sale, ok=201, path_types=TID),
+    Route("POST", TP + "/customer-packages/{package_id}/adjust", adjust_package, "Set the "
+          "sessions used of a customer's package (0 to its sessions)", "packages",
+          body=package_ops.Adjustment, path_types=(*TID, ("package_id", "integer"))),
     Route("GET", TP + "/webhooks", list_webhooks, "Webhook endpoints (no secrets)", "webhooks",
           path_types=TID),
     Route("POST", TP + "/webhooks", add_webhook, "Add a webhook endpoint; its secret is in "

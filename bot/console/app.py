@@ -61,6 +61,7 @@ from bot.console.frame import (
     guarded,
     page,
 )
+from bot.console.packages import adjust_package, sell_package
 from bot.console.review import approve, edit, reject, review_page
 from bot.console.session import COOKIE, save_session
 from bot.console.settings import settings_page
@@ -97,6 +98,63 @@ def set_language(p: Page) -> PageResult:
                     else "/console/")
 
 
+PAGES: list[tuple[str, str, str, Handler]] = [  # (method, path, page name, handler)
+    ("GET", "/console/", "home", home),
+    ("POST", "/console/language", "home", set_language),
+    ("GET", "/console/settings", "settings", settings_page),
+    ("POST", "/console/settings", "settings", settings_page),
+    ("GET", "/console/catalog", "catalog", catalog_page),
+    ("POST", "/console/catalog/services", "catalog", add_service),
+    ("POST", "/console/catalog/services/remove", "catalog", remove_service),
+    ("POST", "/console/catalog/professionals", "catalog", add_professional),
+    ("POST", "/console/catalog/professionals/remove", "catalog", remove_professional),
+    ("POST", "/console/catalog/hours", "catalog", save_hours),
+    ("POST", "/console/catalog/holidays", "catalog", add_holiday),
+    ("POST", "/console/catalog/holidays/remove", "catalog", remove_holiday),
+    ("POST", "/console/catalog/public-holidays", "catalog", switch_public_holiday),
+    ("GET", "/console/review", "review", review_page),
+    ("POST", "/console/review/{fact_id}/approve", "review", approve),
+    ("POST", "/console/review/{fact_id}/reject", "review", reject),
+    ("POST", "/console/review/{fact_id}/edit", "review", edit),
+    ("GET", "/console/conversations", "conversations", conversations_page),
+    ("GET", "/console/conversations/{conversation_id}", "conversations", conversation_page),
+    ("POST", "/console/conversations/{conversation_id}/reply", "conversations",
+     staff_reply),
+    ("POST", "/console/conversations/{conversation_id}/hand-back", "conversations",
+     hand_back),
+    ("POST", "/console/conversations/{conversation_id}/thread", "conversations",
+     thread_control),
+    ("POST", "/console/conversations/{conversation_id}/packages", "conversations",
+     sell_package),  # issue 46: bot/console/packages.py
+    ("POST", "/console/conversations/{conversation_id}/packages/{package_id}/adjust",
+     "conversations", adjust_package),
+    ("GET", "/console/attention", "attention", attention_page),
+    ("GET", "/console/appointments", "appointments", appointments_page),
+    ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
+    ("GET", "/console/agenda", "appointments", agenda_page),
+    ("POST", "/console/agenda/book", "appointments", agenda_book),
+    ("POST", "/console/agenda/block", "appointments", agenda_block),
+    ("POST", "/console/agenda/blocks/{block_id}/remove", "appointments", agenda_unblock),
+    ("POST", "/console/agenda/appointments/{appointment_id}/outcome", "appointments",
+     agenda_outcome),
+    ("POST", "/console/agenda/appointments/{appointment_id}/move", "appointments",
+     agenda_move),
+    ("POST", "/console/agenda/waitlist/{entry_id}/offer", "appointments",
+     agenda_waitlist_offer),
+    ("POST", "/console/agenda/appointments/{appointment_id}/cancel-series", "appointments",
+     agenda_cancel_series),
+    ("POST", "/console/agenda/feeds", "appointments", agenda_feed),
+    ("POST", "/console/agenda/appointments/{appointment_id}/deposit-paid", "appointments",
+     agenda_deposit_paid),
+    ("GET", "/console/webhooks", "webhooks", webhooks_page),
+    ("POST", "/console/webhooks", "webhooks", add_webhook),
+    ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),
+    ("POST", "/console/webhooks/{endpoint_id}/rotate", "webhooks", rotate_webhook),
+    ("POST", "/console/webhooks/{endpoint_id}/remove", "webhooks", remove_webhook),
+    ("POST", "/console/webhooks/{endpoint_id}/enable", "webhooks", enable_webhook),
+]
+
+
 def setup_console(app: web.Application) -> None:
     """Add the /console pages to `app`."""
     app[CONSOLE_ENV] = environment()
@@ -104,58 +162,7 @@ def setup_console(app: web.Application) -> None:
     app.router.add_get("/console/login", login_form)
     app.router.add_post("/console/login", guarded(login))
     app.router.add_post("/console/logout", guarded(logout))
-    pages: list[tuple[str, str, str, Handler]] = [
-        ("GET", "/console/", "home", home),
-        ("POST", "/console/language", "home", set_language),
-        ("GET", "/console/settings", "settings", settings_page),
-        ("POST", "/console/settings", "settings", settings_page),
-        ("GET", "/console/catalog", "catalog", catalog_page),
-        ("POST", "/console/catalog/services", "catalog", add_service),
-        ("POST", "/console/catalog/services/remove", "catalog", remove_service),
-        ("POST", "/console/catalog/professionals", "catalog", add_professional),
-        ("POST", "/console/catalog/professionals/remove", "catalog", remove_professional),
-        ("POST", "/console/catalog/hours", "catalog", save_hours),
-        ("POST", "/console/catalog/holidays", "catalog", add_holiday),
-        ("POST", "/console/catalog/holidays/remove", "catalog", remove_holiday),
-        ("POST", "/console/catalog/public-holidays", "catalog", switch_public_holiday),
-        ("GET", "/console/review", "review", review_page),
-        ("POST", "/console/review/{fact_id}/approve", "review", approve),
-        ("POST", "/console/review/{fact_id}/reject", "review", reject),
-        ("POST", "/console/review/{fact_id}/edit", "review", edit),
-        ("GET", "/console/conversations", "conversations", conversations_page),
-        ("GET", "/console/conversations/{conversation_id}", "conversations", conversation_page),
-        ("POST", "/console/conversations/{conversation_id}/reply", "conversations",
-         staff_reply),
-        ("POST", "/console/conversations/{conversation_id}/hand-back", "conversations",
-         hand_back),
-        ("POST", "/console/conversations/{conversation_id}/thread", "conversations",
-         thread_control),
-        ("GET", "/console/attention", "attention", attention_page),
-        ("GET", "/console/appointments", "appointments", appointments_page),
-        ("POST", "/console/appointments/{appointment_id}/cancel", "appointments", cancel),
-        ("GET", "/console/agenda", "appointments", agenda_page),
-        ("POST", "/console/agenda/book", "appointments", agenda_book),
-        ("POST", "/console/agenda/block", "appointments", agenda_block),
-        ("POST", "/console/agenda/blocks/{block_id}/remove", "appointments", agenda_unblock),
-        ("POST", "/console/agenda/appointments/{appointment_id}/outcome", "appointments",
-         agenda_outcome),
-        ("POST", "/console/agenda/appointments/{appointment_id}/move", "appointments",
-         agenda_move),
-        ("POST", "/console/agenda/waitlist/{entry_id}/offer", "appointments",
-         agenda_waitlist_offer),
-        ("POST", "/console/agenda/appointments/{appointment_id}/cancel-series", "appointments",
-         agenda_cancel_series),
-        ("POST", "/console/agenda/feeds", "appointments", agenda_feed),
-        ("POST", "/console/agenda/appointments/{appointment_id}/deposit-paid", "appointments",
-         agenda_deposit_paid),
-        ("GET", "/console/webhooks", "webhooks", webhooks_page),
-        ("POST", "/console/webhooks", "webhooks", add_webhook),
-        ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),
-        ("POST", "/console/webhooks/{endpoint_id}/rotate", "webhooks", rotate_webhook),
-        ("POST", "/console/webhooks/{endpoint_id}/remove", "webhooks", remove_webhook),
-        ("POST", "/console/webhooks/{endpoint_id}/enable", "webhooks", enable_webhook),
-    ]
-    for method, path, name, handler in pages:
+    for method, path, name, handler in PAGES:
         app.router.add_route(method, path, page(name, handler))
 
 

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 from agent import timeline
 from agent.window import tool_result_text
 from bot.console.frame import Page, PageResult, Redirect, _language, path_id
+from bot.console.packages import packages_context
 from bot.console.texts import translate_notes, translate_problem
 from intake.ingest import unstamp
 from intake.keys import SETTINGS, TURN_QUEUE
@@ -41,7 +42,8 @@ def conversation_page(p: Page) -> PageResult:
     turn_calls = [c["context_tokens"] for c in view["usage"]["calls"] if c["purpose"] == "turn"]
     plot = render_svg(turn_calls, title=f"{p.t['usage']} · #{view['id']}",
                       axis_label=p.t["chart_calls"]) if turn_calls else ""  # no calls: no chart
-    return "conversation.html", {"c": view, "plot": plot,
+    contact_id = view["contact"]["id"] if view["contact"] else None
+    return "conversation.html", {"c": view, "plot": plot, **packages_context(p, contact_id),
                                  "transcript": _transcript(view, _language(p)),
                                  "tz": ZoneInfo(p.tenant.timezone),
                                  "templates": p.tenant.templates or []}

@@ -202,6 +202,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "webhook_next_try": "Próxima tentativa",
         "webhook_status_pending": "aguardando", "webhook_status_sending": "enviando",
         "webhook_status_delivered": "entregue", "webhook_status_failed": "falhou",
+        "packages": "Pacotes", "package_used": "{used} de {sessions} usadas",
+        "package_until": "válido até", "package_authorisation": "autorização",
+        "package_not_usable": "vencido ou esgotado", "package_adjust": "Ajustar usadas",
+        "package_sell": "Vender pacote", "package_expires_on": "Vence em (opcional)",
+        "package_sold": "Pacote vendido", "package_adjusted": "Sessões usadas ajustadas",
+        "packages_none": "Nenhum pacote.",
     },
     "en": {
         "title": "Agent console",
@@ -393,6 +399,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "webhook_next_try": "Next try",
         "webhook_status_pending": "waiting", "webhook_status_sending": "sending",
         "webhook_status_delivered": "delivered", "webhook_status_failed": "failed",
+        "packages": "Packages", "package_used": "{used} of {sessions} used",
+        "package_until": "valid until", "package_authorisation": "authorisation",
+        "package_not_usable": "expired or used up", "package_adjust": "Adjust used",
+        "package_sell": "Sell a package", "package_expires_on": "Expires on (optional)",
+        "package_sold": "Package sold", "package_adjusted": "Sessions used adjusted",
+        "packages_none": "No packages.",
     },
 }
 
@@ -406,6 +418,7 @@ _PT_BR_PROBLEMS: list[tuple[str, str]] = [
     (r"Input should be greater than or equal to (\S+)", r"deve ser no mínimo \1"),
     (r"Input should be less than or equal to (\S+)", r"deve ser no máximo \1"),
     (r"Input should be a valid integer.*", "informe um número inteiro"),
+    (r"from 0 to (\d+)", r"de 0 a \1"),  # operations/packages.adjust
     (r"Input should be a valid date.*", "informe uma data (AAAA-MM-DD)"),
     (r"String should have at least 1 character.*", "obrigatório"),
     (r"String should have at most (\d+) characters?", r"no máximo \1 caracteres"),
