@@ -22,6 +22,7 @@ from datetime import date, timedelta
 from sqlmodel import Session
 
 from agent.context import data_text
+from storage import deposits
 from storage.catalogue import list_hours_exceptions, list_professionals, list_services, weekly_hours
 from storage.models import HoursException, Professional, Service, Tenant
 from storage.tenant_config import WEEKDAYS, price_text
@@ -42,6 +43,10 @@ class HouseRules:
     cancellation_window_minutes: int
     booking_notice_minutes: int
     booking_horizon_days: int
+    # issue 48: (service code, deposit text) of each service that asks a Pix deposit, and how
+    # long a booking is held waiting for it (storage/deposits.service_deposit)
+    deposits: tuple[tuple[str, str], ...] = ()
+    deposit_hold_minutes: int = 0
 
 
 def _span(minutes: int) -> str:
@@ -58,7 +63,16 @@ def house_rules_line(rules: HouseRules) -> str:
             f"{rules.max_upcoming_bookings} upcoming visits per customer; cancellations and moves "
             + (f"up to {_span(window)} before the start" if window else "until the start")
             + f"; bookings at least {_span(rules.booking_notice_minutes)} ahead and at most "
-            f"{rules.booking_horizon_days} days ahead.")
+            f"{rules.booking_horizon_days} days ahead." + _deposits_said(rules))
+
+
+def _deposits_said(rules: HouseRules) -> str:
+    """The Pix deposits of the house rules (issue 48): "" when no service asks one."""
+    if not rules.deposits:
+        return ""
+    return (" A Pix deposit holds a booking, not yet booked, for "
+            f"{_span(rules.deposit_hold_minutes)} until paid (unpaid: released): "
+            + ", ".join(f"{code} {amount}" for code, amount in rules.deposits) + ".")
 
 
 @dataclass(frozen=True)
@@ -82,12 +96,20 @@ def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
     tenant_id = tenant.id or 0
     last = today + timedelta(days=tenant.booking_horizon_days)
     exceptions = [e for e in list_hours_exceptions(session, tenant_id) if today <= e.day <= last]
-    return CatalogueData(list_services(session, tenant_id), list_professionals(session, tenant_id),
+    services = list_services(session, tenant_id)
+    return CatalogueData(services, list_professionals(session, tenant_id),
                          weekly_hours(session, tenant_id), exceptions[:EXCEPTIONS_SHOWN],
                          tenant.currency, tenant.language, today, last,
-                         HouseRules(tenant.max_upcoming_bookings,
-                                    tenant.cancellation_window_minutes,
-                                    tenant.booking_notice_minutes, tenant.booking_horizon_days))
+                         _house_rules(tenant, services))
+
+
+def _house_rules(tenant: Tenant, services: Sequence[Service]) -> HouseRules:
+    owed = [(s.code, deposits.service_deposit(tenant, s)) for s in services]
+    return HouseRules(tenant.max_upcoming_bookings, tenant.cancellation_window_minutes,
+                      tenant.booking_notice_minutes, tenant.booking_horizon_days,
+                      tuple((code, price_text(cents, tenant.currency, language=tenant.language))
+                            for code, cents in owed if cents > 0),
+                      tenant.deposit_hold_minutes)
 
 
 def _clip(text: str, limit: int) -> str:

@@ -25,6 +25,8 @@ from storage.errors import TenantConfigError
 from storage.fact_keys import resolve_keys
 from storage.models import Tenant
 
+# the catalogue's parts of a tenant file (storage/catalogue.py), never settings
+CATALOGUE_PARTS = ("services", "professionals", "hours", "hours_exceptions")
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 TENANT_FIELDS = tuple(name for name in Tenant.model_fields
                       if name not in ("id", "phone_number_id", "created_at",
@@ -611,6 +613,9 @@ def problems_of(exc: ValidationError) -> list[str]:
         pattern = (error.get("ctx") or {}).get("pattern")
         if error["type"] == "string_pattern_mismatch" and pattern in _PATTERN_MEANS:
             message = f"{str(error['input'])[:40]!r}: {_PATTERN_MEANS[pattern]}"
+        elif error["type"] == "extra_forbidden" and where in CATALOGUE_PARTS:
+            message = ("part of the catalogue, not a setting: change it in the console's "
+                       "Catálogo, the admin API's catalog routes or `wagent catalog`")
         lines.append(f"{where}: {message}")
     return lines
 

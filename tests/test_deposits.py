@@ -19,9 +19,12 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlmodel import select
 
+from agent.catalogue import catalogue_text
+from agent.catalogue import load as catalogue_load
 from agent.history import history_lines, load
 from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
+from agent.tools.replies import sent_reply
 from bot.payments import MAX_PAYMENT_BODY
 from cli.main import main
 from operations.agenda import mark_paid
@@ -155,7 +158,7 @@ def test_a_booking_that_needs_a_deposit_is_held_blocks_the_slot_and_has_no_remin
     pairs = _setup(engine, contacts=2)
     text, is_error = _book(engine, pair=pairs[0])
     assert not is_error
-    assert text.startswith("Held until 10:30 for a R$ 60.00 Pix deposit (the code is sent")
+    assert text.startswith("Held until 10:30 for a R$ 60,00 Pix deposit (the code is sent")
     deposit = _deposit(engine)
     assert (deposit.status, deposit.amount_cents, deposit.currency) == ("held", 6000, "BRL")
     assert len(deposit.reference) <= 35
@@ -628,3 +631,31 @@ def _agree(engine: Engine) -> None:
     assert ("deposit_late" in kinds) == (deposit.status == "late_paid")
     assert sorted(_events(engine)).count("payment.received") == (
         deposit.status in ("paid", "late_paid"))
+
+
+def test_a_held_booking_never_sends_the_models_booking_reply(engine: Engine) -> None:
+    """A reply written for a booking ("Marcado!") is not sent for a visit held for its
+    deposit: the model is told to write one that says what is held, until when, and how much
+    (found by a newcomer's trial: the customer was told "Marcado" for a held visit)."""
+    pairs = _setup(engine)
+    ctx = ToolContext(engine=engine, tenant_id=1, contact_id=pairs[0][0],
+                      conversation_id=pairs[0][1], timezone=SP, now=NOW, tool_use_id="toolu_r")
+    args = {"service": "coloracao", "start": "2026-06-02T14:00",
+            "reply": "Marcado: coloração terça 02/06 às 14:00!"}
+    text, is_error = execute_tool(ctx, "book_appointment", args)
+    assert not is_error and text.startswith("Held until 10:30 for a R$ 60,00 Pix deposit")
+    assert "Your reply was NOT sent: the visit is held, not booked" in text
+    assert sent_reply(args, text) is None
+
+
+def test_the_house_rules_name_each_services_deposit_and_the_hold(engine: Engine) -> None:
+    """The cached catalogue says which services ask a Pix deposit, how much and how long a
+    booking waits for it, so the agent can say it before it books (issue 48)."""
+    _setup(engine)
+    with session_scope(engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None
+        text = catalogue_text(catalogue_load(session, tenant, NOW.date()))
+    assert ("A Pix deposit holds a booking, not yet booked, for 30 minutes until paid "
+            "(unpaid: released): coloracao R$ 60,00.") in text
+    assert "corte R$" not in text  # a service that asks none is not named

@@ -34,3 +34,20 @@ def test_the_admin_service_passes_the_list_on(engine: Engine) -> None:
             settings_ops.create_tenant(session, BAD, now=datetime(2026, 6, 1, tzinfo=UTC))
     assert caught.value.problems == direct.value.problems
     assert len(caught.value.problems) == 2
+
+
+@pytest.mark.parametrize("part", ["hours", "services", "professionals", "hours_exceptions"])
+def test_a_catalogue_part_given_as_a_setting_says_where_it_is_changed(part: str) -> None:
+    """`tenant update --set hours=...` (or a PATCH) names the catalogue's doors instead of
+    pydantic's "Extra inputs are not permitted" (found by a newcomer's trial)."""
+    from pydantic import ValidationError
+
+    from storage.tenant_config import TenantSettings, problems_of
+    with pytest.raises(ValidationError) as caught:
+        TenantSettings.model_validate({part: {"mon": ["09:00-18:00"]}})
+    assert problems_of(caught.value) == [
+        f"{part}: part of the catalogue, not a setting: change it in the console's Catálogo, "
+        "the admin API's catalog routes or `wagent catalog`"]
+    with pytest.raises(ValidationError) as other:
+        TenantSettings.model_validate({"colour": "red"})
+    assert problems_of(other.value) == ["colour: Extra inputs are not permitted"]

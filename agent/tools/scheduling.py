@@ -31,6 +31,7 @@ from agent.tools.base import (
 from agent.tools.days_off import closed_label
 from agent.tools.facts_rules import note_problem
 from agent.tools.replies import (
+    NOT_SENT,
     REPLY_PROPERTY,
     VisitFacts,
     checked_reply,
@@ -209,8 +210,10 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     deposit = None if rule else deposits.hold(session, tenant, rows, services, now=ctx.now)
     if deposit is not None:  # booked when paid (storage/deposits.confirm); the Pix request
         # goes out from the deposits pass (workers/deposits.py)
-        return held_line(deposit, tenant) + _describe_visit(session, rows, ctx.timezone) + \
-            reply_note(reply, _facts(session, ctx, rows))
+        # a held visit is not booked: a reply written for a booking is never sent for it
+        return held_line(deposit, tenant) + _describe_visit(session, rows, ctx.timezone) + (
+            "" if reply is None else f"\n{NOT_SENT}: the visit is held, not booked. Write "
+            "your reply: what is held, until when, and the deposit by Pix.")
     reminders.schedule(session, tenant, rows[0], now=ctx.now)
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
@@ -274,7 +277,7 @@ def held_line(deposit: Deposit, tenant: Tenant) -> str:
     """What the agent is told of a held visit: how much, until when (local), that the Pix
     code goes to the customer and what happens unpaid."""
     until = deposit.hold_until.astimezone(ZoneInfo(tenant.timezone))
-    amount = price_text(deposit.amount_cents, deposit.currency, language="en")
+    amount = price_text(deposit.amount_cents, deposit.currency, language=tenant.language)
     return (f"Held until {until:%H:%M} for a {amount} Pix deposit (the code is sent to the "
             "customer); unpaid by then: released. ")
 
