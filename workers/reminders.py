@@ -258,15 +258,19 @@ def declared_template(tenant: Tenant, name: str) -> dict[str, Any] | None:
 
 
 def template_body(spec: dict[str, Any], values: dict[str, str],
-                   payloads: dict[str, str]) -> str:
+                   payloads: dict[str, str], order: dict[str, Any] | None = None) -> str:
     """The outbox body of a declared template (workers/outbox.py): its parameters filled in
-    from the reminder fields, its quick replies' payloads by their actions."""
+    from the reminder fields, its quick replies' payloads by their actions; with `order` (an
+    order_details object, whatsapp/orders.py) the payment its ORDER_DETAILS button carries."""
     buttons = [payloads.get(b.get("action", ""), "") for b in spec.get("buttons") or []
                if isinstance(b, dict)]
-    return json.dumps({"name": spec["name"], "language": spec.get("language", "pt_BR"),
-                       "parameters": [values.get(p, "") or "-" for p in
-                                      spec.get("parameters") or []],
-                       "buttons": buttons}, ensure_ascii=False)
+    body: dict[str, Any] = {"name": spec["name"], "language": spec.get("language", "pt_BR"),
+                            "parameters": [values.get(p, "") or "-" for p in
+                                           spec.get("parameters") or []],
+                            "buttons": buttons}
+    if order is not None:
+        body["order_details"] = order
+    return json.dumps(body, ensure_ascii=False)
 
 
 Target = tuple[int, int, bool]  # (tenant id, conversation id, coexistence) of a queued send
