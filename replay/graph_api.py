@@ -355,8 +355,8 @@ class GraphDouble:
         """Meta's approved templates of the number (the scenario's `graph_templates`): a
         template send must name one ((name, language): else 132001) with as many body
         parameters and quick-reply payloads, and an ORDER_DETAILS button when approved with
-        one (`order_details: true`, issue 48) and only then (else 132000). Without this, any well-formed
-        template send is taken."""
+        one (`order_details: true`, issue 48) and only then (else 132000). Without this, any
+        well-formed template send is taken."""
         self.templates = {(str(t["name"]), str(t.get("language", "pt_BR"))):
                           (int(t.get("body_parameters", 0)), int(t.get("quick_replies", 0)),
                            bool(t.get("order_details", False)))

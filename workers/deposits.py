@@ -22,7 +22,7 @@ from storage.tenant_config import price_text
 from whatsapp.orders import order_details, order_status
 from whatsapp.window import window_closed
 from workers import texts
-from workers.outgoing import store
+from workers.outgoing import declared_template, greeting_name, store, template_body
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
@@ -99,8 +99,6 @@ def _requested(runtime: Runtime, deposit_id: int, *, now: datetime,
         shown = f"[Pix deposit request {price_text(deposit.amount_cents, deposit.currency)}]"
         kind, body = "interactive", json.dumps(interactive, ensure_ascii=False)
         if window_closed(contact.last_inbound_at, now):
-            # workers/reminders.py imports this module (its pass runs this one)
-            from workers.reminders import declared_template, template_body
             spec = declared_template(tenant, tenant.deposit_template)
             if spec is None:  # shown with the deposit (agenda, API): staff see why
                 deposit.not_sent = "window_closed"
@@ -116,7 +114,6 @@ def _requested(runtime: Runtime, deposit_id: int, *, now: datetime,
 
 def _values(tenant: Tenant, deposit: Deposit, contact: Contact) -> dict[str, str]:
     """The deposit template's parameters (storage/tenant_config.DEPOSIT_PARAMETERS)."""
-    from workers.reminders import greeting_name
     until = deposit.hold_until.astimezone(ZoneInfo(tenant.timezone))
     return {"customer_name": greeting_name(contact.profile_name),
             "amount": price_text(deposit.amount_cents, deposit.currency,

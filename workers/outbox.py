@@ -52,8 +52,8 @@ from whatsapp.errors import (
     GraphUnreachable,
     GraphWindowClosed,
 )
-from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from whatsapp.orders import order_details_button
+from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers.jobs import run_coalesced
 from workers.runtime import Runtime
 

@@ -15,7 +15,7 @@ from bot.console.settings_texts import settings_texts
 from bot.console.texts import translate_problem
 from core import clock
 from operations import settings as settings_ops
-from operations.errors import MAPPED, Invalid, admin_error
+from operations.errors import MAPPED, admin_error
 from operations.service import clean_text
 from storage.errors import TenantConfigError
 from storage.models import Tenant
