@@ -673,3 +673,18 @@ def test_the_graph_double_refuses_an_order_details_template_meta_would_refuse() 
     with pytest.raises(GraphRefusal):
         validate_order_button({**good, "components": [
             {**order_details_button(_details()), "index": "1"}]})
+
+
+def test_the_deposit_template_through_the_cli(engine: Engine, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with session_scope(engine) as session:
+        upsert_tenant(session, {**SALON, "templates": [DEPOSIT_TEMPLATE]}, now=NOW)
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    assert main(["tenant", "update", SALON["phone_number_id"], "--set",
+                 "deposit_template=nao_declarado"]) != 0
+    assert "not one of the tenant's templates" in capsys.readouterr().err
+    status = main(["tenant", "update", SALON["phone_number_id"], "--set",
+                   "deposit_template=sinal_pix"])
+    assert status == 0, capsys.readouterr().err
+    with session_scope(engine) as session:
+        assert session.exec(select(Tenant)).one().deposit_template == "sinal_pix"
