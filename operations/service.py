@@ -498,7 +498,8 @@ def appointment_view(session: Session, a: Appointment, tz: ZoneInfo) -> dict[str
 
 def deposit_view(session: Session, visit_id: int) -> dict[str, Any] | None:
     """The visit's deposit (issue 48): status, cents, until when, the reference and any
-    refund owed; never the Pix code or key. None: the visit asked none."""
+    refund owed, why its payment request did not go (`not_sent`, "" when it went); never
+    the Pix code or key. None: the visit asked none."""
     deposit = deposits.of_visits(session, [visit_id]).get(visit_id)
     if deposit is None:
         return None
@@ -507,7 +508,7 @@ def deposit_view(session: Session, visit_id: int) -> dict[str, Any] | None:
             "currency": deposit.currency, "hold_until": _iso(deposit.hold_until),
             "reference": deposit.reference, "paid_cents": deposit.paid_cents,
             "paid_at": _iso(deposit.paid_at), "paid_by": deposit.paid_by,
-            "refund": deposit.refund}
+            "refund": deposit.refund, "not_sent": deposit.not_sent}
 
 
 def _reminder_fields(session: Session, a: Appointment) -> dict[str, Any]:

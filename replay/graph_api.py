@@ -28,7 +28,7 @@ from aiohttp import web
 
 from replay.errors import GraphRefusal
 from whatsapp.interactive import LIMITS
-from whatsapp.orders import order_problems
+from whatsapp.orders import order_button_problems, order_problems
 
 # Meta: text.body at most 4096 characters. Counted in UTF-16 code units, the strictest count
 # Meta could be using (it does not say), so a reply the product sends is never refused by Meta
@@ -111,7 +111,7 @@ class GraphDouble:
         # the product waits in its Graph call (tests: the reconciler runs meanwhile)
         self.on_taken: Callable[[RecordedSend], None] | None = None
         self.reads: list[dict[str, Any]] = []
-        self.templates: dict[tuple[str, str], tuple[int, int]] | None = None
+        self.templates: dict[tuple[str, str], tuple[int, int, bool]] | None = None
         self._pending_failures: list[int] = []
         self._pending_drops = 0
         self._pending_gateway: list[int] = []
@@ -354,10 +354,12 @@ class GraphDouble:
     def approve_templates(self, templates: list[dict[str, Any]]) -> None:
         """Meta's approved templates of the number (the scenario's `graph_templates`): a
         template send must name one ((name, language): else 132001) with as many body
-        parameters and quick-reply payloads (else 132000). Without this, any well-formed
-        template send is taken."""
+        parameters and quick-reply payloads, and an ORDER_DETAILS button when approved with
+        one (`order_details: true`, issue 48) and only then (else 132000). Without this, any
+        well-formed template send is taken."""
         self.templates = {(str(t["name"]), str(t.get("language", "pt_BR"))):
-                          (int(t.get("body_parameters", 0)), int(t.get("quick_replies", 0)))
+                          (int(t.get("body_parameters", 0)), int(t.get("quick_replies", 0)),
+                           bool(t.get("order_details", False)))
                           for t in templates}
 
     def _check_template(self, send: dict[str, Any]) -> None:
@@ -371,7 +373,8 @@ class GraphDouble:
         body = sum(len(c.get("parameters") or []) for c in components if c.get("type") == "body")
         quick = sum(1 for c in components if c.get("type") == "button"
                     and c.get("sub_type") == "quick_reply")
-        if (body, quick) != self.templates[key]:
+        order = any(c.get("sub_type") == "order_details" for c in components)
+        if (body, quick, order) != self.templates[key]:
             raise _injected_refusal(132000)
 
     def _send(self, phone_number_id: str, body: object) -> dict[str, Any]:
@@ -462,7 +465,27 @@ def validate_send(body: object) -> dict[str, Any]:
         validate_text(body["text"])
     if kind == "interactive":
         validate_interactive(body["interactive"])
+    if kind == "template":
+        validate_order_button(body["template"])
     return body
+
+
+def validate_order_button(template: dict[str, Any]) -> None:
+    """An order-details template's button (issue 48; whatsapp/orders.py, Meta's "Payments API
+    - Brazil"): at most one `sub_type` order_details component, at index 0, whose `action`
+    parameter carries an order_details payment by the same rules as the interactive one;
+    131009 naming what is broken otherwise."""
+    components = template.get("components") or []
+    _require(isinstance(components, list), "template['components']")
+    orders = [c for c in components if isinstance(c, dict) and c.get("type") == "button"
+              and c.get("sub_type") == "order_details"]
+    if not orders:
+        return
+    problems = [] if len(orders) == 1 and str(orders[0].get("index")) == "0" \
+        else ["one order_details button, at index 0"]
+    problems += order_button_problems(orders[0])
+    if problems:
+        raise GraphRefusal(131009, f"(#131009) {TITLES[131009]}", "; ".join(problems))
 
 
 def validate_interactive(interactive: dict[str, Any]) -> None:

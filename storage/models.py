@@ -113,6 +113,9 @@ class Tenant(SQLModel, table=True):
     pix_key: str = Field(default="", max_length=77)
     pix_key_type: str = Field(default="", max_length=8)
     deposit_refund: str = Field(default="kept_inside_window", max_length=24)
+    # the declared order-details template (an ORDER_DETAILS button) asking for the deposit
+    # outside the 24-hour window (empty: such a request is recorded as not sent)
+    deposit_template: str = Field(default="", max_length=512)
 
 
 class Service(SQLModel, table=True):
@@ -823,6 +826,9 @@ class Deposit(SQLModel, table=True):
     # what has been sent about it: requested (order_details), told (paid/released/late)
     requested_at: datetime | None = None
     told: str = Field(default="", max_length=16)
+    # why the payment request did not go ("" : it went, or not yet): "no_charge" (no
+    # provider or Pix key), "window_closed" (24-hour window closed, no deposit_template)
+    not_sent: str = Field(default="", max_length=16)
     created_at: datetime
 
 

@@ -76,6 +76,8 @@ class FactKeySpec(_Strict):
 
 
 REMINDER_PARAMETERS = ("customer_name", "service", "professional", "date", "time", "address")
+# the body parameters a `deposit_template` may have (workers/deposits.py fills them in)
+DEPOSIT_PARAMETERS = ("customer_name", "amount", "until")
 
 
 def check_placeholders(text: str, allowed: tuple[str, ...] = REMINDER_PARAMETERS) -> str:
@@ -356,6 +358,11 @@ class TenantSettings(_Strict):
         None, pattern=r"^(kept|owed|kept_inside_window)$",
         description="a paid deposit on a cancelled visit: kept, owed (refund by staff), or "
                     "kept_inside_window (owed when cancelled before the cancellation window)")
+    deposit_template: str | None = Field(
+        None, pattern=r"^[a-z0-9_]{0,512}$",
+        description="one of `templates`, approved in WhatsApp Manager with an ORDER_DETAILS "
+                    "button, asking for a deposit outside the 24-hour window (a paid message; "
+                    "its parameters: customer_name, amount, until); empty: not sent")
 
     @field_validator("timezone")
     @classmethod

@@ -22,7 +22,12 @@ from storage.catalogue import (
 )
 from storage.errors import TenantConfigError
 from storage.models import Conversation, Outbound, Tenant
-from storage.tenant_config import REMINDER_PARAMETERS, ServiceSpec, validate_config
+from storage.tenant_config import (
+    DEPOSIT_PARAMETERS,
+    REMINDER_PARAMETERS,
+    ServiceSpec,
+    validate_config,
+)
 
 
 def get_by_phone_number_id(session: Session, phone_number_id: str) -> Tenant | None:
@@ -93,8 +98,10 @@ def reminder_template_problems(tenant: Tenant) -> None:
     """The tenant's `reminder_template` (and `waitlist_template`, issue 47, whose confirm and
     cancel buttons are Quero and Não posso) names one of its `templates`, whose parameters
     are all reminder fields (REMINDER_PARAMETERS) and whose buttons carry actions;
-    TenantConfigError otherwise (issue 25)."""
-    for setting in ("reminder_template", "waitlist_template"):
+    TenantConfigError otherwise (issue 25). `deposit_template` (issue 48) likewise names one,
+    whose parameters are DEPOSIT_PARAMETERS and which has no quick replies (its one button
+    is the ORDER_DETAILS button Meta approved it with, filled in by workers/deposits.py)."""
+    for setting in ("reminder_template", "waitlist_template", "deposit_template"):
         name = getattr(tenant, setting)
         if not name:
             continue
@@ -102,10 +109,15 @@ def reminder_template_problems(tenant: Tenant) -> None:
         if spec is None:
             raise TenantConfigError(f"{setting}: {name!r} is not one of the tenant's "
                                     "templates")
-        unknown = [p for p in spec.get("parameters") or [] if p not in REMINDER_PARAMETERS]
+        kind, allowed = (("deposit", DEPOSIT_PARAMETERS) if setting == "deposit_template"
+                         else ("reminder", REMINDER_PARAMETERS))
+        unknown = [p for p in spec.get("parameters") or [] if p not in allowed]
         if unknown:
             raise TenantConfigError(f"{setting}: parameters {', '.join(unknown)} are not "
-                                    f"reminder fields ({', '.join(REMINDER_PARAMETERS)})")
+                                    f"{kind} fields ({', '.join(allowed)})")
+        if setting == "deposit_template" and spec.get("buttons"):
+            raise TenantConfigError(f"{setting}: no quick-reply buttons (its one button is "
+                                    "ORDER_DETAILS)")
         if any(not isinstance(b, dict) for b in spec.get("buttons") or []):
             raise TenantConfigError(f"{setting}: its buttons need {{\"title\", \"action\"}}")
 

@@ -33,7 +33,7 @@ from payments.mercadopago import MercadoPago, signature, verify_signature
 from payments.provider import PaymentError
 from replay.environment import MERCADOPAGO_SECRET, MERCADOPAGO_TOKEN, ReplayEnvironment
 from replay.errors import GraphRefusal
-from replay.graph_api import validate_interactive
+from replay.graph_api import validate_interactive, validate_order_button
 from replay.runner import run_scenario_file
 from storage import deposits, webhooks
 from storage.catalogue import change_service
@@ -55,7 +55,7 @@ from tests.console_helpers import seed
 from tests.factories import TENANT
 from tests.test_admin_api import call
 from tests.test_console import Browser
-from whatsapp.orders import order_details, order_problems, order_status
+from whatsapp.orders import order_details, order_details_button, order_problems, order_status
 
 SP = ZoneInfo("America/Sao_Paulo")
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
@@ -659,3 +659,97 @@ def test_the_house_rules_name_each_services_deposit_and_the_hold(engine: Engine)
     assert ("A Pix deposit holds a booking, not yet booked, for 30 minutes until paid "
             "(unpaid: released): coloracao R$ 60,00.") in text
     assert "corte R$" not in text  # a service that asks none is not named
+
+
+# -- outside the 24-hour window: the declared order-details template (issue 48 item 1) ---------
+
+DEPOSIT_TEMPLATE = {"name": "sinal_pix", "parameters": ["customer_name", "amount", "until"]}
+
+
+@pytest.mark.parametrize(("inside", "declared", "sent"), [
+    (True, True, "order_details"), (False, True, "template"), (False, False, None)])
+def test_the_deposit_request_goes_as_order_details_a_template_or_not_with_the_reason(
+        api_env: ReplayEnvironment, inside: bool, declared: bool, sent: str | None) -> None:
+    if declared:
+        status, body = call(api_env, "PATCH", "/admin/tenants/1", {
+            "templates": [DEPOSIT_TEMPLATE], "deposit_template": "sinal_pix"}, token=OPERATOR)
+        assert status == 200, body
+        api_env.graph_api.approve_templates([{"name": "sinal_pix", "body_parameters": 3,
+                                              "order_details": True}])
+    status, booked = call(api_env, "POST", "/admin/tenants/1/appointments",
+                          {"service": "coloracao", "start": "2026-06-02T14:00",
+                           "phone": "+55 11 99999-0001"}, token=OPERATOR)
+    assert status == 201 and booked["deposit"]["status"] == "held", booked
+    if inside:
+        with session_scope(api_env.engine) as session:
+            for contact in session.exec(select(Contact)).all():
+                contact.last_inbound_at = NOW - timedelta(hours=1)
+                session.add(contact)
+    api_env.cron()
+    sends = [s.body for s in api_env.graph_api.sends if s.wamid is not None]
+    deposit = _deposit(api_env.engine)
+    if sent is None:
+        assert sends == [] and deposit.not_sent == "window_closed"
+        status, listed = call(api_env, "GET", "/admin/tenants/1/appointments?from=2026-06-02",
+                              None, token=OPERATOR)
+        assert status == 200 and listed[0]["deposit"]["not_sent"] == "window_closed"
+        return
+    assert [s["type"] for s in sends] == ["interactive" if sent == "order_details" else sent]
+    assert deposit.not_sent == ""
+    if sent == "order_details":
+        params = sends[0]["interactive"]["action"]["parameters"]
+    else:
+        template = sends[0]["template"]
+        assert template["name"] == "sinal_pix"
+        body, button = template["components"]
+        assert [p["text"] for p in body["parameters"]][1:] == ["R$ 60,00", "10:30"]
+        assert (button["sub_type"], button["index"]) == ("order_details", "0")
+        params = button["parameters"][0]["action"]["order_details"]
+    assert params["reference_id"] == deposit.reference
+    assert params["total_amount"] == {"value": 6000, "offset": 100}
+    assert params["payment_settings"][0]["pix_dynamic_code"]["code"] == deposit.code
+
+
+@pytest.mark.parametrize(("changes", "problem"), [
+    ({"deposit_template": "nao_declarado"}, "not one of the tenant's templates"),
+    ({"templates": [{**DEPOSIT_TEMPLATE, "parameters": ["service"]}],
+      "deposit_template": "sinal_pix"}, "are not deposit fields"),
+    ({"templates": [{**DEPOSIT_TEMPLATE, "buttons": ["Pagar"]}],
+      "deposit_template": "sinal_pix"}, "no quick-reply buttons"),
+    ({"deposit_template": "Sinal Pix"}, "deposit_template")])
+def test_a_deposit_template_that_cannot_carry_the_payment_is_refused_and_changes_nothing(
+        api_env: ReplayEnvironment, changes: dict[str, Any], problem: str) -> None:
+    status, body = call(api_env, "PATCH", "/admin/tenants/1", changes, token=OPERATOR)
+    assert status == 422 and problem in json.dumps(body), body
+    with session_scope(api_env.engine) as session:
+        tenant = session.get(Tenant, 1)
+        assert tenant is not None and (tenant.deposit_template, tenant.templates) == ("", [])
+
+
+def test_the_graph_double_refuses_an_order_details_template_meta_would_refuse() -> None:
+    details = _details()
+    good = {"name": "sinal_pix", "language": {"code": "pt_BR"},
+            "components": [order_details_button(details)]}
+    validate_order_button(good)
+    details["action"]["parameters"]["total_amount"]["value"] = 1
+    with pytest.raises(GraphRefusal) as refused:
+        validate_order_button({**good, "components": [order_details_button(details)]})
+    assert "subtotal" in str(refused.value.details)
+    with pytest.raises(GraphRefusal):
+        validate_order_button({**good, "components": [
+            {**order_details_button(_details()), "index": "1"}]})
+
+
+def test_the_deposit_template_through_the_cli(engine: Engine, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with session_scope(engine) as session:
+        upsert_tenant(session, {**SALON, "templates": [DEPOSIT_TEMPLATE]}, now=NOW)
+    monkeypatch.setenv("DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    assert main(["tenant", "update", SALON["phone_number_id"], "--set",
+                 "deposit_template=nao_declarado"]) != 0
+    assert "not one of the tenant's templates" in capsys.readouterr().err
+    status = main(["tenant", "update", SALON["phone_number_id"], "--set",
+                   "deposit_template=sinal_pix"])
+    assert status == 0, capsys.readouterr().err
+    with session_scope(engine) as session:
+        assert session.exec(select(Tenant)).one().deposit_template == "sinal_pix"

@@ -11,6 +11,11 @@ quantity}], subtotal}}; amounts are integer `value` with `offset` 100 (value 100
 total = subtotal (+ tax + shipping - discount, none here). `order_status`: action.name
 review_order, parameters {reference_id, order {status, description?}}; both only inside the
 24-hour customer service window (outside it, a declared order-details template).
+
+Outside the window: a template approved with an ORDER_DETAILS button (Meta, "Payments API -
+Brazil", order details template messages) carries the same `parameters` in its button
+component: {"type": "button", "sub_type": "order_details", "index": "0", "parameters":
+[{"type": "action", "action": {"order_details": parameters}}]} (`order_details_button`).
 """
 
 from typing import Any
@@ -57,6 +62,27 @@ def order_status(*, reference: str, status: str, body: str,
                               "parameters": {"reference_id": reference, "order": order}}}
     _raise(order_problems(interactive))
     return interactive
+
+
+def order_details_button(interactive: dict[str, Any]) -> dict[str, Any]:
+    """The template button component carrying the payment of an `order_details` object (as
+    `order_details` builds it) in an order-details template (module docstring)."""
+    return {"type": "button", "sub_type": "order_details", "index": "0", "parameters": [
+        {"type": "action", "action": {"order_details": interactive["action"]["parameters"]}}]}
+
+
+def order_button_problems(component: Any) -> list[str]:
+    """Every rule an order-details template's button component breaks: its one `action`
+    parameter's `order_details` follows the order_details message's rules."""
+    params = _dict(component).get("parameters")
+    if not isinstance(params, list) or len(params) != 1 or _dict(params[0]).get("type") \
+            != "action":
+        return ["order_details button: parameters must be one {type: action}"]
+    details = _dict(_dict(_dict(params[0]).get("action")).get("order_details"))
+    reference = details.get("reference_id")
+    problems = [] if isinstance(reference, str) and 1 <= len(reference) <= MAX_REFERENCE \
+        else [f"reference_id: 1 to {MAX_REFERENCE} characters"]
+    return problems + _details_problems({"name": "review_and_pay"}, details)
 
 
 def order_problems(interactive: Any) -> list[str]:

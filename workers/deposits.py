@@ -22,7 +22,7 @@ from storage.tenant_config import price_text
 from whatsapp.orders import order_details, order_status
 from whatsapp.window import window_closed
 from workers import texts
-from workers.outgoing import store
+from workers.outgoing import declared_template, greeting_name, store, template_body
 from workers.runtime import Runtime, get_runtime
 
 log = structlog.get_logger(__name__)
@@ -52,8 +52,10 @@ def deposit_pass(runtime: Runtime, *, now: datetime) -> list[Target]:
 
 def request_deposit(runtime: Runtime, deposit_id: int, *, now: datetime) -> Target | None:
     """Create the Pix charge (idempotent at the provider on the reference) and queue the
-    order_details message inside the 24-hour window; outside it the request is recorded as
-    not sent (the agent's reply already said how much and until when)."""
+    order_details message inside the 24-hour window; outside it the tenant's declared
+    order-details template (`deposit_template`) carrying the same payment, or, with none,
+    the request is recorded as not sent and a note says so in the conversation (the agent's
+    reply already said how much and until when)."""
     provider = runtime.payments
     with session_scope(runtime.engine) as session:
         deposit = session.get(Deposit, deposit_id)
@@ -86,19 +88,37 @@ def _requested(runtime: Runtime, deposit_id: int, *, now: datetime,
         tenant = session.get(Tenant, deposit.tenant_id)
         contact = session.get(Contact, deposit.contact_id)
         assert tenant is not None and contact is not None
-        if charge is None or not tenant.pix_key or window_closed(contact.last_inbound_at, now):
-            log.info("deposit_request_not_sent", deposit_id=deposit_id)
+        if charge is None or not tenant.pix_key:
+            deposit.not_sent = "no_charge"
+            log.info("deposit_request_not_sent", deposit_id=deposit_id, reason="no_charge")
             return None
         interactive = order_details(
             reference=deposit.reference, amount_cents=deposit.amount_cents,
             item=f"Sinal #{deposit.visit_id}", body=_body(tenant, deposit), code=charge[1],
             merchant_name=tenant.name, key=tenant.pix_key, key_type=tenant.pix_key_type)
         shown = f"[Pix deposit request {price_text(deposit.amount_cents, deposit.currency)}]"
-        message = store(session, tenant, contact, shown=shown, kind="interactive",
-                         body=json.dumps(interactive, ensure_ascii=False), now=now,
-                         author=marks.product_author("notice"))
+        kind, body = "interactive", json.dumps(interactive, ensure_ascii=False)
+        if window_closed(contact.last_inbound_at, now):
+            spec = declared_template(tenant, tenant.deposit_template)
+            if spec is None:  # shown with the deposit (agenda, API): staff see why
+                deposit.not_sent = "window_closed"
+                log.info("deposit_request_not_sent", deposit_id=deposit_id, reason="window")
+                return None
+            kind, shown = "template", f"{shown} [template {spec['name']}]"
+            body = template_body(spec, _values(tenant, deposit, contact), {}, interactive)
+        message = store(session, tenant, contact, shown=shown, kind=kind, body=body, now=now,
+                        author=marks.product_author("notice"))
         assert tenant.id is not None
         return tenant.id, message.conversation_id, tenant.coexistence
+
+
+def _values(tenant: Tenant, deposit: Deposit, contact: Contact) -> dict[str, str]:
+    """The deposit template's parameters (storage/tenant_config.DEPOSIT_PARAMETERS)."""
+    until = deposit.hold_until.astimezone(ZoneInfo(tenant.timezone))
+    return {"customer_name": greeting_name(contact.profile_name),
+            "amount": price_text(deposit.amount_cents, deposit.currency,
+                                 language=tenant.language),
+            "until": f"{until:%H:%M}"}
 
 
 def _body(tenant: Tenant, deposit: Deposit) -> str:

@@ -52,6 +52,7 @@ from whatsapp.errors import (
     GraphUnreachable,
     GraphWindowClosed,
 )
+from whatsapp.orders import order_details_button
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers.jobs import run_coalesced
 from workers.runtime import Runtime
@@ -173,6 +174,8 @@ def _send_declared_template(runtime: Runtime, tenant: Tenant, row: Outbound) -> 
     components += [{"type": "button", "sub_type": "quick_reply", "index": str(i),
                     "parameters": [{"type": "payload", "payload": str(payload)}]}
                    for i, payload in enumerate(spec.get("buttons") or []) if payload]
+    if spec.get("order_details"):  # an order-details template (issue 48, workers/deposits.py)
+        components.append(order_details_button(spec["order_details"]))
     return runtime.graph.send_template(
         tenant.phone_number_id, name=str(spec["name"]),
         language=str(spec.get("language") or tenant.followup_template_language),

@@ -1,7 +1,10 @@
 """An outbound message the product writes on its own (a reminder, a notice, a Pix deposit
 request) into the contact's open conversation, with its one outbox part."""
 
+import json
+import unicodedata
 from datetime import datetime
+from typing import Any
 
 from sqlmodel import Session
 
@@ -46,3 +49,36 @@ def store(session: Session, tenant: Tenant, contact: Contact, *, shown: str, kin
     message_repo.add_outbound(session, message=message, parts=[body], to=to,
                               recipient=recipient, now=now, kind=kind)
     return message
+
+
+# -- what a product send says: the declared templates and the customer's name --------------
+
+def declared_template(tenant: Tenant, name: str) -> dict[str, Any] | None:
+    return next((t for t in tenant.templates or [] if name and t.get("name") == name), None)
+
+
+def template_body(spec: dict[str, Any], values: dict[str, str],
+                   payloads: dict[str, str], order: dict[str, Any] | None = None) -> str:
+    """The outbox body of a declared template (workers/outbox.py): its parameters filled in
+    from the reminder fields, its quick replies' payloads by their actions; with `order` (an
+    order_details object, whatsapp/orders.py) the payment its ORDER_DETAILS button carries."""
+    buttons = [payloads.get(b.get("action", ""), "") for b in spec.get("buttons") or []
+               if isinstance(b, dict)]
+    body: dict[str, Any] = {"name": spec["name"], "language": spec.get("language", "pt_BR"),
+                            "parameters": [values.get(p, "") or "-" for p in
+                                           spec.get("parameters") or []],
+                            "buttons": buttons}
+    if order is not None:
+        body["order_details"] = order
+    return json.dumps(body, ensure_ascii=False)
+
+
+def greeting_name(profile_name: str | None) -> str:
+    """The first word of a WhatsApp profile name when it reads as a name (letters, with
+    inner apostrophes or hyphens, at most 30 characters), else "" (the text then greets
+    without one): a profile name is the customer's own text, so brackets, titles with a dot,
+    digits or emoji never reach a text the product sends ("[equipe:", "Dra.")."""
+    words = (profile_name or "").split()
+    first = unicodedata.normalize("NFC", words[0]) if words else ""
+    plain = first.replace("'", "").replace("-", "")
+    return first if plain.isalpha() and len(first) <= 30 and first[0].isalpha() else ""

@@ -23,9 +23,7 @@
 
 import json
 import re
-import unicodedata
 from datetime import datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import structlog
@@ -56,6 +54,7 @@ from whatsapp.window import window_closed
 from workers import texts
 from workers.deposits import deposit_pass, order_status_update
 from workers.maintenance import run_once_per_period
+from workers.outgoing import declared_template, greeting_name, template_body
 from workers.outgoing import store as store_outbound
 from workers.runtime import Runtime, get_runtime
 
@@ -219,17 +218,6 @@ def _times(session: Session, tenant: Tenant, rows: list[Appointment]) -> str:
     return _listed(said, language)
 
 
-def greeting_name(profile_name: str | None) -> str:
-    """The first word of a WhatsApp profile name when it reads as a name (letters, with
-    inner apostrophes or hyphens, at most 30 characters), else "" (the text then greets
-    without one): a profile name is the customer's own text, so brackets, titles with a dot,
-    digits or emoji never reach a text the product sends ("[equipe:", "Dra.")."""
-    words = (profile_name or "").split()
-    first = unicodedata.normalize("NFC", words[0]) if words else ""
-    plain = first.replace("'", "").replace("-", "")
-    return first if plain.isalpha() and len(first) <= 30 and first[0].isalpha() else ""
-
-
 def _listed(names: list[str], language: str) -> str:
     """"a", "a e b", "a, b e c" (the language's "and": workers/texts.py)."""
     if len(names) < 2:
@@ -251,22 +239,6 @@ def describe(session: Session, tenant: Tenant, appointment: Appointment,
     local = rows[0].start_at.astimezone(ZoneInfo(tenant.timezone))
     return (f"appointment #{appointments.number_of(rows[0])}, {', '.join(what)}, "
             f"{local:%a %Y-%m-%d %H:%M}")
-
-
-def declared_template(tenant: Tenant, name: str) -> dict[str, Any] | None:
-    return next((t for t in tenant.templates or [] if name and t.get("name") == name), None)
-
-
-def template_body(spec: dict[str, Any], values: dict[str, str],
-                   payloads: dict[str, str]) -> str:
-    """The outbox body of a declared template (workers/outbox.py): its parameters filled in
-    from the reminder fields, its quick replies' payloads by their actions."""
-    buttons = [payloads.get(b.get("action", ""), "") for b in spec.get("buttons") or []
-               if isinstance(b, dict)]
-    return json.dumps({"name": spec["name"], "language": spec.get("language", "pt_BR"),
-                       "parameters": [values.get(p, "") or "-" for p in
-                                      spec.get("parameters") or []],
-                       "buttons": buttons}, ensure_ascii=False)
 
 
 Target = tuple[int, int, bool]  # (tenant id, conversation id, coexistence) of a queued send

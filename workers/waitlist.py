@@ -55,14 +55,13 @@ from whatsapp.interactive import Choice, buttons_message
 from whatsapp.window import window_closed
 from workers import texts
 from workers.maintenance import run_once_per_period
+from workers.outgoing import declared_template, template_body
 from workers.outgoing import store as store_outbound
 from workers.reminders import (
     TAP_TYPES,
-    declared_template,
     fields,
     pace,
     render,
-    template_body,
 )
 from workers.runtime import Runtime, get_runtime
 

@@ -34,6 +34,9 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "deposit_held": "aguardando sinal", "deposit_paid": "sinal pago",
         "deposit_released": "liberado (sinal não pago)",
         "deposit_late_paid": "sinal pago após liberação: remarcar ou devolver",
+        "not_sent_window_closed": "pedido do sinal não enviado (janela de 24 h fechada, sem "
+                                  "modelo de pedido: deposit_template)",
+        "not_sent_no_charge": "pedido do sinal não enviado (sem provedor Pix ou chave Pix)",
         "mark_paid": "Sinal recebido", "deposit_marked": "Sinal registrado",
     },
     "en": {
@@ -66,6 +69,9 @@ AGENDA_TEXTS: dict[str, dict[str, str]] = {
         "deposit_held": "awaiting deposit", "deposit_paid": "deposit paid",
         "deposit_released": "released (deposit not paid)",
         "deposit_late_paid": "deposit paid after release: rebook or refund",
+        "not_sent_window_closed": "deposit request not sent (24 h window closed, no "
+                                  "deposit_template)",
+        "not_sent_no_charge": "deposit request not sent (no Pix provider or Pix key)",
         "mark_paid": "Deposit received", "deposit_marked": "Deposit recorded",
     },
 }

@@ -1,5 +1,7 @@
 """The console's settings page: the business's instructions, booking limits, reminders and
-fact keys, with a preview of what the agent reads."""
+fact keys, the grouped sections (privacy and calendar, waitlist, Pix deposit: GROUPS), with a
+preview of what the agent reads. Every value goes through operations/settings.py, the admin
+API's and the CLI's path: one home for the rules; a refused change changes nothing."""
 
 import json
 from typing import Any
@@ -9,12 +11,15 @@ import structlog
 from agent.context import TenantPrompt, context_block, instructions_text
 from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
 from bot.console.frame import Page, PageResult, Redirect
+from bot.console.settings_texts import settings_texts
 from bot.console.texts import translate_problem
 from core import clock
 from operations import settings as settings_ops
-from operations.errors import Invalid
+from operations.errors import MAPPED, admin_error
 from operations.service import clean_text
+from storage.errors import TenantConfigError
 from storage.models import Tenant
+from storage.tenant_config import parse_price, price_text
 
 log = structlog.get_logger(__name__)
 
@@ -28,6 +33,22 @@ THREAD_FIELDS = ("busy_thread_rule", "agent_allowlist")
 SETTINGS_FIELDS = ("instructions", "inactivity_timeout_minutes", "retention_days", "language",
                    "fact_keys", "followup_template", "followup_template_language",
                    *BOOKING_LIMITS, *REMINDER_FIELDS, *THREAD_FIELDS)
+# the grouped sections, each setting with how the form holds it: "yesno" (a Sim/Não select),
+# "number" (blank: unchanged), "text" (blank clears it), "choice" (a select of CHOICES),
+# "codes" (comma separated), "money" (reais as typed, storage/tenant_config.parse_price)
+GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "privacy": (("keep_cpf", "yesno"), ("holiday_calendar", "text"),
+                ("parallel_services", "codes"), ("feed_notes", "yesno"),
+                ("no_show_uses_session", "yesno")),
+    "waitlist": (("waitlist_hold_minutes", "number"), ("waitlist_template", "text"),
+                 ("waitlist_inside_window_only", "yesno")),
+    "deposits": (("deposit_cents", "money"), ("deposit_percent", "number"),
+                 ("deposit_hold_minutes", "number"), ("deposit_refund", "choice"),
+                 ("pix_key", "text"), ("pix_key_type", "choice"), ("deposit_template", "text")),
+}
+KINDS = {name: kind for group in GROUPS.values() for name, kind in group}
+CHOICES = {"deposit_refund": ("kept_inside_window", "kept", "owed"),
+           "pix_key_type": ("", "EVP", "CPF", "CNPJ", "EMAIL", "PHONE")}
 
 
 def settings_page(p: Page) -> PageResult:
@@ -37,26 +58,85 @@ def settings_page(p: Page) -> PageResult:
     form["agent_allowlist"] = "\n".join(str(n) for n in tenant.agent_allowlist or [])
     form["fact_keys"] = "\n".join(k if isinstance(k, str) else json.dumps(k, ensure_ascii=False)
                                   for k in tenant.fact_keys)
+    form.update(_grouped_form(tenant))
     errors: dict[str, str] = {}
     if p.request.method == "POST":
         shown = form
-        form = {name: str(p.form.get(name, "")) for name in SETTINGS_FIELDS}
-        form.update({name: str(shown[name]) for name in (*REMINDER_FIELDS, *THREAD_FIELDS)
+        form = {name: str(p.form.get(name, "")) for name in (*SETTINGS_FIELDS, *KINDS)}
+        form.update({name: str(shown[name]) for name in (*REMINDER_FIELDS, *THREAD_FIELDS, *KINDS)
                      if name not in p.form})  # a form without them (an older page) keeps them
         changes, errors = _settings_changes(form)
-        try:
-            change = settings_ops.settings_change(changes)
-        except Invalid as exc:
-            errors = {**_field_errors([translate_problem(problem, p.state.get("lang", "pt-BR"))
-                                       for problem in exc.problems]), **errors}
-        else:
-            if not errors:
-                settings_ops.apply_settings(p.session, tenant, change, now=p.now)
-                log.info("console_settings_saved", tenant_id=tenant.id,
-                         fields=sorted(change.settings()))
-                return Redirect("/console/settings", p.t["saved"])
+        grouped, grouped_errors = _grouped_changes(form, [n for n in KINDS if n in p.form])
+        changes.update(grouped)
+        errors.update({name: translate_problem(problem, p.state.get("lang", "pt-BR"))
+                       for name, problem in grouped_errors.items()})
+        if _save(p, tenant, changes, errors):
+            return Redirect("/console/settings", p.t["saved"])
     return "settings.html", {"form": form, "errors": errors, **_preview(tenant, form),
+                             "groups": GROUPS, "choices": CHOICES,
+                             "st": settings_texts(p.state.get("lang", "pt-BR")),
+                             "shown_errors": (*SETTINGS_FIELDS, *KINDS),
                              "status": 422 if errors else 200}
+
+
+def _save(p: Page, tenant: Tenant, changes: dict[str, Any], errors: dict[str, str]) -> bool:
+    """Validate and apply `changes` as the admin API does (operations/settings.py); fills
+    `errors` (field → the problem in the console's language) and rolls back on a refusal, so
+    a refused form changes nothing. True when saved."""
+    language = p.state.get("lang", "pt-BR")
+    try:
+        change = settings_ops.settings_change(changes)
+        if errors:
+            return False
+        with p.session.begin_nested():  # a rule broken while applying leaves nothing behind
+            settings_ops.apply_settings(p.session, tenant, change, now=p.now)
+    except MAPPED as exc:
+        problems = admin_error(exc).problems or [str(exc)]
+        errors.update({**_field_errors([translate_problem(problem, language)
+                                        for problem in problems]), **errors})
+        p.session.expire(tenant)
+        return False
+    log.info("console_settings_saved", tenant_id=tenant.id, fields=sorted(change.settings()))
+    return True
+
+
+def _grouped_form(tenant: Tenant) -> dict[str, str]:
+    """The grouped settings as the form shows them (GROUPS' kinds)."""
+    form = {}
+    for name, kind in KINDS.items():
+        value = getattr(tenant, name)
+        if kind == "yesno":
+            form[name] = "true" if value else "false"
+        elif kind == "codes":
+            form[name] = ", ".join(str(c) for c in value or [])
+        elif kind == "money":
+            form[name] = price_text(value, "BRL", language="pt-BR").removeprefix("R$").strip() \
+                if value else ""
+        else:
+            form[name] = str(value)
+    return form
+
+
+def _grouped_changes(form: dict[str, str],
+                     names: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The changes of the grouped settings posted (`names`), still to be validated by
+    operations/settings.py; a money amount that is not one is an error here."""
+    changes: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        kind, raw = KINDS[name], form[name].strip()
+        if kind == "number" and not raw:
+            continue  # left blank: unchanged
+        if kind == "codes":
+            changes[name] = [c.strip() for c in raw.replace("\n", ",").split(",") if c.strip()]
+        elif kind == "money":
+            try:
+                changes[name] = parse_price(raw) or 0
+            except TenantConfigError as exc:
+                errors[name] = str(exc).partition(": ")[2]
+        else:
+            changes[name] = raw
+    return changes, errors
 
 
 def _settings_changes(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -3,6 +3,8 @@
 import re
 from collections.abc import Callable
 
+from bot.console.settings_texts import PT_BR_PROBLEMS as SETTINGS_PROBLEMS
+
 LANGUAGES = ("pt-BR", "en")
 
 TEXTS: dict[str, dict[str, str]] = {
@@ -415,6 +417,7 @@ def texts_for(language: str) -> dict[str, str]:
 
 # the validator's English, as a business owner reads it in Portuguese (first match wins)
 _PT_BR_PROBLEMS: list[tuple[str, str]] = [
+    *SETTINGS_PROBLEMS,  # the grouped settings' own (bot/console/settings_texts.py)
     (r"Input should be greater than or equal to (\S+)", r"deve ser no mínimo \1"),
     (r"Input should be less than or equal to (\S+)", r"deve ser no máximo \1"),
     (r"Input should be a valid integer.*", "informe um número inteiro"),
