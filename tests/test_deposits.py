@@ -205,6 +205,22 @@ def test_an_unknown_reference_or_a_wrong_amount_is_recorded_and_books_nothing(
     assert _events(engine) == []
 
 
+def test_a_payment_the_provider_will_not_report_is_for_the_deposits_tenant_to_check(
+        engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    with session_scope(engine) as session:
+        held = session.exec(select(Deposit)).one()
+        held.charge_id = "1300000009"
+        session.add(held)
+        event = deposits.record_event(session, provider="mercadopago", event_id="e404",
+                                      charge_id="1300000009", now=NOW)
+        assert event is not None
+        assert deposits.fetch_failed(session, event) == "fetch_failed"
+        (check,) = deposits.to_check(session, held.tenant_id, now=NOW, limit=10)
+    assert check["outcome"] == "fetch_failed" and _deposit(engine).status == "held"
+
+
 def test_the_creation_notice_of_every_pix_charge_is_no_payment_for_staff_to_check(
         engine: Engine) -> None:
     # Mercado Pago notifies payment.created (status pending) for every charge it makes
