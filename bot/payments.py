@@ -2,8 +2,9 @@
 
 The signature (`x-signature` over data.id, `x-request-id` and ts, payments/mercadopago.py) is
 checked before anything is stored: missing or wrong → 401, nothing recorded. A signed
-notification is recorded once per event id (storage/deposits.record_event: a replayed event
-is answered 200 and changes nothing) and a job fetches the payment from the provider to learn
+notification is recorded once per signed event, its data.id and x-request-id (the body's `id` is
+not signed; storage/deposits.record_event: a replayed or resent event is answered 200 and
+changes nothing) and a job fetches the payment from the provider to learn
 whether it is paid and for how much (workers/deposits.py): the body is never trusted for the
 amount. The web process never calls the provider. Logs name no payer, code or key.
 """

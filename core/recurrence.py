@@ -5,11 +5,18 @@ turns them into instants in the tenant's zone, so a series keeps its 19:00 acros
 
 from datetime import date, datetime
 
+from dateutil.relativedelta import relativedelta
 from dateutil.rrule import DAILY, MONTHLY, WEEKLY, rrule, rrulestr
 
 MAX_OCCURRENCES = 60  # one series, at most (a rule with UNTIL is cut there too)
 RULE_CHARS = 200  # VisitSeries.rule
 _FREQUENCIES = {DAILY, WEEKLY, MONTHLY}  # finer ones would book several visits a day
+# the largest INTERVAL of each FREQ (a visit every 90 days, 12 weeks, 12 months), and the
+# longest series: its last visit at most MAX_SPAN after its first (a typed INTERVAL=100000
+# or a COUNT of 60 visits a year apart would book slots decades ahead)
+MAX_INTERVAL = {DAILY: 90, WEEKLY: 12, MONTHLY: 12}
+_FREQ_NAMES = {DAILY: "DAILY", WEEKLY: "WEEKLY", MONTHLY: "MONTHLY"}
+MAX_SPAN = relativedelta(years=2)
 # parts that would move the series off its first visit's time, or restate its start
 _REFUSED_PARTS = ("DTSTART", "BYHOUR", "BYMINUTE", "BYSECOND")
 # the parts a series is written with; the others (BYMONTH, BYYEARDAY, BYWEEKNO, BYSETPOS,
@@ -22,12 +29,16 @@ class RuleError(ValueError):
     """A recurrence rule that cannot be a series; the message says why, for the caller."""
 
 
-def checked_rule(text: object) -> str:
+def checked_rule(text: object, first: datetime | None = None) -> str:
     """An RRULE as typed ("FREQ=WEEKLY;COUNT=4", with or without "RRULE:") → its canonical
     text without the prefix; RuleError naming the problem: not an RFC 5545 RRULE, a frequency
     finer than DAILY or coarser than MONTHLY, a part that changes the time of day, a part
     other than FREQ, INTERVAL, BYDAY or BYMONTHDAY (not both), COUNT, UNTIL, WKST, neither
-    COUNT nor UNTIL (a series ends), COUNT over MAX_OCCURRENCES, or an UNTIL in UTC ("Z")."""
+    COUNT nor UNTIL (a series ends), COUNT over MAX_OCCURRENCES, an UNTIL in UTC ("Z"), an
+    INTERVAL over MAX_INTERVAL of its FREQ, or a last visit more than MAX_SPAN (2 years) after
+    the first: from `first` (naive, local: the series' first visit) when given, COUNT or
+    UNTIL; else COUNT visits from a sample start (a month's 29th to 31st skips the months
+    without it: give `first`)."""
     if not isinstance(text, str) or not text.strip() or len(text) > RULE_CHARS:
         raise RuleError(f"not an RFC 5545 RRULE of at most {RULE_CHARS} characters, e.g. "
                         "FREQ=WEEKLY;COUNT=10")
@@ -54,7 +65,27 @@ def checked_rule(text: object) -> str:
         raise RuleError("the RRULE's FREQ must be DAILY, WEEKLY or MONTHLY")
     if parsed._count is not None and not 2 <= parsed._count <= MAX_OCCURRENCES:
         raise RuleError(f"COUNT must be from 2 to {MAX_OCCURRENCES}")
+    _check_span(parsed, rule, first)
     return rule
+
+
+def _check_span(parsed: rrule, rule: str, first: datetime | None) -> None:
+    """RuleError when the INTERVAL is over MAX_INTERVAL of the FREQ, or the last visit is
+    more than MAX_SPAN after the first (see checked_rule)."""
+    freq, most = _FREQ_NAMES[parsed._freq], MAX_INTERVAL[parsed._freq]
+    if not 1 <= parsed._interval <= most:
+        raise RuleError(f"INTERVAL must be from 1 to {most} for FREQ={freq}; for rarer "
+                        "visits book them one by one")
+    if first is not None:
+        visits = [start for _, start in occurrences(rule, first, through=date.max)]
+    elif parsed._count is not None:
+        visits = list(parsed.xafter(datetime(2000, 1, 3, 12, 0), count=parsed._count,
+                                    inc=True))
+    else:
+        return
+    if visits and visits[-1] > visits[0] + MAX_SPAN:
+        raise RuleError(f"a series spans at most 2 years: the last visit of {rule} is over "
+                        "2 years after the first; lower COUNT, UNTIL or INTERVAL")
 
 
 def _parse(rule: str, first: datetime) -> rrule:

@@ -92,8 +92,13 @@ def store_standby_status(engine: Engine, status: StandbyStatus, now: datetime) -
 
 
 def store_handover(engine: Engine, handover: Handover, now: datetime) -> str:
-    """Apply one `messaging_handovers` event; returns control_passed, control_taken or
-    unknown_tenant."""
+    """Apply one `messaging_handovers` event; returns control_passed, control_taken,
+    unknown_tenant or handover_stale. Meta does not deliver in order: the event's own
+    `timestamp` (else `now`) is the owner's time (`Contact.thread_owner_at`), and an event
+    older than the stored owner's time is not applied (handover_stale; its summary is still
+    stored). Meta's timestamps are whole seconds: an event of the stored time's second is
+    applied, in arrival order."""
+    event_at = handover.timestamp or now
     with session_scope(engine) as session:
         tenant = tenants.get_by_phone_number_id(session, handover.phone_number_id)
         if tenant is None or tenant.id is None:
@@ -101,17 +106,18 @@ def store_handover(engine: Engine, handover: Handover, now: datetime) -> str:
         contact = contacts.find_or_create(session, tenant_id=tenant.id, wa_id=handover.wa_id,
                                           user_id=handover.user_id, profile_name=None, now=now)
         assert contact.id is not None
-        if handover.kind == "control_passed":
-            threads.set_owner(session, [contact.id], threads.OURS, now=now)
-            if handover.summary:
-                _other_message(session, tenant, contact, "handover", handover.summary, now,
-                               once=True)
-        else:
-            threads.set_owner(session, [contact.id],
-                              threads.role_owner(handover.new_owner_role), now=now)
+        owner_at = contact.thread_owner_at
+        stale = owner_at is not None and event_at < owner_at.replace(microsecond=0)
+        if handover.kind == "control_passed" and handover.summary:
+            _other_message(session, tenant, contact, "handover", handover.summary, now,
+                           once=True)
+        if not stale:
+            new_owner = threads.OURS if handover.kind == "control_passed" \
+                else threads.role_owner(handover.new_owner_role)
+            threads.set_owner(session, [contact.id], new_owner, now=event_at)
     log.info("thread_handover", kind=handover.kind, previous=handover.previous_owner_role,
-             new=handover.new_owner_role, summary=handover.summary is not None)
-    return handover.kind
+             new=handover.new_owner_role, summary=handover.summary is not None, stale=stale)
+    return "handover_stale" if stale else handover.kind
 
 
 def _other_message(session: Session, tenant: Tenant, contact: Contact, kind: str, text: str,

@@ -295,7 +295,7 @@ def book(session: Session, tenant: Tenant, body: StaffBooking, *,
 def _rule(repeat: str, start: str) -> str:
     """StaffBooking.repeat → its checked RRULE (core/recurrence.py); Invalid naming why."""
     try:
-        rule = checked_rule(repeat)
+        rule = checked_rule(repeat, datetime.fromisoformat(start))
     except RuleError as exc:
         raise Invalid(f"repeat: {exc}", [f"repeat: {exc}"]) from None
     if not starts_on_rule(rule, datetime.fromisoformat(start)):

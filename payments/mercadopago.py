@@ -112,24 +112,24 @@ class MercadoPago:
     def verify_webhook(self, body: bytes, headers: dict[str, str],
                        query: dict[str, str]) -> Notification | None:
         """The notification of a signed webhook (`headers` with lower-case names, `query` the
-        URL's parameters); None when the signature is missing or wrong. A signed one that is
-        not a payment's (another `type` the account's app subscribes to) has charge_id "":
-        acknowledged and ignored (refused, Mercado Pago would retry it for days). The body is
-        read only for the notification's id."""
+        URL's parameters); None when the signature is missing or wrong, or when the body names
+        another payment (`data.id`) than the signed one. A signed one that is not a payment's
+        (another `type` the account's app subscribes to) has charge_id "": acknowledged and
+        ignored (refused, Mercado Pago would retry it for days). The event id is what the
+        signature covers, "<data.id>:<x-request-id>" (the manifest above): the unsigned body's
+        `id` is not trusted, or a captured request resent with another body `id` within
+        MAX_SIGNATURE_AGE would be a new event and another provider call."""
         data_id = query.get("data.id") or ""
+        request_id = headers.get("x-request-id")
         now = self._clock() if self._clock is not None else None
-        if not verify_signature(self._secret, headers.get("x-signature"),
-                                headers.get("x-request-id"), data_id, now=now):
+        if not verify_signature(self._secret, headers.get("x-signature"), request_id, data_id,
+                                now=now):
             return None
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = {}
-        event_id = str(payload.get("id") or "") if isinstance(payload, dict) else ""
+        if _body_data_id(body) not in (None, data_id.lower()):
+            return None
         if query.get("type", "payment") != "payment" or not data_id.isdigit():
             return Notification(event_id="", charge_id="")
-        return Notification(event_id=event_id or f"{data_id}:{headers.get('x-request-id')}",
-                            charge_id=data_id)
+        return Notification(event_id=f"{data_id}:{request_id}", charge_id=data_id)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None,
               headers: dict[str, str]) -> dict[str, Any]:
@@ -151,3 +151,15 @@ class MercadoPago:
         if not isinstance(answer, dict):
             raise PaymentError("mercadopago answer is not an object", retryable=False)
         return answer
+
+
+def _body_data_id(body: bytes) -> str | None:
+    """The body's `data.id` as a string; None when the body has none (it is not signed: only
+    compared with the signed one)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    data = payload.get("data") if isinstance(payload, dict) else None
+    value = data.get("id") if isinstance(data, dict) else None
+    return None if value is None else str(value).lower()

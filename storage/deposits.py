@@ -33,7 +33,7 @@ from storage.models import Appointment, Deposit, Notice, PaymentEvent, Service, 
 from storage.tenant_config import price_text
 
 OUTCOMES = ("booked", "late", "already_paid", "unknown_reference", "wrong_amount",
-            "not_paid", "pending")
+            "not_paid", "pending", "fetch_failed")
 REFUND_RULES = ("kept", "owed", "kept_inside_window")
 RELEASE_BATCH = 200
 
@@ -152,6 +152,20 @@ def confirm(session: Session, event: PaymentEvent, *, now: datetime, paid: bool 
     return outcome
 
 
+def fetch_failed(session: Session, event: PaymentEvent) -> str:
+    """Record that the provider refused, for good, to say what `event`'s payment is (a
+    non-retryable PaymentError, e.g. 404): outcome fetch_failed, no longer pending (the
+    polling pass would retry it forever and keep newer ones waiting), shown to staff as a
+    payment to check under the tenant of the deposit with that charge id."""
+    deposit = session.exec(select(Deposit).where(
+        Deposit.charge_id == event.charge_id)).first() if event.charge_id else None
+    if deposit is not None:
+        event.tenant_id = deposit.tenant_id
+    event.outcome = "fetch_failed"
+    session.add(event)
+    return event.outcome
+
+
 def _outcome(deposit: Deposit | None, event: PaymentEvent, paid: bool) -> str:
     if deposit is None:
         return "unknown_reference"
@@ -220,7 +234,7 @@ def _tell(session: Session, deposit: Deposit, kind: str, now: datetime) -> None:
 
 # not_paid is no payment to check: Mercado Pago notifies every Pix charge when it is created
 # (payment.created, status pending), and a charge never paid is released by the hold's end
-CHECK_OUTCOMES = ("late", "wrong_amount")
+CHECK_OUTCOMES = ("late", "wrong_amount", "fetch_failed")
 CHECK_DAYS = 30
 
 

@@ -837,7 +837,7 @@ class PaymentEvent(SQLModel, table=True):
     staff marking a deposit paid), recorded whatever it says (issue 48). Unique on
     (`provider`, `event_id`): a replayed event is not recorded twice. `outcome`: booked,
     late (after release), already_paid, unknown_reference, wrong_amount, not_paid,
-    pending (received, not yet checked)."""
+    pending (received, not yet checked), fetch_failed (the provider refused to say)."""
 
     __table_args__ = (UniqueConstraint("provider", "event_id", name="uq_payment_event"),
                       Index("ix_paymentevent_pending", "id",

@@ -56,6 +56,7 @@ from tests.factories import TENANT
 from tests.test_admin_api import call
 from tests.test_console import Browser
 from whatsapp.orders import order_details, order_details_button, order_problems, order_status
+from workers import deposits as deposit_worker
 
 SP = ZoneInfo("America/Sao_Paulo")
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)  # Mon 10:00 in São Paulo
@@ -202,6 +203,22 @@ def test_an_unknown_reference_or_a_wrong_amount_is_recorded_and_books_nothing(
         assert session.exec(select(Reminder)).all() == []
         assert session.exec(select(Notice)).all() == []
     assert _events(engine) == []
+
+
+def test_a_payment_the_provider_will_not_report_is_for_the_deposits_tenant_to_check(
+        engine: Engine) -> None:
+    _setup(engine)
+    _book(engine)
+    with session_scope(engine) as session:
+        held = session.exec(select(Deposit)).one()
+        held.charge_id = "1300000009"
+        session.add(held)
+        event = deposits.record_event(session, provider="mercadopago", event_id="e404",
+                                      charge_id="1300000009", now=NOW)
+        assert event is not None
+        assert deposits.fetch_failed(session, event) == "fetch_failed"
+        (check,) = deposits.to_check(session, held.tenant_id, now=NOW, limit=10)
+    assert check["outcome"] == "fetch_failed" and _deposit(engine).status == "held"
 
 
 def test_the_creation_notice_of_every_pix_charge_is_no_payment_for_staff_to_check(
@@ -511,6 +528,61 @@ def test_a_signed_notification_of_another_type_is_acknowledged_and_records_nothi
             assert response.status == 200 and json.loads(response.read()) == {"ignored": True}
     with session_scope(api_env.engine) as session:
         assert session.exec(select(PaymentEvent)).all() == []
+
+
+def _post_signed(env: ReplayEnvironment, body: bytes, headers: dict[str, str]) -> Any:
+    request = urllib.request.Request(
+        f"{env.web_url}/payments/mercadopago?data.id=1300000001&type=payment", data=body,
+        headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def test_a_signed_request_resent_with_another_body_id_is_the_same_event(
+        api_env: ReplayEnvironment) -> None:
+    # the body's `id` is not signed: the event is the signed data.id and x-request-id
+    ts = str(int(api_env.clock.now().timestamp()))
+    headers = {"x-signature": signature(MERCADOPAGO_SECRET, "1300000001", "r1", ts),
+               "x-request-id": "r1", "Content-Type": "application/json"}
+    first = _post_signed(api_env, b'{"id": 1, "data": {"id": "1300000001"}}', headers)
+    assert first == (200, {"received": True})
+    for body in (b'{"id": 2, "data": {"id": "1300000001"}}', b'{"id": 3}', b"not json"):
+        assert _post_signed(api_env, body, headers) == (200, {"duplicate": True})
+    # a body naming another payment than the signed one is refused
+    assert _post_signed(api_env, b'{"id": 4, "data": {"id": "1300000002"}}', headers)[0] == 401
+    with session_scope(api_env.engine) as session:
+        events = session.exec(select(PaymentEvent)).all()
+    assert [(e.event_id, e.charge_id) for e in events] == [("1300000001:r1", "1300000001")]
+    client = MercadoPago(access_token="", webhook_secret=MERCADOPAGO_SECRET)
+    lower = {k.lower(): v for k, v in headers.items()}
+    query = {"data.id": "1300000001", "type": "payment"}
+    ids = {client.verify_webhook(body, lower, query) for body in (b'{"id": 5}', b'{"id": 6}')}
+    assert len(ids) == 1
+
+
+def test_a_payment_the_provider_does_not_know_is_to_check_and_blocks_no_newer_one(
+        api_env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 404 is not retried forever: the oldest BATCH of them would keep newer ones waiting
+    monkeypatch.setattr(deposit_worker, "BATCH", 2)
+    client = MercadoPago(access_token=MERCADOPAGO_TOKEN, webhook_secret=MERCADOPAGO_SECRET,
+                         base_url=api_env.mercadopago_api.base_url)
+    charge = client.create_charge(6000, NOW + timedelta(minutes=31), "wa1-1-abcd", "Sinal")
+    api_env.mercadopago_api.pay("wa1-1-abcd")
+    with session_scope(api_env.engine) as session:
+        for n in range(3):
+            deposits.record_event(session, provider="mercadopago", event_id=f"gone{n}",
+                                  charge_id=f"99999999{n}", now=NOW)
+        deposits.record_event(session, provider="mercadopago", event_id="real",
+                              charge_id=charge.charge_id, now=NOW)
+    for _ in range(2):
+        deposit_worker.confirm_pending(api_env.runtime, now=NOW)
+    with session_scope(api_env.engine) as session:
+        outcomes = {e.event_id: e.outcome for e in session.exec(select(PaymentEvent)).all()}
+    assert outcomes == {"gone0": "fetch_failed", "gone1": "fetch_failed",
+                        "gone2": "fetch_failed", "real": "unknown_reference"}
 
 
 def test_no_pix_code_or_key_reaches_the_logs(capsys: pytest.CaptureFixture[str]) -> None:

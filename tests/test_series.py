@@ -12,6 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from dateutil.relativedelta import relativedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
@@ -239,6 +240,7 @@ def test_the_occurrences_are_the_rules_count_in_order_at_the_first_time(
     """However the rule and the first visit, the expansion has COUNT visits, ascending, each
     at the first visit's wall-clock time, the first one the first visit; and a window of the
     days after any day holds exactly the visits after it."""
+    count = min(count, 730 // (interval * {"DAILY": 1, "WEEKLY": 7, "MONTHLY": 31}[freq]) + 1)
     rule = checked_rule(f"FREQ={freq};INTERVAL={interval};COUNT={count}")
     first = datetime(day.year, day.month, day.day, hour, 0)
     found = occurrences(rule, first, through=date.max)
@@ -268,6 +270,48 @@ def test_an_accepted_rule_finds_its_visits_without_walking_the_calendar(
     began = time.monotonic()
     total(rule, datetime(2026, 6, 2, 19, 0))
     assert time.monotonic() - began < 2.0, rule
+
+
+@pytest.mark.parametrize(("rule", "problem"), [
+    ("FREQ=DAILY;INTERVAL=91;COUNT=2", "INTERVAL must be from 1 to 90 for FREQ=DAILY"),
+    ("FREQ=WEEKLY;INTERVAL=13;COUNT=2", "INTERVAL must be from 1 to 12 for FREQ=WEEKLY"),
+    ("FREQ=MONTHLY;INTERVAL=100000;COUNT=2", "INTERVAL must be from 1 to 12 for FREQ=MONTHLY"),
+    ("FREQ=WEEKLY;INTERVAL=0;COUNT=2", "INTERVAL must be from 1"),
+    ("FREQ=MONTHLY;COUNT=26", "a series spans at most 2 years"),
+    ("FREQ=WEEKLY;INTERVAL=12;COUNT=10", "a series spans at most 2 years"),
+    ("FREQ=DAILY;INTERVAL=90;COUNT=10", "a series spans at most 2 years")])
+def test_an_interval_or_count_beyond_two_years_is_refused_saying_what_to_lower(
+        rule: str, problem: str) -> None:
+    with pytest.raises(RuleError, match=problem):
+        checked_rule(rule)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["DAILY", "WEEKLY", "MONTHLY"]), st.integers(1, 100),
+       st.integers(2, MAX_OCCURRENCES), st.dates(date(2026, 1, 1), date(2030, 12, 31)))
+def test_an_accepted_series_ends_within_two_years_of_its_first_visit(
+        freq: str, interval: int, count: int, day: date) -> None:
+    first = datetime(day.year, day.month, day.day, 19, 0)
+    for ending in (f"COUNT={count}", f"UNTIL={day.year + 9}1231"):
+        try:
+            rule = checked_rule(f"FREQ={freq};INTERVAL={interval};{ending}", first)
+        except RuleError as exc:
+            assert "INTERVAL must be" in str(exc) or "at most 2 years" in str(exc)
+            continue
+        last = occurrences(rule, first, through=date.max)[-1][1]
+        assert last <= first + relativedelta(years=2), rule
+
+
+def test_the_longest_series_accepted() -> None:
+    assert checked_rule("FREQ=MONTHLY;COUNT=25") == "FREQ=MONTHLY;COUNT=25"
+    assert checked_rule("FREQ=WEEKLY;INTERVAL=12;COUNT=9") == "FREQ=WEEKLY;INTERVAL=12;COUNT=9"
+    assert checked_rule("FREQ=DAILY;INTERVAL=90;COUNT=9") == "FREQ=DAILY;INTERVAL=90;COUNT=9"
+    # measured from the series' own first visit: a 31st skips the shorter months, and UNTIL
+    with pytest.raises(RuleError, match="at most 2 years"):
+        checked_rule("FREQ=MONTHLY;COUNT=25", datetime(2026, 1, 31, 19, 0))
+    with pytest.raises(RuleError, match="at most 2 years"):
+        checked_rule("FREQ=MONTHLY;INTERVAL=6;UNTIL=20300101", datetime(2026, 1, 5, 19, 0))
+    assert checked_rule("FREQ=MONTHLY;UNTIL=20280105", datetime(2026, 1, 5, 19, 0))
 
 
 def test_a_rule_that_is_not_a_string_is_refused() -> None:

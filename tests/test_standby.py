@@ -19,12 +19,14 @@ from sqlmodel import Session, col, select
 from agent import timeline
 from cli.main import main
 from intake.ingest import ingest_body
+from intake.standby import store_handover
 from operations import service
 from replay.environment import ACCESS_TOKEN, ReplayEnvironment
 from replay.runner import run_scenario_file, stamp_at
 from storage import marks, threads
-from storage.db import session_scope
+from storage.db import create_schema, make_engine, session_scope
 from storage.models import Contact, Message, Outbound, Tenant
+from storage.tenants import upsert_tenant
 from tests.conftest import START
 from tests.factories import ANA, TENANT, text_body
 from tests.test_admin_api import OPERATOR, call
@@ -536,6 +538,40 @@ def test_a_redelivered_handover_or_routed_message_stores_its_summary_once(
             select(Message).where(Message.author == marks.other_author("handover"))
             .order_by(col(Message.id))).all()]
     assert len(summaries) == len(set(summaries)) == 2, summaries
+
+
+HANDOVERS = st.lists(st.tuples(st.sampled_from(["control_passed", "control_taken"]),
+                               st.sampled_from(["ai_agent", "escalation"])),
+                     min_size=1, max_size=5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(events=HANDOVERS, data=st.data())
+def test_handovers_in_any_arrival_order_leave_the_newest_events_owner(
+        tmp_path_factory: Any, events: list[tuple[str, str]], data: st.DataObject) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path_factory.mktemp('handovers')}/t.db")
+    create_schema(engine)
+    try:
+        with session_scope(engine) as session:
+            upsert_tenant(session, TENANT, now=START)
+        updates = []
+        for n, (kind, role) in enumerate(events):  # event n happened at START + n seconds
+            body = handover(kind, new_role=role)
+            value = body["entry"][0]["changes"][0]["value"]
+            value["timestamp"] = str(int(START.timestamp()) + n)
+            (update,) = parse_update(body)
+            updates.append(update)
+        arrival = data.draw(st.permutations(updates))
+        for n, update in enumerate(arrival):
+            store_handover(engine, update, START + timedelta(minutes=1, seconds=n))
+        kind, role = events[-1]
+        newest = threads.OURS if kind == "control_passed" else threads.role_owner(role)
+        with session_scope(engine) as session:
+            contact = ana(session)
+            assert contact.thread_owner == newest
+            assert contact.thread_owner_at == START + timedelta(seconds=len(events) - 1)
+    finally:
+        engine.dispose()
 
 
 def test_the_console_settings_edit_the_rule_and_the_allowlist(env: ReplayEnvironment) -> None:

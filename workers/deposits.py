@@ -153,7 +153,9 @@ def confirm_pending(runtime: Runtime, *, now: datetime) -> int:
 
 def confirm_notification(runtime: Runtime, event_id: int, *, now: datetime) -> str:
     """RQ job body: fetch the payment a recorded webhook named and apply it
-    (storage/deposits.confirm); the outcome. A provider error leaves the event pending."""
+    (storage/deposits.confirm); the outcome. A retryable provider error leaves the event
+    pending ("failed": the next pass tries again); a non-retryable one (404, a malformed id)
+    records it as fetch_failed, a payment for staff to check (storage/deposits.fetch_failed)."""
     provider: PixProvider | None = runtime.payments
     with session_scope(runtime.engine) as session:
         event = session.get(PaymentEvent, event_id)
@@ -164,7 +166,14 @@ def confirm_notification(runtime: Runtime, event_id: int, *, now: datetime) -> s
         status = provider.fetch(charge_id)
     except PaymentError as exc:
         log.warning("payment_fetch_failed", payment_event_id=event_id, retryable=exc.retryable)
-        return "failed"
+        if exc.retryable:
+            return "failed"
+        with session_scope(runtime.engine) as session:
+            event = session.exec(select(PaymentEvent).where(PaymentEvent.id == event_id)
+                                 .with_for_update()).first()
+            if event is None or event.outcome != "pending":
+                return "skipped"
+            return deposits.fetch_failed(session, event)
     with session_scope(runtime.engine) as session:
         event = session.exec(select(PaymentEvent).where(PaymentEvent.id == event_id)
                              .with_for_update()).first()

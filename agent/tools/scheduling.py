@@ -236,11 +236,11 @@ def _rrule(value: Any, start: datetime, tz: ZoneInfo) -> str | None:
     the problem (core/recurrence.checked_rule), or a start that is not the rule's first."""
     if value is None or value == "":
         return None
+    local = start.astimezone(tz).replace(tzinfo=None)
     try:
-        rule = checked_rule(value)
+        rule = checked_rule(value, local)
     except RuleError as exc:
         raise ToolError(f"{exc}; nothing was booked") from None
-    local = start.astimezone(tz).replace(tzinfo=None)
     if not starts_on_rule(rule, local):
         raise ToolError(f"start {local:%a %Y-%m-%d} is not a day of the rrule {rule}; "
                         "nothing was booked")

@@ -66,6 +66,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "payment_late": "Sinal pago depois da liberação: remarcar ou devolver",
         "payment_wrong_amount": "Pix de outro valor: nada foi confirmado",
         "payment_not_paid": "Pagamento não aprovado pelo provedor",
+        "payment_fetch_failed": "O provedor não informou este Pix: conferir no Mercado Pago",
         "nothing_needs_you": "Nada precisa de você agora.",
         "not_answered": "O assistente não conseguiu responder",
         "not_answered_waiting": "o cliente recebeu o pedido de desculpas; será respondido "
@@ -267,6 +268,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "payment_late": "Deposit paid after the release: rebook or refund",
         "payment_wrong_amount": "Pix of another amount: nothing confirmed",
         "payment_not_paid": "Payment not approved by the provider",
+        "payment_fetch_failed": "The provider would not report this Pix: check it there",
         "nothing_needs_you": "Nothing needs you right now.",
         "not_answered": "The assistant could not answer",
         "not_answered_waiting": "the customer got the apology; answered when the service is "
