@@ -3,7 +3,9 @@ release, the race between a payment and the release on PostgreSQL and SQLite, th
 Pago signature, and the order messages as Meta documents them."""
 
 import html
+import io
 import json
+import logging
 import threading
 import urllib.error
 import urllib.request
@@ -14,6 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import structlog
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
@@ -27,6 +30,7 @@ from agent.tools.registry import execute_tool
 from agent.tools.replies import sent_reply
 from bot.payments import MAX_PAYMENT_BODY
 from cli.main import main
+from core.logs import configure_logging
 from operations.agenda import mark_paid
 from operations.service import cancel_appointment
 from payments.mercadopago import MercadoPago, signature, verify_signature
@@ -585,11 +589,21 @@ def test_a_payment_the_provider_does_not_know_is_to_check_and_blocks_no_newer_on
                         "gone2": "fetch_failed", "real": "unknown_reference"}
 
 
-def test_no_pix_code_or_key_reaches_the_logs(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_scenario_file(SCENARIOS / "paid.json", cli=main)
+def test_no_pix_code_or_key_reaches_the_logs() -> None:
+    """At DEBUG, into a stream of the test's own (not whatever an earlier test in the same
+    process configured: under xdist the order varies)."""
+    buffer = io.StringIO()
+    root = logging.getLogger()
+    previous = (list(root.handlers), root.level)
+    configure_logging("DEBUG", "json", stream=buffer)
+    try:
+        result = run_scenario_file(SCENARIOS / "paid.json", cli=main)
+    finally:
+        root.handlers[:] = previous[0]
+        root.setLevel(previous[1])
+        structlog.reset_defaults()
     assert result.passed, "\n".join(result.failures)
-    out = capsys.readouterr()
-    logged = out.out + out.err
+    logged = buffer.getvalue()
     assert "payment_confirmed" in logged  # the log lines were captured
     assert SALON["pix_key"] not in logged and "br.gov.bcb.pix" not in logged
 

@@ -171,7 +171,7 @@ def _holidays_said(session: Session, tenant: Tenant, first: date, last: date) ->
 SERVICE_PROPERTY = {"type": "string", "description": "Code, or services"}
 # issue 47: the customer's waitlist, run by agent/tools/waitlist.py (this schema's one home)
 WAITLIST_PROPERTY = {"enum": ["join", "list", "leave"],
-                     "description": "join: wait if none fit"}
+                     "description": "Optional: join to wait if none fit"}
 SERVICES_PROPERTY = {"type": "array", "items": {"type": "string"},
                      "description": "Or several, in order"}
 FIND_AVAILABLE_SLOTS = Tool(
