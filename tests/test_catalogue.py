@@ -187,7 +187,9 @@ def test_the_console_catalogue_page_sets_and_shows_prices(console: ReplayEnviron
     status, _, _ = browser.request("/console/catalog/services", {
         "csrf": browser.csrf, "code": "corte", "duration_minutes": "60", "price": "oitenta"})
     page = browser.request("/console/catalog")[1]
-    assert "is not an amount" in page and "a partir de R$ 80,00" in page, "nothing lost"
+    # the Portuguese page says the problem in Portuguese (bot/console/settings_texts.py)
+    assert "não é um valor (ex.: 50 ou 50,00)" in page and "a partir de R$ 80,00" in page, \
+        "nothing lost"
 
 
 def test_list_services_names_professional_codes_and_prices(env: ReplayEnvironment) -> None:
