@@ -4,7 +4,7 @@
 test a failure. Without it, Redis falls back to the in-process fakeredis and PostgreSQL tests are
 skipped; the summary at the end says which ran without the real service.
 
-In parallel (`pytest -n 2`, pytest-xdist: the README's test command) each worker has services of
+In parallel (`pytest -n 4`, pytest-xdist: the README's test command) each worker has services of
 its own, so that one worker's `flushdb` or advisory lock never meets another's: worker gwK uses
 the Redis database D - K, D the one TEST_REDIS_URL names (15 by default: gw0 15, gw1 14), and
 the PostgreSQL database `<name>_gwK` next to the one TEST_POSTGRES_URL names (created when

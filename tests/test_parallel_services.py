@@ -1,6 +1,6 @@
 """The test services of a pytest-xdist worker (tests/conftest.py: worker_urls): each worker on a
 Redis database and a PostgreSQL database of its own, so that one worker's `flushdb` or advisory
-lock never meets another's (issue 44 item 4: the README's test command runs `pytest -n 2`)."""
+lock never meets another's (issue 44 item 4: the README's test command runs `pytest -n 4`)."""
 
 import pytest
 
