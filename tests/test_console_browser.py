@@ -72,11 +72,13 @@ def snap(driver: object, shots: Path, name: str) -> None:
 
 def wait_for(driver: object, condition: object, seconds: float = 15) -> None:
     """Wait until `condition(driver)` holds: a click returns before the next page loads."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    # an element read just before the old page goes away is stale: try again
-    WebDriverWait(driver, seconds, ignored_exceptions=(StaleElementReferenceException,)).until(
+    # an element read just before the old page goes away is stale, or Chromium's inspector says
+    # "Node with given id does not belong to the document": try again until the page is there
+    WebDriverWait(driver, seconds, ignored_exceptions=(StaleElementReferenceException,
+                                                       WebDriverException)).until(
         condition)  # type: ignore[arg-type]
 
 
