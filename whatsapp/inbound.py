@@ -98,11 +98,9 @@ class BadItem:
 
 
 @dataclass(frozen=True)
-class StaffEcho:
-    """A message the business sent from the WhatsApp Business app on the same number
-    (coexistence; `smb_message_echoes`). Only the wamid and a recipient are needed: `to`, or
-    `to_user_id` (not always present); `text` is the body, or "[staff sent an image]" and so
-    on for other types."""
+class _Echo:
+    """A message sent to the customer by someone other than the agent, as its webhook echoes
+    it: a recipient (`to`, or `to_user_id`), `text` the body or "[... sent an image]" and so on."""
 
     phone_number_id: str
     wamid: str
@@ -115,22 +113,21 @@ class StaffEcho:
 
 
 @dataclass(frozen=True)
-class AgentEcho:
+class StaffEcho(_Echo):
+    """A message the business sent from the WhatsApp Business app on the same number
+    (coexistence; `smb_message_echoes`). Only the wamid and a recipient are needed: `to`, or
+    `to_user_id` (not always present); `text` is the body, or "[staff sent an image]" and so
+    on for other types."""
+
+
+@dataclass(frozen=True)
+class AgentEcho(_Echo):
     """What another sender holding the thread sent the customer: a `standby.message_echoes[]`
     item, whose `message` is the send request (`to`, `type`, `text`...), with a `template`
     sibling for a template (Meta's standby reference [F2][F3]). `sender`: "meta_agent" (Meta
     Business Agent, the default primary responder) or "other_app" (`biz_opaque_callback_data`
     names no `bizai` originator and the thread is known to be another app's: decided at
     storage, intake/standby.py)."""
-
-    phone_number_id: str
-    wamid: str
-    to: str | None
-    to_user_id: str | None
-    timestamp: datetime | None
-    wa_type: str
-    text: str
-    raw: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
