@@ -179,9 +179,7 @@ def catalogue_text(data: CatalogueData) -> str:
             "tools take):", "Services (code: name, duration, price):"]
     services = [service_line(s, data.currency, data.language) for s in data.services]
     pros = [professional_line(p, data.today, data.last) for p in data.professionals]
-    tail = ["Weekly opening hours: " + "; ".join(
-        f"{day} {', '.join(data.hours[day])}" if data.hours.get(day) else f"{day} closed"
-        for day in WEEKDAYS)]
+    tail = ["Weekly opening hours: " + weekly_hours_text(data.hours)]
     if data.exceptions:
         tail.append("Dates with other hours: " + "; ".join(
             f"{e.day.isoformat()} {', '.join(e.hours) if e.hours else 'closed'}"
@@ -202,6 +200,23 @@ def catalogue_text(data: CatalogueData) -> str:
         lines.append(f"({len(pros) - len(kept_pros)} more professionals left out: "
                      "list_services names them)")
     return "\n".join(lines + tail)
+
+
+def weekly_hours_text(hours: Mapping[str, Sequence[str]]) -> str:
+    """The week's hours (weekday code of WEEKDAYS → "HH:MM-HH:MM" ranges; absent or empty:
+    closed), consecutive days with the same hours as one run: "mon-fri 09:00-18:00; sat
+    09:00-13:00; sun closed". Seven equal days in one run, not seven repeats: the text is
+    paid on every model call (issue 41). Pure."""
+    said = [", ".join(hours.get(day) or ()) or "closed" for day in WEEKDAYS]
+    runs: list[str] = []
+    first = 0
+    for index in range(1, len(WEEKDAYS) + 1):
+        if index == len(WEEKDAYS) or said[index] != said[first]:
+            days = WEEKDAYS[first] if index - 1 == first else \
+                f"{WEEKDAYS[first]}-{WEEKDAYS[index - 1]}"
+            runs.append(f"{days} {said[first]}")
+            first = index
+    return "; ".join(runs)
 
 
 def _fit(lines: list[str], budget: int) -> tuple[list[str], int]:

@@ -56,6 +56,7 @@ from agent.window import (  # noqa: E402
     to_api_messages,
     tool_result_text,
 )
+from core.clock import parse_duration  # noqa: E402
 from core.logs import configure_logging  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from replay.environment import ReplayEnvironment  # noqa: E402
@@ -74,6 +75,7 @@ from usage.report import (  # noqa: E402
     render_svg,
     summarize_calls,
 )
+from workers import compaction  # noqa: E402
 from workers.turn_window import prepare_window, turn_request  # noqa: E402
 from workers.turns import TurnState  # noqa: E402
 
@@ -286,22 +288,29 @@ def price_baseline(history: list[Stored], times: list[datetime], *, last_n: int 
 
 def billed_split(calls: list[Call], prefix_tokens: int) -> dict[str, int]:
     """Where the product's billed-equivalent input goes (usage/report.py's weights): turn
-    calls' cache reads, 1 h and 5 min writes and uncached input, the summaries' input; and
-    the floor a turn call cannot go under, the fixed prefix read from the cache (tools +
-    system[0]: `prefix_tokens` x 0.1 each call), with the prefix written again after each
-    expiry (a turn call that reads nothing writes it at 2x)."""
+    calls' cache reads, 1 h and 5 min writes and uncached input, the summaries' input; the
+    reads and writes split into the fixed prefix's (tools + system[0], `prefix_tokens`: read
+    at 0.1 by every call that reads the cache, written at its TTL's price by every cold call,
+    one that reads nothing) and the rest's (the context block and the window); and
+    `prefix_floor`, their sum for the prefix, which no window can go under."""
     turns = [c for c in calls if c.purpose == "turn"]
     cold = sum(1 for c in turns if c.cache_read_input_tokens == 0)
+    reads = round(sum(c.cache_read_input_tokens for c in turns) * CACHE_READ)
+    writes_1h = round(sum(c.cache_creation_1h_input_tokens for c in turns) * WRITE_1H)
+    writes_5m = round(sum(c.cache_creation_input_tokens - c.cache_creation_1h_input_tokens
+                          for c in turns) * WRITE_5M)
+    prefix_reads = round(prefix_tokens * CACHE_READ * (len(turns) - cold))
+    prefix_writes = round(prefix_tokens * cold
+                          * (WRITE_1H if context.INSTRUCTIONS_TTL == "1h" else WRITE_5M))
     return {
-        "cache_reads": round(sum(c.cache_read_input_tokens for c in turns) * CACHE_READ),
-        "writes_1h": round(sum(c.cache_creation_1h_input_tokens for c in turns) * WRITE_1H),
-        "writes_5m": round(sum(c.cache_creation_input_tokens - c.cache_creation_1h_input_tokens
-                               for c in turns) * WRITE_5M),
+        "cache_reads": reads, "writes_1h": writes_1h, "writes_5m": writes_5m,
         "uncached": sum(c.input_tokens for c in turns),
         "summaries": sum(c.context_tokens for c in calls if c.purpose != "turn"),
-        "cold_calls": cold,
-        "prefix_floor": round(prefix_tokens * (CACHE_READ * (len(turns) - cold)
-                                               + WRITE_1H * cold))}
+        "cold_calls": cold, "turn_calls": len(turns),
+        "prefix_reads": prefix_reads, "prefix_writes": prefix_writes,
+        "window_reads": reads - prefix_reads,
+        "window_writes": writes_1h + writes_5m - prefix_writes,
+        "prefix_floor": prefix_reads + prefix_writes}
 
 
 def at_length(turns: int, calls: list[Call], cuts: list[tuple[int, int]],
@@ -510,6 +519,12 @@ def main() -> None:
                         help="override a tenant memory setting (integers), e.g. keep_messages=8")
     parser.add_argument("--tail-ttl", choices=("5m", "1h"), default=None,
                         help="TTL of the breakpoint on the last message (default: the product's)")
+    parser.add_argument("--prefix-ttl", choices=("5m", "1h"), default=None,
+                        help="TTL of the breakpoint on system[0] (default: the product's; "
+                             "5m needs --tail-ttl 5m: a 1 h entry may not follow a 5 min one)")
+    parser.add_argument("--ceiling-factor", type=float, default=None,
+                        help="compact at once past this many times the threshold (default: "
+                             "workers/compaction.HARD_CEILING_FACTOR)")
     parser.add_argument("--no-catalogue", action="store_true",
                         help="leave the catalogue out of system[0] (the prefix before issue 21)")
     parser.add_argument("--lengths", default="10,25,50,100,200",
@@ -525,8 +540,13 @@ def main() -> None:
     args.turns = lengths[-1]  # one run of the longest, cut at each length
     if args.no_catalogue:
         catalogue.catalogue_text = lambda data: ""  # what workers/turns.py renders
-    if args.tail_ttl:
+    if args.tail_ttl:  # the compaction rule follows the cache's lifetime, as the product's
         context.TAIL_TTL = args.tail_ttl
+        compaction.CACHE_LIFETIME = parse_duration(args.tail_ttl)
+    if args.prefix_ttl:
+        context.INSTRUCTIONS_TTL = args.prefix_ttl
+    if args.ceiling_factor:
+        compaction.HARD_CEILING_FACTOR = args.ceiling_factor  # type: ignore[assignment]
     overrides = {k: int(v) for k, v in (item.split("=", 1) for item in args.set)}
     TENANT.update(overrides)
     configure_logging("ERROR", "console")
@@ -568,7 +588,8 @@ def main() -> None:
             "billed_equivalent_vs_full": round(product["billed_equivalent_input"]
                                                / full["billed_equivalent_input"], 4)},
         "request_build_ms": building,
-        "tail_ttl": context.TAIL_TTL,
+        "tail_ttl": context.TAIL_TTL, "prefix_ttl": context.INSTRUCTIONS_TTL,
+        "hard_ceiling_factor": compaction.HARD_CEILING_FACTOR,
         "catalogue": {"in_system_0": not args.no_catalogue,
                       "chars": len(prompt.catalogue),
                       "tokens": count_tokens({"type": "text", "text": prompt.catalogue})},

@@ -73,7 +73,7 @@ def test_the_catalogue_names_codes_prices_professionals_hours_and_exceptions() -
     assert "- corte: Corte feminino, 60 min, R$ 80,00" in text
     assert "- escova: Escova, 60 min, price not stated" in text
     assert "- julia: Júlia; does corte, coloracao" in text
-    assert "Weekly opening hours: mon 09:00-18:00; tue closed" in text
+    assert "Weekly opening hours: mon 09:00-18:00; tue-fri closed" in text
     assert "sat 09:00-13:00; sun closed" in text
     assert "Dates with other hours: 2026-06-04 closed (Corpus Christi)" in text
     assert catalogue_text(_data([])) == "", "no service: no catalogue"
