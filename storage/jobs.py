@@ -238,6 +238,22 @@ def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
                              job_timeout=300, at=at, attempt=attempt, outage=outage)
 
 
+def bring_forward(queue: Queue, prefix: str, kind: str, conversation_id: int, *,
+                  at: datetime) -> bool:
+    """Move the job of `kind` that is scheduled for this conversation (its coalescing token
+    names it) to run at `at` (aware) when it is scheduled later; True when it was moved. A job
+    already queued or running, or none at all, is left as it is (False): it reads the
+    database when it starts. One ZADD XX LT, atomic: a scheduled job is never created nor made
+    later (Redis >= 6.2)."""
+    job_id = queue.connection.get(token_key(prefix, kind, conversation_id))
+    if job_id is None:
+        return False
+    registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
+    member = job_id.decode() if isinstance(job_id, bytes) else str(job_id)
+    return bool(queue.connection.zadd(registry.key, {member: int(at.timestamp())},
+                                      xx=True, lt=True, ch=True))
+
+
 def enqueue_rederive(queue: Queue, prefix: str, conversation_id: int, *,
                      at: datetime | None = None, attempt: int = 1,
                      outage: int = 0) -> str | None:

@@ -234,3 +234,27 @@ def test_a_customer_back_before_the_cache_expires_defers_the_compaction(
     env.clock.advance(CACHE_LIFETIME)
     env.drain()
     assert _summary_calls(env) == 1 and _conversation(env).compactions == 1
+
+
+def test_past_the_hard_ceiling_a_compaction_planned_for_the_expiry_runs_at_once(
+        env: ReplayEnvironment) -> None:
+    """Issue 41: the job planned at the cache's expiry holds the coalescing token, so the
+    at-once job of a turn past the ceiling is coalesced into it; that planned job is brought
+    forward to now and runs before the customer's next turn (bench/README.md, round 3)."""
+    env.add_tenant({**TENANT, **IDLE})
+    env.messages_api.script("summary", [{"text": SUMMARY}])
+    ceiling = IDLE["compaction_threshold_tokens"] * HARD_CEILING_FACTOR
+    for n in range(1, 4):  # past the threshold, under the ceiling: planned for the expiry
+        _turn(env, n)
+    assert IDLE["compaction_threshold_tokens"] < _conversation(env).last_input_tokens < ceiling
+    began = env.clock.now()
+    n = 3
+    while _conversation(env).last_input_tokens <= ceiling and n < 40:
+        n += 1
+        _turn(env, n, reply="resposta longa " * 60)
+    assert _conversation(env).last_input_tokens > ceiling, "the window passed the ceiling"
+    assert env.clock.now() - began < CACHE_LIFETIME / 2, "long before the cache's expiry"
+    assert _summary_calls(env) == 1 and _conversation(env).compactions == 1
+    env.clock.advance(CACHE_LIFETIME)
+    env.drain()
+    assert _summary_calls(env) == 1, "the planned job ran once, brought forward"

@@ -31,7 +31,7 @@ from core import clock, metrics
 from core.clock import parse_duration
 from storage import media, memory
 from storage.db import session_scope
-from storage.jobs import enqueue_compaction, enqueue_rederive
+from storage.jobs import bring_forward, enqueue_compaction, enqueue_rederive
 from storage.models import Conversation, Tenant
 from workers.conversation_state import load_state
 from workers.facts import render_context_block
@@ -352,5 +352,12 @@ def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
         last_activity_at=last_activity_at, now=now)
     if due is None:
         return None
-    return enqueue_compaction(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                              at=due if due > now else None)
+    job = enqueue_compaction(runtime.queue, runtime.settings.redis_prefix, conversation_id,
+                             at=due if due > now else None)
+    if job is None and due <= now and bring_forward(
+            runtime.queue, runtime.settings.redis_prefix, "compact", conversation_id, at=now):
+        # past the hard ceiling while a compaction waits for the cache's expiry (planned at
+        # an earlier turn): the coalescing token kept the at-once job out, so run that one now
+        log.info("compaction_brought_forward")
+        return "brought_forward"
+    return job
