@@ -2,11 +2,12 @@
 
 import functools
 import os
+import sqlite3
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -139,7 +140,8 @@ def create_schema(engine: Engine) -> None:
     raw = engine.raw_connection()
     try:
         if engine.dialect.name == "sqlite":  # autocommit connection (_sqlite_engine): BEGIN
-            raw.driver_connection.executescript(f"BEGIN IMMEDIATE;\n{script};\nCOMMIT;")
+            sqlite = cast(sqlite3.Connection, raw.driver_connection)
+            sqlite.executescript(f"BEGIN IMMEDIATE;\n{script};\nCOMMIT;")
         else:
             cursor = raw.cursor()
             cursor.execute(script)  # no parameters: one simple-protocol round trip
@@ -158,8 +160,8 @@ def _schema_script(dialect: str) -> str:
     def record(sql: Any, *_: Any, **__: Any) -> None:
         statements.append(str(sql.compile(dialect=mock.dialect)).strip())
 
-    mock = create_mock_engine(f"{dialect}://", record)  # type: ignore[arg-type]
-    SQLModel.metadata.create_all(mock, checkfirst=False)  # type: ignore[arg-type]
+    mock = create_mock_engine(f"{dialect}://", record)
+    SQLModel.metadata.create_all(mock, checkfirst=False)
     return ";\n".join(statements)
 
 
