@@ -141,7 +141,7 @@ class ReplayEnvironment:
         backend = make_url(database_url).get_backend_name() if database_url else "sqlite"
         if database_url is None or backend == "sqlite":  # never the configured file: its own
             engine = make_engine(f"sqlite:///{self._tmp.name}/wagent.db")
-            event.listen(engine, "connect", _no_fsync)
+            event.listen(engine, "connect", no_fsync)
             create_schema(engine)
             return engine, None
         if backend != "postgresql":
@@ -276,7 +276,7 @@ class ReplayEnvironment:
         self._tmp.cleanup()
 
 
-def _no_fsync(dbapi_connection: Any, _: Any) -> None:
+def no_fsync(dbapi_connection: Any, _: Any) -> None:
     """A replay's SQLite file is a temporary one, gone at the end: no fsync per commit
     (`synchronous=OFF`; a process killed mid-write still loses nothing, only a power cut
     would). About 5 ms a commit on the shared CI disk, a hundred commits a scenario."""

@@ -25,11 +25,11 @@ import httpcore2
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from core import clock
-from replay.environment import ReplayEnvironment
+from replay.environment import ReplayEnvironment, no_fsync
 from replay.schemas import SCHEMAS
 from storage.db import create_schema, make_engine
 from tests.factories import TENANT
@@ -218,6 +218,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     own, emptied after and handed to a later test: replay/schemas.py)."""
     if request.param == "sqlite":
         eng = make_engine(f"sqlite:///{tmp_path}/test.db")
+        event.listen(eng, "connect", no_fsync)  # a temporary file: no fsync per commit
         create_schema(eng)
         yield eng
         eng.dispose()
