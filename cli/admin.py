@@ -89,9 +89,16 @@ def _conversation_id(text: str) -> int:
     return int(text)
 
 
+class Lines(tuple[str, ...]):
+    """A command's result that prints as lines of text (`print_json` prints them as they are)
+    rather than as JSON: `wagent tenant update`'s changes."""
+
+
 def print_json(result: Any) -> None:
-    """A command's result on stdout: indented JSON, non-ASCII kept."""
-    if result is not None:
+    """A command's result on stdout: indented JSON, non-ASCII kept; `Lines` one a line."""
+    if isinstance(result, Lines):
+        print("\n".join(result))
+    elif result is not None:
         print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
 
 

@@ -15,6 +15,8 @@ UNITS = {"s": "s", "m": "min", "h": "h", "d": "dia(s)"}
 _WHEN = r"(\w{3}) \d{4}-(\d{2})-(\d{2}) (\d{2}:\d{2})"
 _START = re.compile(rf"^   \(clock: {_WHEN} ")
 _LATER = re.compile(rf"^   \.\.\. (\d+)([smhd]) later \({_WHEN} local\)$")
+_SWEPT = re.compile(r"^   \[sweeper closed (\d+) conversation\(s\)\]$")
+_FACT = "   [fact "
 _DELIVERED = re.compile(r"^   \(delivered (\d+) times\)$")
 # (a mark of the trace, what it means) for the notes under the trace
 NOTES = (
@@ -44,21 +46,38 @@ def _when(weekday: str, month: str, day: str, time: str) -> str:
 
 
 def conversation(trace: Iterable[str]) -> list[str]:
-    """The customer's and the agent's lines, with when they were written, in Portuguese."""
-    lines = []
+    """The customer's and the agent's lines, with when they were written, in Portuguese. Time
+    that passed shows as "· N depois", saying so when a session ended in it (and how many
+    facts were kept); with no words after it, it shows only then."""
+    lines: list[str] = []
+    quiet: str | None = None  # the latest "· N depois" not yet followed by words
+    closed = facts = 0
     for line in trace:
-        if line.startswith(CUSTOMER):
-            lines.append(f"   cliente ▸ {line.removeprefix(CUSTOMER)}")
-        elif line.startswith(AGENT):
-            lines.append(f"   agente  ◂ {line.removeprefix(AGENT)}")
+        if line.startswith((CUSTOMER, AGENT)):
+            if quiet is not None:  # the time before these words, and a session ended in it
+                lines += _quiet_note(quiet, closed, facts) or [quiet]
+            quiet = None
+            who = "cliente ▸" if line.startswith(CUSTOMER) else "agente  ◂"
+            lines.append(f"   {who} {line[len(CUSTOMER):]}")
         elif start := _START.match(line):
             lines.append(f"   ({_when(*start.groups())})")
         elif later := _LATER.match(line):
+            lines += _quiet_note(quiet, closed, facts)
             amount, unit, *when = later.groups()
-            lines.append(f"   · {amount} {UNITS[unit]} depois ({_when(*when)})")
-    while lines and lines[-1].startswith("   · "):  # time that passed after the last words
-        lines.pop()
-    return lines
+            quiet, closed, facts = f"   · {amount} {UNITS[unit]} depois ({_when(*when)})", 0, 0
+        elif swept := _SWEPT.match(line):
+            closed += int(swept.group(1))
+        elif line.startswith(_FACT):
+            facts += 1
+    return lines + _quiet_note(quiet, closed, facts)
+
+
+def _quiet_note(later: str | None, closed: int, facts: int) -> list[str]:
+    """Time that passed with no words: a line when a session ended in it, else none."""
+    if later is None or not closed:
+        return []
+    kept = f"; {facts} preferência(s) do cliente guardada(s)" if facts else ""
+    return [f"{later}: atendimento encerrado por inatividade{kept}"]
 
 
 def notes(trace: list[str]) -> list[str]:

@@ -6,9 +6,9 @@ from core.errors import SettingsError
 from core.settings import Settings
 
 
-def settings_or_exit(require: bool = True) -> Settings:
+def settings_or_exit(require: bool | tuple[str, ...] = True) -> Settings:
     """Settings from the environment (and `.env`); a missing or bad one is printed to stderr
-    and the command exits with status 2."""
+    and the command exits with status 2. `require`: as Settings.from_env."""
     try:
         return Settings.from_env(require=require)
     except SettingsError as exc:

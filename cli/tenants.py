@@ -2,6 +2,7 @@
 file, change its settings, mint its admin API tokens, resume its sending."""
 
 import argparse
+import json
 import sys
 from datetime import datetime
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from rq import Queue
 from sqlmodel import col, select
 
-from cli.admin import parse_assignments, print_json, read_document, run_for_tenant
+from cli.admin import Lines, parse_assignments, print_json, read_document, run_for_tenant
 from cli.environment import settings_or_exit
 from core import clock
 from operations import service
@@ -76,8 +77,24 @@ def update(args: argparse.Namespace, session: Any, tenant: Any, now: datetime) -
     problems = clean_text(changes, "set")
     if problems:
         raise ValueError("; ".join(problems))
-    return service.tenant_view(settings_ops.apply_settings(
+    before = service.tenant_view(tenant)
+    after = service.tenant_view(settings_ops.apply_settings(
         session, tenant, settings_ops.settings_change(changes), now=now))
+    return changed_lines(before, after)
+
+
+SHOWN_CHARACTERS = 80  # a longer value (instructions) is cut, with "…"
+
+
+def changed_lines(before: dict[str, Any], after: dict[str, Any]) -> Lines:
+    """`key: old → new`, one line per setting whose value changed (values as JSON, cut at
+    SHOWN_CHARACTERS); one line saying so when none did (`wagent tenant show` prints all)."""
+    def shown(value: Any) -> str:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+        return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS - 1] + "…"
+    lines = [f"{key}: {shown(before.get(key))} → {shown(value)}"
+             for key, value in after.items() if before.get(key) != value]
+    return Lines(lines or ["nothing changed: the settings already had these values"])
 
 
 @run_for_tenant

@@ -14,14 +14,16 @@ from bot.app import create_app
 from bot.bodies import return_large_buffers_to_os
 from cli.environment import settings_or_exit
 from core.logs import configure_logging
+from core.settings import Settings
 
 
 def web(args: argparse.Namespace) -> int:
-    settings = settings_or_exit()
+    settings = settings_or_exit(require=Settings.REQUIRED_BY_WEB)  # never calls the model
     placeholders = settings.placeholder_secrets()
     if placeholders:  # fine for the console and the admin API; `wagent worker` refuses them
-        print(f"wagent web: {', '.join(placeholders)}: placeholder; the console and the admin "
-              "API work, `wagent worker` will not start until the real values are in .env",
+        print(f"wagent web: {', '.join(placeholders)}: missing or a placeholder; the console "
+              "and the admin API work, `wagent worker` will not start until the real values "
+              "are in .env",
               file=sys.stderr)
     configure_logging(settings.log_level, settings.log_format,
                       secrets=settings.secret_values())

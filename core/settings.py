@@ -54,7 +54,9 @@ class Settings:
     graph_api_base_url: str = _env(GRAPH_API_URL, "the Graph API (a replay points it at its "
                                    "double)")
     graph_api_version: str = _env("v25.0", "the Graph API version in every path")
-    anthropic_api_key: str = _env("", "the Messages API key, sk-ant-... (required)", secret=True)
+    anthropic_api_key: str = _env("", "the Messages API key, sk-ant-... (required by `wagent "
+                                  "worker` and `wagent cron`; `wagent web` starts without it)",
+                                  secret=True)
     anthropic_base_url: str = _env(ANTHROPIC_API_URL, "the Messages API (or a compatible "
                                    "endpoint)")
     anthropic_timeout: float = _env(60.0, "seconds per Messages API call")
@@ -121,7 +123,9 @@ class Settings:
     log_level: str = _env("INFO", "no customer data (phones, text) nor secrets at any level, "
                           "DEBUG included")
     log_format: str = _env("json", "json | console")
-    web_host: str = _env("0.0.0.0", "the address `wagent web` listens on")
+    web_host: str = _env("127.0.0.1", "the address `wagent web` listens on: this machine only "
+                         "(a reverse proxy on it reaches it); 0.0.0.0 or a private address "
+                         "when the proxy or Prometheus run elsewhere (docs/DEPLOY.md)")
     web_port: int = _env(8080, "its port")
     worker_cpu: str = _env("normal", "idle | low | normal: the CPU priority of `wagent worker` "
                            "(idle: Linux SCHED_IDLE; low: nice 19), to let the webhook go first "
@@ -134,10 +138,16 @@ class Settings:
         "whatsapp_access_token",
         "anthropic_api_key",
     )
+    # `wagent web` verifies webhooks, answers Meta's handshake and sends the console's staff
+    # replies (operations/threads.py) but never calls the model: no ANTHROPIC_API_KEY needed
+    REQUIRED_BY_WEB = REQUIRED_IN_PRODUCTION[:3]
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, *, require: bool = True) -> "Settings":
+    def from_env(cls, environ: dict[str, str] | None = None, *,
+                 require: bool | tuple[str, ...] = True) -> "Settings":
         """Build Settings from `WAGENT_`-less upper-case names (`DATABASE_URL`, `REDIS_URL`, ...).
+        `require`: True for REQUIRED_IN_PRODUCTION, False for none, or the field names a
+        process needs (REQUIRED_BY_WEB).
 
         Raises SettingsError naming every missing required key and every malformed number.
         """
@@ -155,11 +165,9 @@ class Settings:
             except ValueError:
                 problems.append(f"{f.name.upper()}={raw!r} is not a valid {f.type}")
         problems += _value_problems(values)
-        if require:
-            problems += [
-                f"{name.upper()} is required" for name in cls.REQUIRED_IN_PRODUCTION
-                if not values.get(name)
-            ]
+        required = cls.REQUIRED_IN_PRODUCTION if require is True else require or ()
+        problems += [f"{name.upper()} is required" for name in required
+                     if not values.get(name)]
         if problems:
             raise SettingsError("; ".join(problems))
         return cls(**values)  # type: ignore[arg-type]

@@ -200,6 +200,7 @@ class ChatSession:
         for step in self.script or []:
             self.env.messages_api.script(step["for"], step["model"])
         self.calls_seen = 0
+        self.unscripted_seen = 0
         self.last_wall = self.wall()
 
     # -- what the customer and the developer do ----------------------------------------------
@@ -325,6 +326,9 @@ class ChatSession:
             else:
                 out.append(f"   [the Messages API answered {call.status} ({call.purpose}): "
                            f"{_error_text(call)}]")
+        if self.env.messages_api.unscripted_calls > self.unscripted_seen:
+            self.unscripted_seen = self.env.messages_api.unscripted_calls
+            return out + self._script_ran_out(calls)
         retry = self._retry_at() if any(c.status != 200 for c in calls) else None
         if retry is not None:
             wait = max(0, int((retry - self.env.clock.now()).total_seconds()))
@@ -332,6 +336,21 @@ class ChatSession:
                        f"(in {wait} s) on the product clock: /wait {_minutes(wait)}m lets it "
                        "run]")
         return out
+
+    def _script_ran_out(self, calls: list[RecordedCall]) -> list[str]:
+        """The lines saying the script has no reply left for a model call, after dropping the
+        retries of the model-calling jobs waiting in the scheduled registry: a retry would meet
+        the same empty script (the double answers 500 to an unscripted call), so `/wait` would
+        only repeat the failure."""
+        registry = ScheduledJobRegistry(queue=self.env.queue)  # type: ignore[no-untyped-call]
+        for job_id in cast(list[bytes], self.env.redis.zrange(registry.key, 0, -1)):
+            job = Job.fetch(job_id.decode(), connection=self.env.redis)
+            if job.func_name in RETRIED_JOBS:
+                registry.remove(job, delete_job=True)
+        purposes = sorted({c.purpose for c in calls if c.status != 200}) or ["turn"]
+        return [f"   [the script has no {' or '.join(purposes)} reply left: the product's "
+                "retries are dropped (they would fail the same way). Add `model` steps to the "
+                "--script file (docs/REPLAY.md) and start again, or /quit]"]
 
     def _retry_at(self) -> datetime | None:
         """When the earliest retry of a model-calling job (turn, compaction, facts) waiting in

@@ -350,6 +350,23 @@ def test_the_product_clock_follows_the_wall_clock_between_messages(files: Path) 
         session.close()
 
 
+def test_a_script_that_ran_out_says_so_once_and_wait_retries_nothing(files: Path) -> None:
+    session = ChatSession(TENANT, script=load_script(SCRIPT[:1]), start=_start())
+    try:
+        session.handle("oi")
+        lines = session.handle("às 14h")  # no second turn reply in the script
+        assert any("the script has no turn reply left" in line for line in lines)
+        assert not any("a retry is due" in line for line in lines)
+        calls = len(session.env.messages_api.calls)
+        for duration in ("1m", "10m", "2h"):
+            waited = session.handle(f"/wait {duration}")
+            assert not any("answered 500" in line or "◂" in line for line in waited), waited
+        assert len(session.env.messages_api.calls) == calls  # no retry called the model again
+        assert session.handle("/appointments")  # the chat goes on
+    finally:
+        session.close()
+
+
 def test_recorded_responses_use_the_shorthand_only_when_it_says_everything() -> None:
     tool = {"type": "tool_use", "id": "toolu_01", "name": "list_services", "input": {}}
     text = {"type": "text", "text": "Vou ver."}

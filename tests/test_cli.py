@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from core.errors import SettingsError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -265,14 +266,27 @@ def test_a_placeholder_for_a_base_url_of_your_own_is_not_refused() -> None:
         "ANTHROPIC_API_KEY"]
 
 
+def test_the_web_needs_no_model_key_and_the_worker_and_cron_do() -> None:
+    from core.settings import Settings
+    whatsapp = {"WHATSAPP_APP_SECRET": "s", "WHATSAPP_VERIFY_TOKEN": "v",
+                "WHATSAPP_ACCESS_TOKEN": "t"}
+    assert Settings.from_env(whatsapp, require=Settings.REQUIRED_BY_WEB).anthropic_api_key == ""
+    with pytest.raises(SettingsError, match="^ANTHROPIC_API_KEY is required$"):
+        Settings.from_env(whatsapp)  # `wagent worker`, `wagent cron`
+    with pytest.raises(SettingsError, match="WHATSAPP_APP_SECRET is required"):
+        Settings.from_env({}, require=Settings.REQUIRED_BY_WEB)
+
+
+@pytest.mark.parametrize("anthropic_key", ["sk-ant-placeholder", ""])  # "": not set
 def test_the_web_process_starts_with_placeholders_and_names_them(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, anthropic_key: str) -> None:
     """The real `wagent web`, in a process of its own: it serves (the console works with
-    placeholders), and stops on SIGINT with status 0."""
+    placeholders, and without ANTHROPIC_API_KEY: the web never calls the model), and stops on
+    SIGINT with status 0."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    _placeholder_env(monkeypatch, ANTHROPIC_API_KEY="sk-ant-placeholder",
+    _placeholder_env(monkeypatch, ANTHROPIC_API_KEY=anthropic_key,
                      WEB_HOST="127.0.0.1", WEB_PORT=str(port))
     web = subprocess.Popen([sys.executable, "-m", "cli.main", "web"], cwd=tmp_path,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -286,7 +300,7 @@ def test_the_web_process_starts_with_placeholders_and_names_them(
         web.send_signal(signal.SIGINT)
         _, err = web.communicate(timeout=30)
     assert web.returncode == 0, err
-    assert "ANTHROPIC_API_KEY: placeholder" in err and "wagent worker" in err
+    assert "ANTHROPIC_API_KEY: missing or a placeholder" in err and "wagent worker" in err
     assert "sk-ant-placeholder" not in err
 
 
@@ -296,7 +310,27 @@ def test_the_demo_view_keeps_only_the_words_and_their_times_in_portuguese() -> N
              "customer ▸ oi", "   tool list_services({}) → ...", "   (delivered 3 times)",
              "agent    ◂ Olá!", "   ... 2d later (Tue 2026-06-09 09:00 local)",
              "   [sweeper closed 1 conversation(s)]"]
-    assert conversation(trace) == ["   (dom 07/06 09:00)", "   cliente ▸ oi",
-                                   "   agente  ◂ Olá!"]
+    assert conversation(trace) == [
+        "   (dom 07/06 09:00)", "   cliente ▸ oi", "   agente  ◂ Olá!",
+        "   · 2 dia(s) depois (ter 09/06 09:00): atendimento encerrado por inatividade"]
     shown = notes(trace)
     assert len(shown) == 2 and "delivered N times" in shown[0] and "sweeper" in shown[1]
+
+
+def test_the_demo_view_says_in_one_line_what_happened_while_nobody_wrote() -> None:
+    from cli.demo_view import conversation
+    trace = ["agent    ◂ Cancelei.", "   ... 25h later (Tue 2026-06-02 15:02 local)",
+             "   [sweeper closed 1 conversation(s)]",
+             "   [fact preferred_professional = julia (confirmed, extracted)]",
+             "   [fact preferred_period = tarde (suggested, extracted)]",
+             "   ... 44h later (Thu 2026-06-04 11:02 local)", "customer ▸ oi de novo",
+             "   ... 5m later (Thu 2026-06-04 11:07 local)",
+             "   [sweeper closed 0 conversation(s)]",  # nothing happened: nothing shown
+             "   ... 1m later (Thu 2026-06-04 11:08 local)", "agent    ◂ Oi!",
+             "   ... 3m later (Thu 2026-06-04 11:11 local)"]  # time after the last words
+    assert conversation(trace) == [
+        "   agente  ◂ Cancelei.",
+        "   · 25 h depois (ter 02/06 15:02): atendimento encerrado por inatividade; "
+        "2 preferência(s) do cliente guardada(s)",
+        "   · 44 h depois (qui 04/06 11:02)", "   cliente ▸ oi de novo",
+        "   · 1 min depois (qui 04/06 11:08)", "   agente  ◂ Oi!"]

@@ -95,8 +95,16 @@ def test_tenant_from_yaml_then_update_show_and_token(database: str,
     assert shown["counts"]["contacts"] == 0
     status, updated, _ = run(capsys, "tenant", "update", PNID, "--set",
                              "inactivity_timeout_minutes=45", "--set", "name=Clínica Nova")
-    assert status == 0 and (updated["inactivity_timeout_minutes"], updated["name"]) == (
-        45, "Clínica Nova")
+    assert status == 0 and sorted(updated.splitlines()) == [  # what changed, one line a key
+        "inactivity_timeout_minutes: 120 → 45", 'name: "Clínica Exemplo" → "Clínica Nova"']
+    status, shown, _ = run(capsys, "tenant", "show", PNID)
+    assert (shown["inactivity_timeout_minutes"], shown["name"]) == (45, "Clínica Nova")
+    status, updated, _ = run(capsys, "tenant", "update", PNID, "--set", "name=Clínica Nova",
+                             "--set", "instructions=" + "Seja breve. " * 20)
+    assert status == 0 and updated.startswith('instructions: "') and "\n" not in updated
+    assert updated.endswith("…") and len(updated.split(" → ")[1]) == 80
+    assert run(capsys, "tenant", "update", PNID, "--set", "name=Clínica Nova")[1] == \
+        "nothing changed: the settings already had these values"
     status, _, err = run(capsys, "tenant", "update", PNID, "--set", "keep_messages=0",
                          "--set", "timezone=Mars/Base")
     assert status == 2 and "keep_messages" in err and "timezone" in err
