@@ -5,18 +5,24 @@ never see each other's costs; the local day is São Paulo's; the rate card's dat
 
 import copy
 import json
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlmodel import select
 
+from operations.costs import cost_block
 from replay.environment import ReplayEnvironment
-from storage.db import session_scope
-from storage.models import Usage, WhatsAppCharge
-from tests.factories import TENANT
+from storage.db import make_engine, session_scope
+from storage.models import Tenant, Usage, WhatsAppCharge
+from storage.tenants import upsert_tenant
+from tests.conftest import START
+from tests.factories import TENANT, text_body
 from usage.ledger import model_cost_micro_usd, month_model_micro_usd, tenant_costs, totals
 from whatsapp.rate_card import Pricing, RateCardError, load_rate_card, parse_rate_card
 
@@ -65,8 +71,6 @@ def _scrape(env: ReplayEnvironment, name: str) -> dict[str, float]:
 
 
 def _tenant_ids(env: ReplayEnvironment) -> tuple[int, int]:
-    from storage.models import Tenant
-
     with session_scope(env.engine) as session:
         ids = dict(session.exec(select(Tenant.phone_number_id, Tenant.id)).all())
     return int(ids[TENANT["phone_number_id"]] or 0), int(ids[OTHER["phone_number_id"]] or 0)
@@ -195,3 +199,97 @@ def test_a_missing_or_broken_rate_card_file_is_refused(tmp_path: Path) -> None:
     broken.write_text("{")
     with pytest.raises(RateCardError, match="broken.json"):
         load_rate_card(broken)
+
+
+OPERATOR = "operator-token-for-tests"
+
+
+@pytest.fixture
+def admin_env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
+    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url,
+                                    admin_token=OPERATOR)
+    environment.add_tenant(TENANT)
+    environment.add_tenant(OTHER)
+    yield environment
+    environment.close()
+
+
+def _get(env: ReplayEnvironment, path: str, token: str = OPERATOR) -> tuple[int, Any]:
+    request = urllib.request.Request(env.web_url + path)
+    request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def test_a_real_turn_is_priced_at_record_time_and_every_door_shows_it(
+        admin_env: ReplayEnvironment) -> None:
+    env = admin_env
+    mine, other = _tenant_ids(env)
+    env.messages_api.script("turn", [{"text": "Olá! Temos horário amanhã."}])
+    assert env.post_webhook(json.dumps(text_body("Oi", 1, sent_at=env.clock.now())).encode()) \
+        == 200
+    env.drain()
+    with session_scope(env.engine) as session:
+        rows = list(session.exec(select(Usage).where(Usage.tenant_id == mine)))
+    assert rows and all(r.micro_usd == model_cost_micro_usd(
+        r.model, r.input_tokens, r.cache_creation_input_tokens, r.cache_creation_1h_input_tokens,
+        r.cache_read_input_tokens, r.output_tokens) > 0 for r in rows)
+    spent = sum(r.micro_usd for r in rows)
+    counted = _scrape(env, "wagent_model_cost_micro_usd_total")
+    assert sum(counted.values()) == spent
+    assert all('"tenant' not in labels for labels in counted)  # no tenant label
+    day = START.astimezone(ZoneInfo(TENANT["timezone"])).date().isoformat()
+    status, report = _get(env, f"/admin/tenants/{mine}/costs?from={day}&to={day}")
+    assert status == 200 and report["total"]["model_total"] == spent
+    assert report["days"][0]["day"] == day and report["days"][0]["model_calls"] == len(rows)
+    status, theirs = _get(env, f"/admin/tenants/{other}/costs?from={day}&to={day}")
+    assert status == 200 and theirs["total"]["total"] == 0  # one tenant's usage only
+    status, created = _post_token(env, other)
+    assert _get(env, f"/admin/tenants/{mine}/costs", token=created)[0] == 404
+    assert _get(env, f"/admin/tenants/{mine}/costs?from=2026-06-02&to=2026-06-01")[0] == 422
+    with session_scope(env.engine) as session:
+        tenant = session.get(Tenant, mine)
+        assert tenant is not None
+        block = cost_block(session, tenant, now=env.clock.now())
+    assert block["month_to_date"]["model_micro_usd"] == spent == block["today_costs"][
+        "total_micro_usd"] and block["month"] == "2026-06"
+
+
+def _post_token(env: ReplayEnvironment, tenant_id: int) -> tuple[int, str]:
+    request = urllib.request.Request(f"{env.web_url}/admin/tenants/{tenant_id}/tokens",
+                                     data=json.dumps({"label": "t"}).encode(), method="POST")
+    request.add_header("Authorization", f"Bearer {OPERATOR}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, str(json.loads(response.read())["token"])
+
+
+def test_wagent_costs_prints_a_tenants_days_and_every_tenants_totals(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    url = f"sqlite:///{tmp_path}/wagent.db"
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    with session_scope(make_engine(url)) as session:
+        tenant = upsert_tenant(session, {"phone_number_id": "1", "name": "X"},
+                               now=datetime(2026, 12, 1, tzinfo=UTC))
+        session.add(Usage(tenant_id=tenant.id, purpose="compaction", model="claude-haiku-4-5",
+                          input_tokens=6000, output_tokens=400, micro_usd=8000,
+                          created_at=datetime(2026, 12, 7, 15, tzinfo=UTC)))
+    assert main(["costs", "--tenant", "1", "--from", "2026-12-07", "--to", "2026-12-08",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [d["model_micro_usd"]["compaction"] for d in report["days"]] == [8000, 0]
+    assert report["total"]["usd"] == "0.01"
+    assert main(["costs", "--from", "2026-12-07", "--to", "2026-12-07"]) == 0
+    assert "total $0.01 · model 8000 µUSD in 1 calls" in capsys.readouterr().out
+    assert main(["costs", "--tenant", "9"]) == 2
+    assert "no tenant with phone_number_id 9" in capsys.readouterr().err
+    assert main(["costs", "--from", "2026-12-08", "--to", "2026-12-07"]) == 2
+    assert "`to` is before `from`" in capsys.readouterr().err

@@ -18,7 +18,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine, func
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from storage.db import session_scope
 from storage.models import Tenant, Usage, WhatsAppCharge
@@ -111,39 +111,47 @@ def local_bounds(tz: ZoneInfo, start: date, end: date) -> tuple[datetime, dateti
 def tenant_zone(engine: Engine, tenant_id: int) -> ZoneInfo:
     """The tenant's ZoneInfo; LookupError when the tenant does not exist."""
     with session_scope(engine) as session:
-        tenant = session.get(Tenant, tenant_id)
-        if tenant is None:
-            raise LookupError(f"no tenant {tenant_id}")
-        return ZoneInfo(tenant.timezone)
+        return zone_of(session, tenant_id)
+
+
+def zone_of(session: Session, tenant_id: int) -> ZoneInfo:
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise LookupError(f"no tenant {tenant_id}")
+    return ZoneInfo(tenant.timezone)
 
 
 def tenant_costs(engine: Engine, tenant_id: int, start: date, end: date) -> list[DayCost]:
     """One DayCost per local day of the tenant's timezone in [start, end), days without cost
     included (zeros), oldest first. LookupError: no such tenant; ValueError: end < start."""
+    with session_scope(engine) as session:
+        return costs_in(session, tenant_id, start, end)
+
+
+def costs_in(session: Session, tenant_id: int, start: date, end: date) -> list[DayCost]:
+    """`tenant_costs` in an open session (the admin API's and the console's)."""
     if end < start:
         raise ValueError(f"end {end} is before start {start}")
-    tz = tenant_zone(engine, tenant_id)
+    tz = zone_of(session, tenant_id)
     since, until = local_bounds(tz, start, end)
     days = {start + timedelta(days=n): DayCost(start + timedelta(days=n))
             for n in range((end - start).days)}
-    with session_scope(engine) as session:
-        for at, purpose, micro_usd in session.exec(
-                select(Usage.created_at, Usage.purpose, Usage.micro_usd).where(
-                    Usage.tenant_id == tenant_id, col(Usage.created_at) >= since,
-                    col(Usage.created_at) < until)):
-            day = days[at.astimezone(tz).date()]
-            day.model_micro_usd[purpose_bucket(purpose)] += micro_usd
-            days[day.day] = replace(day, model_calls=day.model_calls + 1)
-        for at, category, micro_usd in session.exec(
-                select(WhatsAppCharge.charged_at, WhatsAppCharge.category,
-                       WhatsAppCharge.micro_usd).where(
-                    WhatsAppCharge.tenant_id == tenant_id,
-                    col(WhatsAppCharge.charged_at) >= since,
-                    col(WhatsAppCharge.charged_at) < until)):
-            day = days[at.astimezone(tz).date()]
-            day.whatsapp_micro_usd[category] = day.whatsapp_micro_usd.get(category, 0) + micro_usd
-            days[day.day] = replace(day, whatsapp_messages=day.whatsapp_messages + 1,
-                                    billed_messages=day.billed_messages + (micro_usd > 0))
+    for at, purpose, micro_usd in session.exec(
+            select(Usage.created_at, Usage.purpose, Usage.micro_usd).where(
+                Usage.tenant_id == tenant_id, col(Usage.created_at) >= since,
+                col(Usage.created_at) < until)):
+        day = days[at.astimezone(tz).date()]
+        day.model_micro_usd[purpose_bucket(purpose)] += micro_usd
+        days[day.day] = replace(day, model_calls=day.model_calls + 1)
+    for at, category, micro_usd in session.exec(
+            select(WhatsAppCharge.charged_at, WhatsAppCharge.category,
+                   WhatsAppCharge.micro_usd).where(
+                WhatsAppCharge.tenant_id == tenant_id, col(WhatsAppCharge.charged_at) >= since,
+                col(WhatsAppCharge.charged_at) < until)):
+        day = days[at.astimezone(tz).date()]
+        day.whatsapp_micro_usd[category] = day.whatsapp_micro_usd.get(category, 0) + micro_usd
+        days[day.day] = replace(day, whatsapp_messages=day.whatsapp_messages + 1,
+                                billed_messages=day.billed_messages + (micro_usd > 0))
     return list(days.values())
 
 
