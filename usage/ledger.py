@@ -24,8 +24,8 @@ from storage.db import session_scope
 from storage.models import Tenant, Usage, WhatsAppCharge
 
 # Anthropic list prices, USD per million tokens (input, output), by model family; a model whose
-# id names none of them is priced as sonnet. Sources: reference/anthropic.md §6 ("Sonnet 5 and
-# Sonnet 4.6 $3/$15 per MTok; Haiku 4.5 $1/$5; Opus 5/4.8 $5/$25").
+# id names none of them is priced as sonnet. Sources: Anthropic §6 ("Sonnet 5 and Sonnet 4.6
+# $3/$15 per MTok; Haiku 4.5 $1/$5; Opus 5/4.8 $5/$25").
 PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
 # Input multipliers: cache reads 0.1×, 5-minute cache writes 1.25×, 1-hour cache writes 2×.
 CACHE_READ, WRITE_5M, WRITE_1H = 0.1, 1.25, 2.0
@@ -47,7 +47,7 @@ def model_cost_micro_usd(model: str, input_tokens: int, cache_creation_input_tok
     `price_in × (input + 0.1 read + 1.25 (writes − 1h writes) + 2 × 1h writes)
     + price_out × output`, computed exactly (Decimal) and rounded once per call to the nearest
     µUSD, halves up. `cache_creation_input_tokens` counts all cache writes (the 1-hour ones
-    included: reference/anthropic.md §usage, `cache_creation.ephemeral_1h_input_tokens`).
+    included: Sources: Anthropic §1.3, `usage.cache_creation.ephemeral_1h_input_tokens`).
     Negative counts raise ValueError."""
     counts = (input_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens,
               cache_read_input_tokens, output_tokens)

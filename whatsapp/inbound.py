@@ -64,7 +64,7 @@ class StatusUpdate:
     recipient_user_id: str | None
     error_code: int | None
     error_reason: str | None
-    pricing: Pricing | None = None  # on `sent` and one of delivered/read (whatsapp.md §pricing)
+    pricing: Pricing | None = None  # on `sent` and one of delivered/read (Sources: WhatsApp §3.5)
 
 
 @dataclass(frozen=True)

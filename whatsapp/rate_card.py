@@ -8,10 +8,10 @@ RATE_CARD_PATH names (core/settings.py; entry points call `use_rate_card`). Its 
      "rates": [{"market": "BR", "category": "utility", "from": "2025-07-01", "usd": "0.0068"}]}
 
 `usd` is a decimal string (or number) of whole µUSD (at most 6 decimals), >= 0. A bad file
-raises RateCardError naming the entry at load: nothing is guessed. Sources: the `pricing` of a
-status (`billable`, `pricing_model`, `type`, `category`): shared/reference/whatsapp.md §pricing;
-service replies billed at the market's utility rate since 2026-10-01:
-shared/reference/meta-business-agent.md §1a.
+raises RateCardError naming the entry at load: nothing is guessed. The `pricing` of a
+status (`billable`, `pricing_model`, `type`, `category`; on `sent` and one of delivered/read):
+Sources: WhatsApp §3.5; service replies billed at the market's utility rate since 2026-10-01:
+Sources: MBA §1a.
 """
 
 import json
