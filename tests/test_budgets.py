@@ -1,0 +1,273 @@
+"""Monthly model budgets (issue 49 item 3): usage rows push a tenant's month-to-date model cost
+(the ledger's, usage/ledger.py) past 80 % and then 100 % of its budget; the owner is told once
+per level and month (the budgetalert row, the webhook event, the console's banner), then the
+turns use the fallback model (the Messages API double sees it) or hand off; a new month in the
+tenant's timezone starts again; one tenant's spend never counts toward another's budget.
+
+Budgets are set from the measured cost of the rows (never from prices written here), so the
+tests hold whatever the ledger's price table says.
+"""
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlmodel import Session, select
+
+from operations import service
+from replay.environment import ReplayEnvironment
+from storage import budgets, webhooks
+from storage.db import make_engine, session_scope
+from storage.models import (
+    BudgetAlert,
+    Conversation,
+    Tenant,
+    Usage,
+    WebhookEvent,
+)
+from tests.conftest import START, require_postgres
+from tests.console_helpers import GARAGE
+from tests.factories import BRUNO, TENANT, text_body
+from tests.test_console import Browser
+from usage.ledger import month_model_micro_usd
+from workers import budgets as turn_budgets
+
+FALLBACK = "claude-haiku-4-5"
+EVENTS = ["budget.warning", "budget.reached", "handoff.requested"]
+
+
+@pytest.fixture
+def env(database_url: str | None, redis_url: str | None) -> Iterator[ReplayEnvironment]:
+    environment = ReplayEnvironment(start=START, database_url=database_url, redis_url=redis_url)
+    environment.add_tenant(TENANT)
+    environment.add_tenant(GARAGE)
+    turn_budgets.forget()
+    yield environment
+    turn_budgets.forget()
+    environment.close()
+
+
+def _tenant(session: Session, phone_number_id: str = TENANT["phone_number_id"]) -> Tenant:
+    return session.exec(select(Tenant).where(Tenant.phone_number_id == phone_number_id)).one()
+
+
+def _spend(env: ReplayEnvironment, tenant_id: int, *, tokens: int, at: datetime) -> None:
+    """A Messages API call's usage row of the tenant at `at` (no conversation: a test's)."""
+    with session_scope(env.engine) as session:
+        session.add(Usage(tenant_id=tenant_id, conversation_id=None, purpose="turn",
+                          model=TENANT.get("agent_model", "claude-sonnet-5-5"),
+                          input_tokens=tokens, output_tokens=tokens // 10, created_at=at))
+    turn_budgets.forget()  # this process's cached cost: read it again
+
+
+def _spent(env: ReplayEnvironment, tenant_id: int) -> int:
+    with session_scope(env.engine) as session:
+        tenant = session.get(Tenant, tenant_id)
+        assert tenant is not None
+        start = budgets.month_start(tenant, env.clock.now())
+    return month_model_micro_usd(env.engine, tenant_id, start)
+
+
+def _set_budget(env: ReplayEnvironment, tenant_id: int, cents: int, **more: Any) -> None:
+    with session_scope(env.engine) as session:
+        tenant = session.get(Tenant, tenant_id)
+        assert tenant is not None
+        tenant.model_budget_cents = cents
+        for key, value in more.items():
+            setattr(tenant, key, value)
+        session.add(tenant)
+        webhooks.create_endpoint(session, tenant_id, url="https://hooks.example/budget",
+                                 events=EVENTS, now=env.clock.now())
+    turn_budgets.forget()
+
+
+def _budget_for(spent: int, percent: int) -> int:
+    """The budget in cents that `spent` µUSD is `percent` % of (rounded up: just under)."""
+    return -(-spent * 100 // (percent * budgets.MICRO_USD_PER_CENT))
+
+
+def _turn(env: ReplayEnvironment, text: str, n: int, script: list[dict[str, Any]],
+          who: tuple[str, str] = BRUNO, phone_number_id: str = TENANT["phone_number_id"]
+          ) -> None:
+    env.messages_api.script("turn", script)
+    body = text_body(text, n, who=who, sent_at=env.clock.now(), phone_number_id=phone_number_id)
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    env.drain()
+
+
+def _texts_sent(env: ReplayEnvironment) -> list[str]:
+    return [str(s.body["text"]["body"]) for s in env.graph_api.sent
+            if s.body.get("type") == "text"]
+
+
+def _events(env: ReplayEnvironment, tenant_id: int) -> list[str]:
+    with session_scope(env.engine) as session:
+        return [e.type for e in session.exec(select(WebhookEvent).where(
+            WebhookEvent.tenant_id == tenant_id).order_by(WebhookEvent.created_at))]
+
+
+def _banner(env: ReplayEnvironment, tenant_id: int) -> str:
+    with session_scope(env.engine) as session:
+        tenant = session.get(Tenant, tenant_id)
+        assert tenant is not None
+        token = str(service.create_token(session, tenant, label="dona",
+                                         now=env.clock.now())["token"])
+    browser = Browser(env.web_url)
+    browser.sign_in(token)
+    page = browser.request("/console/")[1]
+    start = page.find('id="budget-banner"')
+    return "" if start < 0 else page[start:page.find("</div>", start)]
+
+
+def test_a_crossing_warns_once_then_the_fallback_model_answers_and_a_new_month_resets(
+        env: ReplayEnvironment) -> None:
+    with session_scope(env.engine) as session:
+        tenant_id = int(_tenant(session).id or 0)
+    _spend(env, tenant_id, tokens=100_000, at=START - timedelta(hours=1))
+    spent = _spent(env, tenant_id)
+    assert spent > 0
+    _set_budget(env, tenant_id, _budget_for(spent, 85))  # 85 %: past the warning
+    _turn(env, "oi", 1, [{"text": "Olá! Em que posso ajudar?"}])
+    _turn(env, "tem horário?", 2, [{"text": "Tenho amanhã às 14h."}])
+    models = [c.request["model"] for c in env.messages_api.calls if c.purpose == "turn"]
+    assert models == ["claude-sonnet-5-5"] * 2  # under 100 %: the tenant's model
+    assert _events(env, tenant_id) == ["budget.warning"]  # once, not per turn
+    assert "80%" in _banner(env, tenant_id)
+
+    _spend(env, tenant_id, tokens=100_000, at=env.clock.now())  # now well past 100 %
+    _turn(env, "e amanhã?", 3, [{"text": "Amanhã às 15h."}])
+    _turn(env, "ok", 4, [{"text": "Combinado."}])
+    models = [c.request["model"] for c in env.messages_api.calls if c.purpose == "turn"]
+    assert models[2:] == [FALLBACK, FALLBACK]
+    assert _events(env, tenant_id) == ["budget.warning", "budget.reached"]
+    assert "orçamento do agente para este mês foi atingido" in _banner(env, tenant_id)
+    assert _texts_sent(env)[-1] == "Combinado."
+
+    env.clock.advance(timedelta(days=30))  # 2026-07-01 10:00 in São Paulo: a new month
+    turn_budgets.forget()
+    _turn(env, "oi de novo", 5, [{"text": "Olá!"}])
+    models = [c.request["model"] for c in env.messages_api.calls if c.purpose == "turn"]
+    assert models[-1] == "claude-sonnet-5-5"
+    assert _banner(env, tenant_id) == ""
+    assert _events(env, tenant_id) == ["budget.warning", "budget.reached"]
+
+
+def test_over_budget_with_handoff_the_customer_gets_the_handoff_text_and_staff_hold(
+        env: ReplayEnvironment) -> None:
+    with session_scope(env.engine) as session:
+        tenant_id = int(_tenant(session).id or 0)
+    _spend(env, tenant_id, tokens=200_000, at=START - timedelta(hours=1))
+    _set_budget(env, tenant_id, _budget_for(_spent(env, tenant_id), 100) - 1,
+                budget_action="handoff", handoff_text="Já te chamo alguém da equipe.")
+    calls = len(env.messages_api.calls)
+    _turn(env, "oi, quero marcar", 1, [])
+    assert len(env.messages_api.calls) == calls  # no model call at all
+    sent = _texts_sent(env)
+    assert sent and sent[-1].startswith("Já te chamo alguém da equipe.")
+    with session_scope(env.engine) as session:
+        conversation = session.exec(select(Conversation).where(
+            Conversation.tenant_id == tenant_id)).one()
+        assert conversation.staff_until is not None and conversation.staff_until > \
+            env.clock.now()
+        assert conversation.handoff_at is not None
+    assert _events(env, tenant_id) == ["budget.warning", "budget.reached",
+                                       "handoff.requested"]
+    assert "passam para a equipe" in _banner(env, tenant_id)
+
+
+def test_one_tenants_spend_never_counts_toward_anothers_budget(env: ReplayEnvironment) -> None:
+    with session_scope(env.engine) as session:
+        salon_id = int(_tenant(session).id or 0)
+        garage_id = int(_tenant(session, GARAGE["phone_number_id"]).id or 0)
+    _spend(env, salon_id, tokens=50_000, at=START - timedelta(hours=1))
+    salon_spent = _spent(env, salon_id)
+    _set_budget(env, salon_id, _budget_for(salon_spent, 50))  # the salon at 50 %
+    _spend(env, garage_id, tokens=5_000_000, at=START - timedelta(hours=1))  # the garage: lots
+    assert _spent(env, salon_id) == salon_spent
+    _turn(env, "oi", 1, [{"text": "Olá!"}])
+    assert env.messages_api.calls[-1].request["model"] == "claude-sonnet-5-5"
+    assert _events(env, salon_id) == [] and _banner(env, salon_id) == ""
+
+
+def test_the_month_is_the_tenants_calendar_month(env: ReplayEnvironment) -> None:
+    """A call at 23:30 of 31 May in São Paulo (02:30 UTC on 1 June) is May's."""
+    with session_scope(env.engine) as session:
+        tenant_id = int(_tenant(session).id or 0)
+    _spend(env, tenant_id, tokens=100_000, at=datetime(2026, 6, 1, 2, 30, tzinfo=UTC))
+    assert _spent(env, tenant_id) == 0
+    _spend(env, tenant_id, tokens=100_000, at=datetime(2026, 6, 1, 3, 0, tzinfo=UTC))
+    assert _spent(env, tenant_id) > 0
+
+
+@given(cents=st.integers(1, 100_000_000), spent=st.integers(0, 2 * 10**12))
+def test_the_levels_are_integer_thresholds(cents: int, spent: int) -> None:
+    tenant = Tenant(phone_number_id="1", name="x", created_at=START, model_budget_cents=cents)
+    budget = cents * budgets.MICRO_USD_PER_CENT
+    level = budgets.level_of(tenant, spent)
+    assert (level == budgets.REACHED) == (spent >= budget)
+    assert (level == budgets.WARNING) == (5 * spent >= 4 * budget and spent < budget)
+    tenant.model_budget_cents = 0
+    assert budgets.level_of(tenant, spent) is None
+
+
+@given(moment=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
+                           timezones=st.just(UTC)),
+       zone=st.sampled_from(["America/Sao_Paulo", "America/Manaus", "America/Noronha",
+                             "Europe/Lisbon", "Pacific/Kiritimati", "Pacific/Pago_Pago"]))
+def test_the_month_start_is_midnight_of_the_first_in_the_zone(moment: datetime,
+                                                              zone: str) -> None:
+    tenant = Tenant(phone_number_id="1", name="x", created_at=START, timezone=zone)
+    start = budgets.month_start(tenant, moment)
+    local, here = start.astimezone(ZoneInfo(zone)), moment.astimezone(ZoneInfo(zone))
+    assert (local.day, local.hour, local.minute) == (1, 0, 0)
+    assert start <= moment and (local.year, local.month) == (here.year, here.month)
+    assert budgets.month_of(tenant, moment) == local.date()
+
+
+def test_concurrent_crossings_record_each_level_once_on_postgres() -> None:
+    """Eight sessions race to record the same month's levels: one row and one event each."""
+    url = require_postgres()
+    environment = ReplayEnvironment(start=START, database_url=url)
+    try:
+        environment.add_tenant(TENANT)
+        with session_scope(environment.engine) as session:
+            tenant = _tenant(session)
+            tenant.model_budget_cents = 100
+            session.add(tenant)
+            webhooks.create_endpoint(session, int(tenant.id or 0),
+                                     url="https://hooks.example/budget", events=EVENTS,
+                                     now=START)
+            tenant_id = int(tenant.id or 0)
+        engine = make_engine(environment.engine.url.render_as_string(hide_password=False))
+        barrier, recorded = threading.Barrier(8), []
+
+        def race() -> None:
+            with session_scope(engine) as session:
+                tenant = session.get(Tenant, tenant_id)
+                assert tenant is not None
+                barrier.wait()
+                recorded.extend(budgets.record_level(session, tenant, budgets.REACHED,
+                                                     spent_micro_usd=2_000_000, now=START))
+
+        threads = [threading.Thread(target=race) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        engine.dispose()
+        assert sorted(recorded) == [budgets.REACHED, budgets.WARNING]
+        with session_scope(environment.engine) as session:
+            rows = session.exec(select(BudgetAlert.level).where(
+                BudgetAlert.tenant_id == tenant_id)).all()
+            events = session.exec(select(WebhookEvent.type).where(
+                WebhookEvent.tenant_id == tenant_id)).all()
+        assert sorted(rows) == ["reached", "warning"]
+        assert sorted(events) == ["budget.reached", "budget.warning"]
+    finally:
+        environment.close()
