@@ -1,5 +1,5 @@
 """The levels of a tenant's monthly model budget (issue 49 item 3): the calendar month in the
-tenant's timezone (`month_start`), the level a month-to-date cost is at (`level_of`), and
+tenant's timezone (`month_of`), the level a month-to-date cost is at (`level_of`), and
 the once-per-month record of a level reached (`record_level`), which the console's banner
 reads (`banner_level`). The turn-side switch is workers/budgets.py.
 
@@ -7,7 +7,7 @@ Money: the budget is in US cents (`Tenant.model_budget_cents`), costs in integer
 (micro-dollars, the ledger's unit: usage/ledger.py); 1 cent = 10,000 µUSD.
 """
 
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.exc import IntegrityError
@@ -23,16 +23,9 @@ WARNING_PERCENT = 80  # the owner is told at 80 % of the budget (issue 49)
 EVENTS = {WARNING: "budget.warning", REACHED: "budget.reached"}
 
 
-def month_start(tenant: Tenant, now: datetime) -> datetime:
-    """The start (aware, UTC) of the calendar month `now` falls in, in the tenant's timezone:
-    midnight of its first day there."""
-    zone = ZoneInfo(tenant.timezone)
-    local = now.astimezone(zone)
-    return datetime(local.year, local.month, 1, tzinfo=zone).astimezone(UTC)
-
-
 def month_of(tenant: Tenant, now: datetime) -> date:
-    """The first day of the tenant's calendar month at `now` (the key of its alerts)."""
+    """The first day of the calendar month `now` falls in, in the tenant's timezone: the key
+    of its alerts and the month the ledger sums (usage/ledger.month_model_micro_usd)."""
     local = now.astimezone(ZoneInfo(tenant.timezone))
     return date(local.year, local.month, 1)
 
@@ -85,12 +78,6 @@ def _record_once(session: Session, tenant: Tenant, level: str, spent: int,
     except IntegrityError:  # another turn recorded it first
         return False
     return True
-
-
-def recorded_levels(session: Session, tenant: Tenant, now: datetime) -> set[str]:
-    """The levels the tenant's current month has reached (recorded by `record_level`)."""
-    return set(session.exec(select(BudgetAlert.level).where(
-        BudgetAlert.tenant_id == tenant.id, BudgetAlert.month == month_of(tenant, now))))
 
 
 def banner_level(session: Session, tenant: Tenant, now: datetime) -> str | None:

@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
@@ -70,8 +69,8 @@ def _spent(env: ReplayEnvironment, tenant_id: int) -> int:
     with session_scope(env.engine) as session:
         tenant = session.get(Tenant, tenant_id)
         assert tenant is not None
-        start = budgets.month_start(tenant, env.clock.now())
-    return month_model_micro_usd(env.engine, tenant_id, start)
+        month = budgets.month_of(tenant, env.clock.now())
+    return month_model_micro_usd(env.engine, tenant_id, month)
 
 
 def _set_budget(env: ReplayEnvironment, tenant_id: int, cents: int, **more: Any) -> None:
@@ -214,20 +213,6 @@ def test_the_levels_are_integer_thresholds(cents: int, spent: int) -> None:
     assert (level == budgets.WARNING) == (5 * spent >= 4 * budget and spent < budget)
     tenant.model_budget_cents = 0
     assert budgets.level_of(tenant, spent) is None
-
-
-@given(moment=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
-                           timezones=st.just(UTC)),
-       zone=st.sampled_from(["America/Sao_Paulo", "America/Manaus", "America/Noronha",
-                             "Europe/Lisbon", "Pacific/Kiritimati", "Pacific/Pago_Pago"]))
-def test_the_month_start_is_midnight_of_the_first_in_the_zone(moment: datetime,
-                                                              zone: str) -> None:
-    tenant = Tenant(phone_number_id="1", name="x", created_at=START, timezone=zone)
-    start = budgets.month_start(tenant, moment)
-    local, here = start.astimezone(ZoneInfo(zone)), moment.astimezone(ZoneInfo(zone))
-    assert (local.day, local.hour, local.minute) == (1, 0, 0)
-    assert start <= moment and (local.year, local.month) == (here.year, here.month)
-    assert budgets.month_of(tenant, moment) == local.date()
 
 
 def test_concurrent_crossings_record_each_level_once_on_postgres() -> None:

@@ -26,7 +26,7 @@ default) and keep the turns' context, and so their cost, small.
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 import structlog
 from sqlalchemy import Engine
@@ -41,8 +41,8 @@ from workers.runtime import Runtime
 log = structlog.get_logger(__name__)
 
 CACHE_SECONDS = 30.0  # wall clock (time.monotonic): the product's clock stands still in replays
-_spent: dict[tuple[int, datetime], tuple[float, int]] = {}  # (tenant, month) → (read at, µUSD)
-_told: set[tuple[int, datetime, str]] = set()  # levels this process saw recorded
+_spent: dict[tuple[int, date], tuple[float, int]] = {}  # (tenant, month) → (read at, µUSD)
+_told: set[tuple[int, date, str]] = set()  # levels this process saw recorded
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ def decide(runtime: Runtime, tenant: Tenant, *, now: datetime,
     if budgets.budget_micro_usd(tenant) is None:
         return UNDER_BUDGET
     assert tenant.id is not None
-    start = budgets.month_start(tenant, now)
-    spent = month_spent(runtime.engine, tenant.id, start)
+    month = budgets.month_of(tenant, now)
+    spent = month_spent(runtime.engine, tenant.id, month)
     level = budgets.level_of(tenant, spent)
     if level is None:
         return UNDER_BUDGET
-    _tell_once(runtime, tenant, level, spent=spent, start=start, now=now)
+    _tell_once(runtime, tenant, level, spent=spent, month=month, now=now)
     if level != budgets.REACHED:
         return UNDER_BUDGET
     action = "handoff" if tenant.budget_action == "handoff" else "fallback"
@@ -83,14 +83,14 @@ def decide(runtime: Runtime, tenant: Tenant, *, now: datetime,
     return Decision(model=tenant.fallback_model)
 
 
-def month_spent(engine: Engine, tenant_id: int, start: datetime) -> int:
-    """The tenant's model cost in µUSD since `start` (the ledger's), read again once older
-    than CACHE_SECONDS in this process."""
-    key, wall = (tenant_id, start), time.monotonic()
+def month_spent(engine: Engine, tenant_id: int, month: date) -> int:
+    """The tenant's model cost in µUSD in its local calendar month `month` (the ledger's: two
+    short reads), read again once older than CACHE_SECONDS in this process."""
+    key, wall = (tenant_id, month), time.monotonic()
     cached = _spent.get(key)
     if cached is not None and wall - cached[0] < CACHE_SECONDS:
         return cached[1]
-    spent = month_model_micro_usd(engine, tenant_id, start)
+    spent = month_model_micro_usd(engine, tenant_id, month)
     _spent[key] = (wall, spent)
     return spent
 
@@ -102,12 +102,12 @@ def forget() -> None:
     _told.clear()
 
 
-def _tell_once(runtime: Runtime, tenant: Tenant, level: str, *, spent: int, start: datetime,
+def _tell_once(runtime: Runtime, tenant: Tenant, level: str, *, spent: int, month: date,
                now: datetime) -> None:
     """Record `level` (storage/budgets.record_level: the banner and the webhook event) unless
     this process already saw it recorded this month; log and count it when this call did."""
     assert tenant.id is not None
-    key = (tenant.id, start, level)
+    key = (tenant.id, month, level)
     if key in _told:
         return
     with session_scope(runtime.engine) as session:
