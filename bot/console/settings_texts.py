@@ -121,6 +121,8 @@ PT_BR_PROBLEMS: list[tuple[str, str]] = [
     (r"'(\S+)' is not a (?:country|subdivision).*",
      r"'\1' não é um calendário de feriados conhecido (ex.: BR, BR-SP, none)"),
     (r"Input should be a valid boolean.*", "use sim ou não"),
+    (r"Input should be 'fallback' or 'handoff'",
+     "use fallback (modelo mais barato) ou handoff (passar para a equipe)"),
 ]
 
 
