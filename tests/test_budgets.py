@@ -11,6 +11,7 @@ tests hold whatever the ledger's price table says.
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlmodel import Session, select
 
+from cli.main import main
 from operations import service
 from replay.environment import ReplayEnvironment
 from storage import budgets, webhooks
@@ -33,6 +35,7 @@ from storage.models import (
 from tests.conftest import START, require_postgres
 from tests.console_helpers import GARAGE
 from tests.factories import BRUNO, TENANT, text_body
+from tests.test_admin_api import OPERATOR, call
 from tests.test_console import Browser
 from usage.ledger import month_model_micro_usd
 from workers import budgets as turn_budgets
@@ -254,5 +257,38 @@ def test_concurrent_crossings_record_each_level_once_on_postgres() -> None:
                 WebhookEvent.tenant_id == tenant_id)).all()
         assert sorted(rows) == ["reached", "warning"]
         assert sorted(events) == ["budget.reached", "budget.warning"]
+    finally:
+        environment.close()
+
+
+def test_the_budget_is_set_by_the_cli_and_the_admin_api_and_bad_values_change_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        redis_url: str | None) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path}/wagent.db")
+    assert main(["db", "upgrade"]) == 0
+    (tmp_path / "tenant.json").write_text(json.dumps(TENANT))
+    assert main(["tenant", "create", str(tmp_path / "tenant.json")]) == 0
+    pnid = TENANT["phone_number_id"]
+    capsys.readouterr()
+    assert main(["tenant", "update", pnid, "--set", "model_budget_cents=5000", "--set",
+                 "budget_action=handoff"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["model_budget_cents"], shown["budget_action"], shown["fallback_model"]) == (
+        5000, "handoff", FALLBACK)
+    assert main(["tenant", "update", pnid, "--set", "model_budget_cents=-1", "--set",
+                 "budget_action=stop"]) == 2
+    err = capsys.readouterr().err
+    assert "model_budget_cents" in err and "budget_action" in err
+
+    environment = ReplayEnvironment(start=START, redis_url=redis_url, admin_token=OPERATOR)
+    try:
+        environment.add_tenant(TENANT)
+        status, body = call(environment, "PATCH", "/admin/tenants/1",
+                            {"model_budget_cents": 1234, "fallback_model": "claude-haiku-4-5"})
+        assert status == 200 and body["model_budget_cents"] == 1234
+        status, body = call(environment, "PATCH", "/admin/tenants/1",
+                            {"fallback_model": "gpt-4", "model_budget_cents": 1})
+        assert status == 422 and "fallback_model" in json.dumps(body)
+        assert call(environment, "GET", "/admin/tenants/1")[1]["model_budget_cents"] == 1234
     finally:
         environment.close()
