@@ -108,10 +108,18 @@ def _texts_sent(env: ReplayEnvironment) -> list[str]:
             if s.body.get("type") == "text"]
 
 
+def _counted(env: ReplayEnvironment, name: str) -> dict[str, float]:
+    """The counter `name` by its labels' JSON (core/metrics.py: one Redis hash)."""
+    fields = env.redis.hgetall(f"{env.settings.redis_prefix}:metrics")
+    return {field.decode().split("\t")[2]: float(value) for field, value in fields.items()
+            if field.decode().split("\t")[0] == name}
+
+
 def _events(env: ReplayEnvironment, tenant_id: int) -> list[str]:
+    """The tenant's webhook events' types, sorted (one frozen clock: equal times)."""
     with session_scope(env.engine) as session:
-        return [e.type for e in session.exec(select(WebhookEvent).where(
-            WebhookEvent.tenant_id == tenant_id).order_by(WebhookEvent.created_at))]
+        return sorted(session.exec(select(WebhookEvent.type).where(
+            WebhookEvent.tenant_id == tenant_id)))
 
 
 def _banner(env: ReplayEnvironment, tenant_id: int) -> str:
@@ -147,9 +155,12 @@ def test_a_crossing_warns_once_then_the_fallback_model_answers_and_a_new_month_r
     _turn(env, "ok", 4, [{"text": "Combinado."}])
     models = [c.request["model"] for c in env.messages_api.calls if c.purpose == "turn"]
     assert models[2:] == [FALLBACK, FALLBACK]
-    assert _events(env, tenant_id) == ["budget.warning", "budget.reached"]
+    assert _events(env, tenant_id) == ["budget.reached", "budget.warning"]
     assert "orçamento do agente para este mês foi atingido" in _banner(env, tenant_id)
     assert _texts_sent(env)[-1] == "Combinado."
+    assert _counted(env, "wagent_budget_turns_total") == {'{"action":"fallback"}': 2}
+    assert _counted(env, "wagent_budget_alerts_total") == {'{"level":"warning"}': 1,
+                                                           '{"level":"reached"}': 1}
 
     env.clock.advance(timedelta(days=30))  # 2026-07-01 10:00 in São Paulo: a new month
     turn_budgets.forget()
@@ -157,7 +168,7 @@ def test_a_crossing_warns_once_then_the_fallback_model_answers_and_a_new_month_r
     models = [c.request["model"] for c in env.messages_api.calls if c.purpose == "turn"]
     assert models[-1] == "claude-sonnet-5-5"
     assert _banner(env, tenant_id) == ""
-    assert _events(env, tenant_id) == ["budget.warning", "budget.reached"]
+    assert _events(env, tenant_id) == ["budget.reached", "budget.warning"]
 
 
 def test_over_budget_with_handoff_the_customer_gets_the_handoff_text_and_staff_hold(
@@ -178,7 +189,7 @@ def test_over_budget_with_handoff_the_customer_gets_the_handoff_text_and_staff_h
         assert conversation.staff_until is not None and conversation.staff_until > \
             env.clock.now()
         assert conversation.handoff_at is not None
-    assert _events(env, tenant_id) == ["budget.warning", "budget.reached",
+    assert _events(env, tenant_id) == ["budget.reached", "budget.warning",
                                        "handoff.requested"]
     assert "passam para a equipe" in _banner(env, tenant_id)
 
