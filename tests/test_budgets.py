@@ -37,7 +37,7 @@ from tests.console_helpers import GARAGE
 from tests.factories import BRUNO, TENANT, text_body
 from tests.test_admin_api import OPERATOR, call
 from tests.test_console import Browser
-from usage.ledger import month_model_micro_usd
+from usage.ledger import model_cost_micro_usd, month_model_micro_usd
 from workers import budgets as turn_budgets
 
 FALLBACK = "claude-haiku-4-5"
@@ -60,11 +60,14 @@ def _tenant(session: Session, phone_number_id: str = TENANT["phone_number_id"]) 
 
 
 def _spend(env: ReplayEnvironment, tenant_id: int, *, tokens: int, at: datetime) -> None:
-    """A Messages API call's usage row of the tenant at `at` (no conversation: a test's)."""
+    """A Messages API call's usage row of the tenant at `at` (no conversation: a test's),
+    costed as workers/jobs.record_call_usage costs one."""
+    model = "claude-sonnet-5-5"
     with session_scope(env.engine) as session:
         session.add(Usage(tenant_id=tenant_id, conversation_id=None, purpose="turn",
-                          model=TENANT.get("agent_model", "claude-sonnet-5-5"),
-                          input_tokens=tokens, output_tokens=tokens // 10, created_at=at))
+                          model=model, input_tokens=tokens, output_tokens=tokens // 10,
+                          created_at=at, micro_usd=model_cost_micro_usd(
+                              model, tokens, 0, 0, 0, tokens // 10)))  # the ledger's price
     turn_budgets.forget()  # this process's cached cost: read it again
 
 
