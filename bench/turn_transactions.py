@@ -100,7 +100,8 @@ def main() -> None:
     total = {k: sum(r[k] for r in results.values()) for k in ("commits", "statements",
                                                             "conversation_reads")}
     print(json.dumps({"database": "postgresql" if args.database_url else "sqlite",
-                      "budget_cents": args.budget_cents, "turns": results, "total": total, "sends": sends}))
+                      "budget_cents": args.budget_cents, "turns": results, "total": total,
+                      "sends": sends}))
 
 
 if __name__ == "__main__":
