@@ -107,7 +107,7 @@ def _turn(env: ReplayEnvironment, text: str, n: int, script: list[dict[str, Any]
 
 
 def _texts_sent(env: ReplayEnvironment) -> list[str]:
-    return [str(s.body["text"]["body"]) for s in env.graph_api.sent
+    return [str(s.body["text"]["body"]) for s in env.graph_api.sends
             if s.body.get("type") == "text"]
 
 
