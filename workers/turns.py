@@ -6,9 +6,11 @@ story of named steps:
 1. before the model (`_before_model`, one transaction): load the conversation
    (workers/conversation_state.py), hold the messages while staff answer, reopen what an
    apology covered, stop when nothing waits; render the context block at a session's first turn;
+   then the month's model budget (workers/budgets.py) picks the turn's model, or the handoff;
 2. repair what a crashed attempt left: media to resolve, a tool round without results;
 3. place the new messages (`_place`, one transaction): answer reminder taps, refuse a turn
    whose 24-hour window closed, else prepare the window and request (workers/turn_window.py);
+   over budget with `handoff`: the handoff text, no model call (`_budget_handoff`);
 4. converse (`_converse_or_apologise`): the tool loop, storing every block as it happens; any
    failure ends in the one apology (or a retry later, or held while the provider is down);
 5. finish (`_finish_turn`): the reply with its outbox rows and the "answered" marks in one
