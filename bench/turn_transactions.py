@@ -6,7 +6,12 @@ Three turns of the bundled tenant (tests/factories.TENANT): a greeting answered 
 booking (one tool round, then the reply); a second message in the same session answered in one
 call. Only the statements run inside `handle_turn` count (not the job shell's lock and fence).
 
-Usage: python bench/turn_transactions.py [--database-url URL]   (default: a SQLite file)
+With `--budget-cents N` the tenant has a monthly model budget of N US cents (issue 49,
+workers/budgets.py): its turns read the month's cost from the ledger, at most once per
+CACHE_SECONDS per process.
+
+Usage: python bench/turn_transactions.py [--database-url URL] [--budget-cents N]
+(default: a SQLite file, no budget)
 Prints one JSON object: per turn and in total, commits, statements and conversation reads.
 """
 
@@ -53,6 +58,7 @@ class Counter:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--budget-cents", type=int, default=None)
     args = parser.parse_args()
     env = ReplayEnvironment(start=START, database_url=args.database_url)
     counter = Counter()
@@ -70,7 +76,8 @@ def main() -> None:
     turns.handle_turn = counted  # the job shell looks it up at call time
     results: dict[str, dict[str, int]] = {}
     try:
-        env.add_tenant(TENANT)
+        env.add_tenant({**TENANT, "model_budget_cents": args.budget_cents}
+                       if args.budget_cents else TENANT)
         env.messages_api.script("turn", [{"text": "Oi! Como posso ajudar?"}])
         env.post_webhook(json.dumps(text_body("oi", 1)).encode())
         env.drain()
@@ -93,7 +100,8 @@ def main() -> None:
     total = {k: sum(r[k] for r in results.values()) for k in ("commits", "statements",
                                                             "conversation_reads")}
     print(json.dumps({"database": "postgresql" if args.database_url else "sqlite",
-                      "turns": results, "total": total, "sends": sends}))
+                      "budget_cents": args.budget_cents, "turns": results, "total": total,
+                      "sends": sends}))
 
 
 if __name__ == "__main__":

@@ -83,6 +83,12 @@ SPECS = {spec.name: spec for spec in (
     Spec("wagent_handoffs_unanswered_total", "counter",
          "Handoffs no staff message answered within the tenant's handoff_alert_minutes "
          "(alerted once each)."),
+    Spec("wagent_budget_alerts_total", "counter",
+         "Monthly model budget levels reached (warning at 80 %, reached at 100 %), each "
+         "once per tenant and month (workers/budgets.py).", ("level",)),
+    Spec("wagent_budget_turns_total", "counter",
+         "Turns over their tenant's monthly model budget, by what they did instead "
+         "(fallback: the fallback model; handoff: the handoff text).", ("action",)),
     Spec("wagent_graph_errors_total", "counter",
          "Graph API sends refused or failed, by Graph error.code (http_<status> when the "
          "answer had none, unreachable when no connection was made: retried, network when "

@@ -8,7 +8,7 @@ PostgreSQL. No `from __future__ import annotations` here (SQLModel relationships
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Index, LargeBinary, Text, UniqueConstraint, text
+from sqlalchemy import JSON, BigInteger, Index, LargeBinary, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -116,6 +116,12 @@ class Tenant(SQLModel, table=True):
     # the declared order-details template (an ORDER_DETAILS button) asking for the deposit
     # outside the 24-hour window (empty: such a request is recorded as not sent)
     deposit_template: str = Field(default="", max_length=512)
+    # issue 49, budgets (workers/budgets.py): the monthly model budget in US cents (None or
+    # 0: no budget), what a turn does once the month's model cost reached it ("fallback":
+    # the `fallback_model`; "handoff": the handoff text, staff take over)
+    model_budget_cents: int | None = None
+    budget_action: str = Field(default="fallback", max_length=16)
+    fallback_model: str = Field(default="claude-haiku-4-5", max_length=64)
 
 
 class Service(SQLModel, table=True):
@@ -880,3 +886,22 @@ class PaymentEvent(SQLModel, table=True):
     amount_cents: int | None = None
     outcome: str = Field(default="pending", max_length=24)
     received_at: datetime
+
+
+class BudgetAlert(SQLModel, table=True):
+    """A budget level a tenant's month reached (issue 49, storage/budgets.py): `level`
+    "warning" (80 %) or "reached" (100 %), `month` the first day of the calendar month in the
+    tenant's timezone. The unique key makes the owner's alert (the console banner, the
+    `budget.warning`/`budget.reached` webhook event) once per month and level, whatever
+    turns race for it."""
+
+    __table_args__ = (UniqueConstraint("tenant_id", "month", "level",
+                                       name="uq_budget_alert_month_level"),)
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE")
+    month: date
+    level: str = Field(max_length=16)
+    # the month-to-date model cost that crossed the level
+    spent_micro_usd: int = Field(sa_type=BigInteger)
+    budget_cents: int  # the budget it was measured against
+    created_at: datetime

@@ -364,6 +364,20 @@ class TenantSettings(_Strict):
                     "button, asking for a deposit outside the 24-hour window (a paid message; "
                     "its parameters: customer_name, amount, until); empty: not sent")
 
+    # issue 49: the monthly model budget (workers/budgets.py)
+    model_budget_cents: int | None = Field(
+        None, ge=0, le=100_000_000, description="monthly model budget in US cents (the "
+                                                "calendar month in the tenant's timezone); "
+                                                "0: none. At 80 % the owner is told; at 100 % "
+                                                "budget_action applies")
+    budget_action: Literal["fallback", "handoff"] | None = Field(
+        None, description="once the month's model cost reaches the budget: fallback (turns "
+                          "use fallback_model; the default) or handoff (the customer gets "
+                          "the handoff text and staff take over)")
+    fallback_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$",
+                                       description="the model of a turn over budget "
+                                                   "(default claude-haiku-4-5)")
+
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str | None) -> str | None:

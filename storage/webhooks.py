@@ -43,6 +43,8 @@ EVENT_TYPES = (
     "message.failed",  # storage/messages.py refresh_delivery: a reply ended failed
     "waitlist.filled",  # workers/waitlist.py: a freed slot booked by a waiting customer (issue 47)
     "payment.received",  # storage/deposits.py confirm: a deposit paid (`late`: after release)
+    "budget.warning",  # storage/budgets.py: the month's model cost reached 80 % of the budget
+    "budget.reached",  # storage/budgets.py: ... 100 % (turns fall back or hand off; issue 49)
 )
 MAX_ENDPOINTS = 10  # per tenant
 DISABLE_AFTER = timedelta(hours=24)  # an endpoint failing this long is disabled

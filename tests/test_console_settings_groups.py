@@ -1,7 +1,7 @@
-"""The console settings page's grouped sections (privacy and calendar, waitlist, Pix deposit):
-a change saved in the console is what the admin API then reads, and a bad value shows a clear
-Portuguese error beside its field and changes nothing (not even the good values posted with
-it). The rules are operations/settings.py's, the API's and the CLI's own."""
+"""The console settings page's grouped sections (privacy and calendar, waitlist, Pix deposit,
+the model budget): a change saved in the console is what the admin API then reads, and a bad
+value shows a clear Portuguese error beside its field and changes nothing (not even the good
+values posted with it). The rules are operations/settings.py's, the API's and the CLI's own."""
 
 from collections.abc import Iterator
 from typing import Any
@@ -66,6 +66,10 @@ GROUPS = {
                  {"deposit_cents": 125050, "deposit_percent": 0, "deposit_hold_minutes": 45,
                   "deposit_refund": "owed", "pix_key": "12345678000199",
                   "pix_key_type": "CNPJ", "deposit_template": ""}),
+    "budget": ({"model_budget_cents": "50,00", "budget_action": "handoff",
+                "fallback_model": "claude-haiku-4-5"},
+               {"model_budget_cents": 5000, "budget_action": "handoff",
+                "fallback_model": "claude-haiku-4-5"}),
 }
 
 
@@ -82,6 +86,9 @@ def test_a_group_saved_in_the_console_is_what_the_api_reads(
     page = browser.request("/console/settings")[1]  # the page shows what it saved
     if group == "deposits":
         assert 'value="1.250,50"' in page and 'value="CNPJ" selected' in page
+    if group == "budget":
+        assert 'value="50,00"' in page and 'value="handoff" selected' in page
+        assert "passar a conversa para a equipe" in page
 
 
 BAD = [
@@ -94,6 +101,9 @@ BAD = [
     ("deposit_percent", "150", "deve ser no máximo 100"),
     ("pix_key_type", "RANDOM", "formato inválido"),
     ("deposit_template", "nao_declarado", "'nao_declarado' não é um dos modelos aprovados"),
+    ("model_budget_cents", "muito", "'muito' não é um valor (ex.: 50 ou 50,00)"),
+    ("budget_action", "desligar", "use fallback (modelo mais barato) ou handoff"),
+    ("fallback_model", "gpt-4", "formato inválido"),
 ]
 
 

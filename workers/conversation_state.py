@@ -17,6 +17,9 @@ class ConversationState:
     tenant: Tenant
     contact: Contact
     conversation: Conversation
+    # the turn's model when it is not the tenant's `agent_model` (workers/budgets.py: a turn
+    # over the monthly budget uses the tenant's `fallback_model`)
+    model: str | None = None
     tenant_id: int = field(init=False)
     contact_id: int = field(init=False)
     conversation_id: int = field(init=False)

@@ -179,7 +179,8 @@ def request_in(session: Session, settings: Settings, state: ConversationState,
     registry: workers/turns.py) and `context_block`, applied to each round's messages."""
     today = clock.now().astimezone(ZoneInfo(state.tenant.timezone)).date()
     tenant = replace(tenant_prompt(state.tenant), catalogue=catalogue.catalogue_text(
-        catalogue.load(session, state.tenant, today)))
+        catalogue.load(session, state.tenant, today)),
+        model=state.model or state.tenant.agent_model)  # over budget: workers/budgets.py
     closed = closed_note(session, state.tenant, clock.now())  # agent/tools/handoff.py
     user_id = opaque_user_id(state.tenant_id, state.contact_id)
     max_tokens = settings.max_output_tokens

@@ -6,9 +6,11 @@ story of named steps:
 1. before the model (`_before_model`, one transaction): load the conversation
    (workers/conversation_state.py), hold the messages while staff answer, reopen what an
    apology covered, stop when nothing waits; render the context block at a session's first turn;
+   then the month's model budget (workers/budgets.py) picks the turn's model, or the handoff;
 2. repair what a crashed attempt left: media to resolve, a tool round without results;
 3. place the new messages (`_place`, one transaction): answer reminder taps, refuse a turn
    whose 24-hour window closed, else prepare the window and request (workers/turn_window.py);
+   over budget with `handoff`: the handoff text, no model call (`_budget_handoff`);
 4. converse (`_converse_or_apologise`): the tool loop, storing every block as it happens; any
    failure ends in the one apology (or a retry later, or held while the provider is down);
 5. finish (`_finish_turn`): the reply with its outbox rows and the "answered" marks in one
@@ -19,7 +21,7 @@ A retried job resumes from what was stored. `Outcome` names what happened.
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -49,7 +51,7 @@ from storage.jobs import enqueue_turn
 from storage.models import Conversation, Message
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
-from workers import outages, texts
+from workers import budgets, outages, texts
 from workers.choices import reply_parts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.conversation_state import ConversationState, load_state
@@ -169,7 +171,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     ready = _before_model(runtime, conversation_id)
     if isinstance(ready, Outcome):
         return ready
-    state = ready.state
+    budget = budgets.decide(runtime, ready.state.tenant, now=ready.now,
+                            conversation_id=conversation_id)  # the month's model budget
+    state = replace(ready.state, model=budget.model) if budget.model else ready.state
     resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
     repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
     placed = _place(runtime, state, ready.now)
@@ -177,6 +181,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         flush_outbox(runtime, conversation_id)
         return placed.next
     hooks = _StoreHooks(runtime, state, placed.next, placed.source)
+    if budget.handoff:  # over the month's budget, the tenant chose the handoff
+        return _finish_turn(runtime, state, hooks, _budget_handoff(runtime, state),
+                            attempt=attempt, up_to_position=placed.last_position)
     hooks.typing.start()  # read receipt + "typing…" (workers/receipts.py), best effort
     reply = _converse_or_apologise(runtime, state, hooks, attempt=attempt,
                                    last_position=placed.last_position)
@@ -305,6 +312,24 @@ def _reply_of(runtime: Runtime, state: ConversationState, outcome: LoopOutcome) 
     return Reply(marks.disarm(outcome.final_text) or texts.text(state.tenant.language,
                                                                  "fallback"),
                  Outcome(outcome.kind))
+
+
+BUDGET_HANDOFF_REASON = "monthly model budget reached"  # staff read it (staff_reason)
+
+
+def _budget_handoff(runtime: Runtime, state: ConversationState) -> Reply:
+    """A turn over the month's model budget whose tenant chose `handoff`: staff take the
+    conversation as after the handoff_to_human tool (storage/staff.start_handoff: the staff
+    hold, `handoff.requested`, the Atendimento page) and the customer gets the handoff text
+    (agent/tools/handoff.handoff_reply: the tenant's, with when staff answer)."""
+    now = clock.now()
+    with session_scope(runtime.engine) as session:
+        conversation = session.get(Conversation, state.conversation_id)
+        assert conversation is not None
+        staff.start_handoff(session, conversation, state.tenant, reason=BUDGET_HANDOFF_REASON,
+                            summary="the agent is paused until the budget allows it",
+                            now=now)
+        return Reply(handoff_reply(session, state.tenant, now), Outcome.HANDOFF)
 
 
 def _after_provider_failure(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",

@@ -29,7 +29,7 @@ from intake.keys import ENGINE, REDIS
 from operations import staff as staff_ops
 from operations.errors import MAPPED, AdminError, NotFound, admin_error
 from operations.service import clean_text
-from storage import delivery
+from storage import budgets, delivery
 from storage.db import session_scope
 from storage.models import AdminToken, Tenant
 from storage.tenant_config import price_text
@@ -205,7 +205,9 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
             result = _error_result(exc, current.t, name)
         tenant_view = {"name": tenant.name, "id": tenant.id,
                        "attention": staff_ops.counts(session, tenant, now=current.now),
-                       "standby_seen": tenant.standby_seen_at is not None}  # issue 45
+                       "standby_seen": tenant.standby_seen_at is not None,  # issue 45
+                       "budget": budgets.banner_level(session, tenant, current.now),  # 49
+                       "budget_action": tenant.budget_action}
     for action in after:
         try:
             action()

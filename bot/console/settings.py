@@ -1,5 +1,6 @@
 """The console's settings page: the business's instructions, booking limits, reminders and
-fact keys, the grouped sections (privacy and calendar, waitlist, Pix deposit: GROUPS), with a
+fact keys, the grouped sections (privacy and calendar, waitlist, Pix deposit, the monthly model
+budget: GROUPS), with a
 preview of what the agent reads. Every value goes through operations/settings.py, the admin
 API's and the CLI's path: one home for the rules; a refused change changes nothing."""
 
@@ -35,7 +36,8 @@ SETTINGS_FIELDS = ("instructions", "inactivity_timeout_minutes", "retention_days
                    *BOOKING_LIMITS, *REMINDER_FIELDS, *THREAD_FIELDS)
 # the grouped sections, each setting with how the form holds it: "yesno" (a Sim/Não select),
 # "number" (blank: unchanged), "text" (blank clears it), "choice" (a select of CHOICES),
-# "codes" (comma separated), "money" (reais as typed, storage/tenant_config.parse_price)
+# "codes" (comma separated), "money" (an amount as typed, storage/tenant_config.parse_price:
+# reais, or US dollars for the model budget), "model" (a model name; blank: unchanged)
 GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     "privacy": (("keep_cpf", "yesno"), ("holiday_calendar", "text"),
                 ("parallel_services", "codes"), ("feed_notes", "yesno"),
@@ -45,10 +47,13 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     "deposits": (("deposit_cents", "money"), ("deposit_percent", "number"),
                  ("deposit_hold_minutes", "number"), ("deposit_refund", "choice"),
                  ("pix_key", "text"), ("pix_key_type", "choice"), ("deposit_template", "text")),
+    "budget": (("model_budget_cents", "money"), ("budget_action", "choice"),
+               ("fallback_model", "model")),
 }
 KINDS = {name: kind for group in GROUPS.values() for name, kind in group}
 CHOICES = {"deposit_refund": ("kept_inside_window", "kept", "owed"),
-           "pix_key_type": ("", "EVP", "CPF", "CNPJ", "EMAIL", "PHONE")}
+           "pix_key_type": ("", "EVP", "CPF", "CNPJ", "EMAIL", "PHONE"),
+           "budget_action": ("fallback", "handoff")}
 
 
 def settings_page(p: Page) -> PageResult:
@@ -125,7 +130,7 @@ def _grouped_changes(form: dict[str, str],
     errors: dict[str, str] = {}
     for name in names:
         kind, raw = KINDS[name], form[name].strip()
-        if kind == "number" and not raw:
+        if kind in ("number", "model") and not raw:
             continue  # left blank: unchanged
         if kind == "codes":
             changes[name] = [c.strip() for c in raw.replace("\n", ",").split(",") if c.strip()]

@@ -1,7 +1,8 @@
-"""The texts of the settings page's grouped sections (privacy and calendar, waitlist, deposits),
-per language, beside texts.py's (the template reads them as `st`): each setting's label and
-its short help (`<name>_help`), pt-BR first, the product's default; and the Portuguese of the
-refusals these settings can meet (texts.translate_problem handles the validator's own)."""
+"""The texts of the settings page's grouped sections (privacy and calendar, waitlist, deposits,
+the model budget), per language, beside texts.py's (the template reads them as `st`): each
+setting's label and its short help (`<name>_help`), pt-BR first, the product's default; and
+the Portuguese of the refusals these settings can meet (texts.translate_problem handles the
+validator's own)."""
 
 SETTINGS_TEXTS: dict[str, dict[str, str]] = {
     "pt-BR": {
@@ -42,6 +43,16 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "deposit_template": "Modelo do pedido de sinal (fora da janela de 24 h)",
         "deposit_template_help": "Um modelo aprovado com botão ORDER_DETAILS; vazio: fora da "
         "janela o pedido não é enviado.",
+        "group_budget": "Orçamento do agente",
+        "model_budget_cents": "Orçamento mensal do modelo (US$)", "model_budget_cents_help":
+        "Custo do modelo por mês (do dia 1 no seu fuso). Aos 80% você é avisado aqui e no "
+        "webhook; vazio ou 0: sem limite.",
+        "budget_action": "Ao atingir 100% do orçamento", "budget_action_help": "O aviso e a "
+        "troca valem até o fim do mês.",
+        "budget_action_fallback": "responder com o modelo mais barato",
+        "budget_action_handoff": "passar a conversa para a equipe",
+        "fallback_model": "Modelo mais barato", "fallback_model_help": "Usado depois de "
+        "atingir o orçamento (padrão: claude-haiku-4-5).",
     },
     "en": {
         "group_privacy": "Privacy and calendar", "group_waitlist": "Waitlist",
@@ -82,6 +93,16 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "deposit_template": "Deposit request template (outside the 24 h window)",
         "deposit_template_help": "An approved template with an ORDER_DETAILS button; empty: "
         "outside the window the request is not sent.",
+        "group_budget": "Agent budget",
+        "model_budget_cents": "Monthly model budget (US$)", "model_budget_cents_help":
+        "The model's cost per month (from the 1st, your timezone). At 80% you are told here "
+        "and by webhook; empty or 0: no limit.",
+        "budget_action": "At 100% of the budget", "budget_action_help": "The warning and the "
+        "switch last until the month ends.",
+        "budget_action_fallback": "answer with the cheaper model",
+        "budget_action_handoff": "pass the conversation to staff",
+        "fallback_model": "Cheaper model", "fallback_model_help": "Used once the budget is "
+        "reached (default: claude-haiku-4-5).",
     },
 }
 
@@ -100,6 +121,8 @@ PT_BR_PROBLEMS: list[tuple[str, str]] = [
     (r"'(\S+)' is not a (?:country|subdivision).*",
      r"'\1' não é um calendário de feriados conhecido (ex.: BR, BR-SP, none)"),
     (r"Input should be a valid boolean.*", "use sim ou não"),
+    (r"Input should be 'fallback' or 'handoff'",
+     "use fallback (modelo mais barato) ou handoff (passar para a equipe)"),
 ]
 
 

@@ -36,6 +36,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "hand_back": "Devolver ao agente",
         "handed_back": "A conversa voltou para o agente.",
         # issue 45: beside Meta's agent on the same number
+        # issue 49: the monthly model budget (storage/budgets.py)
+        "budget_warning_banner": "O custo do agente neste mês passou de 80% do orçamento",
+        "budget_warning_detail": "Ao chegar a 100%, o agente passa a responder com o modelo "
+                                 "mais barato ou a passar as conversas para a equipe, como "
+                                 "definido em Configurações › Orçamento do agente.",
+        "budget_reached_banner": "O orçamento do agente para este mês foi atingido",
+        "budget_reached_fallback": "Até o fim do mês o agente responde com o modelo mais "
+                                   "barato. Para mudar, aumente o orçamento em Configurações.",
+        "budget_reached_handoff": "Até o fim do mês as conversas passam para a equipe com a "
+                                  "mensagem de transferência. Para mudar, aumente o orçamento "
+                                  "em Configurações.",
         "standby_banner": "O agente da Meta está respondendo seus clientes neste número",
         "standby_banner_detail": "Enquanto o agente da Meta tem uma conversa, este produto "
                                  "guarda e mostra tudo o que é dito, mas não responde, e "
@@ -239,6 +250,14 @@ TEXTS: dict[str, dict[str, str]] = {
         "reply_queued": "Reply queued for sending.",
         "hand_back": "Hand back to the agent",
         "handed_back": "The conversation is back with the agent.",
+        "budget_warning_banner": "The agent's cost this month passed 80% of the budget",
+        "budget_warning_detail": "At 100% the agent answers with the cheaper model or passes "
+                                 "conversations to staff, as set in Settings › Agent budget.",
+        "budget_reached_banner": "The agent's budget for this month is reached",
+        "budget_reached_fallback": "Until the month ends the agent answers with the cheaper "
+                                   "model. To change that, raise the budget in Settings.",
+        "budget_reached_handoff": "Until the month ends conversations pass to staff with the "
+                                  "handoff text. To change that, raise the budget in Settings.",
         "standby_banner": "Meta's agent is answering your customers on this number",
         "standby_banner_detail": "While Meta's agent holds a conversation, this product stores "
                                  "and shows everything said but does not answer, and reminders "
