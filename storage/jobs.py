@@ -24,7 +24,7 @@ from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from storage.keys import lock_key, token_key
+from storage.keys import lock_key, parked_key, token_key
 
 # Dotted paths, not the functions: storage is below workers, and the web (bot) enqueues through
 # these but may not import workers (pyproject.toml, the `layers` and `edges` contracts). A job
@@ -310,7 +310,8 @@ def stale_tokens(queue: Queue, prefix: str, kind: str, conversation_ids: list[in
     the token's job is gone (expired, or Redis lost it), ended (finished, failed, stopped,
     canceled: it died before consuming its token, or every retry failed), started without
     consuming it, or scheduled but due more than `overdue_after` seconds ago at `now` (no
-    keeper moves it) or no longer in the registry. Returns conversation_id -> the token's job
+    keeper moves it) or no longer in the registry (a job the fair move parked, storage/keys.
+    parked_key, is live: it waits its tenant's turn). Returns conversation_id -> the token's job
     id, for `consume_token` to drop it. Two round trips. Raises RedisError.
     """
     values = queue.connection.mget([token_key(prefix, kind, c) for c in conversation_ids])
@@ -321,14 +322,17 @@ def stale_tokens(queue: Queue, prefix: str, kind: str, conversation_ids: list[in
     registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
     with queue.connection.pipeline(transaction=False) as pipe:
         for job_id in held.values():
+            tenant = tenant_of(job_id)
             pipe.hget(Job.key_for(job_id), "status")
             pipe.zscore(registry.key, job_id)
+            pipe.zscore(registry.key if tenant is None else parked_key(prefix, tenant), job_id)
         answers = pipe.execute()
     stale: dict[int, str] = {}
-    for (conversation_id, job_id), status, due in zip(held.items(), answers[::2], answers[1::2],
-                                                      strict=True):
-        if status in LIVE_STATUSES or (status == b"scheduled" and due is not None
-                                       and now.timestamp() - due <= overdue_after):
+    for (conversation_id, job_id), status, due, parked in zip(
+            held.items(), answers[::3], answers[1::3], answers[2::3], strict=True):
+        if status in LIVE_STATUSES or (status == b"scheduled" and (
+                (due is not None and now.timestamp() - due <= overdue_after)
+                or (parked is not None and due is None))):
             continue
         stale[conversation_id] = job_id
     return stale

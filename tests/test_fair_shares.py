@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
-from storage.jobs import enqueue_turn, enqueue_turns, job_id_for, tenant_of
-from storage.keys import tenant_pause_key
+from storage.jobs import enqueue_turn, enqueue_turns, job_id_for, stale_tokens, tenant_of
+from storage.keys import parked_key, parked_tenants_key, tenant_pause_key
 from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share, overdue_seconds
 from workers.jobs import TENANT_PAUSE_DEFAULT, TENANT_PAUSE_MAX, pause_tenant
 
@@ -121,3 +121,75 @@ def test_a_429_pauses_its_tenant_for_its_retry_after_within_bounds(
         TENANT_PAUSE_DEFAULT
     assert pause_tenant(runtime, 7, RuntimeError("not a 429")) is None
     assert redis_client.get(tenant_pause_key(PREFIX, 7)) is None
+
+
+def test_a_flood_larger_than_the_window_does_not_hide_another_tenants_turn(
+        redis_client: redis.Redis) -> None:
+    """The move reads at most `batch` x `batches` due jobs a call (10,000 in the product; 10
+    here): a tenant's held jobs are parked out of the registry, so each call reads further and
+    another tenant's turn behind a flood of any size moves within backlog / window calls."""
+    queue = Queue("fair", connection=redis_client)
+    for n in range(1, 41):  # tenant 1: 40, oldest (a second apart): four windows
+        _schedule(queue, 1, range(n, n + 1), ago=100 - n)
+    _schedule(queue, 2, range(101, 104), ago=30)  # tenant 2: three, behind all of them
+    _schedule(queue, None, range(201, 202), ago=30)  # a maintenance job, untagged
+    calls = 0
+    while calls < 10 and not any(tenant_of(i) == 2 for i in queue.job_ids):
+        enqueue_due(queue, now=NOW, batch=5, batches=2, prefix=PREFIX)
+        calls += 1
+
+    assert calls <= 5, "ceil(44 / 10) calls reach the end of the backlog"
+    assert Counter(tenant_of(i) for i in queue.job_ids) == {
+        1: TENANT_WAITING_CAP, 2: TENANT_WAITING_CAP, None: 1}
+    assert ScheduledJobRegistry(queue=queue).count == 0, "the held ones are parked"
+    assert redis_client.zcard(parked_key(PREFIX, 1)) == 40 - TENANT_WAITING_CAP
+    conversations = [queue.fetch_job(i).kwargs["conversation_id"] for i in queue.job_ids
+                     if tenant_of(i) == 1]
+    assert conversations == [1, 2]
+
+    for job_id in [i for i in queue.job_ids if tenant_of(i) == 1]:
+        queue.remove(job_id)  # workers took tenant 1's two
+    assert enqueue_due(queue, now=NOW, batch=5, batches=2, prefix=PREFIX) == 2
+    conversations = [queue.fetch_job(i).kwargs["conversation_id"] for i in queue.job_ids
+                     if tenant_of(i) == 1]
+    assert conversations == [3, 4], "the parked ones follow oldest first"
+
+
+def test_a_tenant_with_parked_jobs_keeps_its_order_for_newer_ones(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    for n in range(1, 6):
+        _schedule(queue, 1, range(n, n + 1), ago=60 - n)
+    enqueue_due(queue, now=NOW, prefix=PREFIX)  # 2 wait, 3 parked
+    queue.remove(queue.job_ids[0])  # one taken: room for one
+    _schedule(queue, 1, range(6, 7), ago=1)  # a newer turn of the same tenant
+
+    assert enqueue_due(queue, now=NOW, prefix=PREFIX) == 1
+    conversations = [queue.fetch_job(i).kwargs["conversation_id"] for i in queue.job_ids]
+    assert conversations == [2, 3], "the oldest parked one, not the newer due one"
+    assert redis_client.zcard(parked_key(PREFIX, 1)) == 3, "the newer one parked behind"
+
+
+def test_the_parked_tenants_set_forgets_a_drained_tenant(redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    _schedule(queue, 1, range(1, 4), ago=60)
+    enqueue_due(queue, now=NOW, prefix=PREFIX)
+    assert redis_client.smembers(parked_tenants_key(PREFIX)) == {b"1"}
+    while queue.job_ids:
+        queue.remove(queue.job_ids[0])
+        enqueue_due(queue, now=NOW, prefix=PREFIX)
+    enqueue_due(queue, now=NOW, prefix=PREFIX)
+    assert redis_client.smembers(parked_tenants_key(PREFIX)) == set()
+
+
+def test_a_parked_turns_token_is_not_stale_for_the_reconciler(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    _schedule(queue, 1, range(1, 4), ago=600)  # due ten minutes ago: far past OVERDUE_AFTER
+    enqueue_due(queue, now=NOW, prefix=PREFIX)
+
+    assert stale_tokens(queue, PREFIX, "turn", [1, 2, 3], now=NOW) == {}, \
+        "two wait in the queue, one is parked: every one will run"
+    parked = redis_client.zrange(parked_key(PREFIX, 1), 0, -1)[0].decode()
+    redis_client.delete(f"rq:job:{parked}")  # its job expired: then the token is stale
+    assert list(stale_tokens(queue, PREFIX, "turn", [1, 2, 3], now=NOW).values()) == [parked]
