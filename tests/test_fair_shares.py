@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
-from storage.jobs import enqueue_turn, enqueue_turns, job_id_for, stale_tokens, tenant_of
+from storage.jobs import (
+    enqueue_compaction,
+    enqueue_facts,
+    enqueue_turn,
+    enqueue_turns,
+    job_id_for,
+    stale_tokens,
+    tenant_of,
+)
 from storage.keys import parked_key, parked_tenants_key, tenant_pause_key
 from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share, overdue_seconds
 from workers.jobs import TENANT_PAUSE_DEFAULT, TENANT_PAUSE_MAX, pause_tenant
@@ -193,3 +201,28 @@ def test_a_parked_turns_token_is_not_stale_for_the_reconciler(
     parked = redis_client.zrange(parked_key(PREFIX, 1), 0, -1)[0].decode()
     redis_client.delete(f"rq:job:{parked}")  # its job expired: then the token is stale
     assert list(stale_tokens(queue, PREFIX, "turn", [1, 2, 3], now=NOW).values()) == [parked]
+
+
+def _enqueue_again(url: str, conversation_id: int) -> str | None:
+    """What a job's retry does: enqueue its kind again, naming no tenant."""
+    queue = Queue("fair", connection=redis.Redis.from_url(url))
+    return enqueue_compaction(queue, PREFIX, conversation_id, at=NOW)
+
+
+def test_a_job_enqueued_again_by_a_tagged_job_keeps_its_tenant(
+        redis_client: redis.Redis) -> None:
+    """Retries, deferrals and a turn's compaction name no tenant: they take the running job's
+    tag when it is a job of the same conversation (storage/jobs.inherited_tenant)."""
+    kwargs = redis_client.connection_pool.connection_kwargs
+    url = f"redis://{kwargs.get('host', '127.0.0.1')}:{kwargs.get('port', 6379)}/" \
+        f"{kwargs.get('db', 0)}"
+    runner = Queue("run", connection=redis_client, is_async=False)  # runs each job at once
+    same = runner.enqueue(_enqueue_again, url, 42, job_id=job_id_for("turn", 42, 7))
+    other = runner.enqueue(_enqueue_again, url, 43, job_id=job_id_for("turn", 42, 7))
+    untagged = runner.enqueue(_enqueue_again, url, 44, job_id=job_id_for("turn", 44))
+
+    assert tenant_of(str(same.return_value())) == 7
+    assert tenant_of(str(other.return_value())) is None, "another conversation: no tag"
+    assert tenant_of(str(untagged.return_value())) is None
+    assert tenant_of(str(enqueue_facts(Queue("fair", connection=redis_client), PREFIX, 45,
+                                       at=NOW, tenant_id=3))) == 3
