@@ -114,7 +114,9 @@ def _from_parks(queue: Queue, prefix: str, tenants: list[int], waiting: Counter[
                 cap: int, now: datetime) -> int:
     """Move each of `tenants`' oldest parked jobs due at `now`, up to its room under `cap`
     (`waiting` is updated); drop a tenant whose parked set is empty from the parked tenants.
-    A tenant whose move met another caller's (WatchError) waits for the next call."""
+    A tenant whose move met another caller's (WatchError) waits for the next call. A round
+    trip for the reads, one a tenant with room for its move (and its check for emptiness
+    when it had fewer parked jobs than room)."""
     redis, moved = queue.connection, 0
     room = {t: cap - waiting[t] for t in tenants if waiting[t] < cap}
     with redis.pipeline(transaction=False) as pipe:
@@ -130,8 +132,8 @@ def _from_parks(queue: Queue, prefix: str, tenants: list[int], waiting: Counter[
             continue
         moved += n
         waiting[tenant] += n
-    for tenant in tenants:
-        _forget_empty_park(redis, prefix, tenant)
+        if len(ids) < room[tenant]:  # drained, unless some were parked since
+            _forget_empty_park(redis, prefix, tenant)
     return moved
 
 
