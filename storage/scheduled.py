@@ -152,6 +152,16 @@ def _forget_empty_park(redis: Redis, prefix: str, tenant: int) -> None:
             pass
 
 
+def parked_count(redis: Redis, prefix: str) -> int:
+    """How many due jobs are parked (every tenant's `parked_key`): held by the fair move, not
+    in RQ's scheduled registry. Two round trips."""
+    tenants = sorted(int(t) for t in redis.smembers(parked_tenants_key(prefix)))
+    with redis.pipeline(transaction=False) as pipe:
+        for tenant in tenants:
+            pipe.zcard(parked_key(prefix, tenant))
+        return sum(int(n) for n in pipe.execute())
+
+
 def waiting_per_tenant(queue: Queue) -> Counter[int]:
     """How many tagged jobs of each tenant wait in the queue (the first WAITING_SCAN ids)."""
     ids = queue.connection.lrange(queue.key, 0, WAITING_SCAN - 1)

@@ -26,7 +26,13 @@ from storage.jobs import (
     tenant_of,
 )
 from storage.keys import parked_key, parked_tenants_key, tenant_pause_key
-from storage.scheduled import TENANT_WAITING_CAP, enqueue_due, fair_share, overdue_seconds
+from storage.scheduled import (
+    TENANT_WAITING_CAP,
+    enqueue_due,
+    fair_share,
+    overdue_seconds,
+    parked_count,
+)
 from workers.jobs import TENANT_PAUSE_DEFAULT, TENANT_PAUSE_MAX, pause_tenant
 
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
@@ -226,3 +232,13 @@ def test_a_job_enqueued_again_by_a_tagged_job_keeps_its_tenant(
     assert tenant_of(str(untagged.return_value())) is None
     assert tenant_of(str(enqueue_facts(Queue("fair", connection=redis_client), PREFIX, 45,
                                        at=NOW, tenant_id=3))) == 3
+
+
+def test_the_parked_jobs_are_counted_for_the_queue_depth_gauge(
+        redis_client: redis.Redis) -> None:
+    queue = Queue("fair", connection=redis_client)
+    assert parked_count(redis_client, PREFIX) == 0
+    _schedule(queue, 1, range(1, 6), ago=60)
+    _schedule(queue, 2, range(11, 14), ago=60)
+    enqueue_due(queue, now=NOW, prefix=PREFIX)
+    assert parked_count(redis_client, PREFIX) == (5 - TENANT_WAITING_CAP) + (3 - TENANT_WAITING_CAP)
