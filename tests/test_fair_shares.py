@@ -32,6 +32,7 @@ from storage.scheduled import (
     fair_share,
     overdue_seconds,
     parked_count,
+    split_fair,
 )
 from workers.jobs import TENANT_PAUSE_DEFAULT, TENANT_PAUSE_MAX, pause_tenant
 
@@ -242,3 +243,23 @@ def test_the_parked_jobs_are_counted_for_the_queue_depth_gauge(
     _schedule(queue, 2, range(11, 14), ago=60)
     enqueue_due(queue, now=NOW, prefix=PREFIX)
     assert parked_count(redis_client, PREFIX) == (5 - TENANT_WAITING_CAP) + (3 - TENANT_WAITING_CAP)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(1, 4)), max_size=40),
+       st.dictionaries(st.integers(1, 4), st.integers(0, 3)), st.integers(1, 3),
+       st.sets(st.integers(1, 4)))
+def test_the_split_parks_a_held_tenants_later_jobs_and_loses_none(
+        tenants: list[int | None], waiting: dict[int, int], cap: int, hold: set[int]) -> None:
+    ids = [job_id_for("turn", n, t) for n, t in enumerate(tenants)]
+    held_before = set(hold)
+    take, keep = split_fair(ids, Counter(waiting), cap, hold)
+    assert sorted(take + keep) == sorted(ids), "every id is taken or kept, once"
+    assert [i for i in ids if i in set(take)] == take, "order kept"
+    for tenant in {t for t in tenants if t is not None}:
+        mine = [i for i in ids if tenant_of(i) == tenant]
+        taken = [i for i in take if tenant_of(i) == tenant]
+        assert taken == mine[:len(taken)], "a tenant's oldest first; none after one kept"
+        if tenant in held_before:
+            assert taken == []
+    assert all(tenant_of(i) is not None for i in keep), "untagged jobs always move"
