@@ -12,7 +12,12 @@ from as many customers, posted as Meta batches them: `--batch` messages per POST
 not waited for; the stage is taken down after the flood phase's answers settle
 (`--settle` seconds).
 
-Usage: .venv/bin/python bench/fairness.py [--flood 5000] [--seconds 40] [--source DIR]
+With `--a-429-every N` the Messages double answers every Nth call for A's customers with a
+429 and `retry-after: --retry-after` (B-J's never): the product pauses A alone
+(workers/jobs.pause_tenant). `--tenant-model-calls` sets the per-tenant cap on calls in flight.
+
+Usage: .venv/bin/python bench/fairness.py [--flood 5000] [--seconds 40] [--a-429-every 3]
+       [--retry-after 5] [--tenant-model-calls 1] [--source DIR]
 Needs redis-server and TEST_POSTGRES_URL. Prints one JSON object: per phase, B-J's p50/p99/max
 seconds from POST to reply, how many were answered, and how many of A's were answered.
 """
@@ -38,6 +43,7 @@ from bench.faults import APP_SECRET, Stage, log  # noqa: E402
 
 TENANTS = "ABCDEFGHIJ"
 PHONE_BASE = 109_876_543_210_000  # B-J's phone_number_id: this plus their index
+FLOOD_FIRST = 500_000  # A's flood customers are contacts from this number up
 
 
 class Poster:
@@ -84,6 +90,30 @@ class Poster:
             except OSError:
                 pass
             time.sleep(1.0)
+
+
+class RateLimitA:
+    """The Messages double's scripted rate limit for tenant A only: every `every`-th call that
+    answers A's customers (tokens of contacts FLOOD_FIRST and up) gets a 429 with
+    `retry-after: {retry_after}`; B-J's calls are never refused."""
+
+    def __init__(self, *, every: int, retry_after: float) -> None:
+        self.every, self.retry_after = every, retry_after
+        self.calls = self.refused = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: dict[str, Any]) -> float | None:
+        from bench.load import TOKEN_RE
+
+        text = json.dumps(request.get("messages") or [])
+        if not any(int(t[1:7]) >= FLOOD_FIRST for t in TOKEN_RE.findall(text)):
+            return None
+        with self.lock:
+            self.calls += 1
+            if self.every and self.calls % self.every == 0:
+                self.refused += 1
+                return self.retry_after
+        return None
 
 
 def usual_traffic(poster: Poster, *, seconds: float, interval: float, first: int) -> None:
@@ -138,13 +168,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                         "name": f"Negócio {TENANTS[k]}"},
                               now=datetime.now(UTC))
         stage.cluster.env["WORKER_CPU"] = "normal"  # the faults' "low" measures the machine's load
+        if args.tenant_model_calls is not None:
+            stage.cluster.env["TENANT_MODEL_CALLS"] = str(args.tenant_model_calls)
+        limiter = RateLimitA(every=args.a_429_every, retry_after=args.retry_after)
+        stage.doubles.rate_limit = limiter if args.a_429_every else None
         stage.cluster.start(stage.client)
         poster = Poster(stage.cluster.url)
         poster.post(1, [999_999])  # warm-up
         quiet = phase(stage, poster, name="quiet", seconds=args.seconds,
                       interval=args.interval, first=10_000, settle=args.settle)
         log(f"quiet: {quiet}")
-        flood_contacts = list(range(500_000, 500_000 + args.flood))
+        flood_contacts = list(range(FLOOD_FIRST, FLOOD_FIRST + args.flood))
         batches = [flood_contacts[i:i + args.batch]
                    for i in range(0, len(flood_contacts), args.batch)]
         threading.Thread(target=lambda: [poster.post(0, b) for b in batches],
@@ -155,6 +189,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         poster.pool.shutdown(wait=False, cancel_futures=True)
         p99 = (quiet["b_to_j_wait_s"].get("p99"), flood["b_to_j_wait_s"].get("p99"))
         return {"source": str(args.source), "flood": args.flood, "phases": [quiet, flood],
+                "a_calls": limiter.calls, "a_429s": limiter.refused,
+                "tenant_model_calls": args.tenant_model_calls,
                 "b_to_j_p99_ratio": round(p99[1] / p99[0], 2) if all(p99) else None}
     finally:
         stage.close()
@@ -169,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between two messages of one of B-J")
     parser.add_argument("--settle", type=float, default=60.0,
                         help="seconds to wait for B-J's answers after a phase's traffic")
+    parser.add_argument("--a-429-every", type=int, default=0,
+                        help="every Nth Messages API call for A's customers gets a 429 with "
+                        "retry-after (0: none); B-J's never")
+    parser.add_argument("--retry-after", type=float, default=5.0,
+                        help="the retry-after seconds of those 429s")
+    parser.add_argument("--tenant-model-calls", type=int, default=None,
+                        help="TENANT_MODEL_CALLS for the workers (default: the product's)")
     parser.add_argument("--source", type=Path, default=ROOT)
     args = parser.parse_args(argv)
     args.source = args.source.resolve()

@@ -60,6 +60,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -110,13 +111,29 @@ class Doubles:
         from replay.messages_api import MessagesDouble
 
         self.turn_s = turn_s  # a fault may change it
+        # request body -> the `retry-after` seconds of a 429 to answer it with, or None (a
+        # scripted rate limit: bench/fairness.py's `--a-429-every`)
+        self.rate_limit: Callable[[dict[str, Any]], float | None] | None = None
 
         doubles = self
 
         class TokenReplies(MessagesDouble):
             async def _handle_messages(self, request: Any) -> Any:
                 await asyncio.sleep(doubles.turn_s)
+                if doubles.rate_limit is not None:
+                    wait = doubles.rate_limit(await request.json())
+                    if wait is not None:
+                        return self._rate_limited(wait)
                 return await super()._handle_messages(request)
+
+            def _rate_limited(self, wait: float) -> Any:
+                from aiohttp import web
+
+                body = {"type": "error", "error": {
+                    "type": "rate_limit_error", "message": "rate limited (scripted)"}}
+                return web.json_response(body, status=429, headers={
+                    "retry-after": f"{wait:g}", "x-should-retry": "false",
+                    "request-id": "req_double_429"})
 
             def _take_item(self, purpose: str) -> dict[str, Any] | None:
                 return super()._take_item(purpose) or {"text": "__tokens__"}

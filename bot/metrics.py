@@ -19,17 +19,19 @@ from core import clock, metrics
 from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from storage import inbox
 from storage.messages import undelivered_open_conversations
-from storage.scheduled import overdue_seconds
+from storage.scheduled import overdue_seconds, parked_count
 
 log = structlog.get_logger(__name__)
 
 
 class QueueDepthCollector(Collector):
     """`wagent_queue_depth{state}` from RQ's queue and registries, without their cleanup (a
-    scrape changes nothing), and `wagent_scheduled_overdue_seconds` (storage/scheduled.py)."""
+    scrape changes nothing), and the due jobs the fair move parked (`parked`:
+    storage/scheduled.parked_count), and `wagent_scheduled_overdue_seconds`
+    (storage/scheduled.py)."""
 
-    def __init__(self, queue: Queue) -> None:
-        self.queue = queue
+    def __init__(self, queue: Queue, prefix: str) -> None:
+        self.queue, self.prefix = queue, prefix
 
     def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily("wagent_queue_depth", "Jobs of the work queue by state.",
@@ -39,6 +41,7 @@ class QueueDepthCollector(Collector):
                                 ("started", self.queue.started_job_registry),
                                 ("failed", self.queue.failed_job_registry)):
             gauge.add_metric([state], registry.get_job_count(cleanup=False))
+        gauge.add_metric(["parked"], parked_count(self.queue.connection, self.prefix))
         yield gauge
         yield GaugeMetricFamily(
             "wagent_scheduled_overdue_seconds",
@@ -100,7 +103,7 @@ class UndeliveredCollector(Collector):
 def make_registry(app: web.Application) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.RedisCollector(app[REDIS], app[SETTINGS].redis_prefix))
-    registry.register(QueueDepthCollector(app[TURN_QUEUE]))
+    registry.register(QueueDepthCollector(app[TURN_QUEUE], app[SETTINGS].redis_prefix))
     registry.register(InboxCollector(app[ENGINE]))
     registry.register(UndeliveredCollector(app[ENGINE]))
     return registry

@@ -14,6 +14,7 @@ from cli.admin import conversation_ref, run_for_fact, run_for_tenant
 from cli.environment import settings_or_exit
 from operations import service
 from operations.settings import find_tenant
+from storage.conversations import tenants_of
 from storage.db import connect_redis, make_engine, session_scope
 from storage.jobs import enqueue_facts
 
@@ -76,14 +77,16 @@ def forget(args: argparse.Namespace) -> int:
 
 def extract(args: argparse.Namespace) -> int:
     settings = settings_or_exit(require=False)  # needs the database and Redis only
+    engine = make_engine(settings.database_url)
     try:
-        conversation_id = conversation_ref(args, "facts extract",
-                                           make_engine(settings.database_url))
+        conversation_id = conversation_ref(args, "facts extract", engine)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    with session_scope(engine) as session:  # the fair move's tag (storage/jobs.job_id_for)
+        tenant_id = tenants_of(session, [conversation_id]).get(conversation_id)
     queue = Queue(settings.queue_name, connection=connect_redis(settings.redis_url))
-    job_id = enqueue_facts(queue, settings.redis_prefix, conversation_id)
+    job_id = enqueue_facts(queue, settings.redis_prefix, conversation_id, tenant_id=tenant_id)
     print(f"enqueued {job_id}" if job_id else "already queued")
     return 0
 

@@ -61,6 +61,9 @@ SPECS = {spec.name: spec for spec in (
     Spec("wagent_claude_errors_total", "counter",
          "Messages API calls that failed, by class (429, 529, 5xx, 4xx status, timeout, "
          "connection).", ("purpose", "class")),
+    Spec("wagent_jobs_deferred_total", "counter",
+         "Jobs enqueued again because their tenant had every Messages API call slot in use "
+         "(TENANT_MODEL_CALLS), by job kind.", ("kind",)),
     Spec("wagent_context_tokens", "histogram",
          "Context size of each call: input + cache read + cache write tokens.", ("purpose",),
          TOKEN_BUCKETS),

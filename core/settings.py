@@ -114,6 +114,10 @@ class Settings:
                                       "at once, whatever the load (bot.webhook.store_posts); "
                                       "0: never")
     turn_max_rounds: int = _env(8, "model calls per turn at most")
+    tenant_model_calls: int = _env(4, "Messages API calls one tenant may have in flight at "
+                                   "once, every worker together (workers/call_slots.py): one "
+                                   "business cannot use the account's whole rate limit; 0: no "
+                                   "cap")
     turn_max_attempts: int = _env(4, "tries on 429/529/5xx/timeouts before the apology")
     turn_lock_timeout: int = _env(20, "seconds: the conversation lock's TTL, renewed every "
                                   "third of it while a job runs (workers/jobs.held_lock)")
@@ -226,6 +230,8 @@ def _value_problems(values: dict[str, object]) -> list[str]:
                         f"most POSTs a group takes)")
     if isinstance(spill := values.get("webhook_spill_updates"), int) and spill < 0:
         problems.append("WEBHOOK_SPILL_UPDATES must be 0 (never) or more")
+    if isinstance(calls := values.get("tenant_model_calls"), int) and calls < 0:
+        problems.append("TENANT_MODEL_CALLS must be 0 (no cap) or more")
     problems += _edge_problems(values)
     if 0 < len(str(values.get("admin_token", ""))) < MIN_ADMIN_TOKEN_LENGTH:
         problems.append(f"ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} characters "

@@ -40,6 +40,8 @@ def group_conversations(session: Session, items: list[Item], *, alone: bool = Fa
                                                     now=latest_now(items)):
         group = by_contact[stale[conversation_id]]
         group[0].result.closed_conversation_ids.append(conversation_id)
+        if group[0].known_tenant.id is not None:  # its facts job's tag
+            group[0].result.tenants[conversation_id] = group[0].known_tenant.id
     _open(session, to_open, alone=alone)
 
 

@@ -187,6 +187,8 @@ def _follow_up_row(session: Session, item: Item, row: dict[str, Any]) -> dict[st
                          keep_cpf=bool(item.known_tenant.keep_cpf))
     if rederive is not None:
         item.result.rederive_conversation_ids.append(rederive)
+        if item.known_tenant.id is not None:  # its job's tag
+            item.result.tenants[rederive] = item.known_tenant.id
     stored.answered_at = None if stored.starts_turn else item.now
     return messages.row_values(stored)
 

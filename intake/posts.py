@@ -93,7 +93,7 @@ def store_posts(stores: Stores, posts: list[tuple[bytes, datetime]], *,
     kept = [p.result for k, p in group.items() if k not in outcomes]
     turns_failed = _enqueue_turns(
         stores, sorted({c for r in kept for c in r.turn_conversation_ids}),
-        {c: t for r in kept for c, t in r.turn_tenants.items()})
+        {c: t for r in kept for c, t in r.tenants.items()})
     done: dict[tuple[str, int], StoreUnavailable | None] = {}
     for k in rest:
         if k not in outcomes:
@@ -143,9 +143,11 @@ def _answer(stores: Stores, post: tuple[bytes, datetime], pending: Pending | Non
         # the closed sessions' facts first: the close is committed, and a redelivery
         # would not report it again
         for conversation_id in pending.result.closed_conversation_ids:
-            _enqueue_once(stores, conversation_id, "facts", done)
+            _enqueue_once(stores, conversation_id, "facts", done,
+                          pending.result.tenants.get(conversation_id))
         for conversation_id in pending.result.rederive_conversation_ids:
-            _enqueue_once(stores, conversation_id, "rederive", done)
+            _enqueue_once(stores, conversation_id, "rederive", done,
+                          pending.result.tenants.get(conversation_id))
         if turns_failed is not None and pending.result.turn_conversation_ids:
             return turns_failed  # its 503: Meta redelivers, the turn comes then
         pending.result.grouped = True
@@ -215,7 +217,8 @@ def _retryable(exc: DBAPIError) -> bool:
 
 
 def _enqueue_once(stores: Stores, conversation_id: int, kind: str,
-                  done: dict[tuple[str, int], StoreUnavailable | None]) -> None:
+                  done: dict[tuple[str, int], StoreUnavailable | None],
+                  tenant_id: int | None = None) -> None:
     """Enqueue once per group (coalesced in Redis anyway); a failure fails every POST that
     needs it."""
     key = (kind, conversation_id)
@@ -225,7 +228,7 @@ def _enqueue_once(stores: Stores, conversation_id: int, kind: str,
             raise failed
         return
     try:
-        _enqueue(stores, conversation_id, kind=kind)
+        _enqueue(stores, conversation_id, kind=kind, tenant_id=tenant_id)
     except StoreUnavailable as exc:
         done[key] = exc
         raise
@@ -243,7 +246,7 @@ def _store_and_enqueue(stores: Stores, body: bytes, now: datetime) -> IngestResu
                                   *((c, "turn") for c in result.turn_conversation_ids)]:
         try:
             _enqueue(stores, conversation_id, kind=kind,
-                     tenant_id=result.turn_tenants.get(conversation_id))
+                     tenant_id=result.tenants.get(conversation_id))
         except StoreUnavailable as exc:
             failed = failed or exc
     if failed is not None:
@@ -256,9 +259,11 @@ def _enqueue(stores: Stores, conversation_id: int, kind: str = "turn",
     settings = stores.settings
     try:
         if kind == "facts":
-            enqueue_facts(stores.queue, settings.redis_prefix, conversation_id)
+            enqueue_facts(stores.queue, settings.redis_prefix, conversation_id,
+                          tenant_id=tenant_id)
         elif kind == "rederive":
-            enqueue_rederive(stores.queue, settings.redis_prefix, conversation_id)
+            enqueue_rederive(stores.queue, settings.redis_prefix, conversation_id,
+                             tenant_id=tenant_id)
         else:
             enqueue_turn(stores.queue, settings.redis_prefix, conversation_id,
                          job_timeout=settings.turn_job_timeout, at=_turn_at(settings),

@@ -8,7 +8,9 @@ class IngestResult:
     """What one webhook POST did: conversations needing a turn, and counts by outcome."""
 
     turn_conversation_ids: list[int] = field(default_factory=list)
-    turn_tenants: dict[int, int] = field(default_factory=dict)  # where known: the fair move's tag
+    # conversation_id -> tenant_id of the conversations above, where known: the tag of their
+    # jobs (storage/jobs.job_id_for), which the fair move of due jobs reads
+    tenants: dict[int, int] = field(default_factory=dict)
     closed_conversation_ids: list[int] = field(default_factory=list)  # stale sessions ended
     # open sessions whose summary covers a message the customer deleted: summary re-derived
     rederive_conversation_ids: list[int] = field(default_factory=list)
@@ -27,7 +29,7 @@ class IngestResult:
         if conversation_id is not None and conversation_id not in self.turn_conversation_ids:
             self.turn_conversation_ids.append(conversation_id)
         if conversation_id is not None and tenant_id is not None:
-            self.turn_tenants[conversation_id] = tenant_id
+            self.tenants[conversation_id] = tenant_id
 
     def merge(self, other: "IngestResult") -> None:
         """Add what `other` (a part of the same POST) did."""
@@ -37,7 +39,7 @@ class IngestResult:
                              (self.closed_conversation_ids, other.closed_conversation_ids),
                              (self.rederive_conversation_ids, other.rederive_conversation_ids)):
             mine.extend(c for c in theirs if c not in mine)
-        self.turn_tenants.update(other.turn_tenants)
+        self.tenants.update(other.tenants)
         for category, micro_usd in other.whatsapp_micro_usd.items():
             self.whatsapp_micro_usd[category] = self.whatsapp_micro_usd.get(category, 0) \
                 + micro_usd

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from storage.messages import insert_rows, prepared, row_values, upsert
 from storage.models import Conversation
@@ -130,3 +130,13 @@ def with_staff(conversation: Conversation, now: datetime) -> bool:
     them and nothing is marked read (storage/staff.py). The one place this is decided."""
     until = conversation.staff_until
     return conversation.status == "open" and until is not None and until > now
+
+
+def tenants_of(session: Session, conversation_ids: list[int]) -> dict[int, int]:
+    """conversation_id -> tenant_id for those of `conversation_ids` that exist (one query):
+    the tag of the jobs enqueued for them (storage/jobs.job_id_for)."""
+    if not conversation_ids:
+        return {}
+    rows = session.exec(select(Conversation.id, Conversation.tenant_id).where(
+        col(Conversation.id).in_(conversation_ids))).all()
+    return {int(cid): int(tid) for cid, tid in rows if cid is not None}

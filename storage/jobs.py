@@ -20,11 +20,11 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import WatchError
-from rq import Queue, Retry
+from rq import Queue, Retry, get_current_job
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from storage.keys import lock_key, token_key
+from storage.keys import lock_key, parked_key, token_key
 
 # Dotted paths, not the functions: storage is below workers, and the web (bot) enqueues through
 # these but may not import workers (pyproject.toml, the `layers` and `edges` contracts). A job
@@ -41,6 +41,10 @@ WEBHOOK_JOB_TIMEOUT = 30  # seconds: one HTTP call of at most 5 s (hooks/client.
 INBOX_KEY = 0  # the inbox is one queue for the whole product: its token's "conversation" id
 TOKEN_TTL_SECONDS = 6 * 3600
 _TENANT_TAG = re.compile(r"-t(\d+)$")  # a turn job id's tenant (`job_id_for`)
+_JOB_ID = re.compile(r"^([a-z]+)-(\d+)-[0-9a-f]{12}(?:-t(\d+))?$")  # `job_id_for`'s shape
+# The job kinds that make Messages API calls for one tenant: tagged with it (`job_id_for`) so
+# that the fair move of due jobs (storage/scheduled.py) sees every one of them (issue 43).
+MODEL_KINDS = frozenset({"turn", "compact", "rederive", "facts"})
 _CAD = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
         "else return 0 end")
 
@@ -69,8 +73,11 @@ MAX_WATCH_ATTEMPTS = 20  # one conversation's token changed under our WATCH: rea
 
 def job_id_for(kind: str, conversation_id: int, tenant_id: int | None = None) -> str:
     """A new job id: `{kind}-{conversation_id}-{12 hex}`, and `-t{tenant_id}` when the enqueuer
-    knows the tenant (the webhook's turns): the tag the fair move of due jobs reads
-    (storage/scheduled.py), without a fetch of the job."""
+    knows the tenant: the tag the fair move of due jobs reads (storage/scheduled.py), without
+    a fetch of the job. Every enqueuer of a MODEL_KINDS job names it (the webhook, the
+    reconciler, the console and admin API, the outage recovery, the sweeper's facts, `wagent
+    facts extract`) or inherits it (`inherited_tenant`); only the keeper's revival of a killed
+    job's turn (workers/heartbeats.reap) has no tenant to give."""
     job_id = f"{kind}-{conversation_id}-{uuid.uuid4().hex[:12]}"
     return job_id if tenant_id is None else f"{job_id}-t{tenant_id}"
 
@@ -79,6 +86,18 @@ def tenant_of(job_id: str) -> int | None:
     """The tenant tag of a job id (`job_id_for`), or None for an untagged one."""
     found = _TENANT_TAG.search(job_id)
     return int(found.group(1)) if found else None
+
+
+def inherited_tenant(conversation_id: int) -> int | None:
+    """The tenant tag of the RQ job running in this process when it is a job of
+    `conversation_id` (`job_id_for`'s shape), else None: what a job enqueued again (a retry, a
+    deferral, a locked or outage retry) or started by it (a turn's compaction) carries, when
+    its enqueuer passes no tenant."""
+    job = get_current_job()
+    found = _JOB_ID.match(job.id) if job is not None else None
+    if found is None or found.group(3) is None or int(found.group(2)) != conversation_id:
+        return None
+    return int(found.group(3))
 
 
 def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
@@ -98,12 +117,18 @@ def enqueue_coalesced_many(queue: Queue, prefix: str, kind: str, func: str,
     refused and those conversations are enqueued one at a time instead, each retried at most
     MAX_WATCH_ATTEMPTS times (then RuntimeError). Raises redis.exceptions.RedisError when
     Redis fails; every job already made then stays (each EXEC is atomic). `tenants`
-    (conversation_id -> tenant_id, where known) tags the job ids (`job_id_for`).
+    (conversation_id -> tenant_id, where known) tags the job ids (`job_id_for`); a job of
+    MODEL_KINDS with no tenant given takes the running job's tag (`inherited_tenant`).
     """
     ids = list(dict.fromkeys(conversation_ids))
     result: dict[int, str | None] = {c: None for c in ids}
     if not ids:
         return result
+    if kind in MODEL_KINDS:
+        tenants = dict(tenants or {})
+        for c in ids:
+            if c not in tenants and (inherited := inherited_tenant(c)) is not None:
+                tenants[c] = inherited
     missing = ids
     if len(ids) > 1:  # one conversation alone is read under its WATCH below
         found = queue.connection.mget([token_key(prefix, kind, c) for c in ids])
@@ -232,10 +257,12 @@ def enqueue_flush(queue: Queue, prefix: str, conversation_id: int, *,
 
 def enqueue_compaction(queue: Queue, prefix: str, conversation_id: int, *,
                        at: datetime | None = None, attempt: int = 1,
-                       outage: int = 0) -> str | None:
-    """Enqueue a compaction (coalesced: at most one queued, one running, one follow-up)."""
+                       outage: int = 0, tenant_id: int | None = None) -> str | None:
+    """Enqueue a compaction (coalesced: at most one queued, one running, one follow-up);
+    `tenant_id` tags it (`job_id_for`)."""
     return enqueue_coalesced(queue, prefix, "compact", COMPACTION_JOB, conversation_id,
-                             job_timeout=300, at=at, attempt=attempt, outage=outage)
+                             job_timeout=300, at=at, attempt=attempt, outage=outage,
+                             tenant_id=tenant_id)
 
 
 def bring_forward(queue: Queue, prefix: str, kind: str, conversation_id: int, *,
@@ -256,19 +283,22 @@ def bring_forward(queue: Queue, prefix: str, kind: str, conversation_id: int, *,
 
 def enqueue_rederive(queue: Queue, prefix: str, conversation_id: int, *,
                      at: datetime | None = None, attempt: int = 1,
-                     outage: int = 0) -> str | None:
+                     outage: int = 0, tenant_id: int | None = None) -> str | None:
     """Enqueue the re-derivation of a summary from its messages (coalesced: at most one
-    queued; it runs under the compaction's lock)."""
+    queued; it runs under the compaction's lock); `tenant_id` tags it (`job_id_for`)."""
     return enqueue_coalesced(queue, prefix, "rederive", REDERIVE_JOB, conversation_id,
-                             job_timeout=300, at=at, attempt=attempt, outage=outage)
+                             job_timeout=300, at=at, attempt=attempt, outage=outage,
+                             tenant_id=tenant_id)
 
 
 def enqueue_facts(queue: Queue, prefix: str, conversation_id: int, *,
                   at: datetime | None = None, attempt: int = 1,
-                  outage: int = 0) -> str | None:
-    """Enqueue fact extraction (coalesced: at most one queued; it can run again later)."""
+                  outage: int = 0, tenant_id: int | None = None) -> str | None:
+    """Enqueue fact extraction (coalesced: at most one queued; it can run again later);
+    `tenant_id` tags it (`job_id_for`)."""
     return enqueue_coalesced(queue, prefix, "facts", FACTS_JOB, conversation_id,
-                             job_timeout=300, at=at, attempt=attempt, outage=outage)
+                             job_timeout=300, at=at, attempt=attempt, outage=outage,
+                             tenant_id=tenant_id)
 
 
 def enqueue_drain(queue: Queue, prefix: str, *, at_front: bool = True) -> str | None:
@@ -326,7 +356,8 @@ def stale_tokens(queue: Queue, prefix: str, kind: str, conversation_ids: list[in
     the token's job is gone (expired, or Redis lost it), ended (finished, failed, stopped,
     canceled: it died before consuming its token, or every retry failed), started without
     consuming it, or scheduled but due more than `overdue_after` seconds ago at `now` (no
-    keeper moves it) or no longer in the registry. Returns conversation_id -> the token's job
+    keeper moves it) or no longer in the registry (a job the fair move parked, storage/keys.
+    parked_key, is live: it waits its tenant's turn). Returns conversation_id -> the token's job
     id, for `consume_token` to drop it. Two round trips. Raises RedisError.
     """
     values = queue.connection.mget([token_key(prefix, kind, c) for c in conversation_ids])
@@ -337,14 +368,17 @@ def stale_tokens(queue: Queue, prefix: str, kind: str, conversation_ids: list[in
     registry = ScheduledJobRegistry(queue=queue)  # type: ignore[no-untyped-call]
     with queue.connection.pipeline(transaction=False) as pipe:
         for job_id in held.values():
+            tenant = tenant_of(job_id)
             pipe.hget(Job.key_for(job_id), "status")
             pipe.zscore(registry.key, job_id)
+            pipe.zscore(registry.key if tenant is None else parked_key(prefix, tenant), job_id)
         answers = pipe.execute()
     stale: dict[int, str] = {}
-    for (conversation_id, job_id), status, due in zip(held.items(), answers[::2], answers[1::2],
-                                                      strict=True):
-        if status in LIVE_STATUSES or (status == b"scheduled" and due is not None
-                                       and now.timestamp() - due <= overdue_after):
+    for (conversation_id, job_id), status, due, parked in zip(
+            held.items(), answers[::3], answers[1::3], answers[2::3], strict=True):
+        if status in LIVE_STATUSES or (status == b"scheduled" and (
+                (due is not None and now.timestamp() - due <= overdue_after)
+                or (parked is not None and due is None))):
             continue
         stale[conversation_id] = job_id
     return stale

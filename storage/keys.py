@@ -61,6 +61,25 @@ def tenant_pause_key(prefix: str, tenant_id: int) -> str:
     return f"{prefix}:tenant:{tenant_id}:paused"
 
 
+def tenant_calls_key(prefix: str, tenant_id: int) -> str:
+    """Sorted set of a tenant's Messages API calls in flight, each a lease token scored by the
+    Redis-clock millisecond its lease ends (workers/call_slots.py): at most
+    `TENANT_MODEL_CALLS` members that have not expired."""
+    return f"{prefix}:tenant:{tenant_id}:calls"
+
+
+def parked_key(prefix: str, tenant_id: int) -> str:
+    """Sorted set of a tenant's due jobs held back by the fair move (its cap of jobs waiting,
+    or its 429 pause), scored by when each was due: moved from RQ's ScheduledJobRegistry so
+    that the registry's head holds only jobs that may move (storage/scheduled.enqueue_due)."""
+    return f"{prefix}:tenant:{tenant_id}:parked"
+
+
+def parked_tenants_key(prefix: str) -> str:
+    """Set of the tenants that may have parked jobs (`parked_key`)."""
+    return f"{prefix}:parked:tenants"
+
+
 def recovery_key(prefix: str) -> str:
     """The guard of one recovery reconcile per Redis loss (workers/keeper.py)."""
     return f"{prefix}:recovery"

@@ -97,7 +97,8 @@ def test_the_exposition_covers_every_declared_metric_and_collector(
             [f"{spec.name}_{part}" for part in ("bucket", "sum", "count")]
         for name in names:
             assert set(exported[name]) - {"le"} == set(spec.labels), name
-    assert exported["wagent_queue_depth"]["state"] == {"queued", "scheduled", "started", "failed"}
+    assert exported["wagent_queue_depth"]["state"] == {"queued", "scheduled", "started", "failed",
+                                                       "parked"}
     assert {"wagent_inbox_entries", "wagent_inbox_oldest_seconds",
             metrics.CACHE_READ_SHARE} <= set(exported)
 

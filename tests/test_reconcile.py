@@ -11,7 +11,7 @@ from rq.job import Job, JobStatus
 from structlog.testing import capture_logs
 
 from replay.environment import ReplayEnvironment
-from storage.jobs import enqueue_turn
+from storage.jobs import enqueue_turn, tenant_of
 from storage.keys import lock_key, turn_token_key
 from tests import database_faults
 from tests.conftest import START
@@ -65,6 +65,19 @@ def test_a_token_whose_job_will_never_run_does_not_block_the_reconciler(
     assert _token_job(env, 1) != stuck
     env.drain()
     assert [s.body["text"]["body"] for s in env.graph_api.sends] == ["Oi 0!"]
+
+
+def test_the_reconcilers_turn_carries_its_tenants_tag(env: ReplayEnvironment) -> None:
+    """Every job that makes model calls for a tenant is tagged (issue 43): the reconciler's
+    turn too, so the fair move of due jobs holds it to its tenant's share."""
+    _post(env, 1)
+    webhook_turn = _token_job(env, 1)
+    assert tenant_of(webhook_turn) is not None
+    Job.fetch(webhook_turn, connection=env.redis).delete()  # lost
+    env.clock.advance(timedelta(minutes=1))
+
+    assert reconcile_pending(env.runtime, now=env.clock.now()) == 1
+    assert tenant_of(_token_job(env, 1)) == tenant_of(webhook_turn)
 
 
 def test_a_live_token_coalesces_and_the_log_counts_jobs_not_conversations(

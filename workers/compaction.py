@@ -247,7 +247,7 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
     prompt = (f"<previous_record>\n{record}\n</previous_record>\n\n"
               f"<new_messages>\n{render_transcript(covered)}\n</new_messages>")
     response = call_model(
-        runtime, "summary", model=tenant.summary_model,
+        runtime, "summary", tenant_id=tenant.id or 0, model=tenant.summary_model,
         max_tokens=runtime.settings.summary_max_tokens,
         system=SUMMARY_INSTRUCTIONS.format(business=tenant.name,  # agent/prompts.py
                                            language=language_name(tenant.language),

@@ -210,7 +210,7 @@ def _ask(runtime: Runtime, tenant: Tenant, conversation_id: int, transcript: str
     described = "\n".join(f"- {k.name} ({k.kind}): {describe_shape(k, catalogue)}"
                           for k in sorted(keys.values(), key=lambda k: k.name))
     response = call_model(
-        runtime, "facts", model=tenant.summary_model, max_tokens=1024,
+        runtime, "facts", tenant_id=tenant.id or 0, model=tenant.summary_model, max_tokens=1024,
         system=FACTS_INSTRUCTIONS.format(business=tenant.name, keys=described),
         messages=[{"role": "user", "content": transcript}], **facts_tools(keys))
     record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation_id,
@@ -289,7 +289,7 @@ def _scrub_summary(runtime: Runtime, tenant: Tenant, conversation: Conversation,
                    forget: str) -> str:
     """The conversation's summary rewritten without `forget` (nothing is written here)."""
     response = call_model(
-        runtime, "summary", model=tenant.summary_model,
+        runtime, "summary", tenant_id=tenant.id or 0, model=tenant.summary_model,
         max_tokens=runtime.settings.summary_max_tokens, system=SCRUB_INSTRUCTIONS,
         messages=[{"role": "user", "content": f"<forget>\n{forget}\n</forget>\n\n"
                    f"<record>\n{conversation.summary}\n</record>"}])

@@ -28,6 +28,7 @@ from storage.models import Usage
 from storage.scheduled import enqueue_due
 from usage.ledger import model_cost_micro_usd
 from workers import heartbeats, outages
+from workers.call_slots import DEFER, TenantCallsBusy
 from workers.model_calls import create_counted, record
 from workers.runtime import Runtime, get_runtime
 
@@ -107,7 +108,9 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
     fenced (storage/fences.py): if it loses the lock and another turn takes it, its next
     transaction raises TurnFenced and the job stops there ("fenced"), without sending.
     A database or Redis error (`storage.db.is_outage`) re-enqueues it after OUTAGE_DELAYS
-    (`retry_after_outage`); any other error propagates to RQ (its Retry, then failed).
+    (`retry_after_outage`); a model call that found its tenant's call slots all taken
+    (TenantCallsBusy) re-enqueues it call_slots.DEFER later with the same attempt
+    (`defer_busy`); any other error propagates to RQ (its Retry, then failed).
     """
     runtime = get_runtime()
     job = get_current_job()
@@ -131,6 +134,9 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
         except TurnFenced:
             log.warning("job_fenced_out", kind=kind)  # the turn that took the lock answers
             return "fenced"
+        except TenantCallsBusy as exc:
+            return defer_busy(runtime, kind, conversation_id, attempt=attempt, outage=outage,
+                              exc=exc, reenqueue=reenqueue)
         except Exception as exc:
             if not is_outage(exc):
                 raise
@@ -254,6 +260,23 @@ def retry_after_outage(runtime: Runtime, kind: str, conversation_id: int, *, att
     return "outage_retry_scheduled"
 
 
+def defer_busy(runtime: Runtime, kind: str, conversation_id: int, *, attempt: int,
+               outage: int, exc: TenantCallsBusy, reenqueue: Reenqueue) -> str:
+    """Enqueue the job again call_slots.DEFER later, same `attempt` and `outage` (a tenant at
+    its cap of calls in flight is neither the provider's failure nor an outage); "deferred".
+    A turn deferred mid-turn resumes as a killed one does (its tool rounds are repaired:
+    workers/turn_window.dangling_rounds). Redis failing here leaves it to the reconciler."""
+    try:
+        reenqueue(runtime, conversation_id, clock.now() + DEFER, attempt, outage)
+    except RedisError:
+        log.warning("job_deferred_not_enqueued", kind=kind)
+        return "deferred"
+    record(runtime, metrics.inc("wagent_jobs_deferred_total", {"kind": kind}))
+    log.info("job_deferred_tenant_calls_busy", kind=kind, tenant_id=exc.tenant_id,
+             delay_s=DEFER.total_seconds())
+    return "deferred"
+
+
 def retry_later(runtime: Runtime, kind: str, conversation_id: int, *, attempt: int,
                 exc: BaseException, reenqueue: Reenqueue, event: str) -> str:
     """Enqueue attempt `attempt + 1` of the `kind` job after its policy's delay
@@ -320,11 +343,13 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
     return row
 
 
-def call_model(runtime: Runtime, purpose: str, **request: Any) -> Any:
-    """`messages.create(**request)` with the purpose header, counted
-    (workers/model_calls.create_counted); an answer takes the provider-down mark off
-    (workers/outages.provider_answered). Errors are re-raised unchanged."""
-    response = create_counted(runtime, purpose, **request)
+def call_model(runtime: Runtime, purpose: str, *, tenant_id: int, **request: Any) -> Any:
+    """`messages.create(**request)` with the purpose header, counted, in one of `tenant_id`'s
+    call slots (workers/model_calls.create_counted); an answer takes the provider-down mark off
+    (workers/outages.provider_answered). Errors are re-raised unchanged; TenantCallsBusy
+    (workers/call_slots.py) when the tenant's slots stay taken: `run_coalesced` defers the
+    job."""
+    response = create_counted(runtime, purpose, tenant_id=tenant_id, **request)
     outages.provider_answered(runtime)
     return response
 

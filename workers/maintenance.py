@@ -21,6 +21,7 @@ from sqlmodel import and_, col, delete, func, or_, select, update
 
 from core import clock
 from storage import dead_letters, inbox, media, webhooks
+from storage.conversations import tenants_of
 from storage.db import session_scope
 from storage.jobs import (
     INBOX_KEY,
@@ -192,8 +193,10 @@ def _enqueue_lost(runtime: Runtime, conversation_ids: list[int], *, now: datetim
         consume_token(redis, prefix, "turn", conversation_id, job_id)
         log.info("reconcile_dropped_stale_token", conversation_id=conversation_id,
                  stale_job_id=job_id)
+    with session_scope(runtime.engine) as session:  # the fair move's tags (storage/jobs.py)
+        tenants = tenants_of(session, free)
     made = enqueue_turns(runtime.queue, prefix, free,
-                         job_timeout=runtime.settings.turn_job_timeout)
+                         job_timeout=runtime.settings.turn_job_timeout, tenants=tenants)
     return sum(1 for job_id in made.values() if job_id)
 
 

@@ -90,11 +90,12 @@ def recover(runtime: Runtime, *, now: datetime) -> int:
         rows = failures.to_recover(session, now=now)
         contacts = {c.id: c for c in session.exec(select(Contact).where(
             Contact.id.in_([r.contact_id for r in rows])))} if rows else {}  # type: ignore[union-attr]
-        due = [int(r.id) for r in rows if r.id is not None and r.contact_id in contacts
-               and not window_closed(contacts[r.contact_id].last_inbound_at, now)]
-    for conversation_id in due:
+        due = {int(r.id): r.tenant_id for r in rows if r.id is not None
+               and r.contact_id in contacts
+               and not window_closed(contacts[r.contact_id].last_inbound_at, now)}
+    for conversation_id, tenant_id in due.items():
         enqueue_turn(runtime.queue, runtime.settings.redis_prefix, conversation_id,
-                     job_timeout=runtime.settings.turn_job_timeout)
+                     job_timeout=runtime.settings.turn_job_timeout, tenant_id=tenant_id)
     log.info("outage_recovery", turns=len(due), outside_window=len(rows) - len(due))
     return len(due)
 

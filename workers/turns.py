@@ -52,6 +52,7 @@ from storage.models import Conversation, Message
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import budgets, outages, texts
+from workers.call_slots import TenantCallsBusy
 from workers.choices import reply_parts
 from workers.compaction import maybe_enqueue as maybe_enqueue_compaction
 from workers.conversation_state import ConversationState, load_state
@@ -146,7 +147,8 @@ def _reenqueue(runtime: Runtime, conversation_id: int, at: datetime, attempt: in
 
 def measured_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> str:
     """`handle_turn`, counted by outcome ("error" when it raised, "fenced" when it lost its
-    lock, "outage" when the database or Redis failed) and timed (wall clock: the product's
+    lock, "outage" when the database or Redis failed, "deferred" when its tenant's model call
+    slots were all taken) and timed (wall clock: the product's
     clock stands still in replays). Returns the outcome's value."""
     started, outcome = time.monotonic(), "error"
     try:
@@ -154,6 +156,9 @@ def measured_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -
         return outcome
     except TurnFenced:
         outcome = "fenced"
+        raise
+    except TenantCallsBusy:  # run_coalesced defers it
+        outcome = "deferred"
         raise
     except Exception as exc:
         outcome = "outage" if is_outage(exc) else "error"
@@ -401,7 +406,7 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
     prepared, hooks.prepared = hooks.prepared, None
     if prepared is None or hard_cap:
         prepared = prepare(runtime, state, tools=REGISTRY, force_hard_cap=hard_cap)
-    return run_tool_loop(functools.partial(_create, runtime, hooks.typing),
+    return run_tool_loop(functools.partial(_create, runtime, hooks.typing, state.tenant_id),
                          request_for=prepared.request_for, messages=prepared.messages,
                          execute=functools.partial(_execute, runtime, state, hooks.source),
                          hooks=hooks,
@@ -410,10 +415,10 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
                          stop_after=STOPS_THE_TURN)
 
 
-def _create(runtime: Runtime, typing: TypingIndicator, **request: Any) -> Any:
+def _create(runtime: Runtime, typing: TypingIndicator, tenant_id: int, **request: Any) -> Any:
     typing.keep_alive()  # again past 20 s: Meta clears it after 25 s
     crash_point("before_model_call")
-    return call_model(runtime, "turn", **request)
+    return call_model(runtime, "turn", tenant_id=tenant_id, **request)
 
 
 def repair_dangling_tool_use(runtime: Runtime, state: ConversationState,

@@ -193,9 +193,10 @@ def hand_back(call: Call) -> tuple[int, Any]:
     back = staff_ops.hand_back(call.session, call.the_tenant(), conversation_id, now=call.now)
     app = call.request.app
     if back["changed"]:
+        tenant_id = call.the_tenant().id
         call.after_commit.append(lambda: enqueue_turn(app[TURN_QUEUE],
                                                       app[SETTINGS].redis_prefix,
-                                                      conversation_id))
+                                                      conversation_id, tenant_id=tenant_id))
     return 200, back
 
 

@@ -123,7 +123,9 @@ def hand_back(p: Page) -> PageResult:
     cid = _conversation_id(p)
     if staff_ops.hand_back(p.session, p.tenant, cid, now=p.now)["changed"]:
         queue, prefix = p.request.app[TURN_QUEUE], p.request.app[SETTINGS].redis_prefix
-        p.after_commit.append(lambda: enqueue_turn(queue, prefix, cid))  # what still waits
+        tenant_id = p.tenant.id  # the fair move's tag (storage/jobs.job_id_for)
+        p.after_commit.append(lambda: enqueue_turn(queue, prefix, cid,  # what still waits
+                                                   tenant_id=tenant_id))
     return Redirect(f"/console/conversations/{cid}", p.t["handed_back"])
 
 
