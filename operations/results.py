@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from statistics import median
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, and_, case, literal
 from sqlmodel import Session, col, func, select
 
@@ -216,7 +217,7 @@ def _revenue(session: Session, tenant_id: int, w: Window) -> int:
     """Catalogue prices (cents) of the services booked in `w` and not cancelled since (a
     move keeps it); a service without a price counts 0."""
     total = session.exec(select(func.coalesce(func.sum(Service.price_cents), 0))
-                         .join(Service, col(Service.id) == col(Appointment.service_id))
+                         .select_from(Appointment).join(Service, col(Service.id) == col(Appointment.service_id))
                          .where(*_booked_in(tenant_id, w),
                                 (col(Appointment.status) != "cancelled")
                                 | col(Appointment.moved_to_id).is_not(None))).one()
@@ -309,3 +310,31 @@ def _aware(value: datetime) -> datetime:
 
 def _aware_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _aware(value)
+
+
+# -- the admin API's and the CLI's view ---------------------------------------------------------
+
+class ResultsQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    period: Literal["week", "month"] = Field("week", description="week (Monday to Sunday) or "
+                                             "month, in the tenant's time zone")
+
+
+def measures_view(m: Measures) -> dict[str, Any]:
+    """One period as JSON: local `start`/`end` (end excluded), counts, `revenue_cents`,
+    seconds, µUSD; rates 0..1 (None: nothing to measure)."""
+    figures = {name: getattr(m, name) for name in Measures.__dataclass_fields__
+               if name != "window"}
+    return {"start": m.window.start.isoformat(), "end": m.window.end.isoformat(), **figures,
+            "visits": m.visits, "no_show_rate": m.no_show_rate,
+            "cost_per_visit_musd": m.cost_per_visit_musd}
+
+
+def results_view(found: Results) -> dict[str, Any]:
+    """`Results` as JSON (the admin API's GET /admin/tenants/{id}/results, `wagent results`)."""
+    return {"period": found.kind, "current": measures_view(found.current),
+            "previous": measures_view(found.previous),
+            "series": [measures_view(m) for m in found.series],
+            "reminders_on": found.reminders_on.isoformat() if found.reminders_on else None,
+            "no_show_rate_before_reminders": found.no_show_before,
+            "no_show_rate_with_reminders": found.no_show_after}
