@@ -3,14 +3,16 @@
 own (zeros), another tenant's results are not found, and the page reads in both languages."""
 
 import html
+import json
 import re
 from collections.abc import Iterator
 
 import pytest
 
+from cli.main import main
 from replay.environment import ReplayEnvironment
 from tests.conftest import START
-from tests.console_helpers import Seeded, seed
+from tests.console_helpers import SALON, Seeded, seed
 from tests.test_admin_api import call
 from tests.test_console import Browser
 
@@ -77,3 +79,14 @@ def test_another_tenant_sees_only_its_own_results(env: ReplayEnvironment,
     status, refused = call(env, "GET", f"/admin/tenants/{salon_id}/results?period=year",
                            token=seeded.salon_token)
     assert status == 422 and refused["error"]["problems"]
+
+
+def test_wagent_results_prints_the_same_figures(env: ReplayEnvironment, seeded: Seeded,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DATABASE_URL", env.engine.url.render_as_string(hide_password=False))
+    capsys.readouterr()
+    assert main(["results", SALON["phone_number_id"], "--period", "month"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["period"] == "month" and out["current"]["visits_by_agent"] == 1
+    assert main(["results", "000000"]) == 2
