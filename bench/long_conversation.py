@@ -64,12 +64,9 @@ from storage.db import create_schema, make_engine, session_scope  # noqa: E402
 from storage.fact_keys import resolve_keys  # noqa: E402
 from storage.models import Contact, Conversation, Message, Tenant, Usage  # noqa: E402
 from storage.tenants import upsert_tenant  # noqa: E402
+from usage.ledger import CACHE_READ, PRICES, WRITE_1H, WRITE_5M  # noqa: E402
 from usage.report import (  # noqa: E402
-    CACHE_READ,
-    PRICES,
     WHATSAPP_UTILITY_USD,
-    WRITE_1H,
-    WRITE_5M,
     Call,
     render_svg,
     summarize_calls,

@@ -365,8 +365,10 @@ class ToolCall(SQLModel, table=True):
 
 
 class Usage(SQLModel, table=True):
-    """Token usage of one Messages API call (turn, summary or facts)."""
+    """Token usage of one Messages API call (`purpose` turn, summary, compaction or facts) and
+    its cost `micro_usd` (integer µUSD at the prices of record time: usage/ledger.py)."""
 
+    __table_args__ = (Index("ix_usage_tenant_created", "tenant_id", "created_at"),)
     id: int | None = Field(default=None, primary_key=True)
     tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE", index=True)
     conversation_id: int | None = Field(default=None, foreign_key="conversation.id",
@@ -379,7 +381,32 @@ class Usage(SQLModel, table=True):
     cache_creation_1h_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     output_tokens: int = 0
+    micro_usd: int = 0
     created_at: datetime
+
+
+class WhatsAppCharge(SQLModel, table=True):
+    """What Meta bills for one sent message (wamid), from the `pricing` of its status webhooks
+    (reference/whatsapp.md §pricing): recorded once per (tenant, wamid) by intake/statuses.py.
+    `category` marketing | utility | authentication | service | ...; `pricing_type` regular |
+    free_customer_service | free_entry_point | ...; `market` the recipient's country (ISO
+    3166 alpha-2, "" unknown); `rate_micro_usd` the rate card's rate applied and `micro_usd`
+    the charge (0 when not billable), both fixed at record time (usage/rate_card.py)."""
+
+    __tablename__ = "whatsapp_charge"
+    __table_args__ = (UniqueConstraint("tenant_id", "wamid", name="uq_whatsapp_charge_wamid"),
+                      Index("ix_whatsapp_charge_tenant_at", "tenant_id", "charged_at"))
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenant.id", ondelete="CASCADE")
+    wamid: str = Field(max_length=128)
+    billable: bool = True
+    pricing_model: str = Field(default="", max_length=16)
+    category: str = Field(default="", max_length=32)
+    pricing_type: str = Field(default="", max_length=32)
+    market: str = Field(default="", max_length=8)
+    rate_micro_usd: int = 0
+    micro_usd: int = 0
+    charged_at: datetime
 
 
 class ProviderFailure(SQLModel, table=True):

@@ -18,10 +18,8 @@ from storage import messages as message_repo
 from storage.db import session_scope
 from storage.models import Conversation, Message, Usage
 from usage.charts import escape
+from usage.ledger import CACHE_READ, PRICES, WRITE_1H, WRITE_5M, model_family
 
-# Anthropic list prices, USD per million tokens (input, output) — Sources: Anthropic §6.
-PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
-CACHE_READ, WRITE_5M, WRITE_1H = 0.1, 1.25, 2.0
 # Meta's utility rate per message, USD, by market: since 2026-10-01 every free-form reply in
 # the 24-hour window is billed at it (issue 41). Brazil by default.
 WHATSAPP_UTILITY_USD = {"BR": 0.0068}
@@ -53,7 +51,7 @@ def billed_equivalent(call: Call) -> float:
 
 
 def cost_usd(call: Call) -> float:
-    family = next((name for name in PRICES if name in call.model), "sonnet")
+    family = model_family(call.model)
     price_in, price_out = PRICES[family]
     return (billed_equivalent(call) * price_in + call.output_tokens * price_out) / 1_000_000
 

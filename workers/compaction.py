@@ -254,7 +254,7 @@ def _summarize(runtime: Runtime, tenant: Tenant, conversation_id: int, previous:
                                            words=SUMMARY_MAX_WORDS),
         messages=[{"role": "user", "content": prompt}])
     record_call_usage(runtime, tenant_id=tenant.id or 0, conversation_id=conversation_id,
-                      response=response, purpose="summary")
+                      response=response, purpose="compaction")
     return within_words("\n".join(b["text"].strip() for b in dump_content(response.content)
                                    if b.get("type") == "text").strip())
 

@@ -26,6 +26,7 @@ from storage.jobs import consume_token, tenant_of
 from storage.keys import lock_key, tenant_pause_key
 from storage.models import Usage
 from storage.scheduled import enqueue_due
+from usage.ledger import model_cost_micro_usd
 from workers import heartbeats, outages
 from workers.model_calls import create_counted, record
 from workers.runtime import Runtime, get_runtime
@@ -310,6 +311,9 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
                                                            0) or 0) if detail else 0,
                 cache_read_input_tokens=usage.cache_read_input_tokens or 0,
                 output_tokens=usage.output_tokens or 0, created_at=clock.now())
+    row.micro_usd = model_cost_micro_usd(  # fixed now: a later price change keeps the past
+        row.model, row.input_tokens, row.cache_creation_input_tokens,
+        row.cache_creation_1h_input_tokens, row.cache_read_input_tokens, row.output_tokens)
     with fences.unfenced(), session_scope(runtime.engine) as session:  # billed either way
         session.add(row)
     _record_usage_metrics(runtime, row)
