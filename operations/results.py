@@ -14,7 +14,7 @@ A visit is the rows sharing one booking number (storage/appointments.VISIT). A m
 first booking.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from statistics import median
@@ -36,7 +36,9 @@ from storage.models import (
     Service,
     Tenant,
     ToolCall,
+    Usage,
     WaitlistEntry,
+    WhatsAppCharge,
 )
 
 PERIODS = ("week", "month")
@@ -157,16 +159,17 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 
 # -- the measures (one query each) -------------------------------------------------------------
 
-def results(session: Session, tenant: Tenant, kind: str, *, now: datetime,
-            cost: Callable[[Window], int | None] | None = None) -> Results:
-    """The tenant's results for the `kind` period holding `now` and the ones before it;
-    `cost(window)` gives a period's cost in µUSD (the ledger's; None: not known). ValueError
-    for a kind not in PERIODS."""
+def results(session: Session, tenant: Tenant, kind: str, *, now: datetime) -> Results:
+    """The tenant's results for the `kind` period holding `now` and the ones before it
+    (`SERIES_LENGTH`), costs from the ledger's recorded amounts (`_costs`). ValueError for a
+    kind not in PERIODS."""
     period_start(kind, now.date())  # checks kind
     tz = ZoneInfo(tenant.timezone)
     assert tenant.id is not None
     windows = [window(kind, now, tz, back=n) for n in range(SERIES_LENGTH[kind] - 1, -1, -1)]
-    series = tuple(measure(session, tenant.id, w, cost=cost) for w in windows)
+    costs = _costs(session, tenant.id, windows)
+    series = tuple(replace(measure(session, tenant.id, w), cost_musd=cost)
+                   for w, cost in zip(windows, costs, strict=True))
     reminders_on = session.exec(select(func.min(col(Reminder.queued_at))).where(
         Reminder.tenant_id == tenant.id)).one()
     on = _aware_or_none(reminders_on)
@@ -174,9 +177,8 @@ def results(session: Session, tenant: Tenant, kind: str, *, now: datetime,
     return Results(kind, series[-1], series[-2], series, on, before, after)
 
 
-def measure(session: Session, tenant_id: int, w: Window, *,
-            cost: Callable[[Window], int | None] | None = None) -> Measures:
-    """Every figure of window `w` for the tenant."""
+def measure(session: Session, tenant_id: int, w: Window) -> Measures:
+    """Every figure of window `w` for the tenant but its cost."""
     by_agent, by_staff = _visits(session, tenant_id, w)
     no_shows, completed = _outcomes(session, tenant_id, w)
     handoffs, answered, staff_median = _handoffs(session, tenant_id, w)
@@ -189,8 +191,32 @@ def measure(session: Session, tenant_id: int, w: Window, *,
                                 col(Appointment.moved_to_id).is_(None)),
         no_shows=no_shows, completed=completed, refilled=_refilled(session, tenant_id, w),
         handoffs=handoffs, handoffs_answered=answered, staff_answer_median_s=staff_median,
-        agent_answer_p50_s=percentile(waits, 0.5), agent_answer_p90_s=percentile(waits, 0.9),
-        cost_musd=cost(w) if cost else None)
+        agent_answer_p50_s=percentile(waits, 0.5), agent_answer_p90_s=percentile(waits, 0.9))
+
+
+def _costs(session: Session, tenant_id: int, windows: list[Window]) -> list[int]:
+    """Each window's cost in µUSD: the ledger's amounts, fixed at record time
+    (usage/ledger.py: `Usage.micro_usd` of the model calls, `WhatsAppCharge.micro_usd` of the
+    messages Meta billed), summed in this session's transaction (ledger.tenant_costs opens a
+    transaction of its own, which SQLite's serial writers would wait on)."""
+    spans = [(w, w.start_at, w.end_at) for w in windows]
+    model = _sums(session, col(Usage.micro_usd), col(Usage.created_at),
+                  col(Usage.tenant_id) == tenant_id, spans)
+    whatsapp = _sums(session, col(WhatsAppCharge.micro_usd), col(WhatsAppCharge.charged_at),
+                     col(WhatsAppCharge.tenant_id) == tenant_id, spans)
+    return [m + w for m, w in zip(model, whatsapp, strict=True)]
+
+
+def _sums(session: Session, amount: Any, at: Any, mine: ColumnElement[bool],
+          spans: list[tuple[Window, datetime, datetime]]) -> list[int]:
+    """`amount` summed per span in one GROUP BY (the span a row falls in, by CASE)."""
+    bucket = case(*[(and_(at >= start, at < end), n) for n, (_, start, end) in enumerate(spans)],
+                  else_=-1)
+    rows = session.exec(select(bucket, func.coalesce(func.sum(amount), 0))
+                        .where(mine, at >= spans[0][1], at < spans[-1][2])
+                        .group_by(bucket)).all()
+    totals = {int(n): int(total) for n, total in rows}
+    return [totals.get(n, 0) for n in range(len(spans))]
 
 
 def _in(column: Any, w: Window) -> ColumnElement[bool]:
@@ -217,7 +243,8 @@ def _revenue(session: Session, tenant_id: int, w: Window) -> int:
     """Catalogue prices (cents) of the services booked in `w` and not cancelled since (a
     move keeps it); a service without a price counts 0."""
     total = session.exec(select(func.coalesce(func.sum(Service.price_cents), 0))
-                         .select_from(Appointment).join(Service, col(Service.id) == col(Appointment.service_id))
+                         .select_from(Appointment)
+                         .join(Service, col(Service.id) == col(Appointment.service_id))
                          .where(*_booked_in(tenant_id, w),
                                 (col(Appointment.status) != "cancelled")
                                 | col(Appointment.moved_to_id).is_not(None))).one()

@@ -27,7 +27,9 @@ from storage.models import (
     Service,
     Tenant,
     ToolCall,
+    Usage,
     WaitlistEntry,
+    WhatsAppCharge,
 )
 from usage.charts import render_bars
 
@@ -88,6 +90,10 @@ class Builder:
                           tool_use_id=f"toolu_{self.tid}_{self.tool_uses}",
                           name="handoff_to_human", input={}, result=result,
                           created_at=when))
+
+    def cost(self, when: datetime, micro_usd: int) -> None:
+        self.add(Usage(tenant_id=self.tid, purpose="turn", model="claude-sonnet-5-5",
+                       micro_usd=micro_usd, created_at=when))
 
     def message(self, direction: str, received: datetime, **fields: Any) -> Message:
         return self.add(Message(tenant_id=self.tid,
@@ -160,6 +166,12 @@ def salon(session: Session) -> Builder:
     a.answered(at(9, 10, 5), at(9, 10, 5, 2), (at(9, 10, 5, 12),))
     a.answered(at(9, 11), at(9, 11, 5), (at(9, 11, 5, 1),), reason="handled by staff")
     a.answered(at(9, 11, 30), at(9, 11, 30, 1), (None,))
+    # the ledger (usage/ledger.py): US$ 1.00 of model calls and one utility message this
+    # week; US$ 0.50 on Sunday 23:00 in São Paulo (last week's)
+    a.cost(at(9, 12), 1_000_000)
+    a.add(WhatsAppCharge(tenant_id=a.tid, wamid="wamid.A1", category="utility",
+                         micro_usd=6_800, charged_at=at(10, 12)))
+    a.cost(at(8, 2), 500_000)
     return a
 
 
@@ -175,6 +187,7 @@ def garage(session: Session) -> Builder:
     b.handoff(at(9, 12, 1))
     b.message("outbound", at(9, 12, 2), author="staff:Caio")
     b.answered(at(9, 10, 0, 1), at(9, 10, 0, 50), (at(9, 10, 1, 41),))
+    b.cost(at(9, 12), 123)
     return b
 
 
@@ -205,7 +218,9 @@ def test_each_measure_matches_the_hand_built_week_of_each_tenant(
     assert (week.no_shows, week.completed, week.no_show_rate) == (2, 2, 0.5)
     assert (week.handoffs, week.handoffs_answered, week.staff_answer_median_s) == (3, 2, 1200)
     assert (week.agent_answer_p50_s, week.agent_answer_p90_s) == (12, 30)
+    assert (week.cost_musd, week.cost_per_visit_musd) == (1_006_800, 251_700)
     assert a.previous.visits_by_agent == 1 and a.previous.revenue_cents == 9000
+    assert (a.previous.cost_musd, a.previous.cost_per_visit_musd) == (500_000, 500_000)
     assert a.reminders_on == at(1, 0)
     assert (a.no_show_before, a.no_show_after) == (2 / 3, 0.5)
     assert [m.visits for m in a.series] == [0, 3, 0, 0, 4, 0, 1, 4]  # May 1st, 20th (UTC)
@@ -215,6 +230,7 @@ def test_each_measure_matches_the_hand_built_week_of_each_tenant(
     assert (b.confirmed, b.cancelled, b.refilled, b.no_shows, b.completed) == (1, 1, 0, 1, 0)
     assert (b.handoffs, b.handoffs_answered, b.staff_answer_median_s) == (1, 1, 60)
     assert (b.agent_answer_p50_s, b.agent_answer_p90_s) == (100, 100)
+    assert (b.cost_musd, b.cost_per_visit_musd) == (123, 123)
     assert results_of(engine, b_id).reminders_on == at(1, 0, month=5)
 
 
@@ -237,7 +253,7 @@ def test_an_empty_tenant_has_zeros_and_nothing_to_measure(engine: Engine) -> Non
     assert found.current.visits == 0 and found.current.no_show_rate is None
     assert found.current.agent_answer_p50_s is None and found.reminders_on is None
     assert (found.no_show_before, found.no_show_after) == (None, None)
-    assert found.current.cost_per_visit_musd is None
+    assert found.current.cost_musd == 0 and found.current.cost_per_visit_musd is None
 
 
 def test_an_unknown_period_is_refused(engine: Engine) -> None:
