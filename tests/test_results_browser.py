@@ -25,7 +25,7 @@ from tests.test_console_browser import (  # noqa: F401  (fixtures: driver, env, 
 DOCS = Path(__file__).parent.parent / "docs"
 
 
-def eight_weeks_of_visits(env: ReplayEnvironment) -> None:
+def eight_weeks_of_visits(env: ReplayEnvironment) -> None:  # noqa: F811
     """Visits booked over the last weeks (some by staff), marked completed or no-show, a price
     on the corte, reminders on from three weeks ago: the charts have bars to show."""
     now = env.clock.now()
