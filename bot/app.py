@@ -24,6 +24,7 @@ from intake.keys import ENGINE, REDIS, SETTINGS, TURN_QUEUE
 from storage import webhooks
 from storage.db import connect_redis, make_engine
 from storage.jobs import enqueue_webhooks
+from whatsapp.rate_card import use_rate_card
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +47,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None,
                           client_max_size=settings.max_body_bytes + 1,
                           handler_args={"lingering_time": LINGER_SECONDS})
     app[SETTINGS] = settings
+    use_rate_card(settings.rate_card_path)  # a bad card stops the start (RateCardError)
     app[BODY_BUDGET] = BodyBudget(settings.body_budget_bytes)
     app[ENGINE] = engine or make_engine(settings.database_url)
     app[REDIS] = redis_client or connect_redis(settings.redis_url)

@@ -120,6 +120,7 @@ async def serve_metrics(request: web.Request) -> web.Response:
 
 FLUSH_AFTER_SECONDS = 0.5
 SPILLED = "(inbox)"  # a POST put in the inbox: its updates are counted by the worker storing it
+COST = "(whatsapp µUSD)"  # + category: µUSD charged (wagent_whatsapp_cost_micro_usd_total)
 PENDING = web.AppKey("webhook_counts_pending", dict[str, int])
 
 
@@ -134,13 +135,16 @@ def setup_metrics(app: web.Application) -> None:
     app.on_cleanup.append(flush_on_cleanup)
 
 
-async def record_updates(app: web.Application, counts: Mapping[str, int]) -> None:
-    """Count one webhook POST's updates by kind (ingest's outcome names). Summed in the process
+async def record_updates(app: web.Application, counts: Mapping[str, int],
+                         costs: Mapping[str, int] | None = None) -> None:
+    """Count one webhook POST's updates by kind (ingest's outcome names) and the WhatsApp
+    µUSD it charged by category (`costs`). Summed in the process
     and written to Redis at most every FLUSH_AFTER_SECONDS (and before a scrape), so a POST
     costs no Redis round trip of its own."""
     pending = app[PENDING]
     first = not pending
-    for kind, amount in counts.items():
+    for kind, amount in [*counts.items(), *((f"{COST}{category}", micro_usd)
+                                            for category, micro_usd in (costs or {}).items())]:
         if amount:
             pending[kind] = pending.get(kind, 0) + amount
     if first and pending:
@@ -155,6 +159,9 @@ async def flush_updates(app: web.Application) -> None:
     if not pending:
         return
     ops = [metrics.inc("wagent_inbox_posts_total", None, amount) if kind == SPILLED
+           else metrics.inc("wagent_whatsapp_cost_micro_usd_total",
+                            {"category": kind.removeprefix(COST)}, amount)
+           if kind.startswith(COST)
            else metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
            for kind, amount in pending.items()]
     await asyncio.to_thread(metrics.record, app[REDIS], app[SETTINGS].redis_prefix, *ops)

@@ -69,7 +69,8 @@ async def receive_update(request: web.Request) -> web.Response:
     result = await _group_commit(request.app).submit(body, clock.now())
     # a POST stored in a group is summed up by the group's own line (webhook_group_stored)
     (log.debug if result.grouped else log.info)("webhook_received", **result.counts)
-    await record_updates(request.app, {SPILLED: 1} if result.spilled else result.counts)
+    await record_updates(request.app, {SPILLED: 1} if result.spilled else result.counts,
+                         result.whatsapp_micro_usd)
     return web.Response(text="ok")
 
 

@@ -125,6 +125,17 @@ def _add_set_up_commands(sub: Any) -> None:
     report.add_argument("--json", action="store_true")
     report.set_defaults(run="cli.report:report")
 
+    costs = sub.add_parser("costs", help="model and WhatsApp costs per local day, µUSD "
+                           "(docs/OPERATE.md, Costs); every tenant's totals without --tenant")
+    costs.add_argument("--tenant", metavar="PHONE_NUMBER_ID", default=None,
+                       help="one tenant, day by day")
+    costs.add_argument("--from", dest="date_from", metavar="YYYY-MM-DD", default=None,
+                       help="first local day (default: the 1st of this month)")
+    costs.add_argument("--to", dest="date_to", metavar="YYYY-MM-DD", default=None,
+                       help="last local day (default: today)")
+    costs.add_argument("--json", action="store_true")
+    costs.set_defaults(run="cli.costs:costs")
+
     docs = sub.add_parser("docs", help="generated documentation")
     docs_sub = docs.add_subparsers(title="docs commands")
     reference = docs_sub.add_parser("settings", help="write docs/SETTINGS.md from the code's "

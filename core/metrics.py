@@ -69,6 +69,12 @@ SPECS = {spec.name: spec for spec in (
     Spec("wagent_input_tokens_total", "counter",
          "Input tokens by kind: uncached, cache_read, cache_write.", ("purpose", "kind")),
     Spec("wagent_output_tokens_total", "counter", "Output tokens.", ("purpose",)),
+    Spec("wagent_model_cost_micro_usd_total", "counter",
+         "Model cost in µUSD at the prices of record time (usage/ledger.py), by the usage "
+         "row's purpose (turn, summary, compaction, facts) and model.", ("purpose", "model")),
+    Spec("wagent_whatsapp_cost_micro_usd_total", "counter",
+         "WhatsApp cost in µUSD charged once per sent message from its status's pricing at "
+         "the rate card (intake/statuses.py), by category.", ("category",)),
     Spec("wagent_compactions_total", "counter", "Compaction jobs by outcome.", ("outcome",)),
     Spec("wagent_sweeps_total", "counter", "Inactivity sweeps run."),
     Spec("wagent_sweep_closed_total", "counter", "Conversations closed by the sweeper."),

@@ -100,6 +100,9 @@ class Settings:
     webhook_allowed_networks: str = _env("", "comma-separated networks outbound webhooks may "
                                          "reach although not public (over http too); empty: "
                                          "only https to public addresses (hooks/client.py)")
+    rate_card_path: str = _env("", "a JSON WhatsApp rate card (per market and category, from "
+                               "a date) replacing the bundled whatsapp/rate_card.json "
+                               "(docs/OPERATE.md, Costs); checked at start")
     turn_job_timeout: int = _env(300, "seconds a turn job may run")
     turn_debounce_seconds: float = _env(2.0, "a burst of short messages settles into one turn")
     webhook_spill_at: int = _env(16, "POSTs waiting in one web process that switch it to the "

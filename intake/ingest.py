@@ -162,9 +162,12 @@ def _store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
     that one bad status loses nothing else. Raises StoreUnavailable when the database is
     down."""
     outcomes: list[str] = []
+    costs: dict[str, int] = {}
     with attempt() as tried:
-        outcomes = store_statuses(engine, statuses, now)
-    if tried.error is not None:
+        outcomes = store_statuses(engine, statuses, now, costs)
+    if tried.error is None:
+        result.merge(IngestResult(whatsapp_micro_usd=costs))
+    else:
         outcomes = [_store_isolated_update(engine, status, now) for status in statuses]
     for outcome in outcomes:
         result.count(outcome)

@@ -13,6 +13,8 @@ class IngestResult:
     # open sessions whose summary covers a message the customer deleted: summary re-derived
     rederive_conversation_ids: list[int] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    # µUSD newly charged by WhatsApp category (intake/statuses.record_charges): the metrics
+    whatsapp_micro_usd: dict[str, int] = field(default_factory=dict)
     grouped: bool = False  # stored in a group of POSTs (store_group), or spilled
     spilled: bool = False  # put in the inbox for a worker to store (counts then empty)
 
@@ -36,3 +38,6 @@ class IngestResult:
                              (self.rederive_conversation_ids, other.rederive_conversation_ids)):
             mine.extend(c for c in theirs if c not in mine)
         self.turn_tenants.update(other.turn_tenants)
+        for category, micro_usd in other.whatsapp_micro_usd.items():
+            self.whatsapp_micro_usd[category] = self.whatsapp_micro_usd.get(category, 0) \
+                + micro_usd

@@ -1,5 +1,7 @@
 """Storing delivery statuses of our sends (sent, delivered, read, failed): a run of them in
-one transaction, set-based."""
+one transaction, set-based; and what Meta bills for each sent message, from the status's
+`pricing` at the rate card (one `whatsapp_charge` row per (tenant, wamid): the cost ledger,
+usage/ledger.py)."""
 
 from datetime import datetime
 
@@ -9,22 +11,25 @@ from sqlmodel import Session, col, select
 
 from storage import messages
 from storage.db import session_scope
-from storage.models import Outbound, Tenant
+from storage.models import Outbound, Tenant, WhatsAppCharge
 from whatsapp.inbound import StatusUpdate
+from whatsapp.rate_card import RateCard, active_rate_card
 
 log = structlog.get_logger(__name__)
 
 
-def store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime) -> list[str]:
+def store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
+                   costs: dict[str, int] | None = None) -> list[str]:
     """Store a run of statuses of one POST in one transaction (a status costs a few indexed
     statements; a commit of its own cost more than those); returns each one's outcome
     (`apply_statuses`). Raises on any database error: nothing is then stored (the caller,
     `intake.ingest`, stores each again alone)."""
     with session_scope(engine) as session:
-        return apply_statuses(session, statuses, now)
+        return apply_statuses(session, statuses, now, costs)
 
 
-def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime) -> list[str]:
+def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime,
+                   costs: dict[str, int] | None = None) -> list[str]:
     """Advance the delivery state of our sends by `statuses`, each only under the tenant that
     sent it (the status names its `phone_number_id`); an unknown wamid or number changes
     nothing. Returns each status's outcome ("status" or "status_unknown"), in order.
@@ -32,6 +37,8 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
     Set-based: one query for the run's tenants and one for which of its wamids are our sends,
     whatever its length (at most UPDATES_PER_TRANSACTION); only a status of one of our sends
     costs statements of its own (messages.apply_status). Unknown ones are logged once per run.
+    The run's charges are recorded by `record_charges` (new ones added to `costs`, µUSD by
+    category, for the metrics).
     """
     numbers = {status.phone_number_id for status in statuses}
     tenant_of = dict(session.exec(select(Tenant.phone_number_id, Tenant.id).where(
@@ -56,4 +63,48 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
     unknown = outcomes.count("status_unknown")
     if unknown:
         log.info("status_unknown_wamid", statuses=unknown)
+    for category, micro_usd in record_charges(session, statuses, tenant_of, now).items():
+        if costs is not None:
+            costs[category] = costs.get(category, 0) + micro_usd
     return outcomes
+
+
+def record_charges(session: Session, statuses: list[StatusUpdate],
+                   tenant_of: dict[str, int | None],
+                   now: datetime, card: RateCard | None = None) -> dict[str, int]:
+    """One `whatsapp_charge` row per (tenant, wamid) of the statuses with a `pricing` whose
+    number is a tenant's (Meta bills the number whoever sent); the first status with a
+    pricing wins, a later one (`delivered`/`read` after `sent`, a redelivery) changes nothing:
+    one INSERT … ON CONFLICT DO NOTHING for the run. Market: the recipient's
+    (`RateCard.market_of`); unknown → the card's fallback market, logged (no number). The rate
+    applied and `micro_usd` are fixed here (`RateCard.charge`, on the status's UTC day).
+    Returns µUSD by category of the rows inserted now."""
+    card = card or active_rate_card()
+    rows: dict[tuple[int, str], dict[str, object]] = {}
+    for status in statuses:
+        tenant_id = tenant_of.get(status.phone_number_id)
+        if status.pricing is None or tenant_id is None or (tenant_id, status.wamid) in rows:
+            continue
+        at = status.timestamp or now
+        market = card.market_of(status.recipient_id, status.recipient_user_id)
+        charge = card.charge(status.pricing, market, at.date())
+        if not charge.market_known:
+            log.warning("whatsapp_market_unknown", tenant_id=tenant_id,
+                        fallback_market=charge.market)
+        if card.rate(charge.market, status.pricing.category, at.date()) is None:
+            log.warning("whatsapp_rate_missing", tenant_id=tenant_id, market=charge.market,
+                        category=status.pricing.category)
+        rows[(tenant_id, status.wamid)] = {
+            "tenant_id": tenant_id, "wamid": status.wamid,
+            "billable": status.pricing.billable is not False,
+            "pricing_model": status.pricing.pricing_model[:16],
+            "category": status.pricing.category[:32], "pricing_type": status.pricing.type[:32],
+            "market": charge.market[:8], "rate_micro_usd": charge.rate_micro_usd,
+            "micro_usd": charge.micro_usd, "charged_at": at}
+    inserted = messages.insert_rows(
+        session, WhatsAppCharge.__table__, list(rows.values()),  # type: ignore[attr-defined]
+        returning=("category", "micro_usd"), conflict=("tenant_id", "wamid"))
+    costs: dict[str, int] = {}
+    for category, micro_usd in inserted:
+        costs[category] = costs.get(category, 0) + micro_usd
+    return costs

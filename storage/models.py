@@ -387,7 +387,7 @@ class Usage(SQLModel, table=True):
 
 class WhatsAppCharge(SQLModel, table=True):
     """What Meta bills for one sent message (wamid), from the `pricing` of its status webhooks
-    (reference/whatsapp.md §pricing): recorded once per (tenant, wamid) by intake/statuses.py.
+    (Sources: WhatsApp §3.5): recorded once per (tenant, wamid) by intake/statuses.py.
     `category` marketing | utility | authentication | service | ...; `pricing_type` regular |
     free_customer_service | free_entry_point | ...; `market` the recipient's country (ISO
     3166 alpha-2, "" unknown); `rate_micro_usd` the rate card's rate applied and `micro_usd`

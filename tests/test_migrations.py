@@ -362,3 +362,42 @@ def test_sqlite_upgrade_indexes_the_dead_letters_already_stored(tmp_path: Path) 
 def test_postgres_upgrade_indexes_the_dead_letters_already_stored(
         postgres_schema_url: str) -> None:
     _dead_letters_before_0010(postgres_schema_url)
+
+
+def _check_usage_backfill(url: str) -> None:
+    """0028 prices the usage rows stored before it as usage/ledger.model_cost_micro_usd does
+    (large counts too: the products are BIGINT on PostgreSQL)."""
+    from usage.ledger import model_cost_micro_usd
+
+    upgrade(url, "0027")
+    engine = make_engine(url)
+    calls = [("claude-sonnet-4-6", 200, 4000, 4000, 0, 150),
+             ("claude-haiku-4-5", 5, 2, 0, 5, 0),
+             ("claude-opus-5", 1_000_000, 900_000, 300_000, 2_000_000, 64_000),
+             ("a-model-of-no-family", 10, 0, 0, 0, 10)]
+    try:
+        _tenant_with_service(engine)
+        with engine.begin() as connection:
+            for call in calls:
+                connection.execute(text(
+                    "INSERT INTO usage (tenant_id, purpose, model, input_tokens, "
+                    "cache_creation_input_tokens, cache_creation_1h_input_tokens, "
+                    "cache_read_input_tokens, output_tokens, created_at) VALUES "
+                    "(1, 'turn', :m, :i, :w, :h, :r, :o, '2026-06-01 13:00:00')"),
+                    dict(zip(("m", "i", "w", "h", "r", "o"), call, strict=True)))
+        upgrade(url)
+        with engine.connect() as connection:
+            stored = list(connection.execute(text("SELECT micro_usd FROM usage ORDER BY id"))
+                          .scalars())
+    finally:
+        engine.dispose()
+    assert stored == [model_cost_micro_usd(*call) for call in calls]
+
+
+def test_sqlite_0028_prices_the_usage_rows_already_stored(tmp_path: Path) -> None:
+    _check_usage_backfill(f"sqlite:///{tmp_path}/wagent.db")
+
+
+@pytest.mark.postgres
+def test_postgres_0028_prices_the_usage_rows_already_stored(postgres_schema_url: str) -> None:
+    _check_usage_backfill(postgres_schema_url)

@@ -18,14 +18,14 @@ from decimal import ROUND_HALF_UP, Decimal
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine, func
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from storage.db import session_scope
 from storage.models import Tenant, Usage, WhatsAppCharge
 
 # Anthropic list prices, USD per million tokens (input, output), by model family; a model whose
-# id names none of them is priced as sonnet. Sources: reference/anthropic.md §6 ("Sonnet 5 and
-# Sonnet 4.6 $3/$15 per MTok; Haiku 4.5 $1/$5; Opus 5/4.8 $5/$25").
+# id names none of them is priced as sonnet. Sources: Anthropic §6 ("Sonnet 5 and Sonnet 4.6
+# $3/$15 per MTok; Haiku 4.5 $1/$5; Opus 5/4.8 $5/$25").
 PRICES = {"haiku": (1.0, 5.0), "sonnet": (3.0, 15.0), "opus": (5.0, 25.0)}
 # Input multipliers: cache reads 0.1×, 5-minute cache writes 1.25×, 1-hour cache writes 2×.
 CACHE_READ, WRITE_5M, WRITE_1H = 0.1, 1.25, 2.0
@@ -47,7 +47,7 @@ def model_cost_micro_usd(model: str, input_tokens: int, cache_creation_input_tok
     `price_in × (input + 0.1 read + 1.25 (writes − 1h writes) + 2 × 1h writes)
     + price_out × output`, computed exactly (Decimal) and rounded once per call to the nearest
     µUSD, halves up. `cache_creation_input_tokens` counts all cache writes (the 1-hour ones
-    included: reference/anthropic.md §usage, `cache_creation.ephemeral_1h_input_tokens`).
+    included: Sources: Anthropic §1.3, `usage.cache_creation.ephemeral_1h_input_tokens`).
     Negative counts raise ValueError."""
     counts = (input_tokens, cache_creation_input_tokens, cache_creation_1h_input_tokens,
               cache_read_input_tokens, output_tokens)
@@ -111,39 +111,47 @@ def local_bounds(tz: ZoneInfo, start: date, end: date) -> tuple[datetime, dateti
 def tenant_zone(engine: Engine, tenant_id: int) -> ZoneInfo:
     """The tenant's ZoneInfo; LookupError when the tenant does not exist."""
     with session_scope(engine) as session:
-        tenant = session.get(Tenant, tenant_id)
-        if tenant is None:
-            raise LookupError(f"no tenant {tenant_id}")
-        return ZoneInfo(tenant.timezone)
+        return zone_of(session, tenant_id)
+
+
+def zone_of(session: Session, tenant_id: int) -> ZoneInfo:
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise LookupError(f"no tenant {tenant_id}")
+    return ZoneInfo(tenant.timezone)
 
 
 def tenant_costs(engine: Engine, tenant_id: int, start: date, end: date) -> list[DayCost]:
     """One DayCost per local day of the tenant's timezone in [start, end), days without cost
     included (zeros), oldest first. LookupError: no such tenant; ValueError: end < start."""
+    with session_scope(engine) as session:
+        return costs_in(session, tenant_id, start, end)
+
+
+def costs_in(session: Session, tenant_id: int, start: date, end: date) -> list[DayCost]:
+    """`tenant_costs` in an open session (the admin API's and the console's)."""
     if end < start:
         raise ValueError(f"end {end} is before start {start}")
-    tz = tenant_zone(engine, tenant_id)
+    tz = zone_of(session, tenant_id)
     since, until = local_bounds(tz, start, end)
     days = {start + timedelta(days=n): DayCost(start + timedelta(days=n))
             for n in range((end - start).days)}
-    with session_scope(engine) as session:
-        for at, purpose, micro_usd in session.exec(
-                select(Usage.created_at, Usage.purpose, Usage.micro_usd).where(
-                    Usage.tenant_id == tenant_id, col(Usage.created_at) >= since,
-                    col(Usage.created_at) < until)):
-            day = days[at.astimezone(tz).date()]
-            day.model_micro_usd[purpose_bucket(purpose)] += micro_usd
-            days[day.day] = replace(day, model_calls=day.model_calls + 1)
-        for at, category, micro_usd in session.exec(
-                select(WhatsAppCharge.charged_at, WhatsAppCharge.category,
-                       WhatsAppCharge.micro_usd).where(
-                    WhatsAppCharge.tenant_id == tenant_id,
-                    col(WhatsAppCharge.charged_at) >= since,
-                    col(WhatsAppCharge.charged_at) < until)):
-            day = days[at.astimezone(tz).date()]
-            day.whatsapp_micro_usd[category] = day.whatsapp_micro_usd.get(category, 0) + micro_usd
-            days[day.day] = replace(day, whatsapp_messages=day.whatsapp_messages + 1,
-                                    billed_messages=day.billed_messages + (micro_usd > 0))
+    for at, purpose, micro_usd in session.exec(
+            select(Usage.created_at, Usage.purpose, Usage.micro_usd).where(
+                Usage.tenant_id == tenant_id, col(Usage.created_at) >= since,
+                col(Usage.created_at) < until)):
+        day = days[at.astimezone(tz).date()]
+        day.model_micro_usd[purpose_bucket(purpose)] += micro_usd
+        days[day.day] = replace(day, model_calls=day.model_calls + 1)
+    for at, category, micro_usd in session.exec(
+            select(WhatsAppCharge.charged_at, WhatsAppCharge.category,
+                   WhatsAppCharge.micro_usd).where(
+                WhatsAppCharge.tenant_id == tenant_id, col(WhatsAppCharge.charged_at) >= since,
+                col(WhatsAppCharge.charged_at) < until)):
+        day = days[at.astimezone(tz).date()]
+        day.whatsapp_micro_usd[category] = day.whatsapp_micro_usd.get(category, 0) + micro_usd
+        days[day.day] = replace(day, whatsapp_messages=day.whatsapp_messages + 1,
+                                billed_messages=day.billed_messages + (micro_usd > 0))
     return list(days.values())
 
 

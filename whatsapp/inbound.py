@@ -17,6 +17,7 @@ from typing import Any
 
 from core.storable import storable
 from whatsapp.choice_ids import describe_choice, is_text
+from whatsapp.rate_card import Pricing
 
 MEDIA_TYPES = {"image": "image", "video": "video", "audio": "audio", "document": "document",
                "sticker": "sticker"}
@@ -63,6 +64,7 @@ class StatusUpdate:
     recipient_user_id: str | None
     error_code: int | None
     error_reason: str | None
+    pricing: Pricing | None = None  # on `sent` and one of delivered/read (Sources: WhatsApp §3.5)
 
 
 @dataclass(frozen=True)
@@ -591,7 +593,19 @@ def _parse_status(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> U
         recipient_user_id=_str(item.get("recipient_user_id")),
         error_code=int(code) if isinstance(code, int | str) and str(code).isdigit() else None,
         error_reason=_str(details) or _str(first.get("title")) if first else None,
+        pricing=_pricing(item.get("pricing")),
     )
+
+
+def _pricing(value: Any) -> Pricing | None:
+    """A status's `pricing` (`billable`, `pricing_model`, `category`, `type`), None when
+    absent or not an object."""
+    if not isinstance(value, dict):
+        return None
+    billable = value.get("billable")
+    return Pricing(billable if isinstance(billable, bool) else None,
+                   _str(value.get("pricing_model")) or "", _str(value.get("category")) or "",
+                   _str(value.get("type")) or "")
 
 
 def _parse_error(item: Any, phone_number_id: str, _: list[dict[str, Any]]) -> Update:

@@ -121,6 +121,7 @@ def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
             if isinstance(outcome, StoreUnavailable):
                 raise outcome  # the entries stay: the retry stores what this one did not
         counts: dict[str, int] = {}
+        costs: dict[str, int] = {}
         for entry, outcome in zip(entries, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 log.error("inbox_entry_failed", entry_id=entry.id,
@@ -132,9 +133,13 @@ def drain_batch(runtime: Runtime, limit: int = BATCH) -> int:
                 continue
             for kind, amount in outcome.counts.items():
                 counts[kind] = counts.get(kind, 0) + amount
+            for category, micro_usd in outcome.whatsapp_micro_usd.items():
+                costs[category] = costs.get(category, 0) + micro_usd
         lag = (clock.now() - entries[0].received_at).total_seconds()
     metrics.record(runtime.redis, runtime.settings.redis_prefix, *(
         metrics.inc("wagent_webhook_updates_total", {"kind": kind}, amount)
-        for kind, amount in counts.items()))
+        for kind, amount in counts.items()), *(
+        metrics.inc("wagent_whatsapp_cost_micro_usd_total", {"category": category}, micro_usd)
+        for category, micro_usd in costs.items()))
     log.info("inbox_drained", posts=len(entries), lag_ms=round(lag * 1000))
     return len(entries)

@@ -349,6 +349,8 @@ def _record_usage_metrics(runtime: Runtime, row: Usage) -> None:
                        row.cache_read_input_tokens),
            metrics.inc("wagent_input_tokens_total", {**purpose, "kind": "cache_write"},
                        row.cache_creation_input_tokens),
-           metrics.inc("wagent_output_tokens_total", purpose, row.output_tokens))
+           metrics.inc("wagent_output_tokens_total", purpose, row.output_tokens),
+           metrics.inc("wagent_model_cost_micro_usd_total", {**purpose, "model": row.model},
+                       row.micro_usd))
 
 

@@ -23,6 +23,7 @@ from storage import webhooks
 from storage.db import connect_redis, make_engine
 from storage.jobs import enqueue_webhooks
 from whatsapp.graph import GraphClient
+from whatsapp.rate_card import use_rate_card
 
 
 @dataclass
@@ -46,6 +47,7 @@ def build_runtime(settings: Settings, *, engine: Engine | None = None,
     job is the one retry layer (Sources: Anthropic §5.2), on the product's clock.
     """
     connection = redis_client or connect_redis(settings.redis_url)
+    use_rate_card(settings.rate_card_path)  # a bad card stops the start (RateCardError)
     runtime = Runtime(
         settings=settings,
         engine=engine or make_engine(settings.database_url),

@@ -38,6 +38,7 @@ from bot.admin.schemas import (
 from intake.keys import SETTINGS, TURN_QUEUE
 from operations import agenda, service
 from operations import catalogue as catalogue_ops
+from operations import costs as cost_ops
 from operations import packages as package_ops
 from operations import results as results_ops
 from operations import settings as settings_ops
@@ -254,6 +255,10 @@ def edit_fact(call: Call) -> tuple[int, Any]:
                                   by=call.by, now=call.now)
 
 
+def get_costs(call: Call) -> tuple[int, Any]:
+    return 200, cost_ops.cost_report(call.session, call.the_tenant(), call.query, now=call.now)
+
+
 def list_appointments(call: Call) -> tuple[int, Any]:
     return 200, service.list_appointments(call.session, call.the_tenant(), call.query)
 
@@ -465,6 +470,8 @@ ROUTES: tuple[Route, ...] = (
           path_types=(*TID, ("fact_id", "integer"))),
     Route("POST", TP + "/facts/{fact_id}/edit", edit_fact, "Correct a fact's value, with a "
           "reason", "facts", body=service.FactEdit, path_types=(*TID, ("fact_id", "integer"))),
+    Route("GET", TP + "/costs", get_costs, "Model and WhatsApp costs per local day, µUSD "
+          "(docs/OPERATE.md, Costs)", "tenants", query=cost_ops.CostQuery, path_types=TID),
     Route("GET", TP + "/appointments", list_appointments, "Appointments by start time",
           "appointments", query=service.AppointmentQuery, path_types=TID),
     Route("POST", TP + "/appointments/{appointment_id}/cancel", cancel_appointment, "Cancel a "
