@@ -36,10 +36,9 @@ from storage.models import (
     Service,
     Tenant,
     ToolCall,
-    Usage,
     WaitlistEntry,
-    WhatsAppCharge,
 )
+from usage import ledger
 
 PERIODS = ("week", "month")
 SERIES_LENGTH = {"week": 8, "month": 6}  # bars in the console's charts
@@ -161,7 +160,7 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 
 def results(session: Session, tenant: Tenant, kind: str, *, now: datetime) -> Results:
     """The tenant's results for the `kind` period holding `now` and the ones before it
-    (`SERIES_LENGTH`), costs from the ledger's recorded amounts (`_costs`). ValueError for a
+    (`SERIES_LENGTH`), costs from the ledger (`_costs`). ValueError for a
     kind not in PERIODS."""
     period_start(kind, now.date())  # checks kind
     tz = ZoneInfo(tenant.timezone)
@@ -195,28 +194,10 @@ def measure(session: Session, tenant_id: int, w: Window) -> Measures:
 
 
 def _costs(session: Session, tenant_id: int, windows: list[Window]) -> list[int]:
-    """Each window's cost in µUSD: the ledger's amounts, fixed at record time
-    (usage/ledger.py: `Usage.micro_usd` of the model calls, `WhatsAppCharge.micro_usd` of the
-    messages Meta billed), summed in this session's transaction (ledger.tenant_costs opens a
-    transaction of its own, which SQLite's serial writers would wait on)."""
-    spans = [(w, w.start_at, w.end_at) for w in windows]
-    model = _sums(session, col(Usage.micro_usd), col(Usage.created_at),
-                  col(Usage.tenant_id) == tenant_id, spans)
-    whatsapp = _sums(session, col(WhatsAppCharge.micro_usd), col(WhatsAppCharge.charged_at),
-                     col(WhatsAppCharge.tenant_id) == tenant_id, spans)
-    return [m + w for m, w in zip(model, whatsapp, strict=True)]
-
-
-def _sums(session: Session, amount: Any, at: Any, mine: ColumnElement[bool],
-          spans: list[tuple[Window, datetime, datetime]]) -> list[int]:
-    """`amount` summed per span in one GROUP BY (the span a row falls in, by CASE)."""
-    bucket = case(*[(and_(at >= start, at < end), n) for n, (_, start, end) in enumerate(spans)],
-                  else_=-1)
-    rows = session.exec(select(bucket, func.coalesce(func.sum(amount), 0))
-                        .where(mine, at >= spans[0][1], at < spans[-1][2])
-                        .group_by(bucket)).all()
-    totals = {int(n): int(total) for n, total in rows}
-    return [totals.get(n, 0) for n in range(len(spans))]
+    """Each window's cost in µUSD, model calls and billed WhatsApp messages: the ledger's
+    local days (usage/ledger.costs_in, read once for the whole series), summed."""
+    days = ledger.costs_in(session, tenant_id, windows[0].start, windows[-1].end)
+    return [sum(d.total for d in days if w.start <= d.day < w.end) for w in windows]
 
 
 def _in(column: Any, w: Window) -> ColumnElement[bool]:
