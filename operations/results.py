@@ -42,6 +42,7 @@ from usage import ledger
 
 PERIODS = ("week", "month")
 SERIES_LENGTH = {"week": 8, "month": 6}  # bars in the console's charts
+REPLY_LAG = timedelta(days=1)  # the 24-hour window: a later reply is not one (workers/turns.py)
 HANDOFF_TOOL, HANDED_OFF = "handoff_to_human", "Handed off%"  # agent/tools/handoff.py's result
 
 
@@ -297,18 +298,31 @@ def _handoffs(session: Session, tenant_id: int,
 
 def _agent_waits(session: Session, tenant_id: int, w: Window) -> list[float]:
     """Seconds from each customer message received in `w` that the agent answered to the
-    first part of that answer sent (the turn stores the reply's outbox rows with the same
-    `now` as the messages' `answered_at`: workers/turns.py). Messages staff handled, or
-    answered with an apology or not at all (`status_reason` set), are left out."""
-    sent = select(func.min(col(Outbound.sent_at))).where(
-        col(Outbound.conversation_id) == col(Message.conversation_id),
-        col(Outbound.created_at) == col(Message.answered_at)).scalar_subquery()
-    rows = session.exec(select(Message.received_at, sent).where(
+    first part of that answer sent. The turn stores the reply's outbox rows with the same
+    `now` as the messages' `answered_at` (workers/turns.py), so the two sets are matched on
+    (conversation, that time) in Python: two range reads on indexed tenant columns, where a
+    correlated lookup per message scanned a conversation's outbox each time (bench/
+    results_page.py). Messages staff handled, or answered with an apology or not at all
+    (`status_reason` set), are left out; a reply is looked for up to a day after `w` (the
+    24-hour window: later, the message is marked window-closed)."""
+    asked = session.exec(select(Message.conversation_id, Message.received_at,
+                                Message.answered_at).where(
         Message.tenant_id == tenant_id, Message.direction == "inbound",
         col(Message.answered_at).is_not(None), col(Message.status_reason).is_(None),
         _in(col(Message.received_at), w))).all()
-    return [(_aware(out) - _aware(received)).total_seconds()
-            for received, out in rows if out is not None]
+    sends = session.exec(select(Outbound.conversation_id, Outbound.created_at,
+                                func.min(col(Outbound.sent_at))).where(
+        Outbound.tenant_id == tenant_id, col(Outbound.created_at) >= w.start_at,
+        col(Outbound.created_at) < w.end_at + REPLY_LAG)
+        .group_by(col(Outbound.conversation_id), col(Outbound.created_at))).all()
+    first_sent: dict[tuple[int, datetime | None], datetime] = {
+        (c, _aware(at)): _aware(sent) for c, at, sent in sends if sent is not None}
+    waits = []
+    for conversation_id, received, answered in asked:
+        sent = first_sent.get((conversation_id, _aware_or_none(answered)))
+        if sent is not None:
+            waits.append((sent - _aware(received)).total_seconds())
+    return waits
 
 
 def _aware(value: datetime) -> datetime:
