@@ -62,9 +62,9 @@ def cost_report(session: Session, tenant: Tenant, query: CostQuery, *,
 
 
 def _total(days: list[DayCost]) -> dict[str, Any]:
-    total = totals(days).as_json()
-    total.pop("day")
-    return {**total, "usd": usd_cents(int(total["total"]))}  # type: ignore[call-overload]
+    total = totals(days)
+    return {**{k: v for k, v in total.as_json().items() if k != "day"},
+            "usd": usd_cents(total.total)}
 
 
 def cost_block(session: Session, tenant: Tenant, *, now: datetime) -> dict[str, Any]:

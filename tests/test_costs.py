@@ -293,3 +293,18 @@ def test_wagent_costs_prints_a_tenants_days_and_every_tenants_totals(
     assert "no tenant with phone_number_id 9" in capsys.readouterr().err
     assert main(["costs", "--from", "2026-12-08", "--to", "2026-12-07"]) == 2
     assert "`to` is before `from`" in capsys.readouterr().err
+
+
+def test_sent_and_delivered_of_one_wamid_in_one_post_charge_once(env: ReplayEnvironment) -> None:
+    day = datetime(2026, 12, 7, 15, tzinfo=UTC)
+    body = json.loads(_status_body(TENANT["phone_number_id"], "wamid.X", "sent", day,
+                                   _pricing("utility")))
+    statuses = body["entry"][0]["changes"][0]["value"]["statuses"]
+    statuses.append({**statuses[0], "status": "delivered"})
+    assert env.post_webhook(json.dumps(body).encode()) == 200
+    assert env.post_webhook(json.dumps(body).encode()) == 200  # and Meta's redelivery of it
+    with session_scope(env.engine) as session:
+        charges = list(session.exec(select(WhatsAppCharge)))
+    assert [(c.wamid, c.category, c.micro_usd) for c in charges] == [("wamid.X", "utility", 6800)]
+    assert _scrape(env, "wagent_whatsapp_cost_micro_usd_total") == {
+        '{"category": "utility"}': 6800}

@@ -47,6 +47,7 @@ from storage.models import (
     Professional,
     Service,
     Tenant,
+    WhatsAppCharge,
 )
 from storage.tenants import upsert_tenant
 from tests.conftest import START, WHATSAPP
@@ -60,7 +61,8 @@ WA_IDS = ("5511999990001", "5511999990002", "5511999990003")
 USER_IDS = ("BR.9000000000000000001", "BR.9000000000000000002", "BR.9000000000000000003")
 KEPT_TABLES = {model.__tablename__ for model in (Tenant, Service, Professional, OpeningHours)}
 WEBHOOK_TABLES = [SQLModel.metadata.tables[str(model.__tablename__)]  # children first
-                  for model in (Message, Conversation, Contact, DeadLetterRef, DeadLetter)]
+                  for model in (Message, Conversation, Contact, DeadLetterRef, DeadLetter,
+                                WhatsAppCharge)]  # a status's pricing: the cost ledger
 _SURROGATE = re.compile("[\ud800-\udfff]")
 Client = TestClient  # type: ignore[type-arg]
 

@@ -19,10 +19,13 @@ from storage.db import session_scope
 from storage.models import Conversation, Message, Usage
 from usage.charts import escape
 from usage.ledger import CACHE_READ, PRICES, WRITE_1H, WRITE_5M, model_family
+from whatsapp.rate_card import load_rate_card
 
-# Meta's utility rate per message, USD, by market: since 2026-10-01 every free-form reply in
-# the 24-hour window is billed at it (issue 41). Brazil by default.
-WHATSAPP_UTILITY_USD = {"BR": 0.0068}
+# Meta's utility rate per message, USD, by market, from the bundled rate card
+# (whatsapp/rate_card.json, its newest entries): since 2026-10-01 every free-form reply in the
+# 24-hour window is billed at it (issue 41).
+WHATSAPP_UTILITY_USD = {market: micro_usd / 1_000_000 for market, micro_usd
+                        in load_rate_card(None).newest_rates("utility").items()}
 
 
 @dataclass(frozen=True)

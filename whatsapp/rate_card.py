@@ -65,6 +65,11 @@ class RateCard:
         applicable = [r for since, r in self.rates.get((market, category), []) if since <= day]
         return applicable[-1] if applicable else None
 
+    def newest_rates(self, category: str) -> dict[str, int]:
+        """µUSD per message of `category` by market, each market's newest entry."""
+        return {market: entries[-1][1] for (market, name), entries in self.rates.items()
+                if name == category}
+
     def market_of(self, recipient_id: str | None, recipient_user_id: str | None) -> str | None:
         """The recipient's market: the longest calling code on the card that starts its
         phone number (55... → BR), else a business-scoped user id's country prefix
