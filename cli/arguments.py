@@ -227,6 +227,7 @@ def add_conversation_commands(sub: Any) -> None:
     cancel.set_defaults(run="cli.appointments:cancel")
     add_agenda_commands(app_sub)
     add_package_commands(sub)
+    add_results_command(sub)
 
 
 def add_agenda_commands(app_sub: Any) -> None:
@@ -299,6 +300,15 @@ def _add_held_slot_commands(app_sub: Any) -> None:
     offer.add_argument("--start", required=True, help="local YYYY-MM-DDTHH:MM")
     offer.set_defaults(run="cli.agenda:waitlist_offer")
 
+
+
+def add_results_command(sub: Any) -> None:
+    """`wagent results PNID [--period week|month]` (operations/results.py, issue 49)."""
+    results = sub.add_parser("results", help="what the agent brought in this week or month and "
+                             "the one before, as JSON (the console's Resultados)")
+    _pnid(results)
+    results.add_argument("--period", choices=("week", "month"), default="week")
+    results.set_defaults(run="cli.results:show")
 
 
 def add_package_commands(sub: Any) -> None:

@@ -199,7 +199,8 @@ def test_another_tenants_conversation_is_not_found_in_the_browser(
 PHONE_PAGES = ("/console/", "/console/settings", "/console/catalog", "/console/review",
                "/console/conversations", "/console/conversations/{conversation}",
                "/console/attention", "/console/appointments?week=2026-06-01",
-               "/console/agenda?day=2026-06-02", "/console/webhooks")
+               "/console/agenda?day=2026-06-02", "/console/webhooks",
+               "/console/results", "/console/results?period=month")
 
 
 def test_no_console_page_scrolls_sideways_on_a_phone(

@@ -2,7 +2,8 @@
 what reached the customer (replies by delivery state).
 
 `billed_equivalent` and `cost_usd` are pure; `conversation_report` reads the usage rows;
-`render_svg` draws context tokens per call as a standalone SVG (no plotting dependency).
+`render_svg` draws context tokens per call as a standalone SVG (no plotting dependency;
+usage/charts.py's escaping, as the results page's bars).
 """
 
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from storage import delivery
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.models import Conversation, Message, Usage
+from usage.charts import escape
 from usage.ledger import CACHE_READ, PRICES, WRITE_1H, WRITE_5M, model_family
 from whatsapp.rate_card import load_rate_card
 
@@ -136,14 +138,11 @@ def render_svg(values: list[int], *, title: str, width: int = 900, height: int =
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'font-family="sans-serif" font-size="12">'
         f'<rect width="100%" height="100%" fill="white"/>'
-        f'<text x="{pad}" y="18">{_escape(title)}</text>'
+        f'<text x="{pad}" y="18">{escape(title)}</text>'
         f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
         f'stroke="#999"/><line x1="{pad}" y1="{top}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
         f'<text x="4" y="{top + 4}">{peak}</text><text x="4" y="{height - pad}">0</text>'
         f'<text x="{width - pad - 80}" y="{height - 20}">'
-        f'{_escape(axis_label.format(n=len(values)))}</text>'
+        f'{escape(axis_label.format(n=len(values)))}</text>'
         f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{points}"/></svg>')
 
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -40,6 +40,7 @@ from operations import agenda, service
 from operations import catalogue as catalogue_ops
 from operations import costs as cost_ops
 from operations import packages as package_ops
+from operations import results as results_ops
 from operations import settings as settings_ops
 from operations import staff as staff_ops
 from operations import threads as thread_ops
@@ -373,6 +374,12 @@ def enable_webhook(call: Call) -> tuple[int, Any]:
     return 200, view
 
 
+def get_results(call: Call) -> tuple[int, Any]:
+    found = results_ops.results(call.session, call.the_tenant(), call.query.period,
+                                now=call.now)
+    return 200, results_ops.results_view(found)
+
+
 def webhook_deliveries(call: Call) -> tuple[int, Any]:
     return 200, hook_ops.delivery_log(call.session, call.the_tenant(), call.path["endpoint_id"],
                                       now=call.now)
@@ -399,6 +406,9 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", TP + "/tokens/{token_id}", revoke_token, "Revoke a token of this tenant "
           "(a tenant token may revoke its own tenant's)", "tenants", ok=204,
           path_types=(*TID, ("token_id", "integer"))),
+    Route("GET", TP + "/results", get_results, "What the agent brought in this week or month "
+          "and the one before (issue 49; docs/OPERATE.md \"Resultados\")", "tenants",
+          query=results_ops.ResultsQuery, path_types=TID),
     Route("GET", TP + "/catalog", get_catalogue, "Services, professionals, hours, exceptions",
           "catalog", path_types=TID),
     Route("PUT", TP + "/catalog", put_catalogue, "Replace the parts of the catalogue given",

@@ -11,7 +11,7 @@ page answers 503 with a readable page. The work is done by operations/, as for t
 
 This module is the route table (and the home page); the rest, one module each: session.py
 (session and CSRF), signin.py, frame.py (the page wrapper and rendering), and one per area:
-settings.py, catalogue.py, review.py, conversations.py, agenda.py, webhooks.py.
+settings.py, catalogue.py, review.py, conversations.py, agenda.py, webhooks.py, results.py.
 """
 
 from zoneinfo import ZoneInfo
@@ -62,6 +62,7 @@ from bot.console.frame import (
     page,
 )
 from bot.console.packages import adjust_package, sell_package
+from bot.console.results import results_page
 from bot.console.review import approve, edit, reject, review_page
 from bot.console.session import COOKIE, save_session
 from bot.console.settings import settings_page
@@ -146,6 +147,7 @@ PAGES: list[tuple[str, str, str, Handler]] = [  # (method, path, page name, hand
     ("POST", "/console/agenda/feeds", "appointments", agenda_feed),
     ("POST", "/console/agenda/appointments/{appointment_id}/deposit-paid", "appointments",
      agenda_deposit_paid),
+    ("GET", "/console/results", "results", results_page),  # issue 49: bot/console/results.py
     ("GET", "/console/webhooks", "webhooks", webhooks_page),
     ("POST", "/console/webhooks", "webhooks", add_webhook),
     ("GET", "/console/webhooks/{endpoint_id}", "webhooks", webhook_log),

@@ -220,7 +220,7 @@ PAGE_URLS = {"home": "/console/", "settings": "/console/settings",
              "catalog": "/console/catalog", "review": "/console/review",
              "conversations": "/console/conversations",
              "appointments": "/console/appointments", "attention": "/console/attention",
-             "webhooks": "/console/webhooks"}
+             "webhooks": "/console/webhooks", "results": "/console/results"}
 
 
 def _error_result(exc: Exception, t: dict[str, str], name: str) -> PageResult:

@@ -1,0 +1,98 @@
+"""The texts of the console's results page (issue 49), per language, beside texts.py's (the
+template reads them as `rt`): pt-BR first, the product's default; and the page's ways of
+writing a duration, a rate and a cost."""
+
+RESULTS_TEXTS: dict[str, dict[str, str]] = {
+    "pt-BR": {
+        "title": "Resultados", "week": "Semanal", "month": "Mensal",
+        "current_week": "Esta semana", "current_month": "Este mês",
+        "previous_week": "semana anterior", "previous_month": "mês anterior",
+        "visits_agent": "Visitas agendadas pelo assistente",
+        "visits_staff": "Visitas agendadas pela equipe",
+        "revenue": "Receita agendada (preços do catálogo)", "confirmed": "Confirmações",
+        "cancelled": "Cancelamentos", "no_shows": "Faltas", "no_show_rate": "Taxa de faltas",
+        "no_show_before": "Faltas antes dos lembretes", "no_show_after": "Faltas com lembretes",
+        "reminders_on": "Lembretes considerados ligados desde {day}: o primeiro lembrete "
+                        "enviado. A taxa de faltas conta as visitas marcadas como "
+                        "compareceu ou faltou.",
+        "reminders_never": "Nenhum lembrete enviado ainda: a taxa de faltas é a de todas as "
+                           "visitas marcadas como compareceu ou faltou.",
+        "refilled": "Horários preenchidos pela lista de espera",
+        "handoffs": "Conversas passadas para a equipe",
+        "handoffs_answered": "{n} respondidas",
+        "staff_answer": "Tempo até a equipe responder (mediana)",
+        "agent_answer": "Tempo de resposta do assistente (p50 / p90)",
+        "cost": "Custo do assistente (modelo + WhatsApp)",
+        "cost_per_visit": "Custo por visita agendada",
+        "none": "—", "chart_visits_week": "Visitas agendadas por semana",
+        "chart_visits_month": "Visitas agendadas por mês",
+        "chart_no_show_week": "Taxa de faltas por semana",
+        "chart_no_show_month": "Taxa de faltas por mês",
+        "chart_figures": "Os números do gráfico", "period": "Período",
+        "figures": "Números do período",
+    },
+    "en": {
+        "title": "Results", "week": "Weekly", "month": "Monthly",
+        "current_week": "This week", "current_month": "This month",
+        "previous_week": "previous week", "previous_month": "previous month",
+        "visits_agent": "Visits booked by the assistant",
+        "visits_staff": "Visits booked by staff",
+        "revenue": "Revenue booked (catalogue prices)", "confirmed": "Confirmations",
+        "cancelled": "Cancellations", "no_shows": "No-shows", "no_show_rate": "No-show rate",
+        "no_show_before": "No-shows before reminders", "no_show_after": "No-shows with reminders",
+        "reminders_on": "Reminders counted as on since {day}: the first reminder sent. The "
+                        "no-show rate counts visits marked completed or no-show.",
+        "reminders_never": "No reminder sent yet: the no-show rate is that of every visit "
+                           "marked completed or no-show.",
+        "refilled": "Slots refilled from the waitlist",
+        "handoffs": "Conversations handed to staff",
+        "handoffs_answered": "{n} answered",
+        "staff_answer": "Time until staff answered (median)",
+        "agent_answer": "Assistant's answer time (p50 / p90)",
+        "cost": "Assistant's cost (model + WhatsApp)",
+        "cost_per_visit": "Cost per booked visit",
+        "none": "—", "chart_visits_week": "Visits booked per week",
+        "chart_visits_month": "Visits booked per month",
+        "chart_no_show_week": "No-show rate per week",
+        "chart_no_show_month": "No-show rate per month",
+        "chart_figures": "The chart's figures", "period": "Period",
+        "figures": "The period's figures",
+    },
+}
+
+
+def results_texts(language: str) -> dict[str, str]:
+    return RESULTS_TEXTS.get(language, RESULTS_TEXTS["pt-BR"])
+
+
+def duration_text(seconds: float | None, none: str = "—") -> str:
+    """"45 s", "3 min", "2 h 5 min" (the same in both languages); `none` for None."""
+    if seconds is None:
+        return none
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes = round(whole / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
+
+
+def rate_text(value: float | None, language: str, none: str = "—") -> str:
+    """A share as a percentage with one decimal: "12,5%" (pt-BR), "12.5%" (en)."""
+    if value is None:
+        return none
+    text = f"{value * 100:.1f}%"
+    return text.replace(".", ",") if language == "pt-BR" else text
+
+
+def usd_text(musd: int | None, language: str, none: str = "—") -> str:
+    """Micro-dollars as "US$ 0,0123" (four decimals under a dollar, else two)."""
+    if musd is None:
+        return none
+    places = 4 if abs(musd) < 1_000_000 else 2
+    text = f"US$ {musd / 1_000_000:,.{places}f}"
+    if language == "pt-BR":
+        text = text.replace(",", "_").replace(".", ",").replace("_", ".")
+    return text
