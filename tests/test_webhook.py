@@ -56,9 +56,11 @@ Client = TestClient  # type: ignore[type-arg]
 
 
 def make_settings(**overrides: Any) -> Settings:
-    # every POST stored before its answer, as big as it is (the inbox: tests/test_inbox.py)
+    # every POST stored before its answer, as big as it is and however many come at once
+    # (the inbox: tests/test_inbox.py)
     return Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token=VERIFY_TOKEN,
-                    redis_prefix="t", queue_name="t", **{"webhook_spill_updates": 0, **overrides})
+                    redis_prefix="t", queue_name="t",
+                    **{"webhook_spill_updates": 0, "webhook_spill_at": 0, **overrides})
 
 
 @pytest.fixture(autouse=True)
