@@ -10,9 +10,10 @@ latency (median, p99, max) before the big one, while it waited for its answer, u
 updates were all stored (the answer, or the drain's end when it went to the inbox) and after;
 the big POST's answer time, and when it was stored.
 
-Everything listens on 127.0.0.1. Redis database 10 only (flushed at the start and the end); a
-fresh PostgreSQL schema `wagent_hol_*` (dropped at the end). Every loop is bounded; the run
-stops by itself after `--timeout` seconds and ends the processes it started.
+Everything listens on 127.0.0.1. One Redis database, env HOL_REDIS_URL (default db 10; flushed at
+the start and the end: give one that holds nothing else); a fresh PostgreSQL schema
+`wagent_hol_*` at env WS_POSTGRES_URL (webhook_store.py's; dropped at the end). Every loop is
+bounded; the run stops by itself after `--timeout` seconds and ends the processes it started.
 
 With `--sizes 25,50,...` it times lone POSTs of that many statuses and messages instead, each
 stored before its answer (WEBHOOK_SPILL_UPDATES=0): what a POST costs the web process, the
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # webhook_store.py's fresh schema
 
 HOST = "127.0.0.1"
-REDIS_URL = "redis://127.0.0.1:6379/10"  # this benchmark's database, flushed: never another
+REDIS_URL = os.environ.get("HOL_REDIS_URL", "redis://127.0.0.1:6379/10")  # flushed: its own
 APP_SECRET = "hol-app-secret"
 PHONE_NUMBER_ID = "109876543210987"  # tests/factories.py TENANT
 AFTER_SECONDS = 3.0  # small POSTs go on this long after the big one is stored

@@ -49,6 +49,7 @@ import random
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -338,6 +339,45 @@ class PhaseStats:
                            "p99": _ms(_pct(lat, 99)), "max": _ms(lat[-1] if lat else 0.0),
                            "mean": _ms(sum(lat) / len(lat) if lat else 0.0)},
         }
+
+
+def _webhook_only(bare: PhaseStats, product: PhaseStats, bare_paced: PhaseStats,
+                  product_paced: PhaseStats, paced_rate: float, rounds: dict[str, Any],
+                  profile: dict[str, Any] | None) -> dict[str, Any]:
+    """The summary of a `--webhook-only` run: the two servers' figures, no turn checked."""
+    b, p = bare.to_json(), product.to_json()
+    return {"summary": {
+        "paced_rate": paced_rate,
+        "product": {"updates_per_second": p["updates_per_second"],
+                    "latency_ms": product_paced.to_json()["latency_ms"],
+                    "statuses": p["statuses"]},
+        "bare": {"updates_per_second": b["updates_per_second"],
+                 "latency_ms": bare_paced.to_json()["latency_ms"]},
+        "ratio_updates_per_second": round(p["updates_per_second"] / max(
+            b["updates_per_second"], 1e-9), 3),
+        **({"rounds": rounds} if rounds else {})},
+        **({"profile": profile} if profile else {})}
+
+
+def _slices(items: list[Delivery], n: int) -> list[list[Delivery]]:
+    """`items` in `n` contiguous slices of (nearly) equal length, in order."""
+    size = -(-len(items) // n)
+    return [items[k:k + size] for k in range(0, len(items), size)]
+
+
+def _merged(phases: list[PhaseStats]) -> PhaseStats:
+    """Phases as one: counts and latencies summed, elapsed the sum of their durations (the
+    gaps between them, when the other server was timed, left out)."""
+    total = PhaseStats()
+    for one in phases:
+        total.ended += one.ended - one.started
+        total.posts += one.posts
+        total.accepted += one.accepted
+        total.statuses.update(one.statuses)
+        total.latencies += one.latencies
+        total.failed += one.failed
+        total.unsent += one.unsent
+    return total
 
 
 @contextlib.contextmanager
@@ -675,6 +715,7 @@ class Bench:
         self.env: dict[str, str] = {}
         self.warmup: list[Delivery] = []
         self.inbox_empty_at: float | None = None
+        self.rounds: dict[str, Any] = {}  # --rounds: each round's figures
 
     def remaining(self) -> float:
         return float(self.deadline - time.monotonic())
@@ -846,6 +887,37 @@ class Bench:
                                           seed=self.args.seed, deadline=self.deadline,
                                           warmup=self.warmup))
 
+    def alternate_closed(self, bare_url: str, web_url: str, deliveries: list[Delivery]
+                         ) -> tuple[PhaseStats, PhaseStats, dict[str, Any]]:
+        """`--rounds` closed-loop rounds, each the bare handler (`--bare-passes` passes over a
+        slice of the bodies) then the product (the same slice, once): a ratio per round, both
+        servers timed within seconds of each other on a shared machine."""
+        bares, products, rounds = [], [], []
+        for k, part in enumerate(_slices(deliveries, self.args.rounds)):
+            bares.append(self.post_passes(bare_url, part))
+            products.append(self.post(web_url, part))
+            b = bares[-1].to_json()["updates_per_second"]
+            p = products[-1].to_json()["updates_per_second"]
+            rounds.append({"bare": b, "product": p, "ratio": round(p / max(b, 1e-9), 3)})
+            log(f"round {k + 1}: bare {b}/s, product {p}/s, ratio {rounds[-1]['ratio']}")
+        ratios = sorted(r["ratio"] for r in rounds)
+        return _merged(bares), _merged(products), {
+            "closed": rounds, "ratio_median": statistics.median(ratios),
+            "ratio_min": ratios[0], "ratio_max": ratios[-1]}
+
+    def alternate_paced(self, bare_url: str, web_url: str, deliveries: list[Delivery],
+                        rate: float) -> tuple[PhaseStats, PhaseStats]:
+        """The paced phase in `--rounds` slices, bare then product, at the same rate."""
+        bares, products, rounds = [], [], []
+        for part in _slices(deliveries, self.args.rounds):
+            bares.append(self.post_paced(bare_url, part, rate))
+            products.append(self.post_paced(web_url, part, rate))
+            rounds.append({"bare_p99": bares[-1].to_json()["latency_ms"]["p99"],
+                           "product_p99": products[-1].to_json()["latency_ms"]["p99"]})
+            log(f"paced round: {rounds[-1]}")
+        self.rounds["paced"] = rounds
+        return _merged(bares), _merged(products)
+
     def post_passes(self, url: str, deliveries: list[Delivery]) -> PhaseStats:
         """`--bare-passes` closed-loop passes over the same bodies, as one phase: the bare
         handler answers in well under a second, and a rate timed over a fraction of a second
@@ -877,20 +949,22 @@ class Bench:
         bare, bare_url = self.start_bare()
         self.post(bare_url, work.warmup)
         bare_serial = self.post(bare_url, work.serial, concurrency=1)
-        log("bare handler: posting")
-        bare_stats = self.post_passes(bare_url, work.main)
-        bare_rate = bare_stats.to_json()["updates_per_second"]
-        paced_rate = float(args.paced_rate or round(PACED_SHARE * bare_rate))
-        log(f"bare handler: {bare_rate} updates/s; paced at {paced_rate}/s")
-        bare_paced = self.post_paced(bare_url, work.paced, paced_rate)
-        for child in bare:
-            self.stop_child(child)
+        alternate = args.rounds > 1
+        if not alternate:
+            log("bare handler: posting")
+            bare_stats = self.post_passes(bare_url, work.main)
+            bare_rate = bare_stats.to_json()["updates_per_second"]
+            paced_rate = float(args.paced_rate or round(PACED_SHARE * bare_rate))
+            log(f"bare handler: {bare_rate} updates/s; paced at {paced_rate}/s")
+            bare_paced = self.post_paced(bare_url, work.paced, paced_rate)
+            for child in bare:
+                self.stop_child(child)
 
         self.start_doubles()
         web_url = self.start_web()
         warm = self.post(web_url, work.warmup)
         product_serial = self.post(web_url, work.serial, concurrency=1)
-        if not args.workers_after_load:
+        if not (args.workers_after_load or args.webhook_only):
             self.start_workers()
         workers_started = time.time()
         roots = {"web": [self.web.pid], "workers": [w.pid for w in self.workers],  # type: ignore[union-attr]
@@ -901,13 +975,30 @@ class Bench:
             roots["profiler"] = [profiler.pid]
         cpu_before, busy_before = proc_snapshot(), machine_busy()
         log("product: posting")
-        product_stats = self.post(web_url, work.main)
+        if alternate:
+            roots["bare"] = [child.pid for child in bare]  # type: ignore[misc]
+            bare_stats, product_stats, self.rounds = self.alternate_closed(
+                bare_url, web_url, work.main)
+        else:
+            product_stats = self.post(web_url, work.main)
         cpu_after, busy_after = proc_snapshot(), machine_busy()
         inbox_after_closed = self.inbox_backlog()
         self._stop_profiler(profiler)
+        if alternate:
+            paced_rate = float(args.paced_rate or round(
+                PACED_SHARE * statistics.median(r["bare"] for r in self.rounds["closed"])))
         log(f"product: {product_stats.to_json()['updates_per_second']} updates/s; "
             f"paced at {paced_rate}/s")
-        product_paced = self.post_paced(web_url, work.paced, paced_rate)
+        if alternate:
+            bare_paced, product_paced = self.alternate_paced(
+                bare_url, web_url, work.paced, paced_rate)
+            for child in bare:
+                self.stop_child(child)
+        else:
+            product_paced = self.post_paced(web_url, work.paced, paced_rate)
+        if args.webhook_only:
+            return _webhook_only(bare_stats, product_stats, bare_paced, product_paced,
+                                 paced_rate, self.rounds, self._profile_summary())
         posted_at = time.monotonic()
         inbox_after_paced = self.inbox_backlog()
         log(f"product: paced p99 {product_paced.to_json()['latency_ms']['p99']} ms; "
@@ -960,7 +1051,8 @@ class Bench:
                          "latency_at_saturation_ms": {
                              k: bare_json["latency_ms"][k] for k in ("p50", "p99")}},
                 "ratio_updates_per_second": round(product["updates_per_second"] / max(
-                    bare_json["updates_per_second"], 1e-9), 3)},
+                    bare_json["updates_per_second"], 1e-9), 3),
+                **({"rounds": self.rounds} if self.rounds else {})},
             "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0],
                         "loadavg_at_start": [round(x, 2) for x in loadavg_start],
                         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
@@ -1300,6 +1392,13 @@ def main(argv: list[str] | None = None) -> int:
                         "default; 0 stores every POST before answering, as before the inbox)")
     parser.add_argument("--worker-cpu", choices=("idle", "low", "normal"), default=None,
                         help="WORKER_CPU of the workers (default: the product's default)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the bare handler and the product this many times, each "
+                             "on a slice of the closed-loop and paced bodies (a ratio per round; "
+                             "default 1: the bare handler's phases, then the product's)")
+    parser.add_argument("--webhook-only", action="store_true",
+                        help="no workers: time the two servers and stop (the inbox is left to "
+                             "the schema's drop; no turn, loss or duplicate is checked)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--redis-url", default=os.environ.get("LOAD_REDIS_URL", REDIS_URL),
                         help="the Redis database of this run, flushed at the start and the "

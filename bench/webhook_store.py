@@ -7,8 +7,9 @@ the web process (JSON logs at INFO, the debounce on). Prints CPU milliseconds pe
 process, of every PostgreSQL process (from /proc, so other PostgreSQL work counts too), and
 the split between parsing, storing and enqueueing.
 
-Needs PostgreSQL at postgresql://postgres@127.0.0.1:5432/test (a fresh schema `wagent_ws_*`,
-dropped at the end) and Redis at 127.0.0.1:6379 database 11 (flushed at the start and end).
+Needs PostgreSQL at env WS_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test; a
+fresh schema `wagent_ws_*`, dropped at the end) and Redis at env WS_REDIS_URL (default
+127.0.0.1:6379 database 11; flushed at the start and end: give one that holds nothing else).
 
 Usage: .venv/bin/python bench/webhook_store.py [--group 12] [--groups 150] [--profile]
 """
@@ -19,6 +20,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import sys
 import time
@@ -32,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # load.py's /proc reading
 
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS_URL = "redis://127.0.0.1:6379/11"  # this benchmark's database, flushed
+POSTGRES_URL = os.environ.get("WS_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("WS_REDIS_URL", "redis://127.0.0.1:6379/11")  # flushed: its own
 WARMUP_GROUPS = 10
 
 

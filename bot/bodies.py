@@ -96,43 +96,59 @@ async def _read(request: web.Request, buffer: bytearray, limit: int) -> bytes:
     """Fill `buffer` (preallocated to the announced length, or grown) from the request.
 
     `StreamReader.readany()` returns what is buffered, not the whole body: read until EOF.
-    On any failure the buffer is emptied at once: the exception's traceback can keep this
-    frame alive in a reference cycle (aiohttp keeps the exception on the request's stream)
-    until a full garbage collection, and it would keep the bytes with it.
+    What the stream holds already is taken without a timer (`read_nowait`): an ordinary
+    update of a few KB arrives with its headers, and a timer armed and cancelled per POST
+    was a cost of every webhook POST (bench/README.md, issue 43). A body that arrives in one
+    piece is returned as it came, without a copy. On any failure the buffer is emptied at
+    once: the exception's traceback can keep this frame alive in a reference cycle (aiohttp
+    keeps the exception on the request's stream) until a full garbage collection, and it
+    would keep the bytes with it.
     """
-    settings = request.app[SETTINGS]
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    content = request.content
+    started = asyncio.get_running_loop().time()
     received = 0
+    whole: bytes | None = None  # the body when it came in one chunk
     preallocated = len(buffer) > 0
     try:
         while True:
-            wait = started + lag_allowed(received, min_rate=settings.body_min_rate,
-                                         grace=settings.body_grace_seconds) - loop.time()
-            try:
-                async with asyncio.timeout(max(wait, 0)):
-                    chunk = await request.content.readany()
-            except TimeoutError:
-                log.info("body_refused", reason="too_slow",
-                         route=route_template(request),
-                         received=received, seconds=round(loop.time() - started, 1))
-                too_slow = web.HTTPRequestTimeout(
-                    text=f"the body arrived slower than {settings.body_min_rate} bytes/s")
-                raise closing(too_slow) from None
+            chunk = content.read_nowait()
+            if not chunk and not content.at_eof():
+                chunk = await _read_within(request, started, received)
             if not chunk:
                 break
             if received + len(chunk) > limit:
                 raise closing(web.HTTPRequestEntityTooLarge(
                     max_size=limit, actual_size=received + len(chunk)))
+            whole = chunk if received == 0 else None
             if preallocated:
                 buffer[received:received + len(chunk)] = chunk
             else:
                 buffer += chunk
             received += len(chunk)
+        if whole is not None and len(whole) == received:
+            return whole
         return bytes(buffer) if received == len(buffer) else bytes(buffer[:received])
     except BaseException:
         buffer.clear()
         raise
+
+
+async def _read_within(request: web.Request, started: float, received: int) -> bytes:
+    """The next chunk of the body, waited for within the minimum rate (`lag_allowed`); the
+    408 (connection closed) when it does not come in time."""
+    settings = request.app[SETTINGS]
+    loop = asyncio.get_running_loop()
+    wait = started + lag_allowed(received, min_rate=settings.body_min_rate,
+                                 grace=settings.body_grace_seconds) - loop.time()
+    try:
+        async with asyncio.timeout(max(wait, 0)):
+            return await request.content.readany()
+    except TimeoutError:
+        log.info("body_refused", reason="too_slow", route=route_template(request),
+                 received=received, seconds=round(loop.time() - started, 1))
+        too_slow = web.HTTPRequestTimeout(
+            text=f"the body arrived slower than {settings.body_min_rate} bytes/s")
+        raise closing(too_slow) from None
 
 
 async def read_form(request: web.Request, limit: int) -> MultiDict[str]:

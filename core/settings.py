@@ -107,7 +107,7 @@ class Settings:
                                "(docs/OPERATE.md, Costs); checked at start")
     turn_job_timeout: int = _env(300, "seconds a turn job may run")
     turn_debounce_seconds: float = _env(2.0, "a burst of short messages settles into one turn")
-    webhook_spill_at: int = _env(16, "POSTs waiting in one web process that switch it to the "
+    webhook_spill_at: int = _env(2, "POSTs waiting in one web process that switch it to the "
                                  "inbox (store the raw body, answer, a worker stores it: "
                                  "bot.webhook.GroupCommit); 0: never")
     webhook_spill_updates: int = _env(25, "a POST of more updates than this goes to the inbox "

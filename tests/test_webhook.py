@@ -25,7 +25,7 @@ from sqlmodel import select
 
 from bot.app import create_app
 from core import clock
-from core.settings import Settings
+from core.settings import SMALL_BODY_BYTES, Settings
 from intake import ingest
 from storage import contacts, messages
 from storage import facts as fact_repo
@@ -56,9 +56,11 @@ Client = TestClient  # type: ignore[type-arg]
 
 
 def make_settings(**overrides: Any) -> Settings:
-    # every POST stored before its answer, as big as it is (the inbox: tests/test_inbox.py)
+    # every POST stored before its answer, as big as it is and however many come at once
+    # (the inbox: tests/test_inbox.py)
     return Settings(whatsapp_app_secret=SECRET, whatsapp_verify_token=VERIFY_TOKEN,
-                    redis_prefix="t", queue_name="t", **{"webhook_spill_updates": 0, **overrides})
+                    redis_prefix="t", queue_name="t",
+                    **{"webhook_spill_updates": 0, "webhook_spill_at": 0, **overrides})
 
 
 @pytest.fixture(autouse=True)
@@ -272,6 +274,19 @@ async def test_a_signed_body_of_almost_3_mb_is_read_whole(client: Client, engine
     assert len(raw) <= 3 * 1024 * 1024
     assert (await post(client, raw))[0] == 200
     assert count(engine, Message) == 1
+
+
+async def test_a_large_body_signed_for_other_bytes_is_403(client: Client,
+                                                          engine: Engine) -> None:
+    """A body over SMALL_BODY_BYTES is hashed on a thread (bot.webhook._signature_holds): a
+    signature of other bytes is still refused there, and nothing is stored."""
+    payload = text_message("wamid.BIG", "x" * (SMALL_BODY_BYTES * 2), wa_id=ANA_WA)
+    raw = json.dumps(payload).encode()
+    assert len(raw) > SMALL_BODY_BYTES
+    assert (await post(client, raw, signature=sign(raw[:-1] + b" ", SECRET)))[0] == 403
+    assert (await post(client, raw))[0] == 200
+    assert count(engine, Message) == 1
+    assert count(engine, DeadLetter) == 0
 
 
 async def test_the_limit_is_the_setting(aiohttp_client: Any, engine: Engine,
