@@ -11,18 +11,20 @@ Invalid, Conflict (operations/errors.py), or TenantConfigError and CatalogueConf
 apply_config (its callers map them or say them).
 """
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlmodel import Session
 
 from agent.tools.availability import business_exceptions
 from operations.errors import Conflict, Invalid, admin_error
 from operations.service import validated
-from storage import catalogue, tenants
+from storage import budgets, catalogue, tenants
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import Tenant
 from storage.tenant_config import TenantSettings
+from usage.ledger import costs_in, totals
 
 
 def find_tenant(session: Session, phone_number_id: str) -> Tenant | None:
@@ -67,14 +69,40 @@ def apply_settings(session: Session, tenant: Tenant, change: TenantSettings, *,
     `parallel_services` names a code that is not one of the tenant's services (codes match
     exactly, as the catalogue stores them); CatalogueConflict when dropping a day from
     `open_holidays` closes a public holiday with upcoming bookings (`now`: default the
-    clock; storage/catalogue.refuse_closing_booked)."""
+    clock; storage/catalogue.refuse_closing_booked). A new `model_budget_cents` is measured
+    against the month's model spend at once (`budget_level_now`): a budget set below what
+    the month already spent shows its banner and sends its webhook now, not at the next
+    customer turn."""
     changes = change.settings()
+    now = now or datetime.now(UTC)
     if "parallel_services" in changes:
         _check_parallel(session, tenant, changes["parallel_services"] or [])
     if "open_holidays" in changes:
-        _check_closing_holidays(session, tenant, changes["open_holidays"] or [],
-                                now or datetime.now(UTC))
-    return tenants.update_settings(session, tenant, changes)
+        _check_closing_holidays(session, tenant, changes["open_holidays"] or [], now)
+    updated = tenants.update_settings(session, tenant, changes)
+    if "model_budget_cents" in changes:
+        budget_level_now(session, updated, now=now)
+    return updated
+
+
+def month_model_spend(session: Session, tenant: Tenant, *, now: datetime) -> int:
+    """The tenant's model cost in µUSD in its local month to `now`'s day (the ledger's:
+    usage/ledger.costs_in), the figure its budget is measured against."""
+    first = budgets.month_of(tenant, now)
+    today = now.astimezone(ZoneInfo(tenant.timezone)).date()
+    return totals(costs_in(session, int(tenant.id or 0), first,
+                           today + timedelta(days=1))).model_total
+
+
+def budget_level_now(session: Session, tenant: Tenant, *, now: datetime) -> str | None:
+    """The level the tenant's month is at under its current budget (storage/budgets.level_of),
+    recorded as a turn records it (storage/budgets.record_level: once per month and level,
+    with its webhook event). Returns the level, None under 80 % or without a budget."""
+    spent = month_model_spend(session, tenant, now=now)
+    level = budgets.level_of(tenant, spent)
+    if level is not None:
+        budgets.record_level(session, tenant, level, spent_micro_usd=spent, now=now)
+    return level
 
 
 def _check_parallel(session: Session, tenant: Tenant, codes: list[str]) -> None:

@@ -51,6 +51,11 @@ def _check_intervals(intervals: list[str]) -> list[str]:
 Intervals = Annotated[list[Interval], Field(max_length=10), AfterValidator(_check_intervals)]
 
 
+MODEL_PATTERN = r"^claude-[a-z0-9.-]{1,57}$"  # agent_model, summary_model, fallback_model
+# the models the console offers in its selects (any id matching MODEL_PATTERN is accepted
+# through the API and the CLI); usage/ledger.PRICES prices them by family
+KNOWN_MODELS = ("claude-haiku-4-5", "claude-sonnet-5-5", "claude-opus-4-5")
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
@@ -215,9 +220,9 @@ class TenantSettings(_Strict):
     prune_after_user_turns: int | None = Field(
         None, ge=0, le=1000, description="tool results older than this many customer turns "
                                          "become a short note")
-    agent_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$",
+    agent_model: str | None = Field(None, pattern=MODEL_PATTERN,
                                     description="the model of a turn")
-    summary_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$",
+    summary_model: str | None = Field(None, pattern=MODEL_PATTERN,
                                       description="the smaller model that writes summaries "
                                                   "and extracts facts")
     slot_granularity_minutes: int | None = Field(
@@ -374,7 +379,7 @@ class TenantSettings(_Strict):
         None, description="once the month's model cost reaches the budget: fallback (turns "
                           "use fallback_model; the default) or handoff (the customer gets "
                           "the handoff text and staff take over)")
-    fallback_model: str | None = Field(None, pattern=r"^claude-[a-z0-9.-]{1,57}$",
+    fallback_model: str | None = Field(None, pattern=MODEL_PATTERN,
                                        description="the model of a turn over budget "
                                                    "(default claude-haiku-4-5)")
 

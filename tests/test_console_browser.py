@@ -222,3 +222,9 @@ def test_no_console_page_scrolls_sideways_on_a_phone(
             wide[page] = width
             snap(d, shots, "phone-" + page.strip("/").replace("/", "-").split("?")[0])
     assert wide == {}, f"pages that scroll sideways on a phone: {wide}"
+    d.get(env.web_url + "/console/settings")  # type: ignore[attr-defined]
+    narrow = d.execute_script(  # type: ignore[attr-defined]
+        "return [...document.querySelectorAll('fieldset .row > div')].filter("
+        "f => f.getBoundingClientRect().width < 0.9 * f.parentElement.clientWidth)"
+        ".map(f => f.querySelector('[name]').name)")
+    assert narrow == [], f"settings fields side by side on a phone (cut selects): {narrow}"

@@ -57,12 +57,14 @@ from bot.console.frame import (
     Page,
     PageResult,
     Redirect,
+    _language,
     environment,
     guarded,
     page,
 )
 from bot.console.packages import adjust_package, sell_package
-from bot.console.results import results_page
+from bot.console.results import cost_view, results_page
+from bot.console.results_texts import results_texts
 from bot.console.review import approve, edit, reject, review_page
 from bot.console.session import COOKIE, save_session
 from bot.console.settings import settings_page
@@ -86,7 +88,8 @@ def home(p: Page) -> PageResult:
     recent = failures.recent(p.session, p.tenant.id, now=p.now)
     return "home.html", {"counts": service.counts(p.session, p.tenant),
                          "provider_failures": [service.failure_view(f) for f in recent],
-                         "tz": ZoneInfo(p.tenant.timezone)}
+                         "tz": ZoneInfo(p.tenant.timezone), "costs": cost_view(p),
+                         "rt": results_texts(_language(p))}
 
 
 def set_language(p: Page) -> PageResult:

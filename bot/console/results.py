@@ -9,6 +9,8 @@ from typing import Any
 from bot.console.frame import Page, PageResult, _language
 from bot.console.results_texts import duration_text, rate_text, results_texts, usd_text
 from operations import results as results_ops
+from operations.costs import cost_block
+from storage import budgets
 from storage.tenant_config import price_text
 from usage.charts import render_bars
 
@@ -22,6 +24,24 @@ def results_page(p: Page) -> PageResult:
     return "results.html", {"rt": results_texts(language), "kind": kind,
                             **results_view(found, currency=p.tenant.currency,
                                            language=language)}
+
+
+def cost_view(p: Page) -> dict[str, Any]:
+    """The home page's cost block (operations/costs.cost_block): this local month's and
+    today's cost, model + WhatsApp, as text; with a budget, `budget` the month's model
+    spend against it ("US$ 3,20 de US$ 10,00 — 32%", the percentage rounded down)."""
+    rt, language = results_texts(_language(p)), _language(p)
+    block = cost_block(p.session, p.tenant, now=p.now)
+    view: dict[str, Any] = {
+        "month": usd_text(block["month_to_date"]["total_micro_usd"], language),
+        "today": usd_text(block["today_costs"]["total_micro_usd"], language), "budget": None}
+    budget = budgets.budget_micro_usd(p.tenant)
+    if budget is not None:
+        spent = block["month_to_date"]["model_micro_usd"]
+        view["budget"] = rt["budget_used"].format(
+            spent=usd_text(spent, language), budget=usd_text(budget, language),
+            percent=spent * 100 // budget)
+    return view
 
 
 def results_view(found: results_ops.Results, *, currency: str,

@@ -30,6 +30,11 @@ RESULTS_TEXTS: dict[str, dict[str, str]] = {
         "chart_no_show_month": "Taxa de faltas por mês",
         "chart_figures": "Os números do gráfico", "period": "Período",
         "figures": "Números do período",
+        "costs": "Custo do assistente", "cost_month": "Este mês (modelo + WhatsApp)",
+        "cost_today": "Hoje (modelo + WhatsApp)",
+        "budget_used": "Orçamento do mês (só o modelo): {spent} de {budget} — {percent}%",
+        "budget_scope": "O orçamento conta só o modelo de IA; o custo mostrado soma o modelo "
+                        "e as mensagens do WhatsApp.",
     },
     "en": {
         "title": "Results", "week": "Weekly", "month": "Monthly",
@@ -57,6 +62,11 @@ RESULTS_TEXTS: dict[str, dict[str, str]] = {
         "chart_no_show_month": "No-show rate per month",
         "chart_figures": "The chart's figures", "period": "Period",
         "figures": "The period's figures",
+        "costs": "The assistant's cost", "cost_month": "This month (model + WhatsApp)",
+        "cost_today": "Today (model + WhatsApp)",
+        "budget_used": "This month's budget (model only): {spent} of {budget} — {percent}%",
+        "budget_scope": "The budget counts the AI model only; the cost shown adds the model "
+                        "and the WhatsApp messages.",
     },
 }
 
@@ -88,11 +98,18 @@ def rate_text(value: float | None, language: str, none: str = "—") -> str:
 
 
 def usd_text(musd: int | None, language: str, none: str = "—") -> str:
-    """Micro-dollars as "US$ 0,0123" (four decimals under a dollar, else two)."""
+    """Micro-dollars as US$ to the cent, halves up (operations/costs.usd_cents): "US$ 0,19"
+    (pt-BR), "US$ 0.19" (en); a cost above zero but under a cent is "< US$ 0,01", so a
+    small cost never reads as nothing. The API and CLI JSON keep the exact µUSD."""
     if musd is None:
         return none
-    places = 4 if abs(musd) < 1_000_000 else 2
-    text = f"US$ {musd / 1_000_000:,.{places}f}"
+    if 0 < musd < 10_000:
+        return _decimal_marks("< US$ 0.01", language)
+    sign, cents = ("-" if musd < 0 else ""), (abs(musd) + 5_000) // 10_000
+    return _decimal_marks(f"{sign}US$ {cents // 100:,}.{cents % 100:02d}", language)
+
+
+def _decimal_marks(text: str, language: str) -> str:
     if language == "pt-BR":
-        text = text.replace(",", "_").replace(".", ",").replace("_", ".")
+        return text.replace(",", "_").replace(".", ",").replace("_", ".")
     return text

@@ -11,7 +11,8 @@ import structlog
 
 from agent.context import TenantPrompt, context_block, instructions_text
 from agent.tools.facts_rules import render_awaiting_lines, render_fact_lines
-from bot.console.frame import Page, PageResult, Redirect
+from bot.console.frame import Page, PageResult, Redirect, _language
+from bot.console.results_texts import usd_text
 from bot.console.settings_texts import settings_texts
 from bot.console.texts import translate_problem
 from core import clock
@@ -20,7 +21,7 @@ from operations.errors import MAPPED, admin_error
 from operations.service import clean_text
 from storage.errors import TenantConfigError
 from storage.models import Tenant
-from storage.tenant_config import parse_price, price_text
+from storage.tenant_config import KNOWN_MODELS, parse_price, price_text
 
 log = structlog.get_logger(__name__)
 
@@ -79,9 +80,18 @@ def settings_page(p: Page) -> PageResult:
             return Redirect("/console/settings", p.t["saved"])
     return "settings.html", {"form": form, "errors": errors, **_preview(tenant, form),
                              "groups": GROUPS, "choices": CHOICES,
+                             "models": _models(tenant), "budget_spent": usd_text(
+                                 settings_ops.month_model_spend(p.session, tenant, now=p.now),
+                                 _language(p)),
                              "st": settings_texts(p.state.get("lang", "pt-BR")),
                              "shown_errors": (*SETTINGS_FIELDS, *KINDS),
                              "status": 422 if errors else 200}
+
+
+def _models(tenant: Tenant) -> list[str]:
+    """The fallback model select's options: the known models, and the tenant's own if it set
+    another through the API or the CLI."""
+    return list(dict.fromkeys((*KNOWN_MODELS, tenant.fallback_model)))
 
 
 def _save(p: Page, tenant: Tenant, changes: dict[str, Any], errors: dict[str, str]) -> bool:

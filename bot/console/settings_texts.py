@@ -45,14 +45,16 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "janela o pedido não é enviado.",
         "group_budget": "Orçamento do agente",
         "model_budget_cents": "Orçamento mensal do modelo (US$)", "model_budget_cents_help":
-        "Custo do modelo por mês (do dia 1 no seu fuso). Aos 80% você é avisado aqui e no "
-        "webhook; vazio ou 0: sem limite.",
+        "Custo do modelo de IA por mês (a partir do dia 1, no seu fuso). Aos 80% aparece um "
+        "aviso no topo do painel e seu sistema recebe uma notificação; vazio ou 0: sem limite.",
+        "budget_spent": "Gasto do modelo neste mês até agora: {spent}",
         "budget_action": "Ao atingir 100% do orçamento", "budget_action_help": "O aviso e a "
         "troca valem até o fim do mês.",
         "budget_action_fallback": "responder com o modelo mais barato",
         "budget_action_handoff": "passar a conversa para a equipe",
-        "fallback_model": "Modelo mais barato", "fallback_model_help": "Usado depois de "
-        "atingir o orçamento (padrão: claude-haiku-4-5).",
+        "fallback_model": "Modelo usado depois de atingir o orçamento",
+        "fallback_model_help": "Um modelo mais barato responde até o fim do mês (padrão: "
+        "claude-haiku-4-5, o mais barato).",
     },
     "en": {
         "group_privacy": "Privacy and calendar", "group_waitlist": "Waitlist",
@@ -95,14 +97,16 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "outside the window the request is not sent.",
         "group_budget": "Agent budget",
         "model_budget_cents": "Monthly model budget (US$)", "model_budget_cents_help":
-        "The model's cost per month (from the 1st, your timezone). At 80% you are told here "
-        "and by webhook; empty or 0: no limit.",
+        "The AI model's cost per month (from the 1st, your timezone). At 80% a notice shows at "
+        "the top of the console and your system is notified; empty or 0: no limit.",
+        "budget_spent": "Model spend this month so far: {spent}",
         "budget_action": "At 100% of the budget", "budget_action_help": "The warning and the "
         "switch last until the month ends.",
         "budget_action_fallback": "answer with the cheaper model",
         "budget_action_handoff": "pass the conversation to staff",
-        "fallback_model": "Cheaper model", "fallback_model_help": "Used once the budget is "
-        "reached (default: claude-haiku-4-5).",
+        "fallback_model": "Model used once the budget is reached",
+        "fallback_model_help": "A cheaper model answers until the month ends (default: "
+        "claude-haiku-4-5, the cheapest).",
     },
 }
 
