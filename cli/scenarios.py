@@ -69,6 +69,11 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool,
     return 1 if failed else 0
 
 
+def _scripted(errors: list[str]) -> str:
+    """ " + 2 scripted error(s) (turn 529, turn 529)": the `model_fail` steps answered."""
+    return f" + {len(errors)} scripted error(s) ({', '.join(errors)})" if errors else ""
+
+
 def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
     usage = result.usage
     if not result.requests and not result.passed:
@@ -78,7 +83,8 @@ def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
         print()
         return
     print(f"-- {result.name}: {'PASSED' if result.passed else 'FAILED'} · "
-          f"{result.requests} Claude call(s), {result.api_errors} API error(s), "
+          f"{result.requests} Claude call(s), {result.api_errors} API error(s)"
+          f"{_scripted(result.scripted_errors)}, "
           f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "
           f"cache write {usage['cache_creation_input_tokens']}, "
           f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']}")

@@ -134,7 +134,8 @@ def model_steps(calls: list[RecordedCall]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     for call in calls:
         if call.status != 200:
-            steps.append({"model_fail": {"status": call.status, "times": 1},
+            steps.append({"model_fail": {"status": call.status, "times": 1,
+                                         "recorded": _error_text(call)},
                           "for": call.purpose})
             continue
         item = recorded_item(call.response)

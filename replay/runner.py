@@ -79,6 +79,8 @@ class ScenarioResult:
     transcript: list[str] = field(default_factory=list)
     customer_messages: int = 0  # inbound messages stored (a burst answered at once counts each)
     turn_calls: int = 0  # Messages API calls of purpose turn
+    # the `model_fail` steps run ("turn 500"): not in api_errors, named in the verdict
+    scripted_errors: list[str] = field(default_factory=list)
 
     def per_customer_message(self) -> dict[str, float | None]:
         """Issue 41: model calls (turn) and WhatsApp messages sent per customer message."""
@@ -96,6 +98,7 @@ class ScenarioResult:
                 "unscripted_calls": self.unscripted_calls, "tool_errors": self.tool_errors,
                 "usage": self.usage, "leftover": self.leftover,
                 "customer_messages": self.customer_messages, "turn_calls": self.turn_calls,
+                "scripted_errors": self.scripted_errors,
                 "per_customer_message": self.per_customer_message()}
 
 
@@ -493,9 +496,18 @@ class _Runner:
         self.env.messages_api.script(step.get("for", "turn"), list(step["model"]))
 
     def _model_fail(self, _where: str, step: dict[str, Any]) -> None:
-        spec = step["model_fail"]
-        self.env.messages_api.fail(step.get("for", "turn"), int(spec["status"]),
-                                   int(spec.get("times", 1)))
+        """Script the failure; one a chat recorded (`recorded`: the error's message, the
+        API's or the double's when its script ran out) is answered again and fails the
+        replay, naming the error: a recording that met an error does not pass silently."""
+        spec, purpose = step["model_fail"], step.get("for", "turn")
+        recorded = spec.get("recorded")
+        self.env.messages_api.fail(purpose, int(spec["status"]), int(spec.get("times", 1)),
+                                   str(recorded) if recorded else None)
+        self.result.scripted_errors.append(f"{purpose} {spec['status']}")
+        if recorded:
+            self.result.fail(f"the recording holds a Messages API error: {purpose} answered "
+                             f"{spec['status']} ({str(recorded)[:120]}); the replay answers it "
+                             "again, so record the chat again without it")
 
     def _drain(self, _where: str, _step: dict[str, Any]) -> None:
         self.env.drain()

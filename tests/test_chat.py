@@ -384,7 +384,8 @@ def test_recorded_responses_use_the_shorthand_only_when_it_says_everything() -> 
              RecordedCall("summary", {}, 200, {"content": [text], "stop_reason": "end_turn"})]
     assert model_steps(calls) == [
         {"model": [{"text": "Vou ver."}], "for": "turn"},
-        {"model_fail": {"status": 529, "times": 1}, "for": "turn"},
+        {"model_fail": {"status": 529, "times": 1, "recorded": "{'type': 'error'}"},
+         "for": "turn"},
         {"model": [{"text": "Vou ver."}], "for": "summary"}]
 
 
@@ -541,6 +542,36 @@ def test_a_bundled_message_is_sent_at_the_scenario_clock(option: dict[str, str],
     demo = [json.loads(p.read_text(encoding="utf-8")) for p in BUNDLED.glob("*.json")]
     assert demo and all(s.get("timestamp") == "clock" for d in demo for s in d["steps"]
                         if "webhook" in s)
+
+
+def test_a_recording_that_met_an_api_error_fails_and_names_it(
+        capsys: pytest.CaptureFixture[str], files: Path) -> None:
+    """A chat whose script ran out met the double's 500 (`unscripted call`): its recording
+    replays FAILED naming the error, never "PASSED · 0 API error(s)"; a hand-written
+    `model_fail` (a test of the product's fallback) still passes, named in the verdict."""
+    def steps(spec: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"model_fail": spec, "for": "turn"},
+                {"webhook": "webhooks/ana_01.json", "timestamp": "clock"}, {"drain": True},
+                {"expect": {"api_errors": 0}}]
+
+    recorded = {"status": 500, "times": 1, "recorded": "unscripted call for purpose turn"}
+    result = run_scenario({"name": "rec", "clock": CLOCK, "tenant": TENANT,
+                           "steps": steps(recorded)}, base=BUNDLED)
+    assert not result.passed and result.scripted_errors == ["turn 500"]
+    assert result.failures == ["the recording holds a Messages API error: turn answered 500 "
+                               "(unscripted call for purpose turn); the replay answers it "
+                               "again, so record the chat again without it"]
+    written = {"name": "outage", "clock": CLOCK, "tenant": TENANT,
+               "steps": steps({"status": 529, "times": 1})}
+    (files / "outage.json").write_text(json.dumps(written))
+    (files / "webhooks").mkdir(exist_ok=True)
+    (files / "webhooks" / "ana_01.json").write_bytes((BUNDLED / "webhooks/ana_01.json")
+                                                     .read_bytes())
+    capsys.readouterr()
+    assert main(["replay", str(files / "outage.json")]) == 0
+    verdict = [line for line in capsys.readouterr().out.splitlines() if "-- outage" in line]
+    assert verdict and "PASSED" in verdict[0] and "+ 1 scripted error(s) (turn 529)" in \
+        verdict[0]
 
 
 def test_a_bad_timestamp_option_is_refused_before_the_scenario_runs() -> None:
