@@ -52,13 +52,19 @@ def _print(tenant: Tenant, report: dict[str, Any], *, days: bool) -> None:
     total = report["total"]
     print(f"{tenant.phone_number_id} {tenant.name} · {report['from']} to {report['to']} "
           f"({report['timezone']}) · total ${total['usd']} · model {total['model_total']} µUSD "
-          f"in {total['model_calls']} calls · WhatsApp {total['whatsapp_total']} µUSD for "
-          f"{total['billed_messages']} billed messages")
+          f"in {_count(total['model_calls'], 'call')} · WhatsApp {total['whatsapp_total']} µUSD "
+          f"for {_count(total['billed_messages'], 'billed message')}")
     if not days:
         return
+    print("µUSD per local day (1 µUSD = US$ 0.000001)")
     print(f"{'day':<10} {'turn':>9} {'summary':>8} {'compact':>8} {'facts':>8} {'other':>7} "
           f"{'whatsapp':>9} {'total':>9}")
     for d in report["days"]:
         model = d["model_micro_usd"]
         print(f"{d['day']:<10} {model['turn']:>9} {model['summary']:>8} {model['compaction']:>8} "
               f"{model['facts']:>8} {model['other']:>7} {d['whatsapp_total']:>9} {d['total']:>9}")
+
+
+def _count(n: int, noun: str) -> str:
+    """ "1 call", "2 calls", "0 calls"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

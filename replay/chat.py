@@ -395,9 +395,10 @@ class ChatSession:
     def show_appointments(self) -> list[str]:
         """One line per visit (and status: a service cancelled apart is its own line), by
         start, in the tenant's language: its booking number, local day and time as the
-        console shows them, each service with its professional and start, and the status
-        ("#1 02/06/2026 09:00  Troca de óleo (Pedro) 09:00, Alinhamento (Pedro) 09:30
-        marcado")."""
+        console shows them, each service with its professional (and its own start when the
+        visit has several), and the status: "#1 02/06/2026 09:00  Corte (Rafa)  marcado",
+        "#2 02/06/2026 09:00  Troca de óleo (Pedro) 09:00, Alinhamento (Pedro) 09:30
+        marcado"; none: "(Nenhum agendamento)"."""
         with session_scope(self.env.engine) as session:
             rows = session.exec(select(Appointment, Service, Professional, Tenant).join(
                 Service, col(Service.id) == col(Appointment.service_id)).join(
@@ -408,13 +409,15 @@ class ChatSession:
             visits: dict[tuple[int, str], list[tuple[Appointment, Service, Professional]]] = {}
             for a, s, p, _ in rows:
                 visits.setdefault((number_of(a), a.status), []).append((a, s, p))
-            said = texts_for(rows[0][3].language if rows else "pt-BR")
+            said = texts_for(rows[0][3].language if rows else
+                             str(self.tenant.get("language") or "pt-BR"))
             lines = [f"   #{number} {group[0][0].start_at.astimezone(self.zone):{LOCAL_FORMAT}}  "
-                     + ", ".join(f"{s.name} ({p.name}) {a.start_at.astimezone(self.zone):%H:%M}"
+                     + ", ".join(f"{s.name} ({p.name})" + (
+                         f" {a.start_at.astimezone(self.zone):%H:%M}" if len(group) > 1 else "")
                                  for a, s, p in group)
                      + f"  {said.get('status_' + status, status)}"
                      for (number, status), group in visits.items()]
-        return lines or ["   (no appointments)"]
+        return lines or [f"   ({said['no_appointments'].rstrip('.')})"]
 
     def show_facts(self) -> list[str]:
         rows = self.facts()

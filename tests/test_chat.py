@@ -83,7 +83,7 @@ def test_chat_with_a_script_through_standard_input_books_and_records(
     assert "customer ▸ oi, tem horário amanhã pra corte?" in out
     assert "agent    ◂ Oi! Amanhã a Júlia tem 14h ou 15h. Qual prefere?" in out
     assert "agent    ◂ Prontinho! Corte com a Júlia amanhã, quarta, às 14h." in out
-    assert "#1 02/12/2026 14:00  Corte feminino (Júlia) 14:00  marcado" in out  # /appointments
+    assert "#1 02/12/2026 14:00  Corte feminino (Júlia)  marcado" in out  # /appointments, one time
     assert "/wait takes a duration" in out  # a bad argument: said, nothing ran
     assert "[sweeper closed 1 conversation(s)]" in out
     assert "preferred_period = tarde (confirmed)" in out  # /facts after the session ended
@@ -262,7 +262,7 @@ def test_the_customer_taps_a_list_row_and_the_recording_replays_it(
             "Qua 02/12 14:00 (com a Júlia) | Qua 02/12 15:00 (com a Júlia)]") in out
     assert "offered so far: Qua 02/12 14:00, Qua 02/12 15:00" in out  # a title not offered
     assert "customer ▸ [picked list option \"Qua 02/12 15:00\"" in out
-    assert "#1 02/12/2026 15:00  Corte feminino (Júlia) 15:00  marcado" in out
+    assert "#1 02/12/2026 15:00  Corte feminino (Júlia)  marcado" in out
     recorded = json.loads((files / "tapped.json").read_text(encoding="utf-8"))
     assert [s["tap"] for s in recorded["steps"] if "tap" in s] == ["Qua 02/12 15:00"]
     result = run_scenario_file(files / "tapped.json")
@@ -614,6 +614,7 @@ def test_appointments_shows_one_line_per_visit_in_the_tenants_language() -> None
         {"text": "Marcado!"}]}])
     session = ChatSession(tenant, script=script, start=_start())
     try:
+        assert session.handle("/appointments") == ["   (Nenhum agendamento)"]  # pt-BR too
         session.handle("corte e escova amanhã às 14h")
         assert session.handle("/appointments") == [
             "   #1 02/12/2026 14:00  Corte feminino (Júlia) 14:00, Escova (Júlia) 15:00  marcado"]

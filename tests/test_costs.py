@@ -288,7 +288,13 @@ def test_wagent_costs_prints_a_tenants_days_and_every_tenants_totals(
     assert [d["model_micro_usd"]["compaction"] for d in report["days"]] == [8000, 0]
     assert report["total"]["usd"] == "0.01"
     assert main(["costs", "--from", "2026-12-07", "--to", "2026-12-07"]) == 0
-    assert "total $0.01 · model 8000 µUSD in 1 calls" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "total $0.01 · model 8000 µUSD in 1 call · WhatsApp 0 µUSD for 0 billed messages" \
+        in out
+    assert main(["costs", "--tenant", "1", "--from", "2026-12-07", "--to", "2026-12-07"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1] == "µUSD per local day (1 µUSD = US$ 0.000001)"  # the table's unit
+    assert table[3].split() == ["2026-12-07", "0", "0", "8000", "0", "0", "0", "8000"]
     assert main(["costs", "--tenant", "9"]) == 2
     assert "no tenant with phone_number_id 9" in capsys.readouterr().err
     assert main(["costs", "--from", "2026-12-08", "--to", "2026-12-07"]) == 2
