@@ -36,7 +36,9 @@ NOTES = (
 VERDICT_NOTE = ("The verdict line: \"Claude call(s)\" counts every Messages API call (turns, "
                 "summaries, fact extraction); tokens are the usage the Messages API double "
                 "reported, summed over the calls (\"cache read\": prefix tokens served from "
-                "the prompt cache, \"cache write\": tokens written to it); \"send(s)\" are the "
+                "the prompt cache, \"cache write\": tokens written to it); \"model US$\" is "
+                "what those calls would cost at Anthropic's list prices (the cost ledger's "
+                "own pricing, usage/ledger.py); \"send(s)\" are the "
                 "WhatsApp messages the Graph API double accepted. The model's replies are "
                 "scripted here: the demo shows the product around the model.")
 

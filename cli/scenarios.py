@@ -69,6 +69,12 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool,
     return 1 if failed else 0
 
 
+def _usd(micro_usd: int) -> str:
+    """µUSD as US$ with four decimals (a scenario's few calls cost fractions of a cent):
+    12_345 → "0.0123"."""
+    return f"{micro_usd / 1_000_000:.4f}"
+
+
 def _scripted(errors: list[str]) -> str:
     """ " + 2 scripted error(s) (turn 529, turn 529)": the `model_fail` steps answered."""
     return f" + {len(errors)} scripted error(s) ({', '.join(errors)})" if errors else ""
@@ -87,7 +93,8 @@ def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
           f"{_scripted(result.scripted_errors)}, "
           f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "
           f"cache write {usage['cache_creation_input_tokens']}, "
-          f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']}")
+          f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']} · "
+          f"model US$ {_usd(result.model_micro_usd)}")
     per = result.per_customer_message()
     if per["model_calls"] is not None:
         print(f"   per customer message ({result.customer_messages}): "

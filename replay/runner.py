@@ -26,7 +26,7 @@ from replay.media_steps import (
     media_step_problems,
     transcripts_step_problems,
 )
-from replay.messages_api import check_item
+from replay.messages_api import RecordedCall, check_item
 from replay.relay import Relay
 from storage import delivery
 from storage.appointments import visit_of
@@ -47,6 +47,7 @@ from storage.models import (
     ToolCall,
 )
 from storage.tenant_config import validate_config
+from usage.ledger import model_cost_micro_usd
 from whatsapp.inbound import InboundMessage, edit_text, parse_update
 from workers.maintenance import find_stranded_sends
 
@@ -81,6 +82,7 @@ class ScenarioResult:
     turn_calls: int = 0  # Messages API calls of purpose turn
     # the `model_fail` steps run ("turn 500"): not in api_errors, named in the verdict
     scripted_errors: list[str] = field(default_factory=list)
+    model_micro_usd: int = 0  # the calls' cost at the ledger's prices (usage/ledger.py)
 
     def per_customer_message(self) -> dict[str, float | None]:
         """Issue 41: model calls (turn) and WhatsApp messages sent per customer message."""
@@ -98,7 +100,7 @@ class ScenarioResult:
                 "unscripted_calls": self.unscripted_calls, "tool_errors": self.tool_errors,
                 "usage": self.usage, "leftover": self.leftover,
                 "customer_messages": self.customer_messages, "turn_calls": self.turn_calls,
-                "scripted_errors": self.scripted_errors,
+                "scripted_errors": self.scripted_errors, "model_micro_usd": self.model_micro_usd,
                 "per_customer_message": self.per_customer_message()}
 
 
@@ -762,6 +764,7 @@ class _Runner:
         self.result.unscripted_calls += unscripted
         self.result.leftover = api.leftover()
         totals = api.usage_totals()
+        self.result.model_micro_usd += sum(_call_cost(c) for c in api.calls)
         self.result.usage = {k: self.result.usage.get(k, 0) + int(totals.get(k, 0))
                              for k in USAGE_KEYS}
         self.result.sent += [_send_view(s.body) for s in self.env.graph_api.sends if s.wamid]
@@ -811,6 +814,20 @@ def stamp_at(body: bytes, now: datetime) -> bytes:
 def _one_line(text: str, limit: int = 160) -> str:
     flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _call_cost(call: RecordedCall) -> int:
+    """A successful call's cost in µUSD, priced as the product prices it
+    (usage/ledger.model_cost_micro_usd); 0 for a failed one."""
+    usage = call.usage or {}
+    if call.status != 200 or not usage:
+        return 0
+    detail = usage.get("cache_creation") or {}
+    return model_cost_micro_usd(
+        str(call.request.get("model", "")), int(usage.get("input_tokens") or 0),
+        int(usage.get("cache_creation_input_tokens") or 0),
+        int(detail.get("ephemeral_1h_input_tokens") or 0),
+        int(usage.get("cache_read_input_tokens") or 0), int(usage.get("output_tokens") or 0))
 
 
 def _send_view(body: dict[str, Any]) -> dict[str, Any]:

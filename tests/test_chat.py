@@ -25,9 +25,10 @@ from cli.main import main
 from replay.chat import ChatError, ChatSession, load_script, model_steps, recorded_item
 from replay.messages_api import MessagesDouble, RecordedCall
 from replay.relay import DEFAULT_BASE_URL, Relay, unreachable, unreachable_message
-from replay.runner import run_scenario, run_scenario_file
+from replay.runner import _call_cost, run_scenario, run_scenario_file
 from storage.db import make_engine, session_scope
 from storage.models import Appointment, Conversation, Message, Outbound, ToolCall
+from usage.ledger import model_cost_micro_usd
 
 CLOCK = "2026-12-01T13:00:00Z"  # Tue 10:00 in São Paulo
 TENANT: dict[str, Any] = {
@@ -572,6 +573,25 @@ def test_a_recording_that_met_an_api_error_fails_and_names_it(
     verdict = [line for line in capsys.readouterr().out.splitlines() if "-- outage" in line]
     assert verdict and "PASSED" in verdict[0] and "+ 1 scripted error(s) (turn 529)" in \
         verdict[0]
+
+
+def test_the_verdict_prices_the_calls_as_the_ledger_does() -> None:
+    """The demo's and replay's summary line gives the model's cost in US$ (issue 49): each
+    call's usage at usage/ledger.model_cost_micro_usd, the product's one pricing function
+    (1-hour cache writes at their own price; a failed call costs nothing)."""
+    usage = {"input_tokens": 100, "cache_creation_input_tokens": 1572,
+             "cache_creation": {"ephemeral_1h_input_tokens": 1572},
+             "cache_read_input_tokens": 40, "output_tokens": 10}
+    call = RecordedCall("turn", {"model": "claude-haiku-4-5"}, 200, {}, usage)
+    assert _call_cost(call) == model_cost_micro_usd("claude-haiku-4-5", 100, 1572, 1572, 40,
+                                                    10)
+    assert _call_cost(RecordedCall("turn", {"model": "claude-haiku-4-5"}, 529, {})) == 0
+    scenario = {"name": "priced", "clock": CLOCK, "tenant": TENANT, "steps": [
+        {"model": [{"text": "Oi! Tem sim."}]},
+        {"webhook": "webhooks/ana_01.json", "timestamp": "clock"}, {"drain": True}]}
+    result = run_scenario(scenario, base=BUNDLED)
+    assert result.passed and result.requests == 1 and result.model_micro_usd > 0
+    assert result.to_json()["model_micro_usd"] == result.model_micro_usd
 
 
 def test_a_bad_timestamp_option_is_refused_before_the_scenario_runs() -> None:

@@ -77,8 +77,11 @@ def _figure(key: str, m: results_ops.Measures, currency: str, language: str) -> 
         return rate_text(m.no_show_rate, language)
     if key == "staff_answer":
         return duration_text(m.staff_answer_median_s)
-    if key == "agent_answer":
-        return f"{duration_text(m.agent_answer_p50_s)} / {duration_text(m.agent_answer_p90_s)}"
+    if key == "agent_answer":  # the median and the 90th percentile, in plain words
+        if m.agent_answer_p50_s is None:
+            return duration_text(None)
+        return results_texts(language)["agent_answer_value"].format(
+            p50=duration_text(m.agent_answer_p50_s), p90=duration_text(m.agent_answer_p90_s))
     if key == "cost":
         return usd_text(m.cost_musd, language)
     if key == "cost_per_visit":
