@@ -46,7 +46,8 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "group_budget": "Orçamento do agente",
         "model_budget_cents": "Orçamento mensal do modelo (US$)", "model_budget_cents_help":
         "Custo do modelo de IA por mês (a partir do dia 1, no seu fuso). Aos 80% aparece um "
-        "aviso no topo do painel e seu sistema recebe uma notificação; vazio ou 0: sem limite.",
+        "aviso no topo do painel e os sistemas ligados em Webhooks são avisados; vazio ou 0: "
+        "sem limite.",
         "budget_spent": "Gasto do modelo neste mês até agora: {spent}",
         "budget_action": "Ao atingir 100% do orçamento", "budget_action_help": "O aviso e a "
         "troca valem até o fim do mês.",
@@ -98,7 +99,8 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "group_budget": "Agent budget",
         "model_budget_cents": "Monthly model budget (US$)", "model_budget_cents_help":
         "The AI model's cost per month (from the 1st, your timezone). At 80% a notice shows at "
-        "the top of the console and your system is notified; empty or 0: no limit.",
+        "the top of the console and the systems set up under Webhooks are told; empty or 0: "
+        "no limit.",
         "budget_spent": "Model spend this month so far: {spent}",
         "budget_action": "At 100% of the budget", "budget_action_help": "The warning and the "
         "switch last until the month ends.",
