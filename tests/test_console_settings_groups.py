@@ -88,7 +88,7 @@ def test_a_group_saved_in_the_console_is_what_the_api_reads(
         assert 'value="1.250,50"' in page and 'value="CNPJ" selected' in page
     if group == "budget":
         assert 'value="50,00"' in page and 'value="handoff" selected' in page
-        assert "passar a conversa para a equipe" in page
+        assert "passar para a equipe" in page
 
 
 BAD = [

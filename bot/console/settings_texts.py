@@ -31,9 +31,10 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "valor fixo; 0: sem sinal.",
         "deposit_hold_minutes": "Prazo para pagar (minutos)", "deposit_hold_minutes_help":
         "Depois disso o horário é liberado (5 a 1440).",
-        "deposit_refund": "Sinal de visita cancelada", "deposit_refund_help": "Devoluções são "
+        "deposit_refund": "Sinal de visita cancelada", "deposit_refund_help": "Fica com o negócio "
+        "só quando o cliente cancela em cima da hora (ou sempre, ou nunca). Devoluções são "
         "feitas pela equipe; aqui fica registrado o que se deve.",
-        "refund_kept_inside_window": "fica com o negócio só se cancelar em cima da hora",
+        "refund_kept_inside_window": "fica só se cancelar tarde",
         "refund_kept": "fica com o negócio", "refund_owed": "é devolvido",
         "pix_key": "Chave Pix", "pix_key_help": "Aparece com o código Pix; nunca vai para os "
         "registros.",
@@ -49,10 +50,10 @@ SETTINGS_TEXTS: dict[str, dict[str, str]] = {
         "aviso no topo do painel e os sistemas ligados em Webhooks são avisados; vazio ou 0: "
         "sem limite.",
         "budget_spent": "Gasto do modelo neste mês até agora: {spent}",
-        "budget_action": "Ao atingir 100% do orçamento", "budget_action_help": "O aviso e a "
-        "troca valem até o fim do mês.",
-        "budget_action_fallback": "responder com o modelo mais barato",
-        "budget_action_handoff": "passar a conversa para a equipe",
+        "budget_action": "Ao atingir 100% do orçamento", "budget_action_help": "Um modelo mais "
+        "barato responde, ou a equipe assume as conversas, até o fim do mês.",
+        "budget_action_fallback": "usar um modelo mais barato",
+        "budget_action_handoff": "passar para a equipe",
         "fallback_model": "Modelo usado depois de atingir o orçamento",
         "fallback_model_help": "Um modelo mais barato responde até o fim do mês (padrão: "
         "claude-haiku-4-5, o mais barato).",
