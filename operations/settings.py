@@ -3,7 +3,8 @@ a whole tenant from its file or body, a change of some settings, resuming its se
 
     a TenantConfig dict → apply_config     create or update, the catalogue included
                         → create_tenant    a new one only (Conflict when it exists)
-    a TenantSettings    → apply_settings   (`settings_change` validates a door's body into it)
+    a TenantSettings    → apply_settings   (`settings_change` validates a door's body into it;
+                                            a new budget → budget_level_now)
     (tenant)            → resume_sending
 
 The schema and its rules: storage/tenant_config.py; the writes: storage/tenants.py. Errors:
@@ -15,6 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import structlog
 from sqlmodel import Session
 
 from agent.tools.availability import business_exceptions
@@ -25,6 +27,8 @@ from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import Tenant
 from storage.tenant_config import TenantSettings
 from usage.ledger import costs_in, totals
+
+log = structlog.get_logger(__name__)
 
 
 def find_tenant(session: Session, phone_number_id: str) -> Tenant | None:
@@ -101,7 +105,11 @@ def budget_level_now(session: Session, tenant: Tenant, *, now: datetime) -> str 
     spent = month_model_spend(session, tenant, now=now)
     level = budgets.level_of(tenant, spent)
     if level is not None:
-        budgets.record_level(session, tenant, level, spent_micro_usd=spent, now=now)
+        for each in budgets.record_level(session, tenant, level, spent_micro_usd=spent,
+                                         now=now):
+            log.warning("budget_level_reached", tenant_id=tenant.id, level=each,
+                        spent_micro_usd=spent, budget_cents=tenant.model_budget_cents,
+                        on="settings_saved")
     return level
 
 

@@ -15,9 +15,9 @@ from sqlmodel import select
 from bot.console.results_texts import usd_text
 from operations.costs import usd_cents
 from replay.environment import ReplayEnvironment
-from storage import budgets
+from storage import budgets, webhooks
 from storage.db import session_scope
-from storage.models import BudgetAlert, Tenant, Usage
+from storage.models import BudgetAlert, Tenant, Usage, WebhookEvent
 from tests.conftest import START
 from tests.console_helpers import SALON, Seeded, seed
 from tests.test_admin_api import OPERATOR, call
@@ -84,6 +84,10 @@ def test_home_shows_the_months_and_todays_cost_and_the_budget_used(
 def test_a_budget_saved_below_the_months_spend_shows_the_banner_at_once(
         env: ReplayEnvironment, seeded: Seeded) -> None:
     tid = _salon_spends(env, 3_200_000)
+    with session_scope(env.engine) as session:
+        webhooks.create_endpoint(session, tid, url="https://hooks.example/budget",
+                                 events=["budget.warning", "budget.reached"],
+                                 now=env.clock.now())
     browser = Browser(env.web_url)
     browser.sign_in(seeded.salon_token)
     assert "Gasto do modelo neste mês até agora: US$ 3,20" in html.unescape(
@@ -96,6 +100,10 @@ def test_a_budget_saved_below_the_months_spend_shows_the_banner_at_once(
         levels = sorted(a.level for a in session.exec(
             select(BudgetAlert).where(BudgetAlert.tenant_id == tid)))
     assert levels == [budgets.REACHED, budgets.WARNING]  # no customer turn needed
+    with session_scope(env.engine) as session:
+        events = sorted(e.type for e in session.exec(
+            select(WebhookEvent).where(WebhookEvent.tenant_id == tid)))
+    assert events == ["budget.reached", "budget.warning"]  # the owner's systems told too
     # the admin API's door too: raised, the banner goes; lowered to 91 %, the warning shows
     assert call(env, "PATCH", f"/admin/tenants/{tid}", {"model_budget_cents": 4000},
                 token=OPERATOR)[0] == 200
