@@ -1,0 +1,95 @@
+"""The cost ledger under hostile input (issue 49, the breaker's pass): status webhooks whose
+`pricing` is missing, null, of the wrong types, huge or on a `failed` status; a status of one
+tenant's wamid arriving on another tenant's number; and the admin API's `from`/`to` at the
+ends of the calendar. Expect: 200, nothing lost, no 500, no charge to the wrong tenant."""
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlmodel import select
+from structlog.testing import capture_logs
+
+from replay.environment import ReplayEnvironment
+from storage.db import session_scope
+from storage.models import Outbound, WhatsAppCharge
+from tests.factories import TENANT, text_body
+from tests.test_costs import OTHER, _get, _pricing, _status_body, _tenant_ids, admin_env
+
+__all__ = ["admin_env"]  # the fixture, imported for the tests below
+
+DAY = datetime(2026, 12, 7, 15, tzinfo=UTC)
+
+
+def _charges(env: ReplayEnvironment) -> dict[tuple[int, str], WhatsAppCharge]:
+    with session_scope(env.engine) as session:
+        return {(c.tenant_id, c.wamid): c for c in session.exec(select(WhatsAppCharge))}
+
+
+def test_odd_pricing_objects_are_stored_without_a_500(env: ReplayEnvironment) -> None:
+    phone = TENANT["phone_number_id"]
+    odd: list[tuple[str, Any]] = [
+        ("wamid.null", None),
+        ("wamid.list", ["billable", True]),
+        ("wamid.yes", {"billable": "yes", "pricing_model": "PMP", "category": "utility",
+                       "type": "regular"}),
+        ("wamid.42", {"billable": True, "pricing_model": 7, "category": 42, "type": []}),
+        ("wamid.huge", {"billable": True, "pricing_model": "P" * 5000,
+                        "category": "ütïlïty🙂" * 400, "type": "\u0000regular" * 100}),
+        ("wamid.unknown", _pricing("surprise_category")),
+    ]
+    with capture_logs() as logs:
+        for wamid, pricing in odd:
+            body = json.loads(_status_body(phone, wamid, "sent", DAY, _pricing("utility")))
+            body["entry"][0]["changes"][0]["value"]["statuses"][0]["pricing"] = pricing
+            assert env.post_webhook(json.dumps(body).encode()) == 200, wamid
+    charges = _charges(env)
+    mine = next(iter(charges))[0]
+    missing = [e for e in logs if e["event"] == "whatsapp_rate_missing"]
+    assert len(missing) == 3 and all(len(e["category"]) <= 32 for e in missing)  # no flood
+    assert (mine, "wamid.null") not in charges and (mine, "wamid.list") not in charges
+    # billable "yes" is not a bool: unknown, billed at the card as Meta bills by default
+    assert charges[(mine, "wamid.yes")].micro_usd == 6800
+    assert charges[(mine, "wamid.42")].category == "42"
+    huge = charges[(mine, "wamid.huge")]
+    assert len(huge.category) <= 32 and len(huge.pricing_model) <= 16
+    assert charges[(mine, "wamid.unknown")].micro_usd == 0  # no rate on the card: logged
+
+
+def test_a_failed_status_with_a_pricing_charges_nothing(env: ReplayEnvironment) -> None:
+    phone = TENANT["phone_number_id"]
+    assert env.post_webhook(_status_body(phone, "wamid.F", "failed", DAY,
+                                         _pricing("marketing"))) == 200
+    assert _charges(env) == {}
+
+
+def test_a_wamid_of_one_tenant_on_anothers_number_is_not_charged_to_it(
+        admin_env: ReplayEnvironment) -> None:
+    env = admin_env
+    mine, other = _tenant_ids(env)
+    env.messages_api.script("turn", [{"text": "Olá! Temos horário amanhã."}])
+    assert env.post_webhook(json.dumps(text_body("Oi", 1, sent_at=env.clock.now())).encode()) \
+        == 200
+    env.drain()
+    with session_scope(env.engine) as session:
+        wamid = next(o.wamid for o in session.exec(select(Outbound)) if o.wamid)
+    at = env.clock.now()
+    assert env.post_webhook(_status_body(OTHER["phone_number_id"], wamid, "sent", at,
+                                         _pricing("marketing"))) == 200
+    assert (other, wamid) not in _charges(env)
+    assert env.post_webhook(_status_body(TENANT["phone_number_id"], wamid, "sent", at,
+                                         _pricing("service"))) == 200
+    assert _charges(env)[(mine, wamid)].category == "service"
+
+
+def test_the_cost_range_at_the_ends_of_the_calendar_is_a_422_not_a_500(
+        admin_env: ReplayEnvironment) -> None:
+    mine = _tenant_ids(admin_env)[0]
+    for query in ("from=9999-12-31&to=9999-12-31", "to=9999-12-31", "from=9999-12-31",
+                  "from=0001-01-01&to=0001-01-01", "from=2026-13-01", "from=garbage",
+                  "from=2026-12-07&to=2025-12-06", "from=2025-01-01&to=2026-12-31",
+                  "bogus=1"):
+        status, _ = _get(admin_env, f"/admin/tenants/{mine}/costs?{query}")
+        assert status == 422, query
+    status, report = _get(admin_env, f"/admin/tenants/{mine}/costs?from=2025-12-08&to=2026-12-08")
+    assert status == 200 and len(report["days"]) == 366
