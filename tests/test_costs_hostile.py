@@ -4,17 +4,31 @@ tenant's wamid arriving on another tenant's number; and the admin API's `from`/`
 ends of the calendar. Expect: 200, nothing lost, no 500, no charge to the wrong tenant."""
 
 import json
-from datetime import UTC, datetime
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlmodel import select
 from structlog.testing import capture_logs
 
 from replay.environment import ReplayEnvironment
-from storage.db import session_scope
-from storage.models import Outbound, WhatsAppCharge
+from intake.failures import retry_on_conflict
+from intake.statuses import store_statuses
+from operations.costs import usd_cents
+from storage.db import create_schema, make_engine, session_scope
+from storage.models import Outbound, Usage, WhatsAppCharge
+from storage.tenants import upsert_tenant
 from tests.factories import TENANT, text_body
 from tests.test_costs import OTHER, _get, _pricing, _status_body, _tenant_ids, admin_env
+from usage.ledger import model_cost_micro_usd, tenant_costs, totals
+from whatsapp.inbound import StatusUpdate
+from whatsapp.rate_card import Pricing
 
 __all__ = ["admin_env"]  # the fixture, imported for the tests below
 
@@ -93,3 +107,60 @@ def test_the_cost_range_at_the_ends_of_the_calendar_is_a_422_not_a_500(
         assert status == 422, query
     status, report = _get(admin_env, f"/admin/tenants/{mine}/costs?from=2025-12-08&to=2026-12-08")
     assert status == 200 and len(report["days"]) == 366
+
+
+def test_the_same_status_fifty_times_at_once_charges_once(env: ReplayEnvironment) -> None:
+    status = StatusUpdate(phone_number_id=TENANT["phone_number_id"], wamid="wamid.BURST",
+                          status="sent", timestamp=DAY, recipient_id="5511999990001",
+                          recipient_user_id=None, error_code=None, error_reason=None,
+                          pricing=Pricing(True, "PMP", "utility", "regular"))
+    order = [replace(status, status=s) for s in ("read", "delivered", "sent")] * 17
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        outcomes = list(pool.map(
+            lambda s: retry_on_conflict(lambda: store_statuses(env.engine, [s], DAY), "Status"),
+            order[:50]))
+    assert len(outcomes) == 50
+    assert [(c.category, c.micro_usd) for c in _charges(env).values()] == [("utility", 6800)]
+
+
+ZONES = ("America/New_York", "Europe/Lisbon", "Asia/Kolkata", "America/Sao_Paulo")
+CALLS = st.lists(st.tuples(
+    st.integers(0, 400 * 24 * 60),  # minutes after 2026-01-01 00:00 UTC: DST changes inside
+    st.sampled_from(("turn", "summary", "compaction", "facts", "odd")),
+    st.sampled_from(("claude-haiku-4-5", "claude-sonnet-5-5", "claude-opus-5")),
+    st.tuples(*[st.integers(0, 2_000_000)] * 3, st.integers(0, 2_000_000),
+              st.integers(0, 200_000))), max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(zone=st.sampled_from(ZONES), calls=CALLS)
+def test_day_sums_equal_the_calls_in_any_zone(tmp_path_factory: pytest.TempPathFactory,
+                                              zone: str, calls: list[Any]) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path_factory.mktemp('ledger')}/l.db")
+    create_schema(engine)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    expected: dict[date, int] = {}
+    with session_scope(engine) as session:
+        tenant = upsert_tenant(session, {"phone_number_id": "1", "name": "X", "timezone": zone},
+                               now=base)
+        tenant_id = int(tenant.id or 0)
+        for minutes, purpose, model, tokens in calls:
+            writes, one_hour = sorted(tokens[1:3], reverse=True)
+            usage = (tokens[0], writes, one_hour, tokens[3], tokens[4])
+            at = base + timedelta(minutes=minutes)
+            cost = model_cost_micro_usd(model, *usage)
+            session.add(Usage(tenant_id=tenant_id, purpose=purpose, model=model,
+                              input_tokens=usage[0], cache_creation_input_tokens=usage[1],
+                              cache_creation_1h_input_tokens=usage[2],
+                              cache_read_input_tokens=usage[3], output_tokens=usage[4],
+                              micro_usd=cost, created_at=at))
+            day = at.astimezone(ZoneInfo(zone)).date()
+            expected[day] = expected.get(day, 0) + cost
+    days = tenant_costs(engine, tenant_id, date(2025, 12, 31), date(2027, 2, 10))
+    assert {d.day: d.model_total for d in days if d.model_calls} == expected
+    assert totals(days).total == sum(expected.values())
+    assert sum(d.model_calls for d in days) == len(calls)
+    cents = usd_cents(totals(days).total)
+    assert Decimal(cents) == (Decimal(sum(expected.values())) / 1_000_000).quantize(
+        Decimal("0.01"), rounding=ROUND_HALF_UP)
+    engine.dispose()
