@@ -21,6 +21,8 @@ from replay.environment import ReplayEnvironment
 from intake.failures import retry_on_conflict
 from intake.statuses import store_statuses
 from operations.costs import usd_cents
+from storage.errors import TenantConfigError
+from storage.tenant_config import MAX_PRICE_CENTS, parse_price
 from storage.db import create_schema, make_engine, session_scope
 from storage.models import Outbound, Usage, WhatsAppCharge
 from storage.tenants import upsert_tenant
@@ -164,3 +166,15 @@ def test_day_sums_equal_the_calls_in_any_zone(tmp_path_factory: pytest.TempPathF
     assert Decimal(cents) == (Decimal(sum(expected.values())) / 1_000_000).quantize(
         Decimal("0.01"), rounding=ROUND_HALF_UP)
     engine.dispose()
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+       | st.from_regex(r"\A(R\$ ?)?[0-9.,²٥]{1,10}\Z"))
+def test_any_typed_amount_is_cents_or_a_clear_error(typed: str) -> None:
+    """The console's budget field (and a service price) as an owner types it: an amount in
+    [0, MAX_PRICE_CENTS] or TenantConfigError, never another exception (a 500)."""
+    try:
+        cents = parse_price(typed)
+    except TenantConfigError:
+        return
+    assert cents is None or 0 <= cents <= MAX_PRICE_CENTS
