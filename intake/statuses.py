@@ -63,7 +63,7 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
     unknown = outcomes.count("status_unknown")
     if unknown:
         log.info("status_unknown_wamid", statuses=unknown)
-    senders = {wamid: tenant_id for wamid, tenant_id in ours}
+    senders = {wamid: tenant_id for wamid, tenant_id in ours if wamid}
     for category, micro_usd in record_charges(session, statuses, tenant_of, now,
                                               senders=senders).items():
         if costs is not None:

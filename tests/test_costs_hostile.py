@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from sqlmodel import select
 from structlog.testing import capture_logs
 
-from replay.environment import ReplayEnvironment
 from intake.failures import retry_on_conflict
 from intake.statuses import store_statuses
 from operations.costs import usd_cents
-from storage.errors import TenantConfigError
-from storage.tenant_config import MAX_PRICE_CENTS, parse_price
+from replay.environment import ReplayEnvironment
 from storage.db import create_schema, make_engine, session_scope
+from storage.errors import TenantConfigError
 from storage.models import Outbound, Usage, WhatsAppCharge
+from storage.tenant_config import MAX_PRICE_CENTS, parse_price
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT, text_body
 from tests.test_costs import OTHER, _get, _pricing, _status_body, _tenant_ids, admin_env
