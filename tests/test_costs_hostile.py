@@ -30,7 +30,7 @@ from tests.factories import TENANT, text_body
 from tests.test_costs import OTHER, _get, _pricing, _status_body, _tenant_ids, admin_env
 from usage.ledger import model_cost_micro_usd, tenant_costs, totals
 from whatsapp.inbound import StatusUpdate
-from whatsapp.rate_card import Pricing
+from whatsapp.rate_card import Pricing, RateCardError, parse_rate_card
 
 __all__ = ["admin_env"]  # the fixture, imported for the tests below
 
@@ -178,3 +178,19 @@ def test_any_typed_amount_is_cents_or_a_clear_error(typed: str) -> None:
     except TenantConfigError:
         return
     assert cents is None or 0 <= cents <= MAX_PRICE_CENTS
+
+
+def test_a_rate_card_typo_is_refused_at_load_not_at_every_status() -> None:
+    """A rate the `whatsapp_charge` columns (32-bit integers on PostgreSQL) cannot hold would
+    refuse every charge's transaction, and dead-letter every priced status: refused at load."""
+    card = {"fallback_market": "BR", "rates": [
+        {"market": "BR", "category": "utility", "from": "2025-07-01", "usd": "0.0068"}]}
+    for usd in ("6800", "-0.0068", "NaN", "Infinity", True, None, "0.00000001"):
+        bad = {**card, "rates": [{**card["rates"][0], "usd": usd}]}
+        with pytest.raises(RateCardError, match=r"rates\[0\]"):
+            parse_rate_card(bad)
+    with pytest.raises(RateCardError, match="fallback_market"):
+        parse_rate_card({**card, "fallback_market": "US"})  # no rates for the fallback: refused
+    overlapping = {**card, "rates": [*card["rates"], {**card["rates"][0], "usd": "0.007"}]}
+    with pytest.raises(RateCardError, match="twice"):
+        parse_rate_card(overlapping)
