@@ -81,9 +81,9 @@ def record_charges(session: Session, statuses: list[StatusUpdate],
     one INSERT … ON CONFLICT DO NOTHING for the run. Market: the recipient's
     (`RateCard.market_of`); unknown → the card's fallback market, logged (no number). The rate
     applied and `micro_usd` are fixed here (`RateCard.charge`, on the status's UTC day).
-    Never charged: a `failed` status (Meta bills delivered messages only: Sources: WhatsApp
-    §3.5), and a wamid `senders` (wamid → tenant of our sends) says another tenant sent
-    (logged `whatsapp_charge_other_tenant`). Returns µUSD by category of the rows inserted
+    Never charged: a `failed` status (its message was not delivered; Meta's `pricing` comes
+    on `sent` and delivered/read: Sources: WhatsApp §3.5), and a wamid `senders` (wamid →
+    tenant of our sends) says another tenant sent (logged `whatsapp_charge_other_tenant`). Returns µUSD by category of the rows inserted
     now."""
     card = card or active_rate_card()
     senders = senders or {}
