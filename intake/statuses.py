@@ -16,6 +16,7 @@ from whatsapp.inbound import StatusUpdate
 from whatsapp.rate_card import RateCard, active_rate_card
 
 log = structlog.get_logger(__name__)
+WAMID_LENGTH = WhatsAppCharge.__table__.c.wamid.type.length  # type: ignore[attr-defined]
 
 
 def store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
@@ -83,7 +84,9 @@ def record_charges(session: Session, statuses: list[StatusUpdate],
     applied and `micro_usd` are fixed here (`RateCard.charge`, on the status's UTC day).
     Never charged: a `failed` status (its message was not delivered; Meta's `pricing` comes
     on `sent` and delivered/read: Sources: WhatsApp §3.5), and a wamid `senders` (wamid →
-    tenant of our sends) says another tenant sent (logged `whatsapp_charge_other_tenant`). Returns µUSD by category of the rows inserted
+    tenant of our sends) says another tenant sent (logged `whatsapp_charge_other_tenant`), a
+    wamid longer than the column (logged `whatsapp_charge_bad_wamid`: it would refuse the
+    run's transaction). Returns µUSD by category of the rows inserted
     now."""
     card = card or active_rate_card()
     senders = senders or {}
@@ -92,6 +95,10 @@ def record_charges(session: Session, statuses: list[StatusUpdate],
         tenant_id = tenant_of.get(status.phone_number_id)
         if status.pricing is None or tenant_id is None or status.status == "failed" \
                 or (tenant_id, status.wamid) in rows:
+            continue
+        if len(status.wamid) > WAMID_LENGTH:  # never Meta's: it would refuse the whole run
+            log.warning("whatsapp_charge_bad_wamid", tenant_id=tenant_id,
+                        wamid_length=len(status.wamid))
             continue
         if senders.get(status.wamid, tenant_id) != tenant_id:
             log.warning("whatsapp_charge_other_tenant", tenant_id=tenant_id,

@@ -27,7 +27,15 @@ from storage.models import Outbound, Usage, WhatsAppCharge
 from storage.tenant_config import MAX_PRICE_CENTS, parse_price
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT, text_body
-from tests.test_costs import OTHER, _get, _pricing, _status_body, _tenant_ids, admin_env
+from tests.test_costs import (
+    OTHER,
+    _get,
+    _pricing,
+    _scrape,
+    _status_body,
+    _tenant_ids,
+    admin_env,
+)
 from usage.ledger import model_cost_micro_usd, tenant_costs, totals
 from whatsapp.inbound import StatusUpdate
 from whatsapp.rate_card import Pricing, RateCardError, parse_rate_card
@@ -194,3 +202,19 @@ def test_a_rate_card_typo_is_refused_at_load_not_at_every_status() -> None:
     overlapping = {**card, "rates": [*card["rates"], {**card["rates"][0], "usd": "0.007"}]}
     with pytest.raises(RateCardError, match="twice"):
         parse_rate_card(overlapping)
+
+
+def test_a_wamid_too_long_for_the_ledger_loses_nothing_else(env: ReplayEnvironment) -> None:
+    """A priced status whose wamid is longer than `whatsapp_charge.wamid` (128) must not
+    refuse its POST's transaction: the other status's charge and its counter are kept, and
+    nothing is dead-lettered."""
+    body = json.loads(_status_body(TENANT["phone_number_id"], "wamid.OK", "sent", DAY,
+                                   _pricing("utility")))
+    statuses = body["entry"][0]["changes"][0]["value"]["statuses"]
+    statuses.append({**statuses[0], "id": "wamid." + "L" * 300})
+    with capture_logs() as logs:
+        assert env.post_webhook(json.dumps(body).encode()) == 200
+    assert [(w, c.micro_usd) for (_, w), c in _charges(env).items()] == [("wamid.OK", 6800)]
+    assert not [e for e in logs if "dead" in e["event"]], logs
+    assert _scrape(env, "wagent_whatsapp_cost_micro_usd_total") == {
+        '{"category": "utility"}': 6800}
