@@ -16,6 +16,7 @@ from whatsapp.inbound import StatusUpdate
 from whatsapp.rate_card import RateCard, active_rate_card
 
 log = structlog.get_logger(__name__)
+WAMID_LENGTH = WhatsAppCharge.__table__.c.wamid.type.length  # type: ignore[attr-defined]
 
 
 def store_statuses(engine: Engine, statuses: list[StatusUpdate], now: datetime,
@@ -63,7 +64,9 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
     unknown = outcomes.count("status_unknown")
     if unknown:
         log.info("status_unknown_wamid", statuses=unknown)
-    for category, micro_usd in record_charges(session, statuses, tenant_of, now).items():
+    senders = {wamid: tenant_id for wamid, tenant_id in ours if wamid}
+    for category, micro_usd in record_charges(session, statuses, tenant_of, now,
+                                              senders=senders).items():
         if costs is not None:
             costs[category] = costs.get(category, 0) + micro_usd
     return outcomes
@@ -71,19 +74,35 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
 
 def record_charges(session: Session, statuses: list[StatusUpdate],
                    tenant_of: dict[str, int | None],
-                   now: datetime, card: RateCard | None = None) -> dict[str, int]:
+                   now: datetime, card: RateCard | None = None,
+                   senders: dict[str, int] | None = None) -> dict[str, int]:
     """One `whatsapp_charge` row per (tenant, wamid) of the statuses with a `pricing` whose
     number is a tenant's (Meta bills the number whoever sent); the first status with a
     pricing wins, a later one (`delivered`/`read` after `sent`, a redelivery) changes nothing:
     one INSERT … ON CONFLICT DO NOTHING for the run. Market: the recipient's
     (`RateCard.market_of`); unknown → the card's fallback market, logged (no number). The rate
     applied and `micro_usd` are fixed here (`RateCard.charge`, on the status's UTC day).
-    Returns µUSD by category of the rows inserted now."""
+    Never charged: a `failed` status (its message was not delivered; Meta's `pricing` comes
+    on `sent` and delivered/read: Sources: WhatsApp §3.5), and a wamid `senders` (wamid →
+    tenant of our sends) says another tenant sent (logged `whatsapp_charge_other_tenant`), a
+    wamid longer than the column (logged `whatsapp_charge_bad_wamid`: it would refuse the
+    run's transaction). Returns µUSD by category of the rows inserted
+    now."""
     card = card or active_rate_card()
+    senders = senders or {}
     rows: dict[tuple[int, str], dict[str, object]] = {}
     for status in statuses:
         tenant_id = tenant_of.get(status.phone_number_id)
-        if status.pricing is None or tenant_id is None or (tenant_id, status.wamid) in rows:
+        if status.pricing is None or tenant_id is None or status.status == "failed" \
+                or (tenant_id, status.wamid) in rows:
+            continue
+        if len(status.wamid) > WAMID_LENGTH:  # never Meta's: it would refuse the whole run
+            log.warning("whatsapp_charge_bad_wamid", tenant_id=tenant_id,
+                        wamid_length=len(status.wamid))
+            continue
+        if senders.get(status.wamid, tenant_id) != tenant_id:
+            log.warning("whatsapp_charge_other_tenant", tenant_id=tenant_id,
+                        sender_tenant_id=senders[status.wamid])
             continue
         at = status.timestamp or now
         market = card.market_of(status.recipient_id, status.recipient_user_id)
@@ -93,7 +112,7 @@ def record_charges(session: Session, statuses: list[StatusUpdate],
                         fallback_market=charge.market)
         if card.rate(charge.market, status.pricing.category, at.date()) is None:
             log.warning("whatsapp_rate_missing", tenant_id=tenant_id, market=charge.market,
-                        category=status.pricing.category)
+                        category=status.pricing.category[:32])
         rows[(tenant_id, status.wamid)] = {
             "tenant_id": tenant_id, "wamid": status.wamid,
             "billable": status.pricing.billable is not False,

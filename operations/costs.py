@@ -49,12 +49,17 @@ def cost_report(session: Session, tenant: Tenant, query: CostQuery, *,
                 now: datetime) -> dict[str, Any]:
     """The tenant's costs per local day in [from, to] and their total: {"tenant_id",
     "timezone", "from", "to", "days": [DayCost.as_json()], "total": {... "usd": "0.19"}}.
-    Invalid (422) when the range is longer than MAX_DAYS."""
+    Invalid (422) when the range is longer than MAX_DAYS, reversed, or touches the first or
+    last day of the calendar (0001-01-01, 9999-12-31: their local midnights in UTC, or the
+    day after, do not exist as a `datetime`)."""
     today = local_today(tenant, now)
     first = query.date_from or (query.date_to or today).replace(day=1)
     last = query.date_to or max(today, first)
     if (last - first).days >= MAX_DAYS or last < first:
         raise Invalid(f"from {first} to {last}: at most {MAX_DAYS} days, from <= to")
+    if not date.min < first <= last < date.max:  # a local midnight a zone can shift past
+        raise Invalid(f"from {first} to {last}: days between {date.min + timedelta(days=1)} "
+                      f"and {date.max - timedelta(days=1)}")
     days = costs_in(session, int(tenant.id or 0), first, last + timedelta(days=1))
     return {"tenant_id": tenant.id, "timezone": tenant.timezone, "from": first.isoformat(),
             "to": last.isoformat(), "days": [d.as_json() for d in days],

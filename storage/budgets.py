@@ -10,6 +10,7 @@ Money: the budget is in US cents (`Tenant.model_budget_cents`), costs in integer
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -54,8 +55,10 @@ def record_level(session: Session, tenant: Tenant, level: str, *, spent_micro_us
     """Record that the tenant's month reached `level` (and, for REACHED, WARNING too: a month
     that jumps past both is told both), each with its webhook event (`budget.warning`,
     `budget.reached`: data {"month", "level", "budget_cents", "spent_micro_usd"}) in one
-    savepoint. Once per tenant, month and level: a second caller, even a concurrent one,
-    meets the unique key and records nothing. Returns the levels this call recorded."""
+    savepoint. Once per tenant, month, level and budget: a second caller, even a concurrent
+    one, meets the unique key and records nothing; a caller measuring against a budget the
+    owner changed since moves the row to it and emits the event again. Returns the levels
+    this call recorded."""
     levels = (WARNING, REACHED) if level == REACHED else (WARNING,)
     return [each for each in levels
             if _record_once(session, tenant, each, spent_micro_usd, now)]
@@ -75,8 +78,32 @@ def _record_once(session: Session, tenant: Tenant, level: str, spent: int,
             webhooks.emit(session, tenant.id, EVENTS[level],
                           {"month": month.isoformat(), "level": level,
                            "budget_cents": budget_cents, "spent_micro_usd": spent}, now=now)
-    except IntegrityError:  # another turn recorded it first
-        return False
+    except IntegrityError:  # recorded before: again only when measured against another budget
+        return _record_again(session, tenant, level, spent, now)
+    return True
+
+
+def _record_again(session: Session, tenant: Tenant, level: str, spent: int,
+                  now: datetime) -> bool:
+    """The month's `level` row, recorded against another budget (the owner changed it since),
+    moved to the current budget with its webhook event again: a raised budget reached again
+    is told again (never silently). One UPDATE guarded by the old budget, so of concurrent
+    callers one wins."""
+    assert tenant.id is not None
+    budget_cents = tenant.model_budget_cents or 0
+    with session.begin_nested():
+        moved = session.execute(
+            update(BudgetAlert).where(
+                col(BudgetAlert.tenant_id) == tenant.id,
+                col(BudgetAlert.month) == month_of(tenant, now),
+                col(BudgetAlert.level) == level,
+                col(BudgetAlert.budget_cents) != budget_cents)
+            .values(spent_micro_usd=spent, budget_cents=budget_cents, created_at=now))
+        if moved.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        webhooks.emit(session, tenant.id, EVENTS[level],
+                      {"month": month_of(tenant, now).isoformat(), "level": level,
+                       "budget_cents": budget_cents, "spent_micro_usd": spent}, now=now)
     return True
 
 

@@ -435,7 +435,8 @@ def parse_price(text: str) -> int | None:
     if "," in raw:  # Brazilian: dots group thousands, the comma is the decimal mark
         raw = raw.replace(".", "").replace(",", ".")
     whole, _, cents = raw.partition(".")
-    if not whole.isdigit() or not (cents == "" or (cents.isdigit() and len(cents) <= 2)):
+    # isdecimal, not isdigit: "²" is a digit int() refuses (a 500 in the console's forms)
+    if not whole.isdecimal() or not (cents == "" or (cents.isdecimal() and len(cents) <= 2)):
         raise TenantConfigError(f"price: {text[:40]!r} is not an amount (e.g. 80 or 80,00)")
     value = int(whole) * 100 + int(cents.ljust(2, "0") or 0)
     if value > MAX_PRICE_CENTS:

@@ -308,3 +308,33 @@ def test_the_budget_is_set_by_the_cli_and_the_admin_api_and_bad_values_change_no
         assert call(environment, "GET", "/admin/tenants/1")[1]["model_budget_cents"] == 1234
     finally:
         environment.close()
+
+
+def test_a_budget_raised_then_reached_again_is_told_again(env: ReplayEnvironment) -> None:
+    """The owner raises the budget after it was reached; when the month's cost reaches the new
+    one, the turns fall back again and the owner is told again (banner, webhook): never
+    silently. The worker process keeps what it saw (no `forget`), as a real one does."""
+    with session_scope(env.engine) as session:
+        tenant_id = int(_tenant(session).id or 0)
+    _spend(env, tenant_id, tokens=100_000, at=START - timedelta(hours=1))
+    first = _budget_for(_spent(env, tenant_id), 100) - 1
+    _set_budget(env, tenant_id, first)
+    _turn(env, "oi", 1, [{"text": "Olá!"}])
+    assert _events(env, tenant_id) == ["budget.reached", "budget.warning"]
+    with session_scope(env.engine) as session:
+        tenant = _tenant(session)
+        tenant.model_budget_cents = first * 3  # raised: under 80 % again
+        session.add(tenant)
+    turn_budgets._spent.clear()  # the 30-second cache, as if 30 s passed
+    _turn(env, "tem horário?", 2, [{"text": "Tenho amanhã."}])
+    assert env.messages_api.calls[-1].request["model"] == "claude-sonnet-5-5"
+    assert _banner(env, tenant_id) == ""
+    with session_scope(env.engine) as session:
+        session.add(Usage(tenant_id=tenant_id, purpose="turn", model="claude-sonnet-5-5",
+                          micro_usd=first * 3 * budgets.MICRO_USD_PER_CENT,
+                          created_at=env.clock.now()))
+    turn_budgets._spent.clear()
+    _turn(env, "ok", 3, [{"text": "Combinado."}])
+    assert env.messages_api.calls[-1].request["model"] == FALLBACK
+    assert "orçamento do agente para este mês foi atingido" in _banner(env, tenant_id)
+    assert _events(env, tenant_id) == ["budget.reached"] * 2 + ["budget.warning"] * 2

@@ -102,6 +102,9 @@ BAD = [
     ("pix_key_type", "RANDOM", "formato inválido"),
     ("deposit_template", "nao_declarado", "'nao_declarado' não é um dos modelos aprovados"),
     ("model_budget_cents", "muito", "'muito' não é um valor (ex.: 50 ou 50,00)"),
+    ("model_budget_cents", "5,²", "'5,²' não é um valor (ex.: 50 ou 50,00)"),  # not a 500
+    ("model_budget_cents", "-10", "'-10' não é um valor (ex.: 50 ou 50,00)"),
+    ("model_budget_cents", "2000000", "no máximo 1000000"),
     ("budget_action", "desligar", "use fallback (modelo mais barato) ou handoff"),
     ("fallback_model", "gpt-4", "formato inválido"),
 ]

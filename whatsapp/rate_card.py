@@ -7,8 +7,8 @@ RATE_CARD_PATH names (core/settings.py; entry points call `use_rate_card`). Its 
     {"fallback_market": "BR", "calling_codes": {"55": "BR"},
      "rates": [{"market": "BR", "category": "utility", "from": "2025-07-01", "usd": "0.0068"}]}
 
-`usd` is a decimal string (or number) of whole µUSD (at most 6 decimals), >= 0. A bad file
-raises RateCardError naming the entry at load: nothing is guessed. The `pricing` of a
+`usd` is a decimal string (or number) of whole µUSD (at most 6 decimals), 0 to MAX_RATE_USD.
+A bad file raises RateCardError naming the entry at load: nothing is guessed. The `pricing` of a
 status (`billable`, `pricing_model`, `type`, `category`; on `sent` and one of delivered/read):
 Sources: WhatsApp §3.5; service replies billed at the market's utility rate since 2026-10-01:
 Sources: MBA §1a.
@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 BUNDLED = Path(__file__).with_name("rate_card.json")
+# a rate above this is a typo (Meta's dearest rates are tenths of a dollar), and 6,800 USD in
+# µUSD would not fit the 32-bit `rate_micro_usd`/`micro_usd` columns: every charge refused
+MAX_RATE_USD = Decimal(100)
 FREE_TYPES = ("free_entry_point",)  # pricing types Meta never bills (besides billable: false)
 
 
@@ -141,9 +144,11 @@ def _entry(entry: Any, where: str) -> tuple[str, str, date, int]:
         usd = Decimal(str(entry.get("usd")))
     except InvalidOperation as exc:
         raise RateCardError(f"{where}: `usd` must be a decimal number") from exc
-    micro = usd * 1_000_000
-    if not usd.is_finite() or usd < 0 or micro != micro.to_integral_value():
-        raise RateCardError(f"{where}: `usd` must be >= 0 with at most 6 decimals, got {usd}")
+    micro = usd * 1_000_000 if usd.is_finite() else usd
+    if not usd.is_finite() or not 0 <= usd <= MAX_RATE_USD \
+            or micro != micro.to_integral_value():
+        raise RateCardError(f"{where}: `usd` must be >= 0 and <= {MAX_RATE_USD} with at most 6 "
+                            f"decimals, got {usd}")
     return market, category, since, int(micro)
 
 

@@ -42,7 +42,7 @@ log = structlog.get_logger(__name__)
 
 CACHE_SECONDS = 30.0  # wall clock (time.monotonic): the product's clock stands still in replays
 _spent: dict[tuple[int, date], tuple[float, int]] = {}  # (tenant, month) → (read at, µUSD)
-_told: set[tuple[int, date, str]] = set()  # levels this process saw recorded
+_told: set[tuple[int, date, str, int]] = set()  # levels (and budget) this process saw recorded
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def _tell_once(runtime: Runtime, tenant: Tenant, level: str, *, spent: int, mont
     """Record `level` (storage/budgets.record_level: the banner and the webhook event) unless
     this process already saw it recorded this month; log and count it when this call did."""
     assert tenant.id is not None
-    key = (tenant.id, month, level)
+    key = (tenant.id, month, level, tenant.model_budget_cents or 0)  # a new budget: again
     if key in _told:
         return
     with session_scope(runtime.engine) as session:

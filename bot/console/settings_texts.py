@@ -125,6 +125,7 @@ PT_BR_PROBLEMS: list[tuple[str, str]] = [
     (r"'(\S+)' is not one of the tenant's service codes.*",
      r"'\1' não é o código de um serviço do negócio"),
     (r"'(\S+)' is not an amount.*", r"'\1' não é um valor (ex.: 50 ou 50,00)"),
+    (r"at most (\d+)", r"no máximo \1"),  # parse_price's MAX_PRICE_CENTS, in units
     (r"'(\S+)' is not a (?:country|subdivision).*",
      r"'\1' não é um calendário de feriados conhecido (ex.: BR, BR-SP, none)"),
     (r"Input should be a valid boolean.*", "use sim ou não"),
