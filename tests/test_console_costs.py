@@ -18,6 +18,7 @@ from replay.environment import ReplayEnvironment
 from storage import budgets, webhooks
 from storage.db import session_scope
 from storage.models import BudgetAlert, Tenant, Usage, WebhookEvent
+from storage.tenant_config import KNOWN_MODELS
 from tests.conftest import START
 from tests.console_helpers import SALON, Seeded, seed
 from tests.test_admin_api import OPERATOR, call
@@ -90,8 +91,13 @@ def test_a_budget_saved_below_the_months_spend_shows_the_banner_at_once(
                                  now=env.clock.now())
     browser = Browser(env.web_url)
     browser.sign_in(seeded.salon_token)
-    assert "Gasto do modelo neste mês até agora: US$ 3,20" in html.unescape(
-        browser.request("/console/settings")[1])
+    settings = html.unescape(browser.request("/console/settings")[1])
+    assert "Gasto do modelo neste mês até agora: US$ 3,20" in settings
+    offered = re.search(r'<select id="fallback_model" name="fallback_model">(.*?)</select>',
+                        settings)  # a select of the known models, not a free-text field
+    assert offered and re.findall(r'value="([^"]+)"', offered.group(1)) == list(KNOWN_MODELS)
+    assert 'value="claude-haiku-4-5" selected' in offered.group(1)
+    assert "no webhook" not in settings  # plain words
     status, _ = _post(env, seeded, {"model_budget_cents": "3,00", "budget_action": "fallback",
                                     "fallback_model": "claude-haiku-4-5"})
     assert status == 303
