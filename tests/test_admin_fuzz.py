@@ -196,6 +196,7 @@ def _failures(output: str) -> str:
         else output[-20_000:]
 
 
+@pytest.mark.fuzz  # 30-200 s of CPU each: the README's fuzz-command
 @pytest.mark.parametrize("who", ["operator", "tenant"])
 def test_schemathesis_finds_no_server_error(seeded: Seeded, who: str, tmp_path: Path) -> None:
     status, served = call(seeded.env, "GET", "/admin/openapi.json", token=None)

@@ -27,7 +27,7 @@ from storage.models import Appointment, Message
 from tests.conftest import REDIS_UP, REDIS_URL, START
 from tests.factories import TENANT, text_body
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.fuzz]  # the fuzz tier: real processes killed
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = """
 import sys

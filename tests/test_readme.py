@@ -55,3 +55,20 @@ def test_the_readmes_tenant_file_creates_a_business(
     tenant = yaml.safe_load(_block("tenant-example"))
     assert main(["catalog", "show", tenant["phone_number_id"]]) == 0
     assert "Corte masculino" in capsys.readouterr().out
+
+
+def test_every_tier_the_main_command_leaves_out_has_a_command_ci_runs() -> None:
+    """No test is left out of CI unnoticed: each marker the README's test-command deselects
+    (`not faults`, `not fuzz`...) has its own `<!-- NAME-command -->` block running `-m NAME`,
+    and .ci/run's tier loop names every such block, the main one first."""
+    main_command = _block("test-command")
+    left_out = re.findall(r"not (\w+)", main_command)
+    assert set(left_out) == {"faults", "browser", "fuzz"}, main_command
+    loop = re.search(r"^for tier in ([\w\- ]+); do", (ROOT / ".ci/run").read_text(encoding="utf-8"),
+                     re.M)
+    assert loop is not None
+    tiers = loop.group(1).split()
+    assert tiers[0] == "test-command"
+    for marker in left_out:
+        assert f"-m {marker} " in _block(f"{marker}-command"), marker
+        assert f"{marker}-command" in tiers, marker

@@ -23,7 +23,7 @@ from tests.conftest import REDIS_UP, REDIS_URL, START
 from tests.factories import TENANT
 from workers.reminders import CHUNK
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.fuzz]  # the fuzz tier: real processes killed
 ROOT = Path(__file__).resolve().parent.parent
 PROCESS = """
 import sys

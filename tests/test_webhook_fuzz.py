@@ -686,6 +686,7 @@ CASES = st.sampled_from(("mutated",) * 3 + ("generated",)).flatmap(
     lambda kind: MUTATED if kind == "mutated" else GENERATED)
 
 
+@pytest.mark.fuzz  # 2,000 examples, about 80 s of CPU: the README's fuzz-command
 @FUZZ_SETTINGS
 @given(case=CASES)
 def test_no_5xx_and_no_lost_message_over_generated_and_mutated_payloads(

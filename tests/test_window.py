@@ -41,26 +41,25 @@ def histories(draw: Any) -> list[Stored]:
     messages: list[Stored] = []
     next_id = iter(range(1, 10_000))
     tool_ids = iter(range(1, 10_000))
-    for _ in range(draw(st.integers(1, 8))):
-        for _ in range(draw(st.integers(1, 3))):  # a burst
-            text = draw(st.sampled_from(["oi", "[reaction 👍 to one of our messages]", "pode ser"]))
-            photo = draw(st.sampled_from([[], [], [PHOTO], [PDF]]))  # a photo or PDF with it
+    for _ in range(draw(_TURNS)):
+        for _ in range(draw(_ONE_TO_THREE)):  # a burst
+            text = draw(_TEXTS)
+            photo = draw(_ATTACHED)  # a photo or PDF with it
             messages.append(_at(next(next_id), "user", [{"type": "text", "text": text}, *photo]))
-        for _ in range(draw(st.integers(0, 3))):  # tool rounds
+        for _ in range(draw(_ROUNDS)):  # tool rounds
             uses = [{"type": "tool_use", "id": f"toolu_{next(tool_ids)}", "name": "list_services",
-                     "input": {}} for _ in range(draw(st.integers(1, 3)))]
-            lead = draw(st.sampled_from([[], [{"type": "text", "text": ""}],
-                                         [{"type": "text", "text": "Vou ver."}]]))
+                     "input": {}} for _ in range(draw(_ONE_TO_THREE))]
+            lead = draw(_LEADS)
             messages.append(_at(next(next_id), "assistant", lead + uses))
             results = [{"type": "tool_result", "tool_use_id": u["id"],
                         "content": "Free slots:\nTue: 09:00 julia, 09:30 julia"}
                        for u in uses]
             messages.append(_at(next(next_id), "user", results))
-            for _ in range(draw(st.integers(0, 2))):  # arrived mid-turn, folded in
+            for _ in range(draw(_MID_TURN)):  # arrived mid-turn, folded in
                 messages.append(_at(next(next_id), "user", [{"type": "text",
                                                              "text": "ah, e a escova?"}]))
         messages.append(_at(next(next_id), "assistant", [{"type": "text", "text": "Feito!"}]))
-    pending = draw(st.integers(1, 3))
+    pending = draw(_ONE_TO_THREE)
     for _ in range(pending):
         messages.append(_at(next(next_id), "user", [{"type": "text", "text": "e amanhã?"}]))
     return messages
@@ -70,6 +69,16 @@ PHOTO_BYTES = png_bytes(40, 30)
 PDF_BYTES = b"%PDF-1.4\n1 0 obj << /Type /Page >> endobj\n%%EOF"
 PHOTO = media.stored_block(1, media.check_file(PHOTO_BYTES, "image/png"))
 PDF = media.stored_block(2, media.check_file(PDF_BYTES, "application/pdf"))
+# The strategies `histories` draws from, made once: built inside it, hypothesis made and
+# validated about 50 of them per example (a third of the property's time), for the same draws.
+_TURNS = st.integers(1, 8)
+_ONE_TO_THREE = st.integers(1, 3)
+_ROUNDS = st.integers(0, 3)
+_MID_TURN = st.integers(0, 2)
+_TEXTS = st.sampled_from(["oi", "[reaction 👍 to one of our messages]", "pode ser"])
+_ATTACHED = st.sampled_from([[], [], [PHOTO], [PDF]])  # a photo or PDF with it, or none
+_LEADS = st.sampled_from([[], [{"type": "text", "text": ""}],
+                          [{"type": "text", "text": "Vou ver."}]])
 
 
 def _load(media_file_id: int) -> bytes:
