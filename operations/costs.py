@@ -35,9 +35,14 @@ class CostQuery(BaseModel):
         return self
 
 
+def cents_of(micro_usd: int) -> int:
+    """µUSD to whole US cents, halves up: 185_000 → 19 (the one rounding rule of the doors)."""
+    return (micro_usd + 5_000) // 10_000
+
+
 def usd_cents(micro_usd: int) -> str:
     """µUSD as USD to the cent, halves up: 187_585 → "0.19"."""
-    cents = (micro_usd + 5_000) // 10_000
+    cents = cents_of(micro_usd)
     return f"{cents // 100}.{cents % 100:02d}"
 
 

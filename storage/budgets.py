@@ -75,9 +75,7 @@ def _record_once(session: Session, tenant: Tenant, level: str, spent: int,
                                     spent_micro_usd=spent, budget_cents=budget_cents,
                                     created_at=now))
             session.flush()
-            webhooks.emit(session, tenant.id, EVENTS[level],
-                          {"month": month.isoformat(), "level": level,
-                           "budget_cents": budget_cents, "spent_micro_usd": spent}, now=now)
+            _emit(session, tenant, level, spent, now)
     except IntegrityError:  # recorded before: again only when measured against another budget
         return _record_again(session, tenant, level, spent, now)
     return True
@@ -101,10 +99,18 @@ def _record_again(session: Session, tenant: Tenant, level: str, spent: int,
             .values(spent_micro_usd=spent, budget_cents=budget_cents, created_at=now))
         if moved.rowcount != 1:  # type: ignore[attr-defined]
             return False
-        webhooks.emit(session, tenant.id, EVENTS[level],
-                      {"month": month_of(tenant, now).isoformat(), "level": level,
-                       "budget_cents": budget_cents, "spent_micro_usd": spent}, now=now)
+        _emit(session, tenant, level, spent, now)
     return True
+
+
+def _emit(session: Session, tenant: Tenant, level: str, spent: int, now: datetime) -> None:
+    """The level's webhook event (EVENTS), data {"month", "level", "budget_cents",
+    "spent_micro_usd"}."""
+    assert tenant.id is not None
+    webhooks.emit(session, tenant.id, EVENTS[level],
+                  {"month": month_of(tenant, now).isoformat(), "level": level,
+                   "budget_cents": tenant.model_budget_cents or 0, "spent_micro_usd": spent},
+                  now=now)
 
 
 def banner_level(session: Session, tenant: Tenant, now: datetime) -> str | None:

@@ -5,7 +5,7 @@ Two sources, both fixed at record time so a later price change never rewrites th
   `model_cost_micro_usd` (Anthropic list prices, below);
 - WhatsApp: `WhatsAppCharge.micro_usd`, one row per (tenant, wamid), set by
   intake/statuses.py from the status webhook's `pricing` and the rate card
-  (usage/rate_card.py).
+  (whatsapp/rate_card.py).
 
 Days are the tenant's local days (`Tenant.timezone`). Purposes of model calls: turn, summary
 (a summary rewritten when a fact is forgotten), compaction, facts (fact extraction); any other
@@ -108,13 +108,8 @@ def local_bounds(tz: ZoneInfo, start: date, end: date) -> tuple[datetime, dateti
             datetime.combine(end, time(), tzinfo=tz).astimezone(UTC))
 
 
-def tenant_zone(engine: Engine, tenant_id: int) -> ZoneInfo:
-    """The tenant's ZoneInfo; LookupError when the tenant does not exist."""
-    with session_scope(engine) as session:
-        return zone_of(session, tenant_id)
-
-
 def zone_of(session: Session, tenant_id: int) -> ZoneInfo:
+    """The tenant's ZoneInfo; LookupError when the tenant does not exist."""
     tenant = session.get(Tenant, tenant_id)
     if tenant is None:
         raise LookupError(f"no tenant {tenant_id}")
@@ -162,8 +157,8 @@ def month_model_micro_usd(engine: Engine, tenant_id: int, month_start: date) -> 
     LookupError: no such tenant."""
     first = month_start.replace(day=1)
     following = (first + timedelta(days=32)).replace(day=1)
-    since, until = local_bounds(tenant_zone(engine, tenant_id), first, following)
-    with session_scope(engine) as session:
+    with session_scope(engine) as session:  # one transaction: the zone, then the sum
+        since, until = local_bounds(zone_of(session, tenant_id), first, following)
         total = session.exec(select(func.coalesce(func.sum(Usage.micro_usd), 0)).where(
             Usage.tenant_id == tenant_id, col(Usage.created_at) >= since,
             col(Usage.created_at) < until)).one()

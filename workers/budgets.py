@@ -84,8 +84,8 @@ def decide(runtime: Runtime, tenant: Tenant, *, now: datetime,
 
 
 def month_spent(engine: Engine, tenant_id: int, month: date) -> int:
-    """The tenant's model cost in µUSD in its local calendar month `month` (the ledger's: two
-    short reads), read again once older than CACHE_SECONDS in this process."""
+    """The tenant's model cost in µUSD in its local calendar month `month` (the ledger's: one
+    short transaction), read again once older than CACHE_SECONDS in this process."""
     key, wall = (tenant_id, month), time.monotonic()
     cached = _spent.get(key)
     if cached is not None and wall - cached[0] < CACHE_SECONDS:

@@ -2,6 +2,8 @@
 template reads them as `rt`): pt-BR first, the product's default; and the page's ways of
 writing a duration, a rate and a cost."""
 
+from operations.costs import cents_of
+
 RESULTS_TEXTS: dict[str, dict[str, str]] = {
     "pt-BR": {
         "title": "Resultados", "week": "Semanal", "month": "Mensal",
@@ -107,7 +109,7 @@ def usd_text(musd: int | None, language: str, none: str = "—") -> str:
         return none
     if 0 < musd < 10_000:
         return _decimal_marks("< US$ 0.01", language)
-    sign, cents = ("-" if musd < 0 else ""), (abs(musd) + 5_000) // 10_000
+    sign, cents = ("-" if musd < 0 else ""), cents_of(abs(musd))
     return _decimal_marks(f"{sign}US$ {cents // 100:,}.{cents % 100:02d}", language)
 
 
