@@ -9,6 +9,12 @@ turn drained; the model answers in three calls (find_available_slots, book_appoi
 text). The conversation's first turn (it creates the contact and the conversation) and a
 later turn are counted apart, the webhook POST apart from the worker's drain.
 
+`--history N` gives the conversation N older messages after its first turn (one
+`INSERT ... SELECT generate_series` on PostgreSQL, customer and reply alternating, all but the
+last 40 summarised, as a long thread is after its compactions) and reports the later turns'
+median seconds: run it at 1,000 and 100,000 to compare a turn's time at both lengths (issue 43:
+at most 1.2x).
+
 Usage: python bench/round_trips.py [--database-url URL] [--redis-url URL]
 PostgreSQL by default (TEST_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test; the run
 gets its own schema, dropped after); without --redis-url an in-process Redis.
@@ -18,6 +24,7 @@ Prints JSON (`--out FILE` too).
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -27,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import event  # noqa: E402
+from sqlalchemy import event, text  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 from sqlalchemy.pool import Pool  # noqa: E402
 
@@ -84,6 +91,37 @@ def measure(env: ReplayEnvironment, n: int, hour: str) -> dict[str, Any]:
                                if k.startswith("statement:")}}
 
 
+HISTORY_SQL = """
+    INSERT INTO message (tenant_id, conversation_id, role, direction, position, content,
+                         wamid, received_at, starts_turn, answered_at)
+    SELECT c.tenant_id, c.id,
+           CASE n % 2 WHEN 1 THEN 'user' ELSE 'assistant' END,
+           CASE n % 2 WHEN 1 THEN 'inbound' ELSE 'outbound' END,
+           m.top + n, CAST('[{"type": "text", "text": "oi, tudo bem?"}]' AS jsonb),
+           CASE n % 2 WHEN 1 THEN 'wamid.history.' || n END, :now, true, :now
+    FROM conversation c, (SELECT coalesce(max(position), 0) AS top FROM message
+                          WHERE conversation_id = :conversation) m,
+         generate_series(1, :count) AS n
+    WHERE c.id = :conversation"""
+
+
+def add_history(env: ReplayEnvironment, count: int) -> None:
+    """`count` older messages in the tenant's one conversation, all but the last 40 summarised
+    (PostgreSQL only: generate_series). Positions continue after the first turn's."""
+    with env.engine.begin() as connection:
+        conversation = connection.execute(text("SELECT max(id) FROM conversation")).scalar_one()
+        connection.execute(text(HISTORY_SQL), {"conversation": conversation, "count": count,
+                                               "now": START})
+        cut = connection.execute(text(
+            "SELECT id FROM message WHERE conversation_id = :c ORDER BY position DESC "
+            "LIMIT 1 OFFSET 40"), {"c": conversation}).scalar_one()
+        connection.execute(text(
+            "UPDATE conversation SET summarized_until_id = :cut, summary = :summary "
+            "WHERE id = :c"), {"cut": cut, "c": conversation,
+                               "summary": "A cliente costuma marcar corte com a Júlia."})
+        connection.execute(text("ANALYZE message"))
+
+
 def _short(counts: dict[str, int]) -> dict[str, int]:
     return {k: counts.get(k, 0) for k in ("statements", "commits", "commits_with_xid",
                                            "checkouts")}
@@ -95,6 +133,8 @@ def main() -> None:
         "TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--turns", type=int, default=3, help="later turns counted (default 3)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="older messages added after the first turn (PostgreSQL)")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write the JSON here (the product logs to stdout too)")
     args = parser.parse_args()
@@ -106,13 +146,17 @@ def main() -> None:
     try:
         env.add_tenant(TENANT)
         first = measure(env, 1, "09:00")
+        if args.history:
+            add_history(env, args.history)
         later = [measure(env, n, f"{9 + n}:00") for n in range(2, 2 + args.turns)]
         sent = [str(send.body.get("text", {}).get("body", ""))[:60]
                 for send in env.graph_api.sends if send.wamid]
     finally:
         env.close()
     report = {"database": "postgresql" if "postgres" in args.database_url else "other",
-              "first_turn": first, "later_turns": later, "replies": sent}
+              "history": args.history, "first_turn": first, "later_turns": later,
+              "later_seconds_median": statistics.median(t["seconds"] for t in later),
+              "replies": sent}
     text = json.dumps(report, indent=2, ensure_ascii=False)
     print(text)
     if args.out:
