@@ -12,8 +12,9 @@ later turn are counted apart, the webhook POST apart from the worker's drain.
 `--history N` gives the conversation N older messages after its first turn (one
 `INSERT ... SELECT generate_series` on PostgreSQL, customer and reply alternating, all but the
 last 40 summarised, as a long thread is after its compactions) and reports the later turns'
-median seconds: run it at 1,000 and 100,000 to compare a turn's time at both lengths (issue 43:
-at most 1.2x).
+median and least seconds, and the median CPU seconds of this process (the web app and the
+worker run in it; PostgreSQL's own work is not counted there): run it at 1,000 and 100,000
+to compare a turn's time at both lengths (issue 43: at most 1.2x).
 
 Usage: python bench/round_trips.py [--database-url URL] [--redis-url URL]
 PostgreSQL by default (TEST_POSTGRES_URL or postgresql://postgres@127.0.0.1:5432/test; the run
@@ -79,13 +80,14 @@ def three_calls(day: str, hour: str) -> list[dict[str, Any]]:
 def measure(env: ReplayEnvironment, n: int, hour: str) -> dict[str, Any]:
     env.messages_api.script("turn", three_calls("2026-06-02", hour))
     COUNTS.clear()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     status = env.post_webhook(json.dumps(text_body(f"quero corte terça {hour}", n)).encode())
     webhook = dict(COUNTS)
     COUNTS.clear()
     env.drain()
     drained = dict(COUNTS)
     return {"status": status, "seconds": round(time.perf_counter() - began, 3),
+            "cpu_seconds": round(time.process_time() - cpu, 3),
             "webhook": _short(webhook), "worker": _short(drained),
             "worker_by_kind": {k.split(":", 1)[1]: v for k, v in sorted(drained.items())
                                if k.startswith("statement:")}}
@@ -156,6 +158,8 @@ def main() -> None:
     report = {"database": "postgresql" if "postgres" in args.database_url else "other",
               "history": args.history, "first_turn": first, "later_turns": later,
               "later_seconds_median": statistics.median(t["seconds"] for t in later),
+              "later_seconds_min": min(t["seconds"] for t in later),
+              "later_cpu_seconds_median": statistics.median(t["cpu_seconds"] for t in later),
               "replies": sent}
     text = json.dumps(report, indent=2, ensure_ascii=False)
     print(text)
