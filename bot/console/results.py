@@ -117,6 +117,6 @@ def _charts(found: results_ops.Results, rt: dict[str, str],
                             for label, caption in zip(labels, captions, strict=True))
         charts.append({"key": key, "title": title, "figures": figures,
                        "svg": render_bars(values, labels, title=title, desc=figures,
-                                          key=f"chart-{key}", value_text=captions,
+                                          key=f"chart-{key}", value_text=captions, height=120,
                                           color="#0f7b5f" if key == "visits" else "#b3261e")})
     return charts
