@@ -43,7 +43,7 @@ def test_the_owner_reads_the_week_and_the_month_in_portuguese(
     assert status == 200 and 'data-page="results">Resultados<' in page and ">Resultados<" in page
     assert figure(page, "visits_agent") == "1" and figure(page, "visits_staff") == "0"
     assert figure(page, "revenue") == "R$ 0,00"  # the seeded corte has no price
-    assert re.fullmatch(r"metade das respostas em até \d+ s; 9 em 10 em até \d+ s",
+    assert re.fullmatch(r"metade das respostas em até \d+\xa0s; 9 em 10 em até \d+\xa0s",
                         figure(page, "agent_answer"))
     assert "p50" not in page and "p90" not in page  # no jargon
     assert "Nenhum lembrete enviado ainda" in page

@@ -80,17 +80,18 @@ def results_texts(language: str) -> dict[str, str]:
 
 
 def duration_text(seconds: float | None, none: str = "—") -> str:
-    """"45 s", "3 min", "2 h 5 min" (the same in both languages); `none` for None."""
+    """"45 s", "3 min", "2 h 5 min" (the same in both languages); `none` for None. A
+    no-break space joins each number to its unit, so a narrow card never parts them."""
     if seconds is None:
         return none
     whole = round(seconds)
     if whole < 60:
-        return f"{whole} s"
+        return f"{whole}\u00a0s"
     minutes = round(whole / 60)
     if minutes < 60:
-        return f"{minutes} min"
+        return f"{minutes}\u00a0min"
     hours, rest = divmod(minutes, 60)
-    return f"{hours} h {rest} min" if rest else f"{hours} h"
+    return f"{hours}\u00a0h {rest}\u00a0min" if rest else f"{hours}\u00a0h"
 
 
 def rate_text(value: float | None, language: str, none: str = "—") -> str:
