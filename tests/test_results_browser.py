@@ -61,7 +61,8 @@ def test_the_results_page_fits_a_phone_with_its_charts(env: ReplayEnvironment,  
     from selenium.webdriver.common.by import By
 
     d = driver
-    seeded: Seeded = seed(env)
+    # a model takes seconds to a minute: the answer times read as a business would see them
+    seeded: Seeded = seed(env, answer_delays=("6s", "14s", "9s", "25s", "48s"))
     eight_weeks_of_visits(env)
     sign_in(d, env, seeded.salon_token)
     d.set_window_size(390, 844)  # type: ignore[attr-defined]
@@ -71,6 +72,9 @@ def test_the_results_page_fits_a_phone_with_its_charts(env: ReplayEnvironment,  
     for label in ("Visitas agendadas pelo assistente", "Receita agendada", "Taxa de faltas",
                   "Tempo de resposta do assistente", "Custo por visita agendada"):
         assert label in page, label
+    answer = d.find_element(  # type: ignore[attr-defined]
+        By.CSS_SELECTOR, '[data-figure="agent_answer"] b').text
+    assert answer == "metade das respostas em até 14 s; 9 em 10 em até 48 s", answer
     charts = d.find_elements(By.CSS_SELECTOR, "section.chart svg")  # type: ignore[attr-defined]
     assert len(charts) == 2
     for chart in charts:
