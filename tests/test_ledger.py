@@ -15,6 +15,7 @@ from usage.ledger import (
     PURPOSES,
     model_cost_micro_usd,
     month_model_micro_usd,
+    next_month,
     tenant_costs,
     totals,
 )
@@ -117,3 +118,11 @@ def test_the_sum_of_the_days_is_the_total(
     days = tenant_costs(engine, tenant, date(2026, 11, 1), date(2026, 12, 11))  # 40 days
     assert sum(d.total for d in days) == totals(days).total == sum(r.micro_usd for r in rows)
     assert totals(days).model_calls == len(calls)
+
+
+@given(day=st.dates(min_value=date(2000, 1, 1), max_value=date(2100, 12, 31)))
+def test_next_month_is_the_first_day_after_the_month_of_the_day(day: date) -> None:
+    """One rule for a month's end: the budget's month sum and the results page's months."""
+    following = next_month(day)
+    assert following.day == 1 and following > day
+    assert (following - timedelta(days=1)).month == day.month

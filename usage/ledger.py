@@ -103,9 +103,15 @@ class DayCost:
 
 
 def local_bounds(tz: ZoneInfo, start: date, end: date) -> tuple[datetime, datetime]:
-    """The aware UTC instants of local midnight of `start` and of `end` in `tz`."""
+    """The aware UTC instants of local midnight of `start` and of `end` in `tz` (the one rule
+    of a local period's bounds: the ledger's days and months, the results page's periods)."""
     return (datetime.combine(start, time(), tzinfo=tz).astimezone(UTC),
             datetime.combine(end, time(), tzinfo=tz).astimezone(UTC))
+
+
+def next_month(day: date) -> date:
+    """The first day of the month after the one holding `day`."""
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
 def zone_of(session: Session, tenant_id: int) -> ZoneInfo:
@@ -156,7 +162,7 @@ def month_model_micro_usd(engine: Engine, tenant_id: int, month_start: date) -> 
     over the (tenant_id, created_at) index of usage, cheap enough to run on every turn.
     LookupError: no such tenant."""
     first = month_start.replace(day=1)
-    following = (first + timedelta(days=32)).replace(day=1)
+    following = next_month(first)
     with session_scope(engine) as session:  # one transaction: the zone, then the sum
         since, until = local_bounds(zone_of(session, tenant_id), first, following)
         total = session.exec(select(func.coalesce(func.sum(Usage.micro_usd), 0)).where(
