@@ -3,6 +3,7 @@ template reads them as `rt`): pt-BR first, the product's default; and the page's
 writing a duration, a rate and a cost."""
 
 from operations.costs import cents_of
+from storage.budgets import MICRO_USD_PER_CENT
 
 RESULTS_TEXTS: dict[str, dict[str, str]] = {
     "pt-BR": {
@@ -108,7 +109,7 @@ def usd_text(musd: int | None, language: str, none: str = "—") -> str:
     small cost never reads as nothing. The API and CLI JSON keep the exact µUSD."""
     if musd is None:
         return none
-    if 0 < musd < 10_000:
+    if 0 < musd < MICRO_USD_PER_CENT:
         return _decimal_marks("< US$ 0.01", language)
     sign, cents = ("-" if musd < 0 else ""), cents_of(abs(musd))
     return _decimal_marks(f"{sign}US$ {cents // 100:,}.{cents % 100:02d}", language)
