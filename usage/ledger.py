@@ -54,12 +54,21 @@ def model_cost_micro_usd(model: str, input_tokens: int, cache_creation_input_tok
     if min(counts) < 0 or cache_creation_1h_input_tokens > cache_creation_input_tokens:
         raise ValueError(f"usage counts must be >= 0 and 1h writes <= writes: {counts}")
     price_in, price_out = (Decimal(str(p)) for p in PRICES[model_family(model)])
-    five_minutes = cache_creation_input_tokens - cache_creation_1h_input_tokens
-    billed_input = (input_tokens + Decimal(str(CACHE_READ)) * cache_read_input_tokens
-                    + Decimal(str(WRITE_5M)) * five_minutes
-                    + Decimal(str(WRITE_1H)) * cache_creation_1h_input_tokens)
+    billed_input = billed_input_tokens(input_tokens, cache_creation_input_tokens,
+                                       cache_creation_1h_input_tokens, cache_read_input_tokens)
     exact = price_in * billed_input + price_out * output_tokens
     return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def billed_input_tokens(input_tokens: int, cache_creation_input_tokens: int,
+                        cache_creation_1h_input_tokens: int,
+                        cache_read_input_tokens: int) -> Decimal:
+    """A call's input tokens as billed, exactly: `input + 0.1 read + 1.25 (writes − 1h
+    writes) + 2 × 1h writes` (`cache_creation_input_tokens` counts every cache write)."""
+    five_minutes = cache_creation_input_tokens - cache_creation_1h_input_tokens
+    return (input_tokens + Decimal(str(CACHE_READ)) * cache_read_input_tokens
+            + Decimal(str(WRITE_5M)) * five_minutes
+            + Decimal(str(WRITE_1H)) * cache_creation_1h_input_tokens)
 
 
 def purpose_bucket(purpose: str) -> str:
