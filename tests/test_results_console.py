@@ -47,6 +47,11 @@ def test_the_owner_reads_the_week_and_the_month_in_portuguese(
                         figure(page, "agent_answer"))
     assert "p50" not in page and "p90" not in page  # no jargon
     assert "Nenhum lembrete enviado ainda" in page
+    assert re.findall(r'class="card" data-figure="(\w+)"', page) == [
+        "visits_agent", "visits_staff", "revenue", "confirmed", "cancelled", "no_shows",
+        "no_show_rate", "no_show_before", "no_show_after", "refilled", "handoffs",
+        "staff_answer", "agent_answer", "cost", "cost_per_visit"]
+    assert figure(page, "no_show_before") == "—" and figure(page, "no_show_after") == "—"
     assert page.count("<svg") == 2 and page.count("<title id=") == 2
     assert "Visitas agendadas por semana" in page
     assert not re.search(r'(src|href)="(https?:)?//', page)  # no external request
