@@ -149,11 +149,11 @@ def setup_metrics(app: web.Application) -> None:
 
 async def flush_on_cleanup(app: web.Application) -> None:
     """Cancel the timed flush, wait for the writes under way, write what is left."""
-    counts = app[COUNTS]
-    if counts.timer is not None:
-        counts.timer.cancel()
-        counts.timer = None
-    await asyncio.gather(*counts.writes, return_exceptions=True)
+    buffer = app[COUNTS]
+    if buffer.timer is not None:
+        buffer.timer.cancel()
+        buffer.timer = None
+    await asyncio.gather(*buffer.writes, return_exceptions=True)
     await flush_updates(app)
 
 
