@@ -316,7 +316,7 @@ def at_length(turns: int, calls: list[Call], cuts: list[tuple[int, int]],
     """The conversation cut after `turns` customer turns: the product's calls and WhatsApp
     messages so far, against the full history and the full history pruned as the product
     prunes, priced at the same call times on a cold cache; US dollars at the list prices of
-    the models used (usage/report.PRICES: Sonnet turns, Haiku summaries and facts) and
+    the models used (usage/ledger.PRICES: Sonnet turns, Haiku summaries and facts) and
     `whatsapp_rate` per message (the baselines send the same replies, and their model writes
     the same output as the product's turns)."""
     made, sends = cuts[turns - 1]

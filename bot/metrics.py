@@ -124,18 +124,37 @@ async def serve_metrics(request: web.Request) -> web.Response:
 FLUSH_AFTER_SECONDS = 0.5
 SPILLED = "(inbox)"  # a POST put in the inbox: its updates are counted by the worker storing it
 COST = "(whatsapp µUSD)"  # + category: µUSD charged (wagent_whatsapp_cost_micro_usd_total)
-PENDING = web.AppKey("webhook_counts_pending", dict[str, int])
+
+
+class UpdateCounts:
+    """The process's webhook counts not yet in Redis, the timer that will write them and the
+    writes under way (kept so the app's cleanup can cancel the one and await the others: a
+    timer left on a closing loop leaves a flush that is never awaited)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.writes: set[asyncio.Task[None]] = set()
+
+
+COUNTS = web.AppKey("webhook_counts", UpdateCounts)
 
 
 def setup_metrics(app: web.Application) -> None:
-    """The /metrics route and the process's buffer of webhook counts (flushed on shutdown)."""
-    app[PENDING] = {}
+    """The /metrics route and the process's buffer of webhook counts (flushed on cleanup)."""
+    app[COUNTS] = UpdateCounts()
     app.router.add_get("/metrics", serve_metrics)
-
-    async def flush_on_cleanup(app: web.Application) -> None:
-        await flush_updates(app)
-
     app.on_cleanup.append(flush_on_cleanup)
+
+
+async def flush_on_cleanup(app: web.Application) -> None:
+    """Cancel the timed flush, wait for the writes under way, write what is left."""
+    buffer = app[COUNTS]
+    if buffer.timer is not None:
+        buffer.timer.cancel()
+        buffer.timer = None
+    await asyncio.gather(*buffer.writes, return_exceptions=True)
+    await flush_updates(app)
 
 
 async def record_updates(app: web.Application, counts: Mapping[str, int],
@@ -144,21 +163,29 @@ async def record_updates(app: web.Application, counts: Mapping[str, int],
     µUSD it charged by category (`costs`). Summed in the process
     and written to Redis at most every FLUSH_AFTER_SECONDS (and before a scrape), so a POST
     costs no Redis round trip of its own."""
-    pending = app[PENDING]
-    first = not pending
+    buffer = app[COUNTS]
+    pending = buffer.pending
     for kind, amount in [*counts.items(), *((f"{COST}{category}", micro_usd)
                                             for category, micro_usd in (costs or {}).items())]:
         if amount:
             pending[kind] = pending.get(kind, 0) + amount
-    if first and pending:
-        asyncio.get_running_loop().call_later(
-            FLUSH_AFTER_SECONDS, lambda: asyncio.ensure_future(flush_updates(app)))
+    if pending and buffer.timer is None:
+        buffer.timer = asyncio.get_running_loop().call_later(
+            FLUSH_AFTER_SECONDS, _start_timed_flush, app)
+
+
+def _start_timed_flush(app: web.Application) -> None:
+    buffer = app[COUNTS]
+    buffer.timer = None
+    write = asyncio.ensure_future(flush_updates(app))
+    buffer.writes.add(write)
+    write.add_done_callback(buffer.writes.discard)
 
 
 async def flush_updates(app: web.Application) -> None:
     """Write the process's pending webhook counts to Redis (best-effort, like all metrics)."""
-    pending = app[PENDING].copy()
-    app[PENDING].clear()
+    pending = app[COUNTS].pending.copy()
+    app[COUNTS].pending.clear()
     if not pending:
         return
     ops = [metrics.inc("wagent_inbox_posts_total", None, amount) if kind == SPILLED

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlmodel import Session
 
 from operations.errors import Invalid
+from storage.budgets import MICRO_USD_PER_CENT
 from storage.models import Tenant
 from usage.ledger import DayCost, costs_in, totals
 
@@ -37,7 +38,7 @@ class CostQuery(BaseModel):
 
 def cents_of(micro_usd: int) -> int:
     """µUSD to whole US cents, halves up: 185_000 → 19 (the one rounding rule of the doors)."""
-    return (micro_usd + 5_000) // 10_000
+    return (micro_usd + MICRO_USD_PER_CENT // 2) // MICRO_USD_PER_CENT
 
 
 def usd_cents(micro_usd: int) -> str:

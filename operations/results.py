@@ -16,7 +16,7 @@ first booking.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
 from statistics import median
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -125,7 +125,7 @@ def period_start(kind: str, day: date) -> date:
 def next_start(kind: str, start: date) -> date:
     if kind == "week":
         return start + timedelta(days=7)
-    return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return ledger.next_month(start)
 
 
 def window(kind: str, now: datetime, tz: ZoneInfo, *, back: int = 0) -> Window:
@@ -135,11 +135,7 @@ def window(kind: str, now: datetime, tz: ZoneInfo, *, back: int = 0) -> Window:
     for _ in range(back):
         start = period_start(kind, start - timedelta(days=1))
     end = next_start(kind, start)
-    return Window(kind, start, end, _midnight(start, tz), _midnight(end, tz))
-
-
-def _midnight(day: date, tz: ZoneInfo) -> datetime:
-    return datetime.combine(day, time(), tz).astimezone(UTC)
+    return Window(kind, start, end, *ledger.local_bounds(tz, start, end))
 
 
 def rate(hits: int, others: int) -> float | None:

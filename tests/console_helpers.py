@@ -2,6 +2,7 @@
 calls and compactions (so its plot saws), a fact in review and an appointment."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -46,11 +47,17 @@ CUSTOMER_TURNS = [
 ]
 
 
-def seed(env: ReplayEnvironment) -> Seeded:
+def seed(env: ReplayEnvironment, answer_delays: Sequence[str] = ()) -> Seeded:
+    """`answer_delays`: how long the model "takes" on each customer turn in order (the
+    Messages double's `delay`, on the replay's clock), so the agent's answer times are not 0 s;
+    none by default."""
     env.add_tenant(SALON)
     env.add_tenant(GARAGE)
+    delays = [*answer_delays, *[None] * len(CUSTOMER_TURNS)]
     for n, (text, replies) in enumerate(CUSTOMER_TURNS, start=1):
-        env.messages_api.script("turn", replies)
+        delay = delays[n - 1]
+        env.messages_api.script("turn", replies if delay is None
+                                else [{**replies[0], "delay": delay}, *replies[1:]])
         env.messages_api.script("summary", [{"text": f"Resumo até a mensagem {n}: a cliente "
                                                      "Ana marcou corte com a Júlia."}])
         body = text_body(text, n, sent_at=env.clock.now())

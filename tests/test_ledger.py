@@ -15,9 +15,11 @@ from usage.ledger import (
     PURPOSES,
     model_cost_micro_usd,
     month_model_micro_usd,
+    next_month,
     tenant_costs,
     totals,
 )
+from usage.report import Call, summarize_calls
 
 NOW = datetime(2026, 12, 1, 13, tzinfo=UTC)
 
@@ -117,3 +119,30 @@ def test_the_sum_of_the_days_is_the_total(
     days = tenant_costs(engine, tenant, date(2026, 11, 1), date(2026, 12, 11))  # 40 days
     assert sum(d.total for d in days) == totals(days).total == sum(r.micro_usd for r in rows)
     assert totals(days).model_calls == len(calls)
+
+
+@given(day=st.dates(min_value=date(2000, 1, 1), max_value=date(2100, 12, 31)))
+def test_next_month_is_the_first_day_after_the_month_of_the_day(day: date) -> None:
+    """One rule for a month's end: the budget's month sum and the results page's months."""
+    following = next_month(day)
+    assert following.day == 1 and following > day
+    assert (following - timedelta(days=1)).month == day.month
+
+
+def test_a_conversation_reports_cost_is_the_ledgers_rounded_per_call() -> None:
+    """usage/report prices calls by the ledger's rule: three calls of 0.3 µUSD each (one
+    sonnet cache read) are 0 µUSD in the ledger, so 0 in the report, not 0.9 rounded up."""
+    at = NOW
+    calls = [Call(at, "turn", "claude-sonnet-5-5", 0, 0, 0, 1, 0) for _ in range(3)]
+    assert [model_cost_micro_usd(c.model, 0, 0, 0, 1, 0) for c in calls] == [0, 0, 0]
+    assert summarize_calls(calls)["cost_usd"] == 0
+    mixed = [Call(at, "turn", "claude-haiku-4-5", 1_000, 400, 100, 2_000, 300),
+             Call(at, "summary", "claude-sonnet-5-5", 7, 0, 0, 3, 11)]
+    ledger_micro_usd = sum(model_cost_micro_usd(c.model, c.input_tokens,
+                                                c.cache_creation_input_tokens,
+                                                c.cache_creation_1h_input_tokens,
+                                                c.cache_read_input_tokens, c.output_tokens)
+                           for c in mixed)
+    assert summarize_calls(mixed)["cost_usd"] == ledger_micro_usd / 1_000_000
+    assert summarize_calls(mixed)["billed_equivalent_input"] == round(
+        1_000 + 0.1 * 2_000 + 1.25 * 300 + 2 * 100 + 7 + 0.1 * 3)

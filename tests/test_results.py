@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine
 from sqlmodel import Session
 
+from bot.console.results_texts import duration_text
 from operations import results as results_ops
 from operations.results import percentile, window
 from storage.db import session_scope
@@ -298,3 +299,11 @@ def test_a_chart_carries_its_text_alternative_escaped() -> None:
     assert 'aria-labelledby="k-title k-desc"' in svg and ">3</text>" in svg
     with pytest.raises(ValueError):
         render_bars([1], ["a", "b"], title="t", desc="d", key="k")
+
+
+def test_a_duration_keeps_each_number_with_its_unit() -> None:
+    """A no-break space: "14 s" never breaks into "14" and "s" on a narrow card."""
+    assert duration_text(14.4) == "14\u00a0s"
+    assert duration_text(180) == "3\u00a0min"
+    assert duration_text(7500) == "2\u00a0h 5\u00a0min"
+    assert duration_text(None) == "—"

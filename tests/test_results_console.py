@@ -43,10 +43,15 @@ def test_the_owner_reads_the_week_and_the_month_in_portuguese(
     assert status == 200 and 'data-page="results">Resultados<' in page and ">Resultados<" in page
     assert figure(page, "visits_agent") == "1" and figure(page, "visits_staff") == "0"
     assert figure(page, "revenue") == "R$ 0,00"  # the seeded corte has no price
-    assert re.fullmatch(r"metade das respostas em até \d+ s; 9 em 10 em até \d+ s",
+    assert re.fullmatch(r"metade das respostas em até \d+\xa0s; 9 em 10 em até \d+\xa0s",
                         figure(page, "agent_answer"))
     assert "p50" not in page and "p90" not in page  # no jargon
     assert "Nenhum lembrete enviado ainda" in page
+    assert re.findall(r'class="card" data-figure="(\w+)"', page) == [
+        "visits_agent", "visits_staff", "revenue", "confirmed", "cancelled", "no_shows",
+        "no_show_rate", "no_show_before", "no_show_after", "refilled", "handoffs",
+        "staff_answer", "agent_answer", "cost", "cost_per_visit"]
+    assert figure(page, "no_show_before") == "—" and figure(page, "no_show_after") == "—"
     assert page.count("<svg") == 2 and page.count("<title id=") == 2
     assert "Visitas agendadas por semana" in page
     assert not re.search(r'(src|href)="(https?:)?//', page)  # no external request

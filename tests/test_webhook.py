@@ -23,8 +23,10 @@ from sqlalchemy import Engine, func
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
+import bot.metrics
 from bot.app import create_app
 from core import clock
+from core import metrics as core_metrics
 from core.settings import SMALL_BODY_BYTES, Settings
 from intake import ingest
 from storage import contacts, messages
@@ -934,3 +936,33 @@ async def test_health_names_the_database_when_down(
     response = await client.get("/health")
     assert response.status == 503
     assert (await response.json())["problems"] == ["database"]
+
+
+# --- metrics buffer --------------------------------------------------------------------------
+
+
+async def test_the_apps_cleanup_writes_the_counts_and_leaves_no_timed_flush_on_the_loop(
+        aiohttp_client: Any, engine: Engine, redis_client: redis.Redis, tenant_id: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed flush left on the loop fires while it closes and leaves a flush_updates
+    coroutine never awaited (a RuntimeWarning): the cleanup cancels it and writes itself."""
+    monkeypatch.setattr(bot.metrics, "FLUSH_AFTER_SECONDS", 3600.0)  # only the cleanup writes
+    loop, timed = asyncio.get_running_loop(), []
+    schedule = loop.call_later
+
+    def recording_call_later(delay: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        handle = schedule(delay, *args, **kwargs)
+        if delay == 3600.0:
+            timed.append(handle)
+        return handle
+
+    monkeypatch.setattr(loop, "call_later", recording_call_later)
+    client = await aiohttp_client(create_app(make_settings(), engine=engine,
+                                             redis_client=redis_client))
+    assert (await post(client, fixture_bytes("message_text.json")))[0] == 200
+    assert len(timed) == 1 and not timed[0].cancelled()
+    assert not core_metrics.parse(redis_client.hgetall(core_metrics.metrics_key("t")))
+    await client.close()
+    assert timed[0].cancelled()
+    written = core_metrics.parse(redis_client.hgetall(core_metrics.metrics_key("t")))
+    assert written["wagent_webhook_updates_total"][(("kind", "message"),)][""] == 1

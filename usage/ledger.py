@@ -54,12 +54,21 @@ def model_cost_micro_usd(model: str, input_tokens: int, cache_creation_input_tok
     if min(counts) < 0 or cache_creation_1h_input_tokens > cache_creation_input_tokens:
         raise ValueError(f"usage counts must be >= 0 and 1h writes <= writes: {counts}")
     price_in, price_out = (Decimal(str(p)) for p in PRICES[model_family(model)])
-    five_minutes = cache_creation_input_tokens - cache_creation_1h_input_tokens
-    billed_input = (input_tokens + Decimal(str(CACHE_READ)) * cache_read_input_tokens
-                    + Decimal(str(WRITE_5M)) * five_minutes
-                    + Decimal(str(WRITE_1H)) * cache_creation_1h_input_tokens)
+    billed_input = billed_input_tokens(input_tokens, cache_creation_input_tokens,
+                                       cache_creation_1h_input_tokens, cache_read_input_tokens)
     exact = price_in * billed_input + price_out * output_tokens
     return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def billed_input_tokens(input_tokens: int, cache_creation_input_tokens: int,
+                        cache_creation_1h_input_tokens: int,
+                        cache_read_input_tokens: int) -> Decimal:
+    """A call's input tokens as billed, exactly: `input + 0.1 read + 1.25 (writes − 1h
+    writes) + 2 × 1h writes` (`cache_creation_input_tokens` counts every cache write)."""
+    five_minutes = cache_creation_input_tokens - cache_creation_1h_input_tokens
+    return (input_tokens + Decimal(str(CACHE_READ)) * cache_read_input_tokens
+            + Decimal(str(WRITE_5M)) * five_minutes
+            + Decimal(str(WRITE_1H)) * cache_creation_1h_input_tokens)
 
 
 def purpose_bucket(purpose: str) -> str:
@@ -103,9 +112,15 @@ class DayCost:
 
 
 def local_bounds(tz: ZoneInfo, start: date, end: date) -> tuple[datetime, datetime]:
-    """The aware UTC instants of local midnight of `start` and of `end` in `tz`."""
+    """The aware UTC instants of local midnight of `start` and of `end` in `tz` (the one rule
+    of a local period's bounds: the ledger's days and months, the results page's periods)."""
     return (datetime.combine(start, time(), tzinfo=tz).astimezone(UTC),
             datetime.combine(end, time(), tzinfo=tz).astimezone(UTC))
+
+
+def next_month(day: date) -> date:
+    """The first day of the month after the one holding `day`."""
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
 def zone_of(session: Session, tenant_id: int) -> ZoneInfo:
@@ -156,7 +171,7 @@ def month_model_micro_usd(engine: Engine, tenant_id: int, month_start: date) -> 
     over the (tenant_id, created_at) index of usage, cheap enough to run on every turn.
     LookupError: no such tenant."""
     first = month_start.replace(day=1)
-    following = (first + timedelta(days=32)).replace(day=1)
+    following = next_month(first)
     with session_scope(engine) as session:  # one transaction: the zone, then the sum
         since, until = local_bounds(zone_of(session, tenant_id), first, following)
         total = session.exec(select(func.coalesce(func.sum(Usage.micro_usd), 0)).where(

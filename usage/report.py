@@ -18,7 +18,7 @@ from storage import messages as message_repo
 from storage.db import session_scope
 from storage.models import Conversation, Message, Usage
 from usage.charts import escape
-from usage.ledger import CACHE_READ, PRICES, WRITE_1H, WRITE_5M, model_family
+from usage.ledger import billed_input_tokens, model_cost_micro_usd
 from whatsapp.rate_card import load_rate_card
 
 # Meta's utility rate per message, USD, by market, from the bundled rate card
@@ -46,17 +46,19 @@ class Call:
 
 
 def billed_equivalent(call: Call) -> float:
-    """Input tokens as billed: reads 0.1, 5-minute writes 1.25, 1-hour writes 2, rest 1."""
-    one_hour = call.cache_creation_1h_input_tokens
-    five_minutes = call.cache_creation_input_tokens - one_hour
-    return (call.input_tokens + CACHE_READ * call.cache_read_input_tokens
-            + WRITE_5M * five_minutes + WRITE_1H * one_hour)
+    """Input tokens as billed: reads 0.1, 5-minute writes 1.25, 1-hour writes 2, rest 1
+    (the ledger's rule: usage/ledger.billed_input_tokens)."""
+    return float(billed_input_tokens(call.input_tokens, call.cache_creation_input_tokens,
+                                     call.cache_creation_1h_input_tokens,
+                                     call.cache_read_input_tokens))
 
 
 def cost_usd(call: Call) -> float:
-    family = model_family(call.model)
-    price_in, price_out = PRICES[family]
-    return (billed_equivalent(call) * price_in + call.output_tokens * price_out) / 1_000_000
+    """The call's cost in USD as the ledger records it (usage/ledger.model_cost_micro_usd:
+    rounded to the µUSD per call), so a report's total is the ledger's."""
+    return model_cost_micro_usd(call.model, call.input_tokens, call.cache_creation_input_tokens,
+                                call.cache_creation_1h_input_tokens,
+                                call.cache_read_input_tokens, call.output_tokens) / 1_000_000
 
 
 def summarize_calls(calls: list[Call]) -> dict[str, Any]:

@@ -54,12 +54,10 @@ def results_view(found: results_ops.Results, *, currency: str,
              for key in ("visits_agent", "visits_staff", "revenue", "confirmed", "cancelled",
                          "no_shows", "no_show_rate", "refilled", "handoffs", "staff_answer",
                          "agent_answer", "cost", "cost_per_visit")]
-    cards.insert(7, {"key": "no_show_before", "label": rt["no_show_before"],
-                     "value": rate_text(found.no_show_before, language),
-                     "previous": "", "note": ""})
-    cards.insert(8, {"key": "no_show_after", "label": rt["no_show_after"],
-                     "value": rate_text(found.no_show_after, language),
-                     "previous": "", "note": ""})
+    cards[7:7] = [{"key": key, "label": rt[key], "value": rate_text(rate, language),
+                   "previous": "", "note": ""}  # over all visits: no period to compare
+                  for key, rate in (("no_show_before", found.no_show_before),
+                                    ("no_show_after", found.no_show_after))]
     reminders = rt["reminders_never"] if found.reminders_on is None else \
         rt["reminders_on"].format(day=found.reminders_on.strftime("%d/%m/%Y"))
     return {"cards": cards, "reminders_line": reminders, "period_text": _span(now.window),
@@ -117,6 +115,6 @@ def _charts(found: results_ops.Results, rt: dict[str, str],
                             for label, caption in zip(labels, captions, strict=True))
         charts.append({"key": key, "title": title, "figures": figures,
                        "svg": render_bars(values, labels, title=title, desc=figures,
-                                          key=f"chart-{key}", value_text=captions,
+                                          key=f"chart-{key}", value_text=captions, height=120,
                                           color="#0f7b5f" if key == "visits" else "#b3261e")})
     return charts

@@ -3,6 +3,7 @@ template reads them as `rt`): pt-BR first, the product's default; and the page's
 writing a duration, a rate and a cost."""
 
 from operations.costs import cents_of
+from storage.budgets import MICRO_USD_PER_CENT
 
 RESULTS_TEXTS: dict[str, dict[str, str]] = {
     "pt-BR": {
@@ -80,17 +81,18 @@ def results_texts(language: str) -> dict[str, str]:
 
 
 def duration_text(seconds: float | None, none: str = "—") -> str:
-    """"45 s", "3 min", "2 h 5 min" (the same in both languages); `none` for None."""
+    """"45 s", "3 min", "2 h 5 min" (the same in both languages); `none` for None. A
+    no-break space joins each number to its unit, so a narrow card never parts them."""
     if seconds is None:
         return none
     whole = round(seconds)
     if whole < 60:
-        return f"{whole} s"
+        return f"{whole}\u00a0s"
     minutes = round(whole / 60)
     if minutes < 60:
-        return f"{minutes} min"
+        return f"{minutes}\u00a0min"
     hours, rest = divmod(minutes, 60)
-    return f"{hours} h {rest} min" if rest else f"{hours} h"
+    return f"{hours}\u00a0h {rest}\u00a0min" if rest else f"{hours}\u00a0h"
 
 
 def rate_text(value: float | None, language: str, none: str = "—") -> str:
@@ -107,7 +109,7 @@ def usd_text(musd: int | None, language: str, none: str = "—") -> str:
     small cost never reads as nothing. The API and CLI JSON keep the exact µUSD."""
     if musd is None:
         return none
-    if 0 < musd < 10_000:
+    if 0 < musd < MICRO_USD_PER_CENT:
         return _decimal_marks("< US$ 0.01", language)
     sign, cents = ("-" if musd < 0 else ""), cents_of(abs(musd))
     return _decimal_marks(f"{sign}US$ {cents // 100:,}.{cents % 100:02d}", language)
