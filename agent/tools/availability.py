@@ -42,13 +42,11 @@ from agent.tools.slots import (
     too_soon,
     wall_starts,
 )
-from storage import waitlist
+from storage import job_catalogue, waitlist
 from storage.appointments import next_number
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
-    HoursException,
-    OpeningHours,
     Professional,
     ScheduleBlock,
     Service,
@@ -98,9 +96,9 @@ def _pairs(intervals: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def business_hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]:
+    """The weekly opening hours: weekday (0 = Monday) -> local intervals by opening time."""
     hours: dict[int, list[tuple[str, str]]] = {}
-    for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)
-                            .order_by(col(OpeningHours.opens))):
+    for row in job_catalogue.hours(session, tenant_id):
         hours.setdefault(row.weekday, []).append((row.opens, row.closes))
     return hours
 
@@ -108,9 +106,9 @@ def business_hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str
 def business_exceptions(session: Session, tenant_id: int) -> DaysOff:
     """Dates whose opening hours differ from their weekday's ([] = closed): the hours
     exceptions and the public holidays the business does not open (agent/tools/days_off.py)."""
-    tenant = session.get(Tenant, tenant_id)
-    exceptions = {row.day: _pairs(row.hours) for row in session.exec(
-        select(HoursException).where(HoursException.tenant_id == tenant_id))}
+    tenant = job_catalogue.tenant(session, tenant_id)
+    exceptions = {row.day: _pairs(row.hours)
+                  for row in job_catalogue.hours_exceptions(session, tenant_id)}
     if tenant is None:
         return DaysOff(exceptions, calendar="none", timezone="UTC", language="en")
     return DaysOff(exceptions, calendar=tenant.holiday_calendar, timezone=tenant.timezone,
@@ -358,9 +356,8 @@ def candidates(session: Session, tenant_id: int, service: Service,
                code: Any) -> list[Professional]:
     """The active professionals who do `service`, in catalogue order (by code); only the one
     named by `code` (a code or a name) when given. ToolError when none."""
-    pros = [p for p in session.exec(select(Professional).where(
-        Professional.tenant_id == tenant_id, col(Professional.active).is_(True))
-        .order_by(col(Professional.code))).all() if service.code in p.service_codes]
+    pros = [p for p in job_catalogue.professionals(session, tenant_id)
+            if service.code in p.service_codes]
     if code:
         chosen = [p for p in pros if isinstance(code, str)
                   and code.strip().lower() in (p.code.lower(), p.name.lower())]
