@@ -15,7 +15,7 @@ ToolError) cannot expire them, and they never enter the caller's identity map. R
 a caller that changes a row reads it with its own session.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -154,7 +154,7 @@ def _list(session: Session, tenant_id: int, kind: str,
     return list(entry.lists[kind])  # a copy: a caller's filtering never reaches the next one
 
 
-def _read(session: Session, statement: SelectOfScalar[Row]) -> Sequence[Row]:
+def _read(session: Session, statement: SelectOfScalar[Row]) -> list[Row]:
     """`statement`'s rows, read on the caller's connection (its transaction) by a session of
     their own, detached when it closes (module docstring)."""
     with Session(bind=session.connection(), expire_on_commit=False) as reader:

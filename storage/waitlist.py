@@ -169,14 +169,14 @@ def holds(session: Session, professional_ids: Sequence[int], since: datetime,
 
 
 def held_intervals(professional_ids: Sequence[int], since: datetime, until: datetime, *,
-                   now: datetime | None = None) -> Select[tuple[int | None, datetime | None,
-                                                               datetime | None]]:
+                   now: datetime | None = None
+                   ) -> Select[int | None, datetime | None, datetime | None]:
     """The select of `holds`: (professional id, start, end) of the live offers (a part of
     agent/tools/availability.busy_intervals' one read)."""
     live = [col(WaitlistEntry.offer_expires_at) > now] if now is not None else []
     return sa_select(col(WaitlistEntry.offer_professional_id), col(WaitlistEntry.offer_start_at),
                      col(WaitlistEntry.offer_end_at)).where(
-        WaitlistEntry.status == "offered", *live,
+        col(WaitlistEntry.status) == "offered", *live,
         col(WaitlistEntry.offer_professional_id).in_(list(professional_ids)),
         col(WaitlistEntry.offer_start_at) < until, col(WaitlistEntry.offer_end_at) > since)
 

@@ -155,7 +155,7 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
                        col(Appointment.end_at), col(Appointment.id),
                        col(Service.buffer_minutes)).join(
         Service, col(Service.id) == col(Appointment.service_id)).where(
-        col(Appointment.professional_id).in_(ids), Appointment.status == "booked",
+        col(Appointment.professional_id).in_(ids), col(Appointment.status) == "booked",
         col(Appointment.start_at) < until, col(Appointment.start_at) > since - MAX_VISIT,
         col(Appointment.end_at) > since - timedelta(minutes=MAX_BUFFER_MINUTES))
     blocks = sa_select(col(ScheduleBlock.professional_id), col(ScheduleBlock.start_at),
