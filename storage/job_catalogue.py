@@ -7,7 +7,9 @@ are dropped when it ends, so nothing is cached across jobs; outside a scope (the
 the console, a test calling a tool directly) every read goes to the database as before. The
 console and the admin API edit these rows in other processes: a job lives seconds, and the
 job's view of the catalogue is the one it started with. A write through storage/catalogue.py
-in this process forgets the tenant's rows (`forget`), so a job never reads its own stale write.
+or to an endpoint (storage/webhooks.py) in this process forgets the tenant's rows (`forget`),
+so a job never reads its own stale write (no job writes the tenant row's settings: those are
+the console's and the admin API's, storage/tenants.update_settings).
 
 The rows are read in the caller's transaction (its connection: the same snapshot and locks)
 through a session of their own, so they are detached at once: the caller's rollback (a tool's
