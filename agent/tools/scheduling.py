@@ -15,7 +15,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, and_, col, func, or_, select
 
 from agent.errors import ToolError
 from agent.tools import availability, series
@@ -39,6 +39,7 @@ from agent.tools.replies import (
     sent_reply,
 )
 from agent.tools.slots import (
+    Interval,
     Slot,
     local_exists,
     local_to_utc,
@@ -491,10 +492,10 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     message says why, so the model can explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, services[0], start)
+    upcoming, own = _customer_time(session, ctx, start - timedelta(days=1),
+                                   start + availability.MAX_VISIT * len(services))
     if visit_id is None and not in_series:
-        _check_upcoming(session, ctx, tenant)
-    own = availability.own_intervals(session, ctx.contact_id, start - timedelta(days=1),
-                                     start + availability.MAX_VISIT * len(services))
+        _check_upcoming(session, ctx, tenant, upcoming)
     groups = _visit_candidates(session, ctx.tenant_id, services, professional)
     starts: list[datetime] = []
     if len(services) > 1:  # as find_available_slots offered it: who, and when each starts
@@ -552,11 +553,13 @@ def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Ser
         raise ToolError(_too_far(tenant, today))
 
 
-def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
+def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant,
+                    upcoming: int | None = None) -> None:
     """At most `max_upcoming_bookings` visits booked and still ahead per customer (a visit of
     several services counts one; a move cancels the old booking first, so it never counts
-    twice)."""
-    upcoming = _count_upcoming(session, ctx)
+    twice). `upcoming`: the count when the caller read it (`_customer_time`); None reads it."""
+    if upcoming is None:
+        upcoming = _count_upcoming(session, ctx)
     if upcoming >= tenant.max_upcoming_bookings:
         raise ToolError(f"this customer already has {upcoming} upcoming appointments, the most "
                         f"the business allows at once ({tenant.max_upcoming_bookings}); one "
@@ -575,6 +578,22 @@ def _count_upcoming(session: Session, ctx: ToolContext) -> int:
     key = func.coalesce(-col(Appointment.series_id), appointments.VISIT)
     return int(session.exec(select(func.count(func.distinct(key))).where(
         *_upcoming(ctx))).one())
+
+
+def _customer_time(session: Session, ctx: ToolContext, since: datetime,
+                   until: datetime) -> tuple[int, list[Interval]]:
+    """This customer's upcoming visits, counted as `_count_upcoming` counts them, and their
+    booked time overlapping [since, until), as availability.own_intervals reads it: one read
+    of the customer's booked rows (those ahead, and those in the range)."""
+    rows = session.exec(select(Appointment).where(
+        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+        Appointment.status == "booked",
+        or_(col(Appointment.start_at) > ctx.now,
+            and_(col(Appointment.start_at) < until, col(Appointment.end_at) > since)))).all()
+    visits = {-r.series_id if r.series_id else appointments.visit_of(r) for r in rows
+              if r.start_at > ctx.now}
+    return len(visits), [(r.start_at, r.end_at) for r in rows
+                         if r.start_at < until and r.end_at > since]
 
 
 def _count_visits(session: Session, ctx: ToolContext) -> int:
