@@ -22,8 +22,8 @@ from datetime import date, timedelta
 from sqlmodel import Session
 
 from agent.context import data_text
-from storage import deposits
-from storage.catalogue import list_hours_exceptions, list_professionals, list_services, weekly_hours
+from storage import deposits, job_catalogue
+from storage.catalogue import hours_by_day
 from storage.models import HoursException, Professional, Service, Tenant
 from storage.tenant_config import WEEKDAYS, price_text
 
@@ -92,13 +92,17 @@ class CatalogueData:
 
 def load(session: Session, tenant: Tenant, today: date) -> CatalogueData:
     """The tenant's active catalogue now, with the exceptions from `today` (the tenant's local
-    date) to the end of the booking horizon."""
+    date) to the end of the booking horizon. The rows and `tenant` are the job's
+    (storage/job_catalogue.py): the turn's tools read them again from there, not the database."""
     tenant_id = tenant.id or 0
+    job_catalogue.remember_tenant(tenant)
     last = today + timedelta(days=tenant.booking_horizon_days)
-    exceptions = [e for e in list_hours_exceptions(session, tenant_id) if today <= e.day <= last]
-    services = list_services(session, tenant_id)
-    return CatalogueData(services, list_professionals(session, tenant_id),
-                         weekly_hours(session, tenant_id), exceptions[:EXCEPTIONS_SHOWN],
+    exceptions = [e for e in job_catalogue.hours_exceptions(session, tenant_id)
+                  if today <= e.day <= last]
+    services = job_catalogue.services(session, tenant_id)
+    return CatalogueData(services, job_catalogue.professionals(session, tenant_id),
+                         hours_by_day(job_catalogue.hours(session, tenant_id)),
+                         exceptions[:EXCEPTIONS_SHOWN],
                          tenant.currency, tenant.language, today, last,
                          _house_rules(tenant, services))
 

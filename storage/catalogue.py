@@ -4,6 +4,7 @@ storage/tenant_config.py; a removal that would strand an upcoming appointment ra
 CatalogueConflict.
 """
 
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 from pydantic import ValidationError
 from sqlmodel import Session, col, delete, select
 
+from storage import job_catalogue
 from storage.errors import CatalogueConflict, TenantConfigError
 from storage.models import (
     Appointment,
@@ -89,6 +91,7 @@ def replace_services(session: Session, tenant_id: int, services: list[ServiceSpe
         set_week(row_pro, pro_spec)
         session.add(row_pro)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
 
 
 def _refuse_dropping_booked(session: Session, pro: Professional, services: list[str],
@@ -118,6 +121,7 @@ def put_service(session: Session, tenant_id: int, spec: ServiceSpec) -> tuple[Se
     service.active = True
     session.add(service)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     return service, created
 
 
@@ -213,6 +217,7 @@ def archive_service(session: Session, tenant_id: int, code: str, *, now: datetim
             pro.service_codes = [c for c in pro.service_codes if c != code]
             session.add(pro)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     return service
 
 
@@ -238,6 +243,7 @@ def put_professional(session: Session, tenant_id: int, spec: ProfessionalSpec,
     pro.active = True
     session.add(pro)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     return pro, created
 
 
@@ -253,6 +259,7 @@ def archive_professional(session: Session, tenant_id: int, code: str, *,
     pro.active = False
     session.add(pro)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     return pro
 
 
@@ -298,12 +305,18 @@ def set_hours(session: Session, tenant_id: int, hours: Any) -> dict[str, list[st
             session.add(OpeningHours(tenant_id=tenant_id, weekday=WEEKDAYS.index(day),
                                      opens=interval[:5], closes=interval[6:]))
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     return weekly_hours(session, tenant_id)
 
 
 def weekly_hours(session: Session, tenant_id: int) -> dict[str, list[str]]:
+    return hours_by_day(list_hours(session, tenant_id))
+
+
+def hours_by_day(rows: Sequence[OpeningHours]) -> dict[str, list[str]]:
+    """Opening hours rows (by weekday, then opening) as {"mon": ["09:00-18:00"], ...}."""
     hours: dict[str, list[str]] = {}
-    for row in list_hours(session, tenant_id):
+    for row in rows:
         hours.setdefault(WEEKDAYS[row.weekday], []).append(f"{row.opens}-{row.closes}")
     return hours
 
@@ -312,6 +325,7 @@ def replace_hours_exceptions(session: Session, tenant_id: int,
                              specs: list[HoursExceptionSpec]) -> None:
     session.exec(delete(HoursException).where(col(HoursException.tenant_id) == tenant_id))
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     for spec in specs:
         put_hours_exception(session, tenant_id, spec)
 
@@ -328,6 +342,7 @@ def put_hours_exception(session: Session, tenant_id: int,
     row.hours, row.note = list(spec.hours), spec.note
     session.add(row)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
     return row, created
 
 
@@ -338,6 +353,7 @@ def delete_hours_exception(session: Session, tenant_id: int, day: date) -> None:
         raise LookupError(f"no exception on {day.isoformat()}")
     session.delete(row)
     session.flush()
+    job_catalogue.forget(tenant_id)  # this job reads the new rows
 
 
 def list_hours_exceptions(session: Session, tenant_id: int) -> list[HoursException]:

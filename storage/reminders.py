@@ -118,14 +118,18 @@ def _out_of_quiet(moment: datetime, quiet: str, tz: ZoneInfo, *,
 
 def schedule(session: Session, tenant: Tenant, appointment: Appointment, *,
              now: datetime, start_at: datetime | None = None,
-             leads: set[int] | None = None) -> list[Reminder]:
+             leads: set[int] | None = None, held: bool | None = None) -> list[Reminder]:
     """Make the reminders of `appointment`'s visit, one per lead time of the tenant (or of
     `leads`), scheduled or skipped with the reason, for the visit's start `start_at` (default:
-    the appointment's). Called in the booking's transaction (the agent's tool, staff)."""
+    the appointment's). Called in the booking's transaction (the agent's tool, staff).
+    `held`: whether the visit is held for its deposit, when the caller knows (a visit it
+    just created and held none for: False); None reads it."""
     assert appointment.id is not None and tenant.id is not None
     visit_id = appointment.visit_id or appointment.id
-    if session.exec(select(Deposit.id).where(Deposit.visit_id == visit_id,
-                                             Deposit.status == "held")).first() is not None:
+    if held is None:
+        held = session.exec(select(Deposit.id).where(
+            Deposit.visit_id == visit_id, Deposit.status == "held").limit(1)).first() is not None
+    if held:
         return []  # issue 48: a visit held for its deposit is reminded once paid
     tz = ZoneInfo(tenant.timezone)
     start = start_at or appointment.start_at

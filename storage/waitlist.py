@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import Select
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from storage.models import Tenant, WaitlistEntry
@@ -162,13 +164,21 @@ def holds(session: Session, professional_ids: Sequence[int], since: datetime,
     """(professional id, start, end) of every live offer of these professionals overlapping
     [since, until): held and, at `now` when given, not run out (one read; an entry taking
     its offer leaves `offered` first)."""
+    rows = session.execute(held_intervals(professional_ids, since, until, now=now))
+    return [(pid or 0, start, end) for pid, start, end in rows if start and end]
+
+
+def held_intervals(professional_ids: Sequence[int], since: datetime, until: datetime, *,
+                   now: datetime | None = None
+                   ) -> Select[int | None, datetime | None, datetime | None]:
+    """The select of `holds`: (professional id, start, end) of the live offers (a part of
+    agent/tools/availability.busy_intervals' one read)."""
     live = [col(WaitlistEntry.offer_expires_at) > now] if now is not None else []
-    rows = session.exec(select(WaitlistEntry).where(
-        WaitlistEntry.status == "offered", *live,
+    return sa_select(col(WaitlistEntry.offer_professional_id), col(WaitlistEntry.offer_start_at),
+                     col(WaitlistEntry.offer_end_at)).where(
+        col(WaitlistEntry.status) == "offered", *live,
         col(WaitlistEntry.offer_professional_id).in_(list(professional_ids)),
-        col(WaitlistEntry.offer_start_at) < until, col(WaitlistEntry.offer_end_at) > since))
-    return [(e.offer_professional_id or 0, e.offer_start_at, e.offer_end_at) for e in rows
-            if e.offer_start_at and e.offer_end_at]
+        col(WaitlistEntry.offer_start_at) < until, col(WaitlistEntry.offer_end_at) > since)
 
 
 def unsent_offers(session: Session, *, limit: int) -> list[int]:

@@ -23,10 +23,9 @@ from sqlalchemy import Engine, event
 from sqlmodel import Session, col, delete, select, update
 
 from core.credentials import WEBHOOK_SECRET, mint
+from storage import job_catalogue
 from storage.models import (
     Appointment,
-    Professional,
-    Service,
     Tenant,
     WebhookDelivery,
     WebhookEndpoint,
@@ -72,9 +71,7 @@ def emit(session: Session, tenant_id: int, type: str, data: dict[str, Any], *,
     ValueError for a type not in EVENT_TYPES (a bug in the caller)."""
     if type not in EVENT_TYPES:
         raise ValueError(f"unknown webhook event type {type!r}")
-    endpoints = [e for e in session.exec(select(WebhookEndpoint).where(
-        WebhookEndpoint.tenant_id == tenant_id, col(WebhookEndpoint.disabled_at).is_(None)))
-        if type in e.events]
+    endpoints = [e for e in job_catalogue.endpoints(session, tenant_id) if type in e.events]
     if not endpoints:
         return None
     row = WebhookEvent(id=f"evt_{uuid.uuid4().hex}", tenant_id=tenant_id, type=type,
@@ -122,8 +119,8 @@ def _after_rollback(session: Session) -> None:
 def appointment_data(session: Session, appointment: Appointment, *, by: str) -> dict[str, Any]:
     """The `data` of an appointment.* event: ids, codes and aware UTC times; `by` is who
     acted (customer: the agent's tools; business: the console, the admin API, the CLI)."""
-    service = session.get(Service, appointment.service_id)
-    pro = session.get(Professional, appointment.professional_id)
+    service = job_catalogue.service(session, appointment.tenant_id, appointment.service_id)
+    pro = job_catalogue.professional(session, appointment.tenant_id, appointment.professional_id)
     return {"appointment_id": appointment.id, "contact_id": appointment.contact_id,
             "service": service.code if service else None,
             "professional": pro.code if pro else None,
@@ -150,6 +147,7 @@ def create_endpoint(session: Session, tenant_id: int, *, url: str, events: list[
                                description=description, created_at=now)
     session.add(endpoint)
     session.flush()
+    job_catalogue.forget(tenant_id)  # emit reads the endpoints once per job
     return endpoint, secret
 
 
@@ -172,6 +170,7 @@ def remove_endpoint(session: Session, endpoint: WebhookEndpoint) -> None:
         col(WebhookDelivery.endpoint_id) == endpoint.id))
     session.delete(endpoint)
     session.flush()
+    job_catalogue.forget(endpoint.tenant_id)
 
 
 def rotate_secret(session: Session, endpoint: WebhookEndpoint, *, now: datetime,
@@ -199,6 +198,7 @@ def enable_endpoint(session: Session, endpoint: WebhookEndpoint, *, now: datetim
     session.exec(update(WebhookDelivery).where(
         col(WebhookDelivery.id).in_(waiting)).values(next_attempt_at=now))
     session.flush()
+    job_catalogue.forget(endpoint.tenant_id)
     return [int(i) for i in waiting if i is not None]
 
 
@@ -283,6 +283,7 @@ def record_failure(session: Session, delivery: WebhookDelivery, *, cause: str,
             endpoint.disabled_at = now
             endpoint.disabled_reason = f"failing since {endpoint.failing_since.isoformat()}"
             disabled = True
+            job_catalogue.forget(endpoint.tenant_id)
         session.add(endpoint)
     session.flush()
     return disabled

@@ -19,7 +19,7 @@ from rq import get_current_job
 from core import clock, metrics
 from core.network import network_cause
 from hooks.errors import DeliveryError
-from storage import fences
+from storage import fences, job_catalogue
 from storage.db import is_outage, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import consume_token, tenant_of
@@ -115,8 +115,10 @@ def run_coalesced(kind: str, conversation_id: int, attempt: int, *,
     runtime = get_runtime()
     job = get_current_job()
     prefix = runtime.settings.redis_prefix
+    # the catalogue rows the job reads are shared by its steps and dropped when it ends
     with structlog.contextvars.bound_contextvars(conversation_id=conversation_id,
-                                                 job_id=job.id if job else None):
+                                                 job_id=job.id if job else None), \
+            job_catalogue.job_scope():
         try:
             if job is not None:
                 consume_token(runtime.redis, prefix, kind, conversation_id, job.id)

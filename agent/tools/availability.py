@@ -27,6 +27,8 @@ from datetime import date, datetime, time, timedelta
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import Integer, cast, null, union_all
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, func, select
 
 from agent.errors import ToolError
@@ -42,13 +44,11 @@ from agent.tools.slots import (
     too_soon,
     wall_starts,
 )
-from storage import waitlist
+from storage import job_catalogue, waitlist
 from storage.appointments import next_number
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
-    HoursException,
-    OpeningHours,
     Professional,
     ScheduleBlock,
     Service,
@@ -98,9 +98,9 @@ def _pairs(intervals: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def business_hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str, str]]]:
+    """The weekly opening hours: weekday (0 = Monday) -> local intervals by opening time."""
     hours: dict[int, list[tuple[str, str]]] = {}
-    for row in session.exec(select(OpeningHours).where(OpeningHours.tenant_id == tenant_id)
-                            .order_by(col(OpeningHours.opens))):
+    for row in job_catalogue.hours(session, tenant_id):
         hours.setdefault(row.weekday, []).append((row.opens, row.closes))
     return hours
 
@@ -108,9 +108,9 @@ def business_hours(session: Session, tenant_id: int) -> dict[int, list[tuple[str
 def business_exceptions(session: Session, tenant_id: int) -> DaysOff:
     """Dates whose opening hours differ from their weekday's ([] = closed): the hours
     exceptions and the public holidays the business does not open (agent/tools/days_off.py)."""
-    tenant = session.get(Tenant, tenant_id)
-    exceptions = {row.day: _pairs(row.hours) for row in session.exec(
-        select(HoursException).where(HoursException.tenant_id == tenant_id))}
+    tenant = job_catalogue.tenant(session, tenant_id)
+    exceptions = {row.day: _pairs(row.hours)
+                  for row in job_catalogue.hours_exceptions(session, tenant_id)}
     if tenant is None:
         return DaysOff(exceptions, calendar="none", timezone="UTC", language="en")
     return DaysOff(exceptions, calendar=tenant.holiday_calendar, timezone=tenant.timezone,
@@ -145,28 +145,35 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
     """The busy time of each professional overlapping [since, until): booked appointments
     (to their end plus their service's buffer), blocks and slots held for a waitlist offer
     (storage/waitlist.holds: at `now`, a hold that ran out is not; without `now`, every
-    hold not yet released is). Three indexed range reads: the cost
-    follows the rows in the range, not the agenda's size."""
+    hold not yet released is). One statement of three indexed range reads (UNION ALL): the
+    cost follows the rows in the range, not the agenda's size."""
     busy: dict[int, list[Interval]] = {pid: [] for pid in professional_ids}
     if not professional_ids:
         return busy
-    rows = session.exec(select(Appointment, Service.buffer_minutes)
-                        .join(Service, col(Service.id) == col(Appointment.service_id)).where(
-        col(Appointment.professional_id).in_(professional_ids), Appointment.status == "booked",
+    ids = list(professional_ids)
+    booked = sa_select(col(Appointment.professional_id), col(Appointment.start_at),
+                       col(Appointment.end_at), col(Appointment.id),
+                       col(Service.buffer_minutes)).join(
+        Service, col(Service.id) == col(Appointment.service_id)).where(
+        col(Appointment.professional_id).in_(ids), col(Appointment.status) == "booked",
         col(Appointment.start_at) < until, col(Appointment.start_at) > since - MAX_VISIT,
-        col(Appointment.end_at) > since - timedelta(minutes=MAX_BUFFER_MINUTES))).all()
-    for row, buffer in rows:
-        end = row.end_at + timedelta(minutes=buffer or 0)
-        if end > since and row.id != except_id:
-            busy[row.professional_id].append((row.start_at, end))
-    for block in session.exec(select(ScheduleBlock).where(
-            col(ScheduleBlock.professional_id).in_(professional_ids),
-            col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
-            col(ScheduleBlock.end_at) > since)):
-        busy[block.professional_id].append((block.start_at, block.end_at))
-    for pid, start, end in waitlist.holds(session, professional_ids, since, until, now=now):
-        busy[pid].append((start, end))
+        col(Appointment.end_at) > since - timedelta(minutes=MAX_BUFFER_MINUTES))
+    blocks = sa_select(col(ScheduleBlock.professional_id), col(ScheduleBlock.start_at),
+                       col(ScheduleBlock.end_at), _NO_ID, _NO_ID).where(
+        col(ScheduleBlock.professional_id).in_(ids),
+        col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
+        col(ScheduleBlock.end_at) > since)
+    held = waitlist.held_intervals(ids, since, until, now=now).add_columns(_NO_ID, _NO_ID)
+    for pid, start, end, row_id, buffer in session.execute(union_all(booked, blocks, held)):
+        if start is None or end is None or (row_id is not None and row_id == except_id):
+            continue  # an offer always has its interval; a move's own row is free
+        end += timedelta(minutes=buffer or 0)
+        if end > since:
+            busy[pid].append((start, end))
     return busy
+
+
+_NO_ID = cast(null(), Integer)  # a block's or a hold's appointment id and buffer: none
 
 
 def free_slots(session: Session, *, tenant: Tenant, service: Service,
@@ -358,9 +365,8 @@ def candidates(session: Session, tenant_id: int, service: Service,
                code: Any) -> list[Professional]:
     """The active professionals who do `service`, in catalogue order (by code); only the one
     named by `code` (a code or a name) when given. ToolError when none."""
-    pros = [p for p in session.exec(select(Professional).where(
-        Professional.tenant_id == tenant_id, col(Professional.active).is_(True))
-        .order_by(col(Professional.code))).all() if service.code in p.service_codes]
+    pros = [p for p in job_catalogue.professionals(session, tenant_id)
+            if service.code in p.service_codes]
     if code:
         chosen = [p for p in pros if isinstance(code, str)
                   and code.strip().lower() in (p.code.lower(), p.name.lower())]

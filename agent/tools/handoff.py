@@ -13,11 +13,10 @@ from zoneinfo import ZoneInfo
 from sqlmodel import Session
 
 from agent.errors import ToolError
-from agent.tools.availability import business_exceptions
+from agent.tools.availability import business_exceptions, business_hours
 from agent.tools.base import Tool, ToolContext
 from agent.tools.slots import opening_intervals
 from storage import staff
-from storage.catalogue import list_hours
 from storage.models import Conversation, Tenant
 
 MAX_REASON = 200
@@ -59,9 +58,7 @@ def next_opening(session: Session, tenant: Tenant, now: datetime) -> datetime | 
     LOOK_AHEAD_DAYS; None too when there is none, so nothing false is promised)."""
     tz = ZoneInfo(tenant.timezone)
     assert tenant.id is not None
-    hours: dict[int, list[tuple[str, str]]] = {}
-    for row in list_hours(session, tenant.id):
-        hours.setdefault(row.weekday, []).append((row.opens, row.closes))
+    hours = business_hours(session, tenant.id)  # the job's rows (storage/job_catalogue.py)
     exceptions = business_exceptions(session, tenant.id)  # public holidays too
     local = now.astimezone(tz)
     for offset in range(LOOK_AHEAD_DAYS + 1):

@@ -38,20 +38,21 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
                  tools: Sequence[Tool] = REGISTRY) -> tuple[str, bool]:
     """Run tool `name` of `tools` once per `ctx.tool_use_id`; returns (result text, is_error).
 
-    The handler runs in one transaction with the call's ToolCall record; a ToolError (an
-    unknown name, an input that is not an object, or the handler's) is recorded as an error
-    result. A replayed id returns the stored result without running anything (logged as
-    `tool_use_id_reused` when the stored call was of another tool: an id minted twice).
+    The handler runs in one transaction with the look-up of the id and the call's ToolCall
+    record; a ToolError (an unknown name, an input that is not an object, or the handler's)
+    is recorded as an error result. A replayed id returns the stored result without running
+    anything (logged as `tool_use_id_reused` when the stored call was of another tool: an id
+    minted twice).
     """
-    with session_scope(ctx.engine) as session:
-        done = session.exec(select(ToolCall).where(ToolCall.tool_use_id == ctx.tool_use_id)).first()
-        if done is not None:
-            if done.name != name[:64]:
-                log.warning("tool_use_id_reused", tool=name[:64], stored_tool=done.name,
-                            conversation_id=ctx.conversation_id)
-            return done.result, done.is_error
     try:
         with session_scope(ctx.engine) as session:
+            done = session.exec(select(ToolCall).where(
+                ToolCall.tool_use_id == ctx.tool_use_id).limit(1)).first()
+            if done is not None:
+                if done.name != name[:64]:
+                    log.warning("tool_use_id_reused", tool=name[:64], stored_tool=done.name,
+                                conversation_id=ctx.conversation_id)
+                return done.result, done.is_error
             text = backstop(_dispatch(session, ctx, tools, name, tool_input))
             _record(session, ctx, name, tool_input, text, is_error=False)
             return text, False

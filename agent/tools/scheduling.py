@@ -15,7 +15,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, and_, col, func, or_, select
 
 from agent.errors import ToolError
 from agent.tools import availability, series
@@ -39,6 +39,7 @@ from agent.tools.replies import (
     sent_reply,
 )
 from agent.tools.slots import (
+    Interval,
     Slot,
     local_exists,
     local_to_utc,
@@ -46,7 +47,7 @@ from agent.tools.slots import (
     too_soon,
 )
 from core.recurrence import RuleError, checked_rule, starts_on_rule
-from storage import appointments, deposits, reminders, webhooks
+from storage import appointments, deposits, job_catalogue, reminders, webhooks
 from storage.models import (
     Appointment,
     Deposit,
@@ -214,7 +215,8 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
         return held_line(deposit, tenant) + _describe_visit(session, rows, ctx.timezone) + (
             "" if reply is None else f"\n{NOT_SENT}: the visit is held, not booked. Write "
             "your reply: what is held, until when, and the deposit by Pix.")
-    reminders.schedule(session, tenant, rows[0], now=ctx.now)
+    # a visit placed just now, held for no deposit: none to look up
+    reminders.schedule(session, tenant, rows[0], now=ctx.now, held=False)
     for row in rows:
         webhooks.emit(session, ctx.tenant_id, "appointment.booked",
                       webhooks.appointment_data(session, row, by="customer"), now=ctx.now)
@@ -455,7 +457,8 @@ def _facts(session: Session, ctx: ToolContext, rows: list[Appointment], *, names
     start), its professionals (when `names`), in the tenant's timezone."""
     local = [t.astimezone(ctx.timezone) for r in rows for t in (r.start_at, r.end_at)]
     local += [t.astimezone(ctx.timezone) for t in also]
-    pros = [session.get(Professional, r.professional_id) for r in rows] if names else []
+    pros = [job_catalogue.professional(session, ctx.tenant_id, r.professional_id)
+            for r in rows] if names else []
     return VisitFacts(start=rows[0].start_at.astimezone(ctx.timezone),
                       times=frozenset((t.hour, t.minute) for t in local),
                       names=tuple(dict.fromkeys(p.name for p in pros if p is not None)),
@@ -489,10 +492,10 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     message says why, so the model can explain it in the customer's words."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, services[0], start)
+    upcoming, own = _customer_time(session, ctx, start - timedelta(days=1),
+                                   start + availability.MAX_VISIT * len(services))
     if visit_id is None and not in_series:
-        _check_upcoming(session, ctx, tenant)
-    own = availability.own_intervals(session, ctx.contact_id, start - timedelta(days=1),
-                                     start + availability.MAX_VISIT * len(services))
+        _check_upcoming(session, ctx, tenant, upcoming)
     groups = _visit_candidates(session, ctx.tenant_id, services, professional)
     starts: list[datetime] = []
     if len(services) > 1:  # as find_available_slots offered it: who, and when each starts
@@ -550,11 +553,13 @@ def _check_time(session: Session, ctx: ToolContext, tenant: Tenant, service: Ser
         raise ToolError(_too_far(tenant, today))
 
 
-def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant) -> None:
+def _check_upcoming(session: Session, ctx: ToolContext, tenant: Tenant,
+                    upcoming: int | None = None) -> None:
     """At most `max_upcoming_bookings` visits booked and still ahead per customer (a visit of
     several services counts one; a move cancels the old booking first, so it never counts
-    twice)."""
-    upcoming = _count_upcoming(session, ctx)
+    twice). `upcoming`: the count when the caller read it (`_customer_time`); None reads it."""
+    if upcoming is None:
+        upcoming = _count_upcoming(session, ctx)
     if upcoming >= tenant.max_upcoming_bookings:
         raise ToolError(f"this customer already has {upcoming} upcoming appointments, the most "
                         f"the business allows at once ({tenant.max_upcoming_bookings}); one "
@@ -575,6 +580,22 @@ def _count_upcoming(session: Session, ctx: ToolContext) -> int:
         *_upcoming(ctx))).one())
 
 
+def _customer_time(session: Session, ctx: ToolContext, since: datetime,
+                   until: datetime) -> tuple[int, list[Interval]]:
+    """This customer's upcoming visits, counted as `_count_upcoming` counts them, and their
+    booked time overlapping [since, until), as availability.own_intervals reads it: one read
+    of the customer's booked rows (those ahead, and those in the range)."""
+    rows = session.exec(select(Appointment).where(
+        Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
+        Appointment.status == "booked",
+        or_(col(Appointment.start_at) > ctx.now,
+            and_(col(Appointment.start_at) < until, col(Appointment.end_at) > since)))).all()
+    visits = {-r.series_id if r.series_id else appointments.visit_of(r) for r in rows
+              if r.start_at > ctx.now}
+    return len(visits), [(r.start_at, r.end_at) for r in rows
+                         if r.start_at < until and r.end_at > since]
+
+
 def _count_visits(session: Session, ctx: ToolContext) -> int:
     return int(session.exec(select(func.count(func.distinct(appointments.VISIT))).where(
         *_upcoming(ctx))).one())
@@ -591,7 +612,7 @@ def _too_far(tenant: Tenant, today: date) -> str:
 
 
 def _tenant(session: Session, tenant_id: int) -> Tenant:
-    tenant = session.get(Tenant, tenant_id)
+    tenant = job_catalogue.tenant(session, tenant_id)
     assert tenant is not None
     return tenant
 
@@ -648,7 +669,7 @@ def _one_service(session: Session, rows: list[Appointment], code: Any) -> Appoin
 
 
 def _service_row(session: Session, appointment: Appointment) -> Service:
-    service = session.get(Service, appointment.service_id)
+    service = job_catalogue.service(session, appointment.tenant_id, appointment.service_id)
     assert service is not None
     return service
 
@@ -663,8 +684,8 @@ def _number(rows: list[Appointment]) -> int:
 
 
 def _describe(session: Session, appointment: Appointment, tz: ZoneInfo) -> str:
-    service = session.get(Service, appointment.service_id)
-    pro = session.get(Professional, appointment.professional_id)
+    service = job_catalogue.service(session, appointment.tenant_id, appointment.service_id)
+    pro = job_catalogue.professional(session, appointment.tenant_id, appointment.professional_id)
     local = appointment.start_at.astimezone(tz)
     end = appointment.end_at.astimezone(tz)
     what = clip(service.name, NAME_CHARS) if service else "?"
@@ -683,8 +704,8 @@ def _describe_visit(session: Session, rows: list[Appointment], tz: ZoneInfo) -> 
         return _describe(session, rows[0], tz)
     parts = []
     for row in rows:
-        service = session.get(Service, row.service_id)
-        pro = session.get(Professional, row.professional_id)
+        service = job_catalogue.service(session, row.tenant_id, row.service_id)
+        pro = job_catalogue.professional(session, row.tenant_id, row.professional_id)
         start, end = row.start_at.astimezone(tz), row.end_at.astimezone(tz)
         parts.append(f"{clip(service.name, NAME_CHARS) if service else '?'} with "
                      f"{clip(pro.name, NAME_CHARS) if pro else '?'} {start:%H:%M}-{end:%H:%M}")
@@ -765,20 +786,16 @@ def _candidates(session: Session, tenant_id: int, service: Service,
 
 
 def _pro_code(session: Session, professional_id: int) -> str | None:
-    pro = session.get(Professional, professional_id)
+    pro = session.get(Professional, professional_id)  # an archived one too
     return pro.code if pro else None
 
 
 def _services(session: Session, tenant_id: int) -> list[Service]:
-    return list(session.exec(select(Service).where(Service.tenant_id == tenant_id,
-                                                   col(Service.active).is_(True))
-                             .order_by(col(Service.code))).all())
+    return job_catalogue.services(session, tenant_id)  # the job's rows: read once per job
 
 
 def _professionals(session: Session, tenant_id: int) -> list[Professional]:
-    return list(session.exec(select(Professional).where(Professional.tenant_id == tenant_id,
-                                                        col(Professional.active).is_(True))
-                             .order_by(col(Professional.code))).all())
+    return job_catalogue.professionals(session, tenant_id)
 
 
 def _parse_date(value: Any, key: str) -> date:
