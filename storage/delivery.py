@@ -6,12 +6,15 @@ A reply is one outbound `Message`; each part sent of it is an `Outbound` row (th
 workers/outbox.py), whose `status` is pending → sending → sent → delivered → read, or failed /
 refused, or unknown. The reply's `delivery_status` is `fold` of its parts, written by
 `storage.messages.refresh_delivery` whenever a part changes (docs/ARCHITECTURE.md "How a message is
-answered"). Pure: no I/O.
+answered"), in SQL (`fold_sql`, the same rule). Pure: no I/O.
 """
 
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy import ColumnElement, case, func
+from sqlalchemy.orm import Mapped
 
 from storage.models import Outbound
 
@@ -61,6 +64,20 @@ def fold(statuses: Iterable[str]) -> str:
         if bad in states:
             return bad
     return min(states, key=lambda s: _PROGRESS[s], default="queued")
+
+
+def fold_sql(status: ColumnElement[str] | Mapped[str]) -> ColumnElement[str]:
+    """`fold` as an SQL aggregate over the parts' `status` column (one statement refreshes a
+    reply: storage.messages.refresh_delivery); NULL over no rows. Built from the tables `fold`
+    reads: failed outranks unknown (any status outside the vocabulary counts as unknown), else
+    the least advanced part's state."""
+    failed = [s for s, state in _STATE_OF_STATUS.items() if state == "failed"]
+    on_the_way = [s for s, state in _STATE_OF_STATUS.items() if state in _PROGRESS]
+    worst = func.max(case((status.in_(failed), 2), (status.in_(on_the_way), 0), else_=1))
+    step = func.min(case({s: _PROGRESS[state] for s, state in _STATE_OF_STATUS.items()
+                          if state in _PROGRESS}, value=status))
+    least = case({n: state for state, n in _PROGRESS.items()}, value=step)
+    return case((worst == 2, "failed"), (worst == 1, "unknown"), else_=least)
 
 
 def deciding_part(parts: list[Outbound]) -> Outbound | None:

@@ -10,12 +10,13 @@ from sqlalchemy import Engine, any_, bindparam, literal
 from sqlalchemy import select as sa_select
 from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col, func, or_, select, update
 
 from core import clock
 from core.storable import storable, storable_value
 from storage import delivery, webhooks
-from storage.models import Conversation, Message, Outbound, Tenant, WamidTombstone
+from storage.models import Contact, Conversation, Message, Outbound, Tenant, WamidTombstone
 
 
 def wamid_hash(wamid: str) -> str:
@@ -374,9 +375,15 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
     return rows
 
 
-def unsent_outbound(session: Session, conversation_id: int) -> list[Outbound]:
-    """The conversation's pending parts, oldest first (the order they must go out in)."""
-    return list(session.exec(select(Outbound).where(
+def unsent_outbound(session: Session, conversation_id: int
+                    ) -> list[tuple[Outbound, Tenant, Contact]]:
+    """The conversation's pending parts, oldest first (the order they must go out in), each
+    with the tenant and contact its send needs (as read now: a sending pause, the service
+    window, the thread's owner), in one query."""
+    return list(session.exec(select(Outbound, Tenant, Contact).join(
+        Conversation, col(Conversation.id) == col(Outbound.conversation_id)).join(
+        Tenant, col(Tenant.id) == col(Conversation.tenant_id)).join(
+        Contact, col(Contact.id) == col(Conversation.contact_id)).where(
         Outbound.conversation_id == conversation_id, Outbound.status == "pending",
     ).order_by(col(Outbound.id))).all())
 
@@ -421,8 +428,9 @@ def mark_outbound(session: Session, outbound_id: int, *, status: str, now: datet
                   retry_at: datetime | None = None,
                   claimed_before: datetime | None = None) -> Outbound | None:
     """Record what became of one part (the outbox's only writer of a part's outcome) and the
-    reply's new aggregate. `code`, `cause`, `reason` and `retry_at` replace the previous ones;
-    `wamid` also stamps `sent_at`.
+    reply's new aggregate: two statements (this `UPDATE ... RETURNING`, `refresh_delivery`).
+    `code`, `cause`, `reason` and `retry_at` replace the previous ones; `wamid` also stamps
+    `sent_at`.
 
     `claimed_before`: a compare-and-set for the reconciler, which settles a send a crash left
     claimed: it writes only while the part is still `sending` under a claim made before that
@@ -430,51 +438,56 @@ def mark_outbound(session: Session, outbound_id: int, *, status: str, now: datet
     send finished meanwhile, or the part was claimed again). The outbox's own outcome is
     written unconditionally: its Graph call is the truth, so `sent` wins over a settlement.
     """
-    if claimed_before is not None:
-        settled = session.exec(update(Outbound).where(
-            col(Outbound.id) == outbound_id, col(Outbound.status) == "sending",
-            func.coalesce(Outbound.claimed_at, Outbound.created_at) <= claimed_before,
-        ).values(status=status).execution_options(synchronize_session=False))
-        if not settled.rowcount:
-            return None
-    row = session.get(Outbound, outbound_id, populate_existing=True)
-    assert row is not None
-    row.status, row.error_code, row.error_cause = status, code, cause
-    row.error_reason, row.retry_at = reason, retry_at
+    values: dict[str, Any] = {"status": status, "error_code": code, "error_cause": cause,
+                              "error_reason": reason, "retry_at": retry_at}
     if attempts is not None:
-        row.attempts = attempts
+        values["attempts"] = attempts
     if wamid is not None:
-        row.wamid, row.sent_at = wamid, now
-    session.add(row)
-    session.flush()
+        values.update(wamid=wamid, sent_at=now)
+    where = [col(Outbound.id) == outbound_id]
+    if claimed_before is not None:
+        where += [col(Outbound.status) == "sending",
+                  func.coalesce(Outbound.claimed_at, Outbound.created_at) <= claimed_before]
+    row = session.scalars(update(Outbound).where(*where).values(**values).returning(Outbound)
+                          .execution_options(synchronize_session=False,
+                                             populate_existing=True)).first()
+    if row is None:
+        assert claimed_before is not None, f"outbound {outbound_id} does not exist"
+        return None
     refresh_delivery(session, row.message_id)
     return row
 
 
 def refresh_delivery(session: Session, message_id: int) -> str | None:
-    """Set the reply's `delivery_status` to the fold of its parts (storage/delivery.py);
-    returns it (None for a message without parts)."""
-    statuses = session.exec(select(Outbound.status).where(
-        Outbound.message_id == message_id)).all()
-    message = session.get(Message, message_id)
-    if message is None or not statuses:
+    """Set the reply's `delivery_status` to the fold of its parts (`delivery.fold_sql`) in one
+    statement, which writes only when the state changes; returns the new state then, else None
+    (unchanged, or a message without parts). Emits `message.failed` when it became failed."""
+    parts = sa_select(delivery.fold_sql(col(Outbound.status)).label("state")).where(
+        col(Outbound.message_id) == message_id).subquery()
+    changed = session.exec(update(Message).where(
+        col(Message.id) == message_id, parts.c.state.is_not(None),
+        col(Message.delivery_status).is_distinct_from(parts.c.state),
+    ).values(delivery_status=parts.c.state).returning(
+        col(Message.tenant_id), col(Message.conversation_id), col(Message.delivery_status),
+    ).execution_options(synchronize_session=False)).first()
+    if changed is None:
         return None
-    state = delivery.fold(statuses)
-    if message.delivery_status != state:
-        message.delivery_status = state
-        session.add(message)
-        session.flush()
-        if state == "failed":  # the one place a reply ends failed (outbox or Meta's status)
-            _emit_failed(session, message)
-    return state
+    tenant_id, conversation_id, state = changed
+    held = session.identity_map.get(session.identity_key(Message, message_id))
+    if held is not None:  # the caller's copy of the reply (add_outbound's) shows it too
+        set_committed_value(held, "delivery_status", state)
+    if state == "failed":  # the one place a reply ends failed (outbox or Meta's status)
+        _emit_failed(session, message_id, tenant_id, conversation_id)
+    return str(state)
 
 
-def _emit_failed(session: Session, message: Message) -> None:
+def _emit_failed(session: Session, message_id: int, tenant_id: int,
+                 conversation_id: int) -> None:
     """`message.failed`: ids and Meta's error code, never the text."""
-    parts = session.exec(select(Outbound).where(Outbound.message_id == message.id)).all()
+    parts = session.exec(select(Outbound).where(Outbound.message_id == message_id)).all()
     failed = next((p for p in parts if delivery.state_of(p.status) == "failed"), None)
-    webhooks.emit(session, message.tenant_id, "message.failed",
-                  {"message_id": message.id, "conversation_id": message.conversation_id,
+    webhooks.emit(session, tenant_id, "message.failed",
+                  {"message_id": message_id, "conversation_id": conversation_id,
                    "error_code": failed.error_code if failed else None,
                    "error_cause": failed.error_cause if failed else None},
                   now=clock.now())

@@ -39,10 +39,10 @@ from core import clock, metrics
 from core.faults import crash_point
 from storage import failures, threads
 from storage import messages as message_repo
-from storage.db import session_scope
+from storage.db import read_scope, session_scope
 from storage.fences import unfenced
 from storage.jobs import enqueue_flush
-from storage.models import Contact, Conversation, Outbound, Tenant
+from storage.models import Contact, Outbound, Tenant
 from storage.tenants import pause_sending
 from whatsapp.errors import (
     GraphAuthError,
@@ -86,14 +86,13 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
     forward to now; such an early try is not one of the scheduled ones (docs/ARCHITECTURE.md
     "Retries").
     """
-    with session_scope(runtime.engine) as session:
-        rows = message_repo.unsent_outbound(session, conversation_id)
-        conversation = session.get(Conversation, conversation_id)
-        if not rows or conversation is None:
-            return 0
-        tenant = session.get(Tenant, conversation.tenant_id)
-        contact = session.get(Contact, conversation.contact_id)
-    assert tenant is not None and contact is not None
+    with read_scope(runtime.engine) as session:  # a look: each claim below is fenced
+        unsent = message_repo.unsent_outbound(session, conversation_id)
+        session.expunge_all()  # kept as read: read_scope's rollback (SQLite) expires them
+    if not unsent:  # the usual case at a turn's start: one statement, no transaction
+        return 0
+    rows = [row for row, _, _ in unsent]
+    _, tenant, contact = unsent[0]
     if tenant.sending_paused_reason:  # 190: no send until an operator resumes the tenant
         log.warning("send_paused_for_tenant", tenant_id=tenant.id, waiting=len(rows))
         return 0

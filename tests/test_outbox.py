@@ -1,0 +1,122 @@
+"""The outbox's own round trips (issue 43): a flush with nothing to send opens no transaction,
+a send is one claim and one mark, and the reply's state is folded in SQL by the rule of
+storage/delivery.py. SQLite and PostgreSQL, the real Graph client against its double."""
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from itertools import combinations_with_replacement
+from typing import Any
+
+from sqlalchemy import event
+from sqlmodel import col, select
+
+from replay.environment import ReplayEnvironment
+from storage import delivery
+from storage import messages as message_repo
+from storage.db import session_scope
+from storage.models import Conversation, Message, Outbound
+from tests.factories import text_body
+from workers.outbox import flush_outbox
+
+STATUSES = ("pending", "sending", "sent", "delivered", "read", "played", "failed", "refused",
+            "unknown", "queued", "mislabelled")  # the last: outside the vocabulary
+
+
+@contextmanager
+def _counted(env: ReplayEnvironment) -> Iterator[dict[str, int]]:
+    """Statements (BEGIN IMMEDIATE, SQLite's own, apart) and commits on the product's engine."""
+    seen = {"statements": 0, "commits": 0}
+
+    def statement(_c: Any, _cur: Any, sql: str, *_: Any) -> None:
+        if not sql.startswith("BEGIN"):
+            seen["statements"] += 1
+
+    def commit(_c: Any) -> None:
+        seen["commits"] += 1
+
+    listeners: list[tuple[str, Callable[..., None]]] = [
+        ("before_cursor_execute", statement), ("commit", commit)]
+    for name, listener in listeners:
+        event.listen(env.engine, name, listener)
+    try:
+        yield seen
+    finally:
+        for name, listener in listeners:
+            event.remove(env.engine, name, listener)
+
+
+def _answered_conversation(env: ReplayEnvironment) -> int:
+    env.messages_api.script("turn", [{"text": "Olá!"}])
+    assert env.post_webhook(json.dumps(text_body("oi", 1)).encode()) == 200
+    env.drain()
+    with session_scope(env.engine) as session:
+        conversation = session.exec(select(Conversation)).one()
+    assert conversation.id is not None
+    return conversation.id
+
+
+def _queue_reply(env: ReplayEnvironment, conversation_id: int, parts: list[str]) -> int:
+    with session_scope(env.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        assert conversation is not None
+        reply = message_repo.append(
+            session, tenant_id=conversation.tenant_id, conversation_id=conversation_id,
+            role="assistant", direction="outbound", content=[{"type": "text", "text": "x"}],
+            now=env.clock.now())
+        message_repo.add_outbound(session, message=reply, parts=parts, to="5511999990001",
+                                  recipient=None, now=env.clock.now())
+        assert reply.delivery_status == "queued", "the caller's copy shows the new state"
+        assert reply.id is not None
+        return reply.id
+
+
+def test_a_flush_with_nothing_to_send_is_one_statement_and_no_transaction(
+        env: ReplayEnvironment) -> None:
+    conversation_id = _answered_conversation(env)
+    with _counted(env) as seen:
+        assert flush_outbox(env.runtime, conversation_id) == 0
+    assert seen == {"statements": 1, "commits": 0}
+
+
+def test_a_send_is_a_claim_and_a_mark_of_two_statements_each(env: ReplayEnvironment) -> None:
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
+    before = len(env.graph_api.accepted)
+    with _counted(env) as seen:
+        assert flush_outbox(env.runtime, conversation_id) == 2
+    # one read of the parts with their tenant and contact; per part: claim + fold, mark + fold
+    assert seen == {"statements": 1 + 2 * 4, "commits": 2 * 2}
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted[before:]] == [
+        "Primeira parte", "Segunda parte"]
+    with session_scope(env.engine) as session:
+        reply = session.get(Message, reply_id)
+        parts = session.exec(select(Outbound).where(Outbound.message_id == reply_id)
+                             .order_by(col(Outbound.part))).all()
+    assert reply is not None and reply.delivery_status == "sent"
+    assert [(p.status, p.attempts, p.wamid is not None) for p in parts] == [
+        ("sent", 1, True), ("sent", 1, True)]
+
+
+def test_the_sql_fold_of_a_replys_parts_is_the_delivery_rule(env: ReplayEnvironment) -> None:
+    conversation_id = _answered_conversation(env)
+    mixes = [mix for n in (1, 2, 3) for mix in combinations_with_replacement(STATUSES, n)]
+    with session_scope(env.engine) as session:
+        conversation = session.get(Conversation, conversation_id)
+        assert conversation is not None
+        folded: dict[tuple[str, ...], str | None] = {}
+        for mix in mixes:
+            reply = message_repo.append(
+                session, tenant_id=conversation.tenant_id, conversation_id=conversation_id,
+                role="assistant", direction="outbound", content=[{"type": "text", "text": "x"}],
+                now=env.clock.now())
+            assert reply.id is not None
+            session.add_all([Outbound(tenant_id=reply.tenant_id, conversation_id=conversation_id,
+                                      message_id=reply.id, part=i, body="x", status=status,
+                                      created_at=env.clock.now())
+                             for i, status in enumerate(mix)])
+            session.flush()
+            folded[mix] = message_repo.refresh_delivery(session, reply.id)
+            assert message_repo.refresh_delivery(session, reply.id) is None, "unchanged"
+    wrong = {mix: state for mix, state in folded.items() if state != delivery.fold(mix)}
+    assert not wrong, wrong
