@@ -21,6 +21,8 @@ A retried job resumes from what was stored. `Outcome` names what happened.
 
 import functools
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -30,7 +32,7 @@ from zoneinfo import ZoneInfo
 import anthropic
 import structlog
 from rq.timeouts import JobTimeoutException
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, run_tool_loop
@@ -45,10 +47,10 @@ from storage import contacts as contact_repo
 from storage import failures, marks, memory, staff, threads
 from storage import messages as message_repo
 from storage.conversations import inactivity_timeout, touch, with_staff
-from storage.db import OUTAGE_ERRORS, is_outage, session_scope
+from storage.db import OUTAGE_ERRORS, is_outage, read_scope, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import enqueue_turn
-from storage.models import Conversation, Message
+from storage.models import Conversation, Message, Usage
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import budgets, outages, texts
@@ -61,9 +63,11 @@ from workers.jobs import (
     call_model,
     connection_cause,
     pause_tenant,
-    record_call_usage,
+    record_usage_metrics,
     retry_later,
     run_coalesced,
+    store_usage,
+    usage_row,
 )
 from workers.media import drop_refused_media, resolve_media
 from workers.outbox import flush_outbox
@@ -186,16 +190,27 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
         flush_outbox(runtime, conversation_id)
         return placed.next
     hooks = _StoreHooks(runtime, state, placed.next, placed.source)
-    if budget.handoff:  # over the month's budget, the tenant chose the handoff
+    try:
+        return _answer(runtime, state, hooks, placed.last_position, budget.handoff,
+                       attempt=attempt)
+    finally:
+        hooks.settle_usage()  # a usage row no transaction of the turn took: alone
+
+
+def _answer(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
+            last_position: int, handoff: bool, *, attempt: int) -> Outcome:
+    """The placed turn's reply (the handoff when over the budget and the tenant chose it,
+    else the conversation with the model), stored and sent."""
+    if handoff:  # over the month's budget, the tenant chose the handoff
         return _finish_turn(runtime, state, hooks, _budget_handoff(runtime, state),
-                            attempt=attempt, up_to_position=placed.last_position)
+                            attempt=attempt, up_to_position=last_position)
     hooks.typing.start()  # read receipt + "typing…" (workers/receipts.py), best effort
     reply = _converse_or_apologise(runtime, state, hooks, attempt=attempt,
-                                   last_position=placed.last_position)
+                                   last_position=last_position)
     if isinstance(reply, Outcome):  # a retry later, or held
         return reply
     return _finish_turn(runtime, state, hooks, reply, attempt=attempt,
-                        up_to_position=max(placed.last_position, hooks.folded_up_to))
+                        up_to_position=max(last_position, hooks.folded_up_to))
 
 
 def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
@@ -353,7 +368,7 @@ def _after_provider_failure(runtime: Runtime, state: ConversationState, hooks: "
               cause=connection_cause(exc))
     if failed != "held":
         return None
-    with session_scope(runtime.engine) as session:  # one apology per conversation per outage
+    with hooks.scope() as session:  # one apology per conversation per outage
         message_repo.mark_answered(
             session, state.conversation_id, reason=failures.HELD_REASON, now=clock.now(),
             up_to_position=max(last_position, hooks.folded_up_to))
@@ -372,7 +387,7 @@ def _finish_turn(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks
             author=marks.product_author(outcome.value) if product else None,
             apology=outcome is Outcome.APOLOGY,
             settle=attempt > 1 and outcome is not Outcome.APOLOGY,  # a retried turn answered
-            context_tokens=hooks.context_tokens)
+            context_tokens=hooks.context_tokens, scope=hooks.scope)
     flush_outbox(runtime, state.conversation_id)
     if maybe_enqueue_compaction(runtime, state.conversation_id):
         log.info("compaction_enqueued")
@@ -462,6 +477,20 @@ def _execute(runtime: Runtime, state: ConversationState, source: _Source,
     return text, is_error
 
 
+def _waiting(runtime: Runtime, conversation_id: int) -> list[Any]:
+    """The `media` of each message not yet placed in the history: a look that opens no
+    transaction (`read_scope`), so a tool round after which nobody wrote costs one statement."""
+    with read_scope(runtime.engine) as session:
+        return list(session.exec(select(Message.media).where(
+            Message.conversation_id == conversation_id,
+            col(Message.position).is_(None))).all())
+
+
+def _pending_media(media: Any) -> bool:
+    """A message's `media` still to fetch (workers/media.py resolves it)."""
+    return isinstance(media, dict) and media.get("state") == "pending"
+
+
 def _latest_customer_message(session: Session, conversation_id: int) -> int | None:
     """The customer's latest message placed in the history."""
     found = session.exec(select(Message.id).where(
@@ -473,7 +502,8 @@ def _latest_customer_message(session: Session, conversation_id: int) -> int | No
 
 class _StoreHooks:
     """Persist each intermediate message and each call's usage as soon as it exists; the
-    context size of the latest call (`context_tokens`) is written with the next store."""
+    context size of the latest call (`context_tokens`) and its usage row (`unstored`) are
+    written with the turn's next store (`scope`)."""
 
     def __init__(self, runtime: Runtime, state: ConversationState,
                  prepared: Prepared | None = None, source: _Source | None = None) -> None:
@@ -482,18 +512,47 @@ class _StoreHooks:
         self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
         self.folded_up_to = 0  # history position of the last customer message folded in
         self.context_tokens: int | None = None
+        self.unstored: list[Usage] = []
 
     def on_response(self, response: Any) -> None:
-        """Store the four usage counters of one call (workers/jobs.record_call_usage); the
-        conversation keeps the context size (input + cache creation + cache read) as
-        `last_input_tokens`, written by the turn's next store (`write_context_tokens`)."""
-        row = record_call_usage(self.runtime, tenant_id=self.state.tenant_id,
-                                conversation_id=self.state.conversation_id,
-                                response=response, purpose="turn")
+        """Keep the four usage counters of one call (workers/jobs.usage_row) for the turn's
+        next store (`scope`); the conversation keeps the context size (input + cache creation
+        + cache read) as `last_input_tokens`, written by that store too."""
+        row = usage_row(tenant_id=self.state.tenant_id,
+                        conversation_id=self.state.conversation_id, response=response,
+                        purpose="turn")
+        self.unstored.append(row)
+        record_usage_metrics(self.runtime, row)
         total = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
         self.context_tokens = total
         log.info("claude_call", purpose="turn", request_id=row.request_id, context_tokens=total,
                  cache_read=row.cache_read_input_tokens, output_tokens=row.output_tokens)
+
+    @contextmanager
+    def scope(self) -> Iterator[Session]:
+        """A transaction of the turn (`session_scope`) that stores the usage rows kept since
+        the last one. A call was billed either way: when this transaction fails or is fenced
+        out, they are stored alone (`settle_usage`), so none is ever lost with it."""
+        rows, self.unstored = self.unstored, []
+        try:
+            with session_scope(self.runtime.engine) as session:
+                session.add_all(rows)
+                yield session
+        except BaseException:
+            self.unstored = rows + self.unstored
+            self.settle_usage()
+            raise
+
+    def settle_usage(self) -> None:
+        """Store the usage rows kept and not stored yet, alone and unfenced
+        (workers/jobs.store_usage); a failure here is logged, the turn's own error goes on."""
+        rows, self.unstored = self.unstored, []
+        try:
+            store_usage(self.runtime, rows)
+        except Exception as exc:
+            log.error("usage_not_stored", rows=len(rows), error=type(exc).__name__)
+            if not isinstance(exc, OUTAGE_ERRORS):
+                raise
 
     def on_assistant(self, content: list[dict[str, Any]]) -> None:
         self._append("assistant", content)
@@ -503,14 +562,18 @@ class _StoreHooks:
         self._append("user", content)
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
+        """The messages that arrived since the turn placed its own (`_waiting`: one look,
+        no transaction, when none did), placed after the results just stored, as blocks."""
         conversation_id = self.state.conversation_id
-        resolve_media(self.runtime, conversation_id, language=self.state.tenant.language)
+        waiting = _waiting(self.runtime, conversation_id)
+        if not waiting:
+            return []
+        if any(_pending_media(media) for media in waiting):
+            resolve_media(self.runtime, conversation_id, language=self.state.tenant.language)
         with session_scope(self.runtime.engine) as session:
-            before = memory.max_position(session, conversation_id)
-            top = message_repo.assign_positions(session, conversation_id)
-            if top == before:
+            top, rows = message_repo.place_waiting(session, conversation_id)
+            if not rows:
                 return []
-            rows = memory.window_rows(session, conversation_id, after_position=before)
             blocks = [b for m in rows for b in m.content
                       if b.get("type") == "text" or is_media(b)]  # a photo sent mid-turn too
             folded = inline_in(session, [{"role": "user", "content": blocks}])[0]["content"]
@@ -521,17 +584,17 @@ class _StoreHooks:
         return list(folded)
 
     def write_context_tokens(self, session: Session) -> None:
-        """The latest call's context size into the conversation, in `session`'s transaction."""
+        """The latest call's context size into the conversation, in `session`'s transaction:
+        one UPDATE, the row is not read."""
         if self.context_tokens is None:
             return
-        conversation = session.get(Conversation, self.state.conversation_id)
-        assert conversation is not None
-        conversation.last_input_tokens = self.context_tokens
-        session.add(conversation)
+        session.exec(update(Conversation).where(
+            col(Conversation.id) == self.state.conversation_id,
+        ).values(last_input_tokens=self.context_tokens))
         self.context_tokens = None
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
-        with session_scope(self.runtime.engine) as session:
+        with self.scope() as session:
             message_repo.append(session, tenant_id=self.state.tenant_id,
                                 conversation_id=self.state.conversation_id, role=role,
                                 direction="internal", content=content, now=clock.now())
@@ -561,18 +624,21 @@ def _provider_failed(runtime: Runtime, state: ConversationState, exc: BaseExcept
 
 def _finish(runtime: Runtime, state: ConversationState, reply: str, *, up_to_position: int,
             offers: bool = False, author: str | None = None, apology: bool = False,
-            settle: bool = False, context_tokens: int | None = None) -> bool:
+            settle: bool = False, context_tokens: int | None = None,
+            scope: "Callable[[], AbstractContextManager[Session]] | None" = None) -> bool:
     """Store the reply, its outbox rows and the answered marks in one transaction.
 
     `offers`: the reply may carry the choices of this turn's `offer_choices` (workers/choices.py).
     `settle`: a retried turn answered, its stored failures are settled (storage/failures.py).
     `context_tokens`: the latest call's context size, kept as `last_input_tokens`.
+    `scope`: the transaction (default `session_scope`; the turn's `_StoreHooks.scope` stores
+    the last call's usage row in it).
     Compare-and-set on the answered marks: if another worker answered these messages meanwhile
     (a lock lost to a Redis flush, then the reconciler), this reply is dropped, never sent as a
     second answer. Returns False then.
     """
     now = clock.now()
-    with session_scope(runtime.engine) as session:
+    with (scope or functools.partial(session_scope, runtime.engine))() as session:
         if settle:
             failures.settle(session, state.conversation_id, provider="anthropic",
                             purpose="turn", outcome="recovered")
