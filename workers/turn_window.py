@@ -73,10 +73,12 @@ def prepare(runtime: Runtime, state: ConversationState, *, tools: Sequence[Tool]
 
 
 def prepare_in(session: Session, settings: Settings, state: ConversationState, *,
-               tools: Sequence[Tool], force_hard_cap: bool = False) -> Prepared:
+               tools: Sequence[Tool], force_hard_cap: bool = False,
+               top: int | None = None) -> Prepared:
     """The window (`read_window`), its media inlined, and the request builder offering `tools`
-    (`request_in`), read in `session`."""
-    window = read_window(session, settings, state, force_hard_cap=force_hard_cap)
+    (`request_in`), read in `session`. `top`: the history's last position when the caller
+    knows it (it just placed the pending messages), else read."""
+    window = read_window(session, settings, state, force_hard_cap=force_hard_cap, top=top)
     messages = inline_in(session, to_api_messages(window.messages))
     return Prepared(messages, request_in(session, settings, state, window.context_block,
                                          tools=tools), window.hard_cap)
@@ -90,20 +92,21 @@ def prepare_window(runtime: Runtime, state: ConversationState, *,
 
 
 def read_window(session: Session, settings: Settings, state: ConversationState, *,
-                force_hard_cap: bool = False) -> Window:
+                force_hard_cap: bool = False, top: int | None = None) -> Window:
     """The window of a turn: the messages after the summary's end (from a safe start, old tool
     results pruned, and lookups' results before the latest customer turn: agent/window.py
     LOOKUP_TOOLS) and the context block, from one read of the conversation row. The hard cap
     (context past `context_hard_cap_tokens`, or more messages than `max_window_messages`) reads
-    only the tail."""
+    only the tail. `top`: the history's last position when the caller knows it, else read."""
     keep, conversation_id = state.tenant.keep_messages, state.conversation_id
     conversation = session.get(Conversation, conversation_id)
     assert conversation is not None
     start = memory.position_of(session, conversation.summarized_until_id)
     pruned = memory.position_of(session, conversation.pruned_until_id)
+    if top is None:
+        top = memory.max_position(session, conversation_id)
     hard_cap = force_hard_cap or conversation.last_input_tokens > \
-        settings.context_hard_cap_tokens or memory.max_position(
-            session, conversation_id) - start > settings.max_window_messages
+        settings.context_hard_cap_tokens or top - start > settings.max_window_messages
     rows = memory.window_rows(session, conversation_id, after_position=start,
                               tail=keep * 4 + 32 if hard_cap else None)
     if hard_cap:

@@ -125,11 +125,13 @@ class Reply:
 @dataclass(frozen=True)
 class _Ready:
     """What the steps before the model hand on: the loaded state, the turn's time, and the tool
-    rounds to repair (workers/turn_window.dangling_rounds)."""
+    rounds to repair (workers/turn_window.dangling_rounds); `media`: whether a pending message
+    holds media still to fetch (workers/media.py)."""
 
     state: ConversationState
     now: datetime
     dangling: list[tuple[int, list[Block]]]
+    media: bool = True
 
 
 def run_turn(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
@@ -183,7 +185,8 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     budget = budgets.decide(runtime, ready.state.tenant, now=ready.now,
                             conversation_id=conversation_id)  # the month's model budget
     state = replace(ready.state, model=budget.model) if budget.model else ready.state
-    resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
+    if ready.media:  # before placing
+        resolve_media(runtime, conversation_id, language=state.tenant.language)
     repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
     placed = _place(runtime, state, ready.now)
     if isinstance(placed.next, Outcome):  # answered without the model
@@ -236,10 +239,12 @@ def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
         if not window_closed(state.contact.last_inbound_at, now) \
                 and failures.reopen(session, state.conversation, now=now):  # after an apology
             _late_note(session, state, now)
-        if not message_repo.pending_inbound(session, conversation_id):
+        pending = message_repo.pending_inbound(session, conversation_id)
+        if not pending:
             return Outcome.IDLE
         ensure_context_block(session, state.conversation)
-        return _Ready(state, now, dangling_rounds(session, state.conversation))
+        return _Ready(state, now, dangling_rounds(session, state.conversation),
+                      media=any(_pending_media(m.media) for m in pending))
 
 
 LATE_NOTE = ("[the assistant could not answer the customer's messages above (a provider "
@@ -284,19 +289,30 @@ def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed
     the same transaction, the turn's end without the model (window closed, only taps) or its
     prepared first request."""
     with session_scope(runtime.engine) as session:
-        last_position = message_repo.assign_positions(session, state.conversation_id)
+        last_position, placed = message_repo.place_waiting(session, state.conversation_id)
+        pending = message_repo.pending_inbound(session, state.conversation_id)
         tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
-                             secret=runtime.settings.button_key(), now=now)  # reminders
+                             secret=runtime.settings.button_key(), now=now,
+                             pending=pending)  # reminders
+        pending = [m for m in pending if m.answered_at is None]
         tapped += answer_offer_taps(session, state.tenant, state.contact, state.conversation,
-                                    secret=runtime.settings.button_key(), now=now)  # waitlist
+                                    secret=runtime.settings.button_key(), now=now,
+                                    pending=pending)  # waitlist
         if window_closed(state.contact.last_inbound_at, now):
             return _Placed(last_position,
                            _window_closed_turn(session, state, last_position, now), _Source(None))
-        if tapped and not message_repo.pending_inbound(session, state.conversation_id):
+        if tapped and not any(m.answered_at is None for m in pending):
             return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
-        source = _Source(_latest_customer_message(session, state.conversation_id))
-        return _Placed(last_position,
-                       prepare_in(session, runtime.settings, state, tools=REGISTRY), source)
+        source = _Source(_latest_placed(placed) or
+                         _latest_customer_message(session, state.conversation_id))
+        return _Placed(last_position, prepare_in(
+            session, runtime.settings, state, tools=REGISTRY,
+            top=None if tapped else last_position), source)  # a tap's answer moved the top
+
+
+def _latest_placed(placed: list[Message]) -> int | None:
+    """The latest customer message among those just placed (they follow every other)."""
+    return next((m.id for m in reversed(placed) if m.direction == "inbound"), None)
 
 
 def _converse_or_apologise(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
@@ -389,7 +405,8 @@ def _finish_turn(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks
             settle=attempt > 1 and outcome is not Outcome.APOLOGY,  # a retried turn answered
             context_tokens=hooks.context_tokens, scope=hooks.scope)
     flush_outbox(runtime, state.conversation_id)
-    if maybe_enqueue_compaction(runtime, state.conversation_id):
+    if maybe_enqueue_compaction(runtime, state.conversation_id, tenant=state.tenant,
+                                last_input_tokens=hooks.latest_tokens):
         log.info("compaction_enqueued")
     log.info("turn_done", kind=outcome.value, attempt=attempt)
     return outcome
@@ -512,6 +529,7 @@ class _StoreHooks:
         self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
         self.folded_up_to = 0  # history position of the last customer message folded in
         self.context_tokens: int | None = None
+        self.latest_tokens: int | None = None  # the last call's context size, kept
         self.unstored: list[Usage] = []
 
     def on_response(self, response: Any) -> None:
@@ -524,7 +542,7 @@ class _StoreHooks:
         self.unstored.append(row)
         record_usage_metrics(self.runtime, row)
         total = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
-        self.context_tokens = total
+        self.context_tokens = self.latest_tokens = total
         log.info("claude_call", purpose="turn", request_id=row.request_id, context_tokens=total,
                  cache_read=row.cache_read_input_tokens, output_tokens=row.output_tokens)
 
