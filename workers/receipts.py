@@ -22,7 +22,7 @@ from sqlmodel import col, select
 from core import clock
 from storage import threads
 from storage.conversations import with_staff
-from storage.db import session_scope
+from storage.db import read_scope
 from storage.errors import TurnFenced
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.errors import GraphError
@@ -101,8 +101,10 @@ class TypingIndicator:
 
 def latest_customer_wamid(runtime: Runtime, conversation_id: int) -> str | None:
     """The wamid of the conversation's latest customer message in the history (marking it read
-    marks the earlier ones too: Sources: WhatsApp §5.2 [S22]); None when there is none."""
-    with session_scope(runtime.engine) as session:
+    marks the earlier ones too: Sources: WhatsApp §5.2 [S22]); None when there is none.
+    One statement in no transaction (`read_scope`): best effort, and a turn fenced out
+    meanwhile is stopped by its next write, before it sends anything."""
+    with read_scope(runtime.engine) as session:
         return session.exec(select(Message.wamid).where(
             Message.conversation_id == conversation_id, Message.direction == "inbound",
             col(Message.wamid).is_not(None), col(Message.position).is_not(None),
