@@ -8,9 +8,11 @@ story of named steps:
    apology covered, stop when nothing waits; render the context block at a session's first turn;
    then the month's model budget (workers/budgets.py) picks the turn's model, or the handoff;
 2. repair what a crashed attempt left: media to resolve, a tool round without results;
-3. place the new messages (`_place`, one transaction): answer reminder taps, refuse a turn
-   whose 24-hour window closed, else prepare the window and request (workers/turn_window.py);
-   over budget with `handoff`: the handoff text, no model call (`_budget_handoff`);
+3. place the new messages (`_place_in`): answer reminder taps, refuse a turn whose 24-hour
+   window closed, else prepare the window and request (workers/turn_window.py); in step 1's
+   transaction when steps 1 and 2 have nothing to do in between (`_Ready.places_at_once`),
+   else in one of its own (`_place`); over budget with `handoff`: the handoff text, no model
+   call (`_budget_handoff`);
 4. converse (`_converse_or_apologise`): the tool loop, storing every block as it happens; any
    failure ends in the one apology (or a retry later, or held while the provider is down);
 5. finish (`_finish_turn`): the reply with its outbox rows and the "answered" marks in one
@@ -46,6 +48,7 @@ from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import failures, marks, memory, staff, threads
 from storage import messages as message_repo
+from storage.budgets import budget_micro_usd
 from storage.conversations import inactivity_timeout, touch, with_staff
 from storage.db import OUTAGE_ERRORS, is_outage, read_scope, session_scope
 from storage.errors import TurnFenced
@@ -132,6 +135,14 @@ class _Ready:
     now: datetime
     dangling: list[tuple[int, list[Block]]]
     media: bool = True
+    placed: "_Placed | None" = None  # placed in the checks' transaction (`places_at_once`)
+
+    def places_at_once(self) -> bool:
+        """Nothing needs doing between the checks and the placing (no media to fetch, no
+        tool round to repair, no budget to read: workers/budgets.py), so the checks'
+        transaction places the messages too: one transaction, one fence check, fewer reads."""
+        return not self.media and not self.dangling \
+            and budget_micro_usd(self.state.tenant) is None
 
 
 def run_turn(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
@@ -182,13 +193,9 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     ready = _before_model(runtime, conversation_id)
     if isinstance(ready, Outcome):
         return ready
-    budget = budgets.decide(runtime, ready.state.tenant, now=ready.now,
-                            conversation_id=conversation_id)  # the month's model budget
-    state = replace(ready.state, model=budget.model) if budget.model else ready.state
-    if ready.media:  # before placing
-        resolve_media(runtime, conversation_id, language=state.tenant.language)
-    repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
-    placed = _place(runtime, state, ready.now)
+    state, budget, placed = ready.state, budgets.UNDER_BUDGET, ready.placed
+    if placed is None:  # placed in a transaction of its own, after what must come first
+        state, budget, placed = _repair_and_place(runtime, ready)
     if isinstance(placed.next, Outcome):  # answered without the model
         flush_outbox(runtime, conversation_id)
         return placed.next
@@ -198,6 +205,21 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
                        attempt=attempt)
     finally:
         hooks.settle_usage()  # a usage row no transaction of the turn took: alone
+
+
+def _repair_and_place(runtime: Runtime, ready: "_Ready"
+                      ) -> "tuple[ConversationState, budgets.Decision, _Placed]":
+    """The steps between the checks and the placing when the checks' transaction could not
+    place (`_Ready.places_at_once`): the month's model budget, the pending media, the tool
+    rounds to repair; then `_place`."""
+    conversation_id = ready.state.conversation_id
+    budget = budgets.decide(runtime, ready.state.tenant, now=ready.now,
+                            conversation_id=conversation_id)  # the month's model budget
+    state = replace(ready.state, model=budget.model) if budget.model else ready.state
+    if ready.media:  # before placing
+        resolve_media(runtime, conversation_id, language=state.tenant.language)
+    repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
+    return state, budget, _place(runtime, state, ready.now)
 
 
 def _answer(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
@@ -243,8 +265,11 @@ def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
         if not pending:
             return Outcome.IDLE
         ensure_context_block(session, state.conversation)
-        return _Ready(state, now, dangling_rounds(session, state.conversation),
-                      media=any(_pending_media(m.media) for m in pending))
+        ready = _Ready(state, now, dangling_rounds(session, state.conversation),
+                       media=any(_pending_media(m.media) for m in pending))
+        if not ready.places_at_once():
+            return ready
+        return replace(ready, placed=_place_in(session, runtime, state, now, pending=pending))
 
 
 LATE_NOTE = ("[the assistant could not answer the customer's messages above (a provider "
@@ -285,29 +310,49 @@ class _Source:
 
 
 def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed:
+    """`_place_in` in a transaction of its own."""
+    with session_scope(runtime.engine) as session:
+        return _place_in(session, runtime, state, now)
+
+
+def _place_in(session: Session, runtime: Runtime, state: ConversationState, now: datetime,
+              *, pending: list[Message] | None = None) -> _Placed:
     """Give the pending messages their history positions and answer reminder taps; then, in
     the same transaction, the turn's end without the model (window closed, only taps) or its
-    prepared first request."""
-    with session_scope(runtime.engine) as session:
-        last_position, placed = message_repo.place_waiting(session, state.conversation_id)
-        pending = message_repo.pending_inbound(session, state.conversation_id)
-        tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
-                             secret=runtime.settings.button_key(), now=now,
-                             pending=pending)  # reminders
-        pending = [m for m in pending if m.answered_at is None]
-        tapped += answer_offer_taps(session, state.tenant, state.contact, state.conversation,
-                                    secret=runtime.settings.button_key(), now=now,
-                                    pending=pending)  # waitlist
-        if window_closed(state.contact.last_inbound_at, now):
-            return _Placed(last_position,
-                           _window_closed_turn(session, state, last_position, now), _Source(None))
-        if tapped and not any(m.answered_at is None for m in pending):
-            return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
-        source = _Source(_latest_placed(placed) or
-                         _latest_customer_message(session, state.conversation_id))
-        return _Placed(last_position, prepare_in(
-            session, runtime.settings, state, tools=REGISTRY,
-            top=None if tapped else last_position), source)  # a tap's answer moved the top
+    prepared first request. `pending`: the pending customer messages when this transaction
+    read them already (storage/messages.pending_inbound)."""
+    last_position, placed = message_repo.place_waiting(session, state.conversation_id)
+    pending = _still_pending(session, state.conversation_id, pending, placed)
+    tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
+                         secret=runtime.settings.button_key(), now=now,
+                         pending=pending)  # reminders
+    pending = [m for m in pending if m.answered_at is None]
+    tapped += answer_offer_taps(session, state.tenant, state.contact, state.conversation,
+                                secret=runtime.settings.button_key(), now=now,
+                                pending=pending)  # waitlist
+    if window_closed(state.contact.last_inbound_at, now):
+        return _Placed(last_position,
+                       _window_closed_turn(session, state, last_position, now), _Source(None))
+    if tapped and not any(m.answered_at is None for m in pending):
+        return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
+    source = _Source(_latest_placed(placed) or
+                     _latest_customer_message(session, state.conversation_id))
+    return _Placed(last_position, prepare_in(
+        session, runtime.settings, state, tools=REGISTRY,
+        top=None if tapped else last_position), source)  # a tap's answer moved the top
+
+
+def _still_pending(session: Session, conversation_id: int, pending: list[Message] | None,
+                   placed: list[Message]) -> list[Message]:
+    """The pending customer messages: read, or those read before in this transaction and
+    any just placed that arrived since (on PostgreSQL each statement sees the latest
+    commits), oldest first."""
+    if pending is None:
+        return message_repo.pending_inbound(session, conversation_id)
+    known = {m.id for m in pending}
+    arrived = [m for m in placed if m.direction == "inbound" and m.starts_turn
+               and m.answered_at is None and m.id not in known]
+    return sorted(pending + arrived, key=lambda m: m.id or 0)
 
 
 def _latest_placed(placed: list[Message]) -> int | None:
