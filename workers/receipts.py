@@ -12,6 +12,7 @@ wamid, the phone number or any text) and the turn goes on. Never shown when the 
 answer (`turn_answers`): Meta says to show it only if a reply follows.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -64,6 +65,9 @@ class TypingIndicator:
     tenant: Tenant
     contact: Contact
     conversation: Conversation
+    # the latest customer wamid when the turn knows it (it placed that message), else None:
+    # then read (`latest_customer_wamid`)
+    known_wamid: Callable[[], str | None] = lambda: None
     active: bool = False
     last_sent_at: datetime | None = None
     sent: int = 0
@@ -82,7 +86,8 @@ class TypingIndicator:
     def _send(self) -> None:
         self.last_sent_at = clock.now()  # a failed try waits as long as a sent one
         try:
-            wamid = latest_customer_wamid(self.runtime, _id(self.conversation))
+            wamid = self.known_wamid() or latest_customer_wamid(self.runtime,
+                                                                _id(self.conversation))
             if wamid is None:
                 return
             self.runtime.graph.mark_read(self.tenant.phone_number_id, wamid, typing=True)

@@ -49,7 +49,7 @@ from storage import contacts as contact_repo
 from storage import failures, marks, memory, staff, threads
 from storage import messages as message_repo
 from storage.budgets import budget_micro_usd
-from storage.conversations import inactivity_timeout, touch, with_staff
+from storage.conversations import inactivity_timeout, touch_values, with_staff
 from storage.db import OUTAGE_ERRORS, is_outage, read_scope, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import enqueue_turn
@@ -307,6 +307,7 @@ class _Source:
     latest one placed in the history, moved on as messages are folded in mid-turn."""
 
     message_id: int | None
+    wamid: str | None = None  # its wamid, when the turn placed it (workers/receipts.py)
 
 
 def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed:
@@ -336,10 +337,17 @@ def _place_in(session: Session, runtime: Runtime, state: ConversationState, now:
     if tapped and not any(m.answered_at is None for m in pending):
         return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
     source = _Source(_latest_placed(placed) or
-                     _latest_customer_message(session, state.conversation_id))
+                     _latest_customer_message(session, state.conversation_id),
+                     _latest_wamid(placed))
     return _Placed(last_position, prepare_in(
         session, runtime.settings, state, tools=REGISTRY,
         top=None if tapped else last_position), source)  # a tap's answer moved the top
+
+
+def _latest_wamid(placed: list[Message]) -> str | None:
+    """The wamid of the latest customer message among those just placed, None without one."""
+    return next((m.wamid for m in reversed(placed) if m.direction == "inbound" and m.wamid),
+                None)
 
 
 def _still_pending(session: Session, conversation_id: int, pending: list[Message] | None,
@@ -571,7 +579,8 @@ class _StoreHooks:
                  prepared: Prepared | None = None, source: _Source | None = None) -> None:
         self.runtime, self.state, self.prepared = runtime, state, prepared
         self.source = source or _Source(None)
-        self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
+        self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation,
+                                      known_wamid=lambda: self.source.wamid)
         self.folded_up_to = 0  # history position of the last customer message folded in
         self.context_tokens: int | None = None
         self.latest_tokens: int | None = None  # the last call's context size, kept
@@ -643,6 +652,7 @@ class _StoreHooks:
         self.folded_up_to = top
         self.source.message_id = next((m.id for m in reversed(rows)
                                        if m.direction == "inbound"), self.source.message_id)
+        self.source.wamid = _latest_wamid(rows) or self.source.wamid
         log.info("turn_folded_new_messages", count=len(rows))
         return list(folded)
 
@@ -711,17 +721,16 @@ def _finish(runtime: Runtime, state: ConversationState, reply: str, *, up_to_pos
             log.warning("turn_reply_dropped_already_answered")
             return False
         _queue_reply(session, state, reply, offers=offers, author=author, now=now)
-        conversation = session.get(Conversation, state.conversation_id)
-        assert conversation is not None
-        touch(conversation, now=now, inactivity_timeout=inactivity_timeout(
+        values: dict[str, Any] = touch_values(now=now, inactivity_timeout=inactivity_timeout(
             state.tenant.inactivity_timeout_minutes))
         if context_tokens is not None:
-            conversation.last_input_tokens = context_tokens
-        if apology:  # one apology per conversation per outage (storage/failures.py)
-            conversation.outage_state, conversation.outage_at = failures.APOLOGIZED, now
-        else:
-            failures.after_reply(session, conversation, now=now)
-        session.add(conversation)
+            values["last_input_tokens"] = context_tokens
+        # one apology per conversation per outage (storage/failures.py)
+        values.update({"outage_state": failures.APOLOGIZED, "outage_at": now} if apology
+                      else failures.after_reply_values(now))
+        session.exec(update(Conversation).where(  # one statement: the row is not read
+            col(Conversation.id) == state.conversation_id).values(values)
+            .execution_options(synchronize_session=False))
     return True
 
 
