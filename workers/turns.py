@@ -79,8 +79,9 @@ from workers.reminders import answer_taps
 from workers.runtime import Runtime
 from workers.turn_window import (
     Prepared,
-    dangling_rounds,
+    dangling_in,
     ensure_context_block,
+    history_after_summary,
     inline_in,
     prepare,
     prepare_in,
@@ -128,7 +129,7 @@ class Reply:
 @dataclass(frozen=True)
 class _Ready:
     """What the steps before the model hand on: the loaded state, the turn's time, and the tool
-    rounds to repair (workers/turn_window.dangling_rounds); `media`: whether a pending message
+    rounds to repair (workers/turn_window.dangling_in); `media`: whether a pending message
     holds media still to fetch (workers/media.py)."""
 
     state: ConversationState
@@ -265,11 +266,13 @@ def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
         if not pending:
             return Outcome.IDLE
         ensure_context_block(session, state.conversation)
-        ready = _Ready(state, now, dangling_rounds(session, state.conversation),
+        history = history_after_summary(session, state.conversation)
+        ready = _Ready(state, now, dangling_in(history),
                        media=any(_pending_media(m.media) for m in pending))
         if not ready.places_at_once():
             return ready
-        return replace(ready, placed=_place_in(session, runtime, state, now, pending=pending))
+        return replace(ready, placed=_place_in(session, runtime, state, now, pending=pending,
+                                               history=history))
 
 
 LATE_NOTE = ("[the assistant could not answer the customer's messages above (a provider "
@@ -317,11 +320,13 @@ def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed
 
 
 def _place_in(session: Session, runtime: Runtime, state: ConversationState, now: datetime,
-              *, pending: list[Message] | None = None) -> _Placed:
+              *, pending: list[Message] | None = None,
+              history: list[Message] | None = None) -> _Placed:
     """Give the pending messages their history positions and answer reminder taps; then, in
     the same transaction, the turn's end without the model (window closed, only taps) or its
-    prepared first request. `pending`: the pending customer messages when this transaction
-    read them already (storage/messages.pending_inbound)."""
+    prepared first request. `pending`, `history`: the pending customer messages and the
+    history after the summary when this transaction read them already
+    (storage/messages.pending_inbound, workers/turn_window.history_after_summary)."""
     last_position, placed = message_repo.place_waiting(session, state.conversation_id)
     pending = _still_pending(session, state.conversation_id, pending, placed)
     tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
@@ -339,9 +344,9 @@ def _place_in(session: Session, runtime: Runtime, state: ConversationState, now:
     source = _Source(_latest_placed(placed) or
                      _latest_customer_message(session, state.conversation_id),
                      _latest_wamid(placed))
-    return _Placed(last_position, prepare_in(
-        session, runtime.settings, state, tools=REGISTRY,
-        top=None if tapped else last_position), source)  # a tap's answer moved the top
+    return _Placed(last_position, prepare_in(  # a tap's answer moved the top, if any
+        session, runtime.settings, state, tools=REGISTRY, top=None if tapped else last_position,
+        history=None if tapped or history is None else history + placed), source)
 
 
 def _latest_wamid(placed: list[Message]) -> str | None:
