@@ -107,6 +107,12 @@ def touch(conversation: Conversation, *, now: datetime, inactivity_timeout: time
     conversation.due_at = due_at(now, inactivity_timeout)
 
 
+def touch_values(*, now: datetime, inactivity_timeout: timedelta) -> dict[str, datetime]:
+    """`touch` as the values of an UPDATE of the conversation (a writer that does not read
+    the row)."""
+    return {"last_activity_at": now, "due_at": due_at(now, inactivity_timeout)}
+
+
 def get_open(session: Session, contact_id: int) -> Conversation | None:
     return session.exec(select(Conversation).where(
         Conversation.contact_id == contact_id, Conversation.status == "open")).first()

@@ -9,8 +9,9 @@ workers/outages.py answers them all with one real turn when the provider answers
 """
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import or_, update
+from sqlalchemy import case, or_, update
 from sqlmodel import Session, col, select
 
 from storage.models import Conversation, Message, ProviderFailure
@@ -135,3 +136,11 @@ def after_reply(session: Session, conversation: Conversation, *, now: datetime) 
     if conversation.outage_state == APOLOGIZED:
         conversation.outage_state, conversation.outage_at = ANSWERED_LATE, now
         session.add(conversation)
+
+
+def after_reply_values(now: datetime) -> dict[str, Any]:
+    """`after_reply` as the values of an UPDATE of the conversation, decided by the row's own
+    `outage_state` (a turn that writes the conversation without reading it)."""
+    late = col(Conversation.outage_state) == APOLOGIZED
+    return {"outage_state": case((late, ANSWERED_LATE), else_=col(Conversation.outage_state)),
+            "outage_at": case((late, now), else_=col(Conversation.outage_at))}

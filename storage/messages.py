@@ -6,10 +6,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, any_, bindparam, literal
+from sqlalchemy import Engine, any_, bindparam, insert, literal
 from sqlalchemy import select as sa_select
 from sqlalchemy import text as sa_text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col, func, or_, select, update
 
@@ -247,34 +248,53 @@ def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
     """
     message = Message(tenant_id=tenant_id, conversation_id=conversation_id, role=role,
                       direction=direction, content=storable_value(content), received_at=now,
-                      starts_turn=False, answered_at=now,
-                      position=_next_position(session, conversation_id), author=author)
-    session.add(message)
-    session.flush()
+                      starts_turn=False, answered_at=now, author=author)
+    table = Message.__table__  # type: ignore[attr-defined]
+    session.flush()  # what the session holds goes first: the position reads the table
+    values = {**row_values(message), "position": select(
+        func.coalesce(func.max(Message.position), 0) + 1).where(
+        Message.conversation_id == conversation_id).scalar_subquery()}
+    # one round trip: the next position is read by the INSERT itself (no max() before it)
+    message.id, message.position = session.connection().execute(
+        insert(table).values(values).returning(table.c.id, table.c.position)).one()
+    make_transient_to_detached(message)
+    session.add(message)  # persistent as if loaded: later changes to it are UPDATEs
     return message
 
 
 def assign_positions(session: Session, conversation_id: int) -> int:
+    """Place every message not yet in the history at its end (`place_waiting`); returns the
+    highest position of the history (0 when empty). Callers hold the turn lock."""
+    return place_waiting(session, conversation_id)[0]
+
+
+def place_waiting(session: Session, conversation_id: int) -> tuple[int, list[Message]]:
     """Place every message not yet in the history at its end: the customer's in the order the
     customer sent them, staff messages by arrival among them (`_staff_by_arrival`).
 
-    Returns the highest position of the history (0 when empty). Callers hold the turn lock.
+    Returns (the highest position of the history, 0 when empty; the messages placed, in
+    history order). Callers hold the turn lock.
     """
-    position = _next_position(session, conversation_id) - 1
+    top = select(func.max(Message.position)).where(
+        Message.conversation_id == conversation_id).scalar_subquery()
     # Meta orders nothing: a burst takes the order the customer sent it in (Meta's
     # timestamp, seconds), then arrival: the web's receipt time, not the row id, since a
     # group (and the inbox's drain) inserts in wamid order, and a spilled POST is stored
-    # after one that came later and was not
-    waiting = session.exec(select(Message).where(
+    # after one that came later and was not. The history's end comes with each row.
+    found = session.exec(select(Message, top).where(
         Message.conversation_id == conversation_id, col(Message.position).is_(None),
     ).order_by(func.coalesce(Message.meta_timestamp, Message.received_at),
                col(Message.received_at), col(Message.id))).all()
-    for message in _staff_by_arrival(list(waiting)):
+    if not found:
+        return _next_position(session, conversation_id) - 1, []
+    position = int(found[0][1] or 0)
+    placed = _staff_by_arrival([message for message, _ in found])
+    for message in placed:
         position += 1
         message.position = position
         session.add(message)
     session.flush()
-    return position
+    return position, placed
 
 
 def _staff_by_arrival(waiting: list[Message]) -> list[Message]:

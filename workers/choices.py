@@ -9,7 +9,7 @@ after the conversation's last reply in the history, so a retried turn finds them
 
 import json
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from agent.choices import Offer, Wording, interactive_reply, text_reply
 from agent.errors import ToolError
@@ -43,13 +43,12 @@ def reply_parts(session: Session, conversation_id: int, reply: str,
 def turn_offer(session: Session, conversation_id: int) -> Offer | None:
     """The last successful `offer_choices` of the turn in progress: after the conversation's
     last reply (outbound message) in the history. None when it made none."""
-    last_reply = session.exec(select(Message.position).where(
+    last_reply = select(func.coalesce(func.max(Message.position), 0)).where(
         Message.conversation_id == conversation_id, Message.direction == "outbound",
-        col(Message.position).is_not(None)).order_by(col(Message.position).desc())
-        .limit(1)).first()
+        col(Message.position).is_not(None)).scalar_subquery()  # one round trip with the rows
     rows = session.exec(select(Message).where(
         Message.conversation_id == conversation_id, Message.role == "assistant",
-        Message.direction == "internal", col(Message.position) > (last_reply or 0),
+        Message.direction == "internal", col(Message.position) > last_reply,
     ).order_by(col(Message.position).desc())).all()
     for row in rows:
         for block in reversed(row.content):

@@ -329,9 +329,15 @@ def handle_rederive(runtime: Runtime, conversation_id: int, *, attempt: int = 1)
     return "rederived" if applied else "superseded"
 
 
-def maybe_enqueue(runtime: Runtime, conversation_id: int) -> str | None:
+def maybe_enqueue(runtime: Runtime, conversation_id: int, *, tenant: Tenant | None = None,
+                  last_input_tokens: int | None = None) -> str | None:
     """After a turn: enqueue a compaction for when it pays (`compaction_due`: at once past the
-    hard ceiling, else once the cache has expired; ARCHITECTURE.md)."""
+    hard ceiling, else once the cache has expired; ARCHITECTURE.md). A turn that knows its
+    `tenant` and the context size it just stored (`last_input_tokens`) reads nothing when that
+    is within the tenant's threshold."""
+    if tenant is not None and last_input_tokens is not None \
+            and last_input_tokens <= tenant.compaction_threshold_tokens:
+        return None
     with session_scope(runtime.engine) as session:
         conversation = session.get(Conversation, conversation_id)
         tenant = session.get(Tenant, conversation.tenant_id) if conversation else None

@@ -4,7 +4,7 @@ caller's transaction: the one loader of the turn (workers/turns.py), compaction
 
 from dataclasses import dataclass, field
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from storage.models import Contact, Conversation, Tenant
 
@@ -33,13 +33,13 @@ class ConversationState:
 
 
 def load_state(session: Session, conversation_id: int) -> ConversationState | None:
-    """The conversation `conversation_id` with its tenant and contact; None when it (or either
-    of them) is gone."""
-    conversation = session.get(Conversation, conversation_id)
-    if conversation is None:
+    """The conversation `conversation_id` with its tenant and contact, in one query; None when
+    it (or either of them) is gone."""
+    found = session.exec(select(Conversation, Tenant, Contact).join(
+        Tenant, col(Tenant.id) == Conversation.tenant_id).join(
+        Contact, col(Contact.id) == Conversation.contact_id).where(
+        Conversation.id == conversation_id).limit(1)).first()
+    if found is None:
         return None
-    tenant = session.get(Tenant, conversation.tenant_id)
-    contact = session.get(Contact, conversation.contact_id)
-    if tenant is None or contact is None:
-        return None
+    conversation, tenant, contact = found
     return ConversationState(tenant=tenant, contact=contact, conversation=conversation)

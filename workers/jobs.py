@@ -326,6 +326,17 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
                       response: Any, purpose: str) -> Usage:
     """Store the four usage counters of one Messages API call (and the 1-hour write part),
     even from a turn fenced out meanwhile: the call was made and billed."""
+    row = usage_row(tenant_id=tenant_id, conversation_id=conversation_id, response=response,
+                    purpose=purpose)
+    store_usage(runtime, [row])
+    record_usage_metrics(runtime, row)
+    return row
+
+
+def usage_row(*, tenant_id: int, conversation_id: int | None, response: Any,
+              purpose: str) -> Usage:
+    """The usage row of one Messages API call, costed, not stored yet (`store_usage`, or a
+    turn's next transaction: workers/turns.py `_StoreHooks.scope`)."""
     usage = response.usage
     detail = getattr(usage, "cache_creation", None)
     row = Usage(tenant_id=tenant_id, conversation_id=conversation_id, purpose=purpose,
@@ -339,10 +350,16 @@ def record_call_usage(runtime: Runtime, *, tenant_id: int, conversation_id: int 
     row.micro_usd = model_cost_micro_usd(  # fixed now: a later price change keeps the past
         row.model, row.input_tokens, row.cache_creation_input_tokens,
         row.cache_creation_1h_input_tokens, row.cache_read_input_tokens, row.output_tokens)
-    with fences.unfenced(), session_scope(runtime.engine) as session:  # billed either way
-        session.add(row)
-    _record_usage_metrics(runtime, row)
     return row
+
+
+def store_usage(runtime: Runtime, rows: list[Usage]) -> None:
+    """Store usage rows in a transaction of their own, unfenced (the calls were billed, whoever
+    holds the lock now). Fresh copies: a row a rolled-back transaction held may keep its id."""
+    if not rows:
+        return
+    with fences.unfenced(), session_scope(runtime.engine) as session:
+        session.add_all([Usage(**row.model_dump(exclude={"id"})) for row in rows])
 
 
 def call_model(runtime: Runtime, purpose: str, *, tenant_id: int, **request: Any) -> Any:
@@ -364,7 +381,8 @@ def connection_cause(exc: BaseException) -> str | None:
     return None
 
 
-def _record_usage_metrics(runtime: Runtime, row: Usage) -> None:
+def record_usage_metrics(runtime: Runtime, row: Usage) -> None:
+    """The usage counters of one call as metrics (Redis)."""
     purpose = {"purpose": row.purpose}
     context = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
     record(runtime,

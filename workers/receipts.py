@@ -12,6 +12,7 @@ wamid, the phone number or any text) and the turn goes on. Never shown when the 
 answer (`turn_answers`): Meta says to show it only if a reply follows.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,7 +23,7 @@ from sqlmodel import col, select
 from core import clock
 from storage import threads
 from storage.conversations import with_staff
-from storage.db import session_scope
+from storage.db import read_scope
 from storage.errors import TurnFenced
 from storage.models import Contact, Conversation, Message, Tenant
 from whatsapp.errors import GraphError
@@ -64,6 +65,9 @@ class TypingIndicator:
     tenant: Tenant
     contact: Contact
     conversation: Conversation
+    # the latest customer wamid when the turn knows it (it placed that message), else None:
+    # then read (`latest_customer_wamid`)
+    known_wamid: Callable[[], str | None] = lambda: None
     active: bool = False
     last_sent_at: datetime | None = None
     sent: int = 0
@@ -82,7 +86,8 @@ class TypingIndicator:
     def _send(self) -> None:
         self.last_sent_at = clock.now()  # a failed try waits as long as a sent one
         try:
-            wamid = latest_customer_wamid(self.runtime, _id(self.conversation))
+            wamid = self.known_wamid() or latest_customer_wamid(self.runtime,
+                                                                _id(self.conversation))
             if wamid is None:
                 return
             self.runtime.graph.mark_read(self.tenant.phone_number_id, wamid, typing=True)
@@ -101,8 +106,10 @@ class TypingIndicator:
 
 def latest_customer_wamid(runtime: Runtime, conversation_id: int) -> str | None:
     """The wamid of the conversation's latest customer message in the history (marking it read
-    marks the earlier ones too: Sources: WhatsApp §5.2 [S22]); None when there is none."""
-    with session_scope(runtime.engine) as session:
+    marks the earlier ones too: Sources: WhatsApp §5.2 [S22]); None when there is none.
+    One statement in no transaction (`read_scope`): best effort, and a turn fenced out
+    meanwhile is stopped by its next write, before it sends anything."""
+    with read_scope(runtime.engine) as session:
         return session.exec(select(Message.wamid).where(
             Message.conversation_id == conversation_id, Message.direction == "inbound",
             col(Message.wamid).is_not(None), col(Message.position).is_not(None),

@@ -443,14 +443,18 @@ def _format(template: str, values: dict[str, str]) -> str:
 # -- taps ------------------------------------------------------------------------------------
 
 def answer_taps(session: Session, tenant: Tenant, contact: Contact, conversation: Conversation,
-                *, secret: str, now: datetime) -> int:
+                *, secret: str, now: datetime, pending: list[Message] | None = None) -> int:
     """Answer the pending taps on reminder buttons of `conversation` (see the module
     docstring); returns how many were handled here, without the model. A tap the agent must
-    handle (Remarcar, a late Cancelar) has its text replaced by one naming the appointment."""
+    handle (Remarcar, a late Cancelar) has its text replaced by one naming the appointment.
+    `pending`: the conversation's pending customer messages when the caller read them in
+    this transaction (storage/messages.pending_inbound), else read here."""
     assert conversation.id is not None
     handled = 0
     replies: list[str] = []
-    for message in message_repo.pending_inbound(session, conversation.id):
+    if pending is None:
+        pending = message_repo.pending_inbound(session, conversation.id)
+    for message in pending:
         if message.wa_type not in TAP_TYPES:
             continue
         text = " ".join(str(b.get("text", "")) for b in message.content

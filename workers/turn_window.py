@@ -39,7 +39,7 @@ from storage import memory
 from storage.db import session_scope
 from storage.fact_keys import resolve_keys
 from storage.media import load_files
-from storage.models import Conversation, Tenant
+from storage.models import Conversation, Message, Tenant
 from workers.conversation_state import ConversationState
 from workers.facts import render_context_block
 from workers.runtime import Runtime
@@ -73,10 +73,13 @@ def prepare(runtime: Runtime, state: ConversationState, *, tools: Sequence[Tool]
 
 
 def prepare_in(session: Session, settings: Settings, state: ConversationState, *,
-               tools: Sequence[Tool], force_hard_cap: bool = False) -> Prepared:
+               tools: Sequence[Tool], force_hard_cap: bool = False,
+               top: int | None = None, history: list[Message] | None = None) -> Prepared:
     """The window (`read_window`), its media inlined, and the request builder offering `tools`
-    (`request_in`), read in `session`."""
-    window = read_window(session, settings, state, force_hard_cap=force_hard_cap)
+    (`request_in`), read in `session`. `top`, `history`: what the caller read or placed in
+    this transaction already (`read_window`)."""
+    window = read_window(session, settings, state, force_hard_cap=force_hard_cap, top=top,
+                         history=history)
     messages = inline_in(session, to_api_messages(window.messages))
     return Prepared(messages, request_in(session, settings, state, window.context_block,
                                          tools=tools), window.hard_cap)
@@ -90,22 +93,27 @@ def prepare_window(runtime: Runtime, state: ConversationState, *,
 
 
 def read_window(session: Session, settings: Settings, state: ConversationState, *,
-                force_hard_cap: bool = False) -> Window:
+                force_hard_cap: bool = False, top: int | None = None,
+                history: list[Message] | None = None) -> Window:
     """The window of a turn: the messages after the summary's end (from a safe start, old tool
     results pruned, and lookups' results before the latest customer turn: agent/window.py
     LOOKUP_TOOLS) and the context block, from one read of the conversation row. The hard cap
     (context past `context_hard_cap_tokens`, or more messages than `max_window_messages`) reads
-    only the tail."""
+    only the tail. `top`: the history's last position when the caller knows it, else read;
+    `history`: every message placed after the summary's end, in history order, when the
+    caller holds them from this transaction (`history_after_summary` and those it placed
+    since), else read."""
     keep, conversation_id = state.tenant.keep_messages, state.conversation_id
     conversation = session.get(Conversation, conversation_id)
     assert conversation is not None
     start = memory.position_of(session, conversation.summarized_until_id)
     pruned = memory.position_of(session, conversation.pruned_until_id)
+    if top is None:
+        top = memory.max_position(session, conversation_id)
     hard_cap = force_hard_cap or conversation.last_input_tokens > \
-        settings.context_hard_cap_tokens or memory.max_position(
-            session, conversation_id) - start > settings.max_window_messages
-    rows = memory.window_rows(session, conversation_id, after_position=start,
-                              tail=keep * 4 + 32 if hard_cap else None)
+        settings.context_hard_cap_tokens or top - start > settings.max_window_messages
+    rows = history if history is not None and not hard_cap else memory.window_rows(
+        session, conversation_id, after_position=start, tail=keep * 4 + 32 if hard_cap else None)
     if hard_cap:
         log.warning("turn_hard_cap_window", forced=force_hard_cap)
     stored = timeline(rows)  # product and staff messages as context (agent/timeline.py)
@@ -213,11 +221,22 @@ def ensure_context_block(session: Session, conversation: Conversation) -> None:
 
 def dangling_rounds(session: Session, conversation: Conversation
                     ) -> list[tuple[int, list[Block]]]:
-    """The tool rounds after the summary's end stored without their results: (history position
-    of the tool_use message, its tool_use blocks), last first (inserting results from the end
-    keeps the earlier positions valid)."""
+    """The tool rounds after the summary's end stored without their results
+    (`dangling_in` of `history_after_summary`)."""
+    return dangling_in(history_after_summary(session, conversation))
+
+
+def history_after_summary(session: Session, conversation: Conversation) -> list[Message]:
+    """The messages placed after the summary's end, in history order."""
     assert conversation.id is not None
     start = memory.position_of(session, conversation.summarized_until_id)
-    stored = timeline(memory.window_rows(session, conversation.id, after_position=start))
+    return memory.window_rows(session, conversation.id, after_position=start)
+
+
+def dangling_in(rows: list[Message]) -> list[tuple[int, list[Block]]]:
+    """The tool rounds of `rows` (history order) stored without their results: (history
+    position of the tool_use message, its tool_use blocks), last first (inserting results
+    from the end keeps the earlier positions valid)."""
+    stored = timeline(rows)
     return [(stored[index].position, uses)  # a reminder inside a round: user side
             for index, uses in reversed(find_dangling(stored))]

@@ -8,9 +8,11 @@ story of named steps:
    apology covered, stop when nothing waits; render the context block at a session's first turn;
    then the month's model budget (workers/budgets.py) picks the turn's model, or the handoff;
 2. repair what a crashed attempt left: media to resolve, a tool round without results;
-3. place the new messages (`_place`, one transaction): answer reminder taps, refuse a turn
-   whose 24-hour window closed, else prepare the window and request (workers/turn_window.py);
-   over budget with `handoff`: the handoff text, no model call (`_budget_handoff`);
+3. place the new messages (`_place_in`): answer reminder taps, refuse a turn whose 24-hour
+   window closed, else prepare the window and request (workers/turn_window.py); in step 1's
+   transaction when steps 1 and 2 have nothing to do in between (`_Ready.places_at_once`),
+   else in one of its own (`_place`); over budget with `handoff`: the handoff text, no model
+   call (`_budget_handoff`);
 4. converse (`_converse_or_apologise`): the tool loop, storing every block as it happens; any
    failure ends in the one apology (or a retry later, or held while the provider is down);
 5. finish (`_finish_turn`): the reply with its outbox rows and the "answered" marks in one
@@ -21,6 +23,8 @@ A retried job resumes from what was stored. `Outcome` names what happened.
 
 import functools
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -30,7 +34,7 @@ from zoneinfo import ZoneInfo
 import anthropic
 import structlog
 from rq.timeouts import JobTimeoutException
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, select, update
 
 from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, run_tool_loop
@@ -44,11 +48,12 @@ from core.faults import crash_point
 from storage import contacts as contact_repo
 from storage import failures, marks, memory, staff, threads
 from storage import messages as message_repo
-from storage.conversations import inactivity_timeout, touch, with_staff
-from storage.db import OUTAGE_ERRORS, is_outage, session_scope
+from storage.budgets import budget_micro_usd
+from storage.conversations import inactivity_timeout, touch_values, with_staff
+from storage.db import OUTAGE_ERRORS, is_outage, read_scope, session_scope
 from storage.errors import TurnFenced
 from storage.jobs import enqueue_turn
-from storage.models import Conversation, Message
+from storage.models import Conversation, Message, Usage
 from whatsapp.graph import split_text
 from whatsapp.window import SERVICE_WINDOW_CLOSED, window_closed
 from workers import budgets, outages, texts
@@ -61,9 +66,11 @@ from workers.jobs import (
     call_model,
     connection_cause,
     pause_tenant,
-    record_call_usage,
+    record_usage_metrics,
     retry_later,
     run_coalesced,
+    store_usage,
+    usage_row,
 )
 from workers.media import drop_refused_media, resolve_media
 from workers.outbox import flush_outbox
@@ -72,8 +79,9 @@ from workers.reminders import answer_taps
 from workers.runtime import Runtime
 from workers.turn_window import (
     Prepared,
-    dangling_rounds,
+    dangling_in,
     ensure_context_block,
+    history_after_summary,
     inline_in,
     prepare,
     prepare_in,
@@ -121,11 +129,21 @@ class Reply:
 @dataclass(frozen=True)
 class _Ready:
     """What the steps before the model hand on: the loaded state, the turn's time, and the tool
-    rounds to repair (workers/turn_window.dangling_rounds)."""
+    rounds to repair (workers/turn_window.dangling_in); `media`: whether a pending message
+    holds media still to fetch (workers/media.py)."""
 
     state: ConversationState
     now: datetime
     dangling: list[tuple[int, list[Block]]]
+    media: bool = True
+    placed: "_Placed | None" = None  # placed in the checks' transaction (`places_at_once`)
+
+    def places_at_once(self) -> bool:
+        """Nothing needs doing between the checks and the placing (no media to fetch, no
+        tool round to repair, no budget to read: workers/budgets.py), so the checks'
+        transaction places the messages too: one transaction, one fence check, fewer reads."""
+        return not self.media and not self.dangling \
+            and budget_micro_usd(self.state.tenant) is None
 
 
 def run_turn(conversation_id: int, attempt: int = 1, outage: int = 0) -> str:
@@ -176,26 +194,49 @@ def handle_turn(runtime: Runtime, conversation_id: int, *, attempt: int = 1) -> 
     ready = _before_model(runtime, conversation_id)
     if isinstance(ready, Outcome):
         return ready
-    budget = budgets.decide(runtime, ready.state.tenant, now=ready.now,
-                            conversation_id=conversation_id)  # the month's model budget
-    state = replace(ready.state, model=budget.model) if budget.model else ready.state
-    resolve_media(runtime, conversation_id, language=state.tenant.language)  # before placing
-    repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
-    placed = _place(runtime, state, ready.now)
+    state, budget, placed = ready.state, budgets.UNDER_BUDGET, ready.placed
+    if placed is None:  # placed in a transaction of its own, after what must come first
+        state, budget, placed = _repair_and_place(runtime, ready)
     if isinstance(placed.next, Outcome):  # answered without the model
         flush_outbox(runtime, conversation_id)
         return placed.next
     hooks = _StoreHooks(runtime, state, placed.next, placed.source)
-    if budget.handoff:  # over the month's budget, the tenant chose the handoff
+    try:
+        return _answer(runtime, state, hooks, placed.last_position, budget.handoff,
+                       attempt=attempt)
+    finally:
+        hooks.settle_usage()  # a usage row no transaction of the turn took: alone
+
+
+def _repair_and_place(runtime: Runtime, ready: "_Ready"
+                      ) -> "tuple[ConversationState, budgets.Decision, _Placed]":
+    """The steps between the checks and the placing when the checks' transaction could not
+    place (`_Ready.places_at_once`): the month's model budget, the pending media, the tool
+    rounds to repair; then `_place`."""
+    conversation_id = ready.state.conversation_id
+    budget = budgets.decide(runtime, ready.state.tenant, now=ready.now,
+                            conversation_id=conversation_id)  # the month's model budget
+    state = replace(ready.state, model=budget.model) if budget.model else ready.state
+    if ready.media:  # before placing
+        resolve_media(runtime, conversation_id, language=state.tenant.language)
+    repair_dangling_tool_use(runtime, state, ready.dangling)  # before new messages are placed
+    return state, budget, _place(runtime, state, ready.now)
+
+
+def _answer(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
+            last_position: int, handoff: bool, *, attempt: int) -> Outcome:
+    """The placed turn's reply (the handoff when over the budget and the tenant chose it,
+    else the conversation with the model), stored and sent."""
+    if handoff:  # over the month's budget, the tenant chose the handoff
         return _finish_turn(runtime, state, hooks, _budget_handoff(runtime, state),
-                            attempt=attempt, up_to_position=placed.last_position)
+                            attempt=attempt, up_to_position=last_position)
     hooks.typing.start()  # read receipt + "typing…" (workers/receipts.py), best effort
     reply = _converse_or_apologise(runtime, state, hooks, attempt=attempt,
-                                   last_position=placed.last_position)
+                                   last_position=last_position)
     if isinstance(reply, Outcome):  # a retry later, or held
         return reply
     return _finish_turn(runtime, state, hooks, reply, attempt=attempt,
-                        up_to_position=max(placed.last_position, hooks.folded_up_to))
+                        up_to_position=max(last_position, hooks.folded_up_to))
 
 
 def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
@@ -221,10 +262,17 @@ def _before_model(runtime: Runtime, conversation_id: int) -> "_Ready | Outcome":
         if not window_closed(state.contact.last_inbound_at, now) \
                 and failures.reopen(session, state.conversation, now=now):  # after an apology
             _late_note(session, state, now)
-        if not message_repo.pending_inbound(session, conversation_id):
+        pending = message_repo.pending_inbound(session, conversation_id)
+        if not pending:
             return Outcome.IDLE
         ensure_context_block(session, state.conversation)
-        return _Ready(state, now, dangling_rounds(session, state.conversation))
+        history = history_after_summary(session, state.conversation)
+        ready = _Ready(state, now, dangling_in(history),
+                       media=any(_pending_media(m.media) for m in pending))
+        if not ready.places_at_once():
+            return ready
+        return replace(ready, placed=_place_in(session, runtime, state, now, pending=pending,
+                                               history=history))
 
 
 LATE_NOTE = ("[the assistant could not answer the customer's messages above (a provider "
@@ -262,26 +310,67 @@ class _Source:
     latest one placed in the history, moved on as messages are folded in mid-turn."""
 
     message_id: int | None
+    wamid: str | None = None  # its wamid, when the turn placed it (workers/receipts.py)
 
 
 def _place(runtime: Runtime, state: ConversationState, now: datetime) -> _Placed:
+    """`_place_in` in a transaction of its own."""
+    with session_scope(runtime.engine) as session:
+        return _place_in(session, runtime, state, now)
+
+
+def _place_in(session: Session, runtime: Runtime, state: ConversationState, now: datetime,
+              *, pending: list[Message] | None = None,
+              history: list[Message] | None = None) -> _Placed:
     """Give the pending messages their history positions and answer reminder taps; then, in
     the same transaction, the turn's end without the model (window closed, only taps) or its
-    prepared first request."""
-    with session_scope(runtime.engine) as session:
-        last_position = message_repo.assign_positions(session, state.conversation_id)
-        tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
-                             secret=runtime.settings.button_key(), now=now)  # reminders
-        tapped += answer_offer_taps(session, state.tenant, state.contact, state.conversation,
-                                    secret=runtime.settings.button_key(), now=now)  # waitlist
-        if window_closed(state.contact.last_inbound_at, now):
-            return _Placed(last_position,
-                           _window_closed_turn(session, state, last_position, now), _Source(None))
-        if tapped and not message_repo.pending_inbound(session, state.conversation_id):
-            return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
-        source = _Source(_latest_customer_message(session, state.conversation_id))
+    prepared first request. `pending`, `history`: the pending customer messages and the
+    history after the summary when this transaction read them already
+    (storage/messages.pending_inbound, workers/turn_window.history_after_summary)."""
+    last_position, placed = message_repo.place_waiting(session, state.conversation_id)
+    pending = _still_pending(session, state.conversation_id, pending, placed)
+    tapped = answer_taps(session, state.tenant, state.contact, state.conversation,
+                         secret=runtime.settings.button_key(), now=now,
+                         pending=pending)  # reminders
+    pending = [m for m in pending if m.answered_at is None]
+    tapped += answer_offer_taps(session, state.tenant, state.contact, state.conversation,
+                                secret=runtime.settings.button_key(), now=now,
+                                pending=pending)  # waitlist
+    if window_closed(state.contact.last_inbound_at, now):
         return _Placed(last_position,
-                       prepare_in(session, runtime.settings, state, tools=REGISTRY), source)
+                       _window_closed_turn(session, state, last_position, now), _Source(None))
+    if tapped and not any(m.answered_at is None for m in pending):
+        return _Placed(last_position, Outcome.REMINDER_TAP, _Source(None))
+    source = _Source(_latest_placed(placed) or
+                     _latest_customer_message(session, state.conversation_id),
+                     _latest_wamid(placed))
+    return _Placed(last_position, prepare_in(  # a tap's answer moved the top, if any
+        session, runtime.settings, state, tools=REGISTRY, top=None if tapped else last_position,
+        history=None if tapped or history is None else history + placed), source)
+
+
+def _latest_wamid(placed: list[Message]) -> str | None:
+    """The wamid of the latest customer message among those just placed, None without one."""
+    return next((m.wamid for m in reversed(placed) if m.direction == "inbound" and m.wamid),
+                None)
+
+
+def _still_pending(session: Session, conversation_id: int, pending: list[Message] | None,
+                   placed: list[Message]) -> list[Message]:
+    """The pending customer messages: read, or those read before in this transaction and
+    any just placed that arrived since (on PostgreSQL each statement sees the latest
+    commits), oldest first."""
+    if pending is None:
+        return message_repo.pending_inbound(session, conversation_id)
+    known = {m.id for m in pending}
+    arrived = [m for m in placed if m.direction == "inbound" and m.starts_turn
+               and m.answered_at is None and m.id not in known]
+    return sorted(pending + arrived, key=lambda m: m.id or 0)
+
+
+def _latest_placed(placed: list[Message]) -> int | None:
+    """The latest customer message among those just placed (they follow every other)."""
+    return next((m.id for m in reversed(placed) if m.direction == "inbound"), None)
 
 
 def _converse_or_apologise(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks",
@@ -353,7 +442,7 @@ def _after_provider_failure(runtime: Runtime, state: ConversationState, hooks: "
               cause=connection_cause(exc))
     if failed != "held":
         return None
-    with session_scope(runtime.engine) as session:  # one apology per conversation per outage
+    with hooks.scope() as session:  # one apology per conversation per outage
         message_repo.mark_answered(
             session, state.conversation_id, reason=failures.HELD_REASON, now=clock.now(),
             up_to_position=max(last_position, hooks.folded_up_to))
@@ -372,9 +461,10 @@ def _finish_turn(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks
             author=marks.product_author(outcome.value) if product else None,
             apology=outcome is Outcome.APOLOGY,
             settle=attempt > 1 and outcome is not Outcome.APOLOGY,  # a retried turn answered
-            context_tokens=hooks.context_tokens)
+            context_tokens=hooks.context_tokens, scope=hooks.scope)
     flush_outbox(runtime, state.conversation_id)
-    if maybe_enqueue_compaction(runtime, state.conversation_id):
+    if maybe_enqueue_compaction(runtime, state.conversation_id, tenant=state.tenant,
+                                last_input_tokens=hooks.latest_tokens):
         log.info("compaction_enqueued")
     log.info("turn_done", kind=outcome.value, attempt=attempt)
     return outcome
@@ -462,6 +552,20 @@ def _execute(runtime: Runtime, state: ConversationState, source: _Source,
     return text, is_error
 
 
+def _waiting(runtime: Runtime, conversation_id: int) -> list[Any]:
+    """The `media` of each message not yet placed in the history: a look that opens no
+    transaction (`read_scope`), so a tool round after which nobody wrote costs one statement."""
+    with read_scope(runtime.engine) as session:
+        return list(session.exec(select(Message.media).where(
+            Message.conversation_id == conversation_id,
+            col(Message.position).is_(None))).all())
+
+
+def _pending_media(media: Any) -> bool:
+    """A message's `media` still to fetch (workers/media.py resolves it)."""
+    return isinstance(media, dict) and media.get("state") == "pending"
+
+
 def _latest_customer_message(session: Session, conversation_id: int) -> int | None:
     """The customer's latest message placed in the history."""
     found = session.exec(select(Message.id).where(
@@ -473,27 +577,59 @@ def _latest_customer_message(session: Session, conversation_id: int) -> int | No
 
 class _StoreHooks:
     """Persist each intermediate message and each call's usage as soon as it exists; the
-    context size of the latest call (`context_tokens`) is written with the next store."""
+    context size of the latest call (`context_tokens`) and its usage row (`unstored`) are
+    written with the turn's next store (`scope`)."""
 
     def __init__(self, runtime: Runtime, state: ConversationState,
                  prepared: Prepared | None = None, source: _Source | None = None) -> None:
         self.runtime, self.state, self.prepared = runtime, state, prepared
         self.source = source or _Source(None)
-        self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation)
+        self.typing = TypingIndicator(runtime, state.tenant, state.contact, state.conversation,
+                                      known_wamid=lambda: self.source.wamid)
         self.folded_up_to = 0  # history position of the last customer message folded in
         self.context_tokens: int | None = None
+        self.latest_tokens: int | None = None  # the last call's context size, kept
+        self.unstored: list[Usage] = []
 
     def on_response(self, response: Any) -> None:
-        """Store the four usage counters of one call (workers/jobs.record_call_usage); the
-        conversation keeps the context size (input + cache creation + cache read) as
-        `last_input_tokens`, written by the turn's next store (`write_context_tokens`)."""
-        row = record_call_usage(self.runtime, tenant_id=self.state.tenant_id,
-                                conversation_id=self.state.conversation_id,
-                                response=response, purpose="turn")
+        """Keep the four usage counters of one call (workers/jobs.usage_row) for the turn's
+        next store (`scope`); the conversation keeps the context size (input + cache creation
+        + cache read) as `last_input_tokens`, written by that store too."""
+        row = usage_row(tenant_id=self.state.tenant_id,
+                        conversation_id=self.state.conversation_id, response=response,
+                        purpose="turn")
+        self.unstored.append(row)
+        record_usage_metrics(self.runtime, row)
         total = row.input_tokens + row.cache_creation_input_tokens + row.cache_read_input_tokens
-        self.context_tokens = total
+        self.context_tokens = self.latest_tokens = total
         log.info("claude_call", purpose="turn", request_id=row.request_id, context_tokens=total,
                  cache_read=row.cache_read_input_tokens, output_tokens=row.output_tokens)
+
+    @contextmanager
+    def scope(self) -> Iterator[Session]:
+        """A transaction of the turn (`session_scope`) that stores the usage rows kept since
+        the last one. A call was billed either way: when this transaction fails or is fenced
+        out, they are stored alone (`settle_usage`), so none is ever lost with it."""
+        rows, self.unstored = self.unstored, []
+        try:
+            with session_scope(self.runtime.engine) as session:
+                session.add_all(rows)
+                yield session
+        except BaseException:
+            self.unstored = rows + self.unstored
+            self.settle_usage()
+            raise
+
+    def settle_usage(self) -> None:
+        """Store the usage rows kept and not stored yet, alone and unfenced
+        (workers/jobs.store_usage); a failure here is logged, the turn's own error goes on."""
+        rows, self.unstored = self.unstored, []
+        try:
+            store_usage(self.runtime, rows)
+        except Exception as exc:
+            log.error("usage_not_stored", rows=len(rows), error=type(exc).__name__)
+            if not isinstance(exc, OUTAGE_ERRORS):
+                raise
 
     def on_assistant(self, content: list[dict[str, Any]]) -> None:
         self._append("assistant", content)
@@ -503,35 +639,40 @@ class _StoreHooks:
         self._append("user", content)
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
+        """The messages that arrived since the turn placed its own (`_waiting`: one look,
+        no transaction, when none did), placed after the results just stored, as blocks."""
         conversation_id = self.state.conversation_id
-        resolve_media(self.runtime, conversation_id, language=self.state.tenant.language)
+        waiting = _waiting(self.runtime, conversation_id)
+        if not waiting:
+            return []
+        if any(_pending_media(media) for media in waiting):
+            resolve_media(self.runtime, conversation_id, language=self.state.tenant.language)
         with session_scope(self.runtime.engine) as session:
-            before = memory.max_position(session, conversation_id)
-            top = message_repo.assign_positions(session, conversation_id)
-            if top == before:
+            top, rows = message_repo.place_waiting(session, conversation_id)
+            if not rows:
                 return []
-            rows = memory.window_rows(session, conversation_id, after_position=before)
             blocks = [b for m in rows for b in m.content
                       if b.get("type") == "text" or is_media(b)]  # a photo sent mid-turn too
             folded = inline_in(session, [{"role": "user", "content": blocks}])[0]["content"]
         self.folded_up_to = top
         self.source.message_id = next((m.id for m in reversed(rows)
                                        if m.direction == "inbound"), self.source.message_id)
+        self.source.wamid = _latest_wamid(rows) or self.source.wamid
         log.info("turn_folded_new_messages", count=len(rows))
         return list(folded)
 
     def write_context_tokens(self, session: Session) -> None:
-        """The latest call's context size into the conversation, in `session`'s transaction."""
+        """The latest call's context size into the conversation, in `session`'s transaction:
+        one UPDATE, the row is not read."""
         if self.context_tokens is None:
             return
-        conversation = session.get(Conversation, self.state.conversation_id)
-        assert conversation is not None
-        conversation.last_input_tokens = self.context_tokens
-        session.add(conversation)
+        session.exec(update(Conversation).where(
+            col(Conversation.id) == self.state.conversation_id,
+        ).values(last_input_tokens=self.context_tokens))
         self.context_tokens = None
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
-        with session_scope(self.runtime.engine) as session:
+        with self.scope() as session:
             message_repo.append(session, tenant_id=self.state.tenant_id,
                                 conversation_id=self.state.conversation_id, role=role,
                                 direction="internal", content=content, now=clock.now())
@@ -561,18 +702,21 @@ def _provider_failed(runtime: Runtime, state: ConversationState, exc: BaseExcept
 
 def _finish(runtime: Runtime, state: ConversationState, reply: str, *, up_to_position: int,
             offers: bool = False, author: str | None = None, apology: bool = False,
-            settle: bool = False, context_tokens: int | None = None) -> bool:
+            settle: bool = False, context_tokens: int | None = None,
+            scope: "Callable[[], AbstractContextManager[Session]] | None" = None) -> bool:
     """Store the reply, its outbox rows and the answered marks in one transaction.
 
     `offers`: the reply may carry the choices of this turn's `offer_choices` (workers/choices.py).
     `settle`: a retried turn answered, its stored failures are settled (storage/failures.py).
     `context_tokens`: the latest call's context size, kept as `last_input_tokens`.
+    `scope`: the transaction (default `session_scope`; the turn's `_StoreHooks.scope` stores
+    the last call's usage row in it).
     Compare-and-set on the answered marks: if another worker answered these messages meanwhile
     (a lock lost to a Redis flush, then the reconciler), this reply is dropped, never sent as a
     second answer. Returns False then.
     """
     now = clock.now()
-    with session_scope(runtime.engine) as session:
+    with (scope or functools.partial(session_scope, runtime.engine))() as session:
         if settle:
             failures.settle(session, state.conversation_id, provider="anthropic",
                             purpose="turn", outcome="recovered")
@@ -582,17 +726,16 @@ def _finish(runtime: Runtime, state: ConversationState, reply: str, *, up_to_pos
             log.warning("turn_reply_dropped_already_answered")
             return False
         _queue_reply(session, state, reply, offers=offers, author=author, now=now)
-        conversation = session.get(Conversation, state.conversation_id)
-        assert conversation is not None
-        touch(conversation, now=now, inactivity_timeout=inactivity_timeout(
+        values: dict[str, Any] = touch_values(now=now, inactivity_timeout=inactivity_timeout(
             state.tenant.inactivity_timeout_minutes))
         if context_tokens is not None:
-            conversation.last_input_tokens = context_tokens
-        if apology:  # one apology per conversation per outage (storage/failures.py)
-            conversation.outage_state, conversation.outage_at = failures.APOLOGIZED, now
-        else:
-            failures.after_reply(session, conversation, now=now)
-        session.add(conversation)
+            values["last_input_tokens"] = context_tokens
+        # one apology per conversation per outage (storage/failures.py)
+        values.update({"outage_state": failures.APOLOGIZED, "outage_at": now} if apology
+                      else failures.after_reply_values(now))
+        session.exec(update(Conversation).where(  # one statement: the row is not read
+            col(Conversation.id) == state.conversation_id).values(values)
+            .execution_options(synchronize_session=False))
     return True
 
 

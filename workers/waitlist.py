@@ -45,6 +45,7 @@ from storage.models import (
     Appointment,
     Contact,
     Conversation,
+    Message,
     Professional,
     Service,
     Tenant,
@@ -190,12 +191,17 @@ def send_offer(session: Session, secret: str, entry_id: int, *,
 # -- taps ------------------------------------------------------------------------------------
 
 def answer_offer_taps(session: Session, tenant: Tenant, contact: Contact,
-                      conversation: Conversation, *, secret: str, now: datetime) -> int:
+                      conversation: Conversation, *, secret: str, now: datetime,
+                      pending: list[Message] | None = None) -> int:
     """Answer the pending taps on waitlist offers' buttons of `conversation` (module
-    docstring), without the model; returns how many were handled."""
+    docstring), without the model; returns how many were handled. `pending`: the
+    conversation's pending customer messages when the caller read them in this transaction
+    (storage/messages.pending_inbound), else read here."""
     assert conversation.id is not None
     handled, replies = 0, []
-    for message in message_repo.pending_inbound(session, conversation.id):
+    if pending is None:
+        pending = message_repo.pending_inbound(session, conversation.id)
+    for message in pending:
         if message.wa_type not in TAP_TYPES:
             continue
         text = " ".join(str(b.get("text", "")) for b in message.content
