@@ -87,6 +87,32 @@ def test_a_deadline_is_overdue_only_after_its_seconds() -> None:
     assert not deadline.overdue()
 
 
+def test_a_work_process_slow_to_die_is_one_overrun_killed_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGKILL that takes longer than a watch to end the process (a loaded machine) is one
+    overrun, logged and sent once: the supervisor does not count its every look at it."""
+    import threading
+
+    from workers import processes
+    sent: list[int] = []
+
+    def slow_kill(pid: int, sig: int) -> None:  # the kill lands 5 watches later
+        sent.append(sig)
+        threading.Timer(processes.WATCH_SECONDS * 5, os.kill, (pid, sig)).start()
+
+    monkeypatch.setattr(processes, "_signal", slow_kill)
+
+    def work(deadline: Deadline) -> int:
+        deadline.set(0.1)
+        time.sleep(30)
+        return 0
+
+    supervisor = Supervisor(work, burst=True, grace=0.1)
+    monkeypatch.setattr(processes, "RESTART_PAUSE_SECONDS", 0)
+    supervisor._run_one()
+    assert (supervisor.overruns, sent) == (1, [signal.SIGKILL])
+
+
 @pytest.mark.redis
 def test_a_job_the_alarm_cannot_stop_has_its_work_process_killed_and_the_next_job_runs() -> None:
     """The supervisor forks the work process; the first job blocks SIGALRM and sleeps 30 s

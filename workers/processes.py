@@ -201,6 +201,7 @@ class Supervisor:
         self.deadline.clear()
         self.pid = _fork(lambda: self.work(self.deadline))
         self.started += 1
+        killed = False  # one overrun a process: a SIGKILL can take longer than WATCH_SECONDS
         while True:
             done, status = os.waitpid(self.pid, os.WNOHANG)
             if done:
@@ -209,7 +210,9 @@ class Supervisor:
                 if code not in (0, RECYCLE_EXIT):
                     log.warning("work_process_ended", exit_code=code)
                 return code
-            if self.deadline.overdue(OVERRUN_GRACE_SECONDS if self.grace is None else self.grace):
+            if not killed and self.deadline.overdue(
+                    OVERRUN_GRACE_SECONDS if self.grace is None else self.grace):
+                killed = True
                 self.overruns += 1
                 log.error("work_process_overran_job_timeout")
                 _signal(self.pid, signal.SIGKILL)  # its turn is reaped and retried, fenced
