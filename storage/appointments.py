@@ -41,17 +41,38 @@ def number_of(appointment: Appointment) -> int:
     return appointment.booking_number or visit_of(appointment)
 
 
-def next_number(session: Session, tenant_id: int) -> int:
+def next_visit(session: Session, tenant_id: int) -> tuple[int, int | None]:
     """The tenant's next booking number: one more than its highest (the tenant's row locked
     FOR NO KEY UPDATE on PostgreSQL until the transaction ends, so two bookings never share
     one, while rows that only reference the tenant, a new contact, are not held up; SQLite's
     transactions are serial already). Numbers once told are never reused: a cancelled visit
-    keeps its own. Call it before locking a professional (availability.place)."""
-    session.exec(select(Tenant.id).where(Tenant.id == tenant_id)
-                 .with_for_update(key_share=True)).first()
-    highest = session.exec(select(func.max(col(Appointment.booking_number))).where(
-        Appointment.tenant_id == tenant_id)).one()
-    return int(highest or 0) + 1
+    keeps its own. Call it before locking a professional (availability.place).
+
+    And on PostgreSQL the id the new visit's first row takes (its visit_id too, so the row is
+    inserted whole: no UPDATE after), from the table's sequence; None on SQLite (the row's id
+    comes with its INSERT). One round trip on PostgreSQL, two statements, the read after the
+    lock: in READ COMMITTED the read's snapshot is taken once the lock is granted, so it sees
+    the number a booking that held the lock committed (as storage/fences._lock_and_read)."""
+    if session.get_bind().dialect.name != "postgresql":
+        highest = session.exec(select(func.max(col(Appointment.booking_number))).where(
+            Appointment.tenant_id == tenant_id)).one()
+        return int(highest or 0) + 1, None
+    key = int(tenant_id)  # our own integer: the query goes without parameters (several)
+    result = session.connection().exec_driver_sql(
+        f"SELECT id FROM {Tenant.__tablename__} WHERE id = {key} FOR NO KEY UPDATE; "
+        f"SELECT max(booking_number), nextval(pg_get_serial_sequence('{_TABLE}', 'id')) "
+        f"FROM {_TABLE} WHERE tenant_id = {key}")
+    try:
+        cursor = result.cursor
+        assert cursor is not None and cursor.nextset(), "the booking number's read"
+        row = cursor.fetchone()
+    finally:
+        result.close()
+    assert row is not None  # an aggregate's one row
+    return int(row[0] or 0) + 1, int(row[1])
+
+
+_TABLE = Appointment.__tablename__
 
 
 def by_number(session: Session, tenant_id: int, number: int) -> Appointment | None:

@@ -88,6 +88,32 @@ def test_two_turns_booking_the_same_slot_at_once_give_one_booking(engine: Engine
         assert len(session.exec(select(Appointment)).all()) == 1
 
 
+def test_bookings_at_once_at_different_times_take_different_numbers(engine: Engine) -> None:
+    # storage/appointments.next_visit: the tenant's row lock, then the highest number read
+    # after it (one round trip on PostgreSQL): no two visits share a number or an id
+    pairs = _setup(engine, contacts=4)
+    barrier = threading.Barrier(len(pairs))
+    results: list[tuple[str, bool]] = []
+
+    def book(i: int) -> None:
+        contact_id, conversation_id = pairs[i]
+        barrier.wait()
+        results.append(execute_tool(_ctx(engine, contact_id, conversation_id, f"toolu_{i}"),
+                                    "book_appointment",
+                                    {"service": "corte", "start": f"2026-06-02T{14 + i}:00"}))
+
+    threads = [threading.Thread(target=book, args=(i,)) for i in range(len(pairs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [is_error for _, is_error in results] == [False] * len(pairs), results
+    with session_scope(engine) as session:
+        rows = session.exec(select(Appointment)).all()
+    assert sorted(r.booking_number for r in rows) == [1, 2, 3, 4]
+    assert all(r.visit_id == r.id for r in rows)
+
+
 def test_overlapping_but_not_equal_times_are_refused(engine: Engine) -> None:
     (a, ca), (b, cb) = _setup(engine)
     ok = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",

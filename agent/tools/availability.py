@@ -45,7 +45,7 @@ from agent.tools.slots import (
     wall_starts,
 )
 from storage import job_catalogue, waitlist
-from storage.appointments import next_number
+from storage.appointments import next_visit
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -278,7 +278,7 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     tenant_id = tenant.id or 0
     # a new visit's number first: the tenant's row is locked before any professional's, the
     # one order every booking takes (no deadlock)
-    number = next_number(session, tenant_id) if p.visit_id is None else None
+    number, first_id = next_visit(session, tenant_id) if p.visit_id is None else (None, None)
     business = business_hours(session, tenant_id)
     exceptions = business_exceptions(session, tenant_id)
     step = timedelta(minutes=tenant.slot_granularity_minutes)
@@ -316,6 +316,8 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
                               visit_id=p.visit_id)
     if p.visit_id is None:
         appointment.booking_number = number
+        if first_id is not None:  # its id known before the INSERT: the visit's id with it
+            appointment.id = appointment.visit_id = first_id
     else:  # a service joining a visit: the visit's number
         head = session.get(Appointment, p.visit_id)
         appointment.booking_number = head.booking_number if head else None
