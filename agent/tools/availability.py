@@ -45,7 +45,7 @@ from agent.tools.slots import (
     wall_starts,
 )
 from storage import job_catalogue, waitlist
-from storage.appointments import next_visit
+from storage.appointments import lock_for_booking
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -276,9 +276,6 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     day are named), off the wall-clock grid, or taken (by a booking, a buffer or a block)."""
     tz = ZoneInfo(tenant.timezone)
     tenant_id = tenant.id or 0
-    # a new visit's number first: the tenant's row is locked before any professional's, the
-    # one order every booking takes (no deadlock)
-    number, first_id = next_visit(session, tenant_id) if p.visit_id is None else (None, None)
     business = business_hours(session, tenant_id)
     exceptions = business_exceptions(session, tenant_id)
     step = timedelta(minutes=tenant.slot_granularity_minutes)
@@ -297,15 +294,17 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     if not working:
         _refuse_not_working(tenant, candidates, p, business, exceptions, grid_miss)
     buffer = timedelta(minutes=p.service.buffer_minutes)
-    free = []
-    for pro, week, duration in working:
-        lock_professional(session, week.professional_id)
-        busy = busy_intervals(session, [week.professional_id], p.start - timedelta(days=1),
-                              p.start + duration + buffer, except_id=p.except_id,
-                              now=p.now)
-        if not any(overlaps((p.start, p.start + duration + buffer), b)
-                   for b in busy[week.professional_id]):
-            free.append((pro, duration))
+    # a new visit's number, the tenant's row and the professionals' locked (in that order)
+    number, first_id = lock_for_booking(session, tenant_id,
+                                        [w.professional_id for _, w, _ in working],
+                                        new_visit=p.visit_id is None)
+    busy = busy_intervals(session, [w.professional_id for _, w, _ in working],
+                          p.start - timedelta(days=1),
+                          p.start + max(d for _, _, d in working) + buffer,
+                          except_id=p.except_id, now=p.now)
+    free = [(pro, duration) for pro, week, duration in working
+            if not any(overlaps((p.start, p.start + duration + buffer), b)
+                       for b in busy[week.professional_id])]
     if not free:
         raise Taken("that time is no longer free; call find_available_slots again")
     pro, duration = free[0] if len(free) == 1 else _fewest_that_day(session, free, local, tz)
