@@ -135,18 +135,18 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
                                                                          "before")
     if after is not None and before is not None and after >= before:
         raise ToolError(f"after ({after:%H:%M}) must be earlier than before ({before:%H:%M})")
-    own = availability.own_intervals(
-        session, ctx.contact_id, local_to_utc(first, "00:00", ctx.timezone) - timedelta(days=1),
-        local_to_utc(last + timedelta(days=3), "00:00", ctx.timezone))
     pros = {p.id: p for group in groups for p in group}
     codes = "+".join(s.code for s in services)
-    if len(services) == 1:
-        slots = [s for s in availability.free_slots(
+    if len(services) == 1:  # none overlapping the customer's own bookings (one read)
+        slots = availability.free_slots(
             session, tenant=tenant, service=services[0], pros=groups[0], first=first,
-            last=last, now=ctx.now, after=after, before=before)
-            if not any(overlaps((s.start, s.end), o) for o in own)]
+            last=last, now=ctx.now, after=after, before=before, contact_id=ctx.contact_id)
         found = bool(slots)
     else:
+        own = availability.own_intervals(
+            session, ctx.contact_id,
+            local_to_utc(first, "00:00", ctx.timezone) - timedelta(days=1),
+            local_to_utc(last + timedelta(days=3), "00:00", ctx.timezone))
         visits = availability.visit_slots(session, tenant=tenant, services=services,
                                           pros=groups, first=first, last=last, now=ctx.now,
                                           after=after, before=before, own=own)
