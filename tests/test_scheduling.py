@@ -280,6 +280,28 @@ def test_every_offered_slot_can_be_booked_and_none_inside_the_notice(engine: Eng
     assert "2026-08-24" in edge and "2026-08-31" not in edge
 
 
+def test_slots_overlapping_the_customers_own_booking_are_not_offered(engine: Engine) -> None:
+    # read with the professionals' busy time (availability.busy_intervals, contact_id)
+    two = [{"code": "julia", "name": "Júlia", "services": ["corte"]},
+           {"code": "bia", "name": "Bia", "services": ["corte"]}]
+    (a, ca), (b, cb) = _setup(engine, professionals=two)
+    _, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                               {"service": "corte", "start": "2026-06-02T14:00",
+                                "professional": "julia"})
+    assert not is_error
+
+    def offered(contact_id: int, conversation_id: int, tool_use_id: str) -> set[str]:
+        text, is_error = execute_tool(_ctx(engine, contact_id, conversation_id, tool_use_id),
+                                      "find_available_slots",
+                                      {"service": "corte", "date": "2026-06-02"})
+        assert not is_error, text
+        return set(re.findall(r"(\d{2}:\d{2}) bia", text))
+
+    mine, theirs = offered(a, ca, "f1"), offered(b, cb, "f2")
+    assert {"13:30", "14:00", "14:30"} <= theirs and "15:00" in mine, (mine, theirs)
+    assert not {"13:30", "14:00", "14:30"} & mine, mine
+
+
 def _big_catalogue() -> dict[str, Any]:
     """A catalogue at the limits the admin API accepts: 200 services and 100 professionals,
     every name 200 characters, every code 64, everyone doing everything (4 MB of result)."""
