@@ -11,12 +11,13 @@ A visit is the rows sharing one booking number (`VISIT`: `visit_id`, or the row'
 row written before visits): one row per service, each with its professional and times.
 """
 
+from collections.abc import Sequence
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, or_, select
 
-from storage.models import Appointment, Tenant
+from storage.models import Appointment, Professional, Tenant
 
 # the booking number of a row, in SQL (COUNT(DISTINCT VISIT) counts visits)
 VISIT = func.coalesce(col(Appointment.visit_id), col(Appointment.id))
@@ -41,17 +42,59 @@ def number_of(appointment: Appointment) -> int:
     return appointment.booking_number or visit_of(appointment)
 
 
-def next_number(session: Session, tenant_id: int) -> int:
-    """The tenant's next booking number: one more than its highest (the tenant's row locked
-    FOR NO KEY UPDATE on PostgreSQL until the transaction ends, so two bookings never share
-    one, while rows that only reference the tenant, a new contact, are not held up; SQLite's
-    transactions are serial already). Numbers once told are never reused: a cancelled visit
-    keeps its own. Call it before locking a professional (availability.place)."""
-    session.exec(select(Tenant.id).where(Tenant.id == tenant_id)
-                 .with_for_update(key_share=True)).first()
-    highest = session.exec(select(func.max(col(Appointment.booking_number))).where(
-        Appointment.tenant_id == tenant_id)).one()
-    return int(highest or 0) + 1
+def lock_for_booking(session: Session, tenant_id: int, professional_ids: Sequence[int], *,
+                     new_visit: bool) -> tuple[int | None, int | None]:
+    """Lock what a booking checks before its insert (availability.place), and for a
+    `new_visit` return the tenant's next booking number and, on PostgreSQL, the id its first
+    row takes (else None, None).
+
+    On PostgreSQL, for a new visit, the tenant's row FOR NO KEY UPDATE first (so two
+    bookings never share a number, while rows that only reference the tenant, a new contact,
+    are not held up), then the professionals' rows FOR UPDATE (by id; the check of their
+    busy time and the insert cannot interleave with another booking's), all held until the
+    transaction ends: the one order every booking takes (no deadlock). SQLite's
+    transactions are serial already. The number: one more than the tenant's highest;
+    numbers once told are never reused (a cancelled visit keeps its own). The id (its
+    visit_id too, so the row is inserted whole: no UPDATE after) comes from the table's
+    sequence.
+
+    One round trip on PostgreSQL, a statement per lock and the read last: in READ COMMITTED
+    the read's snapshot is taken once the locks are granted, so it sees the number a booking
+    that held them committed (as storage/fences._lock_and_read)."""
+    if session.get_bind().dialect.name != "postgresql":
+        if not new_visit:
+            return None, None
+        highest = session.exec(select(func.max(col(Appointment.booking_number))).where(
+            Appointment.tenant_id == tenant_id)).one()
+        return int(highest or 0) + 1, None
+    key = int(tenant_id)  # our own integers: the query goes without parameters (several)
+    ids = ", ".join(str(int(i)) for i in sorted(professional_ids))
+    statements = [f"SELECT id FROM {Tenant.__tablename__} WHERE id = {key} FOR NO KEY UPDATE"
+                  ] if new_visit else []
+    if ids:
+        statements.append(f"SELECT id FROM {Professional.__tablename__} WHERE id IN ({ids}) "
+                          "ORDER BY id FOR UPDATE")
+    if new_visit:
+        statements.append(f"SELECT max(booking_number), "
+                          f"nextval(pg_get_serial_sequence('{_TABLE}', 'id')) "
+                          f"FROM {_TABLE} WHERE tenant_id = {key}")
+    if not statements:
+        return None, None
+    result = session.connection().exec_driver_sql("; ".join(statements))
+    try:
+        cursor = result.cursor
+        assert cursor is not None
+        for _ in statements[1:]:
+            assert cursor.nextset(), "a booking lock's result"
+        row = cursor.fetchone() if new_visit else None
+    finally:
+        result.close()
+    if row is None:
+        return None, None
+    return int(row[0] or 0) + 1, int(row[1])
+
+
+_TABLE = Appointment.__tablename__
 
 
 def by_number(session: Session, tenant_id: int, number: int) -> Appointment | None:

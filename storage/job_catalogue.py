@@ -23,6 +23,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
@@ -93,16 +94,12 @@ def tenant(session: Session, tenant_id: int) -> Tenant | None:
 
 def services(session: Session, tenant_id: int) -> list[Service]:
     """The active services, by code."""
-    return _list(session, tenant_id, "services", select(Service).where(
-        Service.tenant_id == tenant_id, col(Service.active).is_(True))
-        .order_by(col(Service.code)))
+    return _list(session, tenant_id, "services")
 
 
 def professionals(session: Session, tenant_id: int) -> list[Professional]:
     """The active professionals, by code."""
-    return _list(session, tenant_id, "professionals", select(Professional).where(
-        Professional.tenant_id == tenant_id, col(Professional.active).is_(True))
-        .order_by(col(Professional.code)))
+    return _list(session, tenant_id, "professionals")
 
 
 def service(session: Session, tenant_id: int, service_id: int) -> Service | None:
@@ -127,32 +124,56 @@ def professional(session: Session, tenant_id: int, professional_id: int) -> Prof
 
 def hours(session: Session, tenant_id: int) -> list[OpeningHours]:
     """The weekly opening hours, by weekday then opening time."""
-    return _list(session, tenant_id, "hours", select(OpeningHours).where(
-        OpeningHours.tenant_id == tenant_id)
-        .order_by(col(OpeningHours.weekday), col(OpeningHours.opens)))
+    return _list(session, tenant_id, "hours")
 
 
 def hours_exceptions(session: Session, tenant_id: int) -> list[HoursException]:
     """The dated exceptions to the weekly hours, by day."""
-    return _list(session, tenant_id, "exceptions", select(HoursException).where(
-        HoursException.tenant_id == tenant_id).order_by(col(HoursException.day)))
+    return _list(session, tenant_id, "exceptions")
 
 
 def endpoints(session: Session, tenant_id: int) -> list[WebhookEndpoint]:
     """The tenant's enabled webhook endpoints (storage/webhooks.emit)."""
-    return _list(session, tenant_id, "endpoints", select(WebhookEndpoint).where(
-        WebhookEndpoint.tenant_id == tenant_id, col(WebhookEndpoint.disabled_at).is_(None))
-        .order_by(col(WebhookEndpoint.id)))
+    return _list(session, tenant_id, "endpoints")
 
 
-def _list(session: Session, tenant_id: int, kind: str,
-          statement: SelectOfScalar[Row]) -> list[Row]:
+def _statement(kind: str, tenant_id: int) -> SelectOfScalar[Any]:
+    """The read of one kind of the tenant's rows."""
+    if kind == "services":
+        return select(Service).where(Service.tenant_id == tenant_id,
+                                     col(Service.active).is_(True)).order_by(col(Service.code))
+    if kind == "professionals":
+        return select(Professional).where(
+            Professional.tenant_id == tenant_id, col(Professional.active).is_(True)
+        ).order_by(col(Professional.code))
+    if kind == "hours":
+        return select(OpeningHours).where(OpeningHours.tenant_id == tenant_id).order_by(
+            col(OpeningHours.weekday), col(OpeningHours.opens))
+    if kind == "exceptions":
+        return select(HoursException).where(HoursException.tenant_id == tenant_id).order_by(
+            col(HoursException.day))
+    assert kind == "endpoints", kind
+    return select(WebhookEndpoint).where(
+        WebhookEndpoint.tenant_id == tenant_id, col(WebhookEndpoint.disabled_at).is_(None)
+    ).order_by(col(WebhookEndpoint.id))
+
+
+KINDS = ("services", "professionals", "hours", "exceptions", "endpoints")
+
+
+def _list(session: Session, tenant_id: int, kind: str) -> list[Any]:
     rows = _CURRENT.get()
     if rows is None:
-        return list(session.exec(statement).all())
+        return list(session.exec(_statement(kind, tenant_id)).all())
     entry = rows.setdefault(tenant_id, _Rows())
     if kind not in entry.lists:
-        entry.lists[kind] = _read(session, statement)
+        if session.get_bind().dialect.name == "postgresql":
+            # every kind not read yet, in one round trip (issue 43): a job wants them all
+            missing = [k for k in KINDS if k not in entry.lists]
+            entry.lists.update(zip(missing, _read_many(
+                session, [_statement(k, tenant_id) for k in missing]), strict=True))
+        else:
+            entry.lists[kind] = _read(session, _statement(kind, tenant_id))
     return list(entry.lists[kind])  # a copy: a caller's filtering never reaches the next one
 
 
@@ -161,3 +182,35 @@ def _read(session: Session, statement: SelectOfScalar[Row]) -> list[Row]:
     their own, detached when it closes (module docstring)."""
     with Session(bind=session.connection(), expire_on_commit=False) as reader:
         return list(reader.exec(statement).all())
+
+
+def _read_many(session: Session, statements: list[SelectOfScalar[Any]]) -> list[list[Any]]:
+    """Each statement's rows (each selects one table's entity), on PostgreSQL in one round
+    trip on the caller's connection: the statements go as one query without parameters (the
+    simple query protocol allows several; their only values are our own integers and
+    booleans, as storage/fences._lock_and_read sends its two), each result set made into
+    detached rows, as `_read` leaves them."""
+    connection = session.connection()
+    sql = "; ".join(str(s.compile(dialect=connection.dialect,
+                                  compile_kwargs={"literal_binds": True})) for s in statements)
+    result = connection.exec_driver_sql(sql)
+    found: list[list[Any]] = []
+    try:
+        cursor = result.cursor
+        assert cursor is not None
+        for n, statement in enumerate(statements):
+            assert n == 0 or cursor.nextset(), "a catalogue read's result"
+            model = statement.column_descriptions[0]["entity"]
+            names = [c[0] for c in cursor.description or ()]
+            found.append([_detached(model, dict(zip(names, row, strict=True)))
+                          for row in cursor.fetchall()])
+    finally:
+        result.close()
+    return found
+
+
+def _detached(model: type[Row], values: dict[str, Any]) -> Row:
+    """A row of `model` with `values` (its columns as read), detached as a session leaves it."""
+    row = model(**values)
+    make_transient_to_detached(row)
+    return row

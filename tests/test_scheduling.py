@@ -88,6 +88,32 @@ def test_two_turns_booking_the_same_slot_at_once_give_one_booking(engine: Engine
         assert len(session.exec(select(Appointment)).all()) == 1
 
 
+def test_bookings_at_once_at_different_times_take_different_numbers(engine: Engine) -> None:
+    # storage/appointments.next_visit: the tenant's row lock, then the highest number read
+    # after it (one round trip on PostgreSQL): no two visits share a number or an id
+    pairs = _setup(engine, contacts=4)
+    barrier = threading.Barrier(len(pairs))
+    results: list[tuple[str, bool]] = []
+
+    def book(i: int) -> None:
+        contact_id, conversation_id = pairs[i]
+        barrier.wait()
+        results.append(execute_tool(_ctx(engine, contact_id, conversation_id, f"toolu_{i}"),
+                                    "book_appointment",
+                                    {"service": "corte", "start": f"2026-06-02T{14 + i}:00"}))
+
+    threads = [threading.Thread(target=book, args=(i,)) for i in range(len(pairs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [is_error for _, is_error in results] == [False] * len(pairs), results
+    with session_scope(engine) as session:
+        rows = session.exec(select(Appointment)).all()
+    assert sorted(r.booking_number for r in rows) == [1, 2, 3, 4]
+    assert all(r.visit_id == r.id for r in rows)
+
+
 def test_overlapping_but_not_equal_times_are_refused(engine: Engine) -> None:
     (a, ca), (b, cb) = _setup(engine)
     ok = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
@@ -252,6 +278,28 @@ def test_every_offered_slot_can_be_booked_and_none_inside_the_notice(engine: Eng
     edge, _ = execute_tool(_ctx(engine, *pairs[0], "f3"), "find_available_slots",
                            {"service": "corte", "date": "2026-08-24", "date_to": "2026-09-04"})
     assert "2026-08-24" in edge and "2026-08-31" not in edge
+
+
+def test_slots_overlapping_the_customers_own_booking_are_not_offered(engine: Engine) -> None:
+    # read with the professionals' busy time (availability.busy_intervals, contact_id)
+    two = [{"code": "julia", "name": "Júlia", "services": ["corte"]},
+           {"code": "bia", "name": "Bia", "services": ["corte"]}]
+    (a, ca), (b, cb) = _setup(engine, professionals=two)
+    _, is_error = execute_tool(_ctx(engine, a, ca, "t1"), "book_appointment",
+                               {"service": "corte", "start": "2026-06-02T14:00",
+                                "professional": "julia"})
+    assert not is_error
+
+    def offered(contact_id: int, conversation_id: int, tool_use_id: str) -> set[str]:
+        text, is_error = execute_tool(_ctx(engine, contact_id, conversation_id, tool_use_id),
+                                      "find_available_slots",
+                                      {"service": "corte", "date": "2026-06-02"})
+        assert not is_error, text
+        return set(re.findall(r"(\d{2}:\d{2}) bia", text))
+
+    mine, theirs = offered(a, ca, "f1"), offered(b, cb, "f2")
+    assert {"13:30", "14:00", "14:30"} <= theirs and "15:00" in mine, (mine, theirs)
+    assert not {"13:30", "14:00", "14:30"} & mine, mine
 
 
 def _big_catalogue() -> dict[str, Any]:

@@ -27,7 +27,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Integer, cast, null, union_all
+from sqlalchemy import Integer, cast, literal, null, union_all
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, func, select
 
@@ -45,7 +45,7 @@ from agent.tools.slots import (
     wall_starts,
 )
 from storage import job_catalogue, waitlist
-from storage.appointments import next_number
+from storage.appointments import lock_for_booking
 from storage.db import is_postgres
 from storage.models import (
     Appointment,
@@ -141,12 +141,15 @@ def held_until(session: Session, tenant: Tenant, service: Service, slot: Slot) -
 
 def busy_intervals(session: Session, professional_ids: Sequence[int], since: datetime,
                    until: datetime, *, except_id: int | None = None,
-                   now: datetime | None = None) -> dict[int, list[Interval]]:
+                   now: datetime | None = None,
+                   contact_id: int | None = None) -> dict[int, list[Interval]]:
     """The busy time of each professional overlapping [since, until): booked appointments
     (to their end plus their service's buffer), blocks and slots held for a waitlist offer
     (storage/waitlist.holds: at `now`, a hold that ran out is not; without `now`, every
-    hold not yet released is). One statement of three indexed range reads (UNION ALL): the
-    cost follows the rows in the range, not the agenda's size."""
+    hold not yet released is). With `contact_id`, under `OWN` too: that customer's own
+    booked time overlapping the range, as `own_intervals` reads it. One statement of three
+    (four) indexed range reads (UNION ALL): the cost follows the rows in the range, not the
+    agenda's size."""
     busy: dict[int, list[Interval]] = {pid: [] for pid in professional_ids}
     if not professional_ids:
         return busy
@@ -164,7 +167,13 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
         col(ScheduleBlock.start_at) < until, col(ScheduleBlock.start_at) > since - MAX_BLOCK,
         col(ScheduleBlock.end_at) > since)
     held = waitlist.held_intervals(ids, since, until, now=now).add_columns(_NO_ID, _NO_ID)
-    for pid, start, end, row_id, buffer in session.execute(union_all(booked, blocks, held)):
+    reads = [booked, blocks, held]
+    if contact_id is not None:
+        busy[OWN] = []
+        reads.append(sa_select(cast(literal(OWN), Integer), col(Appointment.start_at),
+                               col(Appointment.end_at), _NO_ID, _NO_ID).where(
+            *_own(contact_id, since, until)))
+    for pid, start, end, row_id, buffer in session.execute(union_all(*reads)):
         if start is None or end is None or (row_id is not None and row_id == except_id):
             continue  # an offer always has its interval; a move's own row is free
         end += timedelta(minutes=buffer or 0)
@@ -174,16 +183,18 @@ def busy_intervals(session: Session, professional_ids: Sequence[int], since: dat
 
 
 _NO_ID = cast(null(), Integer)  # a block's or a hold's appointment id and buffer: none
+OWN = 0  # busy_intervals' key of the customer's own time (no professional's id is 0)
 
 
 def free_slots(session: Session, *, tenant: Tenant, service: Service,
                pros: Sequence[Professional], first: date, last: date, now: datetime,
-               after: time | None = None, before: time | None = None) -> list[Slot]:
+               after: time | None = None, before: time | None = None,
+               contact_id: int | None = None) -> list[Slot]:
     """Every free (start, professional) from `first` to `last` (local days), by start then
     catalogue order: inside the professional's day (`day_hours`), on its wall-clock grid
     (`slots.wall_starts`), not at or before `now` nor inside the notice, the visit and its
-    buffer overlapping nothing busy; `after`/`before` keep local starts at or after / before
-    those times."""
+    buffer overlapping nothing busy, nor the visit any booked time of customer `contact_id`
+    (when given); `after`/`before` keep local starts at or after / before those times."""
     tz = ZoneInfo(tenant.timezone)
     tenant_id = tenant.id or 0
     business = business_hours(session, tenant_id)
@@ -191,7 +202,9 @@ def free_slots(session: Session, *, tenant: Tenant, service: Service,
     weeks = [week_of(p, business) for p in pros]
     since = local_to_utc(first, "00:00", tz) - timedelta(days=1)
     busy = busy_intervals(session, [w.professional_id for w in weeks], since,
-                          local_to_utc(last + timedelta(days=2), "00:00", tz), now=now)
+                          local_to_utc(last + timedelta(days=2), "00:00", tz), now=now,
+                          contact_id=contact_id)
+    mine = _Busy(busy.pop(OWN, []))
     step = timedelta(minutes=tenant.slot_granularity_minutes)
     notice = timedelta(minutes=tenant.booking_notice_minutes)
     buffer = timedelta(minutes=service.buffer_minutes)
@@ -209,7 +222,8 @@ def free_slots(session: Session, *, tenant: Tenant, service: Service,
                             or too_soon(start, now, notice):
                         continue
                     if not taken[week.professional_id].overlaps(start,
-                                                                start + duration + buffer):
+                                                                start + duration + buffer) \
+                            and not mine.overlaps(start, start + duration):
                         slots.append(Slot(start, start + duration, week.professional_id))
         day += timedelta(days=1)
     return sorted(slots, key=lambda s: (s.start, order[s.professional_id]))
@@ -276,9 +290,6 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     day are named), off the wall-clock grid, or taken (by a booking, a buffer or a block)."""
     tz = ZoneInfo(tenant.timezone)
     tenant_id = tenant.id or 0
-    # a new visit's number first: the tenant's row is locked before any professional's, the
-    # one order every booking takes (no deadlock)
-    number = next_number(session, tenant_id) if p.visit_id is None else None
     business = business_hours(session, tenant_id)
     exceptions = business_exceptions(session, tenant_id)
     step = timedelta(minutes=tenant.slot_granularity_minutes)
@@ -297,15 +308,17 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     if not working:
         _refuse_not_working(tenant, candidates, p, business, exceptions, grid_miss)
     buffer = timedelta(minutes=p.service.buffer_minutes)
-    free = []
-    for pro, week, duration in working:
-        lock_professional(session, week.professional_id)
-        busy = busy_intervals(session, [week.professional_id], p.start - timedelta(days=1),
-                              p.start + duration + buffer, except_id=p.except_id,
-                              now=p.now)
-        if not any(overlaps((p.start, p.start + duration + buffer), b)
-                   for b in busy[week.professional_id]):
-            free.append((pro, duration))
+    # a new visit's number, the tenant's row and the professionals' locked (in that order)
+    number, first_id = lock_for_booking(session, tenant_id,
+                                        [w.professional_id for _, w, _ in working],
+                                        new_visit=p.visit_id is None)
+    busy = busy_intervals(session, [w.professional_id for _, w, _ in working],
+                          p.start - timedelta(days=1),
+                          p.start + max(d for _, _, d in working) + buffer,
+                          except_id=p.except_id, now=p.now)
+    free = [(pro, duration) for pro, week, duration in working
+            if not any(overlaps((p.start, p.start + duration + buffer), b)
+                       for b in busy[week.professional_id])]
     if not free:
         raise Taken("that time is no longer free; call find_available_slots again")
     pro, duration = free[0] if len(free) == 1 else _fewest_that_day(session, free, local, tz)
@@ -316,6 +329,8 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
                               visit_id=p.visit_id)
     if p.visit_id is None:
         appointment.booking_number = number
+        if first_id is not None:  # its id known before the INSERT: the visit's id with it
+            appointment.id = appointment.visit_id = first_id
     else:  # a service joining a visit: the visit's number
         head = session.get(Appointment, p.visit_id)
         appointment.booking_number = head.booking_number if head else None
@@ -399,8 +414,13 @@ def own_intervals(session: Session, contact_id: int, since: datetime,
     """The customer's own booked time overlapping [since, until) (any professional): a time
     offered to them never overlaps it. One indexed read (the contact's rows)."""
     return [(a.start_at, a.end_at) for a in session.exec(select(Appointment).where(
-        Appointment.contact_id == contact_id, Appointment.status == "booked",
-        col(Appointment.start_at) < until, col(Appointment.end_at) > since))]
+        *_own(contact_id, since, until)))]
+
+
+def _own(contact_id: int, since: datetime, until: datetime) -> tuple[Any, ...]:
+    """The conditions of the customer's booked rows overlapping [since, until)."""
+    return (Appointment.contact_id == contact_id, Appointment.status == "booked",
+            col(Appointment.start_at) < until, col(Appointment.end_at) > since)
 
 
 def visit_slots(session: Session, *, tenant: Tenant, services: Sequence[Service],

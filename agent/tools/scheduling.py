@@ -15,7 +15,10 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from sqlalchemy import false
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, and_, col, func, or_, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from agent.errors import ToolError
 from agent.tools import availability, series
@@ -135,18 +138,18 @@ def find_available_slots(session: Session, ctx: ToolContext, args: dict[str, Any
                                                                          "before")
     if after is not None and before is not None and after >= before:
         raise ToolError(f"after ({after:%H:%M}) must be earlier than before ({before:%H:%M})")
-    own = availability.own_intervals(
-        session, ctx.contact_id, local_to_utc(first, "00:00", ctx.timezone) - timedelta(days=1),
-        local_to_utc(last + timedelta(days=3), "00:00", ctx.timezone))
     pros = {p.id: p for group in groups for p in group}
     codes = "+".join(s.code for s in services)
-    if len(services) == 1:
-        slots = [s for s in availability.free_slots(
+    if len(services) == 1:  # none overlapping the customer's own bookings (one read)
+        slots = availability.free_slots(
             session, tenant=tenant, service=services[0], pros=groups[0], first=first,
-            last=last, now=ctx.now, after=after, before=before)
-            if not any(overlaps((s.start, s.end), o) for o in own)]
+            last=last, now=ctx.now, after=after, before=before, contact_id=ctx.contact_id)
         found = bool(slots)
     else:
+        own = availability.own_intervals(
+            session, ctx.contact_id,
+            local_to_utc(first, "00:00", ctx.timezone) - timedelta(days=1),
+            local_to_utc(last + timedelta(days=3), "00:00", ctx.timezone))
         visits = availability.visit_slots(session, tenant=tenant, services=services,
                                           pros=groups, first=first, last=last, now=ctx.now,
                                           after=after, before=before, own=own)
@@ -198,10 +201,10 @@ def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -
     for_name = _for_name(args.get("for_name"))
     rule = _rrule(args.get("rrule"), start, ctx.timezone)
     # a visit for an occurrence of the customer's series that needs a new time joins it
-    joining = None if rule else series.pending_for(session, ctx.tenant_id, ctx.contact_id,
-                                                   [s.code for s in services])
+    upcoming, own, joining = _customer_read(session, ctx, *_visit_range(start, services),
+                                            None if rule else [s.code for s in services])
     rows = _place_visit(session, ctx, services, start, args.get("professional"),
-                        in_series=joining is not None)
+                        in_series=joining is not None, customer=(upcoming, own))
     for row in rows:
         row.note, row.for_name = note, for_name
         session.add(row)
@@ -479,7 +482,8 @@ def _check_cancellation_window(session: Session, ctx: ToolContext, starts_at: da
 
 def _place_visit(session: Session, ctx: ToolContext, services: list[Service], start: datetime,
                  professional: Any, *, hints: list[Any] | None = None,
-                 visit_id: int | None = None, in_series: bool = False) -> list[Appointment]:
+                 visit_id: int | None = None, in_series: bool = False,
+                 customer: tuple[int, list[Interval]] | None = None) -> list[Appointment]:
     """Check and insert the visit's rows in this transaction, one service after the other
     from `start` (a service of the tenant's `parallel_services` with the one before, as
     availability.visit_slots places it); raises ToolError when the time is not bookable:
@@ -489,11 +493,11 @@ def _place_visit(session: Session, ctx: ToolContext, services: list[Service], st
     booking, or, with the professional(s) (availability.place): outside their hours, off
     the slot grid (the visit's start), or taken. `hints`: a professional per service (a
     move keeps each one's); else the one find_available_slots would have offered. Each
-    message says why, so the model can explain it in the customer's words."""
+    message says why, so the model can explain it in the customer's words. `customer`: the
+    customer's upcoming visits and own time when the caller read them (`_customer_read`)."""
     tenant = _tenant(session, ctx.tenant_id)
     _check_time(session, ctx, tenant, services[0], start)
-    upcoming, own = _customer_time(session, ctx, start - timedelta(days=1),
-                                   start + availability.MAX_VISIT * len(services))
+    upcoming, own = customer or _customer_time(session, ctx, *_visit_range(start, services))
     if visit_id is None and not in_series:
         _check_upcoming(session, ctx, tenant, upcoming)
     groups = _visit_candidates(session, ctx.tenant_id, services, professional)
@@ -580,20 +584,55 @@ def _count_upcoming(session: Session, ctx: ToolContext) -> int:
         *_upcoming(ctx))).one())
 
 
-def _customer_time(session: Session, ctx: ToolContext, since: datetime,
-                   until: datetime) -> tuple[int, list[Interval]]:
-    """This customer's upcoming visits, counted as `_count_upcoming` counts them, and their
-    booked time overlapping [since, until), as availability.own_intervals reads it: one read
-    of the customer's booked rows (those ahead, and those in the range)."""
-    rows = session.exec(select(Appointment).where(
+def _customer_rows(ctx: ToolContext, since: datetime,
+                   until: datetime) -> SelectOfScalar[Appointment]:
+    """The read of `_customer_time`."""
+    return select(Appointment).where(
         Appointment.tenant_id == ctx.tenant_id, Appointment.contact_id == ctx.contact_id,
         Appointment.status == "booked",
         or_(col(Appointment.start_at) > ctx.now,
-            and_(col(Appointment.start_at) < until, col(Appointment.end_at) > since)))).all()
+            and_(col(Appointment.start_at) < until, col(Appointment.end_at) > since)))
+
+
+def _customer_time(session: Session, ctx: ToolContext, since: datetime, until: datetime,
+                   rows: list[Appointment] | None = None) -> tuple[int, list[Interval]]:
+    """This customer's upcoming visits, counted as `_count_upcoming` counts them, and their
+    booked time overlapping [since, until), as availability.own_intervals reads it: one read
+    of the customer's booked rows (those ahead, and those in the range), or `rows` when the
+    caller read them so."""
+    if rows is None:
+        rows = list(session.exec(_customer_rows(ctx, since, until)).all())
     visits = {-r.series_id if r.series_id else appointments.visit_of(r) for r in rows
               if r.start_at > ctx.now}
     return len(visits), [(r.start_at, r.end_at) for r in rows
                          if r.start_at < until and r.end_at > since]
+
+
+def _visit_range(start: datetime, services: list[Service]) -> tuple[datetime, datetime]:
+    """Where the customer's own time can clash with a visit of `services` from `start`."""
+    return start - timedelta(days=1), start + availability.MAX_VISIT * len(services)
+
+
+def _customer_read(session: Session, ctx: ToolContext, since: datetime, until: datetime,
+                   codes: list[str] | None) -> tuple[int, list[Interval], VisitSeries | None]:
+    """`_customer_time`, and with `codes` the customer's series a visit of them joins
+    (series.pending_for): one statement, both reads side by side (FULL JOIN ON false: a row
+    holds one or the other)."""
+    if codes is None:
+        return *_customer_time(session, ctx, since, until), None
+    booked = _customer_rows(ctx, since, until).subquery()
+    running = series.running(ctx.tenant_id, ctx.contact_id).subquery()
+    rows, serieses = [], []
+    for a_series, row in session.execute(
+            select(aliased(VisitSeries, running), aliased(Appointment, booked))
+            .select_from(running).join(booked, false(), full=True)
+            .order_by(running.c.id)):
+        if a_series is not None:
+            serieses.append(a_series)
+        if row is not None:
+            rows.append(row)
+    return (*_customer_time(session, ctx, since, until, rows),
+            series.first_pending(serieses, codes))
 
 
 def _count_visits(session: Session, ctx: ToolContext) -> int:

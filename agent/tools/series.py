@@ -13,11 +13,13 @@ Each occurrence goes through `availability.place`, the one check-and-insert of e
 inside a savepoint, so a visit of several services is placed whole or not at all.
 """
 
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from agent.errors import ToolError
 from agent.tools import availability
@@ -156,12 +158,20 @@ def pending_for(session: Session, tenant_id: int, contact_id: int,
                 codes: list[str]) -> VisitSeries | None:
     """The customer's running series of exactly these services with an occurrence needing a
     new time (the earliest series first); None when there is none."""
-    for series in session.exec(select(VisitSeries).where(
-            VisitSeries.tenant_id == tenant_id, VisitSeries.contact_id == contact_id,
-            col(VisitSeries.ended_at).is_(None)).order_by(col(VisitSeries.id))).all():
-        if series.pending and list(series.services) == codes:
-            return series
-    return None
+    return first_pending(session.exec(running(tenant_id, contact_id)).all(), codes)
+
+
+def running(tenant_id: int, contact_id: int) -> SelectOfScalar[VisitSeries]:
+    """The read of the customer's running series, the earliest first."""
+    return select(VisitSeries).where(
+        VisitSeries.tenant_id == tenant_id, VisitSeries.contact_id == contact_id,
+        col(VisitSeries.ended_at).is_(None)).order_by(col(VisitSeries.id))
+
+
+def first_pending(rows: Sequence[VisitSeries], codes: list[str]) -> VisitSeries | None:
+    """The first of `rows` (running series) of exactly these services with an occurrence
+    needing a new time (`pending_for`)."""
+    return next((s for s in rows if s.pending and list(s.services) == codes), None)
 
 
 def resolve(session: Session, series: VisitSeries, rows: list[Appointment],
