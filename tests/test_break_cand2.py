@@ -1,0 +1,94 @@
+"""The breaker's probes of branch cand2's transaction boundaries (issue 43, round trips): a
+turn's usage rows across a crash or a fence, the job's catalogue snapshot against a change made
+by another process mid-turn. SQLite and PostgreSQL."""
+
+import json
+from datetime import date
+from typing import Any
+
+from sqlmodel import func, select
+
+from core import faults
+from replay.environment import ReplayEnvironment
+from storage import fences
+from storage.db import session_scope
+from storage.models import Appointment, HoursException, Message, Tenant, Usage
+from tests.factories import text_body
+from workers.processes import InlineWorker
+
+
+def _post(env: ReplayEnvironment, text: str, n: int) -> None:
+    assert env.post_webhook(json.dumps(text_body(text, n)).encode()) == 200
+
+
+def _count(env: ReplayEnvironment, model: Any) -> int:
+    with session_scope(env.engine) as session:
+        return int(session.exec(select(func.count()).select_from(model)).one())
+
+
+def test_a_day_closed_by_another_process_mid_turn_is_not_booked(env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [
+        {"tool": "book_appointment", "input": {"service": "corte",
+                                               "start": "2026-06-02T14:00"}},
+        {"text": "Certo."}])
+    closed = iter([True])
+
+    def the_console_closes_the_day() -> None:  # another process: this job's scope unseen
+        if next(closed, False):
+            with fences.unfenced(), session_scope(env.engine) as session:
+                tenant = session.exec(select(Tenant)).one()
+                assert tenant.id is not None
+                session.add(HoursException(tenant_id=tenant.id, day=date(2026, 6, 2),
+                                           hours=[], note="feriado"))
+
+    _post(env, "marca amanhã 14h", 1)
+    with faults.meanwhile("before_model_call", the_console_closes_the_day):
+        env.drain()
+    assert _count(env, Appointment) == 0, "booked on a day closed before the booking ran"
+
+
+def test_every_model_call_of_a_turn_crashed_after_its_tool_keeps_one_usage_row(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [
+        {"tool": "find_available_slots", "input": {"service": "corte", "date": "2026-06-02"}},
+        {"text": "Tenho 09:00."}])
+    crashes = iter([True])
+
+    def crash_once() -> None:
+        if next(crashes, False):
+            raise RuntimeError("worker died while storing the tool results")
+
+    _post(env, "tem horário amanhã?", 1)
+    with faults.meanwhile("after_tool_before_store", crash_once):
+        InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
+    env.drain()
+    calls = len(env.messages_api.calls)
+    assert calls >= 2
+    assert _count(env, Usage) == calls, "one usage row per model call, none lost or doubled"
+
+
+def test_positions_stay_gapless_when_the_customer_writes_mid_turn(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [
+        {"tool": "find_available_slots", "input": {"service": "corte", "date": "2026-06-02"}},
+        {"text": "Tenho 09:00."}, {"text": "Anotado."}])
+    wrote = iter([True])
+
+    def customer_writes() -> None:
+        if next(wrote, False):
+            _post(env, "e às 10?", 2)
+
+    _post(env, "tem horário amanhã?", 1)
+    with faults.meanwhile("after_tool_before_store", customer_writes):
+        env.drain()
+    env.drain()
+    with session_scope(env.engine) as session:
+        positions = [p for p in session.exec(select(Message.position).order_by(
+            Message.position)).all()]
+        unanswered = session.exec(select(func.count()).select_from(Message).where(
+            Message.direction == "inbound", Message.answered_at == None)).one()  # noqa: E711
+    assert None not in positions
+    assert positions == list(range(positions[0], positions[0] + len(positions)))
+    assert unanswered == 0
+    assert len(env.graph_api.sends) == 1, [s.body for s in env.graph_api.sends]
+    assert _count(env, Usage) == len(env.messages_api.calls)
