@@ -3,17 +3,21 @@ turn's usage rows across a crash or a fence, the job's catalogue snapshot agains
 by another process mid-turn. SQLite and PostgreSQL."""
 
 import json
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
+import pytest
 from sqlmodel import func, select
 
 from core import faults
 from replay.environment import ReplayEnvironment
-from storage import fences
+from storage import delivery, fences
 from storage.db import session_scope
-from storage.models import Appointment, HoursException, Message, Tenant, Usage
+from storage.models import Appointment, HoursException, Message, Outbound, Tenant, Usage
 from tests.factories import text_body
+from tests.test_outbox import _answered_conversation, _queue_reply
+from workers import outbox
+from workers.outbox import flush_outbox
 from workers.processes import InlineWorker
 
 
@@ -92,3 +96,45 @@ def test_positions_stay_gapless_when_the_customer_writes_mid_turn(
     assert unanswered == 0
     assert len(env.graph_api.sends) == 1, [s.body for s in env.graph_api.sends]
     assert _count(env, Usage) == len(env.messages_api.calls)
+
+
+def test_a_second_flush_between_a_claim_and_its_send_never_sends_a_later_part_first(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    conversation_id = _answered_conversation(env)
+    _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
+    real_may_send, others = outbox.threads.may_send, iter([True])
+
+    def another_process_flushes(*args: Any) -> bool:  # after the first claim, before its send
+        if next(others, False):
+            flush_outbox(env.runtime, conversation_id)
+        return bool(real_may_send(*args))
+
+    monkeypatch.setattr(outbox.threads, "may_send", another_process_flushes)
+    before = len(env.graph_api.accepted)
+    flush_outbox(env.runtime, conversation_id)
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted[before:]] == [
+        "Primeira parte", "Segunda parte"], "each part once, in order"
+
+
+@pytest.mark.parametrize("failure", ["gateway_503", "transient_131000"])
+def test_a_graph_5xx_then_duplicate_flushes_send_each_part_once_in_order(
+        env: ReplayEnvironment, failure: str) -> None:
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
+    before = len(env.graph_api.accepted)
+    if failure == "gateway_503":  # Meta took it and a proxy answered: its fate is unknown
+        env.graph_api.gateway_error(503)
+    else:  # Meta answered an error of its own side: not taken, tried again
+        env.graph_api.fail(131000)
+    flush_outbox(env.runtime, conversation_id)
+    env.clock.advance(timedelta(minutes=10))
+    flush_outbox(env.runtime, conversation_id)
+    flush_outbox(env.runtime, conversation_id)
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted[before:]] == [
+        "Primeira parte", "Segunda parte"], "each part reached Meta once, in order"
+    with session_scope(env.engine) as session:
+        reply = session.get(Message, reply_id)
+        parts = session.exec(select(Outbound.status).where(Outbound.message_id == reply_id)
+                             .order_by(Outbound.part)).all()
+    assert reply is not None and reply.delivery_status == delivery.fold(parts)
+    assert reply.delivery_status == ("unknown" if failure == "gateway_503" else "sent")
