@@ -13,10 +13,10 @@ from core import faults
 from replay.environment import ReplayEnvironment
 from storage import delivery, fences
 from storage.db import session_scope
-from storage.models import Appointment, HoursException, Message, Outbound, Tenant, Usage
+from storage.models import Appointment, HoursException, Message, Outbound, Tenant, ToolCall, Usage
 from tests.factories import text_body
 from tests.test_outbox import _answered_conversation, _queue_reply
-from workers import outbox
+from workers import maintenance, outbox
 from workers.outbox import flush_outbox
 from workers.processes import InlineWorker
 
@@ -138,3 +138,49 @@ def test_a_graph_5xx_then_duplicate_flushes_send_each_part_once_in_order(
                              .order_by(Outbound.part)).all()
     assert reply is not None and reply.delivery_status == delivery.fold(parts)
     assert reply.delivery_status == ("unknown" if failure == "gateway_503" else "sent")
+
+
+def test_a_flush_dying_between_send_and_mark_never_resends_and_the_rest_follows_settled(
+        env: ReplayEnvironment) -> None:
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
+    before = len(env.graph_api.accepted)
+    dies = iter([True])
+
+    def die_once() -> None:
+        if next(dies, False):
+            raise RuntimeError("the flush died after Graph took the part")
+
+    with faults.meanwhile("after_send_before_mark", die_once), pytest.raises(RuntimeError):
+        flush_outbox(env.runtime, conversation_id)
+    flush_outbox(env.runtime, conversation_id)  # another process, while the part is claimed
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted[before:]] == [
+        "Primeira parte"], "never sent twice; the second part waits behind the first"
+    env.clock.advance(maintenance.STALE_SENDING + timedelta(minutes=1))
+    assert maintenance.settle_stale_sends(env.engine, now=env.clock.now()) == 1
+    flush_outbox(env.runtime, conversation_id)
+    assert [s.body["text"]["body"] for s in env.graph_api.accepted[before:]] == [
+        "Primeira parte", "Segunda parte"]
+    with session_scope(env.engine) as session:
+        reply = session.get(Message, reply_id)
+    assert reply is not None and reply.delivery_status == "unknown"
+
+
+def test_a_day_closed_between_two_jobs_is_seen_by_the_next_ones_slots(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [{"text": "Oi!"}])
+    _post(env, "oi", 1)
+    env.drain()  # a first job read the catalogue
+    with session_scope(env.engine) as session:
+        tenant = session.exec(select(Tenant)).one()
+        assert tenant.id is not None
+        session.add(HoursException(tenant_id=tenant.id, day=date(2026, 6, 2), hours=[],
+                                   note="feriado"))
+    env.messages_api.script("turn", [
+        {"tool": "find_available_slots", "input": {"service": "corte", "date": "2026-06-02"}},
+        {"text": "Nesse dia não abrimos."}])
+    _post(env, "tem horário terça?", 2)
+    env.drain()
+    with session_scope(env.engine) as session:
+        result = session.exec(select(ToolCall.result)).one()
+    assert "09:00" not in result, result
