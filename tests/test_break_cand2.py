@@ -7,7 +7,9 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
-from sqlmodel import func, select
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Session, func, select
 
 from core import faults
 from replay.environment import ReplayEnvironment
@@ -184,3 +186,29 @@ def test_a_day_closed_between_two_jobs_is_seen_by_the_next_ones_slots(
     with session_scope(env.engine) as session:
         result = session.exec(select(ToolCall.result)).one()
     assert "09:00" not in result, result
+
+
+def test_a_usage_row_whose_commit_was_lost_on_the_way_back_is_not_stored_twice(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [{"text": "Olá!"}])
+    carrying: set[int] = set()
+    lost = iter([True])
+
+    def before_flush(session: Session, *_: Any) -> None:
+        if any(isinstance(row, Usage) for row in session.new):
+            carrying.add(id(session))
+
+    def after_commit(session: Session) -> None:  # committed; the answer never came back
+        if id(session) in carrying and next(lost, False):
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    event.listen(Session, "before_flush", before_flush)
+    event.listen(Session, "after_commit", after_commit)
+    try:
+        _post(env, "oi", 1)
+        env.drain()
+    finally:
+        event.remove(Session, "before_flush", before_flush)
+        event.remove(Session, "after_commit", after_commit)
+    assert list(lost) == [], "the carrying transaction's commit was lost"
+    assert _count(env, Usage) == len(env.messages_api.calls) == 1
