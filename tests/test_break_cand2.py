@@ -14,6 +14,7 @@ from sqlmodel import Session, func, select
 from core import faults
 from replay.environment import ReplayEnvironment
 from storage import delivery, fences
+from storage.appointments import number_of
 from storage.db import session_scope
 from storage.models import Appointment, HoursException, Message, Outbound, Tenant, ToolCall, Usage
 from tests.factories import text_body
@@ -51,6 +52,40 @@ def test_a_day_closed_by_another_process_mid_turn_is_not_booked(env: ReplayEnvir
     with faults.meanwhile("before_model_call", the_console_closes_the_day):
         env.drain()
     assert _count(env, Appointment) == 0, "booked on a day closed before the booking ran"
+
+
+def test_a_move_onto_a_day_closed_by_another_process_mid_turn_is_refused(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [
+        {"tool": "book_appointment", "input": {"service": "corte",
+                                               "start": "2026-06-02T14:00"}},
+        {"text": "Marcado."}])
+    _post(env, "marca terça 14h", 1)
+    env.drain()
+    with session_scope(env.engine) as session:
+        booked = session.exec(select(Appointment)).one()
+    env.messages_api.script("turn", [
+        {"tool": "reschedule_appointment", "input": {"appointment_id": number_of(booked),
+                                                     "start": "2026-06-03T14:00"}},
+        {"text": "Certo."}])
+    closed = iter([True])
+
+    def the_console_closes_the_day() -> None:
+        if next(closed, False):
+            with fences.unfenced(), session_scope(env.engine) as session:
+                session.add(HoursException(tenant_id=booked.tenant_id, day=date(2026, 6, 3),
+                                           hours=[], note="feriado"))
+
+    _post(env, "muda pra quarta 14h", 2)
+    with faults.meanwhile("before_model_call", the_console_closes_the_day):
+        env.drain()
+    with session_scope(env.engine) as session:
+        starts = [a.start_at for a in session.exec(select(Appointment).where(
+            Appointment.status == "booked")).all()]
+        moved = session.exec(select(ToolCall).where(
+            ToolCall.name == "reschedule_appointment")).one()
+    assert moved.is_error, moved.result
+    assert len(starts) == 1 and starts[0].day == 2
 
 
 def test_every_model_call_of_a_turn_crashed_after_its_tool_keeps_one_usage_row(
