@@ -19,7 +19,7 @@ from storage.db import session_scope
 from storage.models import Appointment, HoursException, Message, Outbound, Tenant, ToolCall, Usage
 from tests.factories import text_body
 from tests.test_outbox import _answered_conversation, _queue_reply
-from workers import maintenance, outbox
+from workers import maintenance, outbox, turns
 from workers.outbox import flush_outbox
 from workers.processes import InlineWorker
 
@@ -247,3 +247,29 @@ def test_a_usage_row_whose_commit_was_lost_on_the_way_back_is_not_stored_twice(
         event.remove(Session, "after_commit", after_commit)
     assert list(lost) == [], "the carrying transaction's commit was lost"
     assert _count(env, Usage) == len(env.messages_api.calls) == 1
+
+
+def test_a_message_stored_while_the_turn_start_reads_is_answered_once_in_order(
+        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    if env.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's checks hold the write lock: the webhook waits for them")
+    env.messages_api.script("turn", [{"text": "Oi! Às 10 tenho."}])
+    real, writes = turns.history_after_summary, iter([True])
+
+    def customer_writes(*args: Any) -> Any:  # between the pending read and the placing
+        if next(writes, False):
+            _post(env, "e às 10?", 2)
+        return real(*args)
+
+    monkeypatch.setattr(turns, "history_after_summary", customer_writes)
+    _post(env, "tem horário amanhã?", 1)
+    env.drain()
+    texts = [b.get("text") for m in env.messages_api.calls[0].request["messages"]
+             for b in m["content"] if isinstance(b, dict)]
+    said = " | ".join(str(t) for t in texts)
+    assert 0 <= said.find("tem horário amanhã?") < said.find("e às 10?"), said
+    with session_scope(env.engine) as session:
+        rows = session.exec(select(Message).order_by(Message.position)).all()
+    assert [m.position for m in rows] == list(range(1, len(rows) + 1))
+    assert all(m.answered_at is not None for m in rows if m.direction == "inbound")
+    assert len(env.graph_api.sends) == 1
