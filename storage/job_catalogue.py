@@ -6,7 +6,10 @@ Scoped to one job: the job shell opens `job_scope()` (workers/jobs.run_coalesced
 are dropped when it ends, so nothing is cached across jobs; outside a scope (the web process,
 the console, a test calling a tool directly) every read goes to the database as before. The
 console and the admin API edit these rows in other processes: a job lives seconds, and the
-job's view of the catalogue is the one it started with. A write through storage/catalogue.py
+job's view of the catalogue is the one it started with, except for a booking or a move
+(agent/tools/scheduling.py book_appointment, reschedule_appointment), which forgets the rows
+first and decides on the catalogue as its own transaction reads it (a day closed, a service or
+professional archived meanwhile is never booked). A write through storage/catalogue.py
 or to an endpoint (storage/webhooks.py) in this process forgets the tenant's rows (`forget`),
 so a job never reads its own stale write (no job writes the tenant row's settings: those are
 the console's and the admin API's, storage/tenants.update_settings).

@@ -432,9 +432,16 @@ def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
 
 def claim_outbound(session: Session, outbound_id: int, *, now: datetime) -> bool:
     """pending → sending, atomically, stamping `claimed_at`; False when someone else claimed it
-    (never send twice)."""
+    (never send twice), or while an earlier part of the same reply is being sent (another
+    flush's: the parts reach the customer in order; a part a crash left `sending` holds the
+    rest until the reconciler settles it, workers/maintenance.settle_stale_sends)."""
+    earlier = sa_select(col(Outbound.id)).where(
+        col(Outbound.message_id) == sa_select(col(Outbound.message_id)).where(
+            col(Outbound.id) == outbound_id).scalar_subquery(),
+        col(Outbound.id) < outbound_id, col(Outbound.status) == "sending")
     claimed = session.exec(update(Outbound).where(
         col(Outbound.id) == outbound_id, col(Outbound.status) == "pending",
+        ~earlier.exists(),
     ).values(status="sending", claimed_at=now).returning(col(Outbound.message_id))).first()
     if claimed is None:
         return False

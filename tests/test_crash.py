@@ -23,7 +23,7 @@ from sqlmodel import select
 from replay.environment import ACCESS_TOKEN, API_KEY, APP_SECRET, ReplayEnvironment
 from storage.db import session_scope
 from storage.keys import lock_key
-from storage.models import Appointment, Message
+from storage.models import Appointment, Message, Usage
 from tests.conftest import REDIS_UP, REDIS_URL, START
 from tests.factories import TENANT, text_body
 
@@ -92,5 +92,7 @@ def test_a_worker_killed_mid_turn_gives_one_booking_and_one_reply(point: str) ->
             assert len(session.exec(select(Appointment)).all()) == 1
             inbound = session.exec(select(Message).where(Message.direction == "inbound")).one()
             assert inbound.answered_at is not None
+            assert len(session.exec(select(Usage)).all()) == len(env.messages_api.calls), \
+                "every model call answered keeps one usage row, none lost with the killed turn"
     finally:
         env.close()

@@ -15,6 +15,7 @@ import structlog
 from redis.exceptions import LockError, LockNotOwnedError, RedisError, WatchError
 from redis.lock import Lock
 from rq import get_current_job
+from sqlmodel import Session, col, select
 
 from core import clock, metrics
 from core.network import network_cause
@@ -353,13 +354,29 @@ def usage_row(*, tenant_id: int, conversation_id: int | None, response: Any,
     return row
 
 
-def store_usage(runtime: Runtime, rows: list[Usage]) -> None:
+def store_usage(runtime: Runtime, rows: list[Usage], *, unless_stored: bool = False) -> None:
     """Store usage rows in a transaction of their own, unfenced (the calls were billed, whoever
-    holds the lock now). Fresh copies: a row a rolled-back transaction held may keep its id."""
+    holds the lock now). Fresh copies: a row a rolled-back transaction held may keep its id.
+
+    `unless_stored`: the rows rode a transaction that raised, which may have committed though
+    its commit raised (the answer lost on the way back): a row whose `request_id` is stored
+    already for its conversation is not stored again (a call is billed once)."""
     if not rows:
         return
     with fences.unfenced(), session_scope(runtime.engine) as session:
-        session.add_all([Usage(**row.model_dump(exclude={"id"})) for row in rows])
+        stored = _stored_request_ids(session, rows) if unless_stored else set()
+        session.add_all([Usage(**row.model_dump(exclude={"id"})) for row in rows
+                         if not row.request_id or row.request_id not in stored])
+
+
+def _stored_request_ids(session: Session, rows: list[Usage]) -> set[str]:
+    """The `request_id`s of `rows` stored already (by conversation: its index)."""
+    ids = [row.request_id for row in rows if row.request_id]
+    if not ids:
+        return set()
+    return {str(r) for r in session.exec(select(Usage.request_id).where(
+        col(Usage.conversation_id).in_({row.conversation_id for row in rows}),
+        col(Usage.request_id).in_(ids))).all()}
 
 
 def call_model(runtime: Runtime, purpose: str, *, tenant_id: int, **request: Any) -> Any:

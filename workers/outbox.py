@@ -108,6 +108,11 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
             sent += 1
         elif outcome in ("retry", "stop"):
             break
+        elif outcome == "skipped":  # another flush claimed it: the later parts are its to
+            # send after it (sending them here could put them before it); the parts queued
+            # after its look go with a later flush
+            _schedule_flush(runtime, conversation_id, clock.now() + FLUSH_RETRY_DELAY)
+            break
     return sent
 
 

@@ -617,15 +617,16 @@ class _StoreHooks:
                 yield session
         except BaseException:
             self.unstored = rows + self.unstored
-            self.settle_usage()
+            self.settle_usage(unless_stored=bool(rows))  # its commit may have gone through
             raise
 
-    def settle_usage(self) -> None:
+    def settle_usage(self, *, unless_stored: bool = False) -> None:
         """Store the usage rows kept and not stored yet, alone and unfenced
-        (workers/jobs.store_usage); a failure here is logged, the turn's own error goes on."""
+        (workers/jobs.store_usage, `unless_stored` too); a failure here is logged, the turn's
+        own error goes on."""
         rows, self.unstored = self.unstored, []
         try:
-            store_usage(self.runtime, rows)
+            store_usage(self.runtime, rows, unless_stored=unless_stored)
         except Exception as exc:
             log.error("usage_not_stored", rows=len(rows), error=type(exc).__name__)
             if not isinstance(exc, OUTAGE_ERRORS):

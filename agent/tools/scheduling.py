@@ -194,6 +194,7 @@ FIND_AVAILABLE_SLOTS = Tool(
 
 
 def book_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    job_catalogue.forget(ctx.tenant_id)  # a booking decides on the catalogue as it is now
     services = _services_of(session, ctx.tenant_id, args)
     start = _parse_local(args.get("start"), ctx.timezone)
     reply = checked_reply(args.get("reply"))
@@ -381,6 +382,7 @@ def _by_visit(rows: list[Appointment]) -> list[list[Appointment]]:
 
 
 def reschedule_appointment(session: Session, ctx: ToolContext, args: dict[str, Any]) -> str:
+    job_catalogue.forget(ctx.tenant_id)  # a move decides on the catalogue as it is now
     rows = _own_visit(session, ctx, args.get("appointment_id"))
     starts_at, visit_id = rows[0].start_at, _visit(rows)  # the visit's start and number
     # a move frees the imminent slot as a cancellation does: the same window (staff moves,
