@@ -249,10 +249,10 @@ def test_a_usage_row_whose_commit_was_lost_on_the_way_back_is_not_stored_twice(
     assert _count(env, Usage) == len(env.messages_api.calls) == 1
 
 
+@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)  # SQLite's checks hold the write lock: the POST waits
 def test_a_message_stored_while_the_turn_start_reads_is_answered_once_in_order(
         env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
-    if env.engine.dialect.name != "postgresql":
-        pytest.skip("SQLite's checks hold the write lock: the webhook waits for them")
     env.messages_api.script("turn", [{"text": "Oi! Às 10 tenho."}])
     real, writes = turns.history_after_summary, iter([True])
 
