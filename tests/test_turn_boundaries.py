@@ -1,6 +1,7 @@
-"""The breaker's probes of branch cand2's transaction boundaries (issue 43, round trips): a
-turn's usage rows across a crash or a fence, the job's catalogue snapshot against a change made
-by another process mid-turn. SQLite and PostgreSQL."""
+"""A turn's transaction boundaries after issue 43's round-trip cuts, probed where they can
+break: a turn's usage rows across a crash, a fence or a lost commit; the job's catalogue rows
+against a change made by another process mid-turn; a customer writing mid-turn; two flushes of
+one reply's parts. SQLite and PostgreSQL."""
 
 import json
 from datetime import date, timedelta
