@@ -40,6 +40,7 @@ from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, run_tool_loop
 from agent.media import is_media
 from agent.tools.base import ToolContext
+from agent.tools.choices import OFFER_CHOICES
 from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
 from agent.tools.registry import REGISTRY, execute_tool
 from agent.window import Block
@@ -457,7 +458,7 @@ def _finish_turn(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks
     outcome = reply.outcome
     product = outcome in (Outcome.APOLOGY, Outcome.HANDOFF)
     _finish(runtime, state, reply.text, up_to_position=up_to_position,
-            offers=outcome is Outcome.ANSWERED,  # an apology offers no choices
+            offers=outcome is Outcome.ANSWERED and hooks.offered,  # not an apology
             author=marks.product_author(outcome.value) if product else None,
             apology=outcome is Outcome.APOLOGY,
             settle=attempt > 1 and outcome is not Outcome.APOLOGY,  # a retried turn answered
@@ -496,13 +497,26 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
     prepared, hooks.prepared = hooks.prepared, None
     if prepared is None or hard_cap:
         prepared = prepare(runtime, state, tools=REGISTRY, force_hard_cap=hard_cap)
-    return run_tool_loop(functools.partial(_create, runtime, hooks.typing, state.tenant_id),
-                         request_for=prepared.request_for, messages=prepared.messages,
-                         execute=functools.partial(_execute, runtime, state, hooks.source),
-                         hooks=hooks,
-                         max_rounds=runtime.settings.turn_max_rounds,
-                         fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
-                         stop_after=STOPS_THE_TURN)
+    outcome = run_tool_loop(functools.partial(_create, runtime, hooks.typing, state.tenant_id),
+                            request_for=prepared.request_for, messages=prepared.messages,
+                            execute=functools.partial(_execute, runtime, state,
+                                                      hooks.source, fresh=True),
+                            hooks=hooks,
+                            max_rounds=runtime.settings.turn_max_rounds,
+                            fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
+                            stop_after=STOPS_THE_TURN)
+    hooks.offered = _calls_offer_choices(prepared.messages)  # the request's and the loop's
+    return outcome
+
+
+def _calls_offer_choices(messages: list[dict[str, Any]]) -> bool:
+    """Whether the history sent (and grown by the loop) holds an `offer_choices` call: else
+    the reply can carry no choices and workers/choices.py need not look for them (issue 43,
+    round trips). A retried turn's earlier call is in it: it follows the last reply."""
+    return any(isinstance(block, dict) and block.get("type") == "tool_use"
+               and block.get("name") == OFFER_CHOICES.name
+               for message in messages if message.get("role") == "assistant"
+               and isinstance(message.get("content"), list) for block in message["content"])
 
 
 def _create(runtime: Runtime, typing: TypingIndicator, tenant_id: int, **request: Any) -> Any:
@@ -541,13 +555,15 @@ def _tool_result(runtime: Runtime, state: ConversationState, source: _Source, bl
 
 
 def _execute(runtime: Runtime, state: ConversationState, source: _Source,
-             block: dict[str, Any]) -> tuple[str, bool]:
+             block: dict[str, Any], *, fresh: bool = False) -> tuple[str, bool]:
+    """Run `block` (a tool_use); `fresh`: it came in a response of this job, so no stored
+    call of its id can exist (agent/tools/registry.execute_tool); a repaired round's may."""
     ctx = ToolContext(engine=runtime.engine, tenant_id=state.tenant_id,
                       contact_id=state.contact_id, conversation_id=state.conversation_id,
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
                       tool_use_id=str(block["id"]), source_message_id=source.message_id)
     text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
-                                  tools=REGISTRY)
+                                  tools=REGISTRY, fresh=fresh)
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
 
@@ -590,6 +606,7 @@ class _StoreHooks:
         self.context_tokens: int | None = None
         self.latest_tokens: int | None = None  # the last call's context size, kept
         self.unstored: list[Usage] = []
+        self.offered = False  # the loop's history holds an offer_choices call (`_run_loop`)
 
     def on_response(self, response: Any) -> None:
         """Keep the four usage counters of one call (workers/jobs.usage_row) for the turn's

@@ -35,18 +35,20 @@ REGISTRY: tuple[Tool, ...] = (
 
 
 def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
-                 tools: Sequence[Tool] = REGISTRY) -> tuple[str, bool]:
+                 tools: Sequence[Tool] = REGISTRY, fresh: bool = False) -> tuple[str, bool]:
     """Run tool `name` of `tools` once per `ctx.tool_use_id`; returns (result text, is_error).
 
     The handler runs in one transaction with the look-up of the id and the call's ToolCall
     record; a ToolError (an unknown name, an input that is not an object, or the handler's)
     is recorded as an error result. A replayed id returns the stored result without running
     anything (logged as `tool_use_id_reused` when the stored call was of another tool: an id
-    minted twice).
+    minted twice). `fresh`: the tool_use comes from a response received in this job, so no
+    record of its id can exist yet (the API's ids are unique): no look-up (issue 43, round
+    trips); the unique index still stops a second record (IntegrityError below).
     """
     try:
         with session_scope(ctx.engine) as session:
-            done = session.exec(select(ToolCall).where(
+            done = None if fresh else session.exec(select(ToolCall).where(
                 ToolCall.tool_use_id == ctx.tool_use_id).limit(1)).first()
             if done is not None:
                 if done.name != name[:64]:
