@@ -42,7 +42,7 @@ from agent.media import is_media
 from agent.tools.base import ToolContext
 from agent.tools.choices import OFFER_CHOICES
 from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
-from agent.tools.registry import REGISTRY, execute_tool
+from agent.tools.registry import REGISTRY, execute_in, execute_tool
 from agent.window import Block
 from core import clock, metrics
 from core.faults import crash_point
@@ -500,7 +500,7 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
     outcome = run_tool_loop(functools.partial(_create, runtime, hooks.typing, state.tenant_id),
                             request_for=prepared.request_for, messages=prepared.messages,
                             execute=functools.partial(_execute, runtime, state,
-                                                      hooks.source, fresh=True),
+                                                      hooks.source, fresh=True, hooks=hooks),
                             hooks=hooks,
                             max_rounds=runtime.settings.turn_max_rounds,
                             fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
@@ -555,15 +555,23 @@ def _tool_result(runtime: Runtime, state: ConversationState, source: _Source, bl
 
 
 def _execute(runtime: Runtime, state: ConversationState, source: _Source,
-             block: dict[str, Any], *, fresh: bool = False) -> tuple[str, bool]:
+             block: dict[str, Any], *, fresh: bool = False,
+             hooks: "_StoreHooks | None" = None) -> tuple[str, bool]:
     """Run `block` (a tool_use); `fresh`: it came in a response of this job, so no stored
-    call of its id can exist (agent/tools/registry.execute_tool); a repaired round's may."""
+    call of its id can exist (agent/tools/registry.execute_tool); a repaired round's may.
+    In the transaction of `hooks`' tool round when one is open (`_StoreHooks.tool_round`):
+    an error then propagates, for that round to run again the slow way."""
     ctx = ToolContext(engine=runtime.engine, tenant_id=state.tenant_id,
                       contact_id=state.contact_id, conversation_id=state.conversation_id,
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
                       tool_use_id=str(block["id"]), source_message_id=source.message_id)
-    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
-                                  tools=REGISTRY, fresh=fresh)
+    session = hooks.round_session if hooks is not None else None
+    if session is not None:
+        text, is_error = execute_in(session, ctx, str(block.get("name")), block.get("input"),
+                                    tools=REGISTRY), False
+    else:
+        text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
+                                      tools=REGISTRY, fresh=fresh)
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
 
@@ -606,6 +614,7 @@ class _StoreHooks:
         self.context_tokens: int | None = None
         self.latest_tokens: int | None = None  # the last call's context size, kept
         self.unstored: list[Usage] = []
+        self.round_session: Session | None = None  # the open tool round's (`tool_round`)
         self.offered = False  # the loop's history holds an offer_choices call (`_run_loop`)
 
     def on_response(self, response: Any) -> None:
@@ -651,9 +660,32 @@ class _StoreHooks:
     def on_assistant(self, content: list[dict[str, Any]]) -> None:
         self._append("assistant", content)
 
-    def on_tool_results(self, content: list[dict[str, Any]]) -> None:
-        crash_point("after_tool_before_store")
-        self._append("user", content)
+    def tool_round(self, run: Callable[[], list[Block]]) -> list[Block]:
+        """Run the round's tools and store the user message of their results in one
+        transaction (`scope`: one fence check, one commit; issue 43, round trips): each
+        tool's effects and ToolCall record (agent/tools/registry.execute_in), the message,
+        the usage rows kept. A failed call (its ToolError, a bug) may have written before
+        failing, so that transaction is rolled back and the round runs again the slow way:
+        each call in a transaction of its own (registry.execute_tool records the error),
+        then the message. Their results were never seen, nor their effects kept.
+        The crash point comes before: a crash leaves the tool_use without results, which a
+        retried turn repairs (`repair_dangling_tool_use`)."""
+        crash_point("before_tool_round")
+        try:
+            with self.scope() as session:
+                self.round_session = session
+                results = run()
+                if any(result.get("is_error") for result in results):
+                    raise _RoundFailed
+                self._store_in(session, "user", results)
+                return results
+        except _RoundFailed:
+            log.info("tool_round_run_again")
+        finally:
+            self.round_session = None
+        results = run()
+        self._append("user", results)
+        return results
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
         """The messages that arrived since the turn placed its own (`_waiting`: one look,
@@ -690,10 +722,18 @@ class _StoreHooks:
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
         with self.scope() as session:
-            message_repo.append(session, tenant_id=self.state.tenant_id,
-                                conversation_id=self.state.conversation_id, role=role,
-                                direction="internal", content=content, now=clock.now())
-            self.write_context_tokens(session)
+            self._store_in(session, role, content)
+
+    def _store_in(self, session: Session, role: str, content: list[dict[str, Any]]) -> None:
+        message_repo.append(session, tenant_id=self.state.tenant_id,
+                            conversation_id=self.state.conversation_id, role=role,
+                            direction="internal", content=content, now=clock.now())
+        self.write_context_tokens(session)
+
+
+class _RoundFailed(Exception):
+    """A call of a tool round run in one transaction failed: roll it back, run it again
+    (`_StoreHooks.tool_round`)."""
 
 
 def _provider_failed(runtime: Runtime, state: ConversationState, exc: BaseException, *,

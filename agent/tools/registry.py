@@ -70,6 +70,18 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
             return done.result, done.is_error
 
 
+def execute_in(session: Session, ctx: ToolContext, name: str, tool_input: Any, *,
+               tools: Sequence[Tool] = REGISTRY) -> str:
+    """Run tool `name` of `tools` in the caller's transaction (`session`) and add the call's
+    ToolCall record to it; returns the result text. For a tool_use received in this job (no
+    record of its id can exist: no look-up). A ToolError (or any error) propagates with the
+    tool's writes, if any, still in `session`: the caller rolls the transaction back and runs
+    the call by `execute_tool`, which records the error (workers/turns.py `tool_round`)."""
+    text = backstop(_dispatch(session, ctx, tools, name, tool_input))
+    _record(session, ctx, name, tool_input, text, is_error=False)
+    return text
+
+
 def tool_reply(block: dict[str, Any], result: str, *,
                tools: Sequence[Tool] = REGISTRY) -> str | None:
     """The customer's reply a successful call of `block` (a tool_use) carries, by its tool's
