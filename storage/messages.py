@@ -239,16 +239,19 @@ def prepared(session: Session, name: str, build: Callable[[str], Any]) -> tuple[
 
 def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
            direction: str, content: list[dict[str, Any]], now: datetime,
-           author: str | None = None) -> Message:
+           author: str | None = None, queued: bool = False) -> Message:
     """Add one history message (assistant content or a user message of tool results) at the
     next position. Callers hold the conversation's turn lock. `author`: None for the agent's
     own, `product:KIND` for a message the product sent (storage/marks.py). Every string of
     `content` (the model's text and tool inputs, tool results) is made storable first
-    (core/storable.py: PostgreSQL refuses NUL and lone surrogates).
+    (core/storable.py: PostgreSQL refuses NUL and lone surrogates). `queued`: a reply whose
+    parts the caller queues next (`add_outbound`): stored with the state they give it, so
+    no UPDATE follows.
     """
     message = Message(tenant_id=tenant_id, conversation_id=conversation_id, role=role,
                       direction=direction, content=storable_value(content), received_at=now,
-                      starts_turn=False, answered_at=now, author=author)
+                      starts_turn=False, answered_at=now, author=author,
+                      delivery_status=_NEW_PARTS_STATE if queued else None)
     table = Message.__table__  # type: ignore[attr-defined]
     session.flush()  # what the session holds goes first: the position reads the table
     values = {**row_values(message), "position": select(
@@ -391,8 +394,12 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
                      body=storable(body), created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
     session.flush()
-    refresh_delivery(session, message.id)
+    if message.delivery_status != delivery.fold(row.status for row in rows):  # its parts:
+        refresh_delivery(session, message.id)  # these rows (unique per message)
     return rows
+
+
+_NEW_PARTS_STATE = delivery.fold(["pending"])  # a reply's state when all its parts are new
 
 
 def unsent_outbound(session: Session, conversation_id: int

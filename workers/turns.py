@@ -806,7 +806,7 @@ def _queue_reply(session: Session, state: ConversationState, reply: str, *, offe
     message = message_repo.append(
         session, tenant_id=state.tenant_id, conversation_id=state.conversation_id,
         role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
-        now=now, author=author)
+        now=now, author=author, queued=True)
     message_repo.add_outbound(session, message=message, parts=parts, to=to,
                               recipient=recipient, now=now, kind=kind)
 
