@@ -615,6 +615,7 @@ class _StoreHooks:
         self.latest_tokens: int | None = None  # the last call's context size, kept
         self.unstored: list[Usage] = []
         self.round_session: Session | None = None  # the open tool round's (`tool_round`)
+        self.waiting: bool | None = None  # the last round's store saw messages waiting
         self.offered = False  # the loop's history holds an offer_choices call (`_run_loop`)
 
     def on_response(self, response: Any) -> None:
@@ -677,20 +678,33 @@ class _StoreHooks:
                 results = run()
                 if any(result.get("is_error") for result in results):
                     raise _RoundFailed
-                self._store_in(session, "user", results)
+                self._store_results(session, results)
                 return results
         except _RoundFailed:
             log.info("tool_round_run_again")
         finally:
             self.round_session = None
         results = run()
-        self._append("user", results)
+        with self.scope() as session:
+            self._store_results(session, results)
         return results
 
+    def _store_results(self, session: Session, results: list[Block]) -> None:
+        """The round's user message; whether messages wait to be folded in comes with it
+        (`fold_new_messages`)."""
+        self.waiting = message_repo.append_seeing_waiting(
+            session, tenant_id=self.state.tenant_id, conversation_id=self.state.conversation_id,
+            role="user", content=results, now=clock.now())
+        self.write_context_tokens(session)
+
     def fold_new_messages(self) -> list[dict[str, Any]]:
-        """The messages that arrived since the turn placed its own (`_waiting`: one look,
-        no transaction, when none did), placed after the results just stored, as blocks."""
+        """The messages that arrived since the turn placed its own, placed after the results
+        just stored, as blocks. Nothing is read when the results' INSERT saw none waiting
+        (`tool_round`); else `_waiting` looks (their media) before placing them."""
         conversation_id = self.state.conversation_id
+        seen, self.waiting = self.waiting, None
+        if seen is False:  # the round's results' INSERT saw none (`tool_round`)
+            return []
         waiting = _waiting(self.runtime, conversation_id)
         if not waiting:
             return []
