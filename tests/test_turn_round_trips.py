@@ -22,7 +22,7 @@ from workers import turns
 # turn's own round trips were cut; before: 154 statements on SQLite (its BEGINs are
 # statements), 130 on PostgreSQL, 23 commits on both; after round 1: 59 on PostgreSQL, 11
 # commits; after a tool round became one transaction (workers/turns.py `tool_round`): 9
-MAX_STATEMENTS = {"sqlite": 60, "postgresql": 51}
+MAX_STATEMENTS = {"sqlite": 58, "postgresql": 49}
 MAX_COMMITS = 9
 
 

@@ -695,7 +695,7 @@ class _StoreHooks:
         self.waiting = message_repo.append_seeing_waiting(
             session, tenant_id=self.state.tenant_id, conversation_id=self.state.conversation_id,
             role="user", content=results, now=clock.now())
-        self.write_context_tokens(session)
+        self.write_context_tokens(session, mid_turn=True)
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
         """The messages that arrived since the turn placed its own, placed after the results
@@ -724,15 +724,27 @@ class _StoreHooks:
         log.info("turn_folded_new_messages", count=len(rows))
         return list(folded)
 
-    def write_context_tokens(self, session: Session) -> None:
+    def write_context_tokens(self, session: Session, *, mid_turn: bool = False) -> None:
         """The latest call's context size into the conversation, in `session`'s transaction:
-        one UPDATE, the row is not read."""
+        one UPDATE, the row is not read. `mid_turn`: a store before the turn's last, which
+        writes it (`_finish`, the held path): skipped while the stored and the new size are
+        both within the sizes that decide anything (`_decides`), so a turn that dies
+        before its last store leaves one that decides the same (issue 43, round trips)."""
         if self.context_tokens is None:
+            return
+        if mid_turn and max(self.context_tokens,
+                            self.state.conversation.last_input_tokens) <= self._decides():
             return
         session.exec(update(Conversation).where(
             col(Conversation.id) == self.state.conversation_id,
         ).values(last_input_tokens=self.context_tokens))
         self.context_tokens = None
+
+    def _decides(self) -> int:
+        """The smallest context size that decides something: the next turn's hard cap
+        (workers/turn_window.py) or a compaction (workers/compaction.py)."""
+        return min(self.runtime.settings.context_hard_cap_tokens,
+                   self.state.tenant.compaction_threshold_tokens)
 
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
         with self.scope() as session:
@@ -742,7 +754,7 @@ class _StoreHooks:
         message_repo.append(session, tenant_id=self.state.tenant_id,
                             conversation_id=self.state.conversation_id, role=role,
                             direction="internal", content=content, now=clock.now())
-        self.write_context_tokens(session)
+        self.write_context_tokens(session, mid_turn=True)
 
 
 class _RoundFailed(Exception):
