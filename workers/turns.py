@@ -578,7 +578,8 @@ def _execute(runtime: Runtime, state: ConversationState, source: _Source,
 
 def _waiting(runtime: Runtime, conversation_id: int) -> list[Any]:
     """The `media` of each message not yet placed in the history: a look that opens no
-    transaction (`read_scope`), so a tool round after which nobody wrote costs one statement."""
+    transaction (`read_scope`), made only when the round's results' INSERT saw one waiting
+    (storage/messages.append_seeing_waiting)."""
     with read_scope(runtime.engine) as session:
         return list(session.exec(select(Message.media).where(
             Message.conversation_id == conversation_id,
