@@ -7,6 +7,7 @@ It stores nothing itself: `hooks` persist each intermediate message as it happen
 assistant content is returned for the caller to store together with its side effects.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,8 +27,10 @@ class LoopHooks(Protocol):
     def on_assistant(self, content: list[Block]) -> None:
         """An intermediate assistant message (tool_use or pause_turn) to store."""
 
-    def on_tool_results(self, content: list[Block]) -> None:
-        """The user message with every tool_result of the previous assistant message."""
+    def tool_round(self, run: Callable[[], list[Block]]) -> list[Block]:
+        """Run the round's tools (`run`: one tool_result per tool_use of the previous
+        assistant message) and store the user message of their results; returns them. The
+        hooks may run `run` again (its results were never seen), so it records nothing."""
 
     def fold_new_messages(self) -> list[Block]:
         """Customer messages that arrived during the turn, placed after the results just
@@ -99,10 +102,11 @@ def run_tool_loop(create: Callable[..., Any], *, request_for: RequestBuilder,
             continue
         if response.stop_reason == "tool_use" and any(_is_tool_use(b) for b in content):
             _append(messages, hooks, content)
-            results = [_run_tool(block, execute, outcome, fatal) for block in content
-                       if _is_tool_use(block)]
+            uses = [block for block in content if _is_tool_use(block)]
+            results = hooks.tool_round(functools.partial(_run_tools, uses, execute, fatal))
+            outcome.tool_calls += [str(b.get("name")) for b in uses]
+            outcome.tool_errors += sum(1 for r in results if r.get("is_error"))
             messages.append({"role": "user", "content": results})
-            hooks.on_tool_results(results)
             folded = hooks.fold_new_messages()
             messages[-1]["content"].extend(folded)  # results stay first
             stops = [b for b in content if _is_tool_use(b) and b.get("name") in stop_after
@@ -145,17 +149,19 @@ def _append(messages: list[dict[str, Any]], hooks: LoopHooks, content: list[Bloc
     hooks.on_assistant(content)
 
 
-def _run_tool(block: Block, execute: ToolExecutor, outcome: LoopOutcome,
+def _run_tools(uses: list[Block], execute: ToolExecutor,
+               fatal: tuple[type[BaseException], ...]) -> list[Block]:
+    return [_run_tool(block, execute, fatal) for block in uses]
+
+
+def _run_tool(block: Block, execute: ToolExecutor,
               fatal: tuple[type[BaseException], ...]) -> Block:
-    outcome.tool_calls.append(str(block.get("name")))
     try:
         text, is_error = execute(block)
     except fatal:
         raise
     except Exception as exc:  # a tool bug must not kill the turn: the model sees an error result
         text, is_error = f"internal error in tool {block.get('name')}: {type(exc).__name__}", True
-    if is_error:
-        outcome.tool_errors += 1
     result: Block = {"type": "tool_result", "tool_use_id": block["id"],
                      "content": text or "(no output)"}
     if is_error:

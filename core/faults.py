@@ -5,7 +5,7 @@ In one process, a test makes something happen at a point instead (a customer wri
 worker dies with an exception, staff answer): `with meanwhile(name, action): ...` runs
 `action()` each time the code passes `name`, before any crash.
 
-Named points: before_model_call, after_tool_before_store (workers/turns.py),
+Named points: before_model_call, before_tool_round (workers/turns.py),
 after_send_before_mark (workers/outbox.py), after_reminder_queued (workers/reminders.py),
 before_inbox_token_back (workers/inbox.py).
 """

@@ -239,27 +239,52 @@ def prepared(session: Session, name: str, build: Callable[[str], Any]) -> tuple[
 
 def append(session: Session, *, tenant_id: int, conversation_id: int, role: str,
            direction: str, content: list[dict[str, Any]], now: datetime,
-           author: str | None = None) -> Message:
+           author: str | None = None, queued: bool = False) -> Message:
     """Add one history message (assistant content or a user message of tool results) at the
     next position. Callers hold the conversation's turn lock. `author`: None for the agent's
     own, `product:KIND` for a message the product sent (storage/marks.py). Every string of
     `content` (the model's text and tool inputs, tool results) is made storable first
-    (core/storable.py: PostgreSQL refuses NUL and lone surrogates).
+    (core/storable.py: PostgreSQL refuses NUL and lone surrogates). `queued`: a reply whose
+    parts the caller queues next (`add_outbound`): stored with the state they give it, so
+    no UPDATE follows.
     """
     message = Message(tenant_id=tenant_id, conversation_id=conversation_id, role=role,
                       direction=direction, content=storable_value(content), received_at=now,
-                      starts_turn=False, answered_at=now, author=author)
+                      starts_turn=False, answered_at=now, author=author,
+                      delivery_status=_NEW_PARTS_STATE if queued else None)
+    return _insert_placed(session, message)[0]
+
+
+def append_seeing_waiting(session: Session, *, tenant_id: int, conversation_id: int,
+                          role: str, content: list[dict[str, Any]], now: datetime) -> bool:
+    """`append` an internal message (a round's tool results) and return whether a message of
+    the conversation waits unplaced (no position: arrived since the turn placed its own),
+    read by the INSERT itself (RETURNING): the turn's look for it costs no statement of its
+    own (issue 43, round trips). It sees what was committed when the INSERT began."""
+    message = Message(tenant_id=tenant_id, conversation_id=conversation_id, role=role,
+                      direction="internal", content=storable_value(content), received_at=now,
+                      starts_turn=False, answered_at=now)
+    waiting = Message.__table__.alias("waiting")  # type: ignore[attr-defined]
+    look = select(waiting.c.id).where(waiting.c.conversation_id == conversation_id,
+                                      waiting.c.position.is_(None)).limit(1).scalar_subquery()
+    return _insert_placed(session, message, look)[1] is not None
+
+
+def _insert_placed(session: Session, message: Message, *extra: Any) -> tuple[Message, Any]:
+    """INSERT `message` at the conversation's next position; (it, persistent; the value of
+    the `extra` column returned with it, else None)."""
     table = Message.__table__  # type: ignore[attr-defined]
     session.flush()  # what the session holds goes first: the position reads the table
     values = {**row_values(message), "position": select(
         func.coalesce(func.max(Message.position), 0) + 1).where(
-        Message.conversation_id == conversation_id).scalar_subquery()}
+        Message.conversation_id == message.conversation_id).scalar_subquery()}
     # one round trip: the next position is read by the INSERT itself (no max() before it)
-    message.id, message.position = session.connection().execute(
-        insert(table).values(values).returning(table.c.id, table.c.position)).one()
+    row = session.connection().execute(
+        insert(table).values(values).returning(table.c.id, table.c.position, *extra)).one()
+    message.id, message.position = row[0], row[1]
     make_transient_to_detached(message)
     session.add(message)  # persistent as if loaded: later changes to it are UPDATEs
-    return message
+    return message, row[2] if extra else None
 
 
 def assign_positions(session: Session, conversation_id: int) -> int:
@@ -391,8 +416,12 @@ def add_outbound(session: Session, *, message: Message, parts: list[str], to: st
                      body=storable(body), created_at=now) for i, body in enumerate(parts)]
     session.add_all(rows)
     session.flush()
-    refresh_delivery(session, message.id)
+    if message.delivery_status != delivery.fold(row.status for row in rows):  # its parts:
+        refresh_delivery(session, message.id)  # these rows (unique per message)
     return rows
+
+
+_NEW_PARTS_STATE = delivery.fold(["pending"])  # a reply's state when all its parts are new
 
 
 def unsent_outbound(session: Session, conversation_id: int

@@ -69,7 +69,7 @@ def _maintenance_pass(env: ReplayEnvironment) -> None:
 
 
 @pytest.mark.skipif(not REDIS_UP, reason="a worker subprocess needs a real Redis")
-@pytest.mark.parametrize("point", ["before_model_call", "after_tool_before_store",
+@pytest.mark.parametrize("point", ["before_model_call", "before_tool_round",
                                    "after_send_before_mark"])
 def test_a_worker_killed_mid_turn_gives_one_booking_and_one_reply(point: str) -> None:
     env = ReplayEnvironment(start=START, redis_url=REDIS_URL)

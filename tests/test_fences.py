@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 from sqlmodel import func, select
 from structlog.testing import capture_logs
 
+from core import faults
 from core.settings import Settings
 from replay.environment import ReplayEnvironment
 from storage import fences
@@ -24,29 +25,26 @@ from storage.keys import lock_key
 from storage.models import Appointment, Contact, Conversation, Message, Outbound, Tenant, Usage
 from tests.conftest import START
 from tests.factories import text_body
-from workers import turns
 from workers.jobs import held_lock
 
 
 def test_a_turn_whose_lock_another_turn_took_writes_nothing_more_and_sends_nothing(
-        env: ReplayEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ReplayEnvironment) -> None:
     env.messages_api.script("turn", [
         {"tool": "book_appointment", "input": {"service": "corte",
                                                "start": "2026-06-02T14:00"}},
         {"text": "Marcado: terça 14:00 com a Júlia."}])
-    real_execute = turns._execute
     starved = iter([True])
 
-    def starved_past_the_lock(*args: Any) -> tuple[str, bool]:
+    def starved_past_the_lock() -> None:
         if next(starved, False):  # while this horse waited for CPU, another turn took over
             with fences.unfenced(), session_scope(env.engine) as session:
                 fences.take(session, 1)
-        return real_execute(*args)
 
-    # no point between the model's answer and the tool in workers/turns.py (issue 40 item 2)
-    monkeypatch.setattr(turns, "_execute", starved_past_the_lock)
+    # between the tool_use's store and the tool round's transaction (workers/turns.py
+    # `tool_round`), which checks the fence before the tool runs (issue 40 item 2)
     assert env.post_webhook(json.dumps(text_body("marca amanhã às 14h", 1)).encode()) == 200
-    with capture_logs() as logs:
+    with capture_logs() as logs, faults.meanwhile("before_tool_round", starved_past_the_lock):
         env.drain()
     assert [e["kind"] for e in logs if e["event"] == "job_fenced_out"] == ["turn"]
 

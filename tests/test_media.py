@@ -441,7 +441,7 @@ def test_a_photo_arriving_mid_turn_is_folded_in_as_an_image(
         if next(posted, False):
             assert env.post_webhook(json.dumps(image_body(sha)).encode()) == 200
 
-    with faults.meanwhile("after_tool_before_store", customer_sends_a_photo):
+    with faults.meanwhile("before_tool_round", customer_sends_a_photo):
         _post(env, text_body("quais serviços vocês têm?", 1))
     second = env.messages_api.calls[1].request["messages"][-1]["content"]
     assert [b["type"] for b in second] == ["tool_result", "text", "image"]

@@ -96,7 +96,8 @@ def test_the_loop_asks_the_builder_for_each_rounds_request_and_sends_it_as_is() 
     class Hooks:
         def on_response(self, response: Any) -> None: ...
         def on_assistant(self, content: Any) -> None: ...
-        def on_tool_results(self, content: Any) -> None: ...
+        def tool_round(self, run: Any) -> Any:
+            return run()
         def fold_new_messages(self) -> list[dict[str, Any]]:
             return []
 

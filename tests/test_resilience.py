@@ -47,7 +47,7 @@ def test_a_crash_between_a_tool_use_and_its_results_with_a_message_in_between_is
             raise RuntimeError("worker died while storing the tool results")
 
     _post(env, "marca amanhã 14h", 1)
-    with faults.meanwhile("after_tool_before_store", crash_once):
+    with faults.meanwhile("before_tool_round", crash_once):
         InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
     assert list(crashes) == [], "the worker died between the tool and its results"
     env.clock.advance(timedelta(minutes=2))
@@ -179,7 +179,8 @@ def test_the_jobs_timeout_is_not_swallowed_by_the_tool_loop() -> None:
     class Hooks:
         def on_response(self, response: Any) -> None: ...
         def on_assistant(self, content: Any) -> None: ...
-        def on_tool_results(self, content: Any) -> None: ...
+        def tool_round(self, run: Any) -> Any:
+            return run()
 
     with pytest.raises(_JobTimeout):
         run_tool_loop(create, request_for=lambda messages: {"messages": messages},
@@ -224,7 +225,7 @@ def test_a_message_arriving_mid_turn_is_folded_into_the_answer(
             _post(env, "e vocês aceitam pix?", 2)
 
     _post(env, "quais serviços vocês têm?", 1)
-    with faults.meanwhile("after_tool_before_store", customer_writes):
+    with faults.meanwhile("before_tool_round", customer_writes):
         env.drain()
     second_call = env.messages_api.calls[1].request["messages"]
     assert [b["type"] for b in second_call[-1]["content"]] == ["tool_result", "text"]

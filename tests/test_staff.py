@@ -413,7 +413,7 @@ def test_a_staff_message_written_during_a_tool_round_never_splits_it(
                                        pause=timedelta(minutes=1))
 
     env.messages_api.script("turn", [SLOTS, {"text": "Tenho 14h amanhã."}])
-    with faults.meanwhile("after_tool_before_store", staff_write):
+    with faults.meanwhile("before_tool_round", staff_write):
         post(env, text_body("tem horário amanhã?", 1, sent_at=env.clock.now()))
     env.clock.advance(timedelta(minutes=5))  # the staff pause is over
     env.messages_api.script("turn", [{"text": "Posso ajudar?"}])

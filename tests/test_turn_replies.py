@@ -103,7 +103,8 @@ class _Hooks:
 
     def on_assistant(self, content: list[dict[str, Any]]) -> None: ...
 
-    def on_tool_results(self, content: list[dict[str, Any]]) -> None: ...
+    def tool_round(self, run: Any) -> Any:
+        return run()
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
         return self.folded.pop(0) if self.folded else []

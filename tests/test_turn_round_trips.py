@@ -14,15 +14,16 @@ from sqlmodel import col, func, select
 from replay.environment import ReplayEnvironment
 from storage import fences
 from storage.db import session_scope
-from storage.models import Message, Outbound, Usage
+from storage.models import Appointment, Message, Outbound, ToolCall, Usage
 from tests.factories import text_body
 from workers import turns
 
 # counted on a later turn (bench/round_trips.py's three calls, the worker only) once the
 # turn's own round trips were cut; before: 154 statements on SQLite (its BEGINs are
-# statements), 130 on PostgreSQL, 23 commits on both
-MAX_STATEMENTS = {"sqlite": 111, "postgresql": 96}
-MAX_COMMITS = 15
+# statements), 130 on PostgreSQL, 23 commits on both; after round 1: 59 on PostgreSQL, 11
+# commits; after a tool round became one transaction (workers/turns.py `tool_round`): 9
+MAX_STATEMENTS = {"sqlite": 58, "postgresql": 49}
+MAX_COMMITS = 9
 
 
 def _three_calls(hour: str) -> list[dict[str, Any]]:
@@ -99,3 +100,25 @@ def test_a_usage_row_is_stored_alone_when_the_transaction_carrying_it_is_fenced(
             Message.direction != "inbound")).one() == 0
         assert session.exec(select(func.count()).select_from(Outbound)).one() == 0
     assert env.graph_api.sends == []
+
+
+def test_a_tool_round_with_a_failed_call_keeps_only_what_the_slow_way_did(
+        env: ReplayEnvironment) -> None:
+    """The round's transaction (workers/turns.py `tool_round`) is rolled back when a call
+    fails: the second booking of the same slot fails after the first booked in it, so the
+    round runs again, each call alone; one booking, each call recorded once, both results
+    in the round's message."""
+    booking = {"tool": "book_appointment", "input": {"service": "corte",
+                                                     "start": "2026-06-02T14:00"}}
+    env.messages_api.script("turn", [{"tools": [booking, booking]},
+                                     {"text": "Marcado: 14:00."}])
+    assert env.post_webhook(json.dumps(text_body("marca 14h", 1)).encode()) == 200
+    env.drain()
+    assert [s.body["text"]["body"] for s in env.graph_api.sends] == ["Marcado: 14:00."]
+    with session_scope(env.engine) as session:
+        assert session.exec(select(func.count()).select_from(Appointment)).one() == 1
+        calls = session.exec(select(ToolCall).order_by(col(ToolCall.id))).all()
+        assert [c.is_error for c in calls] == [False, True]
+        results = session.exec(select(Message.content).where(
+            Message.role == "user", Message.direction == "internal")).all()
+    assert [[b.get("is_error", False) for b in r] for r in results] == [[False, True]]

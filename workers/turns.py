@@ -40,8 +40,9 @@ from agent.errors import ContextWindowExceeded
 from agent.loop import LoopOutcome, run_tool_loop
 from agent.media import is_media
 from agent.tools.base import ToolContext
+from agent.tools.choices import OFFER_CHOICES
 from agent.tools.handoff import STOPS_THE_TURN, handoff_reply
-from agent.tools.registry import REGISTRY, execute_tool
+from agent.tools.registry import REGISTRY, execute_in, execute_tool
 from agent.window import Block
 from core import clock, metrics
 from core.faults import crash_point
@@ -457,7 +458,7 @@ def _finish_turn(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks
     outcome = reply.outcome
     product = outcome in (Outcome.APOLOGY, Outcome.HANDOFF)
     _finish(runtime, state, reply.text, up_to_position=up_to_position,
-            offers=outcome is Outcome.ANSWERED,  # an apology offers no choices
+            offers=outcome is Outcome.ANSWERED and hooks.offered,  # not an apology
             author=marks.product_author(outcome.value) if product else None,
             apology=outcome is Outcome.APOLOGY,
             settle=attempt > 1 and outcome is not Outcome.APOLOGY,  # a retried turn answered
@@ -496,13 +497,26 @@ def _run_loop(runtime: Runtime, state: ConversationState, hooks: "_StoreHooks", 
     prepared, hooks.prepared = hooks.prepared, None
     if prepared is None or hard_cap:
         prepared = prepare(runtime, state, tools=REGISTRY, force_hard_cap=hard_cap)
-    return run_tool_loop(functools.partial(_create, runtime, hooks.typing, state.tenant_id),
-                         request_for=prepared.request_for, messages=prepared.messages,
-                         execute=functools.partial(_execute, runtime, state, hooks.source),
-                         hooks=hooks,
-                         max_rounds=runtime.settings.turn_max_rounds,
-                         fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
-                         stop_after=STOPS_THE_TURN)
+    outcome = run_tool_loop(functools.partial(_create, runtime, hooks.typing, state.tenant_id),
+                            request_for=prepared.request_for, messages=prepared.messages,
+                            execute=functools.partial(_execute, runtime, state,
+                                                      hooks.source, fresh=True, hooks=hooks),
+                            hooks=hooks,
+                            max_rounds=runtime.settings.turn_max_rounds,
+                            fatal=(JobTimeoutException, TurnFenced, *OUTAGE_ERRORS),
+                            stop_after=STOPS_THE_TURN)
+    hooks.offered = _calls_offer_choices(prepared.messages)  # the request's and the loop's
+    return outcome
+
+
+def _calls_offer_choices(messages: list[dict[str, Any]]) -> bool:
+    """Whether the history sent (and grown by the loop) holds an `offer_choices` call: else
+    the reply can carry no choices and workers/choices.py need not look for them (issue 43,
+    round trips). A retried turn's earlier call is in it: it follows the last reply."""
+    return any(isinstance(block, dict) and block.get("type") == "tool_use"
+               and block.get("name") == OFFER_CHOICES.name
+               for message in messages if message.get("role") == "assistant"
+               and isinstance(message.get("content"), list) for block in message["content"])
 
 
 def _create(runtime: Runtime, typing: TypingIndicator, tenant_id: int, **request: Any) -> Any:
@@ -541,20 +555,31 @@ def _tool_result(runtime: Runtime, state: ConversationState, source: _Source, bl
 
 
 def _execute(runtime: Runtime, state: ConversationState, source: _Source,
-             block: dict[str, Any]) -> tuple[str, bool]:
+             block: dict[str, Any], *, fresh: bool = False,
+             hooks: "_StoreHooks | None" = None) -> tuple[str, bool]:
+    """Run `block` (a tool_use); `fresh`: it came in a response of this job, so no stored
+    call of its id can exist (agent/tools/registry.execute_tool); a repaired round's may.
+    In the transaction of `hooks`' tool round when one is open (`_StoreHooks.tool_round`):
+    an error then propagates, for that round to run again the slow way."""
     ctx = ToolContext(engine=runtime.engine, tenant_id=state.tenant_id,
                       contact_id=state.contact_id, conversation_id=state.conversation_id,
                       timezone=ZoneInfo(state.tenant.timezone), now=clock.now(),
                       tool_use_id=str(block["id"]), source_message_id=source.message_id)
-    text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
-                                  tools=REGISTRY)
+    session = hooks.round_session if hooks is not None else None
+    if session is not None:
+        text, is_error = execute_in(session, ctx, str(block.get("name")), block.get("input"),
+                                    tools=REGISTRY), False
+    else:
+        text, is_error = execute_tool(ctx, str(block.get("name")), block.get("input"),
+                                      tools=REGISTRY, fresh=fresh)
     log.info("tool_called", tool=block.get("name"), is_error=is_error)
     return text, is_error
 
 
 def _waiting(runtime: Runtime, conversation_id: int) -> list[Any]:
     """The `media` of each message not yet placed in the history: a look that opens no
-    transaction (`read_scope`), so a tool round after which nobody wrote costs one statement."""
+    transaction (`read_scope`), made only when the round's results' INSERT saw one waiting
+    (storage/messages.append_seeing_waiting)."""
     with read_scope(runtime.engine) as session:
         return list(session.exec(select(Message.media).where(
             Message.conversation_id == conversation_id,
@@ -590,6 +615,9 @@ class _StoreHooks:
         self.context_tokens: int | None = None
         self.latest_tokens: int | None = None  # the last call's context size, kept
         self.unstored: list[Usage] = []
+        self.round_session: Session | None = None  # the open tool round's (`tool_round`)
+        self.waiting: bool | None = None  # the last round's store saw messages waiting
+        self.offered = False  # the loop's history holds an offer_choices call (`_run_loop`)
 
     def on_response(self, response: Any) -> None:
         """Keep the four usage counters of one call (workers/jobs.usage_row) for the turn's
@@ -635,14 +663,50 @@ class _StoreHooks:
     def on_assistant(self, content: list[dict[str, Any]]) -> None:
         self._append("assistant", content)
 
-    def on_tool_results(self, content: list[dict[str, Any]]) -> None:
-        crash_point("after_tool_before_store")
-        self._append("user", content)
+    def tool_round(self, run: Callable[[], list[Block]]) -> list[Block]:
+        """Run the round's tools and store the user message of their results in one
+        transaction (`scope`: one fence check, one commit; issue 43, round trips): each
+        tool's effects and ToolCall record (agent/tools/registry.execute_in), the message,
+        the usage rows kept. A failed call (its ToolError, a bug) may have written before
+        failing, so that transaction is rolled back and the round runs again the slow way:
+        each call in a transaction of its own (registry.execute_tool records the error),
+        then the message. Their results were never seen, nor their effects kept.
+        The crash point comes before: a crash leaves the tool_use without results, which a
+        retried turn repairs (`repair_dangling_tool_use`)."""
+        crash_point("before_tool_round")
+        try:
+            with self.scope() as session:
+                self.round_session = session
+                results = run()
+                if any(result.get("is_error") for result in results):
+                    raise _RoundFailed
+                self._store_results(session, results)
+                return results
+        except _RoundFailed:
+            log.info("tool_round_run_again")
+        finally:
+            self.round_session = None
+        results = run()
+        with self.scope() as session:
+            self._store_results(session, results)
+        return results
+
+    def _store_results(self, session: Session, results: list[Block]) -> None:
+        """The round's user message; whether messages wait to be folded in comes with it
+        (`fold_new_messages`)."""
+        self.waiting = message_repo.append_seeing_waiting(
+            session, tenant_id=self.state.tenant_id, conversation_id=self.state.conversation_id,
+            role="user", content=results, now=clock.now())
+        self.write_context_tokens(session, mid_turn=True)
 
     def fold_new_messages(self) -> list[dict[str, Any]]:
-        """The messages that arrived since the turn placed its own (`_waiting`: one look,
-        no transaction, when none did), placed after the results just stored, as blocks."""
+        """The messages that arrived since the turn placed its own, placed after the results
+        just stored, as blocks. Nothing is read when the results' INSERT saw none waiting
+        (`tool_round`); else `_waiting` looks (their media) before placing them."""
         conversation_id = self.state.conversation_id
+        seen, self.waiting = self.waiting, None
+        if seen is False:  # the round's results' INSERT saw none (`tool_round`)
+            return []
         waiting = _waiting(self.runtime, conversation_id)
         if not waiting:
             return []
@@ -662,22 +726,42 @@ class _StoreHooks:
         log.info("turn_folded_new_messages", count=len(rows))
         return list(folded)
 
-    def write_context_tokens(self, session: Session) -> None:
+    def write_context_tokens(self, session: Session, *, mid_turn: bool = False) -> None:
         """The latest call's context size into the conversation, in `session`'s transaction:
-        one UPDATE, the row is not read."""
+        one UPDATE, the row is not read. `mid_turn`: a store before the turn's last, which
+        writes it (`_finish`, the held path): skipped while the stored and the new size are
+        both within the sizes that decide anything (`_decides`), so a turn that dies
+        before its last store leaves one that decides the same (issue 43, round trips)."""
         if self.context_tokens is None:
+            return
+        if mid_turn and max(self.context_tokens,
+                            self.state.conversation.last_input_tokens) <= self._decides():
             return
         session.exec(update(Conversation).where(
             col(Conversation.id) == self.state.conversation_id,
         ).values(last_input_tokens=self.context_tokens))
         self.context_tokens = None
 
+    def _decides(self) -> int:
+        """The smallest context size that decides something: the next turn's hard cap
+        (workers/turn_window.py) or a compaction (workers/compaction.py)."""
+        return min(self.runtime.settings.context_hard_cap_tokens,
+                   self.state.tenant.compaction_threshold_tokens)
+
     def _append(self, role: str, content: list[dict[str, Any]]) -> None:
         with self.scope() as session:
-            message_repo.append(session, tenant_id=self.state.tenant_id,
-                                conversation_id=self.state.conversation_id, role=role,
-                                direction="internal", content=content, now=clock.now())
-            self.write_context_tokens(session)
+            self._store_in(session, role, content)
+
+    def _store_in(self, session: Session, role: str, content: list[dict[str, Any]]) -> None:
+        message_repo.append(session, tenant_id=self.state.tenant_id,
+                            conversation_id=self.state.conversation_id, role=role,
+                            direction="internal", content=content, now=clock.now())
+        self.write_context_tokens(session, mid_turn=True)
+
+
+class _RoundFailed(Exception):
+    """A call of a tool round run in one transaction failed: roll it back, run it again
+    (`_StoreHooks.tool_round`)."""
 
 
 def _provider_failed(runtime: Runtime, state: ConversationState, exc: BaseException, *,
@@ -750,7 +834,7 @@ def _queue_reply(session: Session, state: ConversationState, reply: str, *, offe
     message = message_repo.append(
         session, tenant_id=state.tenant_id, conversation_id=state.conversation_id,
         role="assistant", direction="outbound", content=[{"type": "text", "text": reply}],
-        now=now, author=author)
+        now=now, author=author, queued=True)
     message_repo.add_outbound(session, message=message, parts=parts, to=to,
                               recipient=recipient, now=now, kind=kind)
 

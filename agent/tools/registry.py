@@ -35,18 +35,20 @@ REGISTRY: tuple[Tool, ...] = (
 
 
 def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
-                 tools: Sequence[Tool] = REGISTRY) -> tuple[str, bool]:
+                 tools: Sequence[Tool] = REGISTRY, fresh: bool = False) -> tuple[str, bool]:
     """Run tool `name` of `tools` once per `ctx.tool_use_id`; returns (result text, is_error).
 
     The handler runs in one transaction with the look-up of the id and the call's ToolCall
     record; a ToolError (an unknown name, an input that is not an object, or the handler's)
     is recorded as an error result. A replayed id returns the stored result without running
     anything (logged as `tool_use_id_reused` when the stored call was of another tool: an id
-    minted twice).
+    minted twice). `fresh`: the tool_use comes from a response received in this job, so no
+    record of its id can exist yet (the API's ids are unique): no look-up (issue 43, round
+    trips); the unique index still stops a second record (IntegrityError below).
     """
     try:
         with session_scope(ctx.engine) as session:
-            done = session.exec(select(ToolCall).where(
+            done = None if fresh else session.exec(select(ToolCall).where(
                 ToolCall.tool_use_id == ctx.tool_use_id).limit(1)).first()
             if done is not None:
                 if done.name != name[:64]:
@@ -66,6 +68,18 @@ def execute_tool(ctx: ToolContext, name: str, tool_input: Any, *,
             done = session.exec(select(ToolCall).where(
                 ToolCall.tool_use_id == ctx.tool_use_id)).one()
             return done.result, done.is_error
+
+
+def execute_in(session: Session, ctx: ToolContext, name: str, tool_input: Any, *,
+               tools: Sequence[Tool] = REGISTRY) -> str:
+    """Run tool `name` of `tools` in the caller's transaction (`session`) and add the call's
+    ToolCall record to it; returns the result text. For a tool_use received in this job (no
+    record of its id can exist: no look-up). A ToolError (or any error) propagates with the
+    tool's writes, if any, still in `session`: the caller rolls the transaction back and runs
+    the call by `execute_tool`, which records the error (workers/turns.py `tool_round`)."""
+    text = backstop(_dispatch(session, ctx, tools, name, tool_input))
+    _record(session, ctx, name, tool_input, text, is_error=False)
+    return text
 
 
 def tool_reply(block: dict[str, Any], result: str, *,
