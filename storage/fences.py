@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from sqlalchemy import text
 from sqlmodel import Session, literal, select
 
 from storage.errors import TurnFenced
@@ -39,12 +38,11 @@ def take(session: Session, conversation_id: int) -> int | None:
     """Bump the conversation's fence and return the new value (the taker's token); None when
     the conversation does not exist. One statement (`INSERT ... ON CONFLICT DO UPDATE`), after
     the fence key's exclusive advisory lock on PostgreSQL (waits for every transaction past
-    its check; held until this transaction ends)."""
+    its check; held until this transaction ends), the two in one round trip there."""
     table = TurnFence.__table__  # type: ignore[attr-defined]
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
-        session.connection().execute(text("SELECT pg_advisory_xact_lock(:lock, :key)"),
-                                     {"lock": FENCE_LOCK, "key": conversation_id})
+        return _lock_and_bump(session, conversation_id)
     statement = upsert(dialect, table).from_select(
         ["conversation_id", "fence"],
         select(Conversation.id, literal(1)).where(Conversation.id == conversation_id),
@@ -90,6 +88,26 @@ def check_current(session: Session) -> None:
     if latest != fence:
         raise TurnFenced(f"conversation {conversation_id}: fence {fence} is not the latest "
                          f"({latest}); another turn took the lock")
+
+
+def _lock_and_bump(session: Session, conversation_id: int) -> int | None:
+    """`take` on PostgreSQL: the fence key's exclusive advisory lock, then the bump, as
+    `_lock_and_read` sends its two statements (the bump's snapshot is taken once the lock is
+    granted)."""
+    key, name = int(conversation_id), TurnFence.__tablename__
+    result = session.connection().exec_driver_sql(
+        f"SELECT pg_advisory_xact_lock({FENCE_LOCK}, {key}); "
+        f"INSERT INTO {name} (conversation_id, fence) "
+        f"SELECT id, 1 FROM {Conversation.__tablename__} WHERE id = {key} "
+        f"ON CONFLICT (conversation_id) DO UPDATE SET fence = {name}.fence + 1 "
+        f"RETURNING fence")
+    try:
+        cursor = result.cursor
+        assert cursor is not None and cursor.nextset(), "the fence bump's result"
+        row = cursor.fetchone()
+    finally:
+        result.close()
+    return None if row is None else int(row[0])
 
 
 def _lock_and_read(session: Session, conversation_id: int) -> int | None:

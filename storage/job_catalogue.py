@@ -90,8 +90,11 @@ def tenant(session: Session, tenant_id: int) -> Tenant | None:
         return session.get(Tenant, tenant_id)
     entry = rows.setdefault(tenant_id, _Rows())
     if entry.tenant is None:
-        entry.tenant = next(iter(_read(session, select(Tenant).where(Tenant.id == tenant_id))),
-                            None)
+        if session.get_bind().dialect.name == "postgresql":
+            _fill(session, tenant_id, entry)
+        else:
+            entry.tenant = next(iter(_read(session, select(Tenant).where(
+                Tenant.id == tenant_id))), None)
     return entry.tenant
 
 
@@ -171,13 +174,24 @@ def _list(session: Session, tenant_id: int, kind: str) -> list[Any]:
     entry = rows.setdefault(tenant_id, _Rows())
     if kind not in entry.lists:
         if session.get_bind().dialect.name == "postgresql":
-            # every kind not read yet, in one round trip (issue 43): a job wants them all
-            missing = [k for k in KINDS if k not in entry.lists]
-            entry.lists.update(zip(missing, _read_many(
-                session, [_statement(k, tenant_id) for k in missing]), strict=True))
+            _fill(session, tenant_id, entry)
         else:
             entry.lists[kind] = _read(session, _statement(kind, tenant_id))
     return list(entry.lists[kind])  # a copy: a caller's filtering never reaches the next one
+
+
+def _fill(session: Session, tenant_id: int, entry: _Rows) -> None:
+    """On PostgreSQL, the tenant row (when not held yet) and every kind not read yet, in one
+    round trip (issue 43): a job wants them all, and a booking reads them again after
+    `forget`."""
+    missing = [k for k in KINDS if k not in entry.lists]
+    statements = [_statement(k, tenant_id) for k in missing]
+    if entry.tenant is None:
+        statements.append(select(Tenant).where(Tenant.id == tenant_id))
+    found = _read_many(session, statements)
+    entry.lists.update(zip(missing, found, strict=False))
+    if entry.tenant is None:
+        entry.tenant = next(iter(found[-1]), None)
 
 
 def _read(session: Session, statement: SelectOfScalar[Row]) -> list[Row]:
