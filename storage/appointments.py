@@ -48,11 +48,12 @@ def lock_for_booking(session: Session, tenant_id: int, professional_ids: Sequenc
     `new_visit` return the tenant's next booking number and, on PostgreSQL, the id its first
     row takes (else None, None).
 
-    On PostgreSQL, for a new visit, the tenant's row FOR NO KEY UPDATE first (so two
+    On PostgreSQL, the tenant's row FOR NO KEY UPDATE first, for any placement (so two
     bookings never share a number, while rows that only reference the tenant, a new contact,
-    are not held up), then the professionals' rows FOR UPDATE (by id; the check of their
-    busy time and the insert cannot interleave with another booking's), all held until the
-    transaction ends: the one order every booking takes (no deadlock). SQLite's
+    are not held up; a move too, as a round's calls share one transaction), then the
+    professionals' rows FOR UPDATE (by id; the check of their busy time and the insert
+    cannot interleave with another booking's), all held until the transaction ends: the one
+    order every booking takes (no deadlock). SQLite's
     transactions are serial already. The number: one more than the tenant's highest;
     numbers once told are never reused (a cancelled visit keeps its own). The id (its
     visit_id too, so the row is inserted whole: no UPDATE after) comes from the table's
@@ -69,8 +70,13 @@ def lock_for_booking(session: Session, tenant_id: int, professional_ids: Sequenc
         return int(highest or 0) + 1, None
     key = int(tenant_id)  # our own integers: the query goes without parameters (several)
     ids = ", ".join(str(int(i)) for i in sorted(professional_ids))
-    statements = [f"SELECT id FROM {Tenant.__tablename__} WHERE id = {key} FOR NO KEY UPDATE"
-                  ] if new_visit else []
+    if not new_visit and not ids:
+        return None, None
+    # the tenant's row first for a move or a joining service too: a tool round is one
+    # transaction (workers/turns.py `tool_round`), so a move's professional lock may be held
+    # when the round's next call books a new visit; were the tenant not first, another
+    # booking holding it and waiting for that professional would deadlock with it
+    statements = [f"SELECT id FROM {Tenant.__tablename__} WHERE id = {key} FOR NO KEY UPDATE"]
     if ids:
         statements.append(f"SELECT id FROM {Professional.__tablename__} WHERE id IN ({ids}) "
                           "ORDER BY id FOR UPDATE")
@@ -78,8 +84,6 @@ def lock_for_booking(session: Session, tenant_id: int, professional_ids: Sequenc
         statements.append(f"SELECT max(booking_number), "
                           f"nextval(pg_get_serial_sequence('{_TABLE}', 'id')) "
                           f"FROM {_TABLE} WHERE tenant_id = {key}")
-    if not statements:
-        return None, None
     result = session.connection().exec_driver_sql("; ".join(statements))
     try:
         cursor = result.cursor
