@@ -1,19 +1,25 @@
 """The breaker's probes of cand3's round trips work (a tool round in one transaction, the
 booking locks in one round trip): what they found, pinned."""
 
+import json
 import threading
 from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
+from replay.environment import ReplayEnvironment
 from storage.appointments import lock_for_booking
-from storage.models import Professional
+from storage.db import session_scope
+from storage.models import Appointment, Professional, ToolCall
 from storage.tenants import upsert_tenant
-from tests.factories import TENANT
+from tests.factories import TENANT, text_body
 
 NOW = datetime(2026, 6, 1, 13, 0, tzinfo=UTC)
+SP = ZoneInfo("America/Sao_Paulo")
 
 
 @pytest.mark.parametrize("engine", [pytest.param("postgres", marks=pytest.mark.postgres)],
@@ -61,3 +67,72 @@ def test_two_rounds_each_placing_twice_never_deadlock(engine: Engine) -> None:
         thread.join(10)
     assert not errors, [type(e).__name__ + ": " + str(e).splitlines()[0] for e in errors]
     assert number == 1
+
+
+def _post(env: ReplayEnvironment, text: str, n: int) -> None:
+    assert env.post_webhook(json.dumps(text_body(text, n)).encode()) == 200
+    env.drain()
+
+
+def _book(start: str) -> dict[str, Any]:
+    return {"tool": "book_appointment", "input": {"service": "corte", "start": start}}
+
+
+def _rows(env: ReplayEnvironment) -> list[tuple[str, str, int | None]]:
+    with session_scope(env.engine) as session:
+        return [(r.status, r.start_at.astimezone(SP).strftime("%H:%M"), r.booking_number)
+                for r in session.exec(select(Appointment).order_by(col(Appointment.id)))]
+
+
+def _calls(env: ReplayEnvironment) -> list[tuple[str, bool]]:
+    with session_scope(env.engine) as session:
+        return [(c.name, c.is_error) for c in session.exec(
+            select(ToolCall).order_by(col(ToolCall.id)))]
+
+
+def test_a_cancel_then_a_failing_reschedule_in_one_round_cancels_once(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [{"tools": [_book("2026-06-02T14:00")]},
+                                     {"text": "Marcado."}])
+    _post(env, "marca 14h", 1)
+    env.messages_api.script("turn", [
+        {"tools": [{"tool": "cancel_appointment", "input": {"appointment_id": 1}},
+                   {"tool": "reschedule_appointment",
+                    "input": {"appointment_id": 1, "start": "2026-06-02T15:00"}}]},
+        {"text": "Cancelado."}])
+    _post(env, "cancela", 2)
+    assert _rows(env) == [("cancelled", "14:00", 1)]
+    assert _calls(env) == [("book_appointment", False), ("cancel_appointment", False),
+                           ("reschedule_appointment", True)]
+
+
+def test_a_move_then_a_failing_booking_in_one_round_moves_once(env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [{"tools": [_book("2026-06-02T14:00")]},
+                                     {"text": "Marcado."}])
+    _post(env, "marca 14h", 1)
+    env.messages_api.script("turn", [
+        {"tools": [{"tool": "reschedule_appointment",
+                    "input": {"appointment_id": 1, "start": "2026-06-02T15:00"}},
+                   _book("2026-06-02T15:00")]},
+        {"text": "Mudado."}])
+    _post(env, "muda pra 15h", 2)
+    assert [r[:2] for r in _rows(env)] == [("cancelled", "14:00"), ("booked", "15:00")]
+    assert _calls(env) == [
+        ("book_appointment", False), ("reschedule_appointment", False),
+        ("book_appointment", True)]
+
+
+def test_numbers_stay_contiguous_around_a_refused_booking_in_one_round(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [
+        {"tools": [_book("2026-06-02T14:00"), _book("2026-06-02T14:00"),
+                   _book("2026-06-02T16:00")]},
+        {"text": "Marcados."}])
+    _post(env, "marca 14h e 16h", 1)
+    env.messages_api.script("turn", [{"tools": [_book("2026-06-02T10:00")]},
+                                     {"text": "Marcado."}])
+    _post(env, "e 10h", 2)
+    assert _rows(env) == [("booked", "14:00", 1), ("booked", "16:00", 2),
+                          ("booked", "10:00", 3)]
+    with session_scope(env.engine) as session:
+        assert all(r.visit_id == r.id for r in session.exec(select(Appointment)))
