@@ -12,9 +12,10 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from replay.environment import ReplayEnvironment
+from storage import job_catalogue
 from storage.appointments import lock_for_booking
 from storage.db import session_scope
-from storage.models import Appointment, Professional, ToolCall
+from storage.models import Appointment, Professional, Service, Tenant, ToolCall
 from storage.tenants import upsert_tenant
 from tests.factories import TENANT, text_body
 
@@ -136,3 +137,34 @@ def test_numbers_stay_contiguous_around_a_refused_booking_in_one_round(
                           ("booked", "10:00", 3)]
     with session_scope(env.engine) as session:
         assert all(r.visit_id == r.id for r in session.exec(select(Appointment)))
+
+
+HOSTILE = "Ju'lia \"; DROP TABLE tenant; -- \\ 🎉 ção \u200b"
+
+
+@pytest.mark.parametrize("engine", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_the_job_catalogue_read_in_one_round_trip_equals_the_orm_read_for_hostile_rows(
+        engine: Engine) -> None:
+    # storage/job_catalogue._fill builds rows from the raw result sets on PostgreSQL: names
+    # and JSON fields with quotes, backslashes, emoji and SQL must come back as stored
+    keys = {**TENANT, "name": HOSTILE, "services": [
+        {"code": "corte", "name": HOSTILE, "duration_minutes": 60}],
+        "professionals": [{"code": "julia", "name": HOSTILE, "services": ["corte"],
+                           "durations": {"corte": 45}}]}
+    with session_scope(engine) as session:
+        tenant_id = int(upsert_tenant(session, keys, now=NOW).id or 0)
+    with session_scope(engine) as session, job_catalogue.job_scope():
+        tenant = job_catalogue.tenant(session, tenant_id)
+        services = job_catalogue.services(session, tenant_id)
+        pros = job_catalogue.professionals(session, tenant_id)
+        hours = job_catalogue.hours(session, tenant_id)
+    with session_scope(engine) as session:
+        assert tenant is not None and tenant.model_dump() == session.get(
+            Tenant, tenant_id).model_dump()
+        assert [s.model_dump() for s in services] == [s.model_dump() for s in session.exec(
+            select(Service).where(Service.tenant_id == tenant_id))]
+        assert [p.model_dump() for p in pros] == [p.model_dump() for p in session.exec(
+            select(Professional).where(Professional.tenant_id == tenant_id))]
+        assert len(hours) == 3  # mon, tue, sat
+    assert tenant.name == services[0].name == pros[0].name == HOSTILE
