@@ -20,12 +20,13 @@ ToolError) cannot expire them, and they never enter the caller's identity map. R
 a caller that changes a row reads it with its own session.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, col, select
 from sqlmodel.sql.expression import SelectOfScalar
@@ -218,12 +219,23 @@ def _read_many(session: Session, statements: list[SelectOfScalar[Any]]) -> list[
         for n, statement in enumerate(statements):
             assert n == 0 or cursor.nextset(), "a catalogue read's result"
             model = statement.column_descriptions[0]["entity"]
-            names = [c[0] for c in cursor.description or ()]
-            found.append([_detached(model, dict(zip(names, row, strict=True)))
+            columns = _processed(model, cursor.description or (), connection.dialect)
+            found.append([_detached(model, {name: value if process is None else process(value)
+                                            for (name, process), value in zip(
+                                                columns, row, strict=True)})
                           for row in cursor.fetchall()])
     finally:
         result.close()
     return found
+
+
+def _processed(model: type[Any], description: Any,
+               dialect: Dialect) -> list[tuple[str, Callable[[Any], Any] | None]]:
+    """Each column's name and its type's result processing, as a query through the ORM
+    applies it (UTCDateTime gives UTC whatever the session's TimeZone; storage/models.py)."""
+    table = model.__table__
+    return [(c[0], table.c[c[0]].type.dialect_impl(dialect).result_processor(dialect, c[1]))
+            for c in description]
 
 
 def _detached(model: type[Row], values: dict[str, Any]) -> Row:

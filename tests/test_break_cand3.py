@@ -168,3 +168,19 @@ def test_the_job_catalogue_read_in_one_round_trip_equals_the_orm_read_for_hostil
             select(Professional).where(Professional.tenant_id == tenant_id))]
         assert len(hours) == 3  # mon, tue, sat
     assert tenant.name == services[0].name == pros[0].name == HOSTILE
+
+
+@pytest.mark.parametrize("engine", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_the_job_catalogue_rows_keep_utc_times_whatever_the_session_time_zone(
+        engine: Engine) -> None:
+    # storage/models.py: datetimes are aware UTC (UTCDateTime's result processing); the rows
+    # job_catalogue._fill builds from raw result sets skipped it: a server or role whose
+    # TimeZone is not UTC gave the job's tenant row times in that zone
+    with session_scope(engine) as session:
+        tenant_id = int(upsert_tenant(session, TENANT, now=NOW).id or 0)
+    with session_scope(engine) as session, job_catalogue.job_scope():
+        session.connection().exec_driver_sql("SET TIME ZONE 'America/Sao_Paulo'")
+        tenant = job_catalogue.tenant(session, tenant_id)
+    assert tenant is not None and tenant.created_at == NOW
+    assert tenant.created_at.tzinfo is UTC
