@@ -308,7 +308,7 @@ def place(session: Session, tenant: Tenant, candidates: Sequence[Professional],
     if not working:
         _refuse_not_working(tenant, candidates, p, business, exceptions, grid_miss)
     buffer = timedelta(minutes=p.service.buffer_minutes)
-    # a new visit's number, the tenant's row and the professionals' locked (in that order)
+    # the tenant's row and the professionals' locked (in that order), a new visit's number
     number, first_id = lock_for_booking(session, tenant_id,
                                         [w.professional_id for _, w, _ in working],
                                         new_visit=p.visit_id is None)
