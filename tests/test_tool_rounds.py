@@ -1,5 +1,8 @@
-"""The breaker's probes of cand3's round trips work (a tool round in one transaction, the
-booking locks in one round trip): what they found, pinned."""
+"""A tool round in one transaction and a booking's locks in one round trip (issue 43, round
+trips), probed where they can break: two rounds placing twice never deadlock (one lock order,
+the tenant first); a round with a failed call keeps each effect once; booking numbers stay
+contiguous around a refused booking; the job's catalogue read in one round trip equals the
+ORM's, hostile names and session time zones included."""
 
 import json
 import threading
