@@ -93,7 +93,7 @@ def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
     per = result.per_customer_message()
     if per["model_calls"] is not None:
         print(f"   per customer message ({result.customer_messages}): "
-              f"{per['model_calls']:.2f} model call(s), "
+              f"{per['model_calls']:.2f} turn call(s) (facts and summaries apart), "
               f"{per['whatsapp_messages']:.2f} WhatsApp message(s)")
     for failure in result.failures:
         print(f"   ✗ {failure}")
