@@ -62,6 +62,9 @@ def test_demo_prints_a_transcript_with_a_confirmed_booking(
     assert re.search(r"per customer message \(\d+\): \d+\.\d\d turn call\(s\) \(facts and "
                      r"summaries apart\)", salon)
     assert "model call(s)" not in salon
+    # the return visit: the last one was cancelled and "à tarde" only suggested, so it asks
+    assert "Quer marcar com a Júlia de novo? Prefere à tarde?" in conversation
+    assert "da última vez" not in salon
 
 
 def test_tenant_create_refuses_a_bad_file_and_accepts_a_good_one(
