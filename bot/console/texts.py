@@ -145,7 +145,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "holiday_hours_help": "Vazio = fechado o dia todo.",
         "public_holidays": "Feriados oficiais",
         "public_holidays_help": "Fechado nesses dias, a menos que você abra. Calendário: "
-                                "{calendar} (wagent tenant update {pnid} --set holiday_calendar=BR-SP).",
+                                "{calendar} (wagent tenant update {pnid} --set "
+                                "holiday_calendar=BR-SP).",
         "no_calendar": "nenhum",
         "holiday_open": "aberto",
         "open_this_day": "Abrir neste dia",
