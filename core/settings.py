@@ -285,4 +285,4 @@ def _required(name: str) -> str:
     (core/credentials.SECRET_EXAMPLES: the worker's and `wagent chat`'s words for a
     placeholder), so an empty key reads as a placeholder does."""
     example = SECRET_EXAMPLES.get(name)
-    return f"{name} is required" + (f" (a real one looks like {example})" if example else "")
+    return f"{name} is required" + (f": a real one looks like {example}" if example else "")

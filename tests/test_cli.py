@@ -284,8 +284,8 @@ def test_the_web_needs_no_model_key_and_the_worker_and_cron_do() -> None:
                 "WHATSAPP_ACCESS_TOKEN": "t"}
     assert Settings.from_env(whatsapp, require=Settings.REQUIRED_BY_WEB).anthropic_api_key == ""
     # an empty key reads as a placeholder does: what a real one looks like (SECRET_EXAMPLES)
-    with pytest.raises(SettingsError, match=r"^ANTHROPIC_API_KEY is required \(a real one looks "
-                       r"like sk-ant-api03-… \(about 100 letters.*\)\)$"):
+    with pytest.raises(SettingsError, match=r"^ANTHROPIC_API_KEY is required: a real one looks "
+                       r"like sk-ant-api03-… \(about 100 letters.*\)$"):
         Settings.from_env(whatsapp)  # `wagent worker`, `wagent cron`, `wagent dev`
     with pytest.raises(SettingsError, match=r"^WHATSAPP_APP_SECRET is required; "):
         Settings.from_env({})  # a secret without a known form: just named
