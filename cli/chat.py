@@ -126,6 +126,11 @@ def chat(args: argparse.Namespace) -> int:
                                        encoding="utf-8")
                 print(f"recorded {len(scenario['steps'])} step(s) to {args.record}; "
                       f"`wagent replay {args.record}` replays them")
+                errors = [s for s in scenario["steps"] if "recorded" in s.get("model_fail", {})]
+                if errors:  # replay/runner fails such a recording (model_steps keeps the error)
+                    print(f"the recording holds {len(errors)} Messages API error(s) (e.g. a "
+                          f"script that ran out) and will fail on replay; record the chat "
+                          f"again without them")
         finally:
             session.close()
     return 0

@@ -1,6 +1,7 @@
 """`wagent costs [--tenant PHONE_NUMBER_ID] [--from DAY] [--to DAY] [--json]`: model and
 WhatsApp costs per local day (operations/costs.py, usage/ledger.py); every tenant's totals
-when no tenant is named. Amounts in µUSD, the totals also in USD to the cent."""
+when no tenant is named. The totals line in US$ (the total to the cent, its parts to US$ 0.0001,
+halves up: operations/costs.py); the per-day table and --json in exact µUSD."""
 
 import argparse
 import json
@@ -12,7 +13,7 @@ from sqlmodel import col, select
 
 from cli.environment import settings_or_exit
 from core import clock
-from operations.costs import CostQuery, cost_report
+from operations.costs import CostQuery, cost_report, usd_fine
 from operations.errors import AdminError
 from operations.settings import find_tenant
 from storage.db import make_engine, session_scope
@@ -51,8 +52,10 @@ def costs(args: argparse.Namespace) -> int:
 def _print(tenant: Tenant, report: dict[str, Any], *, days: bool) -> None:
     total = report["total"]
     print(f"{tenant.phone_number_id} {tenant.name} · {report['from']} to {report['to']} "
-          f"({report['timezone']}) · total ${total['usd']} · model {total['model_total']} µUSD "
-          f"in {_count(total['model_calls'], 'call')} · WhatsApp {total['whatsapp_total']} µUSD "
+          f"({report['timezone']}) · total US$ {total['usd']} · "
+          f"model US$ {usd_fine(total['model_total'])} "
+          f"in {_count(total['model_calls'], 'call')} · "
+          f"WhatsApp US$ {usd_fine(total['whatsapp_total'])} "
           f"for {_count(total['billed_messages'], 'billed message')}")
     if not days:
         return

@@ -11,6 +11,7 @@ from cli import demo_view
 from cli.chat import key_problem, relay_from_environment
 from cli.main import main
 from core.logs import configure_logging
+from operations.costs import usd_fine
 from replay.relay import Relay
 from replay.runner import run_scenario_file
 
@@ -69,12 +70,6 @@ def _run_scenarios(files: list[Path], *, as_json: bool, quiet: bool,
     return 1 if failed else 0
 
 
-def _usd(micro_usd: int) -> str:
-    """µUSD as US$ with four decimals (a scenario's few calls cost fractions of a cent):
-    12_345 → "0.0123"."""
-    return f"{micro_usd / 1_000_000:.4f}"
-
-
 def _scripted(errors: list[str]) -> str:
     """ " + 2 scripted error(s) (turn 529, turn 529)": the `model_fail` steps answered."""
     return f" + {len(errors)} scripted error(s) ({', '.join(errors)})" if errors else ""
@@ -94,11 +89,11 @@ def _print_verdict(result) -> None:  # type: ignore[no-untyped-def]
           f"{len(result.sent)} send(s) · tokens in {usage['input_tokens']}, "
           f"cache write {usage['cache_creation_input_tokens']}, "
           f"cache read {usage['cache_read_input_tokens']}, out {usage['output_tokens']} · "
-          f"model US$ {_usd(result.model_micro_usd)}")
+          f"model US$ {usd_fine(result.model_micro_usd)}")
     per = result.per_customer_message()
     if per["model_calls"] is not None:
         print(f"   per customer message ({result.customer_messages}): "
-              f"{per['model_calls']:.2f} model call(s), "
+              f"{per['model_calls']:.2f} turn call(s) (facts and summaries apart), "
               f"{per['whatsapp_messages']:.2f} WhatsApp message(s)")
     for failure in result.failures:
         print(f"   ✗ {failure}")

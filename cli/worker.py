@@ -35,8 +35,10 @@ def worker(args: argparse.Namespace) -> int:
         what = "; ".join(
             f"{name} looks like {SECRET_EXAMPLES.get(name, 'the key your provider gave you')}"
             for name in placeholders)
+        several = len(placeholders) > 1
         print(f"wagent worker: not started: {', '.join(placeholders)} in the environment or "
-              f".env is empty or a placeholder, and the worker would send with it. {what}.",
+              f".env {'are empty or placeholders' if several else 'is empty or a placeholder'}"
+              f", and the worker would send with {'them' if several else 'it'}. {what}.",
               file=sys.stderr)
         return 2
     _import_job_code()

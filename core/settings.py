@@ -6,7 +6,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.credentials import is_real_secret
+from core.credentials import SECRET_EXAMPLES, is_real_secret
 from core.errors import SettingsError
 
 DEFAULT_DATABASE_URL = "sqlite:///var/wagent.db"
@@ -173,8 +173,7 @@ class Settings:
                 problems.append(f"{f.name.upper()}={raw!r} is not a valid {f.type}")
         problems += _value_problems(values)
         required = cls.REQUIRED_IN_PRODUCTION if require is True else require or ()
-        problems += [f"{name.upper()} is required" for name in required
-                     if not values.get(name)]
+        problems += [_required(name.upper()) for name in required if not values.get(name)]
         if problems:
             raise SettingsError("; ".join(problems))
         return cls(**values)  # type: ignore[arg-type]
@@ -279,3 +278,11 @@ def _coerce(kind: object, raw: str) -> object:
     if kind in (float, "float"):
         return float(raw)
     return raw
+
+
+def _required(name: str) -> str:
+    """ "X is required", and for a secret with a known form what a real value looks like
+    (core/credentials.SECRET_EXAMPLES: the worker's and `wagent chat`'s words for a
+    placeholder), so an empty key reads as a placeholder does."""
+    example = SECRET_EXAMPLES.get(name)
+    return f"{name} is required" + (f": a real one looks like {example}" if example else "")

@@ -47,6 +47,17 @@ def usd_cents(micro_usd: int) -> str:
     return f"{cents // 100}.{cents % 100:02d}"
 
 
+MICRO_USD_PER_TEN_THOUSANDTH = 100  # US$ 0.0001
+
+
+def usd_fine(micro_usd: int) -> str:
+    """µUSD as USD to four decimals, halves up (cents_of's rule at US$ 0.0001), for the few
+    calls whose cost is a fraction of a cent: 16_302 → "0.0163", 50 → "0.0001"."""
+    sign = "-" if micro_usd < 0 else ""
+    units = (abs(micro_usd) + MICRO_USD_PER_TEN_THOUSANDTH // 2) // MICRO_USD_PER_TEN_THOUSANDTH
+    return f"{sign}{units // 10_000}.{units % 10_000:04d}"
+
+
 def local_today(tenant: Tenant, now: datetime) -> date:
     return now.astimezone(ZoneInfo(tenant.timezone)).date()
 

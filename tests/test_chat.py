@@ -115,6 +115,22 @@ def test_chat_with_a_script_through_standard_input_books_and_records(
         "Prontinho! Corte com a Júlia amanhã, quarta, às 14h."]
 
 
+def test_recording_a_chat_whose_script_ran_out_says_it_will_fail_on_replay(
+        files: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (files / "short.json").write_text(json.dumps(SCRIPT[:1]), encoding="utf-8")
+    assert _chat(monkeypatch, TYPED, str(files / "tenant.json"), "--script",
+                 str(files / "short.json"), "--clock", CLOCK, "--record",
+                 str(files / "short_rec.json")) == 0
+    out = capsys.readouterr().out
+    assert "will fail on replay; record the chat again without them" in out
+    assert not run_scenario_file(files / "short_rec.json").passed  # as it said
+    assert _chat(monkeypatch, TYPED, str(files / "tenant.json"), "--script",
+                 str(files / "script.json"), "--clock", CLOCK, "--record",
+                 str(files / "whole.json")) == 0
+    assert "will fail on replay" not in capsys.readouterr().out  # a whole script: no warning
+
+
 def test_a_recording_whose_product_changed_fails_its_replay(
         files: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

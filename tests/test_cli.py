@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -57,6 +58,13 @@ def test_demo_prints_a_transcript_with_a_confirmed_booking(
     conversation = salon[:salon.index("Developer's trace")]
     assert "tool " not in conversation and "· 3 h depois (seg 01/06 13:02)" in conversation
     assert '"delivered N times": WhatsApp (Meta) sent the same webhook N times' in salon
+    # the per-message figure counts turn calls only, unlike "N Claude call(s)" beside it
+    assert re.search(r"per customer message \(\d+\): \d+\.\d\d turn call\(s\) \(facts and "
+                     r"summaries apart\)", salon)
+    assert "model call(s)" not in salon
+    # the return visit: the last one was cancelled and "à tarde" only suggested, so it asks
+    assert "Quer marcar com a Júlia de novo? Prefere à tarde?" in conversation
+    assert "da última vez" not in salon
 
 
 def test_tenant_create_refuses_a_bad_file_and_accepts_a_good_one(
@@ -250,6 +258,10 @@ def test_the_worker_refuses_to_start_with_a_placeholder_naming_the_variable(
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2, done.stderr
     assert "not started" in done.stderr
+    agreement = ("are empty or placeholders, and the worker would send with them"
+                 if len(placeholder) > 1 else
+                 "is empty or a placeholder, and the worker would send with it")
+    assert agreement in done.stderr
     for name, value in placeholder.items():
         assert name in done.stderr
         assert value == "placeholder" or value not in done.stderr  # the value is never printed
@@ -271,8 +283,12 @@ def test_the_web_needs_no_model_key_and_the_worker_and_cron_do() -> None:
     whatsapp = {"WHATSAPP_APP_SECRET": "s", "WHATSAPP_VERIFY_TOKEN": "v",
                 "WHATSAPP_ACCESS_TOKEN": "t"}
     assert Settings.from_env(whatsapp, require=Settings.REQUIRED_BY_WEB).anthropic_api_key == ""
-    with pytest.raises(SettingsError, match="^ANTHROPIC_API_KEY is required$"):
-        Settings.from_env(whatsapp)  # `wagent worker`, `wagent cron`
+    # an empty key reads as a placeholder does: what a real one looks like (SECRET_EXAMPLES)
+    with pytest.raises(SettingsError, match=r"^ANTHROPIC_API_KEY is required: a real one looks "
+                       r"like sk-ant-api03-… \(about 100 letters.*\)$"):
+        Settings.from_env(whatsapp)  # `wagent worker`, `wagent cron`, `wagent dev`
+    with pytest.raises(SettingsError, match=r"^WHATSAPP_APP_SECRET is required; "):
+        Settings.from_env({})  # a secret without a known form: just named
     with pytest.raises(SettingsError, match="WHATSAPP_APP_SECRET is required"):
         Settings.from_env({}, require=Settings.REQUIRED_BY_WEB)
 

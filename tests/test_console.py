@@ -242,6 +242,9 @@ def test_errors_read_in_portuguese_in_the_portuguese_console(env: ReplayEnvironm
                                                   "duration_minutes": "2"})
     _, catalog, _ = browser.request("/console/catalog")
     assert "deve ser no mínimo 5" in catalog
+    # the holidays hint is a command that runs: it names the tenant's phone_number_id
+    assert (f"wagent tenant update {SALON['phone_number_id']} --set holiday_calendar=BR-SP"
+            in catalog)
     browser.request("/console/catalog/services/remove", {"csrf": browser.csrf, "code": "corte"})
     _, catalog, _ = browser.request("/console/catalog")
     assert "agendamento(s) futuro(s)" in catalog

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlmodel import select
 
-from operations.costs import cost_block
+from operations.costs import cost_block, usd_cents, usd_fine
 from replay.environment import ReplayEnvironment
 from storage.db import make_engine, session_scope
 from storage.models import Tenant, Usage, WhatsAppCharge
@@ -267,6 +267,16 @@ def _post_token(env: ReplayEnvironment, tenant_id: int) -> tuple[int, str]:
         return response.status, str(json.loads(response.read())["token"])
 
 
+@pytest.mark.parametrize(("micro_usd", "fine", "cents"), [
+    (16_302, "0.0163", "0.02"), (50, "0.0001", "0.00"), (49, "0.0000", "0.00"),
+    (1_234_550, "1.2346", "1.23"), (0, "0.0000", "0.00"), (-16_302, "-0.0163", None)])
+def test_usd_fine_rounds_halves_up_to_a_ten_thousandth_as_cents_of_does_to_the_cent(
+        micro_usd: int, fine: str, cents: str | None) -> None:
+    assert usd_fine(micro_usd) == fine
+    if cents is not None:
+        assert usd_cents(micro_usd) == cents
+
+
 def test_wagent_costs_prints_a_tenants_days_and_every_tenants_totals(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -289,8 +299,8 @@ def test_wagent_costs_prints_a_tenants_days_and_every_tenants_totals(
     assert report["total"]["usd"] == "0.01"
     assert main(["costs", "--from", "2026-12-07", "--to", "2026-12-07"]) == 0
     out = capsys.readouterr().out
-    assert "total $0.01 · model 8000 µUSD in 1 call · WhatsApp 0 µUSD for 0 billed messages" \
-        in out
+    assert ("total US$ 0.01 · model US$ 0.0080 in 1 call · WhatsApp US$ 0.0000 for 0 billed "
+            "messages") in out  # one unit for money on the line (the table keeps exact µUSD)
     assert main(["costs", "--tenant", "1", "--from", "2026-12-07", "--to", "2026-12-07"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[1] == "µUSD per local day (1 µUSD = US$ 0.000001)"  # the table's unit

@@ -204,6 +204,7 @@ def _run(request: web.Request, state: dict[str, Any], form: dict[str, Any],
             session.rollback()
             result = _error_result(exc, current.t, name)
         tenant_view = {"name": tenant.name, "id": tenant.id,
+                       "phone_number_id": tenant.phone_number_id,  # the CLI hints
                        "attention": staff_ops.counts(session, tenant, now=current.now),
                        "standby_seen": tenant.standby_seen_at is not None,  # issue 45
                        "budget": budgets.banner_level(session, tenant, current.now),  # 49

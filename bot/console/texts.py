@@ -145,7 +145,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "holiday_hours_help": "Vazio = fechado o dia todo.",
         "public_holidays": "Feriados oficiais",
         "public_holidays_help": "Fechado nesses dias, a menos que você abra. Calendário: "
-                                "{calendar} (wagent tenant update --set holiday_calendar=BR-SP).",
+                                "{calendar} (wagent tenant update {pnid} --set "
+                                "holiday_calendar=BR-SP).",
         "no_calendar": "nenhum",
         "holiday_open": "aberto",
         "open_this_day": "Abrir neste dia",
@@ -354,7 +355,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "holiday_hours_help": "Empty = closed all day.",
         "public_holidays": "Public holidays",
         "public_holidays_help": "Closed on these days unless you open them. Calendar: {calendar} "
-                                "(wagent tenant update --set holiday_calendar=BR-SP).",
+                                "(wagent tenant update {pnid} --set holiday_calendar=BR-SP).",
         "no_calendar": "none",
         "holiday_open": "open",
         "open_this_day": "Open this day",
