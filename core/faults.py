@@ -15,6 +15,8 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+POINTS = frozenset({"before_model_call", "before_tool_round", "after_send_before_mark",
+                    "after_reminder_queued", "before_inbox_token_back"})  # the docstring's
 _actions: dict[str, Callable[[], object]] = {}
 
 
@@ -31,7 +33,10 @@ def crash_point(name: str) -> None:
 @contextmanager
 def meanwhile(name: str, action: Callable[[], object]) -> Iterator[None]:
     """Within the block, `action()` runs each time the code passes the point `name` (its
-    exceptions propagate from there, as a crash of that step would); one action per point."""
+    exceptions propagate from there, as a crash of that step would); one action per point.
+    ValueError for a name that is not one of POINTS: an action there would never run."""
+    if name not in POINTS:
+        raise ValueError(f"no crash point {name!r}: one of {sorted(POINTS)}")
     if name in _actions:
         raise RuntimeError(f"point {name!r} already has an action")
     _actions[name] = action

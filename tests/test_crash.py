@@ -20,6 +20,7 @@ import pytest
 from rq.registry import StartedJobRegistry
 from sqlmodel import select
 
+from core import faults
 from replay.environment import ACCESS_TOKEN, API_KEY, APP_SECRET, ReplayEnvironment
 from storage.db import session_scope
 from storage.keys import lock_key
@@ -96,3 +97,10 @@ def test_a_worker_killed_mid_turn_gives_one_booking_and_one_reply(point: str) ->
                 "every model call answered keeps one usage row, none lost with the killed turn"
     finally:
         env.close()
+
+
+def test_an_action_at_a_point_the_code_does_not_have_is_refused() -> None:
+    """A renamed crash point cannot leave a test's action silently never run."""
+    with pytest.raises(ValueError, match="no crash point"):
+        with faults.meanwhile("after_tool_before_store", lambda: None):
+            pass

@@ -89,7 +89,7 @@ def test_a_move_onto_a_day_closed_by_another_process_mid_turn_is_refused(
     assert len(starts) == 1 and starts[0].day == 2
 
 
-def test_every_model_call_of_a_turn_crashed_after_its_tool_keeps_one_usage_row(
+def test_every_model_call_of_a_turn_crashed_at_its_tool_round_keeps_one_usage_row(
         env: ReplayEnvironment) -> None:
     env.messages_api.script("turn", [
         {"tool": "find_available_slots", "input": {"service": "corte", "date": "2026-06-02"}},
@@ -98,11 +98,12 @@ def test_every_model_call_of_a_turn_crashed_after_its_tool_keeps_one_usage_row(
 
     def crash_once() -> None:
         if next(crashes, False):
-            raise RuntimeError("worker died while storing the tool results")
+            raise RuntimeError("worker died as its tool round began")
 
     _post(env, "tem horário amanhã?", 1)
-    with faults.meanwhile("after_tool_before_store", crash_once):
+    with faults.meanwhile("before_tool_round", crash_once):
         InlineWorker([env.queue], connection=env.redis).work(burst=True, max_jobs=1)
+    assert next(crashes, None) is None, "the turn never reached its tool round"
     env.drain()
     calls = len(env.messages_api.calls)
     assert calls >= 2
@@ -121,8 +122,9 @@ def test_positions_stay_gapless_when_the_customer_writes_mid_turn(
             _post(env, "e às 10?", 2)
 
     _post(env, "tem horário amanhã?", 1)
-    with faults.meanwhile("after_tool_before_store", customer_writes):
+    with faults.meanwhile("before_tool_round", customer_writes):
         env.drain()
+    assert next(wrote, None) is None, "the customer never wrote mid-turn"
     env.drain()
     with session_scope(env.engine) as session:
         positions = [p for p in session.exec(select(Message.position).order_by(
