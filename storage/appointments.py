@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from sqlmodel import Session, col, func, or_, select
 
+from storage import batched
 from storage.models import Appointment, Professional, Tenant
 
 # the booking number of a row, in SQL (COUNT(DISTINCT VISIT) counts visits)
@@ -38,7 +39,7 @@ def visit_of(appointment: Appointment) -> int:
 
 def number_of(appointment: Appointment) -> int:
     """The booking number the customer is told for `appointment`'s visit: consecutive per
-    tenant (`next_number`); a row written before numbers: its visit's id."""
+    tenant (`lock_for_booking`); a row written before numbers: its visit's id."""
     return appointment.booking_number or visit_of(appointment)
 
 
@@ -59,9 +60,9 @@ def lock_for_booking(session: Session, tenant_id: int, professional_ids: Sequenc
     visit_id too, so the row is inserted whole: no UPDATE after) comes from the table's
     sequence.
 
-    One round trip on PostgreSQL, a statement per lock and the read last: in READ COMMITTED
+    One round trip on PostgreSQL, a statement per lock and the read last (storage/batched.py:
     the read's snapshot is taken once the locks are granted, so it sees the number a booking
-    that held them committed (as storage/fences._lock_and_read)."""
+    that held them committed)."""
     if session.get_bind().dialect.name != "postgresql":
         if not new_visit:
             return None, None
@@ -84,15 +85,7 @@ def lock_for_booking(session: Session, tenant_id: int, professional_ids: Sequenc
         statements.append(f"SELECT max(booking_number), "
                           f"nextval(pg_get_serial_sequence('{_TABLE}', 'id')) "
                           f"FROM {_TABLE} WHERE tenant_id = {key}")
-    result = session.connection().exec_driver_sql("; ".join(statements))
-    try:
-        cursor = result.cursor
-        assert cursor is not None
-        for _ in statements[1:]:
-            assert cursor.nextset(), "a booking lock's result"
-        row = cursor.fetchone() if new_visit else None
-    finally:
-        result.close()
+    row = batched.last_row(session, statements) if new_visit else None
     if row is None:
         return None, None
     return int(row[0] or 0) + 1, int(row[1])

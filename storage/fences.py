@@ -26,6 +26,7 @@ from contextvars import ContextVar
 
 from sqlmodel import Session, literal, select
 
+from storage import batched
 from storage.errors import TurnFenced
 from storage.messages import upsert
 from storage.models import Conversation, TurnFence
@@ -91,38 +92,24 @@ def check_current(session: Session) -> None:
 
 
 def _lock_and_bump(session: Session, conversation_id: int) -> int | None:
-    """`take` on PostgreSQL: the fence key's exclusive advisory lock, then the bump, as
-    `_lock_and_read` sends its two statements (the bump's snapshot is taken once the lock is
-    granted)."""
+    """`take` on PostgreSQL: the fence key's exclusive advisory lock, then the bump, in one
+    round trip (storage/batched.py: the bump's snapshot is taken once the lock is granted)."""
     key, name = int(conversation_id), TurnFence.__tablename__
-    result = session.connection().exec_driver_sql(
-        f"SELECT pg_advisory_xact_lock({FENCE_LOCK}, {key}); "
+    row = batched.last_row(session, [
+        f"SELECT pg_advisory_xact_lock({FENCE_LOCK}, {key})",
         f"INSERT INTO {name} (conversation_id, fence) "
         f"SELECT id, 1 FROM {Conversation.__tablename__} WHERE id = {key} "
         f"ON CONFLICT (conversation_id) DO UPDATE SET fence = {name}.fence + 1 "
-        f"RETURNING fence")
-    try:
-        cursor = result.cursor
-        assert cursor is not None and cursor.nextset(), "the fence bump's result"
-        row = cursor.fetchone()
-    finally:
-        result.close()
+        f"RETURNING fence"])
     return None if row is None else int(row[0])
 
 
 def _lock_and_read(session: Session, conversation_id: int) -> int | None:
     """The fence key's shared advisory lock (`take` waits for it), then the fence as committed
-    once the lock is granted: one round trip, two statements (a query without parameters goes
-    by the simple query protocol, which allows several; both values are our own integers)."""
+    once the lock is granted: one round trip, two statements (storage/batched.py)."""
     key = int(conversation_id)
-    result = session.connection().exec_driver_sql(
-        f"SELECT pg_advisory_xact_lock_shared({FENCE_LOCK}, {key}); "
-        f"SELECT fence FROM {TurnFence.__tablename__} WHERE conversation_id = {key}")
-    try:
-        cursor = result.cursor
-        assert cursor is not None and cursor.nextset(), "the fence read's result"
-        row = cursor.fetchone()
-    finally:
-        result.close()
+    row = batched.last_row(session, [
+        f"SELECT pg_advisory_xact_lock_shared({FENCE_LOCK}, {key})",
+        f"SELECT fence FROM {TurnFence.__tablename__} WHERE conversation_id = {key}"])
     return None if row is None else int(row[0])
 

@@ -31,6 +31,7 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlmodel import Session, col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
+from storage import batched
 from storage.models import (
     HoursException,
     OpeningHours,
@@ -204,28 +205,20 @@ def _read(session: Session, statement: SelectOfScalar[Row]) -> list[Row]:
 
 def _read_many(session: Session, statements: list[SelectOfScalar[Any]]) -> list[list[Any]]:
     """Each statement's rows (each selects one table's entity), on PostgreSQL in one round
-    trip on the caller's connection: the statements go as one query without parameters (the
-    simple query protocol allows several; their only values are our own integers and
-    booleans, as storage/fences._lock_and_read sends its two), each result set made into
-    detached rows, as `_read` leaves them."""
+    trip on the caller's connection (storage/batched.py; the statements' only values are our
+    own integers and booleans), each result set made into detached rows, as `_read` leaves
+    them."""
     connection = session.connection()
-    sql = "; ".join(str(s.compile(dialect=connection.dialect,
-                                  compile_kwargs={"literal_binds": True})) for s in statements)
-    result = connection.exec_driver_sql(sql)
     found: list[list[Any]] = []
-    try:
-        cursor = result.cursor
-        assert cursor is not None
-        for n, statement in enumerate(statements):
-            assert n == 0 or cursor.nextset(), "a catalogue read's result"
-            model = statement.column_descriptions[0]["entity"]
-            columns = _processed(model, cursor.description or (), connection.dialect)
-            found.append([_detached(model, {name: value if process is None else process(value)
-                                            for (name, process), value in zip(
-                                                columns, row, strict=True)})
-                          for row in cursor.fetchall()])
-    finally:
-        result.close()
+    for statement, (description, rows) in zip(statements, batched.result_sets(session, [
+            str(s.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True}))
+            for s in statements]), strict=True):
+        model = statement.column_descriptions[0]["entity"]
+        columns = _processed(model, description or (), connection.dialect)
+        found.append([_detached(model, {name: value if process is None else process(value)
+                                        for (name, process), value in zip(
+                                            columns, row, strict=True)})
+                      for row in rows])
     return found
 
 

@@ -475,7 +475,7 @@ class Appointment(SQLModel, table=True):
     booked_by: str = Field(default="customer", max_length=16)  # customer or business
     visit_id: int | None = None
     # the number the customer is told ("#3"): consecutive per tenant, one per visit, on every
-    # row of it (storage/appointments.next_visit); NULL: its visit_id is told
+    # row of it (storage/appointments.lock_for_booking); NULL: its visit_id is told
     booking_number: int | None = None
     # who the visit is for when not the contact who booked it ("filha: Ana"); it still
     # counts in that contact's upcoming bookings

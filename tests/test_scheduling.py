@@ -66,8 +66,10 @@ def _ctx(engine: Engine, contact_id: int, conversation_id: int, tool_use_id: str
                        tool_use_id=tool_use_id)
 
 
-def test_two_turns_booking_the_same_slot_at_once_give_one_booking(engine: Engine) -> None:
-    pairs = _setup(engine, contacts=6)
+def _book_at_once(engine: Engine, starts: list[str]) -> list[tuple[str, bool]]:
+    """One contact per start, each booking "corte" at it from its own thread, released
+    together (a barrier): the tool's results."""
+    pairs = _setup(engine, contacts=len(starts))
     barrier = threading.Barrier(len(pairs))
     results: list[tuple[str, bool]] = []
 
@@ -75,39 +77,28 @@ def test_two_turns_booking_the_same_slot_at_once_give_one_booking(engine: Engine
         contact_id, conversation_id = pairs[i]
         barrier.wait()
         results.append(execute_tool(_ctx(engine, contact_id, conversation_id, f"toolu_{i}"),
-                                    "book_appointment",
-                                    {"service": "corte", "start": "2026-06-02T14:30"}))
+                                    "book_appointment", {"service": "corte", "start": starts[i]}))
 
     threads = [threading.Thread(target=book, args=(i,)) for i in range(len(pairs))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(is_error for _, is_error in results) == [False] + [True] * (len(pairs) - 1)
+    return results
+
+
+def test_two_turns_booking_the_same_slot_at_once_give_one_booking(engine: Engine) -> None:
+    results = _book_at_once(engine, ["2026-06-02T14:30"] * 6)
+    assert sorted(is_error for _, is_error in results) == [False] + [True] * (len(results) - 1)
     with session_scope(engine) as session:
         assert len(session.exec(select(Appointment)).all()) == 1
 
 
 def test_bookings_at_once_at_different_times_take_different_numbers(engine: Engine) -> None:
-    # storage/appointments.next_visit: the tenant's row lock, then the highest number read
-    # after it (one round trip on PostgreSQL): no two visits share a number or an id
-    pairs = _setup(engine, contacts=4)
-    barrier = threading.Barrier(len(pairs))
-    results: list[tuple[str, bool]] = []
-
-    def book(i: int) -> None:
-        contact_id, conversation_id = pairs[i]
-        barrier.wait()
-        results.append(execute_tool(_ctx(engine, contact_id, conversation_id, f"toolu_{i}"),
-                                    "book_appointment",
-                                    {"service": "corte", "start": f"2026-06-02T{14 + i}:00"}))
-
-    threads = [threading.Thread(target=book, args=(i,)) for i in range(len(pairs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert [is_error for _, is_error in results] == [False] * len(pairs), results
+    # storage/appointments.lock_for_booking: the tenant's row lock, then the highest number
+    # read after it (one round trip on PostgreSQL): no two visits share a number or an id
+    results = _book_at_once(engine, [f"2026-06-02T{14 + i}:00" for i in range(4)])
+    assert [is_error for _, is_error in results] == [False] * len(results), results
     with session_scope(engine) as session:
         rows = session.exec(select(Appointment)).all()
     assert sorted(r.booking_number for r in rows) == [1, 2, 3, 4]

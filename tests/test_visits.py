@@ -140,7 +140,7 @@ def test_a_move_and_a_cancel_of_one_service_and_of_the_whole_visit(engine: Engin
     assert [(r[0], r[1]) for r in booked] == [("alinhamento", "Thu 08:00"),
                                               ("diagnostico", "Thu 09:00")]
     assert len({r[4] for r in booked}) == 1
-    # the moved visit is the tenant's second booking number (storage/appointments.next_visit)
+    # the moved visit is the tenant's second booking number (storage/appointments.lock_for_booking)
     assert text.startswith("Moved appointment #1 to a new booking. Appointment #2 on Thu")
     visit = 2
     text, error = ana.call("cancel_appointment", {"appointment_id": visit})
