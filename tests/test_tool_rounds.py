@@ -166,9 +166,10 @@ def test_the_job_catalogue_read_in_one_round_trip_equals_the_orm_read_for_hostil
         assert tenant is not None and tenant.model_dump() == session.get(
             Tenant, tenant_id).model_dump()
         assert [s.model_dump() for s in services] == [s.model_dump() for s in session.exec(
-            select(Service).where(Service.tenant_id == tenant_id))]
+            select(Service).where(Service.tenant_id == tenant_id).order_by(Service.code))]
         assert [p.model_dump() for p in pros] == [p.model_dump() for p in session.exec(
-            select(Professional).where(Professional.tenant_id == tenant_id))]
+            select(Professional).where(Professional.tenant_id == tenant_id)
+            .order_by(Professional.code))]
         assert len(hours) == 3  # mon, tue, sat
     assert tenant.name == services[0].name == pros[0].name == HOSTILE
 

@@ -88,8 +88,8 @@ def test_a_visit_of_three_services_is_one_booking_and_counts_once(engine: Engine
     text, error = ana.call("book_appointment", {"service": "oleo", "start": "2026-06-04T09:00"})
     assert error and "already has 2 upcoming appointments" in text
     with session_scope(engine) as session:
-        assert [(r.appointment_id, r.lead_minutes) for r in session.exec(select(Reminder))
-                .all()] == [(1, 1440), (4, 1440)]
+        assert [(r.appointment_id, r.lead_minutes) for r in session.exec(
+            select(Reminder).order_by(Reminder.appointment_id)).all()] == [(1, 1440), (4, 1440)]
 
 
 def test_slots_for_two_services_never_overlap_the_customers_own_booking(
