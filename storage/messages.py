@@ -16,7 +16,7 @@ from sqlmodel import Session, col, func, or_, select, update
 
 from core import clock
 from core.storable import storable, storable_value
-from storage import delivery, webhooks
+from storage import batched, delivery, webhooks
 from storage.models import Contact, Conversation, Message, Outbound, Tenant, WamidTombstone
 
 
@@ -459,18 +459,24 @@ def skip_rest_of_reply(session: Session, row: Outbound, reason: str) -> int:
     return int(result.rowcount or 0)
 
 
-def claim_outbound(session: Session, outbound_id: int, *, now: datetime) -> bool:
+def claim_outbound(session: Session, outbound_id: int, *, now: datetime, attempts: int,
+                   retry_at: datetime | None) -> bool:
     """pending → sending, atomically, stamping `claimed_at`; False when someone else claimed it
     (never send twice), or while an earlier part of the same reply is being sent (another
     flush's: the parts reach the customer in order; a part a crash left `sending` holds the
-    rest until the reconciler settles it, workers/maintenance.settle_stale_sends)."""
+    rest until the reconciler settles it, workers/maintenance.settle_stale_sends).
+
+    `attempts` and `retry_at` are the part as the caller read it: False too when either
+    changed since (another flush tried it, or a part before it began to wait), so a send never
+    goes out on a stale count of tries or ahead of its schedule."""
     earlier = sa_select(col(Outbound.id)).where(
         col(Outbound.message_id) == sa_select(col(Outbound.message_id)).where(
             col(Outbound.id) == outbound_id).scalar_subquery(),
         col(Outbound.id) < outbound_id, col(Outbound.status) == "sending")
     claimed = session.exec(update(Outbound).where(
         col(Outbound.id) == outbound_id, col(Outbound.status) == "pending",
-        ~earlier.exists(),
+        col(Outbound.attempts) == attempts,
+        col(Outbound.retry_at).is_not_distinct_from(retry_at), ~earlier.exists(),
     ).values(status="sending", claimed_at=now).returning(col(Outbound.message_id))).first()
     if claimed is None:
         return False
@@ -520,12 +526,23 @@ def refresh_delivery(session: Session, message_id: int) -> str | None:
     (unchanged, or a message without parts). Emits `message.failed` when it became failed."""
     parts = sa_select(delivery.fold_sql(col(Outbound.status)).label("state")).where(
         col(Outbound.message_id) == message_id).subquery()
-    changed = session.exec(update(Message).where(
+    statement = update(Message).where(
         col(Message.id) == message_id, parts.c.state.is_not(None),
         col(Message.delivery_status).is_distinct_from(parts.c.state),
     ).values(delivery_status=parts.c.state).returning(
         col(Message.tenant_id), col(Message.conversation_id), col(Message.delivery_status),
-    ).execution_options(synchronize_session=False)).first()
+    ).execution_options(synchronize_session=False)
+    dialect = session.get_bind().dialect
+    if dialect.name == "postgresql":  # the reply's row locked, then the fold reads its parts
+        # in a snapshot of its own: a change to another part (the outbox's mark, Meta's status)
+        # is committed first, so the last writer folds every part's latest status
+        # (storage/batched.py); SQLite runs one writer at a time
+        session.flush()
+        changed = batched.last_row(session, [
+            f"SELECT 1 FROM {Message.__tablename__} WHERE id = {int(message_id)} FOR UPDATE",
+            str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))])
+    else:
+        changed = session.exec(statement).first()
     if changed is None:
         return None
     tenant_id, conversation_id, state = changed
@@ -611,7 +628,8 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
     never undoes delivered or read, and a delivered or read one replaces failed and clears its
     error. Returns the row, or None for an unknown wamid.
     """
-    row = session.exec(select(Outbound).where(Outbound.wamid == wamid)).first()
+    row = session.exec(select(Outbound).where(Outbound.wamid == wamid)
+                       .with_for_update()).first()  # two statuses at once: one after the other
     if row is None:
         return None
     if not delivery.supersedes(status, row.status):

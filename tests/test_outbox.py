@@ -1,13 +1,19 @@
 """The outbox's own round trips (issue 43): a flush with nothing to send opens no transaction,
 a send is one claim and one mark, and the reply's state is folded in SQL by the rule of
-storage/delivery.py. SQLite and PostgreSQL, the real Graph client against its double."""
+storage/delivery.py. Changes at once: a reply's state folds every part's latest status, a
+claim fails on a part tried since the flush looked, and two statuses of one send are stored
+one after the other. SQLite and PostgreSQL, the real Graph client against its double."""
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from itertools import combinations_with_replacement
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 from sqlmodel import col, select
 
@@ -120,3 +126,108 @@ def test_the_sql_fold_of_a_replys_parts_is_the_delivery_rule(env: ReplayEnvironm
             assert message_repo.refresh_delivery(session, reply.id) is None, "unchanged"
     wrong = {mix: state for mix, state in folded.items() if state != delivery.fold(mix)}
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_two_parts_changed_at_once_leave_the_reply_folded_from_both(
+        env: ReplayEnvironment) -> None:
+    # The outbox marks part 1 sent while Meta's status of part 0 arrives: each transaction
+    # folds the reply's parts. Without the reply's row locked before the fold, the second one
+    # folds in a snapshot that misses the first's part, and the reply stays "queued".
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
+    with session_scope(env.engine) as session:
+        first, second = [p.id for p in session.exec(select(Outbound).where(
+            Outbound.message_id == reply_id).order_by(col(Outbound.part)))]
+    assert first is not None and second is not None
+    now = env.clock.now()
+    done = threading.Event()
+
+    def other() -> None:
+        with session_scope(env.engine) as session:
+            message_repo.mark_outbound(session, second, status="sent", now=now, attempts=1)
+        done.set()
+
+    with session_scope(env.engine) as session:
+        message_repo.mark_outbound(session, first, status="sent", now=now, attempts=1)
+        thread = threading.Thread(target=other)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not done.is_set() and not _waits_for_a_lock(env) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    thread.join(10)
+    assert done.is_set()
+    with session_scope(env.engine) as session:
+        reply = session.get(Message, reply_id)
+        assert reply is not None and reply.delivery_status == "sent"
+
+
+def _waits_for_a_lock(env: ReplayEnvironment) -> bool:
+    with env.engine.connect() as connection:
+        return bool(connection.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()").scalar())
+
+
+def test_a_part_another_flush_tried_since_the_look_is_not_claimed(
+        env: ReplayEnvironment) -> None:
+    # flush A reads the part; flush B claims it, Meta answers 429, B puts it back to wait 30 s
+    # with one try counted; A's claim on what it read must fail: sending now would go ahead of
+    # the schedule Meta asked for and count the tries from a stale zero.
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Só uma parte"])
+    with session_scope(env.engine) as session:
+        part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
+        assert part.id is not None
+        seen = (part.attempts, part.retry_at)
+        assert message_repo.claim_outbound(session, part.id, now=env.clock.now(),
+                                           attempts=seen[0], retry_at=seen[1])
+        message_repo.mark_outbound(session, part.id, status="pending", now=env.clock.now(),
+                                   attempts=1, retry_at=env.clock.now() + timedelta(seconds=30))
+    with session_scope(env.engine) as session:
+        assert not message_repo.claim_outbound(session, part.id, now=env.clock.now(),
+                                               attempts=seen[0], retry_at=seen[1])
+        fresh = session.get(Outbound, part.id)
+        assert fresh is not None and fresh.status == "pending"
+        assert message_repo.claim_outbound(session, part.id, now=env.clock.now(),
+                                           attempts=fresh.attempts, retry_at=fresh.retry_at)
+
+
+@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_read_and_delivered_arriving_at_once_end_read(env: ReplayEnvironment) -> None:
+    # Meta's "read" is being stored while its "delivered" for the same send arrives: the
+    # second must decide on the first's outcome, not on the "sent" both of them first saw.
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Só uma parte"])
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
+        assert part.id is not None
+        message_repo.mark_outbound(session, part.id, status="sent", now=now,
+                                   wamid="wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=", attempts=1)
+    done = threading.Event()
+
+    def delivered() -> None:
+        with session_scope(env.engine) as session:
+            message_repo.apply_status(session, wamid="wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=",
+                                      status="delivered", error_code=None, error_reason=None,
+                                      now=now)
+        done.set()
+
+    with session_scope(env.engine) as session:
+        message_repo.apply_status(session, wamid="wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=",
+                                  status="read", error_code=None, error_reason=None, now=now)
+        thread = threading.Thread(target=delivered)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not done.is_set() and not _waits_for_a_lock(env) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    thread.join(10)
+    assert done.is_set()
+    with session_scope(env.engine) as session:
+        stored = session.get(Outbound, part.id)
+        assert stored is not None and stored.status == "read"
+        reply = session.get(Message, reply_id)
+        assert reply is not None and reply.delivery_status == "read"

@@ -108,9 +108,9 @@ def flush_outbox(runtime: Runtime, conversation_id: int) -> int:
             sent += 1
         elif outcome in ("retry", "stop"):
             break
-        elif outcome == "skipped":  # another flush claimed it: the later parts are its to
-            # send after it (sending them here could put them before it); the parts queued
-            # after its look go with a later flush
+        elif outcome == "skipped":  # another flush claimed or tried it since this look:
+            # the later parts are its to send after it (sending them here could put them
+            # before it); the parts queued after its look go with a later flush
             _schedule_flush(runtime, conversation_id, clock.now() + FLUSH_RETRY_DELAY)
             break
     return sent
@@ -120,7 +120,8 @@ def _send_one(runtime: Runtime, tenant: Tenant, contact: Contact, row: Outbound,
               early: bool = False) -> str:
     assert row.id is not None
     with session_scope(runtime.engine) as session:
-        if not message_repo.claim_outbound(session, row.id, now=clock.now()):
+        if not message_repo.claim_outbound(session, row.id, now=clock.now(),
+                                           attempts=row.attempts, retry_at=row.retry_at):
             return "skipped"
     now = clock.now()
     if not threads.may_send(tenant, contact, row.kind, now):  # issue 45: never into a
