@@ -317,6 +317,22 @@ def test_take_is_explained_when_meta_refuses_then_take_pass_and_release(
     assert "não é o parceiro de escalonamento" in shown
 
 
+def test_the_hand_back_to_metas_agent_is_offered_only_on_a_number_where_it_runs(
+        env: ReplayEnvironment) -> None:
+    env.messages_api.script("turn", [{"text": "Olá!"}])
+    post(env, text_body("oi", 1))
+    with session_scope(env.engine) as session:
+        cid = session.exec(select(Message.conversation_id)).first()
+    browser = Browser(env.web_url)
+    browser.sign_in(_token(env))
+    page = browser.request(f"/console/conversations/{cid}")[1]
+    assert 'id="thread-take"' in page and 'id="thread-release"' in page
+    assert 'id="thread-pass"' not in page and "agente da Meta" not in page
+    post(env, standby_text(2, "Quero falar com uma pessoa"))  # Meta's agent answers here
+    page = browser.request(f"/console/conversations/{cid}")[1]
+    assert 'id="thread-pass"' in page and "Devolver ao agente da Meta" in page
+
+
 def test_the_allowlist_matches_a_wa_id_with_or_without_the_ninth_digit() -> None:
     # the business types its mobile with the 9; WhatsApp's wa_id of an older account lacks it
     tenant = Tenant(name="x", phone_number_id="1", agent_allowlist=["5511988887777"])
