@@ -627,9 +627,17 @@ def apply_status(session: Session, *, wamid: str, status: str, error_code: int |
     order of arrival (`delivery.supersedes`: sent < failed < delivered < read): a failed status
     never undoes delivered or read, and a delivered or read one replaces failed and clears its
     error. Returns the row, or None for an unknown wamid.
+
+    Two statuses of one reply are stored one after the other: the reply's row is locked,
+    then the part's (PostgreSQL: `FOR UPDATE OF message, outbound` locks in that order), so a
+    status never holds a part while it waits for the reply's row, which a run of statuses
+    holds from an earlier part's fold (`refresh_delivery`) while it goes on to this part (a
+    deadlock). The outbox locks a part, then its reply (`claim_outbound`, `mark_outbound`),
+    never a part that has a wamid: the two never wait for each other in a cycle.
     """
-    row = session.exec(select(Outbound).where(Outbound.wamid == wamid)
-                       .with_for_update()).first()  # two statuses at once: one after the other
+    row = session.exec(select(Outbound).join(Message, col(Message.id) == Outbound.message_id)
+                       .where(Outbound.wamid == wamid).with_for_update(of=[Message, Outbound])
+                       .execution_options(populate_existing=True)).first()
     if row is None:
         return None
     if not delivery.supersedes(status, row.status):

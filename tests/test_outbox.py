@@ -231,3 +231,58 @@ def test_read_and_delivered_arriving_at_once_end_read(env: ReplayEnvironment) ->
         assert stored is not None and stored.status == "read"
         reply = session.get(Message, reply_id)
         assert reply is not None and reply.delivery_status == "read"
+
+
+@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_a_status_run_over_two_parts_and_a_status_of_the_second_do_not_deadlock(
+        env: ReplayEnvironment) -> None:
+    # Meta's run of statuses stores part 0's "delivered", then part 1's; meanwhile a status of
+    # part 1 alone arrives ("read", another POST). The run holds the reply's row from part 0's
+    # fold; the other must not hold part 1 while it waits for that row, or the run's next
+    # status waits for it and PostgreSQL aborts one of them (a deadlock).
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
+    wamids = ["wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjA=", "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE="]
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        for part, wamid in zip(session.exec(select(Outbound).where(
+                Outbound.message_id == reply_id).order_by(col(Outbound.part))), wamids,
+                strict=True):
+            assert part.id is not None
+            message_repo.mark_outbound(session, part.id, status="sent", now=now, wamid=wamid,
+                                       attempts=1)
+    errors: list[Exception] = []
+    done = threading.Event()
+
+    def read_of_the_second() -> None:
+        try:
+            with session_scope(env.engine) as session:
+                message_repo.apply_status(session, wamid=wamids[1], status="read",
+                                          error_code=None, error_reason=None, now=now)
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=read_of_the_second)
+    try:
+        with session_scope(env.engine) as session:
+            message_repo.apply_status(session, wamid=wamids[0], status="delivered",
+                                      error_code=None, error_reason=None, now=now)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not done.is_set() and not _waits_for_a_lock(env) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            message_repo.apply_status(session, wamid=wamids[1], status="delivered",
+                                      error_code=None, error_reason=None, now=now)
+    except Exception as exc:  # reported by the assertion below
+        errors.append(exc)
+    thread.join(10)
+    assert done.is_set() and not errors, errors
+    with session_scope(env.engine) as session:
+        parts = session.exec(select(Outbound).where(Outbound.message_id == reply_id)
+                             .order_by(col(Outbound.part))).all()
+        reply = session.get(Message, reply_id)
+    assert [p.status for p in parts] == ["delivered", "read"]
+    assert reply is not None and reply.delivery_status == "delivered"
