@@ -33,7 +33,8 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
                    costs: dict[str, int] | None = None) -> list[str]:
     """Advance the delivery state of our sends by `statuses`, each only under the tenant that
     sent it (the status names its `phone_number_id`); an unknown wamid or number changes
-    nothing. Returns each status's outcome ("status" or "status_unknown"), in order.
+    nothing. Returns each status's outcome ("status" or "status_unknown"), in order; they
+    are applied reply by reply (`_in_lock_order`), so that runs at once never deadlock.
 
     Set-based: one query for the run's tenants and one for which of its wamids are our sends,
     whatever its length (at most UPDATES_PER_TRANSACTION); only a status of one of our sends
@@ -45,22 +46,26 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
     tenant_of = dict(session.exec(select(Tenant.phone_number_id, Tenant.id).where(
         col(Tenant.phone_number_id).in_(numbers))).all())
     wamids = {status.wamid for status in statuses}
-    ours = set(session.exec(select(Outbound.wamid, Outbound.tenant_id).where(
-        col(Outbound.wamid).in_(wamids))).all()) if tenant_of else set()
-    outcomes: list[str] = []
-    for status in statuses:
-        row = None
-        if (status.wamid, tenant_of.get(status.phone_number_id)) in ours:
-            row = messages.apply_status(session, wamid=status.wamid, status=status.status,
-                                        error_code=status.error_code,
-                                        error_reason=status.error_reason, now=now)
+    found = session.exec(select(Outbound.wamid, Outbound.tenant_id, Outbound.message_id,
+                                Outbound.id).where(col(Outbound.wamid).in_(wamids))
+                         ).all() if tenant_of else []
+    ours = {(wamid, tenant_id) for wamid, tenant_id, _, _ in found}
+    place = {str(wamid): (int(message_id), int(outbound_id or 0))
+             for wamid, _, message_id, outbound_id in found}
+    outcomes = ["status_unknown"] * len(statuses)
+    for n in _in_lock_order(statuses, place):
+        status = statuses[n]
+        if (status.wamid, tenant_of.get(status.phone_number_id)) not in ours:
+            continue
+        row = messages.apply_status(session, wamid=status.wamid, status=status.status,
+                                    error_code=status.error_code,
+                                    error_reason=status.error_reason, now=now)
         if row is None:
-            outcomes.append("status_unknown")
             continue
         if status.status == "failed":
             log.warning("outbound_failed", conversation_id=row.conversation_id,
                         error_code=status.error_code)
-        outcomes.append("status")
+        outcomes[n] = "status"
     unknown = outcomes.count("status_unknown")
     if unknown:
         log.info("status_unknown_wamid", statuses=unknown)
@@ -70,6 +75,18 @@ def apply_statuses(session: Session, statuses: list[StatusUpdate], now: datetime
         if costs is not None:
             costs[category] = costs.get(category, 0) + micro_usd
     return outcomes
+
+
+def _in_lock_order(statuses: list[StatusUpdate],
+                   place: dict[str, tuple[int, int]]) -> list[int]:
+    """The indexes of `statuses` by (reply, part) of their send (`place`: wamid → (message
+    id, outbound id)), unknown wamids last, a wamid's own statuses in arrival order. Each
+    status locks its reply's row until the run commits (messages.apply_status): two runs
+    over the same replies take their rows in one order, so neither waits for a row the other
+    holds while holding one it waits for (a deadlock, PostgreSQL). Meta orders nothing, and a
+    send's final state does not depend on its statuses' order (delivery.supersedes)."""
+    last = (2 ** 63, 2 ** 63)
+    return sorted(range(len(statuses)), key=lambda n: place.get(statuses[n].wamid, last))
 
 
 def record_charges(session: Session, statuses: list[StatusUpdate],

@@ -17,12 +17,14 @@ import pytest
 from sqlalchemy import event
 from sqlmodel import col, select
 
+from intake.statuses import apply_statuses
 from replay.environment import ReplayEnvironment
 from storage import delivery
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.models import Conversation, Message, Outbound
-from tests.factories import text_body
+from tests.factories import PHONE_NUMBER_ID, text_body
+from whatsapp.inbound import StatusUpdate
 from workers.outbox import flush_outbox
 
 STATUSES = ("pending", "sending", "sent", "delivered", "read", "played", "failed", "refused",
@@ -286,3 +288,59 @@ def test_a_status_run_over_two_parts_and_a_status_of_the_second_do_not_deadlock(
         reply = session.get(Message, reply_id)
     assert [p.status for p in parts] == ["delivered", "read"]
     assert reply is not None and reply.delivery_status == "delivered"
+
+
+@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_two_runs_of_statuses_over_two_replies_in_opposite_orders_do_not_deadlock(
+        env: ReplayEnvironment) -> None:
+    # Two POSTs of Meta's statuses over the same two replies, in opposite orders, stored at
+    # once: each status locks its reply's row until its run commits, so the runs must take
+    # the rows in one order, or each waits for the other's first reply (a deadlock).
+    conversation_id = _answered_conversation(env)
+    first, second = (_queue_reply(env, conversation_id, [text]) for text in ("Uma", "Outra"))
+    wamids = ["wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjA=", "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE="]
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        for reply_id, wamid in zip((first, second), wamids, strict=True):
+            part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
+            assert part.id is not None
+            message_repo.mark_outbound(session, part.id, status="sent", now=now, wamid=wamid,
+                                       attempts=1)
+
+    def status(wamid: str, state: str) -> StatusUpdate:
+        return StatusUpdate(phone_number_id=PHONE_NUMBER_ID, wamid=wamid, status=state,
+                            timestamp=now, recipient_id="5511999990001", recipient_user_id=None,
+                            error_code=None, error_reason=None)
+
+    errors: list[Exception] = []
+    done = threading.Event()
+    outcomes: list[str] = []
+
+    def reversed_run() -> None:
+        try:
+            with session_scope(env.engine) as session:
+                outcomes.extend(apply_statuses(session, [status(wamids[1], "read"),
+                                                         status(wamids[0], "read")], now))
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=reversed_run)
+    try:
+        with session_scope(env.engine) as session:  # a run [first, second], its second late
+            apply_statuses(session, [status(wamids[0], "delivered")], now)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not done.is_set() and not _waits_for_a_lock(env) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            apply_statuses(session, [status(wamids[1], "delivered")], now)
+    except Exception as exc:  # reported by the assertion below
+        errors.append(exc)
+    thread.join(10)
+    assert done.is_set() and not errors, errors
+    assert outcomes == ["status", "status"]
+    with session_scope(env.engine) as session:
+        replies = [session.get(Message, m) for m in (first, second)]
+    assert [r.delivery_status for r in replies if r is not None] == ["read", "read"]
