@@ -87,9 +87,10 @@ def forget_contact(session: Session, contact: Contact, *, now: datetime) -> dict
     for wamid in wamids:
         if session.get(WamidTombstone, wamid_hash(wamid)) is None:
             session.add(WamidTombstone(wamid_hash=wamid_hash(wamid), created_at=now))
+    outbound = _delete_outbox(session, ids)
     counts = {
         "tool_calls": _delete(session, ToolCall, col(ToolCall.conversation_id).in_(ids)),
-        "outbound": _delete(session, Outbound, col(Outbound.conversation_id).in_(ids)),
+        "outbound": outbound,
         "usage": _delete(session, Usage, col(Usage.conversation_id).in_(ids)),
         "facts": _delete(session, ContactFact, col(ContactFact.contact_id) == contact.id),
         "media_files": media.delete_for_conversations(session, ids),
@@ -190,6 +191,19 @@ def _anonymous_contact(session: Session, tenant_id: int, now: datetime) -> Conta
     session.add(anonymous)
     session.flush()
     return anonymous
+
+
+def _delete_outbox(session: Session, conversation_ids: list[int]) -> int:
+    """Delete the outbox of these conversations in the order the others lock its rows
+    (PostgreSQL), so the erasure waits for them and never they for it in a cycle: the parts
+    not sent (no wamid: the outbox's, which locks a part, then its reply), then the replies'
+    rows, then the parts sent (Meta's statuses', which lock the reply, then the part:
+    storage.messages.apply_status). Returns how many rows were deleted."""
+    in_them = col(Outbound.conversation_id).in_(conversation_ids)
+    unsent = _delete(session, Outbound, in_them & col(Outbound.wamid).is_(None))
+    session.exec(select(Message.id).where(col(Message.conversation_id).in_(conversation_ids))
+                 .order_by(col(Message.id)).with_for_update()).all()
+    return unsent + _delete(session, Outbound, in_them)
 
 
 def _delete(session: Session, model: Any, condition: Any) -> int:

@@ -22,7 +22,8 @@ from replay.environment import ReplayEnvironment
 from storage import delivery
 from storage import messages as message_repo
 from storage.db import session_scope
-from storage.models import Conversation, Message, Outbound
+from storage.models import Contact, ContactFact, Conversation, Message, Outbound
+from storage.rights import forget_contact
 from tests.factories import PHONE_NUMBER_ID, text_body
 from whatsapp.inbound import StatusUpdate
 from workers.outbox import flush_outbox
@@ -344,3 +345,69 @@ def test_two_runs_of_statuses_over_two_replies_in_opposite_orders_do_not_deadloc
     with session_scope(env.engine) as session:
         replies = [session.get(Message, m) for m in (first, second)]
     assert [r.delivery_status for r in replies if r is not None] == ["read", "read"]
+
+
+@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_an_erasure_and_a_status_of_its_contact_at_once_do_not_deadlock(
+        env: ReplayEnvironment) -> None:
+    # The erasure has deleted the contact's outbox (its rows held until it commits) and waits
+    # (here for a fact someone holds); a status of one of its sends arrives: it must not hold
+    # the reply's row while it waits for the part, since the erasure deletes that row next.
+    conversation_id = _answered_conversation(env)
+    reply_id = _queue_reply(env, conversation_id, ["Só uma parte"])
+    wamid = "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE="
+    now = env.clock.now()
+    with session_scope(env.engine) as session:
+        part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
+        assert part.id is not None
+        message_repo.mark_outbound(session, part.id, status="sent", now=now, wamid=wamid,
+                                   attempts=1)
+        contact = session.exec(select(Contact)).one()
+        assert contact.id is not None
+        contact_id = contact.id
+        session.add(ContactFact(tenant_id=contact.tenant_id, contact_id=contact_id,
+                                key="shoe_size", value="38", created_at=now))
+    errors: list[Exception] = []
+    erased, stored = threading.Event(), threading.Event()
+
+    def erase() -> None:
+        try:
+            with session_scope(env.engine) as session:
+                found = session.get(Contact, contact_id)
+                assert found is not None
+                forget_contact(session, found, now=now)
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+        erased.set()
+
+    def read() -> None:
+        try:
+            with session_scope(env.engine) as session:
+                message_repo.apply_status(session, wamid=wamid, status="read",
+                                          error_code=None, error_reason=None, now=now)
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+        stored.set()
+
+    threads = [threading.Thread(target=erase), threading.Thread(target=read)]
+    with session_scope(env.engine) as session:
+        session.exec(select(ContactFact).with_for_update()).all()  # the erasure waits here
+        for thread, waiting in zip(threads, (1, 2), strict=True):
+            thread.start()
+            deadline = time.monotonic() + 10
+            while _lock_waits(env) < waiting and time.monotonic() < deadline \
+                    and not (erased.is_set() or stored.is_set()):
+                time.sleep(0.02)
+    for thread in threads:
+        thread.join(10)
+    assert erased.is_set() and stored.is_set() and not errors, errors
+    with session_scope(env.engine) as session:
+        assert session.get(Message, reply_id) is None and session.get(Contact, contact_id) is None
+
+
+def _lock_waits(env: ReplayEnvironment) -> int:
+    with env.engine.connect() as connection:
+        return int(connection.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()").scalar() or 0)
