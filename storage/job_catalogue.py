@@ -211,8 +211,7 @@ def _read_many(session: Session, statements: list[SelectOfScalar[Any]]) -> list[
     connection = session.connection()
     found: list[list[Any]] = []
     for statement, (description, rows) in zip(statements, batched.result_sets(session, [
-            str(s.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True}))
-            for s in statements]), strict=True):
+            batched.literal_sql(session, s) for s in statements]), strict=True):
         model = statement.column_descriptions[0]["entity"]
         columns = _processed(model, description or (), connection.dialect)
         found.append([_detached(model, {name: value if process is None else process(value)

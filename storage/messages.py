@@ -532,15 +532,14 @@ def refresh_delivery(session: Session, message_id: int) -> str | None:
     ).values(delivery_status=parts.c.state).returning(
         col(Message.tenant_id), col(Message.conversation_id), col(Message.delivery_status),
     ).execution_options(synchronize_session=False)
-    dialect = session.get_bind().dialect
-    if dialect.name == "postgresql":  # the reply's row locked, then the fold reads its parts
-        # in a snapshot of its own: a change to another part (the outbox's mark, Meta's status)
-        # is committed first, so the last writer folds every part's latest status
-        # (storage/batched.py); SQLite runs one writer at a time
+    if session.get_bind().dialect.name == "postgresql":  # the reply's row locked, then the
+        # fold reads its parts in a snapshot of its own: a change to another part (the
+        # outbox's mark, Meta's status) is committed first, so the last writer folds every
+        # part's latest status (storage/batched.py); SQLite runs one writer at a time
         session.flush()
         changed = batched.last_row(session, [
             f"SELECT 1 FROM {Message.__tablename__} WHERE id = {int(message_id)} FOR UPDATE",
-            str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))])
+            batched.literal_sql(session, statement)])
     else:
         changed = session.exec(statement).first()
     if changed is None:

@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import update
 from sqlmodel import Session, and_, col, or_, select
 
+from storage import messages
 from storage.models import Appointment, Deposit, Notice, Outbound, Reminder, Tenant
 
 MAX_LEADS = 3
@@ -220,16 +221,20 @@ def requeue(session: Session, visit_id: int, *, reason: str, now: datetime) -> i
 def withdraw(session: Session, visit_id: int, *, reason: str) -> int:
     """The outbox parts of the visit's queued reminders not sent yet (pending: waiting for a
     retry) become refused with `reason`, so a reminder never goes out naming a time the
-    visit no longer has. Compare-and-set on pending: a part the outbox already claimed is
+    visit no longer has, and each such reminder's `delivery_status` says so (failed, with the
+    reason in the console). Compare-and-set on pending: a part the outbox already claimed is
     left to it. Returns how many."""
     queued = select(Reminder.message_id).where(col(Reminder.appointment_id) == visit_id,
                                                 col(Reminder.status) == "queued",
                                                 col(Reminder.message_id).is_not(None))
-    result = session.exec(update(Outbound).where(
+    withdrawn = session.exec(update(Outbound).where(
         col(Outbound.message_id).in_(queued), col(Outbound.status) == "pending",
     ).values(status="refused", error_code=None, error_cause=None, retry_at=None,
-             error_reason=f"not sent: {reason}"[:300]))
-    return int(result.rowcount or 0)
+             error_reason=f"not sent: {reason}"[:300]).returning(col(Outbound.message_id))
+    ).all()
+    for message_id in sorted({int(m) for m, in withdrawn}):  # the parts, then their replies:
+        messages.refresh_delivery(session, message_id)  # the outbox's lock order
+    return len(withdrawn)
 
 
 def due(session: Session, *, now: datetime, limit: int,

@@ -19,7 +19,7 @@ from sqlmodel import col, select
 
 from intake.statuses import apply_statuses
 from replay.environment import ReplayEnvironment
-from storage import delivery
+from storage import batched, delivery
 from storage import messages as message_repo
 from storage.db import session_scope
 from storage.models import Contact, ContactFact, Conversation, Message, Outbound
@@ -411,3 +411,14 @@ def _lock_waits(env: ReplayEnvironment) -> int:
         return int(connection.exec_driver_sql(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             "AND datname = current_database()").scalar() or 0)
+
+
+def test_a_batched_statement_with_a_percent_sign_is_refused(env: ReplayEnvironment) -> None:
+    # the driver's compiler doubles '%' for its placeholders; a query sent without parameters
+    # (storage/batched.py) would keep both and match something else
+    with session_scope(env.engine) as session:
+        plain = batched.literal_sql(session, select(Outbound.id).where(Outbound.part == 1))
+        assert "part = 1" in plain
+        with pytest.raises(ValueError, match="may not hold '%'"):
+            batched.literal_sql(session, select(Outbound.id).where(
+                col(Outbound.body).like("%lembrete%")))

@@ -15,8 +15,17 @@ from agent.tools.base import ToolContext
 from agent.tools.registry import execute_tool
 from cli.main import main
 from replay.runner import run_scenario_file
+from storage import messages as message_repo
 from storage.db import session_scope
-from storage.models import Appointment, Contact, Conversation, Reminder, Service
+from storage.models import (
+    Appointment,
+    Contact,
+    Conversation,
+    Message,
+    Outbound,
+    Reminder,
+    Service,
+)
 from storage.tenants import upsert_tenant
 
 SP = ZoneInfo("America/Sao_Paulo")
@@ -90,6 +99,30 @@ def test_a_visit_of_three_services_is_one_booking_and_counts_once(engine: Engine
     with session_scope(engine) as session:
         assert [(r.appointment_id, r.lead_minutes) for r in session.exec(
             select(Reminder).order_by(Reminder.appointment_id)).all()] == [(1, 1440), (4, 1440)]
+
+
+def test_a_reminder_withdrawn_from_the_outbox_leaves_its_reply_failed_not_queued(
+        engine: Engine) -> None:
+    # the visit's reminder is queued but waits in the outbox (a rate limit's retry); the
+    # customer cancels: its part is refused, and the reply's state says so
+    ana = Customer(engine)
+    assert not ana.call("book_appointment", {"services": THREE, "start": "2026-06-02T09:00"})[1]
+    with session_scope(engine) as session:
+        reminder = session.exec(select(Reminder)).one()
+        reply = message_repo.append(
+            session, tenant_id=1, conversation_id=ana.conversation_id, role="assistant",
+            direction="outbound", content=[{"type": "text", "text": "Lembrete"}], now=NOW)
+        message_repo.add_outbound(session, message=reply, parts=["Lembrete"],
+                                  to="5511999990001", recipient=None, now=NOW)
+        reminder.status, reminder.message_id = "queued", reply.id
+        session.add(reminder)
+        reply_id = reply.id
+    assert not ana.call("cancel_appointment", {"appointment_id": 1})[1]
+    with session_scope(engine) as session:
+        part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
+        assert (part.status, part.error_reason) == ("refused", "not sent: appointment cancelled")
+        stored = session.get(Message, reply_id)
+        assert stored is not None and stored.delivery_status == "failed"
 
 
 def test_slots_for_two_services_never_overlap_the_customers_own_booking(
