@@ -22,6 +22,7 @@ from cli.environment import settings_or_exit
 # the Procfile's processes, in its order (tests/test_dev.py keeps the two equal)
 PROCESSES = ("web", "worker", "cron")
 GRACE_SECONDS = 10.0  # a running turn may finish before SIGKILL
+RELAY_SECONDS = 2.0  # then the output a stopped child left in its pipe is shown, or given up on
 
 
 def dev(args: argparse.Namespace) -> int:
@@ -41,6 +42,7 @@ def run_side_by_side(commands: Mapping[str, Sequence[str]], *,
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     children: dict[str, subprocess.Popen[str]] = {}
+    relays: list[threading.Thread] = []
     try:
         for name, argv in commands.items():
             children[name] = subprocess.Popen(
@@ -48,14 +50,18 @@ def run_side_by_side(commands: Mapping[str, Sequence[str]], *,
                 bufsize=1, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})  # a terminal's Ctrl-C reaches only us:
             # each child then gets one SIGTERM (a second signal would be RQ's cold shutdown)
-            threading.Thread(target=_relay, args=(children[name], name.ljust(width), stream,
-                                                  lock), daemon=True).start()
+            relays.append(threading.Thread(target=_relay, args=(
+                children[name], name.ljust(width), stream, lock), daemon=True))
+            relays[-1].start()
         status = _wait_for_first(children, stopping)
     except KeyboardInterrupt:
         status = 0
     finally:
         signal.signal(signal.SIGTERM, previous)
         _stop_all(children)
+        deadline = time.monotonic() + RELAY_SECONDS  # the children's last lines (their
+        for relay in relays:  # goodbyes) are shown before we return
+            relay.join(max(0.0, deadline - time.monotonic()))
     return status
 
 

@@ -39,6 +39,23 @@ def test_one_process_exiting_stops_the_others_and_gives_its_status() -> None:
     assert "sleeper | up" in shown and "quitter | bye" in shown and "sleeper | stopped" in shown
 
 
+class _SlowTerminal(io.StringIO):
+    """A terminal that takes 0.2 s to show each line."""
+
+    def write(self, text: str) -> int:
+        time.sleep(0.2)
+        return super().write(text)
+
+
+def test_a_stopped_processs_last_lines_are_shown_before_dev_returns() -> None:
+    out = _SlowTerminal()
+    status = run_side_by_side({
+        "talker": [PY, "-c", "import sys\nfor n in range(3): print(f'line {n}')\n"
+                             "sys.exit(2)"]}, out=out)
+    assert status == 2
+    assert out.getvalue().splitlines() == [f"talker | line {n}" for n in range(3)]
+
+
 def _environment(tmp_path: Path, port: int, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WHATSAPP_", "ANTHROPIC_"))}
     return {**env, "PYTHONPATH": str(ROOT), "DATABASE_URL": f"sqlite:///{tmp_path}/wagent.db",
