@@ -131,8 +131,74 @@ def test_the_sql_fold_of_a_replys_parts_is_the_delivery_rule(env: ReplayEnvironm
     assert not wrong, wrong
 
 
-@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
-                         indirect=True)
+POSTGRES_ONLY = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+WAMIDS = ("wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjA=", "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=")
+
+
+class _Beside:
+    """`work` on a thread of its own, a transaction beside the test's: `ended` once it
+    returned or raised, `errors` what it raised."""
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self.ended = threading.Event()
+        self.errors: list[Exception] = []
+
+        def run() -> None:
+            try:
+                work()
+            except Exception as exc:  # reported by the test's assertion
+                self.errors.append(exc)
+            self.ended.set()
+
+        self.thread = threading.Thread(target=run)
+
+    def start(self, env: ReplayEnvironment, waiting: int = 1,
+              *others: "_Beside") -> None:
+        """Start it, then wait (10 s at most) until `waiting` transactions of the test's
+        database wait for a lock, or it or one of `others` ended."""
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while _lock_waits(env) < waiting and time.monotonic() < deadline \
+                and not any(b.ended.is_set() for b in (self, *others)):
+            time.sleep(0.02)
+
+    def run_here(self) -> None:
+        """Run it on the caller's thread instead."""
+        self.thread.run()
+
+    def finish(self) -> bool:
+        """Whether it ended without raising (10 s at most)."""
+        if self.thread.ident is not None:  # started on its own thread
+            self.thread.join(10)
+        return self.ended.is_set() and not self.errors
+
+
+def _lock_waits(env: ReplayEnvironment) -> int:
+    with env.engine.connect() as connection:
+        return int(connection.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()").scalar() or 0)
+
+
+def _mark_sent(env: ReplayEnvironment, reply_id: int, wamids: tuple[str, ...]) -> list[int]:
+    """The reply's parts sent, in part order, as `wamids`; their ids."""
+    with session_scope(env.engine) as session:
+        parts = session.exec(select(Outbound).where(Outbound.message_id == reply_id)
+                             .order_by(col(Outbound.part))).all()
+        for part, wamid in zip(parts, wamids, strict=True):
+            assert part.id is not None
+            message_repo.mark_outbound(session, part.id, status="sent", now=env.clock.now(),
+                                       wamid=wamid, attempts=1)
+        return [int(part.id or 0) for part in parts]
+
+
+def _status(env: ReplayEnvironment, session: Any, wamid: str, state: str) -> None:
+    message_repo.apply_status(session, wamid=wamid, status=state, error_code=None,
+                              error_reason=None, now=env.clock.now())
+
+
+@POSTGRES_ONLY
 def test_two_parts_changed_at_once_leave_the_reply_folded_from_both(
         env: ReplayEnvironment) -> None:
     # The outbox marks part 1 sent while Meta's status of part 0 arrives: each transaction
@@ -145,32 +211,19 @@ def test_two_parts_changed_at_once_leave_the_reply_folded_from_both(
             Outbound.message_id == reply_id).order_by(col(Outbound.part)))]
     assert first is not None and second is not None
     now = env.clock.now()
-    done = threading.Event()
 
-    def other() -> None:
+    def mark_second() -> None:
         with session_scope(env.engine) as session:
             message_repo.mark_outbound(session, second, status="sent", now=now, attempts=1)
-        done.set()
 
+    other = _Beside(mark_second)
     with session_scope(env.engine) as session:
         message_repo.mark_outbound(session, first, status="sent", now=now, attempts=1)
-        thread = threading.Thread(target=other)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not done.is_set() and not _waits_for_a_lock(env) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    thread.join(10)
-    assert done.is_set()
+        other.start(env)
+    assert other.finish()
     with session_scope(env.engine) as session:
         reply = session.get(Message, reply_id)
         assert reply is not None and reply.delivery_status == "sent"
-
-
-def _waits_for_a_lock(env: ReplayEnvironment) -> bool:
-    with env.engine.connect() as connection:
-        return bool(connection.exec_driver_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()").scalar())
 
 
 def test_a_part_another_flush_tried_since_the_look_is_not_claimed(
@@ -197,47 +250,31 @@ def test_a_part_another_flush_tried_since_the_look_is_not_claimed(
                                            attempts=fresh.attempts, retry_at=fresh.retry_at)
 
 
-@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
-                         indirect=True)
+@POSTGRES_ONLY
 def test_read_and_delivered_arriving_at_once_end_read(env: ReplayEnvironment) -> None:
     # Meta's "read" is being stored while its "delivered" for the same send arrives: the
     # second must decide on the first's outcome, not on the "sent" both of them first saw.
     conversation_id = _answered_conversation(env)
     reply_id = _queue_reply(env, conversation_id, ["Só uma parte"])
-    now = env.clock.now()
-    with session_scope(env.engine) as session:
-        part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
-        assert part.id is not None
-        message_repo.mark_outbound(session, part.id, status="sent", now=now,
-                                   wamid="wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=", attempts=1)
-    done = threading.Event()
+    [part_id] = _mark_sent(env, reply_id, WAMIDS[1:])
 
     def delivered() -> None:
         with session_scope(env.engine) as session:
-            message_repo.apply_status(session, wamid="wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=",
-                                      status="delivered", error_code=None, error_reason=None,
-                                      now=now)
-        done.set()
+            _status(env, session, WAMIDS[1], "delivered")
 
+    other = _Beside(delivered)
     with session_scope(env.engine) as session:
-        message_repo.apply_status(session, wamid="wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE=",
-                                  status="read", error_code=None, error_reason=None, now=now)
-        thread = threading.Thread(target=delivered)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not done.is_set() and not _waits_for_a_lock(env) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    thread.join(10)
-    assert done.is_set()
+        _status(env, session, WAMIDS[1], "read")
+        other.start(env)
+    assert other.finish()
     with session_scope(env.engine) as session:
-        stored = session.get(Outbound, part.id)
+        stored = session.get(Outbound, part_id)
         assert stored is not None and stored.status == "read"
         reply = session.get(Message, reply_id)
         assert reply is not None and reply.delivery_status == "read"
 
 
-@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
-                         indirect=True)
+@POSTGRES_ONLY
 def test_a_status_run_over_two_parts_and_a_status_of_the_second_do_not_deadlock(
         env: ReplayEnvironment) -> None:
     # Meta's run of statuses stores part 0's "delivered", then part 1's; meanwhile a status of
@@ -246,43 +283,21 @@ def test_a_status_run_over_two_parts_and_a_status_of_the_second_do_not_deadlock(
     # status waits for it and PostgreSQL aborts one of them (a deadlock).
     conversation_id = _answered_conversation(env)
     reply_id = _queue_reply(env, conversation_id, ["Primeira parte", "Segunda parte"])
-    wamids = ["wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjA=", "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE="]
-    now = env.clock.now()
-    with session_scope(env.engine) as session:
-        for part, wamid in zip(session.exec(select(Outbound).where(
-                Outbound.message_id == reply_id).order_by(col(Outbound.part))), wamids,
-                strict=True):
-            assert part.id is not None
-            message_repo.mark_outbound(session, part.id, status="sent", now=now, wamid=wamid,
-                                       attempts=1)
-    errors: list[Exception] = []
-    done = threading.Event()
+    _mark_sent(env, reply_id, WAMIDS)
 
     def read_of_the_second() -> None:
-        try:
-            with session_scope(env.engine) as session:
-                message_repo.apply_status(session, wamid=wamids[1], status="read",
-                                          error_code=None, error_reason=None, now=now)
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-        done.set()
-
-    thread = threading.Thread(target=read_of_the_second)
-    try:
         with session_scope(env.engine) as session:
-            message_repo.apply_status(session, wamid=wamids[0], status="delivered",
-                                      error_code=None, error_reason=None, now=now)
-            thread.start()
-            deadline = time.monotonic() + 10
-            while not done.is_set() and not _waits_for_a_lock(env) \
-                    and time.monotonic() < deadline:
-                time.sleep(0.02)
-            message_repo.apply_status(session, wamid=wamids[1], status="delivered",
-                                      error_code=None, error_reason=None, now=now)
-    except Exception as exc:  # reported by the assertion below
-        errors.append(exc)
-    thread.join(10)
-    assert done.is_set() and not errors, errors
+            _status(env, session, WAMIDS[1], "read")
+
+    def run() -> None:
+        with session_scope(env.engine) as session:
+            _status(env, session, WAMIDS[0], "delivered")
+            other.start(env)
+            _status(env, session, WAMIDS[1], "delivered")
+
+    other, this = _Beside(read_of_the_second), _Beside(run)
+    this.run_here()
+    assert other.finish() and this.finish(), other.errors + this.errors
     with session_scope(env.engine) as session:
         parts = session.exec(select(Outbound).where(Outbound.message_id == reply_id)
                              .order_by(col(Outbound.part))).all()
@@ -291,8 +306,7 @@ def test_a_status_run_over_two_parts_and_a_status_of_the_second_do_not_deadlock(
     assert reply is not None and reply.delivery_status == "delivered"
 
 
-@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
-                         indirect=True)
+@POSTGRES_ONLY
 def test_two_runs_of_statuses_over_two_replies_in_opposite_orders_do_not_deadlock(
         env: ReplayEnvironment) -> None:
     # Two POSTs of Meta's statuses over the same two replies, in opposite orders, stored at
@@ -300,55 +314,38 @@ def test_two_runs_of_statuses_over_two_replies_in_opposite_orders_do_not_deadloc
     # the rows in one order, or each waits for the other's first reply (a deadlock).
     conversation_id = _answered_conversation(env)
     first, second = (_queue_reply(env, conversation_id, [text]) for text in ("Uma", "Outra"))
-    wamids = ["wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjA=", "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE="]
+    for reply_id, wamid in zip((first, second), WAMIDS, strict=True):
+        _mark_sent(env, reply_id, (wamid,))
     now = env.clock.now()
-    with session_scope(env.engine) as session:
-        for reply_id, wamid in zip((first, second), wamids, strict=True):
-            part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
-            assert part.id is not None
-            message_repo.mark_outbound(session, part.id, status="sent", now=now, wamid=wamid,
-                                       attempts=1)
 
     def status(wamid: str, state: str) -> StatusUpdate:
         return StatusUpdate(phone_number_id=PHONE_NUMBER_ID, wamid=wamid, status=state,
                             timestamp=now, recipient_id="5511999990001", recipient_user_id=None,
                             error_code=None, error_reason=None)
 
-    errors: list[Exception] = []
-    done = threading.Event()
     outcomes: list[str] = []
 
     def reversed_run() -> None:
-        try:
-            with session_scope(env.engine) as session:
-                outcomes.extend(apply_statuses(session, [status(wamids[1], "read"),
-                                                         status(wamids[0], "read")], now))
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-        done.set()
+        with session_scope(env.engine) as session:
+            outcomes.extend(apply_statuses(session, [status(WAMIDS[1], "read"),
+                                                     status(WAMIDS[0], "read")], now))
 
-    thread = threading.Thread(target=reversed_run)
-    try:
-        with session_scope(env.engine) as session:  # a run [first, second], its second late
-            apply_statuses(session, [status(wamids[0], "delivered")], now)
-            thread.start()
-            deadline = time.monotonic() + 10
-            while not done.is_set() and not _waits_for_a_lock(env) \
-                    and time.monotonic() < deadline:
-                time.sleep(0.02)
-            apply_statuses(session, [status(wamids[1], "delivered")], now)
-    except Exception as exc:  # reported by the assertion below
-        errors.append(exc)
-    thread.join(10)
-    assert done.is_set() and not errors, errors
+    def run() -> None:  # a run [first, second], its second late
+        with session_scope(env.engine) as session:
+            apply_statuses(session, [status(WAMIDS[0], "delivered")], now)
+            other.start(env)
+            apply_statuses(session, [status(WAMIDS[1], "delivered")], now)
+
+    other, this = _Beside(reversed_run), _Beside(run)
+    this.run_here()
+    assert other.finish() and this.finish(), other.errors + this.errors
     assert outcomes == ["status", "status"]
     with session_scope(env.engine) as session:
         replies = [session.get(Message, m) for m in (first, second)]
     assert [r.delivery_status for r in replies if r is not None] == ["read", "read"]
 
 
-@pytest.mark.parametrize("database_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
-                         indirect=True)
+@POSTGRES_ONLY
 def test_an_erasure_and_a_status_of_its_contact_at_once_do_not_deadlock(
         env: ReplayEnvironment) -> None:
     # The erasure has deleted the contact's outbox (its rows held until it commits) and waits
@@ -356,61 +353,32 @@ def test_an_erasure_and_a_status_of_its_contact_at_once_do_not_deadlock(
     # the reply's row while it waits for the part, since the erasure deletes that row next.
     conversation_id = _answered_conversation(env)
     reply_id = _queue_reply(env, conversation_id, ["Só uma parte"])
-    wamid = "wamid.HBgLNTUxMTk5OTk5MDAwMRUCABEYEjE="
-    now = env.clock.now()
+    _mark_sent(env, reply_id, WAMIDS[1:])
     with session_scope(env.engine) as session:
-        part = session.exec(select(Outbound).where(Outbound.message_id == reply_id)).one()
-        assert part.id is not None
-        message_repo.mark_outbound(session, part.id, status="sent", now=now, wamid=wamid,
-                                   attempts=1)
         contact = session.exec(select(Contact)).one()
         assert contact.id is not None
         contact_id = contact.id
         session.add(ContactFact(tenant_id=contact.tenant_id, contact_id=contact_id,
-                                key="shoe_size", value="38", created_at=now))
-    errors: list[Exception] = []
-    erased, stored = threading.Event(), threading.Event()
+                                key="shoe_size", value="38", created_at=env.clock.now()))
 
     def erase() -> None:
-        try:
-            with session_scope(env.engine) as session:
-                found = session.get(Contact, contact_id)
-                assert found is not None
-                forget_contact(session, found, now=now)
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-        erased.set()
+        with session_scope(env.engine) as session:
+            found = session.get(Contact, contact_id)
+            assert found is not None
+            forget_contact(session, found, now=env.clock.now())
 
     def read() -> None:
-        try:
-            with session_scope(env.engine) as session:
-                message_repo.apply_status(session, wamid=wamid, status="read",
-                                          error_code=None, error_reason=None, now=now)
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-        stored.set()
+        with session_scope(env.engine) as session:
+            _status(env, session, WAMIDS[1], "read")
 
-    threads = [threading.Thread(target=erase), threading.Thread(target=read)]
+    erasure, status = _Beside(erase), _Beside(read)
     with session_scope(env.engine) as session:
         session.exec(select(ContactFact).with_for_update()).all()  # the erasure waits here
-        for thread, waiting in zip(threads, (1, 2), strict=True):
-            thread.start()
-            deadline = time.monotonic() + 10
-            while _lock_waits(env) < waiting and time.monotonic() < deadline \
-                    and not (erased.is_set() or stored.is_set()):
-                time.sleep(0.02)
-    for thread in threads:
-        thread.join(10)
-    assert erased.is_set() and stored.is_set() and not errors, errors
+        erasure.start(env, 1, status)
+        status.start(env, 2, erasure)
+    assert erasure.finish() and status.finish(), erasure.errors + status.errors
     with session_scope(env.engine) as session:
         assert session.get(Message, reply_id) is None and session.get(Contact, contact_id) is None
-
-
-def _lock_waits(env: ReplayEnvironment) -> int:
-    with env.engine.connect() as connection:
-        return int(connection.exec_driver_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()").scalar() or 0)
 
 
 def test_a_batched_statement_with_a_percent_sign_is_refused(env: ReplayEnvironment) -> None:
